@@ -1,0 +1,45 @@
+package consensus
+
+import "github.com/palyra-mesh/palyra/proto/raftpb"
+
+func jobErrorFromPB(e *raftpb.Error) *JobError {
+	if e == nil {
+		return nil
+	}
+	return &JobError{Code: e.Code, Message: e.Message, Hint: e.Hint}
+}
+
+func jobErrorToPB(e *JobError) *raftpb.Error {
+	if e == nil {
+		return nil
+	}
+	return &raftpb.Error{Code: e.Code, Message: e.Message, Hint: e.Hint}
+}
+
+func jobFromRecord(r *raftpb.JobRecord) Job {
+	return Job{
+		ID: r.Id, Phase: Phase(r.Phase), Kind: r.Kind, ModuleHash: r.ModuleSha256,
+		MemoryBytes: r.MemoryBytes, Fuel: r.Fuel, Input: r.Input, TimeoutMS: r.TimeoutMs,
+		Stdout: r.Stdout, Stderr: r.Stderr, ExitCode: r.ExitCode, Error: jobErrorFromPB(r.Error),
+		FuelUsed: r.FuelUsed, Attempt: r.Attempt, NodeID: r.NodeId, Submitter: r.Submitter,
+		SubmittedAtMS: r.SubmittedAtMs, StartedAtMS: r.StartedAtMs, FinishedAtMS: r.FinishedAtMs,
+		CommitIndex: r.CommitIndex,
+	}
+}
+
+func jobToRecord(j *Job) *raftpb.JobRecord {
+	return &raftpb.JobRecord{
+		Id: j.ID, Phase: uint32(j.Phase), Kind: j.Kind, ModuleSha256: j.ModuleHash,
+		MemoryBytes: j.MemoryBytes, Fuel: j.Fuel, Input: j.Input, TimeoutMs: j.TimeoutMS,
+		Stdout: j.Stdout, Stderr: j.Stderr, ExitCode: j.ExitCode, Error: jobErrorToPB(j.Error),
+		FuelUsed: j.FuelUsed, Attempt: j.Attempt, NodeId: j.NodeID, Submitter: j.Submitter,
+		SubmittedAtMs: j.SubmittedAtMS, StartedAtMs: j.StartedAtMS, FinishedAtMs: j.FinishedAtMS,
+		CommitIndex: j.CommitIndex,
+	}
+}
+
+// JobRecord converts a job into its log record (used to build SubmitJob commands).
+func JobRecord(j *Job) *raftpb.JobRecord { return jobToRecord(j) }
+
+// JobErrorPB converts a job error to its log form (used to build FinishJob commands).
+func JobErrorPB(e *JobError) *raftpb.Error { return jobErrorToPB(e) }

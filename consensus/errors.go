@@ -1,0 +1,37 @@
+package consensus
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error is a control-plane error with Palyra's {code, message, hint} shape.
+// FSM rejections are returned as *Error from Apply so callers can map them
+// onto API errors without string matching.
+type Error struct {
+	Code    string
+	Message string
+	Hint    string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Is matches errors with the same code, so errors.Is(err, ErrNotFound) works.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t.Code == e.Code && t.Message == ""
+}
+
+// Sentinel codes; compare with errors.Is.
+var (
+	ErrNotFound     = &Error{Code: "not_found"}
+	ErrConflict     = &Error{Code: "conflict"}
+	ErrStaleAttempt = &Error{Code: "stale_attempt"}
+	ErrNotLeader    = &Error{Code: "not_leader"}
+	ErrNoQuorum     = &Error{Code: "no_quorum"}
+	ErrInvalid      = &Error{Code: "invalid_argument"}
+)
+
+func errf(base *Error, hint, format string, args ...any) *Error {
+	return &Error{Code: base.Code, Message: fmt.Sprintf(format, args...), Hint: hint}
+}

@@ -1,0 +1,46 @@
+package consensus
+
+// JobError is a job's failure reason: a stable code plus human text.
+type JobError struct {
+	Code    string
+	Message string
+	Hint    string
+}
+
+// Job is the replicated record of one job. Values handed out by State are
+// copies: mutating them changes nothing.
+type Job struct {
+	ID          string
+	Phase       Phase
+	Kind        string // "wasm" | "browser"
+	ModuleHash  string // sha256 hex of the wasm module blob
+	MemoryBytes uint64
+	Fuel        uint64
+	Input       []byte
+	TimeoutMS   int64
+
+	Stdout   []byte
+	Stderr   []byte
+	ExitCode int32
+	Error    *JobError
+	FuelUsed uint64
+
+	Attempt   uint32 // fencing token of the current/last placement
+	NodeID    string
+	Submitter string
+
+	SubmittedAtMS int64
+	StartedAtMS   int64
+	FinishedAtMS  int64
+	CommitIndex   uint64 // raft index at which the job was accepted
+}
+
+// clone returns a deep copy (byte slices are shared read-only, the error is copied).
+func (j *Job) clone() Job {
+	c := *j
+	if j.Error != nil {
+		e := *j.Error
+		c.Error = &e
+	}
+	return c
+}

@@ -1,0 +1,32 @@
+package consensus
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+)
+
+// slogWriter turns hclog's formatted lines back into slog records.
+type slogWriter struct{ l *slog.Logger }
+
+func (w *slogWriter) Write(p []byte) (int, error) {
+	for _, line := range bytes.Split(bytes.TrimRight(p, "\n"), []byte("\n")) {
+		s := strings.TrimSpace(string(line))
+		if s == "" {
+			continue
+		}
+		level := slog.LevelInfo
+		for tag, lv := range map[string]slog.Level{"[TRACE]": slog.LevelDebug - 4, "[DEBUG]": slog.LevelDebug,
+			"[INFO]": slog.LevelInfo, "[WARN]": slog.LevelWarn, "[ERROR]": slog.LevelError} {
+			if strings.HasPrefix(s, tag) {
+				level = lv
+				s = strings.TrimSpace(strings.TrimPrefix(s, tag))
+				break
+			}
+		}
+		s = strings.TrimPrefix(s, "raft: ")
+		w.l.Log(context.Background(), level, s)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,288 @@
+package consensus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// Config configures a Store.
+type Config struct {
+	Dir       string           // raft directory: raft.db (bbolt log+stable store) and snapshots/
+	NodeID    string           // this server's raft ID (the node id)
+	Advertise string           // address peers dial to reach this server's Layer
+	Layer     raft.StreamLayer // transport for raft RPCs (QUIC streams in production)
+	// Bootstrap makes a fresh store (no raft state on disk) a single-voter
+	// cluster of itself. Ignored when state exists: restarts resume.
+	Bootstrap bool
+	Logger    *slog.Logger
+	// Tune, when set, adjusts the raft configuration (tests shorten timers).
+	Tune func(*raft.Config)
+}
+
+// Store is one server of the replicated control plane.
+type Store struct {
+	cfg       Config
+	raft      *raft.Raft
+	fsm       *FSM
+	bolt      *raftboltdb.BoltStore
+	transport *raft.NetworkTransport
+	log       *slog.Logger
+}
+
+// Open opens (or creates) the raft state in cfg.Dir and starts the server.
+func Open(cfg Config) (*Store, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.NodeID == "" || cfg.Layer == nil {
+		return nil, errors.New("consensus: NodeID and Layer are required")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create raft dir: %w", err)
+	}
+	lg := cfg.Logger.With("component", "raft")
+	hl := newHCLogger(lg)
+
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("open raft log %s: %w (is another palyra node using this data dir?)", filepath.Join(cfg.Dir, "raft.db"), err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.Dir), 3, hl)
+	if err != nil {
+		bolt.Close()
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	transport := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  cfg.Layer,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  hl,
+	})
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hl
+	rc.SnapshotThreshold = 4096
+	rc.TrailingLogs = 8192
+	if cfg.Tune != nil {
+		cfg.Tune(rc)
+	}
+
+	fsm := NewFSM()
+	if cfg.Bootstrap {
+		has, err := raft.HasExistingState(bolt, bolt, snaps)
+		if err != nil {
+			transport.Close()
+			bolt.Close()
+			return nil, fmt.Errorf("inspect raft state: %w", err)
+		}
+		if !has {
+			conf := raft.Configuration{Servers: []raft.Server{{
+				Suffrage: raft.Voter, ID: rc.LocalID, Address: raft.ServerAddress(cfg.Advertise),
+			}}}
+			if err := raft.BootstrapCluster(rc, bolt, bolt, snaps, transport, conf); err != nil {
+				transport.Close()
+				bolt.Close()
+				return nil, fmt.Errorf("bootstrap raft: %w", err)
+			}
+			lg.Info("bootstrapped a new single-voter cluster", "id", cfg.NodeID)
+		}
+	}
+	r, err := raft.NewRaft(rc, fsm, bolt, bolt, snaps, transport)
+	if err != nil {
+		transport.Close()
+		bolt.Close()
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	return &Store{cfg: cfg, raft: r, fsm: fsm, bolt: bolt, transport: transport, log: lg}, nil
+}
+
+// State is the local replica's state (possibly stale on a follower).
+func (s *Store) State() *State { return s.fsm.State() }
+
+// Raft exposes the raft server for wiring that needs it (membership, autopilot).
+func (s *Store) Raft() *raft.Raft { return s.raft }
+
+// Apply commits cmd through raft and returns the FSM's result. It returns
+// only after the command is committed and applied locally, so a nil error
+// means the change is durable on a quorum.
+func (s *Store) Apply(ctx context.Context, cmd *raftpb.Command) (Job, error) {
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		return Job{}, fmt.Errorf("encode command: %w", err)
+	}
+	timeout := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+		if timeout <= 0 {
+			return Job{}, ctx.Err()
+		}
+	}
+	f := s.raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		return Job{}, s.raftErr(err)
+	}
+	res, ok := f.Response().(ApplyResult)
+	if !ok {
+		return Job{}, fmt.Errorf("unexpected apply response %T", f.Response())
+	}
+	return res.Job, res.Err
+}
+
+// raftErr turns raft's errors into ones that say what to do.
+func (s *Store) raftErr(err error) error {
+	addr, id := s.raft.LeaderWithID()
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		if id == "" {
+			return errf(ErrNoQuorum, "wait for the cluster to elect a leader; check 'palyra status' on the other nodes",
+				"no leader: this node cannot reach a quorum")
+		}
+		return errf(ErrNotLeader, "retry; the request is forwarded to the leader", "not the leader; leader is %s at %s", id, addr)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return errf(ErrNoQuorum, "check that a majority of voters is up and reachable",
+			"commit timed out: no quorum (last leader seen: %q)", string(id))
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return errf(ErrNoQuorum, "the node is shutting down; retry on another node", "raft is shut down")
+	}
+	return fmt.Errorf("raft: %w", err)
+}
+
+// IsLeader reports whether this server is the raft leader now.
+func (s *Store) IsLeader() bool { return s.raft.State() == raft.Leader }
+
+// Leader returns the current leader's address and id, empty when unknown.
+func (s *Store) Leader() (addr, id string) {
+	a, i := s.raft.LeaderWithID()
+	return string(a), string(i)
+}
+
+// VerifyLeader confirms with a quorum that this server is still the leader;
+// a read served after it is linearizable.
+func (s *Store) VerifyLeader(ctx context.Context) error {
+	if err := s.raft.VerifyLeader().Error(); err != nil {
+		return s.raftErr(err)
+	}
+	return ctx.Err()
+}
+
+// WaitLeader blocks until this server knows a leader, or ctx ends.
+func (s *Store) WaitLeader(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, id := s.raft.LeaderWithID(); id != "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no raft leader: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Barrier waits until every entry committed before it is applied locally.
+func (s *Store) Barrier(ctx context.Context) error {
+	timeout := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	if err := s.raft.Barrier(timeout).Error(); err != nil {
+		return s.raftErr(err)
+	}
+	return nil
+}
+
+// Stats is a small, typed view of raft's state.
+type Stats struct {
+	State        string
+	Term         uint64
+	CommitIndex  uint64
+	AppliedIndex uint64
+	LastIndex    uint64
+}
+
+// Stats returns the current raft figures.
+func (s *Store) Stats() Stats {
+	return Stats{
+		State:        s.raft.State().String(),
+		Term:         s.raft.CurrentTerm(),
+		CommitIndex:  s.raft.CommitIndex(),
+		AppliedIndex: s.raft.AppliedIndex(),
+		LastIndex:    s.raft.LastIndex(),
+	}
+}
+
+// LeadershipChanges delivers true when this server becomes leader and false
+// when it stops being leader. Unlike raft.LeaderCh it never drops the
+// latest value: a slow reader sees the newest state.
+func (s *Store) LeadershipChanges() <-chan bool {
+	out := make(chan bool, 1)
+	obs := make(chan raft.Observation, 16)
+	s.raft.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.RaftState)
+		return ok
+	}))
+	go func() {
+		last := false
+		push := func(v bool) {
+			select {
+			case <-out:
+			default:
+			}
+			out <- v
+		}
+		if s.IsLeader() {
+			last = true
+			push(true)
+		}
+		for o := range obs {
+			now := o.Data.(raft.RaftState) == raft.Leader
+			if now != last {
+				last = now
+				push(now)
+			}
+		}
+	}()
+	return out
+}
+
+// Close stops raft and closes the log store. Safe to call once.
+func (s *Store) Close() error {
+	err := s.raft.Shutdown().Error()
+	if cerr := s.transport.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := s.bolt.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// hclog bridge ---------------------------------------------------------------
+
+// newHCLogger adapts raft's hclog output to slog: raft writes lines like
+// "2026-… [WARN]  raft: message: k=v"; we forward them with their level.
+func newHCLogger(l *slog.Logger) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:            "raft",
+		Level:           hclog.Info,
+		Output:          &slogWriter{l: l},
+		DisableTime:     true,
+		IncludeLocation: false,
+	})
+}

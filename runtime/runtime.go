@@ -1,0 +1,83 @@
+// Package runtime defines the executor contract shared by every kind of
+// sandboxed work a Palyra worker runs. Concrete executors live in
+// sub-packages (wasm/, browser/); the worker only sees this interface.
+//
+// runtime never imports consensus, mesh or node: an executor takes bytes and
+// limits in and gives a Result out, so it can be tested and benchmarked alone.
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// Kind names an executor kind; it is also the capacity key workers advertise.
+type Kind string
+
+// Executor kinds.
+const (
+	KindWasm    Kind = "wasm"
+	KindBrowser Kind = "browser"
+)
+
+// Reason says why a run did not complete normally. The empty Reason means
+// the work ran to completion (for wasm: exit code 0).
+type Reason string
+
+// Reasons shared by executors. They are wire names: job errors carry them as
+// their code, so keep them stable.
+const (
+	ReasonNone          Reason = ""
+	ReasonTimeout       Reason = "timeout"        // wall-clock limit reached
+	ReasonMemoryLimit   Reason = "memory_limit"   // guest tried to grow past its memory limit
+	ReasonOutputLimit   Reason = "output_limit"   // stdout or stderr exceeded its bound
+	ReasonOutOfFuel     Reason = "out_of_fuel"    // deterministic fuel budget exhausted
+	ReasonTrap          Reason = "trap"           // guest trapped (unreachable, bad access, stack overflow…)
+	ReasonExitCode      Reason = "exit_code"      // guest exited with a non-zero status
+	ReasonInvalidModule Reason = "invalid_module" // module failed to decode, validate or compile
+	ReasonCanceled      Reason = "canceled"       // the caller cancelled the run (job aborted)
+	ReasonInternal      Reason = "internal"       // the executor itself failed
+)
+
+// Spec is one unit of work with its limits. Zero limits mean "use the
+// executor's default", never "unlimited".
+type Spec struct {
+	// Module is the wasm binary (for KindWasm).
+	Module []byte
+	// ModuleHash is the lowercase hex sha256 of Module; executors use it as
+	// the compilation-cache key. If empty the executor computes it.
+	ModuleHash string
+	// Input is fed to the guest as stdin.
+	Input []byte
+	// Timeout bounds wall-clock time of the whole run.
+	Timeout time.Duration
+	// MemoryLimit bounds the guest's linear memory in bytes.
+	MemoryLimit uint64
+	// MaxOutput bounds stdout and stderr, each, in bytes.
+	MaxOutput int
+	// Fuel is the deterministic instruction budget (0 = executor default).
+	Fuel uint64
+}
+
+// Result is what a run produced. Stdout/Stderr hold what was captured up to
+// MaxOutput even when the run failed.
+type Result struct {
+	Reason   Reason
+	Message  string // one line, human readable, set when Reason != ReasonNone
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+	FuelUsed uint64
+	Duration time.Duration
+}
+
+// OK reports whether the run completed normally.
+func (r Result) OK() bool { return r.Reason == ReasonNone }
+
+// Executor runs Specs of one Kind. Run must honour ctx cancellation promptly
+// (returning ReasonCanceled) and must never panic on hostile input.
+type Executor interface {
+	Kind() Kind
+	Run(ctx context.Context, spec Spec) Result
+	Close(ctx context.Context) error
+}
