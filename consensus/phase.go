@@ -1,77 +1,37 @@
 package consensus
 
-import (
-	"fmt"
-	"strings"
-)
+import "github.com/palyra-mesh/palyra/proto/palyrav1"
 
-// Phase is a job's lifecycle phase. The numeric values are persisted in the
-// raft log and snapshots: never renumber them.
+// Phase is a job's lifecycle phase. Its numeric values equal the API's
+// palyrav1.JobPhase values and are persisted in the raft log and
+// snapshots: never renumber them.
 type Phase uint32
 
 // Job phases, with Palyra's wire names.
 const (
-	PhaseUnknown Phase = iota
-	PhaseQueued
-	PhaseRunning
-	PhaseWaitingForApproval
-	PhasePaused
-	PhaseCompleted
-	PhaseFailed
-	PhaseAborted
-	PhaseExpired
+	PhaseUnknown            = Phase(palyrav1.JobPhase_JOB_PHASE_UNSPECIFIED)
+	PhaseQueued             = Phase(palyrav1.JobPhase_JOB_PHASE_QUEUED)
+	PhaseRunning            = Phase(palyrav1.JobPhase_JOB_PHASE_RUNNING)
+	PhaseWaitingForApproval = Phase(palyrav1.JobPhase_JOB_PHASE_WAITING_FOR_APPROVAL)
+	PhasePaused             = Phase(palyrav1.JobPhase_JOB_PHASE_PAUSED)
+	PhaseCompleted          = Phase(palyrav1.JobPhase_JOB_PHASE_COMPLETED)
+	PhaseFailed             = Phase(palyrav1.JobPhase_JOB_PHASE_FAILED)
+	PhaseAborted            = Phase(palyrav1.JobPhase_JOB_PHASE_ABORTED)
+	PhaseExpired            = Phase(palyrav1.JobPhase_JOB_PHASE_EXPIRED)
 )
-
-var phaseNames = [...]string{
-	PhaseUnknown:            "unknown",
-	PhaseQueued:             "queued",
-	PhaseRunning:            "running",
-	PhaseWaitingForApproval: "waiting_for_approval",
-	PhasePaused:             "paused",
-	PhaseCompleted:          "completed",
-	PhaseFailed:             "failed",
-	PhaseAborted:            "aborted",
-	PhaseExpired:            "expired",
-}
 
 // AllPhases lists the real phases in lifecycle order.
 var AllPhases = []Phase{PhaseQueued, PhaseRunning, PhaseWaitingForApproval, PhasePaused,
 	PhaseCompleted, PhaseFailed, PhaseAborted, PhaseExpired}
 
 // String returns the wire name.
-func (p Phase) String() string {
-	if int(p) < len(phaseNames) {
-		return phaseNames[p]
-	}
-	return fmt.Sprintf("phase(%d)", uint32(p))
-}
+func (p Phase) String() string { return palyrav1.JobPhase(p).WireName() }
 
 // Terminal reports whether no further transition can happen.
-func (p Phase) Terminal() bool {
-	switch p {
-	case PhaseCompleted, PhaseFailed, PhaseAborted, PhaseExpired:
-		return true
-	}
-	return false
-}
+func (p Phase) Terminal() bool { return palyrav1.JobPhase(p).Terminal() }
 
-// ParsePhase parses a wire name case-insensitively ("Running", "QUEUED"),
-// also accepting "-" for "_" and the older aliases "cancelled"/"canceled"
-// (aborted), "succeeded"/"done" (completed) and "pending" (queued).
+// ParsePhase parses a wire name case-insensitively, with Palyra's aliases.
 func ParsePhase(s string) (Phase, error) {
-	k := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "-", "_")
-	for i, n := range phaseNames {
-		if i != 0 && n == k {
-			return Phase(i), nil
-		}
-	}
-	switch k {
-	case "cancelled", "canceled":
-		return PhaseAborted, nil
-	case "succeeded", "done":
-		return PhaseCompleted, nil
-	case "pending":
-		return PhaseQueued, nil
-	}
-	return PhaseUnknown, fmt.Errorf("unknown job phase %q; use one of queued, running, waiting_for_approval, paused, completed, failed, aborted, expired", s)
+	p, err := palyrav1.ParseJobPhase(s)
+	return Phase(p), err
 }

@@ -1,0 +1,85 @@
+// Package cli is the palyra command line: urfave/cli/v2 commands for
+// running a node and for operating a cluster. Everything but `node start`
+// talks to nodes only through the API client (cli/client).
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	ucli "github.com/urfave/cli/v2"
+)
+
+// Version is the palyra version, set at build time with -ldflags.
+var Version = "0.1.0-dev"
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the command (or the job it waited for) failed
+	exitUsage   = 2 // wrong flags or arguments
+)
+
+// Main runs the CLI with args (os.Args) and returns the process exit code.
+func Main(args []string) int {
+	return run(context.Background(), args, os.Stdin, os.Stdout, os.Stderr)
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	app := newApp(stdin, stdout, stderr)
+	err := app.RunContext(ctx, interspersed(app, args))
+	if err == nil {
+		return exitOK
+	}
+	var ex ucli.ExitCoder
+	if errors.As(err, &ex) {
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(stderr, msg)
+		}
+		return ex.ExitCode()
+	}
+	fmt.Fprintf(stderr, "error: %v\n", err)
+	return exitUsage
+}
+
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
+	return &ucli.App{
+		Name:    "palyra",
+		Usage:   "a self-hosted mesh of workers for sandboxed WebAssembly and browser jobs",
+		Version: Version,
+		Description: `One binary is both the node and the CLI.
+
+   Start a node:      palyra node start
+   Run a job:         palyra job submit --wasm reverse.wasm --input hello --wait
+   Inspect:           palyra status · palyra job list · palyra job get ID
+
+   The CLI finds the node through --addr/PALYRA_ADDR (default: the address
+   recorded in the data dir, else 127.0.0.1:7444) and authenticates with the
+   local operator credential in --data-dir/PALYRA_DATA_DIR (./palyra-data).`,
+		Reader:               stdin,
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		EnableBashCompletion: true,
+		Suggest:              true,
+		Flags:                globalFlags(),
+		Commands:             []*ucli.Command{nodeCommand(), jobCommand(), statusCommand()},
+		ExitErrHandler:       func(*ucli.Context, error) {}, // Main prints and exits
+		OnUsageError: func(c *ucli.Context, err error, _ bool) error {
+			return ucli.Exit(fmt.Sprintf("error: %v\nrun '%s --help' for usage", err, c.Command.HelpName), exitUsage)
+		},
+	}
+}
+
+func globalFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "data-dir", Usage: "node data directory (holds the local operator credential)", EnvVars: []string{"PALYRA_DATA_DIR"}, Value: "palyra-data"},
+		&ucli.StringFlag{Name: "addr", Usage: "node API address HOST:PORT (default: recorded in the data dir, else 127.0.0.1:7444)", EnvVars: []string{"PALYRA_ADDR"}},
+	}
+}

@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+)
+
+// interspersed rewrites args so flags given after positional arguments
+// ("palyra job get ID --json") are parsed, as users expect: urfave/cli v2
+// stops parsing flags at the first positional. It walks the command path,
+// then moves each later flag (with its value, for non-boolean flags) in
+// front of the positionals. A "--" ends flag handling.
+func interspersed(app *ucli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	out := []string{args[0]}
+	cmds, flags := app.Commands, app.Flags
+	i := 1
+	// Global flags and the command path.
+	for i < len(args) {
+		a := args[i]
+		if strings.HasPrefix(a, "-") {
+			out = append(out, a)
+			if takesValue(flags, a) && i+1 < len(args) {
+				out = append(out, args[i+1])
+				i++
+			}
+			i++
+			continue
+		}
+		var next *ucli.Command
+		for _, c := range cmds {
+			if c.HasName(a) {
+				next = c
+			}
+		}
+		if next == nil {
+			break
+		}
+		out = append(out, a)
+		i++
+		cmds, flags = next.Subcommands, next.Flags
+		if len(cmds) == 0 {
+			break
+		}
+	}
+	var flagArgs, positional []string
+	for ; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			positional = append(positional, args[i:]...)
+			i = len(args)
+		case strings.HasPrefix(a, "-") && a != "-":
+			flagArgs = append(flagArgs, a)
+			if takesValue(flags, a) && i+1 < len(args) {
+				flagArgs = append(flagArgs, args[i+1])
+				i++
+			}
+		default:
+			positional = append(positional, a)
+		}
+	}
+	out = append(out, flagArgs...)
+	return append(out, positional...)
+}
+
+// takesValue reports whether flag token a (e.g. "--wasm", "-wasm") names a
+// non-boolean flag given without "=value".
+func takesValue(flags []ucli.Flag, a string) bool {
+	name := strings.TrimLeft(a, "-")
+	if strings.Contains(name, "=") {
+		return false
+	}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				if bf, ok := f.(*ucli.BoolFlag); ok && bf != nil {
+					return false
+				}
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,331 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+var jsonFlag = &ucli.BoolFlag{Name: "json", Usage: "print machine-readable JSON"}
+
+func jobCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "job",
+		Usage: "submit and inspect jobs",
+		Subcommands: []*ucli.Command{
+			{
+				Name:      "submit",
+				Usage:     "submit a WebAssembly job (WASI preview 1: stdin in, stdout/stderr out)",
+				ArgsUsage: " ",
+				Description: `Prints the job id once the job is durably accepted (committed through Raft).
+   With --wait, streams until the job ends, then prints its stdout on stdout and
+   its stderr on stderr; exits 0 if it completed, 1 otherwise with the reason.
+
+   Example:
+     palyra job submit --wasm reverse.wasm --input hello --wait`,
+				Flags: []ucli.Flag{
+					&ucli.StringFlag{Name: "wasm", Usage: "path of the `FILE` holding the wasm module (wasip1)", Required: true},
+					&ucli.StringFlag{Name: "input", Usage: "`TEXT` given to the job on stdin"},
+					&ucli.StringFlag{Name: "input-file", Usage: "`FILE` whose bytes are given to the job on stdin ('-' for this command's stdin)"},
+					&ucli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 1s, 5m (default 30s)"},
+					&ucli.StringFlag{Name: "memory", Usage: "linear-memory limit, e.g. 16MiB, 1GiB (default 64MiB)"},
+					&ucli.Uint64Flag{Name: "fuel", Usage: "deterministic instruction budget (0 = node default)"},
+					&ucli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its output"},
+					jsonFlag,
+				},
+				Action: jobSubmit,
+			},
+			{
+				Name: "get", Usage: "show one job", ArgsUsage: "ID", Flags: []ucli.Flag{jsonFlag},
+				Action: jobGet,
+			},
+			{
+				Name: "list", Usage: "list jobs, oldest first", Flags: []ucli.Flag{
+					&ucli.StringFlag{Name: "phase", Usage: "only jobs in this `PHASE` (queued, running, completed, failed, aborted, …)"},
+					&ucli.UintFlag{Name: "limit", Usage: "at most `N` jobs", Value: 100},
+					&ucli.StringFlag{Name: "after", Usage: "continue after job `ID` (pagination)"},
+					jsonFlag,
+				},
+				Action: jobList,
+			},
+			{
+				Name: "cancel", Usage: "cancel a job (aborted; a running instance is stopped)", ArgsUsage: "ID",
+				Flags: []ucli.Flag{jsonFlag}, Action: jobCancel,
+			},
+		},
+	}
+}
+
+func oneArg(c *ucli.Context, what string) (string, error) {
+	if c.NArg() != 1 || c.Args().First() == "" {
+		return "", usageErr("%s takes exactly one argument, the %s (got %d)", c.Command.HelpName, what, c.NArg())
+	}
+	return c.Args().First(), nil
+}
+
+func jobSubmit(c *ucli.Context) error {
+	if c.NArg() > 0 {
+		return usageErr("unexpected argument %q; pass the module with --wasm FILE", c.Args().First())
+	}
+	module, err := os.ReadFile(c.String("wasm"))
+	if err != nil {
+		return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read module: %v", err), Hint: "pass an existing .wasm file with --wasm"})
+	}
+	var input []byte
+	switch {
+	case c.IsSet("input") && c.IsSet("input-file"):
+		return usageErr("use either --input or --input-file, not both")
+	case c.IsSet("input"):
+		input = []byte(c.String("input"))
+	case c.String("input-file") == "-":
+		if input, err = io.ReadAll(c.App.Reader); err != nil {
+			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("read stdin: %v", err)})
+		}
+	case c.IsSet("input-file"):
+		if input, err = os.ReadFile(c.String("input-file")); err != nil {
+			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read input: %v", err), Hint: "pass an existing file with --input-file"})
+		}
+	}
+	var mem uint64
+	if s := c.String("memory"); s != "" {
+		if mem, err = ParseSize(s); err != nil {
+			return usageErr("--memory: %v", err)
+		}
+	}
+	if c.IsSet("timeout") && c.Duration("timeout") <= 0 {
+		return usageErr("--timeout must be positive, e.g. 1s or 5m")
+	}
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := cl.Jobs.SubmitJob(c.Context, connect.NewRequest(&palyrav1.SubmitJobRequest{
+		WasmModule: module, Input: input, TimeoutMs: c.Duration("timeout").Milliseconds(),
+		MemoryBytes: mem, Fuel: c.Uint64("fuel"),
+	}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	job := resp.Msg.Job
+	if !c.Bool("wait") {
+		if c.Bool("json") {
+			return writeJSON(c.App.Writer, toJobJSON(job))
+		}
+		fmt.Fprintln(c.App.Writer, job.Id)
+		return nil
+	}
+	if isTerminal(c.App.ErrWriter) {
+		fmt.Fprintf(c.App.ErrWriter, "job %s accepted; waiting…\n", job.Id)
+	}
+	job, err = waitJob(c.Context, cl, job.Id, c.App.ErrWriter)
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	if c.Bool("json") {
+		if err := writeJSON(c.App.Writer, toJobJSON(job)); err != nil {
+			return err
+		}
+	} else {
+		c.App.Writer.Write(job.Stdout)
+		c.App.ErrWriter.Write(job.Stderr)
+	}
+	if job.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+		return nil
+	}
+	return ucli.Exit(jobReason(job), exitFailure)
+}
+
+// jobReason is the one-line reason a job did not complete.
+func jobReason(j *palyrav1.Job) string {
+	msg := fmt.Sprintf("job %s %s", j.Id, j.Phase.WireName())
+	if j.Error != nil {
+		msg += fmt.Sprintf(": %s (%s)", j.Error.Message, j.Error.Code)
+		if j.Error.Hint != "" {
+			msg += "; " + j.Error.Hint
+		}
+	}
+	return msg
+}
+
+// waitJob follows a job until it reaches a terminal phase, riding out a
+// restarting node for up to a minute.
+func waitJob(ctx context.Context, cl *client.Client, id string, progress io.Writer) (*palyrav1.Job, error) {
+	var lastErr error
+	deadline := time.Now().Add(time.Minute)
+	tty := isTerminal(progress)
+	for time.Now().Before(deadline) {
+		stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
+		if err == nil {
+			var last *palyrav1.Job
+			for stream.Receive() {
+				last = stream.Msg().Job
+				deadline = time.Now().Add(time.Minute)
+				if tty {
+					fmt.Fprintf(progress, "job %s %s (attempt %d)\n", id, last.Phase.WireName(), last.Attempt)
+				}
+				if last.Phase.Terminal() {
+					stream.Close()
+					return last, nil
+				}
+			}
+			err = stream.Err()
+			stream.Close()
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var ce *connect.Error
+		if errors.As(err, &ce) && ce.Code() == connect.CodeNotFound {
+			return nil, err
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return nil, lastErr
+}
+
+func jobGet(c *ucli.Context) error {
+	id, err := oneArg(c, "job id")
+	if err != nil {
+		return err
+	}
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := cl.Jobs.GetJob(c.Context, connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	j := resp.Msg.Job
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, toJobJSON(j))
+	}
+	printJob(c.App.Writer, j)
+	return nil
+}
+
+func printJob(w io.Writer, j *palyrav1.Job) {
+	v := toJobJSON(j)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\nphase\t%s\nattempt\t%d\nnode\t%s\nsubmitter\t%s\n", v.ID, v.Phase, v.Attempt, v.NodeID, v.Submitter)
+	if v.ModuleSHA256 != "" {
+		fmt.Fprintf(tw, "module\tsha256:%s\n", v.ModuleSHA256)
+	}
+	fmt.Fprintf(tw, "submitted\t%s\n", v.SubmittedAt)
+	if v.FinishedAt != "" {
+		fmt.Fprintf(tw, "finished\t%s\n", v.FinishedAt)
+	}
+	if v.Error != nil {
+		fmt.Fprintf(tw, "error\t%s: %s\n", v.Error.Code, v.Error.Message)
+		if v.Error.Hint != "" {
+			fmt.Fprintf(tw, "hint\t%s\n", v.Error.Hint)
+		}
+	}
+	tw.Flush()
+	if v.Output != "" {
+		fmt.Fprintf(w, "--- output\n%s", v.Output)
+		if v.Output[len(v.Output)-1] != '\n' {
+			fmt.Fprintln(w)
+		}
+	}
+	if v.Stderr != "" {
+		fmt.Fprintf(w, "--- stderr\n%s", v.Stderr)
+		if v.Stderr[len(v.Stderr)-1] != '\n' {
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func jobList(c *ucli.Context) error {
+	var ph palyrav1.JobPhase
+	if s := c.String("phase"); s != "" {
+		p, err := palyrav1.ParseJobPhase(s)
+		if err != nil {
+			return usageErr("--phase: %v", err)
+		}
+		ph = p
+	}
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := cl.Jobs.ListJobs(c.Context, connect.NewRequest(&palyrav1.ListJobsRequest{
+		Phase: ph, Limit: uint32(c.Uint("limit")), AfterId: c.String("after")}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	if c.Bool("json") {
+		out := struct {
+			Jobs        []jobJSON `json:"jobs"`
+			NextAfterID string    `json:"next_after_id,omitempty"`
+		}{Jobs: []jobJSON{}, NextAfterID: resp.Msg.NextAfterId}
+		for _, j := range resp.Msg.Jobs {
+			out.Jobs = append(out.Jobs, toJobJSON(j))
+		}
+		return writeJSON(c.App.Writer, out)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPHASE\tATTEMPT\tNODE\tSUBMITTED\tERROR")
+	for _, j := range resp.Msg.Jobs {
+		v := toJobJSON(j)
+		errText := ""
+		if v.Error != nil {
+			errText = v.Error.Code
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", v.ID, v.Phase, v.Attempt, v.NodeID, v.SubmittedAt, errText)
+	}
+	tw.Flush()
+	if resp.Msg.NextAfterId != "" {
+		fmt.Fprintf(c.App.ErrWriter, "more jobs: palyra job list --after %s\n", resp.Msg.NextAfterId)
+	}
+	return nil
+}
+
+func jobCancel(c *ucli.Context) error {
+	id, err := oneArg(c, "job id")
+	if err != nil {
+		return err
+	}
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := cl.Jobs.CancelJob(c.Context, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, toJobJSON(resp.Msg.Job))
+	}
+	fmt.Fprintf(c.App.Writer, "%s %s\n", resp.Msg.Job.Id, resp.Msg.Job.Phase.WireName())
+	return nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

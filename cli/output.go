@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// errorJSON is the {code, message, hint} shape on every output path.
+type errorJSON struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Hint    string `json:"hint"`
+}
+
+// jobJSON is the stable JSON form of a job printed by the CLI.
+type jobJSON struct {
+	ID           string     `json:"id"`
+	Phase        string     `json:"phase"`
+	Kind         string     `json:"kind"`
+	Output       string     `json:"output"`
+	Stderr       string     `json:"stderr"`
+	ExitCode     int32      `json:"exit_code"`
+	Error        *errorJSON `json:"error"`
+	Attempt      uint32     `json:"attempt"`
+	NodeID       string     `json:"node_id"`
+	Submitter    string     `json:"submitter"`
+	ModuleSHA256 string     `json:"module_sha256,omitempty"`
+	MemoryBytes  uint64     `json:"memory_bytes,omitempty"`
+	TimeoutMS    int64      `json:"timeout_ms"`
+	FuelUsed     uint64     `json:"fuel_used"`
+	SubmittedAt  string     `json:"submitted_at,omitempty"`
+	StartedAt    string     `json:"started_at,omitempty"`
+	FinishedAt   string     `json:"finished_at,omitempty"`
+	CommitIndex  uint64     `json:"commit_index"`
+}
+
+func msTime(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+}
+
+func toJobJSON(j *palyrav1.Job) jobJSON {
+	out := jobJSON{
+		ID: j.Id, Phase: j.Phase.WireName(), Kind: j.Kind, Output: string(j.Stdout), Stderr: string(j.Stderr),
+		ExitCode: j.ExitCode, Attempt: j.Attempt, NodeID: j.NodeId, Submitter: j.Submitter,
+		TimeoutMS: j.TimeoutMs, FuelUsed: j.FuelUsed, SubmittedAt: msTime(j.SubmittedAtMs),
+		StartedAt: msTime(j.StartedAtMs), FinishedAt: msTime(j.FinishedAtMs), CommitIndex: j.CommitIndex,
+	}
+	if j.Wasm != nil {
+		out.ModuleSHA256, out.MemoryBytes = j.Wasm.ModuleSha256, j.Wasm.MemoryBytes
+	}
+	if j.Error != nil {
+		out.Error = &errorJSON{Code: j.Error.Code, Message: j.Error.Message, Hint: j.Error.Hint}
+	}
+	return out
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// fail prints an error as "error: …" plus "hint: …" (or as JSON with
+// --json) and returns the exit error.
+func fail(c *ucli.Context, e *client.Error) error {
+	if c.Bool("json") {
+		_ = writeJSON(c.App.ErrWriter, map[string]any{"error": errorJSON{Code: e.Code, Message: e.Message, Hint: e.Hint}})
+		return ucli.Exit("", exitFailure)
+	}
+	msg := "error: " + e.Message
+	if e.Hint != "" {
+		msg += "\nhint: " + e.Hint
+	}
+	return ucli.Exit(msg, exitFailure)
+}
+
+func usageErr(format string, args ...any) error {
+	return ucli.Exit("error: "+fmt.Sprintf(format, args...), exitUsage)
+}

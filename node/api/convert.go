@@ -1,0 +1,24 @@
+package api
+
+import (
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// JobToPB converts a replicated job into its API form.
+func JobToPB(j *consensus.Job) *palyrav1.Job {
+	out := &palyrav1.Job{
+		Id: j.ID, Phase: palyrav1.JobPhase(j.Phase), Kind: j.Kind,
+		Input: j.Input, TimeoutMs: j.TimeoutMS, Stdout: j.Stdout, Stderr: j.Stderr,
+		ExitCode: j.ExitCode, Attempt: j.Attempt, NodeId: j.NodeID, Submitter: j.Submitter,
+		SubmittedAtMs: j.SubmittedAtMS, StartedAtMs: j.StartedAtMS, FinishedAtMs: j.FinishedAtMS,
+		FuelUsed: j.FuelUsed, CommitIndex: j.CommitIndex,
+	}
+	if j.Kind == "wasm" {
+		out.Wasm = &palyrav1.WasmSpec{ModuleSha256: j.ModuleHash, MemoryBytes: j.MemoryBytes, Fuel: j.Fuel}
+	}
+	if j.Error != nil {
+		out.Error = &palyrav1.Error{Code: j.Error.Code, Message: j.Error.Message, Hint: j.Error.Hint}
+	}
+	return out
+}

@@ -1,0 +1,155 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+	"github.com/palyra-mesh/palyra/runtime/wasm"
+)
+
+type jobService struct{ s *Server }
+
+func invalid(msg, hint string) error {
+	return apiError(connect.CodeInvalidArgument, "invalid_argument", msg, hint)
+}
+
+func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav1.SubmitJobRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error) {
+	s, m := js.s, req.Msg
+	switch {
+	case len(m.WasmModule) == 0:
+		return nil, invalid("no wasm module in the request", "pass a module with --wasm FILE")
+	case len(m.WasmModule) > MaxModuleBytes:
+		return nil, invalid(fmt.Sprintf("module is %s; the limit is %s", mib(len(m.WasmModule)), mib(MaxModuleBytes)),
+			"build with -ldflags=-s -w, or strip the module (wasm-strip)")
+	case len(m.Input) > MaxInputBytes:
+		return nil, invalid(fmt.Sprintf("input is %s; the limit is %s", mib(len(m.Input)), mib(MaxInputBytes)),
+			"pass less input, or have the job fetch its data")
+	case m.TimeoutMs < 0 || time.Duration(m.TimeoutMs)*time.Millisecond > MaxTimeout:
+		return nil, invalid(fmt.Sprintf("timeout %dms is out of range", m.TimeoutMs), "use --timeout between 1ms and 24h")
+	case m.MemoryBytes > MaxMemory:
+		return nil, invalid(fmt.Sprintf("memory limit %d bytes is over the 4 GiB wasm32 maximum", m.MemoryBytes), "use --memory 4GiB or less")
+	}
+	if err := s.validator.Validate(ctx, m.WasmModule); err != nil {
+		var me *wasm.ModuleError
+		if errors.As(err, &me) {
+			return nil, apiError(connect.CodeInvalidArgument, string(me.Reason), me.Message, me.Hint)
+		}
+		return nil, fromErr(err)
+	}
+	hash, err := s.blobs.Put(m.WasmModule)
+	if err != nil {
+		return nil, fromErr(fmt.Errorf("store module: %w", err))
+	}
+	timeout := time.Duration(m.TimeoutMs) * time.Millisecond
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	mem := m.MemoryBytes
+	if mem == 0 {
+		mem = DefaultMemory
+	}
+	caller, _ := PrincipalFrom(ctx)
+	rec := &raftpb.JobRecord{
+		Id: newJobID(), Kind: "wasm", ModuleSha256: hash, MemoryBytes: mem, Fuel: m.Fuel,
+		Input: m.Input, TimeoutMs: timeout.Milliseconds(), Submitter: caller.String(),
+		SubmittedAtMs: s.now().UnixMilli(),
+	}
+	job, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: rec}}})
+	if err != nil {
+		return nil, fromErr(err)
+	}
+	s.log.Info("job accepted", "job", job.ID, "module", hash[:12], "by", rec.Submitter, "index", job.CommitIndex)
+	return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job)}), nil
+}
+
+func (js jobService) lookup(id string) (consensus.Job, error) {
+	if id == "" {
+		return consensus.Job{}, invalid("job id is empty", "pass the id printed by 'palyra job submit'")
+	}
+	j, ok := js.s.control.State().Job(id)
+	if !ok {
+		return j, apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("no job with id %q", id), "list jobs with 'palyra job list'")
+	}
+	return j, nil
+}
+
+func (js jobService) GetJob(ctx context.Context, req *connect.Request[palyrav1.GetJobRequest]) (*connect.Response[palyrav1.GetJobResponse], error) {
+	ri, err := js.s.readInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	j, err := js.lookup(req.Msg.Id)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&palyrav1.GetJobResponse{Job: JobToPB(&j), Read: ri}), nil
+}
+
+func (js jobService) ListJobs(ctx context.Context, req *connect.Request[palyrav1.ListJobsRequest]) (*connect.Response[palyrav1.ListJobsResponse], error) {
+	ri, err := js.s.readInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit := int(req.Msg.Limit)
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	limit = min(limit, maxListLimit)
+	jobs := js.s.control.State().Jobs(consensus.JobFilter{
+		Phase: consensus.Phase(req.Msg.Phase), AfterID: req.Msg.AfterId, Limit: limit + 1})
+	resp := &palyrav1.ListJobsResponse{Read: ri}
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		resp.NextAfterId = jobs[limit-1].ID
+	}
+	for i := range jobs {
+		resp.Jobs = append(resp.Jobs, JobToPB(&jobs[i]))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (js jobService) CancelJob(ctx context.Context, req *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error) {
+	if _, err := js.lookup(req.Msg.Id); err != nil {
+		return nil, err
+	}
+	caller, _ := PrincipalFrom(ctx)
+	j, err := js.s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{
+		Id: req.Msg.Id, AtMs: js.s.now().UnixMilli(), Reason: "cancelled by " + caller.String()}}})
+	if err != nil {
+		return nil, fromErr(err)
+	}
+	return connect.NewResponse(&palyrav1.CancelJobResponse{Job: JobToPB(&j)}), nil
+}
+
+func (js jobService) WatchJob(ctx context.Context, req *connect.Request[palyrav1.WatchJobRequest], stream *connect.ServerStream[palyrav1.WatchJobResponse]) error {
+	st := js.s.control.State()
+	if _, err := js.lookup(req.Msg.Id); err != nil {
+		return err
+	}
+	var last *consensus.Job
+	for {
+		changed := st.Changed()
+		j, _ := st.Job(req.Msg.Id)
+		if last == nil || j.Phase != last.Phase || j.Attempt != last.Attempt || j.NodeID != last.NodeID {
+			if err := stream.Send(&palyrav1.WatchJobResponse{Job: JobToPB(&j)}); err != nil {
+				return err
+			}
+			last = &j
+		}
+		if j.Phase.Terminal() {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fromErr(errCanceled)
+		}
+	}
+}

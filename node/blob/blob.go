@@ -1,0 +1,127 @@
+// Package blob is a content-addressed store on local disk: a blob's name is
+// the lowercase hex sha256 of its bytes. Raft records carry only names; the
+// bytes live here (and, across nodes, are fetched from peers and verified).
+//
+// Writes are atomic and durable: bytes go to a temp file that is fsynced
+// and renamed into place, then the directory is fsynced, so a crash leaves
+// either the whole blob or nothing.
+package blob
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// ErrNotFound is returned for a hash the store does not hold.
+var ErrNotFound = errors.New("blob not found")
+
+// Store keeps blobs under dir/sha256/<first two hex>/<hash>.
+type Store struct{ dir string }
+
+// Open creates the store directory (0700) if needed.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "sha256"), 0o700); err != nil {
+		return nil, fmt.Errorf("create blob dir: %w", err)
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Hash returns the name data would be stored under.
+func Hash(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// ValidHash reports whether h looks like a blob name.
+func ValidHash(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil && h == toLower(h)
+}
+
+func toLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'F' {
+			b[i] = c + 32
+		}
+	}
+	return string(b)
+}
+
+func (s *Store) path(h string) string {
+	return filepath.Join(s.dir, "sha256", h[:2], h)
+}
+
+// Put stores data and returns its hash. Storing an existing blob is a no-op.
+func (s *Store) Put(data []byte) (string, error) {
+	h := Hash(data)
+	p := s.path(h)
+	if _, err := os.Stat(p); err == nil {
+		return h, nil
+	}
+	dir := filepath.Dir(p)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("create blob dir: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return "", fmt.Errorf("create blob: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("write blob %s: %w", h, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return h, nil
+}
+
+// Get returns the blob's bytes, verified against its hash: a blob damaged
+// on disk is reported (and removed) rather than handed out.
+func (s *Store) Get(h string) ([]byte, error) {
+	if !ValidHash(h) {
+		return nil, fmt.Errorf("invalid blob hash %q", h)
+	}
+	data, err := os.ReadFile(s.path(h))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, h)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read blob %s: %w", h, err)
+	}
+	if Hash(data) != h {
+		os.Remove(s.path(h))
+		return nil, fmt.Errorf("%w: %s was corrupt on disk and has been removed", ErrNotFound, h)
+	}
+	return data, nil
+}
+
+// Has reports whether the store holds h.
+func (s *Store) Has(h string) bool {
+	if !ValidHash(h) {
+		return false
+	}
+	_, err := os.Stat(s.path(h))
+	return err == nil
+}

@@ -1,0 +1,48 @@
+package node
+
+import (
+	"log/slog"
+	"time"
+)
+
+// DefaultListen is the QUIC address a node listens on by default.
+const DefaultListen = "127.0.0.1:7444"
+
+// Config configures a node. The zero value of every field but DataDir has a
+// sane default.
+type Config struct {
+	DataDir     string // default "palyra-data"
+	Listen      string // UDP HOST:PORT, default DefaultListen
+	ClusterName string // name of a new cluster (first start only)
+	Logger      *slog.Logger
+	Version     string
+
+	// WasmSlots is how many wasm jobs run at once on this node
+	// (default: 2 × CPUs).
+	WasmSlots int
+	// CertTTL is the lifetime of certificates this node's CA issues at init.
+	CertTTL time.Duration
+	// Fast shortens raft timers; for tests only.
+	Fast bool
+}
+
+func (c *Config) defaults() {
+	if c.DataDir == "" {
+		c.DataDir = "palyra-data"
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.ClusterName == "" {
+		c.ClusterName = "palyra"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.CertTTL == 0 {
+		c.CertTTL = 24 * time.Hour
+	}
+}

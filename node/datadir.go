@@ -1,0 +1,111 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// Layout of a node's data directory. Everything is created 0700/0600.
+//
+//	node.json      who this node is (written last on first start: its presence marks a complete init)
+//	LOCK           flock held while a node process runs on the directory
+//	ca/            the cluster CA key and root (first node only)
+//	node/          this node's key, certificate and the cluster root
+//	operator/      the local operator's device credential, for the CLI on this machine
+//	raft/          raft log (bbolt) and snapshots
+//	blobs/         content-addressed modules and artifacts
+//	wasm-cache/    wazero's compiled-code cache
+type Layout struct{ Dir string }
+
+func (l Layout) StateFile() string   { return filepath.Join(l.Dir, "node.json") }
+func (l Layout) LockFile() string    { return filepath.Join(l.Dir, "LOCK") }
+func (l Layout) CADir() string       { return filepath.Join(l.Dir, "ca") }
+func (l Layout) NodeCredDir() string { return filepath.Join(l.Dir, "node") }
+func (l Layout) OperatorDir() string { return filepath.Join(l.Dir, "operator") }
+func (l Layout) RaftDir() string     { return filepath.Join(l.Dir, "raft") }
+func (l Layout) BlobDir() string     { return filepath.Join(l.Dir, "blobs") }
+func (l Layout) WasmCacheDir() string {
+	return filepath.Join(l.Dir, "wasm-cache")
+}
+
+// State is node.json: the node's stable facts.
+type State struct {
+	NodeID      string `json:"node_id"`
+	ClusterName string `json:"cluster_name"`
+	// Address is the QUIC address the node last listened on; the CLI on
+	// this machine uses it when --addr is not given.
+	Address string `json:"address"`
+	Version int    `json:"version"`
+}
+
+// ErrNoState means the data dir holds no initialised node.
+var ErrNoState = errors.New("no palyra node in this data dir")
+
+// ReadState reads node.json.
+func (l Layout) ReadState() (State, error) {
+	var s State
+	data, err := os.ReadFile(l.StateFile())
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, fmt.Errorf("%w: %s", ErrNoState, l.Dir)
+	}
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return s, fmt.Errorf("corrupt %s: %w", l.StateFile(), err)
+	}
+	return s, nil
+}
+
+// WriteState writes node.json atomically.
+func (l Layout) WriteState(s State) error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(l.StateFile(), append(data, '\n'), 0o600)
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// lock takes an exclusive flock on the data dir so two node processes can
+// never share it (bbolt would otherwise block forever on its own lock).
+func (l Layout) lock() (release func(), err error) {
+	f, err := os.OpenFile(l.LockFile(), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("data dir %s is in use by another palyra node (stop it, or use another --data-dir)", l.Dir)
+	}
+	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}

@@ -1,0 +1,73 @@
+package scheduler
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+)
+
+func node(id string, slots, running int, labels map[string]string) Node {
+	return Node{ID: id, Eligible: true, Slots: map[string]int{"wasm": slots}, Running: map[string]int{"wasm": running}, Labels: labels}
+}
+
+func TestPlanRespectsCapacityAndSpreads(t *testing.T) {
+	nodes := []Node{node("b", 2, 0, nil), node("a", 2, 1, nil)}
+	var jobs []Job
+	for i := 0; i < 5; i++ {
+		jobs = append(jobs, Job{ID: fmt.Sprintf("j%d", i), Kind: "wasm", Order: uint64(i)})
+	}
+	plan, unplaced := Plan(nodes, jobs)
+	if len(plan) != 3 || len(unplaced) != 2 {
+		t.Fatalf("plan %v unplaced %v", plan, unplaced)
+	}
+	per := map[string]int{}
+	for _, p := range plan {
+		per[p.NodeID]++
+		if p.Attempt != 1 {
+			t.Fatalf("attempt %d", p.Attempt)
+		}
+	}
+	if per["a"] != 1 || per["b"] != 2 {
+		t.Fatalf("spread %v", per)
+	}
+	if plan[0].JobID != "j0" || plan[0].NodeID != "b" {
+		t.Fatalf("first placement %v: want j0 on the freest node b", plan[0])
+	}
+	// Deterministic: same input, same plan.
+	again, _ := Plan(nodes, jobs)
+	if !reflect.DeepEqual(plan, again) {
+		t.Fatal("plan not deterministic")
+	}
+	// Input not mutated.
+	if nodes[1].Running["wasm"] != 1 {
+		t.Fatal("Plan mutated its input")
+	}
+}
+
+func TestPlanPriorityConstraintsEligibility(t *testing.T) {
+	nodes := []Node{node("gpu", 1, 0, map[string]string{"zone": "x"}), node("cpu", 1, 0, nil)}
+	nodes[1].Eligible = false
+	jobs := []Job{
+		{ID: "low", Kind: "wasm", Order: 1},
+		{ID: "high", Kind: "wasm", Order: 2, Priority: 5, Attempt: 2},
+		{ID: "pinned", Kind: "wasm", Order: 3, Constraints: map[string]string{"zone": "y"}},
+		{ID: "browser", Kind: "browser", Order: 4},
+	}
+	plan, unplaced := Plan(nodes, jobs)
+	if len(plan) != 1 || plan[0] != (Placement{JobID: "high", NodeID: "gpu", Attempt: 3}) {
+		t.Fatalf("plan %v", plan)
+	}
+	reasons := map[string]string{}
+	for _, u := range unplaced {
+		reasons[u.JobID] = u.Reason
+	}
+	if reasons["pinned"] != "no eligible node offers wasm capacity matching zone=y" {
+		t.Fatalf("pinned reason %q", reasons["pinned"])
+	}
+	if reasons["low"] != "all matching nodes are busy; it runs when a slot frees" {
+		t.Fatalf("low reason %q", reasons["low"])
+	}
+	if reasons["browser"] == "" {
+		t.Fatal("browser job should be unplaced")
+	}
+}

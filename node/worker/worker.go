@@ -1,0 +1,245 @@
+// Package worker runs the jobs the control plane placed on this node. It
+// watches the replicated state, starts an executor run for each placement
+// (job id + attempt) addressed to it, stops runs whose job was cancelled or
+// re-placed, and reports each result through Raft tagged with its attempt,
+// so a stale attempt can never overwrite a newer one.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+	"github.com/palyra-mesh/palyra/runtime"
+)
+
+// Control is the slice of the control plane the worker needs. Apply must
+// reach the leader (the node forwards writes).
+type Control interface {
+	State() *consensus.State
+	Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error)
+}
+
+// Blobs resolves a module hash to its verified bytes.
+type Blobs interface {
+	Get(hash string) ([]byte, error)
+}
+
+// Config configures a Worker.
+type Config struct {
+	NodeID    string
+	Control   Control
+	Blobs     Blobs
+	Executors map[runtime.Kind]runtime.Executor
+	Logger    *slog.Logger
+	Now       func() time.Time // for result timestamps; defaults to time.Now
+}
+
+// Worker executes placements addressed to Config.NodeID.
+type Worker struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]*run   // job id → the local run
+	orphans map[string]uint32 // job id → attempt left over from a previous process
+	wg      sync.WaitGroup
+}
+
+type run struct {
+	attempt uint32
+	cancel  context.CancelCauseFunc
+}
+
+// errSuperseded is the cancel cause when the job was aborted or re-placed.
+var errSuperseded = errors.New("job superseded")
+
+// New returns a Worker; call Recover, then Run.
+func New(cfg Config) *Worker {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Worker{cfg: cfg, log: cfg.Logger.With("component", "worker"),
+		running: make(map[string]*run), orphans: make(map[string]uint32)}
+}
+
+// Recover returns to the queue every job the state says is running here
+// but that this process never started: it belonged to a previous process
+// of this node that crashed or was killed. Call it before the node places
+// new work on itself.
+func (w *Worker) Recover(ctx context.Context) error {
+	jobs := w.cfg.Control.State().Jobs(consensus.JobFilter{Phase: consensus.PhaseRunning, NodeID: w.cfg.NodeID})
+	for _, j := range jobs {
+		w.mu.Lock()
+		w.orphans[j.ID] = j.Attempt
+		w.mu.Unlock()
+		cmd := &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{
+			Id: j.ID, Attempt: j.Attempt, Reason: "worker restarted"}}}
+		if err := w.applyRetry(ctx, cmd); err != nil && !errors.Is(err, consensus.ErrStaleAttempt) {
+			return fmt.Errorf("requeue orphaned job %s: %w", j.ID, err)
+		}
+		w.log.Info("requeued job left running by a previous process", "job", j.ID, "attempt", j.Attempt)
+	}
+	return nil
+}
+
+// Run reconciles local runs with the state until ctx ends, then waits for
+// local runs to stop. Runs stopped by shutdown are not reported: the state
+// keeps them running and the next process's Recover requeues them.
+func (w *Worker) Run(ctx context.Context) error {
+	st := w.cfg.Control.State()
+	for {
+		changed := st.Changed()
+		w.reconcile(ctx)
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			w.wg.Wait()
+			return nil
+		}
+	}
+}
+
+// Running returns the number of runs in progress on this worker.
+func (w *Worker) Running() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.running)
+}
+
+func (w *Worker) reconcile(ctx context.Context) {
+	st := w.cfg.Control.State()
+	mine := st.Jobs(consensus.JobFilter{Phase: consensus.PhaseRunning, NodeID: w.cfg.NodeID})
+	want := make(map[string]uint32, len(mine))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, j := range mine {
+		want[j.ID] = j.Attempt
+		if r, ok := w.running[j.ID]; ok && r.attempt == j.Attempt {
+			continue
+		}
+		if a, ok := w.orphans[j.ID]; ok && a == j.Attempt {
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		w.start(ctx, j)
+	}
+	for id, r := range w.running {
+		if a, ok := want[id]; !ok || a != r.attempt {
+			r.cancel(errSuperseded)
+		}
+	}
+}
+
+// start launches one run; w.mu is held.
+func (w *Worker) start(ctx context.Context, j consensus.Job) {
+	if old, ok := w.running[j.ID]; ok {
+		old.cancel(errSuperseded)
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	r := &run{attempt: j.Attempt, cancel: cancel}
+	w.running[j.ID] = r
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer cancel(nil)
+		w.execute(rctx, j)
+		w.mu.Lock()
+		if w.running[j.ID] == r {
+			delete(w.running, j.ID)
+		}
+		w.mu.Unlock()
+	}()
+}
+
+func (w *Worker) execute(ctx context.Context, j consensus.Job) {
+	log := w.log.With("job", j.ID, "attempt", j.Attempt)
+	log.Debug("run started")
+	res := w.runJob(ctx, j)
+	if cause := context.Cause(ctx); cause != nil {
+		// Aborted, re-placed, or this node is shutting down: nobody wants
+		// this attempt's result.
+		log.Info("run stopped", "cause", cause)
+		return
+	}
+	fin := &raftpb.FinishJob{
+		Id: j.ID, Attempt: j.Attempt, NodeId: w.cfg.NodeID, Ok: res.OK(),
+		Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: int32(res.ExitCode),
+		FuelUsed: res.FuelUsed, AtMs: w.cfg.Now().UnixMilli(),
+	}
+	if !res.OK() {
+		fin.Error = &raftpb.Error{Code: string(res.Reason), Message: res.Message, Hint: hintFor(res.Reason)}
+	}
+	err := w.applyRetry(ctx, &raftpb.Command{Cmd: &raftpb.Command_FinishJob{FinishJob: fin}})
+	switch {
+	case err == nil:
+		log.Info("job finished", "ok", res.OK(), "reason", res.Reason, "duration", res.Duration)
+	case errors.Is(err, consensus.ErrStaleAttempt):
+		log.Warn("result refused: attempt no longer current", "err", err)
+	default:
+		log.Error("could not record result", "err", err)
+	}
+}
+
+func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
+	ex, ok := w.cfg.Executors[runtime.Kind(j.Kind)]
+	if !ok {
+		return runtime.Result{Reason: runtime.ReasonInternal, Message: fmt.Sprintf("this node has no %s executor", j.Kind)}
+	}
+	mod, err := w.cfg.Blobs.Get(j.ModuleHash)
+	if err != nil {
+		return runtime.Result{Reason: runtime.ReasonInternal, Message: fmt.Sprintf("module %s unavailable: %v", j.ModuleHash, err)}
+	}
+	return ex.Run(ctx, runtime.Spec{
+		Module: mod, ModuleHash: j.ModuleHash, Input: j.Input,
+		Timeout: time.Duration(j.TimeoutMS) * time.Millisecond, MemoryLimit: j.MemoryBytes, Fuel: j.Fuel,
+	})
+}
+
+// applyRetry applies cmd, retrying while the cluster has no leader or the
+// leader is unreachable. FSM refusals are final and returned at once.
+func (w *Worker) applyRetry(ctx context.Context, cmd *raftpb.Command) error {
+	backoff := 50 * time.Millisecond
+	for {
+		_, err := w.cfg.Control.Apply(ctx, cmd)
+		var ce *consensus.Error
+		if err == nil || (errors.As(err, &ce) && ce.Code != consensus.ErrNoQuorum.Code && ce.Code != consensus.ErrNotLeader.Code) {
+			return err
+		}
+		w.log.Warn("control plane unavailable; retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+func hintFor(r runtime.Reason) string {
+	switch r {
+	case runtime.ReasonTimeout:
+		return "raise the limit with --timeout"
+	case runtime.ReasonMemoryLimit:
+		return "raise the limit with --memory"
+	case runtime.ReasonOutputLimit:
+		return "write less output, or return large results as artifacts"
+	case runtime.ReasonOutOfFuel:
+		return "raise the budget with --fuel"
+	case runtime.ReasonExitCode:
+		return "see the job's stderr"
+	case runtime.ReasonTrap:
+		return "the module crashed; see the message and the job's stderr"
+	}
+	return ""
+}
