@@ -37,6 +37,9 @@ const (
 	ReasonInvalidModule Reason = "invalid_module" // module failed to decode, validate or compile
 	ReasonCanceled      Reason = "canceled"       // the caller cancelled the run (job aborted)
 	ReasonInternal      Reason = "internal"       // the executor itself failed
+	ReasonBlocked       Reason = "blocked"        // a request or navigation outside the job's grants
+	ReasonStepFailed    Reason = "step_failed"    // a script step could not be performed
+	ReasonCrashed       Reason = "crashed"        // the sandbox process (browser) died mid-job
 )
 
 // Spec is one unit of work with its limits. Zero limits mean "use the
@@ -57,18 +60,36 @@ type Spec struct {
 	MaxOutput int
 	// Fuel is the deterministic instruction budget (0 = executor default).
 	Fuel uint64
+	// Script is the job's program for script-driven executors (browser:
+	// a JSON list of steps).
+	Script []byte
+	// AllowHosts lists the hosts the job may reach: "example.com" matches
+	// that host and its subdomains. Empty means no network.
+	AllowHosts []string
+	// AllowPrivate permits private, loopback and link-local targets, which
+	// are refused (after DNS resolution) otherwise.
+	AllowPrivate bool
+}
+
+// Artifact is a named file a job produced (a screenshot, a PDF). The node
+// stores its bytes as a content-addressed blob.
+type Artifact struct {
+	Name      string // unique within the job, e.g. "step3.png"
+	MediaType string // e.g. "image/png", "application/pdf"
+	Data      []byte
 }
 
 // Result is what a run produced. Stdout/Stderr hold what was captured up to
 // MaxOutput even when the run failed.
 type Result struct {
-	Reason   Reason
-	Message  string // one line, human readable, set when Reason != ReasonNone
-	ExitCode int
-	Stdout   []byte
-	Stderr   []byte
-	FuelUsed uint64
-	Duration time.Duration
+	Reason    Reason
+	Message   string // one line, human readable, set when Reason != ReasonNone
+	ExitCode  int
+	Stdout    []byte
+	Stderr    []byte
+	FuelUsed  uint64
+	Duration  time.Duration
+	Artifacts []Artifact
 }
 
 // OK reports whether the run completed normally.
