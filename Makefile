@@ -38,11 +38,17 @@ test-short: vet
 bench: build examples
 	$(GO) run ./internal/bench
 
+# proto regenerates the checked-in Go code (needs Debian's protobuf-compiler).
+PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_CONNECT := connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
 proto:
-	protoc -I proto \
+	@command -v protoc >/dev/null || apt-get install -y -qq protobuf-compiler
+	GOBIN=$(CURDIR)/bin/tools $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$(CURDIR)/bin/tools $(GO) install $(PROTOC_GEN_CONNECT)
+	PATH=$(CURDIR)/bin/tools:$$PATH protoc -I proto \
 	  --go_out=proto --go_opt=module=github.com/palyra-mesh/palyra/proto \
 	  --connect-go_out=proto --connect-go_opt=module=github.com/palyra-mesh/palyra/proto \
-	  proto/palyra/v1/api.proto proto/palyra/raft/v1/log.proto
+	  $$(cd proto && find palyra -name '*.proto' | sort | sed 's#^#proto/#')
 
 clean:
 	rm -rf bin
