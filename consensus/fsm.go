@@ -79,6 +79,22 @@ func (s *State) apply(index uint64, cmd *raftpb.Command) ApplyResult {
 		return s.applyCancel(c.CancelJob)
 	case *raftpb.Command_RequeueJob:
 		return s.applyRequeue(c.RequeueJob)
+	case *raftpb.Command_CreatePairing:
+		return s.applyCreatePairing(c.CreatePairing)
+	case *raftpb.Command_ConsumePairing:
+		return s.applyConsumePairing(c.ConsumePairing)
+	case *raftpb.Command_RevokePairing:
+		return s.applyRevokePairing(c.RevokePairing)
+	case *raftpb.Command_AddMember:
+		return s.applyAddMember(c.AddMember)
+	case *raftpb.Command_RevokeMember:
+		return s.applyRevokeMember(c.RevokeMember)
+	case *raftpb.Command_UseToken:
+		return s.applyUseToken(c.UseToken)
+	case *raftpb.Command_RevokeCert:
+		return s.applyRevokeCert(c.RevokeCert)
+	case *raftpb.Command_SetPolicy:
+		return s.applySetPolicy(c.SetPolicy)
 	default:
 		return ApplyResult{Err: errf(ErrInvalid, "upgrade this node to the cluster's version", "unknown raft command %T at index %d", cmd.Cmd, index)}
 	}
@@ -194,6 +210,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	for _, id := range s.order {
 		snap.Jobs = append(snap.Jobs, jobToRecord(s.jobs[id]))
 	}
+	s.snapshotIdentity(snap)
 	return &fsmSnapshot{snap: snap}, nil
 }
 
@@ -221,10 +238,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return ns.jobs[ns.order[a]].CommitIndex < ns.jobs[ns.order[b]].CommitIndex
 	})
 	ns.staleResults = snap.StaleResults
+	ns.restoreIdentity(&snap)
 
 	s := f.state
 	s.mu.Lock()
-	s.jobs, s.order, s.staleResults = ns.jobs, ns.order, ns.staleResults
+	s.jobs, s.order, s.staleResults, s.id = ns.jobs, ns.order, ns.staleResults, ns.id
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()

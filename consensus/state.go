@@ -14,6 +14,7 @@ type State struct {
 	order        []string // ids in acceptance (commit) order
 	staleResults uint64
 	applied      uint64
+	id           identityState
 
 	// changed is closed and replaced after every applied command: a cheap
 	// broadcast for watchers (scheduler, worker, WatchJob streams).
@@ -21,7 +22,7 @@ type State struct {
 }
 
 func newState() *State {
-	return &State{jobs: make(map[string]*Job), changed: make(chan struct{})}
+	return &State{jobs: make(map[string]*Job), id: newIdentityState(), changed: make(chan struct{})}
 }
 
 // Changed returns a channel closed at the next state change.

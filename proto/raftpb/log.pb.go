@@ -633,6 +633,716 @@ func (x *RequeueJob) GetReason() string {
 	return ""
 }
 
+// PairingRecord is a one-time pairing code as the cluster keeps it: only a
+// hash of its secret is stored.
+type PairingRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	SecretHash    []byte                 `protobuf:"bytes,2,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"` // "node" | "device"
+	CreatedAtMs   int64                  `protobuf:"varint,4,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	ExpiresAtMs   int64                  `protobuf:"varint,5,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	CreatedBy     string                 `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	State         uint32                 `protobuf:"varint,7,opt,name=state,proto3" json:"state,omitempty"`                // 1 pending, 2 used, 3 revoked
+	UsedBy        string                 `protobuf:"bytes,8,opt,name=used_by,json=usedBy,proto3" json:"used_by,omitempty"` // principal that consumed it
+	UsedAtMs      int64                  `protobuf:"varint,9,opt,name=used_at_ms,json=usedAtMs,proto3" json:"used_at_ms,omitempty"`
+	Name          string                 `protobuf:"bytes,10,opt,name=name,proto3" json:"name,omitempty"`          // optional label given at creation
+	Operator      bool                   `protobuf:"varint,11,opt,name=operator,proto3" json:"operator,omitempty"` // devices paired with it are operator devices
+	Failures      uint32                 `protobuf:"varint,12,opt,name=failures,proto3" json:"failures,omitempty"` // wrong-secret attempts; the code is revoked after maxPairingFailures
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PairingRecord) Reset() {
+	*x = PairingRecord{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PairingRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PairingRecord) ProtoMessage() {}
+
+func (x *PairingRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PairingRecord.ProtoReflect.Descriptor instead.
+func (*PairingRecord) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PairingRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PairingRecord) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *PairingRecord) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *PairingRecord) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *PairingRecord) GetExpiresAtMs() int64 {
+	if x != nil {
+		return x.ExpiresAtMs
+	}
+	return 0
+}
+
+func (x *PairingRecord) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *PairingRecord) GetState() uint32 {
+	if x != nil {
+		return x.State
+	}
+	return 0
+}
+
+func (x *PairingRecord) GetUsedBy() string {
+	if x != nil {
+		return x.UsedBy
+	}
+	return ""
+}
+
+func (x *PairingRecord) GetUsedAtMs() int64 {
+	if x != nil {
+		return x.UsedAtMs
+	}
+	return 0
+}
+
+func (x *PairingRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PairingRecord) GetOperator() bool {
+	if x != nil {
+		return x.Operator
+	}
+	return false
+}
+
+func (x *PairingRecord) GetFailures() uint32 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+// Member is a node or device known to the cluster.
+type Member struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"` // "node" | "device"
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Operator      bool                   `protobuf:"varint,4,opt,name=operator,proto3" json:"operator,omitempty"`
+	AddedAtMs     int64                  `protobuf:"varint,5,opt,name=added_at_ms,json=addedAtMs,proto3" json:"added_at_ms,omitempty"`
+	AddedBy       string                 `protobuf:"bytes,6,opt,name=added_by,json=addedBy,proto3" json:"added_by,omitempty"` // pairing id or "init"
+	Revoked       bool                   `protobuf:"varint,7,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	RevokedAtMs   int64                  `protobuf:"varint,8,opt,name=revoked_at_ms,json=revokedAtMs,proto3" json:"revoked_at_ms,omitempty"`
+	RevokedBy     string                 `protobuf:"bytes,9,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
+	Labels        map[string]string      `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Member) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Member) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Member) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Member) GetOperator() bool {
+	if x != nil {
+		return x.Operator
+	}
+	return false
+}
+
+func (x *Member) GetAddedAtMs() int64 {
+	if x != nil {
+		return x.AddedAtMs
+	}
+	return 0
+}
+
+func (x *Member) GetAddedBy() string {
+	if x != nil {
+		return x.AddedBy
+	}
+	return ""
+}
+
+func (x *Member) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
+}
+
+func (x *Member) GetRevokedAtMs() int64 {
+	if x != nil {
+		return x.RevokedAtMs
+	}
+	return 0
+}
+
+func (x *Member) GetRevokedBy() string {
+	if x != nil {
+		return x.RevokedBy
+	}
+	return ""
+}
+
+func (x *Member) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+type CreatePairing struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pairing       *PairingRecord         `protobuf:"bytes,1,opt,name=pairing,proto3" json:"pairing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePairing) Reset() {
+	*x = CreatePairing{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePairing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePairing) ProtoMessage() {}
+
+func (x *CreatePairing) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePairing.ProtoReflect.Descriptor instead.
+func (*CreatePairing) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CreatePairing) GetPairing() *PairingRecord {
+	if x != nil {
+		return x.Pairing
+	}
+	return nil
+}
+
+// ConsumePairing checks and consumes a code and registers the new member.
+type ConsumePairing struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PresentedSecretHash []byte                 `protobuf:"bytes,2,opt,name=presented_secret_hash,json=presentedSecretHash,proto3" json:"presented_secret_hash,omitempty"`
+	AtMs                int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Member              *Member                `protobuf:"bytes,4,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *ConsumePairing) Reset() {
+	*x = ConsumePairing{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumePairing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumePairing) ProtoMessage() {}
+
+func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumePairing.ProtoReflect.Descriptor instead.
+func (*ConsumePairing) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ConsumePairing) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ConsumePairing) GetPresentedSecretHash() []byte {
+	if x != nil {
+		return x.PresentedSecretHash
+	}
+	return nil
+}
+
+func (x *ConsumePairing) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *ConsumePairing) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+type RevokePairing struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AtMs          int64                  `protobuf:"varint,2,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokePairing) Reset() {
+	*x = RevokePairing{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokePairing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokePairing) ProtoMessage() {}
+
+func (x *RevokePairing) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokePairing.ProtoReflect.Descriptor instead.
+func (*RevokePairing) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RevokePairing) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RevokePairing) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *RevokePairing) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// AddMember registers a member directly (the init node and its operator).
+type AddMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMember) Reset() {
+	*x = AddMember{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMember) ProtoMessage() {}
+
+func (x *AddMember) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMember.ProtoReflect.Descriptor instead.
+func (*AddMember) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AddMember) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+type RevokeMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	AtMs          int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeMember) Reset() {
+	*x = RevokeMember{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeMember) ProtoMessage() {}
+
+func (x *RevokeMember) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeMember.ProtoReflect.Descriptor instead.
+func (*RevokeMember) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RevokeMember) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RevokeMember) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RevokeMember) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *RevokeMember) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// UseToken records a CA one-time token id; refused if already used.
+type UseToken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AtMs          int64                  `protobuf:"varint,2,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UseToken) Reset() {
+	*x = UseToken{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UseToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UseToken) ProtoMessage() {}
+
+func (x *UseToken) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UseToken.ProtoReflect.Descriptor instead.
+func (*UseToken) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *UseToken) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *UseToken) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+type RevokeCert struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	AtMs          int64                  `protobuf:"varint,2,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeCert) Reset() {
+	*x = RevokeCert{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeCert) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeCert) ProtoMessage() {}
+
+func (x *RevokeCert) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeCert.ProtoReflect.Descriptor instead.
+func (*RevokeCert) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RevokeCert) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RevokeCert) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *RevokeCert) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type SetPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Source        []byte                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	AtMs          int64                  `protobuf:"varint,2,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPolicy) Reset() {
+	*x = SetPolicy{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPolicy) ProtoMessage() {}
+
+func (x *SetPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
+func (*SetPolicy) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetPolicy) GetSource() []byte {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *SetPolicy) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *SetPolicy) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Cmd:
@@ -642,6 +1352,14 @@ type Command struct {
 	//	*Command_FinishJob
 	//	*Command_CancelJob
 	//	*Command_RequeueJob
+	//	*Command_CreatePairing
+	//	*Command_ConsumePairing
+	//	*Command_RevokePairing
+	//	*Command_AddMember
+	//	*Command_RevokeMember
+	//	*Command_UseToken
+	//	*Command_RevokeCert
+	//	*Command_SetPolicy
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -649,7 +1367,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +1379,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +1392,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{7}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Command) GetCmd() isCommand_Cmd {
@@ -729,6 +1447,78 @@ func (x *Command) GetRequeueJob() *RequeueJob {
 	return nil
 }
 
+func (x *Command) GetCreatePairing() *CreatePairing {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CreatePairing); ok {
+			return x.CreatePairing
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetConsumePairing() *ConsumePairing {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ConsumePairing); ok {
+			return x.ConsumePairing
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRevokePairing() *RevokePairing {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RevokePairing); ok {
+			return x.RevokePairing
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAddMember() *AddMember {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_AddMember); ok {
+			return x.AddMember
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRevokeMember() *RevokeMember {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RevokeMember); ok {
+			return x.RevokeMember
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetUseToken() *UseToken {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_UseToken); ok {
+			return x.UseToken
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRevokeCert() *RevokeCert {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RevokeCert); ok {
+			return x.RevokeCert
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetPolicy() *SetPolicy {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetPolicy); ok {
+			return x.SetPolicy
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -753,6 +1543,38 @@ type Command_RequeueJob struct {
 	RequeueJob *RequeueJob `protobuf:"bytes,5,opt,name=requeue_job,json=requeueJob,proto3,oneof"`
 }
 
+type Command_CreatePairing struct {
+	CreatePairing *CreatePairing `protobuf:"bytes,6,opt,name=create_pairing,json=createPairing,proto3,oneof"`
+}
+
+type Command_ConsumePairing struct {
+	ConsumePairing *ConsumePairing `protobuf:"bytes,7,opt,name=consume_pairing,json=consumePairing,proto3,oneof"`
+}
+
+type Command_RevokePairing struct {
+	RevokePairing *RevokePairing `protobuf:"bytes,8,opt,name=revoke_pairing,json=revokePairing,proto3,oneof"`
+}
+
+type Command_AddMember struct {
+	AddMember *AddMember `protobuf:"bytes,9,opt,name=add_member,json=addMember,proto3,oneof"`
+}
+
+type Command_RevokeMember struct {
+	RevokeMember *RevokeMember `protobuf:"bytes,10,opt,name=revoke_member,json=revokeMember,proto3,oneof"`
+}
+
+type Command_UseToken struct {
+	UseToken *UseToken `protobuf:"bytes,11,opt,name=use_token,json=useToken,proto3,oneof"`
+}
+
+type Command_RevokeCert struct {
+	RevokeCert *RevokeCert `protobuf:"bytes,12,opt,name=revoke_cert,json=revokeCert,proto3,oneof"`
+}
+
+type Command_SetPolicy struct {
+	SetPolicy *SetPolicy `protobuf:"bytes,13,opt,name=set_policy,json=setPolicy,proto3,oneof"`
+}
+
 func (*Command_SubmitJob) isCommand_Cmd() {}
 
 func (*Command_AssignJob) isCommand_Cmd() {}
@@ -763,18 +1585,159 @@ func (*Command_CancelJob) isCommand_Cmd() {}
 
 func (*Command_RequeueJob) isCommand_Cmd() {}
 
-type Snapshot struct {
+func (*Command_CreatePairing) isCommand_Cmd() {}
+
+func (*Command_ConsumePairing) isCommand_Cmd() {}
+
+func (*Command_RevokePairing) isCommand_Cmd() {}
+
+func (*Command_AddMember) isCommand_Cmd() {}
+
+func (*Command_RevokeMember) isCommand_Cmd() {}
+
+func (*Command_UseToken) isCommand_Cmd() {}
+
+func (*Command_RevokeCert) isCommand_Cmd() {}
+
+func (*Command_SetPolicy) isCommand_Cmd() {}
+
+type UsedToken struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Jobs          []*JobRecord           `protobuf:"bytes,2,rep,name=jobs,proto3" json:"jobs,omitempty"` // in acceptance order
-	StaleResults  uint64                 `protobuf:"varint,3,opt,name=stale_results,json=staleResults,proto3" json:"stale_results,omitempty"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AtMs          int64                  `protobuf:"varint,2,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *UsedToken) Reset() {
+	*x = UsedToken{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsedToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsedToken) ProtoMessage() {}
+
+func (x *UsedToken) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsedToken.ProtoReflect.Descriptor instead.
+func (*UsedToken) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *UsedToken) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *UsedToken) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+type PolicyRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Source        []byte                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	SetAtMs       int64                  `protobuf:"varint,3,opt,name=set_at_ms,json=setAtMs,proto3" json:"set_at_ms,omitempty"`
+	SetBy         string                 `protobuf:"bytes,4,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyRecord) Reset() {
+	*x = PolicyRecord{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyRecord) ProtoMessage() {}
+
+func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
+func (*PolicyRecord) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PolicyRecord) GetSource() []byte {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *PolicyRecord) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PolicyRecord) GetSetAtMs() int64 {
+	if x != nil {
+		return x.SetAtMs
+	}
+	return 0
+}
+
+func (x *PolicyRecord) GetSetBy() string {
+	if x != nil {
+		return x.SetBy
+	}
+	return ""
+}
+
+type Snapshot struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Version        uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Jobs           []*JobRecord           `protobuf:"bytes,2,rep,name=jobs,proto3" json:"jobs,omitempty"` // in acceptance order
+	StaleResults   uint64                 `protobuf:"varint,3,opt,name=stale_results,json=staleResults,proto3" json:"stale_results,omitempty"`
+	Pairings       []*PairingRecord       `protobuf:"bytes,4,rep,name=pairings,proto3" json:"pairings,omitempty"`                                   // sorted by id
+	Members        []*Member              `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`                                     // sorted by kind, id
+	UsedTokens     []*UsedToken           `protobuf:"bytes,6,rep,name=used_tokens,json=usedTokens,proto3" json:"used_tokens,omitempty"`             // sorted by id
+	RevokedSerials []string               `protobuf:"bytes,7,rep,name=revoked_serials,json=revokedSerials,proto3" json:"revoked_serials,omitempty"` // sorted
+	Policy         *PolicyRecord          `protobuf:"bytes,8,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +1749,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +1762,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{8}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -821,6 +1784,41 @@ func (x *Snapshot) GetStaleResults() uint64 {
 		return x.StaleResults
 	}
 	return 0
+}
+
+func (x *Snapshot) GetPairings() []*PairingRecord {
+	if x != nil {
+		return x.Pairings
+	}
+	return nil
+}
+
+func (x *Snapshot) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *Snapshot) GetUsedTokens() []*UsedToken {
+	if x != nil {
+		return x.UsedTokens
+	}
+	return nil
+}
+
+func (x *Snapshot) GetRevokedSerials() []string {
+	if x != nil {
+		return x.RevokedSerials
+	}
+	return nil
+}
+
+func (x *Snapshot) GetPolicy() *PolicyRecord {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
 }
 
 var File_palyra_raft_v1_log_proto protoreflect.FileDescriptor
@@ -882,7 +1880,70 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"RequeueJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xbf\x02\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xd4\x02\n" +
+	"\rPairingRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
+	"\vsecret_hash\x18\x02 \x01(\fR\n" +
+	"secretHash\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\"\n" +
+	"\rcreated_at_ms\x18\x04 \x01(\x03R\vcreatedAtMs\x12\"\n" +
+	"\rexpires_at_ms\x18\x05 \x01(\x03R\vexpiresAtMs\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x06 \x01(\tR\tcreatedBy\x12\x14\n" +
+	"\x05state\x18\a \x01(\rR\x05state\x12\x17\n" +
+	"\aused_by\x18\b \x01(\tR\x06usedBy\x12\x1c\n" +
+	"\n" +
+	"used_at_ms\x18\t \x01(\x03R\busedAtMs\x12\x12\n" +
+	"\x04name\x18\n" +
+	" \x01(\tR\x04name\x12\x1a\n" +
+	"\boperator\x18\v \x01(\bR\boperator\x12\x1a\n" +
+	"\bfailures\x18\f \x01(\rR\bfailures\"\xeb\x02\n" +
+	"\x06Member\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1a\n" +
+	"\boperator\x18\x04 \x01(\bR\boperator\x12\x1e\n" +
+	"\vadded_at_ms\x18\x05 \x01(\x03R\taddedAtMs\x12\x19\n" +
+	"\badded_by\x18\x06 \x01(\tR\aaddedBy\x12\x18\n" +
+	"\arevoked\x18\a \x01(\bR\arevoked\x12\"\n" +
+	"\rrevoked_at_ms\x18\b \x01(\x03R\vrevokedAtMs\x12\x1d\n" +
+	"\n" +
+	"revoked_by\x18\t \x01(\tR\trevokedBy\x12:\n" +
+	"\x06labels\x18\n" +
+	" \x03(\v2\".palyra.raft.v1.Member.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
+	"\rCreatePairing\x127\n" +
+	"\apairing\x18\x01 \x01(\v2\x1d.palyra.raft.v1.PairingRecordR\apairing\"\x99\x01\n" +
+	"\x0eConsumePairing\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
+	"\x15presented_secret_hash\x18\x02 \x01(\fR\x13presentedSecretHash\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12.\n" +
+	"\x06member\x18\x04 \x01(\v2\x16.palyra.raft.v1.MemberR\x06member\"D\n" +
+	"\rRevokePairing\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
+	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\";\n" +
+	"\tAddMember\x12.\n" +
+	"\x06member\x18\x01 \x01(\v2\x16.palyra.raft.v1.MemberR\x06member\"W\n" +
+	"\fRevokeMember\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"/\n" +
+	"\bUseToken\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
+	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\"Q\n" +
+	"\n" +
+	"RevokeCert\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x13\n" +
+	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"H\n" +
+	"\tSetPolicy\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\fR\x06source\x12\x13\n" +
+	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\"\xcf\x06\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -893,12 +1954,38 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\n" +
 	"cancel_job\x18\x04 \x01(\v2\x19.palyra.raft.v1.CancelJobH\x00R\tcancelJob\x12=\n" +
 	"\vrequeue_job\x18\x05 \x01(\v2\x1a.palyra.raft.v1.RequeueJobH\x00R\n" +
-	"requeueJobB\x05\n" +
-	"\x03cmd\"x\n" +
+	"requeueJob\x12F\n" +
+	"\x0ecreate_pairing\x18\x06 \x01(\v2\x1d.palyra.raft.v1.CreatePairingH\x00R\rcreatePairing\x12I\n" +
+	"\x0fconsume_pairing\x18\a \x01(\v2\x1e.palyra.raft.v1.ConsumePairingH\x00R\x0econsumePairing\x12F\n" +
+	"\x0erevoke_pairing\x18\b \x01(\v2\x1d.palyra.raft.v1.RevokePairingH\x00R\rrevokePairing\x12:\n" +
+	"\n" +
+	"add_member\x18\t \x01(\v2\x19.palyra.raft.v1.AddMemberH\x00R\taddMember\x12C\n" +
+	"\rrevoke_member\x18\n" +
+	" \x01(\v2\x1c.palyra.raft.v1.RevokeMemberH\x00R\frevokeMember\x127\n" +
+	"\tuse_token\x18\v \x01(\v2\x18.palyra.raft.v1.UseTokenH\x00R\buseToken\x12=\n" +
+	"\vrevoke_cert\x18\f \x01(\v2\x1a.palyra.raft.v1.RevokeCertH\x00R\n" +
+	"revokeCert\x12:\n" +
+	"\n" +
+	"set_policy\x18\r \x01(\v2\x19.palyra.raft.v1.SetPolicyH\x00R\tsetPolicyB\x05\n" +
+	"\x03cmd\"0\n" +
+	"\tUsedToken\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
+	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\"s\n" +
+	"\fPolicyRecord\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\fR\x06source\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
+	"\tset_at_ms\x18\x03 \x01(\x03R\asetAtMs\x12\x15\n" +
+	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\x80\x03\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +
-	"\rstale_results\x18\x03 \x01(\x04R\fstaleResultsB3Z1github.com/palyra-mesh/palyra/proto/raftpb;raftpbb\x06proto3"
+	"\rstale_results\x18\x03 \x01(\x04R\fstaleResults\x129\n" +
+	"\bpairings\x18\x04 \x03(\v2\x1d.palyra.raft.v1.PairingRecordR\bpairings\x120\n" +
+	"\amembers\x18\x05 \x03(\v2\x16.palyra.raft.v1.MemberR\amembers\x12:\n" +
+	"\vused_tokens\x18\x06 \x03(\v2\x19.palyra.raft.v1.UsedTokenR\n" +
+	"usedTokens\x12'\n" +
+	"\x0frevoked_serials\x18\a \x03(\tR\x0erevokedSerials\x124\n" +
+	"\x06policy\x18\b \x01(\v2\x1c.palyra.raft.v1.PolicyRecordR\x06policyB3Z1github.com/palyra-mesh/palyra/proto/raftpb;raftpbb\x06proto3"
 
 var (
 	file_palyra_raft_v1_log_proto_rawDescOnce sync.Once
@@ -912,33 +1999,62 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
-	(*Error)(nil),      // 0: palyra.raft.v1.Error
-	(*JobRecord)(nil),  // 1: palyra.raft.v1.JobRecord
-	(*SubmitJob)(nil),  // 2: palyra.raft.v1.SubmitJob
-	(*AssignJob)(nil),  // 3: palyra.raft.v1.AssignJob
-	(*FinishJob)(nil),  // 4: palyra.raft.v1.FinishJob
-	(*CancelJob)(nil),  // 5: palyra.raft.v1.CancelJob
-	(*RequeueJob)(nil), // 6: palyra.raft.v1.RequeueJob
-	(*Command)(nil),    // 7: palyra.raft.v1.Command
-	(*Snapshot)(nil),   // 8: palyra.raft.v1.Snapshot
+	(*Error)(nil),          // 0: palyra.raft.v1.Error
+	(*JobRecord)(nil),      // 1: palyra.raft.v1.JobRecord
+	(*SubmitJob)(nil),      // 2: palyra.raft.v1.SubmitJob
+	(*AssignJob)(nil),      // 3: palyra.raft.v1.AssignJob
+	(*FinishJob)(nil),      // 4: palyra.raft.v1.FinishJob
+	(*CancelJob)(nil),      // 5: palyra.raft.v1.CancelJob
+	(*RequeueJob)(nil),     // 6: palyra.raft.v1.RequeueJob
+	(*PairingRecord)(nil),  // 7: palyra.raft.v1.PairingRecord
+	(*Member)(nil),         // 8: palyra.raft.v1.Member
+	(*CreatePairing)(nil),  // 9: palyra.raft.v1.CreatePairing
+	(*ConsumePairing)(nil), // 10: palyra.raft.v1.ConsumePairing
+	(*RevokePairing)(nil),  // 11: palyra.raft.v1.RevokePairing
+	(*AddMember)(nil),      // 12: palyra.raft.v1.AddMember
+	(*RevokeMember)(nil),   // 13: palyra.raft.v1.RevokeMember
+	(*UseToken)(nil),       // 14: palyra.raft.v1.UseToken
+	(*RevokeCert)(nil),     // 15: palyra.raft.v1.RevokeCert
+	(*SetPolicy)(nil),      // 16: palyra.raft.v1.SetPolicy
+	(*Command)(nil),        // 17: palyra.raft.v1.Command
+	(*UsedToken)(nil),      // 18: palyra.raft.v1.UsedToken
+	(*PolicyRecord)(nil),   // 19: palyra.raft.v1.PolicyRecord
+	(*Snapshot)(nil),       // 20: palyra.raft.v1.Snapshot
+	nil,                    // 21: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
-	0, // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	1, // 1: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
-	0, // 2: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
-	2, // 3: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
-	3, // 4: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
-	4, // 5: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
-	5, // 6: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
-	6, // 7: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
-	1, // 8: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
+	1,  // 1: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
+	0,  // 2: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
+	21, // 3: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	7,  // 4: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
+	8,  // 5: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
+	8,  // 6: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
+	2,  // 7: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
+	3,  // 8: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
+	4,  // 9: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
+	5,  // 10: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
+	6,  // 11: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
+	9,  // 12: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
+	10, // 13: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
+	11, // 14: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
+	12, // 15: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
+	13, // 16: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
+	14, // 17: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
+	15, // 18: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
+	16, // 19: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
+	1,  // 20: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	7,  // 21: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	8,  // 22: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	18, // 23: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	19, // 24: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -946,12 +2062,20 @@ func file_palyra_raft_v1_log_proto_init() {
 	if File_palyra_raft_v1_log_proto != nil {
 		return
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[7].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[17].OneofWrappers = []any{
 		(*Command_SubmitJob)(nil),
 		(*Command_AssignJob)(nil),
 		(*Command_FinishJob)(nil),
 		(*Command_CancelJob)(nil),
 		(*Command_RequeueJob)(nil),
+		(*Command_CreatePairing)(nil),
+		(*Command_ConsumePairing)(nil),
+		(*Command_RevokePairing)(nil),
+		(*Command_AddMember)(nil),
+		(*Command_RevokeMember)(nil),
+		(*Command_UseToken)(nil),
+		(*Command_RevokeCert)(nil),
+		(*Command_SetPolicy)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -959,7 +2083,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,178 @@
+package consensus
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// applyAll feeds commands to an FSM as consecutive log entries.
+func applyAll(t *testing.T, f *FSM, cmds ...*raftpb.Command) []ApplyResult {
+	t.Helper()
+	var out []ApplyResult
+	for _, c := range cmds {
+		data, err := proto.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx := f.State().AppliedIndex() + 1
+		out = append(out, f.Apply(&raft.Log{Index: idx, Type: raft.LogCommand, Data: data}).(ApplyResult))
+	}
+	return out
+}
+
+func hash(s string) []byte { h := sha256.Sum256([]byte(s)); return h[:] }
+
+func createPairing(id, kind, secret string, expires int64) *raftpb.Command {
+	return &raftpb.Command{Cmd: &raftpb.Command_CreatePairing{CreatePairing: &raftpb.CreatePairing{Pairing: &raftpb.PairingRecord{
+		Id: id, Kind: kind, SecretHash: hash(secret), CreatedAtMs: 1000, ExpiresAtMs: expires, CreatedBy: "device:d-op", Operator: true}}}}
+}
+
+func consume(id, secret string, at int64, kind, memberID string) *raftpb.Command {
+	return &raftpb.Command{Cmd: &raftpb.Command_ConsumePairing{ConsumePairing: &raftpb.ConsumePairing{
+		Id: id, PresentedSecretHash: hash(secret), AtMs: at, Member: &raftpb.Member{Kind: kind, Id: memberID}}}}
+}
+
+func TestPairingIsOneTimeAndExpires(t *testing.T) {
+	f := NewFSM()
+	res := applyAll(t, f,
+		createPairing("p1", "device", "s3cret", 10_000),
+		consume("p1", "wrong", 2000, "device", "d-1"),
+		consume("p1", "s3cret", 2000, "node", "n-1"), // code is for a device
+		consume("p1", "s3cret", 2000, "device", "d-1"),
+		consume("p1", "s3cret", 2000, "device", "d-2"), // reuse
+		createPairing("p2", "node", "x", 5_000),
+		consume("p2", "x", 5_000+3*60_000, "node", "n-2"), // expired 3m ago
+		consume("nope", "x", 1, "node", "n-3"),
+	)
+	want := []string{"", "wrong secret", "is for a device", "", "already used", "", "expired 3m ago", "no pairing code"}
+	for i, w := range want {
+		got := ""
+		if res[i].Err != nil {
+			got = res[i].Err.Error()
+		}
+		if (w == "") != (got == "") || !strings.Contains(got, w) {
+			t.Errorf("command %d: got %q, want %q", i, got, w)
+		}
+	}
+	m, ok := f.State().Member("device", "d-1")
+	if !ok || !m.Operator || m.AddedBy != "pairing:p1" || m.AddedAtMS != 2000 {
+		t.Fatalf("member: %+v %v", m, ok)
+	}
+	if _, ok := f.State().Member("device", "d-2"); ok {
+		t.Fatal("reused code registered a second device")
+	}
+	if _, ok := f.State().Member("node", "n-2"); ok {
+		t.Fatal("expired code registered a node")
+	}
+	var ce *Error
+	if !errors.As(res[4].Err, &ce) || ce.Hint == "" {
+		t.Fatalf("reuse error lacks a hint: %v", res[4].Err)
+	}
+}
+
+func TestWrongSecretsRevokeTheCode(t *testing.T) {
+	f := NewFSM()
+	applyAll(t, f, createPairing("p", "node", "right", 1e9))
+	for i := 0; i < maxPairingFailures; i++ {
+		applyAll(t, f, consume("p", "guess", 10, "node", "n-x"))
+	}
+	r := applyAll(t, f, consume("p", "right", 10, "node", "n-x"))
+	if r[0].Err == nil || !strings.Contains(r[0].Err.Error(), "revoked") {
+		t.Fatalf("code still usable after %d wrong guesses: %v", maxPairingFailures, r[0].Err)
+	}
+}
+
+func TestTokensAreOneTimeAndPruned(t *testing.T) {
+	f := NewFSM()
+	use := func(id string, at int64) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_UseToken{UseToken: &raftpb.UseToken{Id: id, AtMs: at}}}
+	}
+	r := applyAll(t, f, use("t1", 0), use("t1", 1), use("t2", tokenRetentionMS+10))
+	if r[0].Err != nil || !errors.Is(r[1].Err, ErrConflict) || r[2].Err != nil {
+		t.Fatalf("token results: %v %v %v", r[0].Err, r[1].Err, r[2].Err)
+	}
+	if f.State().TokenUsed("t1") {
+		t.Fatal("old token not pruned")
+	}
+}
+
+func TestRevocationAndPolicy(t *testing.T) {
+	f := NewFSM()
+	r := applyAll(t, f,
+		&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "device", Id: "d-9"}}}},
+		&raftpb.Command{Cmd: &raftpb.Command_RevokeMember{RevokeMember: &raftpb.RevokeMember{Kind: "device", Id: "d-9", AtMs: 5, By: "device:d-op"}}},
+		&raftpb.Command{Cmd: &raftpb.Command_RevokeMember{RevokeMember: &raftpb.RevokeMember{Kind: "device", Id: "d-9"}}},
+		&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "device", Id: "d-9"}}}},
+		&raftpb.Command{Cmd: &raftpb.Command_SetPolicy{SetPolicy: &raftpb.SetPolicy{Source: []byte("permit(principal,action,resource);"), By: "x"}}},
+	)
+	if r[0].Err != nil || r[1].Err != nil || !errors.Is(r[2].Err, ErrConflict) || !errors.Is(r[3].Err, ErrConflict) || r[4].Err != nil {
+		t.Fatalf("results: %v", r)
+	}
+	if !f.State().IsRevoked("device", "d-9") || f.State().IsRevoked("device", "d-other") {
+		t.Fatal("revocation state wrong")
+	}
+	if p := f.State().Policy(); p.Version != 1 || !bytes.Contains(p.Source, []byte("permit")) {
+		t.Fatalf("policy %+v", p)
+	}
+}
+
+func snapshotBytes(t *testing.T, f *FSM) []byte {
+	t.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	return sink.Bytes()
+}
+
+type memSink struct{ bytes.Buffer }
+
+func (m *memSink) ID() string    { return "mem" }
+func (m *memSink) Cancel() error { return nil }
+func (m *memSink) Close() error  { return nil }
+
+// Two replicas applying the same log end byte-identical, and a snapshot
+// restores to the same state.
+func TestDeterministicReplicasAndSnapshotRoundTrip(t *testing.T) {
+	log := []*raftpb.Command{
+		submit("a"), submit("b"), assign("a", 1, "n1"), finish("a", 1, "n1", "out"),
+		createPairing("p1", "device", "s", 1e9), consume("p1", "s", 5, "device", "d-1"),
+		createPairing("p2", "node", "s", 1e9),
+		{Cmd: &raftpb.Command_UseToken{UseToken: &raftpb.UseToken{Id: "tok", AtMs: 1}}},
+		{Cmd: &raftpb.Command_RevokeCert{RevokeCert: &raftpb.RevokeCert{Serial: "123"}}},
+		{Cmd: &raftpb.Command_SetPolicy{SetPolicy: &raftpb.SetPolicy{Source: []byte("p")}}},
+	}
+	f1, f2 := NewFSM(), NewFSM()
+	applyAll(t, f1, log...)
+	applyAll(t, f2, log...)
+	s1, s2 := snapshotBytes(t, f1), snapshotBytes(t, f2)
+	if !bytes.Equal(s1, s2) {
+		t.Fatal("replicas diverged")
+	}
+	f3 := NewFSM()
+	if err := f3.Restore(io.NopCloser(bytes.NewReader(s1))); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snapshotBytes(t, f3), s1) {
+		t.Fatal("restore lost state")
+	}
+	if !f3.State().TokenUsed("tok") || !f3.State().IsSerialRevoked("123") || len(f3.State().Pairings()) != 2 {
+		t.Fatal("identity plane not restored")
+	}
+	if j, _ := f3.State().Job("a"); j.Phase != PhaseCompleted || string(j.Stdout) != "out" {
+		t.Fatalf("job not restored: %+v", j)
+	}
+}
