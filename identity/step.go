@@ -14,6 +14,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -240,3 +241,40 @@ func (s *stepAuthority) sign(ctx context.Context, csr *x509.CertificateRequest, 
 func (s *stepAuthority) close() error {
 	return s.auth.Shutdown()
 }
+
+// TokenLedger is the replicated record the CA keeps its one-time token ids
+// and revoked serials in. UseToken must return false (and no error) for a
+// token id that was used before anywhere in the cluster.
+type TokenLedger interface {
+	UseToken(id string) (bool, error)
+	IsSerialRevoked(serial string) bool
+	RevokeSerial(serial, reason string) error
+}
+
+// WithTokenLedger keeps the authority's one-time-token and revocation state
+// in l (the Raft-replicated store), so a token is one-time cluster-wide.
+func WithTokenLedger(l TokenLedger) CAOption {
+	return WithAuthDB(ledgerDB{l})
+}
+
+// ledgerDB adapts a TokenLedger to smallstep's db.AuthDB. Certificates are
+// not stored (the cluster does not need them back); SSH is not used.
+type ledgerDB struct{ l TokenLedger }
+
+var _ db.AuthDB = ledgerDB{}
+
+func (d ledgerDB) IsRevoked(sn string) (bool, error) { return d.l.IsSerialRevoked(sn), nil }
+func (d ledgerDB) IsSSHRevoked(string) (bool, error) { return false, nil }
+func (d ledgerDB) RevokeSSH(*db.RevokedCertificateInfo) error {
+	return errors.New("ssh certificates are not used by palyra")
+}
+func (d ledgerDB) Revoke(rci *db.RevokedCertificateInfo) error {
+	return d.l.RevokeSerial(rci.Serial, rci.Reason)
+}
+func (d ledgerDB) GetCertificate(string) (*x509.Certificate, error) {
+	return nil, errors.New("certificates are not stored")
+}
+func (d ledgerDB) UseToken(id, _ string) (bool, error)     { return d.l.UseToken(id) }
+func (d ledgerDB) IsSSHHost(string) (bool, error)          { return false, nil }
+func (d ledgerDB) GetSSHHostPrincipals() ([]string, error) { return nil, nil }
+func (d ledgerDB) Shutdown() error                         { return nil }
