@@ -1,0 +1,92 @@
+package policy
+
+// Actions: one per API call, one per kind of node work, one per capability
+// grant a job may request. The API passes them as Request.Action.
+const (
+	ActionJobSubmit = "job.submit"
+	ActionJobRead   = "job.read"
+	ActionJobList   = "job.list"
+	ActionJobCancel = "job.cancel"
+	ActionJobWatch  = "job.watch"
+
+	ActionNodeStatus = "node.status"
+	ActionNodeList   = "node.list"
+	ActionNodeJoin   = "node.join"
+	ActionNodeLeave  = "node.leave"
+	ActionNodeDrain  = "node.drain"
+
+	ActionPairCreate   = "pair.create"
+	ActionPairList     = "pair.list"
+	ActionPairRevoke   = "pair.revoke"
+	ActionDeviceList   = "device.list"
+	ActionDeviceRevoke = "device.revoke"
+
+	ActionPolicyGet   = "policy.get"
+	ActionPolicySet   = "policy.set"
+	ActionPolicyCheck = "policy.check"
+
+	ActionSecretSet    = "secret.set"
+	ActionSecretList   = "secret.list"
+	ActionSecretDelete = "secret.delete"
+
+	// Node work: only nodes do it under the default policy.
+	ActionWorkerHeartbeat = "worker.heartbeat"
+	ActionWorkerReport    = "worker.report"
+	ActionRaftJoin        = "raft.join"
+	ActionBlobFetch       = "blob.fetch"
+
+	// Capability grants a job requests; the principal is the job's submitter.
+	ActionGrantHTTP   = "grant.http"
+	ActionGrantSecret = "grant.secret"
+	ActionGrantKV     = "grant.kv"
+)
+
+// Principal kinds.
+const (
+	KindNode   = "node"
+	KindDevice = "device"
+)
+
+// Resource types, and the ID of the one Cluster resource.
+const (
+	TypeCluster = "Cluster"
+	TypeJob     = "Job"
+	TypeGrant   = "Grant"
+
+	ClusterID = "default"
+)
+
+// Grant types (the Grant resource's type attribute).
+const (
+	GrantHTTP   = "http"
+	GrantSecret = "secret"
+	GrantKV     = "kv"
+)
+
+// Actions returns every action a request may name, in a stable order.
+func Actions() []string {
+	return []string{
+		ActionJobSubmit, ActionJobRead, ActionJobList, ActionJobCancel, ActionJobWatch,
+		ActionNodeStatus, ActionNodeList, ActionNodeJoin, ActionNodeLeave, ActionNodeDrain,
+		ActionPairCreate, ActionPairList, ActionPairRevoke, ActionDeviceList, ActionDeviceRevoke,
+		ActionPolicyGet, ActionPolicySet, ActionPolicyCheck,
+		ActionSecretSet, ActionSecretList, ActionSecretDelete,
+		ActionWorkerHeartbeat, ActionWorkerReport, ActionRaftJoin, ActionBlobFetch,
+		ActionGrantHTTP, ActionGrantSecret, ActionGrantKV,
+	}
+}
+
+// ClusterResource is the resource of cluster-wide calls: Palyra::Cluster::"default".
+func ClusterResource() Resource { return Resource{Type: TypeCluster, ID: ClusterID} }
+
+// JobResource is a job as a resource; submitter is the submitting principal
+// in "device:d-…" form and kind the job's kind ("wasm", "browser").
+func JobResource(id, submitter, kind string) Resource {
+	return Resource{Type: TypeJob, ID: id, Attrs: map[string]any{"submitter": submitter, "kind": kind}}
+}
+
+// GrantResource is a capability a job requests: typ is GrantHTTP, GrantSecret
+// or GrantKV and name the host, secret key or key-value prefix.
+func GrantResource(typ, name string) Resource {
+	return Resource{Type: TypeGrant, ID: name, Attrs: map[string]any{"type": typ}}
+}
