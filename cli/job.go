@@ -41,6 +41,7 @@ func jobCommand() *ucli.Command {
 					&ucli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 1s, 5m (default 30s)"},
 					&ucli.StringFlag{Name: "memory", Usage: "linear-memory limit, e.g. 16MiB, 1GiB (default 64MiB)"},
 					&ucli.Uint64Flag{Name: "fuel", Usage: "deterministic instruction budget (0 = node default)"},
+					&ucli.StringFlag{Name: "max-output", Usage: "bound on stdout and on stderr, each, e.g. 4MiB (default 1MiB)"},
 					&ucli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its output"},
 					jsonFlag,
 				},
@@ -103,6 +104,12 @@ func jobSubmit(c *ucli.Context) error {
 			return usageErr("--memory: %v", err)
 		}
 	}
+	var maxOut uint64
+	if s := c.String("max-output"); s != "" {
+		if maxOut, err = ParseSize(s); err != nil {
+			return usageErr("--max-output: %v", err)
+		}
+	}
 	if c.IsSet("timeout") && c.Duration("timeout") <= 0 {
 		return usageErr("--timeout must be positive, e.g. 1s or 5m")
 	}
@@ -113,7 +120,7 @@ func jobSubmit(c *ucli.Context) error {
 	defer cl.Close()
 	resp, err := cl.Jobs.SubmitJob(c.Context, connect.NewRequest(&palyrav1.SubmitJobRequest{
 		WasmModule: module, Input: input, TimeoutMs: c.Duration("timeout").Milliseconds(),
-		MemoryBytes: mem, Fuel: c.Uint64("fuel"),
+		MemoryBytes: mem, Fuel: c.Uint64("fuel"), MaxOutputBytes: maxOut,
 	}))
 	if err != nil {
 		return fail(c, cl.Explain(err))

@@ -26,6 +26,7 @@ func nodeCommand() *ucli.Command {
 				&ucli.StringFlag{Name: "listen", Usage: "UDP `HOST:PORT` for QUIC", Value: node.DefaultListen, EnvVars: []string{"PALYRA_LISTEN"}},
 				&ucli.StringFlag{Name: "log-format", Usage: "log format: text or json", Value: "text", EnvVars: []string{"PALYRA_LOG_FORMAT"}},
 				&ucli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"PALYRA_LOG_LEVEL"}},
+				&ucli.IntFlag{Name: "wasm-slots", Usage: "wasm jobs run at once on this node (default 2 × CPUs)", EnvVars: []string{"PALYRA_WASM_SLOTS"}},
 				&ucli.StringFlag{Name: "cluster-name", Usage: "name of a new cluster (first start only)", Value: "palyra"},
 			},
 			Action: func(c *ucli.Context) error {
@@ -39,6 +40,7 @@ func nodeCommand() *ucli.Command {
 					ClusterName: c.String("cluster-name"),
 					Logger:      logger,
 					Version:     Version,
+					WasmSlots:   c.Int("wasm-slots"),
 				}
 				if err := node.Run(c.Context, cfg); err != nil {
 					logger.Error("node stopped", "err", err)
@@ -70,4 +72,3 @@ type errBadFormat string
 func (e errBadFormat) Error() string {
 	return "unknown --log-format " + string(e) + "; use text or json"
 }
-

@@ -23,7 +23,7 @@ func jobFromRecord(r *raftpb.JobRecord) Job {
 		Stdout: r.Stdout, Stderr: r.Stderr, ExitCode: r.ExitCode, Error: jobErrorFromPB(r.Error),
 		FuelUsed: r.FuelUsed, Attempt: r.Attempt, NodeID: r.NodeId, Submitter: r.Submitter,
 		SubmittedAtMS: r.SubmittedAtMs, StartedAtMS: r.StartedAtMs, FinishedAtMS: r.FinishedAtMs,
-		CommitIndex: r.CommitIndex,
+		CommitIndex: r.CommitIndex, MaxOutput: r.MaxOutputBytes,
 	}
 }
 
@@ -34,7 +34,7 @@ func jobToRecord(j *Job) *raftpb.JobRecord {
 		Stdout: j.Stdout, Stderr: j.Stderr, ExitCode: j.ExitCode, Error: jobErrorToPB(j.Error),
 		FuelUsed: j.FuelUsed, Attempt: j.Attempt, NodeId: j.NodeID, Submitter: j.Submitter,
 		SubmittedAtMs: j.SubmittedAtMS, StartedAtMs: j.StartedAtMS, FinishedAtMs: j.FinishedAtMS,
-		CommitIndex: j.CommitIndex,
+		CommitIndex: j.CommitIndex, MaxOutputBytes: j.MaxOutput,
 	}
 }
 

@@ -18,6 +18,7 @@ type Job struct {
 	Fuel        uint64
 	Input       []byte
 	TimeoutMS   int64
+	MaxOutput   uint64 // bytes per stream; 0 = executor default
 
 	Stdout   []byte
 	Stderr   []byte

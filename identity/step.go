@@ -38,7 +38,7 @@ const (
 	// from the root key.
 	provisionerKeyInfo = "palyra identity: JWK provisioner key v1"
 	// Certificate lifetimes the authority allows.
-	minCertTTL = time.Minute
+	minCertTTL = 5 * time.Second
 	maxCertTTL = 90 * 24 * time.Hour
 	// certBackdate is how far NotBefore is set in the past, for clock skew.
 	certBackdate = time.Minute

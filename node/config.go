@@ -22,6 +22,8 @@ type Config struct {
 	WasmSlots int
 	// CertTTL is the lifetime of certificates this node's CA issues at init.
 	CertTTL time.Duration
+	// Labels describe this node to the scheduler and to policy (k=v).
+	Labels map[string]string
 	// Fast shortens raft timers; for tests only.
 	Fast bool
 }

@@ -41,6 +41,10 @@ type State struct {
 	// this machine uses it when --addr is not given.
 	Address string `json:"address"`
 	Version int    `json:"version"`
+	// OperatorID is the local operator device created at init (first node).
+	OperatorID string `json:"operator_id,omitempty"`
+	// Seeds are node addresses to contact at start (set by node join).
+	Seeds []string `json:"seeds,omitempty"`
 }
 
 // ErrNoState means the data dir holds no initialised node.

@@ -36,7 +36,7 @@ func initCluster(ctx context.Context, l Layout, cfg Config) (State, error) {
 	if err := issueLocal(ctx, ca, opP, cfg, l.OperatorDir()); err != nil {
 		return State{}, fmt.Errorf("issue operator credential: %w", err)
 	}
-	st := State{NodeID: nodeP.ID, ClusterName: cfg.ClusterName, Address: cfg.Listen, Version: 1}
+	st := State{NodeID: nodeP.ID, ClusterName: cfg.ClusterName, Address: cfg.Listen, Version: 1, OperatorID: opP.ID}
 	if err := l.WriteState(st); err != nil {
 		return State{}, fmt.Errorf("write node state: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/palyra-mesh/palyra/node/blob"
 	"github.com/palyra-mesh/palyra/node/scheduler"
 	"github.com/palyra-mesh/palyra/node/worker"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
 	pruntime "github.com/palyra-mesh/palyra/runtime"
 	"github.com/palyra-mesh/palyra/runtime/wasm"
 )
@@ -33,9 +34,12 @@ type Node struct {
 	log       *slog.Logger
 	layout    Layout
 	state     State
-	cred      *identity.Credential
+	cred      *identity.Live
+	ca        *identity.CA // nil unless this node holds the cluster CA
 	transport *mesh.Transport
+	storeMu   sync.RWMutex
 	store     *consensus.Store
+	authz     *api.Authorizer
 	wasm      *wasm.Executor
 	blobs     *blob.Store
 	worker    *worker.Worker
@@ -85,15 +89,23 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.state = st
 	n.log = cfg.Logger.With("node", st.NodeID)
-	if n.cred, err = identity.LoadCredential(l.NodeCredDir()); err != nil {
+	cred, err := identity.LoadCredential(l.NodeCredDir())
+	if err != nil {
 		return nil, fmt.Errorf("load node credential: %w", err)
+	}
+	n.cred = identity.NewLive(cred)
+	if n.ca, err = n.loadCA(); err != nil {
+		return nil, err
 	}
 
 	if n.transport, err = mesh.Listen(mesh.Config{
 		ListenAddr: cfg.Listen,
-		ServerTLS:  identity.ServerTLSConfig(n.cred, nil, nil),
-		ClientTLS:  identity.ClientTLSConfig(n.cred, nil, nil),
-		Logger:     n.log,
+		// Callers without a certificate may connect to reach the pairing
+		// call only (the API refuses everything else; mesh refuses them on
+		// the peer protocol).
+		ServerTLS: identity.LiveServerTLSConfig(n.cred, nil, n.peerCheck, true),
+		ClientTLS: identity.LiveClientTLSConfig(n.cred, nil, n.peerCheck),
+		Logger:    n.log,
 	}); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
@@ -126,7 +138,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			c.LeaderLeaseTimeout = 100 * time.Millisecond
 		}
 	}
-	if n.store, err = consensus.Open(sc); err != nil {
+	store, err := consensus.Open(sc)
+	if err != nil {
+		return nil, err
+	}
+	n.storeMu.Lock()
+	n.store = store
+	n.storeMu.Unlock()
+	if n.authz, err = api.NewAuthorizer(store.State(), n.log); err != nil {
 		return nil, err
 	}
 
@@ -135,8 +154,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	// API first, so the CLI gets answers (or clear errors) while raft settles.
 	info := api.Info{NodeID: st.NodeID, Address: addr, ClusterName: st.ClusterName,
-		CAFingerprint: fingerprint(n.cred), Version: cfg.Version, Started: time.Now()}
-	apiSrv := api.New(n.store, n.blobs, n.wasm, info, n.log)
+		CAFingerprint: fingerprint(cred), Version: cfg.Version, Started: time.Now()}
+	opts := api.Options{Control: n.store, Blobs: n.blobs, Validator: n.wasm, Authz: n.authz,
+		CertTTL: cfg.CertTTL, Info: info, Logger: n.log,
+		Peers: func() []string { return []string{addr} }}
+	if n.ca != nil {
+		opts.Issuer = n.ca
+	}
+	apiSrv := api.New(opts)
 	n.http = &http3.Server{Handler: apiSrv.Handler(), Logger: n.log}
 	n.wg.Add(1)
 	go func() {
@@ -163,7 +188,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.worker.Recover(wctx); err != nil {
 		return nil, err
 	}
-	n.wg.Add(2)
+	if n.ca != nil {
+		if err := n.registerInitMembers(wctx); err != nil {
+			return nil, err
+		}
+	}
+	n.wg.Add(4)
+	go func() { defer n.wg.Done(); n.authz.Watch(runCtx) }()
+	go func() { defer n.wg.Done(); n.renewLoop(runCtx) }()
 	go func() { defer n.wg.Done(); n.worker.Run(runCtx) }()
 	go func() { defer n.wg.Done(); n.runScheduler(runCtx, slots) }()
 
@@ -247,6 +279,11 @@ func (n *Node) schedule(ctx context.Context, slots int) {
 	}
 }
 
+// apply commits a command (through the leader).
+func (n *Node) apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error) {
+	return n.store.Apply(ctx, cmd)
+}
+
 // Addr is the node's QUIC address.
 func (n *Node) Addr() string { return n.state.Address }
 
@@ -269,6 +306,9 @@ func (n *Node) Close() error {
 		n.wg.Wait()
 		if n.store != nil {
 			err = errors.Join(err, n.store.Close())
+		}
+		if n.ca != nil {
+			err = errors.Join(err, n.ca.Close())
 		}
 		if n.wasm != nil {
 			err = errors.Join(err, n.wasm.Close(context.Background()))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -76,22 +77,44 @@ func TestOnlyTheQUICPortIsOpen(t *testing.T) {
 func TestClientWithoutClusterCertificateIsRefused(t *testing.T) {
 	p := newProc(t)
 	p.start()
-	for name, certs := range map[string][]tls.Certificate{"no certificate": nil, "self-signed": {selfSigned(t)}} {
+	call := func(certs []tls.Certificate, path string) (*http.Response, error) {
 		tr := &http3.Transport{
 			TLSClientConfig: &tls.Config{InsecureSkipVerify: true, NextProtos: []string{http3.NextProtoH3}, Certificates: certs},
 			QUICConfig:      &quic.Config{HandshakeIdleTimeout: 3 * time.Second},
 		}
+		defer tr.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+p.addr+"/palyra.v1.NodeService/Status",
-			strings.NewReader("{}"))
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+p.addr+path, strings.NewReader("{}"))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := (&http.Client{Transport: tr}).Do(req)
 		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			t.Errorf("%s: request answered with %s; want the handshake refused", name, resp.Status)
+			resp.Body = io.NopCloser(strings.NewReader(string(body)))
 		}
-		cancel()
-		tr.Close()
+		return resp, err
+	}
+	// A forged certificate (right principal form, wrong issuer) fails the handshake.
+	if resp, err := call([]tls.Certificate{selfSigned(t)}, "/palyra.v1.NodeService/Status"); err == nil {
+		t.Errorf("self-signed client answered with %s; want the handshake refused", resp.Status)
+	}
+	// Without a certificate, every call but pairing is refused.
+	for _, path := range []string{"/palyra.v1.NodeService/Status", "/palyra.v1.JobService/ListJobs",
+		"/palyra.v1.IdentityService/CreatePairing", "/palyra.v1.PolicyService/GetPolicy"} {
+		resp, err := call(nil, path)
+		if err != nil {
+			t.Fatalf("%s without certificate: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), "only pairing is open") {
+			t.Errorf("%s without certificate: %s %q; want 401", path, resp.Status, body)
+		}
+	}
+	// The pairing call is reachable (and refuses a bogus request on its merits).
+	resp, err := call(nil, "/palyra.v1.IdentityService/Pair")
+	if err != nil || resp.StatusCode == http.StatusUnauthorized {
+		t.Fatalf("pairing endpoint not reachable without a certificate: %v %v", resp, err)
 	}
 	// The node still serves its own operator.
 	if r := p.cli("status"); r.code != 0 {

@@ -7,6 +7,7 @@ package api
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/identity/pairing"
+	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -31,6 +34,7 @@ const (
 	MaxTimeout       = 24 * time.Hour
 	DefaultMemory    = 64 << 20
 	MaxMemory        = 4 << 30
+	MaxOutputLimit   = 16 << 20
 	defaultListLimit = 100
 	maxListLimit     = 1000
 )
@@ -64,47 +68,93 @@ type Info struct {
 	Started       time.Time
 }
 
+// Issuer signs certificates for paired and renewing principals: the
+// cluster CA, on the node that holds it.
+type Issuer interface {
+	Sign(ctx context.Context, csrDER []byte, p identity.Principal, ttl time.Duration) ([]*x509.Certificate, error)
+	Root() *x509.Certificate
+	Fingerprint() string
+}
+
+// Options are a Server's collaborators.
+type Options struct {
+	Control   Control
+	Blobs     Blobs
+	Validator Validator
+	Authz     *Authorizer
+	Issuer    Issuer // nil when this node does not hold the CA
+	Limiter   *pairing.Limiter
+	Peers     func() []string // node addresses a joiner should contact
+	CertTTL   time.Duration
+	Info      Info
+	Logger    *slog.Logger
+}
+
 // Server implements the palyra.v1 services.
 type Server struct {
+	Options
 	control   Control
 	blobs     Blobs
 	validator Validator
+	authz     *Authorizer
 	info      Info
 	log       *slog.Logger
 	now       func() time.Time
 }
 
 // New returns a Server.
-func New(control Control, blobs Blobs, validator Validator, info Info, log *slog.Logger) *Server {
-	if log == nil {
-		log = slog.Default()
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
-	return &Server{control: control, blobs: blobs, validator: validator, info: info,
-		log: log.With("component", "api"), now: time.Now}
+	if o.Limiter == nil {
+		o.Limiter = pairing.NewLimiter(pairing.LimiterConfig{})
+	}
+	if o.CertTTL == 0 {
+		o.CertTTL = 24 * time.Hour
+	}
+	return &Server{Options: o, control: o.Control, blobs: o.Blobs, validator: o.Validator, authz: o.Authz,
+		info: o.Info, log: o.Logger.With("component", "api"), now: time.Now}
 }
 
 // Handler returns the HTTP handler serving every service. Requests without
-// a verified client certificate are refused before any handler runs.
+// a verified client certificate reach only IdentityService.Pair.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes)}
 	mux.Handle(palyrav1connect.NewJobServiceHandler(jobService{s}, opts...))
 	mux.Handle(palyrav1connect.NewNodeServiceHandler(nodeService{s}, opts...))
+	mux.Handle(palyrav1connect.NewIdentityServiceHandler(identityService{s}, opts...))
+	mux.Handle(palyrav1connect.NewPolicyServiceHandler(policyService{s}, opts...))
 	return s.authenticate(mux)
 }
 
 type principalKey struct{}
 
-// authenticate derives the caller's principal from the verified TLS state.
+// authenticate derives the caller's principal from the verified TLS state
+// and refuses revoked principals on every request (their connections may
+// predate the revocation). Callers without a certificate reach only Pair.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil {
 			http.Error(w, "mutual TLS required", http.StatusUnauthorized)
 			return
 		}
+		if !identity.Authenticated(*r.TLS) {
+			if r.URL.Path != palyrav1connect.IdentityServicePairProcedure {
+				http.Error(w, "unauthenticated: only pairing is open without a cluster certificate; pair with 'palyra device pair'", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
 		p, err := identity.PeerPrincipal(*r.TLS)
 		if err != nil {
 			http.Error(w, "unauthenticated: "+err.Error(), http.StatusUnauthorized)
+			return
+		}
+		if s.control.State().IsRevoked(string(p.Kind), p.ID) || s.control.State().IsSerialRevoked(r.TLS.PeerCertificates[0].SerialNumber.String()) {
+			http.Error(w, fmt.Sprintf("unauthenticated: %s has been revoked; pair again with a new code", p), http.StatusUnauthorized)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
@@ -141,6 +191,9 @@ type nodeService struct{ s *Server }
 
 func (n nodeService) Status(ctx context.Context, _ *connect.Request[palyrav1.StatusRequest]) (*connect.Response[palyrav1.StatusResponse], error) {
 	s := n.s
+	if err := s.authz.Check(ctx, policy.ActionNodeStatus, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
 	st := s.control.Stats()
 	laddr, lid := s.control.Leader()
 	counts := make(map[string]uint64)

@@ -12,7 +12,7 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 		Input: j.Input, TimeoutMs: j.TimeoutMS, Stdout: j.Stdout, Stderr: j.Stderr,
 		ExitCode: j.ExitCode, Attempt: j.Attempt, NodeId: j.NodeID, Submitter: j.Submitter,
 		SubmittedAtMs: j.SubmittedAtMS, StartedAtMs: j.StartedAtMS, FinishedAtMs: j.FinishedAtMS,
-		FuelUsed: j.FuelUsed, CommitIndex: j.CommitIndex,
+		FuelUsed: j.FuelUsed, CommitIndex: j.CommitIndex, MaxOutputBytes: j.MaxOutput,
 	}
 	if j.Kind == "wasm" {
 		out.Wasm = &palyrav1.WasmSpec{ModuleSha256: j.ModuleHash, MemoryBytes: j.MemoryBytes, Fuel: j.Fuel}

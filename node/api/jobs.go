@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 	"github.com/palyra-mesh/palyra/runtime/wasm"
@@ -22,6 +23,9 @@ func invalid(msg, hint string) error {
 
 func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav1.SubmitJobRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error) {
 	s, m := js.s, req.Msg
+	if err := s.authz.Check(ctx, policy.ActionJobSubmit, policy.ClusterResource(), map[string]any{"job_kind": "wasm"}); err != nil {
+		return nil, err
+	}
 	switch {
 	case len(m.WasmModule) == 0:
 		return nil, invalid("no wasm module in the request", "pass a module with --wasm FILE")
@@ -33,6 +37,8 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 			"pass less input, or have the job fetch its data")
 	case m.TimeoutMs < 0 || time.Duration(m.TimeoutMs)*time.Millisecond > MaxTimeout:
 		return nil, invalid(fmt.Sprintf("timeout %dms is out of range", m.TimeoutMs), "use --timeout between 1ms and 24h")
+	case m.MaxOutputBytes > MaxOutputLimit:
+		return nil, invalid(fmt.Sprintf("output bound %s is over the %s maximum", mib(int(m.MaxOutputBytes)), mib(MaxOutputLimit)), "use --max-output 16MiB or less, and return large results as artifacts")
 	case m.MemoryBytes > MaxMemory:
 		return nil, invalid(fmt.Sprintf("memory limit %d bytes is over the 4 GiB wasm32 maximum", m.MemoryBytes), "use --memory 4GiB or less")
 	}
@@ -58,7 +64,7 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	caller, _ := PrincipalFrom(ctx)
 	rec := &raftpb.JobRecord{
 		Id: newJobID(), Kind: "wasm", ModuleSha256: hash, MemoryBytes: mem, Fuel: m.Fuel,
-		Input: m.Input, TimeoutMs: timeout.Milliseconds(), Submitter: caller.String(),
+		Input: m.Input, TimeoutMs: timeout.Milliseconds(), Submitter: caller.String(), MaxOutputBytes: m.MaxOutputBytes,
 		SubmittedAtMs: s.now().UnixMilli(),
 	}
 	job, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: rec}}})
@@ -67,6 +73,19 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	}
 	s.log.Info("job accepted", "job", job.ID, "module", hash[:12], "by", rec.Submitter, "index", job.CommitIndex)
 	return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job)}), nil
+}
+
+func jobResource(j *consensus.Job) policy.Resource {
+	return policy.JobResource(j.ID, j.Submitter, j.Kind)
+}
+
+// authorizedJob looks a job up and authorises action on it.
+func (js jobService) authorizedJob(ctx context.Context, action, id string) (consensus.Job, error) {
+	j, err := js.lookup(id)
+	if err != nil {
+		return j, err
+	}
+	return j, js.s.authz.Check(ctx, action, jobResource(&j), nil)
 }
 
 func (js jobService) lookup(id string) (consensus.Job, error) {
@@ -85,7 +104,7 @@ func (js jobService) GetJob(ctx context.Context, req *connect.Request[palyrav1.G
 	if err != nil {
 		return nil, err
 	}
-	j, err := js.lookup(req.Msg.Id)
+	j, err := js.authorizedJob(ctx, policy.ActionJobRead, req.Msg.Id)
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +112,9 @@ func (js jobService) GetJob(ctx context.Context, req *connect.Request[palyrav1.G
 }
 
 func (js jobService) ListJobs(ctx context.Context, req *connect.Request[palyrav1.ListJobsRequest]) (*connect.Response[palyrav1.ListJobsResponse], error) {
+	if err := js.s.authz.Check(ctx, policy.ActionJobList, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
 	ri, err := js.s.readInfo(ctx)
 	if err != nil {
 		return nil, err
@@ -102,8 +124,18 @@ func (js jobService) ListJobs(ctx context.Context, req *connect.Request[palyrav1
 		limit = defaultListLimit
 	}
 	limit = min(limit, maxListLimit)
-	jobs := js.s.control.State().Jobs(consensus.JobFilter{
-		Phase: consensus.Phase(req.Msg.Phase), AfterID: req.Msg.AfterId, Limit: limit + 1})
+	all := js.s.control.State().Jobs(consensus.JobFilter{
+		Phase: consensus.Phase(req.Msg.Phase), AfterID: req.Msg.AfterId})
+	// Only the jobs the caller may read: a plain device sees its own.
+	var jobs []consensus.Job
+	for i := range all {
+		if js.s.authz.Allowed(ctx, policy.ActionJobRead, jobResource(&all[i])) {
+			jobs = append(jobs, all[i])
+			if len(jobs) > limit {
+				break
+			}
+		}
+	}
 	resp := &palyrav1.ListJobsResponse{Read: ri}
 	if len(jobs) > limit {
 		jobs = jobs[:limit]
@@ -116,7 +148,7 @@ func (js jobService) ListJobs(ctx context.Context, req *connect.Request[palyrav1
 }
 
 func (js jobService) CancelJob(ctx context.Context, req *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error) {
-	if _, err := js.lookup(req.Msg.Id); err != nil {
+	if _, err := js.authorizedJob(ctx, policy.ActionJobCancel, req.Msg.Id); err != nil {
 		return nil, err
 	}
 	caller, _ := PrincipalFrom(ctx)
@@ -130,7 +162,7 @@ func (js jobService) CancelJob(ctx context.Context, req *connect.Request[palyrav
 
 func (js jobService) WatchJob(ctx context.Context, req *connect.Request[palyrav1.WatchJobRequest], stream *connect.ServerStream[palyrav1.WatchJobResponse]) error {
 	st := js.s.control.State()
-	if _, err := js.lookup(req.Msg.Id); err != nil {
+	if _, err := js.authorizedJob(ctx, policy.ActionJobWatch, req.Msg.Id); err != nil {
 		return err
 	}
 	var last *consensus.Job

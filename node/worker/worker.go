@@ -203,6 +203,7 @@ func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 	return ex.Run(ctx, runtime.Spec{
 		Module: mod, ModuleHash: j.ModuleHash, Input: j.Input,
 		Timeout: time.Duration(j.TimeoutMS) * time.Millisecond, MemoryLimit: j.MemoryBytes, Fuel: j.Fuel,
+		MaxOutput: int(j.MaxOutput),
 	})
 }
 
@@ -227,13 +228,8 @@ func (w *Worker) applyRetry(ctx context.Context, cmd *raftpb.Command) error {
 }
 
 func hintFor(r runtime.Reason) string {
+	// timeout, memory_limit and output_limit messages name their flag already.
 	switch r {
-	case runtime.ReasonTimeout:
-		return "raise the limit with --timeout"
-	case runtime.ReasonMemoryLimit:
-		return "raise the limit with --memory"
-	case runtime.ReasonOutputLimit:
-		return "write less output, or return large results as artifacts"
 	case runtime.ReasonOutOfFuel:
 		return "raise the budget with --fuel"
 	case runtime.ReasonExitCode:

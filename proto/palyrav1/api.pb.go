@@ -224,20 +224,21 @@ type Job struct {
 	Input     []byte                 `protobuf:"bytes,5,opt,name=input,proto3" json:"input,omitempty"`
 	TimeoutMs int64                  `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	// Result: stdout and stderr as produced by the guest (bounded).
-	Stdout        []byte `protobuf:"bytes,7,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr        []byte `protobuf:"bytes,8,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	ExitCode      int32  `protobuf:"varint,9,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Error         *Error `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`                 // set when phase is FAILED, ABORTED or EXPIRED
-	Attempt       uint32 `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`            // placement attempt (fencing token); 0 while never placed
-	NodeId        string `protobuf:"bytes,12,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // node running or last ran the job
-	Submitter     string `protobuf:"bytes,13,opt,name=submitter,proto3" json:"submitter,omitempty"`         // principal that submitted it, e.g. "device:d-1a2b"
-	SubmittedAtMs int64  `protobuf:"varint,14,opt,name=submitted_at_ms,json=submittedAtMs,proto3" json:"submitted_at_ms,omitempty"`
-	StartedAtMs   int64  `protobuf:"varint,15,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
-	FinishedAtMs  int64  `protobuf:"varint,16,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
-	FuelUsed      uint64 `protobuf:"varint,17,opt,name=fuel_used,json=fuelUsed,proto3" json:"fuel_used,omitempty"`
-	CommitIndex   uint64 `protobuf:"varint,18,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"` // raft index at which the job was accepted
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stdout         []byte `protobuf:"bytes,7,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr         []byte `protobuf:"bytes,8,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	ExitCode       int32  `protobuf:"varint,9,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Error          *Error `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`                 // set when phase is FAILED, ABORTED or EXPIRED
+	Attempt        uint32 `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`            // placement attempt (fencing token); 0 while never placed
+	NodeId         string `protobuf:"bytes,12,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // node running or last ran the job
+	Submitter      string `protobuf:"bytes,13,opt,name=submitter,proto3" json:"submitter,omitempty"`         // principal that submitted it, e.g. "device:d-1a2b"
+	SubmittedAtMs  int64  `protobuf:"varint,14,opt,name=submitted_at_ms,json=submittedAtMs,proto3" json:"submitted_at_ms,omitempty"`
+	StartedAtMs    int64  `protobuf:"varint,15,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	FinishedAtMs   int64  `protobuf:"varint,16,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
+	FuelUsed       uint64 `protobuf:"varint,17,opt,name=fuel_used,json=fuelUsed,proto3" json:"fuel_used,omitempty"`
+	CommitIndex    uint64 `protobuf:"varint,18,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"` // raft index at which the job was accepted
+	MaxOutputBytes uint64 `protobuf:"varint,19,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -396,16 +397,24 @@ func (x *Job) GetCommitIndex() uint64 {
 	return 0
 }
 
+func (x *Job) GetMaxOutputBytes() uint64 {
+	if x != nil {
+		return x.MaxOutputBytes
+	}
+	return 0
+}
+
 type SubmitJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The wasm module bytes. The node verifies and stores them content-addressed.
-	WasmModule    []byte `protobuf:"bytes,1,opt,name=wasm_module,json=wasmModule,proto3" json:"wasm_module,omitempty"`
-	Input         []byte `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
-	TimeoutMs     int64  `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`       // 0 = node default
-	MemoryBytes   uint64 `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"` // 0 = node default
-	Fuel          uint64 `protobuf:"varint,5,opt,name=fuel,proto3" json:"fuel,omitempty"`                                  // 0 = node default
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WasmModule     []byte `protobuf:"bytes,1,opt,name=wasm_module,json=wasmModule,proto3" json:"wasm_module,omitempty"`
+	Input          []byte `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
+	TimeoutMs      int64  `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`                  // 0 = node default
+	MemoryBytes    uint64 `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`            // 0 = node default
+	Fuel           uint64 `protobuf:"varint,5,opt,name=fuel,proto3" json:"fuel,omitempty"`                                             // 0 = node default
+	MaxOutputBytes uint64 `protobuf:"varint,6,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"` // per stream; 0 = node default (1 MiB)
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SubmitJobRequest) Reset() {
@@ -469,6 +478,13 @@ func (x *SubmitJobRequest) GetMemoryBytes() uint64 {
 func (x *SubmitJobRequest) GetFuel() uint64 {
 	if x != nil {
 		return x.Fuel
+	}
+	return 0
+}
+
+func (x *SubmitJobRequest) GetMaxOutputBytes() uint64 {
+	if x != nil {
+		return x.MaxOutputBytes
 	}
 	return 0
 }
@@ -1168,7 +1184,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bWasmSpec\x12#\n" +
 	"\rmodule_sha256\x18\x01 \x01(\tR\fmoduleSha256\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xaa\x04\n" +
+	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xd4\x04\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12)\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x12\n" +
@@ -1189,7 +1205,8 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\rstarted_at_ms\x18\x0f \x01(\x03R\vstartedAtMs\x12$\n" +
 	"\x0efinished_at_ms\x18\x10 \x01(\x03R\ffinishedAtMs\x12\x1b\n" +
 	"\tfuel_used\x18\x11 \x01(\x04R\bfuelUsed\x12!\n" +
-	"\fcommit_index\x18\x12 \x01(\x04R\vcommitIndex\"\x9f\x01\n" +
+	"\fcommit_index\x18\x12 \x01(\x04R\vcommitIndex\x12(\n" +
+	"\x10max_output_bytes\x18\x13 \x01(\x04R\x0emaxOutputBytes\"\xc9\x01\n" +
 	"\x10SubmitJobRequest\x12\x1f\n" +
 	"\vwasm_module\x18\x01 \x01(\fR\n" +
 	"wasmModule\x12\x14\n" +
@@ -1197,7 +1214,8 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\x12!\n" +
 	"\fmemory_bytes\x18\x04 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04fuel\x18\x05 \x01(\x04R\x04fuel\"5\n" +
+	"\x04fuel\x18\x05 \x01(\x04R\x04fuel\x12(\n" +
+	"\x10max_output_bytes\x18\x06 \x01(\x04R\x0emaxOutputBytes\"5\n" +
 	"\x11SubmitJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\"\x1f\n" +
 	"\rGetJobRequest\x12\x0e\n" +

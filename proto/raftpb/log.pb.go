@@ -86,29 +86,30 @@ func (x *Error) GetHint() string {
 }
 
 type JobRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Phase         uint32                 `protobuf:"varint,2,opt,name=phase,proto3" json:"phase,omitempty"` // consensus.Phase
-	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
-	ModuleSha256  string                 `protobuf:"bytes,4,opt,name=module_sha256,json=moduleSha256,proto3" json:"module_sha256,omitempty"`
-	MemoryBytes   uint64                 `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	Fuel          uint64                 `protobuf:"varint,6,opt,name=fuel,proto3" json:"fuel,omitempty"`
-	Input         []byte                 `protobuf:"bytes,7,opt,name=input,proto3" json:"input,omitempty"`
-	TimeoutMs     int64                  `protobuf:"varint,8,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	Stdout        []byte                 `protobuf:"bytes,9,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr        []byte                 `protobuf:"bytes,10,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,11,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Error         *Error                 `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
-	Attempt       uint32                 `protobuf:"varint,13,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	NodeId        string                 `protobuf:"bytes,14,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Submitter     string                 `protobuf:"bytes,15,opt,name=submitter,proto3" json:"submitter,omitempty"`
-	SubmittedAtMs int64                  `protobuf:"varint,16,opt,name=submitted_at_ms,json=submittedAtMs,proto3" json:"submitted_at_ms,omitempty"`
-	StartedAtMs   int64                  `protobuf:"varint,17,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
-	FinishedAtMs  int64                  `protobuf:"varint,18,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
-	FuelUsed      uint64                 `protobuf:"varint,19,opt,name=fuel_used,json=fuelUsed,proto3" json:"fuel_used,omitempty"`
-	CommitIndex   uint64                 `protobuf:"varint,20,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Id             string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Phase          uint32                 `protobuf:"varint,2,opt,name=phase,proto3" json:"phase,omitempty"` // consensus.Phase
+	Kind           string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	ModuleSha256   string                 `protobuf:"bytes,4,opt,name=module_sha256,json=moduleSha256,proto3" json:"module_sha256,omitempty"`
+	MemoryBytes    uint64                 `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Fuel           uint64                 `protobuf:"varint,6,opt,name=fuel,proto3" json:"fuel,omitempty"`
+	Input          []byte                 `protobuf:"bytes,7,opt,name=input,proto3" json:"input,omitempty"`
+	TimeoutMs      int64                  `protobuf:"varint,8,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	Stdout         []byte                 `protobuf:"bytes,9,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr         []byte                 `protobuf:"bytes,10,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	ExitCode       int32                  `protobuf:"varint,11,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Error          *Error                 `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	Attempt        uint32                 `protobuf:"varint,13,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	NodeId         string                 `protobuf:"bytes,14,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Submitter      string                 `protobuf:"bytes,15,opt,name=submitter,proto3" json:"submitter,omitempty"`
+	SubmittedAtMs  int64                  `protobuf:"varint,16,opt,name=submitted_at_ms,json=submittedAtMs,proto3" json:"submitted_at_ms,omitempty"`
+	StartedAtMs    int64                  `protobuf:"varint,17,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	FinishedAtMs   int64                  `protobuf:"varint,18,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
+	FuelUsed       uint64                 `protobuf:"varint,19,opt,name=fuel_used,json=fuelUsed,proto3" json:"fuel_used,omitempty"`
+	CommitIndex    uint64                 `protobuf:"varint,20,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	MaxOutputBytes uint64                 `protobuf:"varint,21,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JobRecord) Reset() {
@@ -277,6 +278,13 @@ func (x *JobRecord) GetFuelUsed() uint64 {
 func (x *JobRecord) GetCommitIndex() uint64 {
 	if x != nil {
 		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *JobRecord) GetMaxOutputBytes() uint64 {
+	if x != nil {
+		return x.MaxOutputBytes
 	}
 	return 0
 }
@@ -1829,7 +1837,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xd3\x04\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xfd\x04\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -1852,7 +1860,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\rstarted_at_ms\x18\x11 \x01(\x03R\vstartedAtMs\x12$\n" +
 	"\x0efinished_at_ms\x18\x12 \x01(\x03R\ffinishedAtMs\x12\x1b\n" +
 	"\tfuel_used\x18\x13 \x01(\x04R\bfuelUsed\x12!\n" +
-	"\fcommit_index\x18\x14 \x01(\x04R\vcommitIndex\"8\n" +
+	"\fcommit_index\x18\x14 \x01(\x04R\vcommitIndex\x12(\n" +
+	"\x10max_output_bytes\x18\x15 \x01(\x04R\x0emaxOutputBytes\"8\n" +
 	"\tSubmitJob\x12+\n" +
 	"\x03job\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\x03job\"c\n" +
 	"\tAssignJob\x12\x0e\n" +

@@ -1,0 +1,282 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/node"
+)
+
+// cluster is one in-process node and a way to run CLI commands against it.
+type cluster struct {
+	t    *testing.T
+	node *node.Node
+	dir  string
+}
+
+func startNode(t *testing.T) *cluster {
+	t.Helper()
+	dir := t.TempDir()
+	n, err := node.Start(context.Background(), node.Config{
+		DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 2,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return &cluster{t: t, node: n, dir: dir}
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// cli runs a palyra command against the node (data dir and address set).
+func (c *cluster) cli(args ...string) result {
+	c.t.Helper()
+	return runCLI(c.t, append([]string{"--data-dir", c.dir, "--addr", c.node.Addr()}, args...)...)
+}
+
+func runCLI(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code := run(ctx, append([]string{"palyra"}, args...), strings.NewReader(""), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+func (c *cluster) jobJSON(id string) jobJSON {
+	c.t.Helper()
+	r := c.cli("job", "get", id, "--json")
+	if r.code != 0 {
+		c.t.Fatalf("job get %s: %+v", id, r)
+	}
+	var j jobJSON
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil {
+		c.t.Fatalf("job get json: %v\n%s", err, r.stdout)
+	}
+	return j
+}
+
+func TestSubmitWaitReverse(t *testing.T) {
+	c := startNode(t)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "hello", "--wait")
+	if r.code != 0 || r.stdout != "olleh" {
+		t.Fatalf("submit --wait: %+v", r)
+	}
+	// Without --wait: the id alone on stdout; the job is durable already.
+	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "abc")
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.HasPrefix(id, "j-") {
+		t.Fatalf("submit: %+v", r)
+	}
+	j := c.waitTerminal(id)
+	if j.Phase != "completed" || j.Output != "cba" || j.Error != nil || j.Attempt != 1 || j.NodeID != c.node.ID() {
+		t.Fatalf("job: %+v", j)
+	}
+	// Status reports the counts.
+	r = c.cli("status", "--json")
+	var st map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 {
+		t.Fatalf("status: %v %+v", err, r)
+	}
+	for _, k := range []string{"node_id", "address", "leader_id", "term", "commit_index"} {
+		if _, ok := st[k]; !ok {
+			t.Errorf("status lacks %s", k)
+		}
+	}
+	if st["node_id"] != c.node.ID() || st["leader_id"] != c.node.ID() {
+		t.Fatalf("status: %v", st)
+	}
+	if jobs := st["jobs"].(map[string]any); jobs["completed"].(float64) != 2 {
+		t.Fatalf("status jobs: %v", jobs)
+	}
+	// List, filtered by phase, case-insensitively.
+	r = c.cli("job", "list", "--phase", "COMPLETED", "--json")
+	var list struct{ Jobs []jobJSON }
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list.Jobs) != 2 {
+		t.Fatalf("list: %v %+v", err, r)
+	}
+}
+
+func (c *cluster) waitTerminal(id string) jobJSON {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		j := c.jobJSON(id)
+		switch j.Phase {
+		case "completed", "failed", "aborted", "expired":
+			return j
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("job %s still %s", id, j.Phase)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestLimitsFailJobsAndNodeKeepsServing(t *testing.T) {
+	c := startNode(t)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "spin"), "--timeout", "1s", "--wait", "--json")
+	if r.code != 1 {
+		t.Fatalf("spin: want exit 1, got %+v", r)
+	}
+	var j jobJSON
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil {
+		t.Fatal(err)
+	}
+	if j.Phase != "failed" || j.Error == nil || j.Error.Code != "timeout" || !strings.Contains(r.stderr, "timed out") {
+		t.Fatalf("spin job: %+v stderr=%q", j, r.stderr)
+	}
+	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "membomb"), "--memory", "16MiB", "--wait", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil {
+		t.Fatal(err)
+	}
+	if r.code != 1 || j.Phase != "failed" || j.Error == nil || j.Error.Code != "memory_limit" {
+		t.Fatalf("membomb: %+v", j)
+	}
+	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "still here", "--wait")
+	if r.code != 0 || r.stdout != "ereh llits" {
+		t.Fatalf("node stopped serving: %+v", r)
+	}
+}
+
+func TestBadInputIsRefusedAndNothingStored(t *testing.T) {
+	c := startNode(t)
+	garbage := filepath.Join(t.TempDir(), "garbage.wasm")
+	os.WriteFile(garbage, []byte("this is not wasm at all, just text"), 0o600)
+	blobsBefore := countFiles(t, c.node.Layout().BlobDir())
+
+	cases := []struct {
+		name  string
+		args  []string
+		code  int
+		inErr string
+	}{
+		{"garbage", []string{"job", "submit", "--wasm", garbage}, 1, "not a WebAssembly module"},
+		{"missing file", []string{"job", "submit", "--wasm", "/nonexistent.wasm"}, 1, "cannot read module"},
+		{"no --wasm", []string{"job", "submit"}, 2, "wasm"},
+		{"both inputs", []string{"job", "submit", "--wasm", garbage, "--input", "a", "--input-file", garbage}, 2, "either --input or --input-file"},
+		{"bad memory", []string{"job", "submit", "--wasm", garbage, "--memory", "lots"}, 2, "not a size"},
+		{"unknown job", []string{"job", "get", "j-doesnotexist"}, 1, "no job with id"},
+		{"cancel unknown", []string{"job", "cancel", "j-doesnotexist"}, 1, "no job with id"},
+		{"bad phase", []string{"job", "list", "--phase", "sleeping"}, 2, "unknown job phase"},
+		{"get without id", []string{"job", "get"}, 2, "exactly one argument"},
+	}
+	for _, tc := range cases {
+		r := c.cli(tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.inErr) {
+			t.Errorf("%s: want exit %d and %q, got %+v", tc.name, tc.code, tc.inErr, r)
+		}
+	}
+	big := filepath.Join(t.TempDir(), "big")
+	os.WriteFile(big, bytes.Repeat([]byte("x"), 2<<20), 0o600)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input-file", big)
+	if r.code != 1 || !strings.Contains(r.stderr, "input is 2.0 MiB; the limit is 1.0 MiB") {
+		t.Fatalf("big input: %+v", r)
+	}
+	if r := c.cli("job", "list", "--json"); !strings.Contains(r.stdout, `"jobs": []`) {
+		t.Fatalf("refused submissions created jobs: %s", r.stdout)
+	}
+	if after := countFiles(t, c.node.Layout().BlobDir()); after != blobsBefore {
+		t.Fatalf("refused submissions stored blobs: %d → %d", blobsBefore, after)
+	}
+	// The node is healthy afterwards.
+	if r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "ok", "--wait"); r.code != 0 || r.stdout != "ko" {
+		t.Fatalf("after bad input: %+v", r)
+	}
+}
+
+func countFiles(t *testing.T, dir string) int {
+	n := 0
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+func TestCancelStopsRunningJob(t *testing.T) {
+	c := startNode(t)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "spin"), "--timeout", "1m")
+	id := strings.TrimSpace(r.stdout)
+	deadline := time.Now().Add(20 * time.Second)
+	for c.jobJSON(id).Phase != "running" {
+		if time.Now().After(deadline) {
+			t.Fatal("job never ran")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r := c.cli("job", "cancel", id); r.code != 0 || !strings.Contains(r.stdout, "aborted") {
+		t.Fatalf("cancel: %+v", r)
+	}
+	if j := c.jobJSON(id); j.Phase != "aborted" || j.Error == nil || j.Error.Code != "aborted" {
+		t.Fatalf("after cancel: %+v", j)
+	}
+	// The spinning instance is stopped: a slot frees and the next job runs
+	// even with every other slot busy.
+	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "spin"), "--timeout", "1m")
+	id2 := strings.TrimSpace(r.stdout)
+	if r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "x", "--wait"); r.code != 0 {
+		t.Fatalf("slot not freed by cancel: %+v", r)
+	}
+	c.cli("job", "cancel", id2)
+}
+
+func TestUnreachableAndForeignCluster(t *testing.T) {
+	c := startNode(t)
+	r := runCLI(t, "--data-dir", c.dir, "--addr", "127.0.0.1:1", "status")
+	if r.code != 1 || !strings.Contains(r.stderr, "no palyra node answered at 127.0.0.1:1") || !strings.Contains(r.stderr, "hint:") {
+		t.Fatalf("unreachable: %+v", r)
+	}
+	other := startNode(t) // a second, unrelated cluster
+	r = runCLI(t, "--data-dir", other.dir, "--addr", c.node.Addr(), "status")
+	if r.code != 1 || !strings.Contains(r.stderr, "do not trust each other") {
+		t.Fatalf("foreign credential accepted or unclear: %+v", r)
+	}
+	r = runCLI(t, "--data-dir", t.TempDir(), "--addr", c.node.Addr(), "status")
+	if r.code != 1 || !strings.Contains(r.stderr, "no operator credential") {
+		t.Fatalf("no credential: %+v", r)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]uint64{"1048576": 1 << 20, "64MiB": 64 << 20, "16M": 16 << 20, "1GiB": 1 << 30, "1.5KiB": 1536, "2MB": 2e6} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "MiB", "12 parsecs", "-1", "0"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) accepted", bad)
+		}
+	}
+}
+
+func TestInterspersedFlags(t *testing.T) {
+	app := newApp(nil, io.Discard, io.Discard)
+	got := interspersed(app, []string{"palyra", "--data-dir", "d", "job", "get", "ID", "--json"})
+	want := []string{"palyra", "--data-dir", "d", "job", "get", "--json", "ID"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("got %v", got)
+	}
+	got = interspersed(app, []string{"palyra", "job", "list", "--phase", "queued", "--", "--json"})
+	want = []string{"palyra", "job", "list", "--phase", "queued", "--", "--json"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("got %v", got)
+	}
+}

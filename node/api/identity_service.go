@@ -1,0 +1,213 @@
+package api
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/identity/pairing"
+	"github.com/palyra-mesh/palyra/identity/policy"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+type identityService struct{ s *Server }
+
+func pairingToPB(p *consensus.Pairing, nowMS int64) *palyrav1.Pairing {
+	state := p.State.String()
+	if p.State == consensus.PairingPending && nowMS >= p.ExpiresAtMS {
+		state = "expired"
+	}
+	return &palyrav1.Pairing{Id: p.ID, Kind: p.Kind, Name: p.Name, Operator: p.Operator, State: state,
+		CreatedAtMs: p.CreatedAtMS, ExpiresAtMs: p.ExpiresAtMS, CreatedBy: p.CreatedBy, UsedBy: p.UsedBy}
+}
+
+func memberToPB(m *consensus.Member) *palyrav1.Member {
+	return &palyrav1.Member{Kind: m.Kind, Id: m.ID, Name: m.Name, Operator: m.Operator, Revoked: m.Revoked,
+		AddedAtMs: m.AddedAtMS, RevokedAtMs: m.RevokedAtMS, AddedBy: m.AddedBy}
+}
+
+func (is identityService) CreatePairing(ctx context.Context, req *connect.Request[palyrav1.CreatePairingRequest]) (*connect.Response[palyrav1.CreatePairingResponse], error) {
+	s, m := is.s, req.Msg
+	if err := s.authz.Check(ctx, policy.ActionPairCreate, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	kind := identity.Kind(strings.ToLower(m.Kind))
+	if !kind.Valid() {
+		return nil, invalid(fmt.Sprintf("unknown kind %q", m.Kind), "use --kind node or --kind device")
+	}
+	if m.Operator && kind != identity.KindDevice {
+		return nil, invalid("--operator applies to device codes only", "drop --operator, or use --kind device")
+	}
+	ttl := time.Duration(m.TtlMs) * time.Millisecond
+	if ttl == 0 {
+		ttl = pairing.DefaultTTL
+	}
+	if ttl < pairing.MinTTL || ttl > pairing.MaxTTL {
+		return nil, invalid(fmt.Sprintf("ttl %s is out of range", ttl), "use --ttl between 30s and 24h")
+	}
+	fp := s.info.CAFingerprint
+	caller, _ := PrincipalFrom(ctx)
+	for attempt := 0; ; attempt++ {
+		code, err := pairing.New(kind, fp)
+		if err != nil {
+			return nil, fromErr(err)
+		}
+		now := s.now().UnixMilli()
+		rec, err := code.Record(caller.String(), now, ttl)
+		if err != nil {
+			return nil, invalid(err.Error(), "use --ttl between 30s and 24h")
+		}
+		p := consensus.Pairing{ID: rec.ID, Kind: rec.Kind, Name: m.Name, Operator: m.Operator, SecretHash: rec.SecretHash,
+			CreatedAtMS: now, ExpiresAtMS: rec.ExpiresAtMS, CreatedBy: rec.CreatedBy}
+		_, err = s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_CreatePairing{CreatePairing: &raftpb.CreatePairing{Pairing: consensus.PairingPB(&p)}}})
+		if errors.Is(err, consensus.ErrConflict) && attempt < 3 {
+			continue // id collision: draw another code
+		}
+		if err != nil {
+			return nil, fromErr(err)
+		}
+		s.log.Info("pairing code created", "id", p.ID, "kind", p.Kind, "by", caller, "expires", time.UnixMilli(p.ExpiresAtMS).UTC())
+		return connect.NewResponse(&palyrav1.CreatePairingResponse{Pairing: pairingToPB(&p, now), Code: code.String()}), nil
+	}
+}
+
+func (is identityService) ListPairings(ctx context.Context, _ *connect.Request[palyrav1.ListPairingsRequest]) (*connect.Response[palyrav1.ListPairingsResponse], error) {
+	if err := is.s.authz.Check(ctx, policy.ActionPairList, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	now := is.s.now().UnixMilli()
+	resp := &palyrav1.ListPairingsResponse{}
+	for _, p := range is.s.control.State().Pairings() {
+		resp.Pairings = append(resp.Pairings, pairingToPB(&p, now))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (is identityService) RevokePairing(ctx context.Context, req *connect.Request[palyrav1.RevokePairingRequest]) (*connect.Response[palyrav1.RevokePairingResponse], error) {
+	s := is.s
+	if err := s.authz.Check(ctx, policy.ActionPairRevoke, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	id := strings.ToUpper(strings.TrimSpace(req.Msg.Id))
+	caller, _ := PrincipalFrom(ctx)
+	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_RevokePairing{RevokePairing: &raftpb.RevokePairing{
+		Id: id, AtMs: s.now().UnixMilli(), By: caller.String()}}}); err != nil {
+		return nil, fromErr(err)
+	}
+	for _, p := range s.control.State().Pairings() {
+		if p.ID == id {
+			return connect.NewResponse(&palyrav1.RevokePairingResponse{Pairing: pairingToPB(&p, s.now().UnixMilli())}), nil
+		}
+	}
+	return connect.NewResponse(&palyrav1.RevokePairingResponse{}), nil
+}
+
+// Pair is the one call open to a peer without a cluster certificate. It is
+// rate-limited per source before any work, checks the CSR, consumes the
+// code through Raft (one-time cluster-wide), then signs.
+func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav1.PairRequest]) (*connect.Response[palyrav1.PairResponse], error) {
+	s, m := is.s, req.Msg
+	if addr, err := net.ResolveUDPAddr("udp", req.Peer().Addr); err == nil {
+		if ok, retry := s.Limiter.Allow(addr); !ok {
+			return nil, apiError(connect.CodeResourceExhausted, "rate_limited",
+				"too many pairing attempts from this address", fmt.Sprintf("wait %s and try again", retry.Round(time.Second)))
+		}
+	}
+	if s.Issuer == nil {
+		return nil, apiError(connect.CodeFailedPrecondition, "no_ca", "this node does not hold the cluster CA",
+			"pair through the cluster's first node (the one that created the cluster)")
+	}
+	kind := identity.Kind(m.Kind)
+	p := identity.Principal{Kind: kind, ID: m.MemberId}
+	if err := p.Validate(); err != nil {
+		return nil, invalid(err.Error(), "use the palyra CLI to pair; it picks a valid id")
+	}
+	csr, err := x509.ParseCertificateRequest(m.CsrDer)
+	if err == nil {
+		err = csr.CheckSignature()
+	}
+	if err != nil {
+		return nil, invalid(fmt.Sprintf("bad certificate request: %v", err), "use the palyra CLI to pair")
+	}
+	if len(m.Secret) == 0 || len(m.Secret) > 64 {
+		return nil, invalid("missing or malformed pairing secret", "type the whole code")
+	}
+	member := &raftpb.Member{Kind: string(kind), Id: p.ID, Name: m.Name, Labels: m.Labels}
+	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_ConsumePairing{ConsumePairing: &raftpb.ConsumePairing{
+		Id: strings.ToUpper(m.PairingId), PresentedSecretHash: pairing.SecretHash(m.Secret), AtMs: s.now().UnixMilli(), Member: member}}}); err != nil {
+		s.log.Warn("pairing refused", "pairing", m.PairingId, "peer", req.Peer().Addr, "err", err)
+		return nil, fromErr(err)
+	}
+	chain, err := s.Issuer.Sign(ctx, m.CsrDer, p, s.CertTTL)
+	if err != nil {
+		return nil, fromErr(fmt.Errorf("sign certificate: %w", err))
+	}
+	resp := &palyrav1.PairResponse{RootDer: s.Issuer.Root().Raw, ClusterName: s.info.ClusterName, Principal: p.String()}
+	for _, c := range chain {
+		resp.ChainDer = append(resp.ChainDer, c.Raw)
+	}
+	if s.Peers != nil {
+		resp.Peers = s.Peers()
+	}
+	s.log.Info("paired", "principal", p, "pairing", m.PairingId, "peer", req.Peer().Addr)
+	return connect.NewResponse(resp), nil
+}
+
+// Renew signs a new certificate for the caller's own principal.
+func (is identityService) Renew(ctx context.Context, req *connect.Request[palyrav1.RenewRequest]) (*connect.Response[palyrav1.RenewResponse], error) {
+	s := is.s
+	caller, ok := PrincipalFrom(ctx)
+	if !ok {
+		return nil, apiError(connect.CodeUnauthenticated, "unauthenticated", "renewal needs the current certificate", "")
+	}
+	if s.Issuer == nil {
+		return nil, apiError(connect.CodeFailedPrecondition, "no_ca", "this node does not hold the cluster CA", "renew through the cluster's first node")
+	}
+	chain, err := s.Issuer.Sign(ctx, req.Msg.CsrDer, caller, s.CertTTL)
+	if err != nil {
+		return nil, invalid(fmt.Sprintf("renewal refused: %v", err), "the CSR must be for the caller's own principal")
+	}
+	resp := &palyrav1.RenewResponse{}
+	for _, c := range chain {
+		resp.ChainDer = append(resp.ChainDer, c.Raw)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (is identityService) ListDevices(ctx context.Context, _ *connect.Request[palyrav1.ListDevicesRequest]) (*connect.Response[palyrav1.ListDevicesResponse], error) {
+	if err := is.s.authz.Check(ctx, policy.ActionDeviceList, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	resp := &palyrav1.ListDevicesResponse{}
+	for _, m := range is.s.control.State().Members("device") {
+		resp.Devices = append(resp.Devices, memberToPB(&m))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (is identityService) RevokeMember(ctx context.Context, req *connect.Request[palyrav1.RevokeMemberRequest]) (*connect.Response[palyrav1.RevokeMemberResponse], error) {
+	s, m := is.s, req.Msg
+	if err := s.authz.Check(ctx, policy.ActionDeviceRevoke, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	caller, _ := PrincipalFrom(ctx)
+	if m.Kind == string(caller.Kind) && m.Id == caller.ID {
+		return nil, invalid("refusing to revoke the credential making this call", "revoke it from another operator device")
+	}
+	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_RevokeMember{RevokeMember: &raftpb.RevokeMember{
+		Kind: m.Kind, Id: m.Id, AtMs: s.now().UnixMilli(), By: caller.String()}}}); err != nil {
+		return nil, fromErr(err)
+	}
+	mem, _ := s.control.State().Member(m.Kind, m.Id)
+	s.log.Info("revoked", "principal", m.Kind+":"+m.Id, "by", caller)
+	return connect.NewResponse(&palyrav1.RevokeMemberResponse{Member: memberToPB(&mem)}), nil
+}

@@ -1,0 +1,106 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/identity/policy"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+type policyService struct{ s *Server }
+
+func (ps policyService) GetPolicy(ctx context.Context, _ *connect.Request[palyrav1.GetPolicyRequest]) (*connect.Response[palyrav1.GetPolicyResponse], error) {
+	if err := ps.s.authz.Check(ctx, policy.ActionPolicyGet, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	p := ps.s.control.State().Policy()
+	if p.Version == 0 {
+		return connect.NewResponse(&palyrav1.GetPolicyResponse{Source: string(policy.DefaultPolicy()), IsDefault: true}), nil
+	}
+	return connect.NewResponse(&palyrav1.GetPolicyResponse{Source: string(p.Source), Version: p.Version}), nil
+}
+
+// SetPolicy validates the new policy before storing it: a malformed policy
+// is refused and the old one stays. It also refuses a policy that would
+// lock the caller out of policy.set, so an operator cannot strand a cluster.
+func (ps policyService) SetPolicy(ctx context.Context, req *connect.Request[palyrav1.SetPolicyRequest]) (*connect.Response[palyrav1.SetPolicyResponse], error) {
+	s := ps.s
+	if err := s.authz.Check(ctx, policy.ActionPolicySet, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	set, err := policy.Parse([]byte(req.Msg.Source))
+	if err != nil {
+		return nil, invalid("policy rejected: "+err.Error(), "fix the policy and set it again; the current policy is unchanged")
+	}
+	caller, _ := PrincipalFrom(ctx)
+	d := policy.NewEngine(set).Authorize(policy.Request{Principal: s.authz.Principal(caller), Action: policy.ActionPolicySet, Resource: policy.ClusterResource()})
+	if !d.Allow {
+		return nil, invalid("policy rejected: it would forbid you ("+caller.String()+") from setting the policy again: "+policy.Explain(d),
+			"keep a permit for policy.set for at least one operator device")
+	}
+	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SetPolicy{SetPolicy: &raftpb.SetPolicy{
+		Source: []byte(req.Msg.Source), AtMs: s.now().UnixMilli(), By: caller.String()}}}); err != nil {
+		return nil, fromErr(err)
+	}
+	s.log.Info("policy set", "by", caller, "version", s.control.State().Policy().Version)
+	return connect.NewResponse(&palyrav1.SetPolicyResponse{Version: s.control.State().Policy().Version}), nil
+}
+
+func (ps policyService) CheckPolicy(ctx context.Context, req *connect.Request[palyrav1.CheckPolicyRequest]) (*connect.Response[palyrav1.CheckPolicyResponse], error) {
+	s, m := ps.s, req.Msg
+	if err := s.authz.Check(ctx, policy.ActionPolicyCheck, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	kind, id, ok := strings.Cut(m.Principal, ":")
+	if !ok || (kind != "node" && kind != "device") || id == "" {
+		return nil, invalid(fmt.Sprintf("principal %q is not KIND:ID", m.Principal), "e.g. --principal device:d-1a2b3c4d")
+	}
+	pp := policy.Principal{Kind: kind, ID: id}
+	if mem, ok := s.control.State().Member(kind, id); ok {
+		pp.Operator, pp.Labels, pp.Name = mem.Operator, mem.Labels, mem.Name
+	}
+	res, err := parseResource(s, m.Resource)
+	if err != nil {
+		return nil, err
+	}
+	var rc map[string]any
+	if m.ContextJson != "" {
+		if err := json.Unmarshal([]byte(m.ContextJson), &rc); err != nil {
+			return nil, invalid(fmt.Sprintf("--context is not a JSON object: %v", err), `e.g. --context '{"grant_host":"example.com"}'`)
+		}
+	}
+	d := s.authz.engine.Authorize(policy.Request{Principal: pp, Action: m.Action, Resource: res, Context: rc})
+	return connect.NewResponse(&palyrav1.CheckPolicyResponse{Allow: d.Allow, Reasons: d.Reasons, Errors: d.Errors, Explanation: policy.Explain(d)}), nil
+}
+
+// parseResource reads "Cluster::default", "Job::j-…" (attributes from the
+// stored job) or "Grant::TYPE:NAME".
+func parseResource(s *Server, r string) (policy.Resource, error) {
+	if r == "" {
+		return policy.ClusterResource(), nil
+	}
+	typ, id, ok := strings.Cut(r, "::")
+	if !ok {
+		return policy.Resource{}, invalid(fmt.Sprintf("resource %q is not TYPE::ID", r), "e.g. Cluster::default, Job::j-…, Grant::http:example.com")
+	}
+	switch typ {
+	case policy.TypeCluster:
+		return policy.ClusterResource(), nil
+	case policy.TypeJob:
+		j, ok := s.control.State().Job(id)
+		if !ok {
+			return policy.Resource{}, invalid(fmt.Sprintf("no job %q", id), "list jobs with 'palyra job list'")
+		}
+		return jobResource(&j), nil
+	case policy.TypeGrant:
+		gt, name, _ := strings.Cut(id, ":")
+		return policy.GrantResource(gt, name), nil
+	}
+	return policy.Resource{}, invalid(fmt.Sprintf("unknown resource type %q", typ), "use Cluster, Job or Grant")
+}

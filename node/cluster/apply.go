@@ -1,0 +1,177 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/proto/peerpb"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// defaultApplyTimeout bounds Apply and VerifyRead when ctx has no deadline.
+const defaultApplyTimeout = 10 * time.Second
+
+// Apply commits cmd from any node: through the local store on the leader,
+// forwarded to the leader from a follower (the command was authorised where
+// it entered the cluster; the leader trusts node principals). It retries
+// across leader changes for up to Tuning.LeaderWait without a reachable
+// leader, then fails with a *consensus.Error of code no_quorum that names
+// the last leader seen. A forwarded command whose reply is lost fails with
+// code unavailable: it may or may not have committed.
+func (c *Cluster) Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error) {
+	if cmd == nil || cmd.Cmd == nil {
+		return consensus.Job{}, &consensus.Error{Code: consensus.ErrInvalid.Code, Message: "empty command", Hint: "set one of the Command fields"}
+	}
+	req := &peerpb.Request{Body: &peerpb.Request_ForwardApply{ForwardApply: &peerpb.ForwardApplyRequest{Command: cmd}}}
+	var job consensus.Job
+	err := c.onLeader(ctx, false, func(ctx context.Context) error {
+		var err error
+		job, err = c.store.Apply(ctx, cmd)
+		return err
+	}, req, func(resp *peerpb.Response) error {
+		fa := resp.GetForwardApply()
+		if fa == nil || fa.Job == nil {
+			return fmt.Errorf("cluster: leader answered a forwarded apply without a job")
+		}
+		job = jobFromRecord(fa.Job)
+		return nil
+	})
+	return job, err
+}
+
+// VerifyRead makes the local state linearizable: after it returns nil,
+// Store.State() reflects every write acknowledged before the call. On the
+// leader it confirms leadership with a quorum; on a follower it asks the
+// leader for a read index and waits until the local state has applied it.
+func (c *Cluster) VerifyRead(ctx context.Context) error {
+	req := &peerpb.Request{Body: &peerpb.Request_ReadIndex{ReadIndex: &peerpb.ReadIndexRequest{}}}
+	var index uint64
+	err := c.onLeader(ctx, true, func(ctx context.Context) error {
+		if !c.leaderReady.Load() {
+			if err := c.store.Barrier(ctx); err != nil {
+				return err
+			}
+		}
+		return c.store.VerifyLeader(ctx)
+	}, req, func(resp *peerpb.Response) error {
+		index = resp.GetReadIndex().GetIndex()
+		return nil
+	})
+	if err != nil || index == 0 {
+		return err
+	}
+	return c.waitApplied(ctx, index)
+}
+
+// waitApplied blocks until the local state has applied index.
+func (c *Cluster) waitApplied(ctx context.Context, index uint64) error {
+	st := c.store.State()
+	for {
+		changed := st.Changed()
+		if st.AppliedIndex() >= index {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: waiting to apply index %d (at %d): %w", index, st.AppliedIndex(), ctx.Err())
+		}
+	}
+}
+
+// onLeader runs local when this node leads, else sends req to the leader
+// and hands its answer to remote. It follows leader changes, retrying
+// while a leader may still appear (Tuning.LeaderWait), and turns the lack of
+// one into a no_quorum error. Requests that were sent but not answered are
+// retried only if idempotent.
+func (c *Cluster) onLeader(ctx context.Context, idempotent bool, local func(context.Context) error,
+	req *peerpb.Request, remote func(*peerpb.Response) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultApplyTimeout)
+		defer cancel()
+	}
+	var lost time.Time // since when no leader has been reachable
+	backoff := 10 * time.Millisecond
+	for {
+		var err error
+		addr, id := c.store.Leader()
+		switch {
+		case id == c.cfg.NodeID && c.store.IsLeader():
+			c.sawLeader(id, addr)
+			err = local(ctx)
+			if err == nil || !retryable(err) {
+				return c.finalErr(err)
+			}
+		case id == "":
+			err = errors.New("no leader known")
+		case id == c.cfg.NodeID:
+			err = errors.New("this node is stepping down as leader")
+		default:
+			c.sawLeader(id, addr)
+			var resp *peerpb.Response
+			resp, err = c.call(ctx, addr, id, req)
+			switch {
+			case err != nil && !notSent(err) && !idempotent:
+				return &consensus.Error{Code: codeUnavailable,
+					Message: fmt.Sprintf("forwarded to leader %s at %s but got no reply (%v); the command may or may not have committed", id, addr, err),
+					Hint:    "retry with the same idempotency key; a replay returns the first result"}
+			case err == nil && resp.Error == nil:
+				return remote(resp)
+			case err == nil && resp.Error.Code != consensus.ErrNotLeader.Code && resp.Error.Code != consensus.ErrNoQuorum.Code:
+				return &consensus.Error{Code: resp.Error.Code, Message: resp.Error.Message, Hint: resp.Error.Hint}
+			case err == nil:
+				err = errors.New(resp.Error.Message)
+			}
+		}
+		// No reachable leader this round.
+		if lost.IsZero() {
+			lost = time.Now()
+		}
+		if time.Since(lost) > c.cfg.Tuning.LeaderWait {
+			return c.noQuorum(err)
+		}
+		select {
+		case <-ctx.Done():
+			return c.noQuorum(ctx.Err())
+		case <-c.ctx.Done():
+			return ErrClosed
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// retryable reports whether a local leader-side failure means leadership
+// moved or was lost, so the call should go round again.
+func retryable(err error) bool {
+	return errors.Is(err, consensus.ErrNotLeader) || errors.Is(err, consensus.ErrNoQuorum)
+}
+
+// finalErr turns a local no_quorum into ours (naming the last leader).
+func (c *Cluster) finalErr(err error) error {
+	if errors.Is(err, consensus.ErrNoQuorum) {
+		return c.noQuorum(err)
+	}
+	return err
+}
+
+// noQuorum builds the no_quorum error, naming the last leader this node saw.
+func (c *Cluster) noQuorum(cause error) error {
+	c.mu.Lock()
+	last := c.lastLeader
+	c.mu.Unlock()
+	seen := "no leader seen since this node started"
+	if last.id != "" {
+		seen = fmt.Sprintf("last leader seen: %s at %s", last.id, last.addr)
+	}
+	msg := fmt.Sprintf("no quorum: cannot commit (%s)", seen)
+	if cause != nil {
+		msg += ": " + cause.Error()
+	}
+	return &consensus.Error{Code: consensus.ErrNoQuorum.Code, Message: msg,
+		Hint: "a majority of voters must be up and reachable from this node; check 'palyra status' on the other nodes and the network between them"}
+}

@@ -1,0 +1,185 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	autopilot "github.com/hashicorp/raft-autopilot"
+)
+
+// apDelegate is autopilot's view of the application: who exists and how
+// they are (from gossip), their raft progress (RaftStats RPC), and how to
+// remove a dead one (after a grace period).
+type apDelegate struct {
+	c *Cluster
+
+	mu       sync.Mutex
+	voters   string          // last logged voter set, to log changes only
+	removing map[string]bool // removals in flight
+}
+
+var _ autopilot.ApplicationIntegration = (*apDelegate)(nil)
+
+// maxTrailingLogs is how far behind the leader a healthy server may be.
+const maxTrailingLogs = 250
+
+func (d *apDelegate) AutopilotConfig() *autopilot.Config {
+	t := d.c.cfg.Tuning
+	return &autopilot.Config{
+		CleanupDeadServers:      true,
+		LastContactThreshold:    t.LastContactThreshold,
+		MaxTrailingLogs:         maxTrailingLogs,
+		ServerStabilizationTime: t.StabilizationTime,
+		// MinQuorum 0: autopilot still never removes voters a majority
+		// depends on (it removes at most (voters-1)/2).
+	}
+}
+
+// KnownServers reports every raft server with its gossip status: alive,
+// left (graceful), or failed (gossip declared it dead or never saw it).
+// It also starts the grace clock for servers that are down.
+func (d *apDelegate) KnownServers() map[raft.ServerID]*autopilot.Server {
+	c := d.c
+	conf, err := c.raftServers()
+	if err != nil {
+		return nil
+	}
+	_, leader := c.store.Leader()
+	now := time.Now()
+	out := make(map[raft.ServerID]*autopilot.Server, len(conf))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, s := range conf {
+		status := autopilot.NodeFailed
+		var version string
+		if m := c.members[id]; m != nil {
+			version = m.meta.Version
+			switch m.state {
+			case StateAlive:
+				status = autopilot.NodeAlive
+			case StateLeft:
+				status = autopilot.NodeLeft
+			}
+		}
+		if id == c.cfg.NodeID {
+			status = autopilot.NodeAlive
+		}
+		if status == autopilot.NodeAlive {
+			delete(c.downSince, id)
+		} else if _, ok := c.downSince[id]; !ok {
+			c.downSince[id] = now
+		}
+		out[raftID(id)] = &autopilot.Server{
+			ID: raftID(id), Name: id, Address: raftAddr(s.Address), NodeStatus: status,
+			Version: version, IsLeader: id == leader, NodeType: autopilot.NodeVoter,
+		}
+	}
+	for id := range c.downSince {
+		if _, ok := conf[id]; !ok {
+			delete(c.downSince, id)
+		}
+	}
+	return out
+}
+
+// FetchServerStats asks every live server for its raft progress, in
+// parallel, within ctx (autopilot allows half an update interval).
+func (d *apDelegate) FetchServerStats(ctx context.Context, servers map[raft.ServerID]*autopilot.Server) map[raft.ServerID]*autopilot.ServerStats {
+	c := d.c
+	out := make(map[raft.ServerID]*autopilot.ServerStats, len(servers))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for id, s := range servers {
+		if s.NodeStatus != autopilot.NodeAlive {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var st *autopilot.ServerStats
+			if string(id) == c.cfg.NodeID {
+				st = statsFrom(c.localStats())
+			} else {
+				resp, err := c.call(ctx, string(s.Address), string(id), statsRequest())
+				if err != nil || resp.GetRaftStats() == nil {
+					c.log.Debug("no raft stats from server", "node", string(id), "err", err)
+					return
+				}
+				st = statsFrom(resp.GetRaftStats())
+			}
+			mu.Lock()
+			out[id] = st
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func statsFrom(r interface {
+	GetLastTerm() uint64
+	GetLastIndex() uint64
+	GetLastContactNs() int64
+}) *autopilot.ServerStats {
+	return &autopilot.ServerStats{LastContact: time.Duration(r.GetLastContactNs()),
+		LastTerm: r.GetLastTerm(), LastIndex: r.GetLastIndex()}
+}
+
+// NotifyState logs voter-set and health changes.
+func (d *apDelegate) NotifyState(s *autopilot.State) {
+	key := ""
+	for _, id := range s.Voters {
+		key += string(id) + " "
+	}
+	if !s.Healthy {
+		key += "(unhealthy)"
+	}
+	d.mu.Lock()
+	changed := key != d.voters
+	d.voters = key
+	d.mu.Unlock()
+	if changed {
+		d.c.log.Info("autopilot state", "voters", key, "healthy", s.Healthy, "failure_tolerance", s.FailureTolerance)
+	}
+}
+
+// RemoveFailedServer removes a server that left at once and a dead one
+// only after Tuning.DeadServerGrace, so a node that restarts or is briefly
+// cut off keeps its place. Autopilot calls it on every pass, so a server
+// still in its grace period is simply skipped this time.
+func (d *apDelegate) RemoveFailedServer(s *autopilot.Server) {
+	c := d.c
+	id := string(s.ID)
+	if s.NodeStatus != autopilot.NodeLeft {
+		c.mu.Lock()
+		since, ok := c.downSince[id]
+		c.mu.Unlock()
+		if !ok || time.Since(since) < c.cfg.Tuning.DeadServerGrace {
+			return
+		}
+	}
+	d.mu.Lock()
+	if d.removing == nil {
+		d.removing = map[string]bool{}
+	}
+	busy := d.removing[id]
+	d.removing[id] = true
+	d.mu.Unlock()
+	if busy {
+		return
+	}
+	c.goLoop(func() {
+		defer func() {
+			d.mu.Lock()
+			delete(d.removing, id)
+			d.mu.Unlock()
+		}()
+		if err := c.raft.RemoveServer(s.ID, 0, 0).Error(); err != nil {
+			c.log.Warn("could not remove failed server", "node", id, "err", err)
+			return
+		}
+		c.log.Info("removed failed server from raft", "node", id, "status", string(s.NodeStatus))
+	})
+}

@@ -1,0 +1,280 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+	autopilot "github.com/hashicorp/raft-autopilot"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/mesh"
+)
+
+// ErrClosed is returned by operations on a closed (or left) Cluster.
+var ErrClosed = errors.New("cluster: closed")
+
+// Cluster is this node's membership in a cluster: gossip, voter management
+// (autopilot, on the leader), the peer RPC server, and the write and read
+// paths that work the same on every node.
+type Cluster struct {
+	cfg   Config
+	log   *slog.Logger
+	store *consensus.Store
+	raft  *raft.Raft
+	ap    *autopilot.Autopilot
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	started    bool
+	closed     bool
+	left       bool
+	ml         *memberlist.Memberlist
+	metaBytes  []byte
+	meta       Meta
+	members    map[string]*member   // gossip's view, by node id
+	departing  map[string]time.Time // leader: nodes that asked to leave
+	verifying  map[string]bool      // leader: gossip members being added to raft
+	downSince  map[string]time.Time // leader: when a raft server was first seen down
+	lastLeader leaderInfo
+	confIDs    map[string]raft.ServerSuffrage // last raft configuration seen
+	subs       []chan struct{}
+
+	leaderReady  atomic.Bool // leader and its barrier for this term is done
+	reconnecting atomic.Bool
+	kick         chan struct{} // asks the housekeeping loop to run now
+	obs          *raft.Observer
+}
+
+type leaderInfo struct{ id, addr string }
+
+// New checks cfg and returns a Cluster that does nothing until Start.
+func New(cfg Config) (*Cluster, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	mb, err := encodeMeta(cfg.Meta, false)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Cluster{
+		cfg: cfg, log: cfg.Logger.With("component", "cluster"),
+		store: cfg.Store, raft: cfg.Store.Raft(),
+		ctx: ctx, cancel: cancel,
+		metaBytes: mb, meta: cfg.Meta.clone(),
+		members: map[string]*member{}, departing: map[string]time.Time{},
+		verifying: map[string]bool{}, downSince: map[string]time.Time{},
+		kick: make(chan struct{}, 1),
+	}
+	c.ap = autopilot.New(c.raft, &apDelegate{c: c},
+		autopilot.WithLogger(newHCLogger(cfg.Logger, "autopilot")),
+		autopilot.WithPromoter(&promoter{target: cfg.TargetVoters}),
+		autopilot.WithUpdateInterval(cfg.Tuning.AutopilotUpdate),
+		autopilot.WithReconcileInterval(cfg.Tuning.AutopilotReconcile))
+	return c, nil
+}
+
+// ID is this node's id.
+func (c *Cluster) ID() string { return c.cfg.NodeID }
+
+// Start serves peer RPC, starts gossip and the background loops. If the
+// store already has raft state naming other servers (a restart), the node
+// rejoins gossip through their addresses by itself: no Join call is needed.
+func (c *Cluster) Start(ctx context.Context) error {
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return ErrClosed
+	case c.started:
+		c.mu.Unlock()
+		return errors.New("cluster: Start called twice")
+	}
+	c.started = true
+	c.members[c.cfg.NodeID] = &member{id: c.cfg.NodeID, addr: c.cfg.Advertise, state: StateAlive, meta: c.meta.clone(), since: time.Now()}
+	c.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := c.cfg.Transport.Handle(mesh.TagRPC, c.serveRPC); err != nil {
+		return fmt.Errorf("cluster: serve peer RPC: %w", err)
+	}
+	// Not under c.mu: memberlist calls the delegates from inside Create.
+	ml, err := memberlist.Create(c.memberlistConfig())
+	if err != nil {
+		c.cfg.Transport.Handle(mesh.TagRPC, nil)
+		return fmt.Errorf("cluster: start gossip: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed { // Close ran meanwhile and could not shut gossip down
+		ml.Shutdown()
+		return ErrClosed
+	}
+	c.ml = ml
+	obsCh := make(chan raft.Observation, 16)
+	c.obs = raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	c.raft.RegisterObserver(c.obs)
+	c.goLoop(func() { c.watchLeader(obsCh) })
+	c.goLoop(c.leadershipLoop)
+	c.goLoop(c.housekeeping)
+	c.log.Info("cluster started", "node", c.cfg.NodeID, "address", c.cfg.Advertise, "target_voters", c.cfg.TargetVoters)
+	return nil
+}
+
+func (c *Cluster) goLoop(f func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+}
+
+// memberlist returns the running memberlist, or nil before Start / after Close.
+func (c *Cluster) memberlist() *memberlist.Memberlist {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	return c.ml
+}
+
+// Close stops autopilot, gossip (without a graceful leave: others will see
+// this node as dead) and peer RPC, and closes every Changes channel. It
+// leaves the Store and Transport to their owner; close them after.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	ml, obs, started := c.ml, c.obs, c.started
+	c.mu.Unlock()
+
+	c.cancel()
+	<-c.ap.Stop()
+	var err error
+	if started {
+		c.cfg.Transport.Handle(mesh.TagRPC, nil)
+		if obs != nil {
+			c.raft.DeregisterObserver(obs)
+		}
+		if ml != nil {
+			err = ml.Shutdown()
+		}
+	}
+	c.wg.Wait()
+	c.mu.Lock()
+	for _, s := range c.subs {
+		close(s)
+	}
+	c.subs = nil
+	c.mu.Unlock()
+	return err
+}
+
+// WaitLeader blocks until this node knows a leader and returns its id. On
+// the leader itself it also waits until the leader has applied everything
+// committed before its term, so it can serve linearizable reads. It is the
+// measuring point for failover in tests and benchmarks.
+func (c *Cluster) WaitLeader(ctx context.Context) (string, error) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if addr, id := c.store.Leader(); id != "" {
+			c.sawLeader(id, addr)
+			if id != c.cfg.NodeID || c.leaderReady.Load() {
+				return id, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("cluster: no leader: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Leader returns the current leader's id and address as this node knows
+// them, empty when there is none.
+func (c *Cluster) Leader() (id, addr string) {
+	addr, id = c.store.Leader()
+	if id != "" {
+		c.sawLeader(id, addr)
+	}
+	return id, addr
+}
+
+// sawLeader records the last leader this node knew of, for error messages.
+func (c *Cluster) sawLeader(id, addr string) {
+	c.mu.Lock()
+	c.lastLeader = leaderInfo{id: id, addr: addr}
+	c.mu.Unlock()
+}
+
+// watchLeader follows raft's leader observations: it records the leader and
+// tells subscribers that leadership moved.
+func (c *Cluster) watchLeader(ch chan raft.Observation) {
+	last := ""
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case o := <-ch:
+			lo := o.Data.(raft.LeaderObservation)
+			if lo.LeaderID != "" {
+				c.sawLeader(string(lo.LeaderID), string(lo.LeaderAddr))
+			}
+			if string(lo.LeaderID) != last {
+				last = string(lo.LeaderID)
+				c.log.Info("leader changed", "leader", last, "address", string(lo.LeaderAddr))
+				c.notify()
+			}
+		}
+	}
+}
+
+// SetMeta replaces this node's gossiped meta (e.g. after its capacity
+// changed) and spreads it; other members see it in Members and get a
+// Changes event.
+func (c *Cluster) SetMeta(ctx context.Context, m Meta) error {
+	c.mu.Lock()
+	if c.closed || c.left {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	mb, err := encodeMeta(m, false)
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	c.meta, c.metaBytes = m.clone(), mb
+	if self := c.members[c.cfg.NodeID]; self != nil {
+		self.meta = m.clone()
+	}
+	ml := c.ml
+	c.mu.Unlock()
+	c.notify()
+	if ml == nil {
+		return nil // gossiped from Start on
+	}
+	if err := ml.UpdateNode(bounded(ctx, 5*time.Second)); err != nil {
+		return fmt.Errorf("cluster: spread meta: %w", err)
+	}
+	return nil
+}

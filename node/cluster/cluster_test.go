@@ -1,0 +1,67 @@
+package cluster
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/consensus"
+)
+
+// (a) three nodes form one cluster: all alive, three voters, one leader
+// everywhere; (b) a follower's Apply is forwarded and committed, and a
+// follower's VerifyRead sees the leader's latest write.
+func TestThreeNodesFormAndForward(t *testing.T) {
+	n1 := newNode(t, 3)
+	n1.start(true)
+	events := n1.cl.Changes()
+	n2, n3 := newNode(t, 3), newNode(t, 3)
+	n2.meta = Meta{Labels: map[string]string{"zone": "b"}, Capacity: map[string]int{"wasm": 4}, Version: "1.2.3"}
+	n2.start(false)
+	n3.start(false)
+	n2.join(n1)
+	n3.join(n1)
+	nodes := []*tnode{n1, n2, n3}
+	took := eventually(t, 20*time.Second, "3 alive voters and one leader everywhere", func() error { return converged(nodes, 3, 0) })
+	t.Logf("converged %v after the last join", took)
+
+	select {
+	case <-events:
+	default:
+		t.Fatal("no Changes event on the first node while two nodes joined")
+	}
+	if m := viewOf(n1).byID[n2.id]; m.Labels["zone"] != "b" || m.Capacity["wasm"] != 4 || m.Version != "1.2.3" {
+		t.Fatalf("n1 sees n2's meta as %+v, want zone=b wasm=4 version 1.2.3", m)
+	}
+
+	leader := leaderOf(t, nodes)
+	follower := others(nodes, leader)[0]
+	job, err := follower.cl.Apply(ctxFor(t, 10*time.Second), submit("job-1"))
+	if err != nil {
+		t.Fatalf("Apply on follower: %v", err)
+	}
+	if job.ID != "job-1" || job.Phase != consensus.PhaseQueued || job.CommitIndex == 0 {
+		t.Fatalf("forwarded apply returned %+v, want job-1 queued with a commit index", job)
+	}
+	if _, err := follower.cl.Apply(ctxFor(t, 10*time.Second), submit("job-1")); !errors.Is(err, consensus.ErrConflict) {
+		t.Fatalf("duplicate submit via follower: got %v, want the FSM's conflict error", err)
+	}
+
+	// Linearizable read on a follower: a write acknowledged by the leader
+	// is visible right after VerifyRead, with no polling.
+	for i, reader := range others(nodes, leader) {
+		id := []string{"job-2", "job-3"}[i]
+		if _, err := leader.cl.Apply(ctxFor(t, 10*time.Second), submit(id)); err != nil {
+			t.Fatalf("Apply on leader: %v", err)
+		}
+		if err := reader.cl.VerifyRead(ctxFor(t, 10*time.Second)); err != nil {
+			t.Fatalf("VerifyRead on follower: %v", err)
+		}
+		if _, ok := reader.store.State().Job(id); !ok {
+			t.Fatalf("follower %s does not see %s after VerifyRead", reader.id, id)
+		}
+	}
+	if err := leader.cl.VerifyRead(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("VerifyRead on leader: %v", err)
+	}
+}

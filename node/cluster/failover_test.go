@@ -1,0 +1,107 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/consensus"
+)
+
+// (c) Killing the leader elects a new one among the survivors, Apply via a
+// survivor works, and the old leader restarted on its raft dir and address
+// rejoins by itself (no Join) and catches up.
+func TestLeaderFailoverAndRestart(t *testing.T) {
+	nodes := formCluster(t, 3, 3)
+	eventually(t, 20*time.Second, "3-voter cluster", func() error { return converged(nodes, 3, 0) })
+	old := leaderOf(t, nodes)
+	survivors := others(nodes, old)
+
+	killed := time.Now()
+	old.stop()
+	// Poll both at once so each figure is when it first held.
+	var failover, detect time.Duration
+	eventually(t, 20*time.Second, "a new leader among the survivors, and the old one seen dead", func() error {
+		if failover == 0 && allSee(survivors, func(n *tnode) bool { id, _ := n.cl.Leader(); return id != "" && id != old.id }) {
+			failover = time.Since(killed)
+		}
+		if detect == 0 && allSee(survivors, func(n *tnode) bool { return viewOf(n).byID[old.id].State == StateDead }) {
+			detect = time.Since(killed)
+		}
+		if failover == 0 || detect == 0 {
+			return fmt.Errorf("failover after %v, detection after %v (0 = not yet)", failover, detect)
+		}
+		return nil
+	})
+	t.Logf("leader killed: new leader known on both survivors after %v; gossip marked it dead on both after %v", failover, detect)
+
+	if _, err := survivors[0].cl.Apply(ctxFor(t, 15*time.Second), submit("after-failover")); err != nil {
+		t.Fatalf("Apply via survivor after failover: %v", err)
+	}
+
+	old.start(false) // same dir and address; no Join
+	eventually(t, 30*time.Second, "the restarted node rejoins and the cluster converges", func() error { return converged(nodes, 3, 0) })
+	eventually(t, 10*time.Second, "the restarted node applies the write it missed", func() error {
+		if _, ok := old.store.State().Job("after-failover"); !ok {
+			return errors.New("job missing")
+		}
+		return nil
+	})
+}
+
+// (e) A node cut off from the majority cannot commit: Apply fails with
+// code no_quorum naming the last leader it saw. After healing it converges
+// to the same state.
+func TestPartitionedNodeHasNoQuorumThenHeals(t *testing.T) {
+	nodes := formCluster(t, 3, 3)
+	eventually(t, 20*time.Second, "3-voter cluster", func() error { return converged(nodes, 3, 0) })
+	leader := leaderOf(t, nodes)
+	cut := others(nodes, leader)[0]
+	majority := others(nodes, cut)
+	lid, laddr := cut.cl.Leader()
+	if lid != leader.id {
+		t.Fatalf("cut node sees leader %q before the partition, want %s", lid, leader.id)
+	}
+
+	away := map[string]bool{majority[0].addr: true, majority[1].addr: true}
+	cut.tr.SetFault(func(remote string) bool { return away[remote] })
+	_, err := cut.cl.Apply(ctxFor(t, 15*time.Second), submit("from-minority"))
+	var ce *consensus.Error
+	if !errors.As(err, &ce) || !errors.Is(err, consensus.ErrNoQuorum) {
+		t.Fatalf("Apply on the cut-off node: got %v, want a no_quorum *consensus.Error", err)
+	}
+	want := fmt.Sprintf("last leader seen: %s at %s", lid, laddr)
+	if !strings.Contains(ce.Message, want) || ce.Hint == "" {
+		t.Fatalf("no_quorum error %q (hint %q) should name %q and give a hint", ce.Message, ce.Hint, want)
+	}
+	if _, err := majority[0].cl.Apply(ctxFor(t, 15*time.Second), submit("from-majority")); err != nil {
+		t.Fatalf("Apply on the majority side during the partition: %v", err)
+	}
+
+	cut.tr.SetFault(nil)
+	eventually(t, 30*time.Second, "the healed node converges", func() error { return converged(nodes, 3, 0) })
+	eventually(t, 10*time.Second, "the healed node has the majority's state", func() error {
+		if _, ok := cut.store.State().Job("from-majority"); !ok {
+			return errors.New("majority's job missing")
+		}
+		if _, ok := cut.store.State().Job("from-minority"); ok {
+			return errors.New("the minority's refused write appeared")
+		}
+		if a, b := len(cut.store.State().Jobs(consensus.JobFilter{})), len(leaderOf(t, nodes).store.State().Jobs(consensus.JobFilter{})); a != b {
+			return fmt.Errorf("healed node has %d jobs, leader %d", a, b)
+		}
+		return nil
+	})
+}
+
+// allSee reports whether cond holds on every node.
+func allSee(nodes []*tnode, cond func(*tnode) bool) bool {
+	for _, n := range nodes {
+		if !cond(n) {
+			return false
+		}
+	}
+	return true
+}

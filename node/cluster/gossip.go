@@ -1,0 +1,140 @@
+package cluster
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/mesh"
+)
+
+// Member states as reported by Members.
+const (
+	StateAlive = "alive" // gossip hears from it
+	StateDead  = "dead"  // gossip declared it failed, or raft lists it and gossip never saw it
+	StateLeft  = "left"  // it left gracefully (Leave)
+)
+
+// member is gossip's view of one node.
+type member struct {
+	id, addr string
+	state    string
+	meta     Meta
+	leaving  bool      // its meta announced a graceful leave
+	since    time.Time // last state change
+}
+
+// memberlistConfig builds memberlist's configuration from Tuning, over the
+// mesh transport filtered to node principals.
+func (c *Cluster) memberlistConfig() *memberlist.Config {
+	t := c.cfg.Tuning
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = c.cfg.NodeID
+	mc.Transport = newNodeOnlyGossip(c.cfg.Transport, c.log)
+	mc.UDPBufferSize = mesh.GossipPacketSize
+	mc.ProbeInterval, mc.ProbeTimeout = t.ProbeInterval, t.ProbeTimeout
+	mc.GossipInterval, mc.PushPullInterval = t.GossipInterval, t.PushPullInterval
+	mc.SuspicionMult = t.SuspicionMult
+	mc.TCPTimeout = max(time.Second, 4*t.ProbeInterval)
+	mc.GossipToTheDeadTime = max(10*time.Second, 20*t.ProbeInterval)
+	// A node that comes back on a new address after a while may take its
+	// name back (memberlist refuses by default).
+	mc.DeadNodeReclaimTime = 2 * t.ReconnectInterval
+	mc.EnableCompression = false // packets are small; QUIC datagrams cap them anyway
+	d := &gossipDelegate{c: c}
+	mc.Delegate, mc.Events, mc.Alive, mc.Conflict = d, d, d, d
+	mc.Logger = newStdLogger(c.log.With("component", "gossip"))
+	return mc
+}
+
+// gossipDelegate feeds memberlist's callbacks into the member table. Every
+// method is quick and never blocks: memberlist calls them on its hot paths.
+type gossipDelegate struct{ c *Cluster }
+
+func (d *gossipDelegate) NodeMeta(limit int) []byte {
+	d.c.mu.Lock()
+	defer d.c.mu.Unlock()
+	if len(d.c.metaBytes) > limit {
+		return nil // cannot happen: encodeMeta checks the size
+	}
+	return d.c.metaBytes
+}
+
+func (d *gossipDelegate) NotifyMsg([]byte)                {}
+func (d *gossipDelegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (d *gossipDelegate) LocalState(bool) []byte          { return nil }
+func (d *gossipDelegate) MergeRemoteState([]byte, bool)   {}
+
+// NotifyAlive refuses gossip names that cannot be node ids, so a confused
+// or hostile peer cannot fill the member table with junk.
+func (d *gossipDelegate) NotifyAlive(n *memberlist.Node) error {
+	if err := (identity.Principal{Kind: identity.KindNode, ID: n.Name}).Validate(); err != nil {
+		return fmt.Errorf("gossip member %q is not a node id: %w", n.Name, err)
+	}
+	return nil
+}
+
+func (d *gossipDelegate) NotifyConflict(existing, other *memberlist.Node) {
+	d.c.log.Error("two nodes gossip the same id; one was initialised from a copy of the other's data dir",
+		"node", existing.Name, "address", existing.Address(), "other_address", other.Address())
+}
+
+func (d *gossipDelegate) NotifyJoin(n *memberlist.Node)   { d.c.gossipAlive(n, true) }
+func (d *gossipDelegate) NotifyUpdate(n *memberlist.Node) { d.c.gossipAlive(n, false) }
+func (d *gossipDelegate) NotifyLeave(n *memberlist.Node)  { d.c.gossipGone(n) }
+
+// gossipAlive records a node gossip hears from (join) or whose meta or
+// address changed (update).
+func (c *Cluster) gossipAlive(n *memberlist.Node, join bool) {
+	meta, leaving, err := decodeMeta(n.Meta)
+	if err != nil {
+		c.log.Warn("ignoring bad gossip meta", "node", n.Name, "err", err)
+	}
+	c.mu.Lock()
+	m := c.members[n.Name]
+	if m == nil {
+		m = &member{id: n.Name}
+		c.members[n.Name] = m
+	}
+	wasAlive := m.state == StateAlive
+	m.addr, m.meta, m.leaving = n.Address(), meta, leaving
+	if !wasAlive {
+		m.state, m.since = StateAlive, time.Now()
+	}
+	c.mu.Unlock()
+	if join && !wasAlive && n.Name != c.cfg.NodeID {
+		c.log.Info("member alive", "node", n.Name, "address", n.Address())
+		c.kickHousekeeping()
+	}
+	c.notify()
+}
+
+// gossipGone records a node gossip no longer hears from. memberlist does
+// not say whether it left or died, so a node counts as left if it announced
+// its leave in its meta, asked the leader to remove it, or is already out of
+// the raft configuration; otherwise it is dead.
+func (c *Cluster) gossipGone(n *memberlist.Node) {
+	c.mu.Lock()
+	m := c.members[n.Name]
+	if m == nil {
+		m = &member{id: n.Name, addr: n.Address()}
+		c.members[n.Name] = m
+	}
+	_, asked := c.departing[n.Name]
+	_, inRaft := c.confIDs[n.Name]
+	state := StateDead
+	if m.leaving || asked || (c.confIDs != nil && !inRaft) {
+		state = StateLeft
+	}
+	m.state, m.since = state, time.Now()
+	c.mu.Unlock()
+	if state == StateDead {
+		c.log.Warn("member failed", "node", n.Name, "address", n.Address())
+	} else {
+		c.log.Info("member left", "node", n.Name, "address", n.Address())
+	}
+	c.kickHousekeeping()
+	c.notify()
+}

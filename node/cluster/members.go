@@ -1,0 +1,69 @@
+package cluster
+
+import (
+	"maps"
+	"slices"
+)
+
+// Member is one node as this node sees it: liveness from gossip, voting
+// rights and leadership from raft, meta from the node's own gossip.
+type Member struct {
+	ID      string
+	Address string
+	// State is alive, dead or left (StateAlive, StateDead, StateLeft). A
+	// server raft lists but gossip has never heard from is dead.
+	State string
+	// Voter is true for raft voters; every other raft server is a
+	// non-voter that still follows the log. Members outside the raft
+	// configuration (joining, or left) are neither.
+	Voter    bool
+	InRaft   bool
+	Leader   bool
+	Labels   map[string]string
+	Capacity map[string]int
+	Version  string
+}
+
+// Members lists every node that gossip knows or raft lists, sorted by id.
+// It is this node's view: a follower's raft configuration may trail the
+// leader's by a moment.
+func (c *Cluster) Members() []Member {
+	conf, _ := c.raftServers()
+	_, leader := c.store.Leader()
+	c.mu.Lock()
+	out := make([]Member, 0, len(c.members)+len(conf))
+	for id, m := range c.members {
+		meta := m.meta.clone()
+		if id == c.cfg.NodeID {
+			meta = c.meta.clone()
+		}
+		out = append(out, Member{ID: id, Address: m.addr, State: m.state,
+			Labels: meta.Labels, Capacity: meta.Capacity, Version: meta.Version})
+	}
+	c.mu.Unlock()
+	known := make(map[string]int, len(out))
+	for i := range out {
+		known[out[i].ID] = i
+	}
+	for _, id := range slices.Sorted(maps.Keys(conf)) {
+		if _, ok := known[id]; !ok {
+			known[id] = len(out)
+			out = append(out, Member{ID: id, Address: conf[id].Address, State: StateDead})
+		}
+	}
+	for i := range out {
+		s, ok := conf[out[i].ID]
+		out[i].InRaft, out[i].Voter = ok, ok && isVoter(s.Suffrage)
+		out[i].Leader = out[i].ID == leader
+	}
+	slices.SortFunc(out, func(a, b Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}

@@ -1,0 +1,65 @@
+package cluster
+
+import (
+	"fmt"
+	"maps"
+
+	"github.com/hashicorp/memberlist"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/palyra-mesh/palyra/proto/peerpb"
+)
+
+// MaxMetaSize is the most a node's encoded Meta may take: memberlist
+// carries it in every alive message.
+const MaxMetaSize = memberlist.MetaMaxSize
+
+// Meta is what a node tells every other member about itself through gossip,
+// for placement decisions: labels (e.g. "zone": "a"), capacity per job kind
+// (e.g. "wasm": 8) and the software version.
+type Meta struct {
+	Labels   map[string]string
+	Capacity map[string]int
+	Version  string
+}
+
+// encodeMeta encodes m (deterministically, so equal metas give equal bytes)
+// and refuses results larger than MaxMetaSize.
+func encodeMeta(m Meta, leaving bool) ([]byte, error) {
+	pb := &peerpb.NodeMeta{Labels: m.Labels, Version: m.Version, Leaving: leaving}
+	if len(m.Capacity) > 0 {
+		pb.Capacity = make(map[string]int64, len(m.Capacity))
+		for k, v := range m.Capacity {
+			pb.Capacity[k] = int64(v)
+		}
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(pb)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: encode node meta: %w", err)
+	}
+	if len(b) > MaxMetaSize {
+		return nil, fmt.Errorf("cluster: node meta is %d bytes encoded, more than the %d gossip allows; use fewer or shorter labels", len(b), MaxMetaSize)
+	}
+	return b, nil
+}
+
+// decodeMeta reverses encodeMeta.
+func decodeMeta(b []byte) (Meta, bool, error) {
+	var pb peerpb.NodeMeta
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		return Meta{}, false, fmt.Errorf("cluster: decode node meta: %w", err)
+	}
+	m := Meta{Labels: pb.Labels, Version: pb.Version}
+	if len(pb.Capacity) > 0 {
+		m.Capacity = make(map[string]int, len(pb.Capacity))
+		for k, v := range pb.Capacity {
+			m.Capacity[k] = int(v)
+		}
+	}
+	return m, pb.Leaving, nil
+}
+
+// clone returns a deep copy, so callers never share maps with the cluster.
+func (m Meta) clone() Meta {
+	return Meta{Labels: maps.Clone(m.Labels), Capacity: maps.Clone(m.Capacity), Version: m.Version}
+}

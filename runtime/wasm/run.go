@@ -1,0 +1,191 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/palyra-mesh/palyra/runtime"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// errTimeout is the cause of a run's context when its wall-clock limit ends it.
+var errTimeout = errors.New("wall-clock limit reached")
+
+// outputLimitError is the cause of a run's context when a stream overflowed.
+type outputLimitError struct{ stream string }
+
+func (e *outputLimitError) Error() string { return e.stream + " exceeded its bound" }
+
+// limits are a Spec's limits with the executor's defaults filled in.
+type limits struct {
+	timeout   time.Duration
+	memory    uint64
+	maxOutput int
+}
+
+func (e *Executor) limitsFor(spec runtime.Spec) limits {
+	l := limits{timeout: spec.Timeout, memory: spec.MemoryLimit, maxOutput: spec.MaxOutput}
+	if l.timeout <= 0 {
+		l.timeout = e.cfg.DefaultTimeout
+	}
+	if l.memory == 0 {
+		l.memory = e.cfg.DefaultMemoryLimit
+	}
+	if l.maxOutput <= 0 {
+		l.maxOutput = e.cfg.DefaultMaxOutput
+	}
+	return l
+}
+
+// Run implements runtime.Executor: it waits for a free slot, compiles (or
+// finds) the module, and runs its _start under the Spec's limits. The
+// timeout covers instantiation and execution, not the wait for a slot or
+// the shared compilation. Run never panics; every failure is a Result.
+func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Result) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			e.log.Error("wasm run panicked", "panic", r)
+			res = runtime.Result{Reason: runtime.ReasonInternal, Message: fmt.Sprintf("executor panicked: %v", r)}
+		}
+		res.Duration = time.Since(start)
+	}()
+	if !e.enter() {
+		return failed(runtime.ReasonInternal, "the wasm executor is shut down")
+	}
+	defer e.runs.Done()
+
+	select {
+	case e.slots <- struct{}{}:
+		defer func() { <-e.slots }()
+	case <-ctx.Done():
+		return failed(runtime.ReasonCanceled, "canceled while waiting for a free slot")
+	case <-e.life.Done():
+		return failed(runtime.ReasonInternal, "the wasm executor is shut down")
+	}
+
+	lim := e.limitsFor(spec)
+	cm, err := e.load(ctx, spec.Module, spec.ModuleHash)
+	if err != nil {
+		return loadFailure(ctx, err)
+	}
+	defer e.modules.release(cm)
+
+	if initial := uint64(cm.layout.MemoryMinPages) * pageSize; initial > lim.memory {
+		return failed(runtime.ReasonMemoryLimit, fmt.Sprintf(
+			"module's initial memory %s exceeds the memory limit %s; raise it with --memory",
+			humanBytes(initial), humanBytes(lim.memory)))
+	}
+	return e.execute(ctx, cm.module, spec.Input, lim)
+}
+
+// loadFailure turns an error from load into a Result.
+func loadFailure(ctx context.Context, err error) runtime.Result {
+	var merr *ModuleError
+	switch {
+	case errors.As(err, &merr):
+		return failed(merr.Reason, merr.Error())
+	case ctx.Err() != nil:
+		return failed(runtime.ReasonCanceled, "canceled while the module was compiling")
+	}
+	return failed(runtime.ReasonInternal, firstLine(err.Error()))
+}
+
+func failed(reason runtime.Reason, msg string) runtime.Result {
+	return runtime.Result{Reason: reason, Message: msg}
+}
+
+// execute instantiates compiled and calls _start with the run's limits.
+func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, input []byte, lim limits) runtime.Result {
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	unhook := context.AfterFunc(e.life, func() { stop(ErrClosed) })
+	defer unhook()
+	timed, cancelTimer := context.WithTimeoutCause(runCtx, lim.timeout, errTimeout)
+	defer cancelTimer()
+
+	alloc := newLimitedAllocator(lim.memory)
+	stdout := newBoundedBuffer(lim.maxOutput, func() { stop(&outputLimitError{stream: "stdout"}) })
+	stderr := newBoundedBuffer(lim.maxOutput, func() { stop(&outputLimitError{stream: "stderr"}) })
+	modCfg := wazero.NewModuleConfig().
+		WithName(""). // anonymous: many instances of one module may run at once
+		WithArgs("job").
+		WithStdin(bytes.NewReader(input)).
+		WithStdout(stdout).
+		WithStderr(stderr).
+		// Real clocks and sleep: wazero's defaults are a fake clock and a
+		// no-op nanosleep, which surprise users (time.Sleep returns at once).
+		// Determinism, where wanted, comes from fuel, not from fake time.
+		WithSysWalltime().
+		WithSysNanotime().
+		WithNanosleep(sleeper(timed)).
+		WithRandSource(rand.Reader).
+		WithStartFunctions() // _start is called below, so its error is not wrapped
+
+	instantiated, callErr := callStart(experimental.WithMemoryAllocator(timed, alloc), e.rt, compiled, modCfg)
+
+	var res runtime.Result
+	var outFull, errFull bool
+	res.Stdout, outFull = stdout.result()
+	res.Stderr, errFull = stderr.result()
+	o := outcome{
+		err:          callErr,
+		instantiated: instantiated,
+		cause:        context.Cause(timed),
+		callerDone:   ctx.Err() != nil,
+		outputFull:   outFull || errFull,
+		refused:      alloc.refusedSize(),
+		lim:          lim,
+		stderr:       res.Stderr,
+	}
+	res.Reason, res.ExitCode, res.Message = o.classify()
+	return res
+}
+
+// sleeper is the guest's nanosleep (WASI poll_oneoff on a clock): a real
+// sleep that ends the run when the run's context ends. wazero's
+// WithSysNanosleep is a plain time.Sleep, which a guest could use to hold
+// its slot past its timeout: WithCloseOnContextDone interrupts guest code,
+// not host calls. Unwinding with an ExitError is how wazero's own
+// proc_exit leaves a host call; the run's context cause then says why.
+func sleeper(ctx context.Context) func(ns int64) {
+	return func(ns int64) {
+		if ns <= 0 {
+			return
+		}
+		t := time.NewTimer(time.Duration(ns))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			panic(sys.NewExitError(sys.ExitCodeDeadlineExceeded))
+		}
+	}
+}
+
+// callStart instantiates the module and runs _start, turning a panic from
+// wazero into an error. instantiated reports whether _start was reached.
+func callStart(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule, cfg wazero.ModuleConfig) (instantiated bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("wasm runtime panicked: %v", r)
+		}
+	}()
+	mod, err := rt.InstantiateModule(ctx, compiled, cfg)
+	if err != nil {
+		return false, err
+	}
+	defer mod.Close(context.Background())
+	start := mod.ExportedFunction("_start")
+	if start == nil { // checkLinkage guarantees it; stay defensive
+		return true, errors.New("module has no _start export")
+	}
+	_, err = start.Call(ctx)
+	return true, err
+}
