@@ -69,8 +69,9 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 		EnableBashCompletion: true,
 		Suggest:              true,
 		Flags:                globalFlags(),
-		Commands:             []*ucli.Command{nodeCommand(), jobCommand(), statusCommand()},
-		ExitErrHandler:       func(*ucli.Context, error) {}, // Main prints and exits
+		Commands: []*ucli.Command{nodeCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
+			policyCommand(), doctorCommand()},
+		ExitErrHandler: func(*ucli.Context, error) {}, // Main prints and exits
 		OnUsageError: func(c *ucli.Context, err error, _ bool) error {
 			return ucli.Exit(fmt.Sprintf("error: %v\nrun '%s --help' for usage", err, c.Command.HelpName), exitUsage)
 		},
@@ -80,6 +81,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 func globalFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "data-dir", Usage: "node data directory (holds the local operator credential)", EnvVars: []string{"PALYRA_DATA_DIR"}, Value: "palyra-data"},
+		&ucli.StringFlag{Name: "config-dir", Usage: "where a paired device keeps its credential (default ~/.config/palyra)", EnvVars: []string{"PALYRA_CONFIG_DIR"}},
 		&ucli.StringFlag{Name: "addr", Usage: "node API address HOST:PORT (default: recorded in the data dir, else 127.0.0.1:7444)", EnvVars: []string{"PALYRA_ADDR"}},
 	}
 }

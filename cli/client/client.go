@@ -27,10 +27,12 @@ const DefaultAddr = "127.0.0.1:7444"
 
 // Client talks to one node.
 type Client struct {
-	Addr string
-	Jobs palyrav1connect.JobServiceClient
-	Node palyrav1connect.NodeServiceClient
-	tr   *http3.Transport
+	Addr     string
+	Jobs     palyrav1connect.JobServiceClient
+	Node     palyrav1connect.NodeServiceClient
+	Identity palyrav1connect.IdentityServiceClient
+	Policy   palyrav1connect.PolicyServiceClient
+	tr       *http3.Transport
 }
 
 // New returns a client for the node at addr using cred. No connection is
@@ -51,10 +53,12 @@ func New(addr string, cred *identity.Credential) (*Client, error) {
 	base := "https://" + addr
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(64 << 20), connect.WithSendMaxBytes(32 << 20)}
 	return &Client{
-		Addr: addr,
-		Jobs: palyrav1connect.NewJobServiceClient(hc, base, opts...),
-		Node: palyrav1connect.NewNodeServiceClient(hc, base, opts...),
-		tr:   tr,
+		Addr:     addr,
+		Jobs:     palyrav1connect.NewJobServiceClient(hc, base, opts...),
+		Node:     palyrav1connect.NewNodeServiceClient(hc, base, opts...),
+		Identity: palyrav1connect.NewIdentityServiceClient(hc, base, opts...),
+		Policy:   palyrav1connect.NewPolicyServiceClient(hc, base, opts...),
+		tr:       tr,
 	}, nil
 }
 
@@ -108,6 +112,10 @@ func (c *Client) transportError(err error) *Error {
 		return &Error{Code: "unreachable",
 			Message: fmt.Sprintf("no palyra node answered at %s (QUIC over UDP)", c.Addr),
 			Hint:    "start one with 'palyra node start', or point --addr / PALYRA_ADDR at a running node"}
+	case strings.Contains(msg, "(remote): tls: bad certificate"), strings.Contains(msg, "(remote): tls: certificate required"):
+		return &Error{Code: "unauthenticated",
+			Message: fmt.Sprintf("the node at %s refused this credential: it was revoked, has expired, or belongs to another cluster", c.Addr),
+			Hint:    "run 'palyra doctor' to see the certificate's state; if it was revoked, pair again with a new code"}
 	case errors.As(err, &certErr), strings.Contains(msg, "certificate"), errors.As(err, &tlsAlert):
 		return &Error{Code: "unauthenticated",
 			Message: fmt.Sprintf("the node at %s and this credential do not trust each other: %v", c.Addr, err),

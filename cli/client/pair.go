@@ -1,0 +1,69 @@
+package client
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/identity/pairing"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
+)
+
+// PairOptions describe the member being paired.
+type PairOptions struct {
+	Name   string
+	Labels map[string]string
+}
+
+// Pair joins the cluster that made code through the node at addr. It
+// verifies the node against the CA fingerprint pinned in the code before
+// sending anything, makes the key here (it never leaves this machine),
+// sends only a CSR, and returns the new credential and the cluster's
+// answer (peers, name).
+func Pair(ctx context.Context, addr string, code pairing.Code, o PairOptions) (*identity.Credential, *palyrav1.PairResponse, error) {
+	p := identity.Principal{Kind: code.Kind(), ID: identity.NewID(code.Kind())}
+	key, csr, err := identity.NewKeyAndCSR(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	tr := &http3.Transport{
+		TLSClientConfig: pairing.PinnedClientTLS(code, []string{http3.NextProtoH3}),
+		QUICConfig:      &quic.Config{HandshakeIdleTimeout: 3 * time.Second},
+	}
+	defer tr.Close()
+	c := &Client{Addr: addr}
+	ic := palyrav1connect.NewIdentityServiceClient(&http.Client{Transport: tr}, "https://"+addr)
+	resp, err := ic.Pair(ctx, connect.NewRequest(&palyrav1.PairRequest{
+		PairingId: code.IDString(), Secret: code.Secret(), CsrDer: csr,
+		Kind: string(p.Kind), MemberId: p.ID, Name: o.Name, Labels: o.Labels,
+	}))
+	if errors.Is(err, pairing.ErrPinMismatch) {
+		return nil, nil, &Error{Code: "wrong_cluster",
+			Message: fmt.Sprintf("the node at %s is not part of the cluster that made this code (its CA does not match the code's pin)", addr),
+			Hint:    "check --peer: it must be a node of the cluster where 'palyra pair create' ran"}
+	}
+	if err != nil {
+		return nil, nil, c.Explain(err)
+	}
+	root, err := x509.ParseCertificate(resp.Msg.RootDer)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node sent a bad root certificate: %w", err)
+	}
+	if !code.PinMatches(root.Raw) {
+		return nil, nil, fmt.Errorf("%w: the root in the node's answer is not the one pinned by the code", pairing.ErrPinMismatch)
+	}
+	cred, err := pairing.NewCredential(key, resp.Msg.ChainDer, root)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cred, resp.Msg, nil
+}

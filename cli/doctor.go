@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/node"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// check is one doctor finding.
+type check struct {
+	Name   string `json:"name"`
+	Status string `json:"status"` // ok, warn, fail
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+func doctorCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "doctor",
+		Usage: "check this machine's palyra setup and say how to fix what is wrong",
+		Flags: []ucli.Flag{jsonFlag, &ucli.BoolFlag{Name: "strict", Usage: "exit non-zero on warnings too"}},
+		Action: func(c *ucli.Context) error {
+			var checks []check
+			layout := node.Layout{Dir: c.String("data-dir")}
+			if _, err := os.Stat(layout.StateFile()); err == nil {
+				checks = append(checks, dataDirChecks(layout)...)
+				checks = append(checks, certCheck("node certificate", layout.NodeCredDir()))
+			}
+			if src, err := resolveCredential(c); err == nil {
+				checks = append(checks, certCheck("CLI credential ("+src.desc+")", src.dir))
+				checks = append(checks, reachCheck(c))
+			} else {
+				checks = append(checks, check{Name: "CLI credential", Status: "warn", Detail: err.Error(),
+					Fix: "pass --data-dir on a node's machine, or pair: palyra device pair --code CODE --peer HOST:PORT"})
+			}
+			checks = append(checks, clockCheck(), udpBufferCheck())
+			worst := 0
+			for _, ch := range checks {
+				worst = max(worst, map[string]int{"ok": 0, "warn": 1, "fail": 2}[ch.Status])
+			}
+			if c.Bool("json") {
+				if err := writeJSON(c.App.Writer, map[string]any{"checks": checks}); err != nil {
+					return err
+				}
+			} else {
+				tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+				for _, ch := range checks {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", strings.ToUpper(ch.Status), ch.Name, ch.Detail)
+					if ch.Fix != "" && ch.Status != "ok" {
+						fmt.Fprintf(tw, "\t\tfix: %s\n", ch.Fix)
+					}
+				}
+				tw.Flush()
+			}
+			if worst == 2 || (worst == 1 && c.Bool("strict")) {
+				return ucli.Exit("", exitFailure)
+			}
+			return nil
+		},
+	}
+}
+
+func dataDirChecks(l node.Layout) []check {
+	var out []check
+	fi, err := os.Stat(l.Dir)
+	if err != nil {
+		return []check{{Name: "data dir", Status: "fail", Detail: err.Error()}}
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		out = append(out, check{Name: "data dir permissions", Status: "fail",
+			Detail: fmt.Sprintf("%s is %v: other users can read cluster secrets", l.Dir, fi.Mode().Perm()),
+			Fix:    "chmod 700 " + l.Dir})
+	} else {
+		out = append(out, check{Name: "data dir permissions", Status: "ok", Detail: fmt.Sprintf("%s is %v", l.Dir, fi.Mode().Perm())})
+	}
+	keys, _ := filepath.Glob(filepath.Join(l.Dir, "*", "*.key"))
+	more, _ := filepath.Glob(filepath.Join(l.Dir, "*", "key.pem"))
+	for _, k := range append(keys, more...) {
+		if fi, err := os.Stat(k); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			out = append(out, check{Name: "key permissions", Status: "fail", Detail: fmt.Sprintf("%s is %v", k, fi.Mode().Perm()), Fix: "chmod 600 " + k})
+		}
+	}
+	return out
+}
+
+func certCheck(name, dir string) check {
+	cred, err := identity.LoadCredential(dir)
+	if err != nil {
+		return check{Name: name, Status: "fail", Detail: err.Error(), Fix: "pair again with a new code ('palyra pair create' on an operator machine)"}
+	}
+	left := time.Until(cred.Leaf.NotAfter)
+	detail := fmt.Sprintf("%s expires %s (in %s)", cred.Principal, cred.Leaf.NotAfter.UTC().Format(time.RFC3339), left.Round(time.Minute))
+	switch {
+	case left <= 0:
+		return check{Name: name, Status: "fail", Detail: detail, Fix: "the certificate expired: renew it from a running node, or pair again"}
+	case time.Now().After(identity.RenewAt(cred.Leaf)):
+		return check{Name: name, Status: "warn", Detail: detail + "; renewal is overdue", Fix: "check that the node holding the CA is up; nodes renew automatically"}
+	}
+	return check{Name: name, Status: "ok", Detail: detail}
+}
+
+func reachCheck(c *ucli.Context) check {
+	cl, err := dial(c)
+	if err != nil {
+		return check{Name: "node reachable", Status: "fail", Detail: err.Error()}
+	}
+	defer cl.Close()
+	t0 := time.Now()
+	resp, err := cl.Node.Status(c.Context, connect.NewRequest(&palyrav1.StatusRequest{}))
+	if err != nil {
+		e := cl.Explain(err)
+		return check{Name: "node reachable", Status: "fail", Detail: e.Message, Fix: e.Hint}
+	}
+	return check{Name: "node reachable", Status: "ok", Detail: fmt.Sprintf("%s at %s answered in %s (raft %s, leader %s)",
+		resp.Msg.NodeId, cl.Addr, time.Since(t0).Round(time.Millisecond), resp.Msg.RaftState, resp.Msg.LeaderId)}
+}
+
+// clockCheck asks the kernel whether the clock is NTP-synchronised:
+// certificates and pairing codes expire by the clock.
+func clockCheck() check {
+	var tx syscall.Timex
+	state, err := syscall.Adjtimex(&tx)
+	if err != nil {
+		return check{Name: "clock", Status: "warn", Detail: "cannot read clock sync state: " + err.Error()}
+	}
+	const timeError = 5                            // TIME_ERROR: clock not synchronised
+	if state == timeError || tx.Status&0x40 != 0 { // STA_UNSYNC
+		return check{Name: "clock", Status: "warn", Detail: "the system clock is not synchronised (NTP)",
+			Fix: "enable time sync (e.g. systemd-timesyncd or chrony); certificates and codes expire by the clock"}
+	}
+	return check{Name: "clock", Status: "ok", Detail: fmt.Sprintf("synchronised, estimated error %dµs", tx.Esterror)}
+}
+
+// udpBufferCheck: quic-go wants ~7 MiB socket buffers for full throughput.
+func udpBufferCheck() check {
+	const want = 7 << 20
+	var low []string
+	for _, f := range []string{"rmem_max", "wmem_max"} {
+		b, err := os.ReadFile("/proc/sys/net/core/" + f)
+		if err != nil {
+			continue
+		}
+		v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if v < want {
+			low = append(low, fmt.Sprintf("%s=%d", f, v))
+		}
+	}
+	if len(low) > 0 {
+		return check{Name: "UDP buffers", Status: "warn", Detail: "below the 7 MiB QUIC wants: " + strings.Join(low, ", "),
+			Fix: "sysctl -w net.core.rmem_max=7500000 net.core.wmem_max=7500000 (persist in /etc/sysctl.d/)"}
+	}
+	return check{Name: "UDP buffers", Status: "ok", Detail: "rmem_max and wmem_max are at least 7 MiB"}
+}

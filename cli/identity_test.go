@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/palyra-mesh/palyra/internal/testwasm"
+)
+
+// pairCode creates a pairing code through the CLI.
+func (c *cluster) pairCode(kind string, extra ...string) string {
+	c.t.Helper()
+	r := c.cli(append([]string{"pair", "create", "--kind", kind, "--json"}, extra...)...)
+	var out struct{ Code string }
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != 0 || out.Code == "" {
+		c.t.Fatalf("pair create: %v %+v", err, r)
+	}
+	return out.Code
+}
+
+// device runs the CLI as a paired device: its own config dir, no data dir.
+func device(t *testing.T, cfgDir string, args ...string) result {
+	t.Helper()
+	t.Setenv("PALYRA_DATA_DIR", "")
+	wd, _ := os.Getwd()
+	os.Chdir(t.TempDir()) // no ./palyra-data here
+	defer os.Chdir(wd)
+	return runCLI(t, append([]string{"--config-dir", cfgDir}, args...)...)
+}
+
+func TestDevicePairingUseAndRevoke(t *testing.T) {
+	c := startNode(t)
+	code := c.pairCode("device")
+	cfg := filepath.Join(t.TempDir(), "laptop")
+
+	r := device(t, cfg, "device", "pair", "--code", code, "--peer", c.node.Addr(), "--name", "laptop")
+	if r.code != 0 || !strings.Contains(r.stdout, "paired as device:") {
+		t.Fatalf("device pair: %+v", r)
+	}
+	key, err := os.Stat(filepath.Join(cfg, "credential", "key.pem"))
+	if err != nil || key.Mode().Perm() != 0o600 {
+		t.Fatalf("device key: %v %v", key, err)
+	}
+	// The device works with no data dir: submits and reads its job.
+	r = device(t, cfg, "job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "dev", "--wait")
+	if r.code != 0 || r.stdout != "ved" {
+		t.Fatalf("device submit: %+v", r)
+	}
+	// A plain (non-operator) device may not administer.
+	if r := device(t, cfg, "pair", "create"); r.code != 1 || !strings.Contains(r.stderr, "forbidden") && !strings.Contains(r.stderr, "no policy permits") {
+		t.Fatalf("plain device created a pairing code: %+v", r)
+	}
+	// The code was consumed: a second use fails and changes nothing.
+	before := c.cli("device", "list", "--json").stdout
+	r = device(t, filepath.Join(t.TempDir(), "other"), "device", "pair", "--code", code, "--peer", c.node.Addr())
+	if r.code != 1 || !strings.Contains(r.stderr, "already used") {
+		t.Fatalf("reused code: %+v", r)
+	}
+	if after := c.cli("device", "list", "--json").stdout; after != before {
+		t.Fatalf("reused code changed the device list:\n%s\n%s", before, after)
+	}
+	// Garbled code: a clear local error.
+	garbled := []byte(c.pairCode("device"))
+	garbled[len(garbled)-2] ^= 1
+	if r := device(t, filepath.Join(t.TempDir(), "g"), "device", "pair", "--code", string(garbled), "--peer", c.node.Addr()); r.code != 1 || !strings.Contains(strings.ToLower(r.stderr), "code") {
+		t.Fatalf("garbled code: %+v", r)
+	}
+	// A code from another cluster: the joiner refuses this node before sending the secret.
+	other := startNode(t)
+	foreign := other.pairCode("device")
+	if r := device(t, filepath.Join(t.TempDir(), "f"), "device", "pair", "--code", foreign, "--peer", c.node.Addr()); r.code != 1 || !strings.Contains(r.stderr, "not part of the cluster that made this code") {
+		t.Fatalf("foreign code: %+v", r)
+	}
+	// A node code cannot pair a device.
+	if r := device(t, filepath.Join(t.TempDir(), "n"), "device", "pair", "--code", c.pairCode("node"), "--peer", c.node.Addr()); r.code != 1 || !strings.Contains(r.stderr, "node code") {
+		t.Fatalf("node code for a device: %+v", r)
+	}
+
+	// Revoke: the same device is refused from then on.
+	var devs struct{ Devices []struct{ ID, Name string } }
+	json.Unmarshal([]byte(c.cli("device", "list", "--json").stdout), &devs)
+	var id string
+	for _, d := range devs.Devices {
+		if d.Name == "laptop" {
+			id = d.ID
+		}
+	}
+	if r := c.cli("device", "revoke", id); r.code != 0 {
+		t.Fatalf("revoke: %+v", r)
+	}
+	r = device(t, cfg, "job", "list")
+	if r.code != 1 || !strings.Contains(r.stderr, "refused this credential: it was revoked") {
+		t.Fatalf("revoked device still served: %+v", r)
+	}
+	if r := c.cli("pair", "list", "--json"); !strings.Contains(r.stdout, `"state": "used"`) {
+		t.Fatalf("pair list: %s", r.stdout)
+	}
+}
+
+func TestPolicySetCheckAndReject(t *testing.T) {
+	c := startNode(t)
+	cfg := filepath.Join(t.TempDir(), "dev")
+	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr(), "--name", "ci"); r.code != 0 {
+		t.Fatalf("pair: %+v", r)
+	}
+	var devs struct{ Devices []struct{ ID, Name string } }
+	json.Unmarshal([]byte(c.cli("device", "list", "--json").stdout), &devs)
+	var id string
+	for _, d := range devs.Devices {
+		if d.Name == "ci" {
+			id = d.ID
+		}
+	}
+	cur := c.cli("policy", "get").stdout
+	forbid := cur + "\n@id(\"no-submit-ci\")\nforbid (principal == Palyra::Device::\"" + id + "\", action == Palyra::Action::\"job.submit\", resource);\n"
+	file := filepath.Join(t.TempDir(), "p.cedar")
+	os.WriteFile(file, []byte(forbid), 0o600)
+	if r := c.cli("policy", "set", file); r.code != 0 || !strings.Contains(r.stdout, "version 1") {
+		t.Fatalf("policy set: %+v", r)
+	}
+	r := device(t, cfg, "job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "x")
+	if r.code != 1 || !strings.Contains(r.stderr, "no-submit-ci") {
+		t.Fatalf("forbidden submit: %+v", r)
+	}
+	r = c.cli("policy", "check", "--principal", "device:"+id, "--action", "job.submit")
+	if r.code != 1 || !strings.Contains(r.stdout, "deny by policy no-submit-ci") {
+		t.Fatalf("policy check: %+v", r)
+	}
+	// A malformed policy is rejected and the old one stays.
+	os.WriteFile(file, []byte("permit (principal, action, resource"), 0o600)
+	if r := c.cli("policy", "set", file); r.code != 1 || !strings.Contains(r.stderr, "policy rejected") {
+		t.Fatalf("malformed policy: %+v", r)
+	}
+	if r := c.cli("policy", "get", "--json"); !strings.Contains(r.stdout, "no-submit-ci") || !strings.Contains(r.stdout, `"version": 1`) {
+		t.Fatalf("old policy not kept: %s", r.stdout)
+	}
+	// A policy that would lock the operator out is refused.
+	os.WriteFile(file, []byte("@id(\"only-jobs\")\npermit (principal, action == Palyra::Action::\"job.submit\", resource);\n"), 0o600)
+	if r := c.cli("policy", "set", file); r.code != 1 || !strings.Contains(r.stderr, "forbid you") {
+		t.Fatalf("lock-out policy: %+v", r)
+	}
+}
