@@ -1,0 +1,92 @@
+package node_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/node"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+func start(t *testing.T, cfg node.Config) *node.Node {
+	t.Helper()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Fast = true
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	n, err := node.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// A certificate near expiry is renewed by the running node: new serial on
+// disk and in the handshake, no restart, and a connection opened before
+// the renewal keeps working after it.
+func TestCertificateRenewsWithoutRestart(t *testing.T) {
+	n := start(t, node.Config{CertTTL: 6 * time.Second})
+	first, err := identity.LoadCredential(n.Layout().NodeCredDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := identity.LoadCredential(n.Layout().OperatorDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(n.Addr(), op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	if _, err := cl.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{})); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var renewed *identity.Credential
+	for time.Now().Before(deadline) {
+		c, err := identity.LoadCredential(n.Layout().NodeCredDir())
+		if err == nil && c.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) != 0 {
+			renewed = c
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if renewed == nil {
+		t.Fatal("node certificate was not renewed")
+	}
+	if !renewed.Leaf.NotAfter.After(first.Leaf.NotAfter) || renewed.Principal != first.Principal {
+		t.Fatalf("renewed cert: %v → %v", first.Leaf.NotAfter, renewed.Leaf.NotAfter)
+	}
+	// The old connection still works, and keeps working past the first
+	// certificate's expiry.
+	time.Sleep(time.Until(first.Leaf.NotAfter) + time.Second)
+	if _, err := cl.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{})); err != nil {
+		t.Fatalf("existing connection after renewal: %v", err)
+	}
+	// A new connection sees the renewed certificate, with a renewed
+	// operator credential as well (the CA node renews it).
+	op2, err := identity.LoadCredential(n.Layout().OperatorDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl2, err := client.New(n.Addr(), op2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl2.Close()
+	if _, err := cl2.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{})); err != nil {
+		t.Fatalf("new connection after the first certificate expired: %v", err)
+	}
+}
