@@ -89,6 +89,9 @@ func (c *Cluster) waitApplied(ctx context.Context, index uint64) error {
 // retried only if idempotent.
 func (c *Cluster) onLeader(ctx context.Context, idempotent bool, local func(context.Context) error,
 	req *peerpb.Request, remote func(*peerpb.Response) error) error {
+	if c.ctx.Err() != nil {
+		return ErrClosed
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, defaultApplyTimeout)

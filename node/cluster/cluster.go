@@ -210,15 +210,23 @@ func (c *Cluster) WaitLeader(ctx context.Context) (string, error) {
 	}
 }
 
-// Leader returns the current leader's id and address as this node knows
-// them, empty when there is none.
-func (c *Cluster) Leader() (id, addr string) {
+// Leader returns the current leader's address and id as this node knows
+// them (the order of consensus.Store.Leader), empty when there is none.
+func (c *Cluster) Leader() (addr, id string) {
 	addr, id = c.store.Leader()
 	if id != "" {
 		c.sawLeader(id, addr)
 	}
-	return id, addr
+	return addr, id
 }
+
+// State is the local replica's state; call VerifyRead first for a
+// linearizable read. With Apply it makes a Cluster a drop-in for the
+// worker's and API's view of the store.
+func (c *Cluster) State() *consensus.State { return c.store.State() }
+
+// Stats returns the local raft figures.
+func (c *Cluster) Stats() consensus.Stats { return c.store.Stats() }
 
 // sawLeader records the last leader this node knew of, for error messages.
 func (c *Cluster) sawLeader(id, addr string) {

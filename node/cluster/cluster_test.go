@@ -1,11 +1,14 @@
 package cluster
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
 // (a) three nodes form one cluster: all alive, three voters, one leader
@@ -33,6 +36,16 @@ func TestThreeNodesFormAndForward(t *testing.T) {
 	if m := viewOf(n1).byID[n2.id]; m.Labels["zone"] != "b" || m.Capacity["wasm"] != 4 || m.Version != "1.2.3" {
 		t.Fatalf("n1 sees n2's meta as %+v, want zone=b wasm=4 version 1.2.3", m)
 	}
+
+	if err := n2.cl.SetMeta(ctxFor(t, 5*time.Second), Meta{Capacity: map[string]int{"wasm": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "n1 sees n2's new capacity", func() error {
+		if m := viewOf(n1).byID[n2.id]; m.Capacity["wasm"] != 1 {
+			return fmt.Errorf("n2 is %+v", m)
+		}
+		return nil
+	})
 
 	leader := leaderOf(t, nodes)
 	follower := others(nodes, leader)[0]
@@ -65,3 +78,10 @@ func TestThreeNodesFormAndForward(t *testing.T) {
 		t.Fatalf("VerifyRead on leader: %v", err)
 	}
 }
+
+// The worker's control interface (node/worker.Control) is satisfied by a
+// Cluster, so node can hand it over in place of the Store.
+var _ interface {
+	State() *consensus.State
+	Apply(context.Context, *raftpb.Command) (consensus.Job, error)
+} = (*Cluster)(nil)

@@ -125,7 +125,7 @@ func (c *Cluster) gossipGone(n *memberlist.Node) {
 	_, asked := c.departing[n.Name]
 	_, inRaft := c.confIDs[n.Name]
 	state := StateDead
-	if m.leaving || asked || (c.confIDs != nil && !inRaft) {
+	if m.leaving || asked || (len(c.confIDs) > 0 && !inRaft) {
 		state = StateLeft
 	}
 	m.state, m.since = state, time.Now()

@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 
 // issue makes a credential the way a joiner does: key and CSR here,
 // signature by ca.
-func issue(t *testing.T, ca *identity.CA, kind identity.Kind) *identity.Credential {
+func issue(t testing.TB, ca *identity.CA, kind identity.Kind) *identity.Credential {
 	t.Helper()
 	p := identity.Principal{Kind: kind, ID: identity.NewID(kind)}
 	key, csr, err := identity.NewKeyAndCSR(p)
@@ -83,13 +83,15 @@ func fastRaft(c *raft.Config) {
 // tnode is one in-process node: transport, raft store and cluster. It can
 // be stopped and started again on the same raft dir and address.
 type tnode struct {
-	t      *testing.T
+	t      testing.TB
 	cred   *identity.Credential
 	id     string
 	dir    string
 	addr   string // fixed after the first start
 	target int
 	meta   Meta
+	tuning *Tuning            // nil: FastTuning
+	raft   func(*raft.Config) // nil: fastRaft
 
 	mu    sync.Mutex
 	tr    *mesh.Transport
@@ -97,7 +99,7 @@ type tnode struct {
 	cl    *Cluster
 }
 
-func newNode(t *testing.T, target int) *tnode {
+func newNode(t testing.TB, target int) *tnode {
 	cred := issue(t, testCA, identity.KindNode)
 	n := &tnode{t: t, cred: cred, id: cred.Principal.ID, dir: t.TempDir(), target: target}
 	t.Cleanup(n.stop)
@@ -129,12 +131,16 @@ func (n *tnode) tryStart(bootstrap bool) error {
 	}
 	n.addr = tr.Addr().String()
 	st, err := consensus.Open(consensus.Config{Dir: n.dir, NodeID: n.id, Advertise: tr.AdvertiseAddr(),
-		Layer: NodeOnlyLayer(tr.RaftLayer(), log), Bootstrap: bootstrap, Logger: log, Tune: fastRaft})
+		Layer: NodeOnlyLayer(tr.RaftLayer(), log), Bootstrap: bootstrap, Logger: log, Tune: n.raftTune()})
 	if err != nil {
 		tr.Close()
 		return err
 	}
-	cl, err := New(Config{NodeID: n.id, Transport: tr, Store: st, Meta: n.meta, TargetVoters: n.target, Fast: true, Logger: log})
+	cfg := Config{NodeID: n.id, Transport: tr, Store: st, Meta: n.meta, TargetVoters: n.target, Fast: true, Logger: log}
+	if n.tuning != nil {
+		cfg.Tuning, cfg.Fast = *n.tuning, false
+	}
+	cl, err := New(cfg)
 	if err == nil {
 		err = cl.Start(context.Background())
 	}
@@ -152,15 +158,9 @@ func (n *tnode) stop() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cl != nil {
-		t0 := time.Now()
 		n.cl.Close()
-		t1 := time.Now()
 		n.store.Close()
-		t2 := time.Now()
 		n.tr.Close()
-		if os.Getenv("CLUSTER_TEST_STOPTIME") != "" {
-			fmt.Fprintf(os.Stderr, "stop %s: cluster %v store %v transport %v\n", n.id, t1.Sub(t0), t2.Sub(t1), time.Since(t2))
-		}
 		n.cl, n.store, n.tr = nil, nil, nil
 	}
 }
@@ -175,11 +175,14 @@ func (n *tnode) join(seed *tnode) {
 }
 
 // formCluster starts n nodes: the first bootstraps, the others join it.
-func formCluster(t *testing.T, count, target int) []*tnode {
+func formCluster(t testing.TB, count, target int, tuning ...Tuning) []*tnode {
 	t.Helper()
 	nodes := make([]*tnode, count)
 	for i := range nodes {
 		nodes[i] = newNode(t, target)
+		if len(tuning) > 0 {
+			nodes[i].tuning = &tuning[0]
+		}
 		nodes[i].start(i == 0)
 		if i > 0 {
 			nodes[i].join(nodes[0])
@@ -189,7 +192,7 @@ func formCluster(t *testing.T, count, target int) []*tnode {
 }
 
 // eventually polls cond until it returns nil or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() error) time.Duration {
+func eventually(t testing.TB, within time.Duration, what string, cond func() error) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {
@@ -258,7 +261,7 @@ func converged(nodes []*tnode, voters, nonVoters int) error {
 	return fmt.Errorf("leader %s is not among the nodes", leader)
 }
 
-func leaderOf(t *testing.T, nodes []*tnode) *tnode {
+func leaderOf(t testing.TB, nodes []*tnode) *tnode {
 	t.Helper()
 	for _, n := range nodes {
 		if n.store.IsLeader() {
@@ -288,8 +291,15 @@ func submit(id string) *raftpb.Command {
 		Job: &raftpb.JobRecord{Id: id, Kind: "wasm", ModuleSha256: "ab", Input: []byte("in")}}}}
 }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
+func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+func (n *tnode) raftTune() func(*raft.Config) {
+	if n.raft != nil {
+		return n.raft
+	}
+	return fastRaft
 }

@@ -70,7 +70,7 @@ func TestLeaderLeaveHandsOverAndKeepsVoters(t *testing.T) {
 	if leader.store.IsLeader() {
 		t.Fatal("the leaving node is still the leader after Leave")
 	}
-	if id, _ := rest[0].cl.Leader(); id == leader.id {
+	if _, id := rest[0].cl.Leader(); id == leader.id {
 		t.Fatalf("%s still follows the node that left", rest[0].id)
 	}
 	eventually(t, 30*time.Second, "3 voters among the remaining nodes, the leaver gone", func() error {
