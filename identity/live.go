@@ -44,9 +44,14 @@ func (l *Live) Swap(c *Credential) error {
 
 // RenewAt is when a certificate should be renewed: two thirds into its
 // lifetime, so a renewal that fails has a third of the lifetime to retry.
+// Lifetimes are counted from the issue time: NotBefore is backdated by
+// certBackdate for clock skew, which must not pull renewal earlier.
 func RenewAt(leaf *x509.Certificate) time.Time {
-	life := leaf.NotAfter.Sub(leaf.NotBefore)
-	return leaf.NotBefore.Add(life * 2 / 3)
+	issued := leaf.NotBefore
+	if issued.Add(certBackdate).Before(leaf.NotAfter) {
+		issued = issued.Add(certBackdate)
+	}
+	return issued.Add(leaf.NotAfter.Sub(issued) * 2 / 3)
 }
 
 // presented is the certificate chain a Live credential presents: leaf,

@@ -11,11 +11,17 @@ const DefaultListen = "127.0.0.1:7444"
 // Config configures a node. The zero value of every field but DataDir has a
 // sane default.
 type Config struct {
-	DataDir     string // default "palyra-data"
-	Listen      string // UDP HOST:PORT, default DefaultListen
-	ClusterName string // name of a new cluster (first start only)
-	Logger      *slog.Logger
-	Version     string
+	DataDir string // default "palyra-data"
+	Listen  string // UDP HOST:PORT, default DefaultListen
+	// Advertise is the address peers dial (default: Listen, which must then
+	// not be a wildcard).
+	Advertise string
+	// TargetVoters is how many raft voters the cluster keeps (1, 3 or 5;
+	// default 3).
+	TargetVoters int
+	ClusterName  string // name of a new cluster (first start only)
+	Logger       *slog.Logger
+	Version      string
 
 	// WasmSlots is how many wasm jobs run at once on this node
 	// (default: 2 × CPUs).

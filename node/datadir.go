@@ -45,6 +45,9 @@ type State struct {
 	OperatorID string `json:"operator_id,omitempty"`
 	// Seeds are node addresses to contact at start (set by node join).
 	Seeds []string `json:"seeds,omitempty"`
+	// Joined marks a node that joined an existing cluster (it must not
+	// bootstrap one of its own).
+	Joined bool `json:"joined,omitempty"`
 }
 
 // ErrNoState means the data dir holds no initialised node.

@@ -1,10 +1,12 @@
 package node
 
 import (
+	"connectrpc.com/connect"
 	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"os"
 	"time"
 
@@ -128,11 +130,14 @@ func (n *Node) renewLoop(ctx context.Context) {
 }
 
 func (n *Node) renew(ctx context.Context) error {
-	if n.ca == nil {
-		return errors.New("this node does not hold the CA; renewal through the CA node is not wired yet")
-	}
 	cur := n.cred.Current()
-	fresh, err := n.issueFor(ctx, cur.Principal, cur.RootCerts)
+	var fresh *identity.Credential
+	var err error
+	if n.ca != nil {
+		fresh, err = n.issueFor(ctx, cur.Principal, cur.RootCerts)
+	} else {
+		fresh, err = n.renewRemote(ctx, cur)
+	}
 	if err != nil {
 		return err
 	}
@@ -162,4 +167,32 @@ func (n *Node) issueFor(ctx context.Context, p identity.Principal, roots []*x509
 		return nil, err
 	}
 	return &identity.Credential{Principal: p, Leaf: chain[0], Chain: chain[1:], Key: key, RootCerts: roots}, nil
+}
+
+// renewRemote has the CA node sign a fresh key's CSR for this node.
+func (n *Node) renewRemote(ctx context.Context, cur *identity.Credential) (*identity.Credential, error) {
+	ic, err := n.forwardAPI(ctx)
+	if err != nil {
+		return nil, err
+	}
+	key, csr, err := identity.NewKeyAndCSR(cur.Principal)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := ic.Renew(ctx, connect.NewRequest(&palyrav1.RenewRequest{CsrDer: csr}))
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Msg.ChainDer) == 0 {
+		return nil, errors.New("CA node returned no certificate")
+	}
+	var chain []*x509.Certificate
+	for _, der := range resp.Msg.ChainDer {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, fmt.Errorf("renewed certificate: %w", err)
+		}
+		chain = append(chain, c)
+	}
+	return &identity.Credential{Principal: cur.Principal, Leaf: chain[0], Chain: chain[1:], Key: key, RootCerts: cur.RootCerts}, nil
 }

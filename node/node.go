@@ -21,12 +21,16 @@ import (
 	"github.com/palyra-mesh/palyra/mesh"
 	"github.com/palyra-mesh/palyra/node/api"
 	"github.com/palyra-mesh/palyra/node/blob"
-	"github.com/palyra-mesh/palyra/node/scheduler"
+	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/node/worker"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 	pruntime "github.com/palyra-mesh/palyra/runtime"
 	"github.com/palyra-mesh/palyra/runtime/wasm"
 )
+
+// caLabel marks, in gossip meta, the node that holds the cluster CA: the
+// one that signs certificates for pairing and renewal.
+const caLabel = "palyra.ca"
 
 // Node is a running node. Start returns once it serves; Close stops it.
 type Node struct {
@@ -39,38 +43,49 @@ type Node struct {
 	transport *mesh.Transport
 	storeMu   sync.RWMutex
 	store     *consensus.Store
+	cluster   *cluster.Cluster
 	authz     *api.Authorizer
 	wasm      *wasm.Executor
 	blobs     *blob.Store
+	blobNet   *blobNet
 	worker    *worker.Worker
 	http      *http3.Server
 	unlock    func()
+	slots     int
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	closed sync.Once
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	closed   sync.Once
+	leaveReq chan struct{}
+	caCl     caClient
 }
 
-// Run starts a node and blocks until ctx ends, then stops it cleanly.
+// Run starts a node and blocks until ctx ends (or the node is asked to
+// leave the cluster), then stops it cleanly.
 func Run(ctx context.Context, cfg Config) error {
 	n, err := Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
-	n.log.Info("shutting down")
+	select {
+	case <-ctx.Done():
+		n.log.Info("shutting down")
+	case <-n.leaveReq:
+		n.log.Info("left the cluster; shutting down")
+	}
 	return n.Close()
 }
 
 // Start opens the data dir (initialising a new cluster on first start),
-// starts every component and returns once the API is being served.
+// starts every component and returns once the API is being served and the
+// node is part of the cluster.
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.defaults()
 	l := Layout{Dir: cfg.DataDir}
 	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	n := &Node{cfg: cfg, layout: l}
+	n := &Node{cfg: cfg, layout: l, leaveReq: make(chan struct{})}
 	if n.unlock, err = l.lock(); err != nil {
 		return nil, err
 	}
@@ -97,93 +112,49 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.ca, err = n.loadCA(); err != nil {
 		return nil, err
 	}
-
-	if n.transport, err = mesh.Listen(mesh.Config{
-		ListenAddr: cfg.Listen,
-		// Callers without a certificate may connect to reach the pairing
-		// call only (the API refuses everything else; mesh refuses them on
-		// the peer protocol).
-		ServerTLS: identity.LiveServerTLSConfig(n.cred, nil, n.peerCheck, true),
-		ClientTLS: identity.LiveClientTLSConfig(n.cred, nil, n.peerCheck),
-		Logger:    n.log,
-	}); err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	if err := n.listen(); err != nil {
+		return nil, err
 	}
-	addr := n.transport.AdvertiseAddr()
-	if st.Address != addr {
-		n.state.Address = addr
-		if err := l.WriteState(n.state); err != nil {
-			return nil, fmt.Errorf("record address: %w", err)
-		}
-	}
+	addr := n.state.Address
 
 	if n.blobs, err = blob.Open(l.BlobDir()); err != nil {
 		return nil, err
 	}
-	slots := cfg.WasmSlots
-	if slots <= 0 {
-		slots = 2 * runtime.NumCPU()
+	n.slots = cfg.WasmSlots
+	if n.slots <= 0 {
+		n.slots = 2 * runtime.NumCPU()
 	}
-	if n.wasm, err = wasm.New(ctx, wasm.Config{CacheDir: l.WasmCacheDir(), MaxConcurrent: slots, Logger: n.log}); err != nil {
+	if n.wasm, err = wasm.New(ctx, wasm.Config{CacheDir: l.WasmCacheDir(), MaxConcurrent: n.slots, Logger: n.log}); err != nil {
 		return nil, fmt.Errorf("start wasm runtime: %w", err)
 	}
-
-	sc := consensus.Config{
-		Dir: l.RaftDir(), NodeID: st.NodeID, Advertise: addr, Layer: n.transport.RaftLayer(),
-		Bootstrap: true, Logger: n.log,
-	}
-	if cfg.Fast {
-		sc.Tune = func(c *raft.Config) {
-			c.HeartbeatTimeout, c.ElectionTimeout = 150*time.Millisecond, 150*time.Millisecond
-			c.LeaderLeaseTimeout = 100 * time.Millisecond
-		}
-	}
-	store, err := consensus.Open(sc)
-	if err != nil {
+	if err := n.openStore(); err != nil {
 		return nil, err
 	}
-	n.storeMu.Lock()
-	n.store = store
-	n.storeMu.Unlock()
-	if n.authz, err = api.NewAuthorizer(store.State(), n.log); err != nil {
+	if err := n.startCluster(ctx); err != nil {
+		return nil, err
+	}
+	n.blobNet = &blobNet{local: n.blobs, transport: n.transport, self: st.NodeID, members: n.cluster.Members, log: n.log}
+	if err := n.transport.Handle(mesh.TagBlob, n.blobNet.serve); err != nil {
+		return nil, err
+	}
+	if n.authz, err = api.NewAuthorizer(n.store.State(), n.log); err != nil {
 		return nil, err
 	}
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-
-	// API first, so the CLI gets answers (or clear errors) while raft settles.
-	info := api.Info{NodeID: st.NodeID, Address: addr, ClusterName: st.ClusterName,
-		CAFingerprint: fingerprint(cred), Version: cfg.Version, Started: time.Now()}
-	opts := api.Options{Control: n.store, Blobs: n.blobs, Validator: n.wasm, Authz: n.authz,
-		CertTTL: cfg.CertTTL, Info: info, Logger: n.log,
-		Peers: func() []string { return []string{addr} }}
-	if n.ca != nil {
-		opts.Issuer = n.ca
-	}
-	apiSrv := api.New(opts)
-	n.http = &http3.Server{Handler: apiSrv.Handler(), Logger: n.log}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		n.serveAPI(runCtx)
-	}()
+	n.serve(runCtx, addr, cred)
 
 	n.worker = worker.New(worker.Config{
-		NodeID: st.NodeID, Control: n.store, Blobs: n.blobs,
+		NodeID: st.NodeID, Control: n.cluster, Blobs: n.blobNet,
 		Executors: map[pruntime.Kind]pruntime.Executor{pruntime.KindWasm: n.wasm}, Logger: n.log,
 	})
-	// Wait for a leader and catch up, so Recover sees every placement made
-	// on this node before it crashed, before anything new is placed here.
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	// Catch up with the log before Recover, so it sees every placement made
+	// on this node before it stopped, before anything new is placed here.
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 	defer wcancel()
-	if err := n.store.WaitLeader(wctx); err != nil {
-		return nil, fmt.Errorf("waiting for raft: %w", err)
-	}
-	if n.store.IsLeader() {
-		if err := n.store.Barrier(wctx); err != nil {
-			return nil, fmt.Errorf("raft barrier: %w", err)
-		}
+	if err := n.cluster.VerifyRead(wctx); err != nil {
+		return nil, fmt.Errorf("catching up with the cluster: %w", err)
 	}
 	if err := n.worker.Recover(wctx); err != nil {
 		return nil, err
@@ -197,11 +168,124 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go func() { defer n.wg.Done(); n.authz.Watch(runCtx) }()
 	go func() { defer n.wg.Done(); n.renewLoop(runCtx) }()
 	go func() { defer n.wg.Done(); n.worker.Run(runCtx) }()
-	go func() { defer n.wg.Done(); n.runScheduler(runCtx, slots) }()
+	go func() { defer n.wg.Done(); n.runScheduler(runCtx) }()
 
 	n.log.Info("node ready", "address", addr, "data_dir", l.Dir, "cluster", st.ClusterName,
-		"wasm_slots", slots, "raft", n.store.Stats().State)
+		"wasm_slots", n.slots, "raft", n.store.Stats().State, "ca", n.ca != nil)
 	return n, nil
+}
+
+// listen opens the node's one UDP socket.
+func (n *Node) listen() error {
+	var err error
+	n.transport, err = mesh.Listen(mesh.Config{
+		ListenAddr:    n.cfg.Listen,
+		AdvertiseAddr: n.cfg.Advertise,
+		// Callers without a certificate may connect to reach the pairing
+		// call only (the API refuses everything else; mesh refuses them on
+		// the peer protocol).
+		ServerTLS: identity.LiveServerTLSConfig(n.cred, nil, n.peerCheck, true),
+		ClientTLS: identity.LiveClientTLSConfig(n.cred, nil, n.peerCheck),
+		Logger:    n.log,
+	})
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", n.cfg.Listen, err)
+	}
+	if addr := n.transport.AdvertiseAddr(); n.state.Address != addr {
+		n.state.Address = addr
+		if err := n.layout.WriteState(n.state); err != nil {
+			return fmt.Errorf("record address: %w", err)
+		}
+	}
+	return nil
+}
+
+// openStore opens raft. Only the node that created the cluster bootstraps;
+// a joined node starts empty and is added by the leader.
+func (n *Node) openStore() error {
+	sc := consensus.Config{
+		Dir: n.layout.RaftDir(), NodeID: n.state.NodeID, Advertise: n.state.Address,
+		Layer:     cluster.NodeOnlyLayer(n.transport.RaftLayer(), n.log),
+		Bootstrap: !n.state.Joined, Logger: n.log,
+	}
+	if n.cfg.Fast {
+		sc.Tune = func(c *raft.Config) {
+			c.HeartbeatTimeout, c.ElectionTimeout = 200*time.Millisecond, 200*time.Millisecond
+			c.LeaderLeaseTimeout = 100 * time.Millisecond
+		}
+	}
+	store, err := consensus.Open(sc)
+	if err != nil {
+		return err
+	}
+	n.storeMu.Lock()
+	n.store = store
+	n.storeMu.Unlock()
+	return nil
+}
+
+// startCluster starts gossip and, on a joined node's first start, joins.
+func (n *Node) startCluster(ctx context.Context) error {
+	labels := map[string]string{}
+	for k, v := range n.cfg.Labels {
+		labels[k] = v
+	}
+	if n.ca != nil {
+		labels[caLabel] = "true"
+	}
+	c, err := cluster.New(cluster.Config{
+		NodeID: n.state.NodeID, Advertise: n.state.Address, Transport: n.transport, Store: n.store,
+		Meta:         cluster.Meta{Labels: labels, Capacity: map[string]int{string(pruntime.KindWasm): n.slots}, Version: n.cfg.Version},
+		TargetVoters: n.cfg.TargetVoters, Fast: n.cfg.Fast, Logger: n.log,
+	})
+	if err != nil {
+		return err
+	}
+	n.cluster = c
+	if err := c.Start(ctx); err != nil {
+		return fmt.Errorf("start gossip: %w", err)
+	}
+	if n.state.Joined && len(n.state.Seeds) > 0 {
+		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := c.Join(jctx, n.state.Seeds); err != nil {
+			return fmt.Errorf("join the cluster via %v: %w", n.state.Seeds, err)
+		}
+	}
+	return nil
+}
+
+// serve starts the HTTP/3 API on the transport's API connections.
+func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential) {
+	info := api.Info{NodeID: n.state.NodeID, Address: addr, ClusterName: n.state.ClusterName,
+		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now()}
+	opts := api.Options{Control: n.cluster, Blobs: n.blobNet, Validator: n.wasm, Authz: n.authz,
+		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Leave: n.leave,
+		Peers: n.peerAddrs, Forward: n.forwardAPI}
+	if n.ca != nil {
+		opts.Issuer = n.ca
+	}
+	n.http = &http3.Server{Handler: api.New(opts).Handler(), Logger: n.log}
+	conns := n.transport.APIConns()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case c, ok := <-conns:
+				if !ok {
+					return
+				}
+				go func(c *quic.Conn) {
+					if err := n.http.ServeQUICConn(c); err != nil && ctx.Err() == nil {
+						n.log.Debug("api connection ended", "remote", c.RemoteAddr(), "err", err)
+					}
+				}(c)
+			}
+		}
+	}()
 }
 
 func fingerprint(c *identity.Credential) string {
@@ -212,76 +296,36 @@ func fingerprint(c *identity.Credential) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// serveAPI serves every API connection the transport accepts over HTTP/3.
-func (n *Node) serveAPI(ctx context.Context) {
-	conns := n.transport.APIConns()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case c, ok := <-conns:
-			if !ok {
-				return
-			}
-			go func(c *quic.Conn) {
-				if err := n.http.ServeQUICConn(c); err != nil && ctx.Err() == nil {
-					n.log.Debug("api connection ended", "remote", c.RemoteAddr(), "err", err)
-				}
-			}(c)
-		}
-	}
-}
-
-// runScheduler places queued jobs while this node is the leader.
-func (n *Node) runScheduler(ctx context.Context, slots int) {
-	leader := n.store.LeadershipChanges()
-	isLeader := false
-	for {
-		if isLeader {
-			n.schedule(ctx, slots)
-		}
-		var changed <-chan struct{}
-		if isLeader {
-			changed = n.store.State().Changed()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case isLeader = <-leader:
-		case <-changed:
-		}
-	}
-}
-
-// schedule commits one round of placements. Single-node for now: the only
-// worker is this node.
-func (n *Node) schedule(ctx context.Context, slots int) {
-	st := n.store.State()
-	queued := st.Jobs(consensus.JobFilter{Phase: consensus.PhaseQueued})
-	if len(queued) == 0 {
-		return
-	}
-	running := len(st.Jobs(consensus.JobFilter{Phase: consensus.PhaseRunning, NodeID: n.state.NodeID}))
-	nodes := []scheduler.Node{{ID: n.state.NodeID, Eligible: true,
-		Slots: map[string]int{"wasm": slots}, Running: map[string]int{"wasm": running}}}
-	jobs := make([]scheduler.Job, len(queued))
-	for i, j := range queued {
-		jobs[i] = scheduler.Job{ID: j.ID, Kind: j.Kind, Attempt: j.Attempt, Order: j.CommitIndex}
-	}
-	plan, _ := scheduler.Plan(nodes, jobs)
-	now := time.Now().UnixMilli()
-	for _, p := range plan {
-		_, err := n.store.Apply(ctx, assignCmd(p, now))
-		if err != nil && !errors.Is(err, consensus.ErrConflict) && !errors.Is(err, consensus.ErrStaleAttempt) {
-			n.log.Warn("placement not committed", "job", p.JobID, "err", err)
-			return
-		}
-	}
-}
-
-// apply commits a command (through the leader).
+// apply commits a command through the leader.
 func (n *Node) apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error) {
-	return n.store.Apply(ctx, cmd)
+	return n.cluster.Apply(ctx, cmd)
+}
+
+// members lists the cluster's nodes for the API.
+func (n *Node) members() []cluster.Member { return n.cluster.Members() }
+
+// peerAddrs are the live node addresses a joiner should contact.
+func (n *Node) peerAddrs() []string {
+	var out []string
+	for _, m := range n.cluster.Members() {
+		if m.State == cluster.StateAlive {
+			out = append(out, m.Address)
+		}
+	}
+	return out
+}
+
+// leave leaves the cluster gracefully, then stops the node's Run.
+func (n *Node) leave(ctx context.Context) error {
+	if err := n.cluster.Leave(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-n.leaveReq:
+	default:
+		close(n.leaveReq)
+	}
+	return nil
 }
 
 // Addr is the node's QUIC address.
@@ -293,7 +337,10 @@ func (n *Node) ID() string { return n.state.NodeID }
 // Layout is the node's data-dir layout.
 func (n *Node) Layout() Layout { return n.layout }
 
-// Close stops the node: API, worker and scheduler, raft, transport.
+// Cluster is the node's membership view (for tests and benchmarks).
+func (n *Node) Cluster() *cluster.Cluster { return n.cluster }
+
+// Close stops the node: API, worker and scheduler, gossip, raft, transport.
 func (n *Node) Close() error {
 	var err error
 	n.closed.Do(func() {
@@ -303,7 +350,13 @@ func (n *Node) Close() error {
 		if n.http != nil {
 			n.http.Close()
 		}
+		if n.caCl.tr != nil {
+			n.caCl.tr.Close()
+		}
 		n.wg.Wait()
+		if n.cluster != nil {
+			err = errors.Join(err, n.cluster.Close())
+		}
 		if n.store != nil {
 			err = errors.Join(err, n.store.Close())
 		}

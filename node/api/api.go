@@ -20,6 +20,7 @@ import (
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/identity/pairing"
 	"github.com/palyra-mesh/palyra/identity/policy"
+	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -43,7 +44,8 @@ const (
 type Control interface {
 	State() *consensus.State
 	Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error)
-	VerifyLeader(ctx context.Context) error
+	// VerifyRead makes the local replica linearizable for a read that follows.
+	VerifyRead(ctx context.Context) error
 	Leader() (addr, id string)
 	Stats() consensus.Stats
 }
@@ -85,9 +87,14 @@ type Options struct {
 	Issuer    Issuer // nil when this node does not hold the CA
 	Limiter   *pairing.Limiter
 	Peers     func() []string // node addresses a joiner should contact
-	CertTTL   time.Duration
-	Info      Info
-	Logger    *slog.Logger
+	Members   func() []cluster.Member
+	Leave     func(ctx context.Context) error
+	// Forward returns an identity client connected to the node holding the
+	// CA, for pairing through a node that does not hold it.
+	Forward func(ctx context.Context) (palyrav1connect.IdentityServiceClient, error)
+	CertTTL time.Duration
+	Info    Info
+	Logger  *slog.Logger
 }
 
 // Server implements the palyra.v1 services.
@@ -175,9 +182,12 @@ func newJobID() string {
 	return "j-" + hex.EncodeToString(b[:])
 }
 
-// readInfo performs a linearizable read barrier and describes it.
-func (s *Server) readInfo(ctx context.Context) (*palyrav1.ReadInfo, error) {
-	if err := s.control.VerifyLeader(ctx); err != nil {
+// readInfo makes a read linearizable (unless stale) and describes it.
+func (s *Server) readInfo(ctx context.Context, stale bool) (*palyrav1.ReadInfo, error) {
+	if stale {
+		return &palyrav1.ReadInfo{AppliedIndex: s.control.State().AppliedIndex(), ServedBy: s.info.NodeID}, nil
+	}
+	if err := s.control.VerifyRead(ctx); err != nil {
 		return nil, fromErr(err)
 	}
 	return &palyrav1.ReadInfo{Linearizable: true, AppliedIndex: s.control.State().AppliedIndex(), ServedBy: s.info.NodeID}, nil
@@ -204,6 +214,10 @@ func (n nodeService) Status(ctx context.Context, _ *connect.Request[palyrav1.Sta
 		counts[p.String()] = c
 	}
 	caller, _ := PrincipalFrom(ctx)
+	if s.Members != nil && !isLeaderKnown(lid) {
+		// No leader: say so plainly rather than print an empty field.
+		laddr, lid = "", "(none: no quorum)"
+	}
 	return connect.NewResponse(&palyrav1.StatusResponse{
 		NodeId: s.info.NodeID, Address: s.info.Address, LeaderId: lid, LeaderAddress: laddr,
 		Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, RaftState: st.State,
@@ -211,4 +225,40 @@ func (n nodeService) Status(ctx context.Context, _ *connect.Request[palyrav1.Sta
 		CaFingerprint: s.info.CAFingerprint, Caller: caller.String(),
 		UptimeMs: s.now().Sub(s.info.Started).Milliseconds(),
 	}), nil
+}
+
+func isLeaderKnown(id string) bool { return id != "" }
+
+func (n nodeService) ListNodes(ctx context.Context, _ *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error) {
+	s := n.s
+	if err := s.authz.Check(ctx, policy.ActionNodeList, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	resp := &palyrav1.ListNodesResponse{ServedBy: s.info.NodeID}
+	if s.Members == nil {
+		return connect.NewResponse(resp), nil
+	}
+	for _, m := range s.Members() {
+		ni := &palyrav1.NodeInfo{Id: m.ID, Address: m.Address, State: m.State, Voter: m.Voter, Leader: m.Leader,
+			Labels: m.Labels, Version: m.Version, InRaft: m.InRaft, Capacity: map[string]int64{}}
+		for k, v := range m.Capacity {
+			ni.Capacity[k] = int64(v)
+		}
+		resp.Nodes = append(resp.Nodes, ni)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (n nodeService) Leave(ctx context.Context, _ *connect.Request[palyrav1.LeaveRequest]) (*connect.Response[palyrav1.LeaveResponse], error) {
+	s := n.s
+	if err := s.authz.Check(ctx, policy.ActionNodeLeave, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	if s.Leave == nil {
+		return nil, apiError(connect.CodeUnimplemented, "unimplemented", "this node cannot leave", "")
+	}
+	if err := s.Leave(ctx); err != nil {
+		return nil, fromErr(err)
+	}
+	return connect.NewResponse(&palyrav1.LeaveResponse{}), nil
 }

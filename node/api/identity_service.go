@@ -123,8 +123,21 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 		}
 	}
 	if s.Issuer == nil {
-		return nil, apiError(connect.CodeFailedPrecondition, "no_ca", "this node does not hold the cluster CA",
-			"pair through the cluster's first node (the one that created the cluster)")
+		if s.Forward == nil {
+			return nil, apiError(connect.CodeFailedPrecondition, "no_ca", "this node does not hold the cluster CA",
+				"pair through the cluster's first node (the one that created the cluster)")
+		}
+		// Relay to the CA node; the code is still checked and consumed
+		// through Raft there, once, cluster-wide.
+		ic, err := s.Forward(ctx)
+		if err != nil {
+			return nil, fromErr(err)
+		}
+		resp, err := ic.Pair(ctx, connect.NewRequest(m))
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(resp.Msg), nil
 	}
 	kind := identity.Kind(m.Kind)
 	p := identity.Principal{Kind: kind, ID: m.MemberId}

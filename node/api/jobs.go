@@ -100,7 +100,7 @@ func (js jobService) lookup(id string) (consensus.Job, error) {
 }
 
 func (js jobService) GetJob(ctx context.Context, req *connect.Request[palyrav1.GetJobRequest]) (*connect.Response[palyrav1.GetJobResponse], error) {
-	ri, err := js.s.readInfo(ctx)
+	ri, err := js.s.readInfo(ctx, req.Msg.Stale)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +115,7 @@ func (js jobService) ListJobs(ctx context.Context, req *connect.Request[palyrav1
 	if err := js.s.authz.Check(ctx, policy.ActionJobList, policy.ClusterResource(), nil); err != nil {
 		return nil, err
 	}
-	ri, err := js.s.readInfo(ctx)
+	ri, err := js.s.readInfo(ctx, req.Msg.Stale)
 	if err != nil {
 		return nil, err
 	}

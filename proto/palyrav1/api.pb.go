@@ -536,6 +536,7 @@ func (x *SubmitJobResponse) GetJob() *Job {
 type GetJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Stale         bool                   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -575,6 +576,13 @@ func (x *GetJobRequest) GetId() string {
 		return x.Id
 	}
 	return ""
+}
+
+func (x *GetJobRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 type GetJobResponse struct {
@@ -634,6 +642,7 @@ type ListJobsRequest struct {
 	Phase         JobPhase               `protobuf:"varint,1,opt,name=phase,proto3,enum=palyra.v1.JobPhase" json:"phase,omitempty"` // UNSPECIFIED = all
 	Limit         uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`                         // 0 = default (100)
 	AfterId       string                 `protobuf:"bytes,3,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`       // pagination: jobs submitted after this one
+	Stale         bool                   `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`                         // read this node's replica without a quorum check
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -687,6 +696,13 @@ func (x *ListJobsRequest) GetAfterId() string {
 		return x.AfterId
 	}
 	return ""
+}
+
+func (x *ListJobsRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 type ListJobsResponse struct {
@@ -1172,6 +1188,274 @@ func (x *StatusResponse) GetUptimeMs() int64 {
 	return 0
 }
 
+type NodeInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // alive, suspect, dead, left
+	Voter         bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	Leader        bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	Labels        map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Capacity      map[string]int64       `protobuf:"bytes,7,rep,name=capacity,proto3" json:"capacity,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Version       string                 `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
+	InRaft        bool                   `protobuf:"varint,9,opt,name=in_raft,json=inRaft,proto3" json:"in_raft,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeInfo) Reset() {
+	*x = NodeInfo{}
+	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeInfo) ProtoMessage() {}
+
+func (x *NodeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
+func (*NodeInfo) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *NodeInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *NodeInfo) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+func (x *NodeInfo) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *NodeInfo) GetCapacity() map[string]int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *NodeInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetInRaft() bool {
+	if x != nil {
+		return x.InRaft
+	}
+	return false
+}
+
+type ListNodesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesRequest) Reset() {
+	*x = ListNodesRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesRequest) ProtoMessage() {}
+
+func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
+func (*ListNodesRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{17}
+}
+
+type ListNodesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*NodeInfo            `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	ServedBy      string                 `protobuf:"bytes,2,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesResponse) Reset() {
+	*x = ListNodesResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesResponse) ProtoMessage() {}
+
+func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
+func (*ListNodesResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListNodesResponse) GetNodes() []*NodeInfo {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *ListNodesResponse) GetServedBy() string {
+	if x != nil {
+		return x.ServedBy
+	}
+	return ""
+}
+
+type LeaveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveRequest) Reset() {
+	*x = LeaveRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveRequest) ProtoMessage() {}
+
+func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
+func (*LeaveRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
+}
+
+type LeaveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveResponse) Reset() {
+	*x = LeaveResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveResponse) ProtoMessage() {}
+
+func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
+func (*LeaveResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
+}
+
 var File_palyra_v1_api_proto protoreflect.FileDescriptor
 
 const file_palyra_v1_api_proto_rawDesc = "" +
@@ -1217,16 +1501,18 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x04fuel\x18\x05 \x01(\x04R\x04fuel\x12(\n" +
 	"\x10max_output_bytes\x18\x06 \x01(\x04R\x0emaxOutputBytes\"5\n" +
 	"\x11SubmitJobResponse\x12 \n" +
-	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\"\x1f\n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\"5\n" +
 	"\rGetJobRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"[\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"[\n" +
 	"\x0eGetJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\x12'\n" +
-	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\"m\n" +
+	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\"\x83\x01\n" +
 	"\x0fListJobsRequest\x12)\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x19\n" +
-	"\bafter_id\x18\x03 \x01(\tR\aafterId\"\x83\x01\n" +
+	"\bafter_id\x18\x03 \x01(\tR\aafterId\x12\x14\n" +
+	"\x05stale\x18\x04 \x01(\bR\x05stale\"\x83\x01\n" +
 	"\x10ListJobsResponse\x12\"\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x0e.palyra.v1.JobR\x04jobs\x12'\n" +
 	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\x12\"\n" +
@@ -1263,7 +1549,29 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\tuptime_ms\x18\x0e \x01(\x03R\buptimeMs\x1a>\n" +
 	"\x10JobsByPhaseEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01*\xe9\x01\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x9b\x03\n" +
+	"\bNodeInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x14\n" +
+	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\x127\n" +
+	"\x06labels\x18\x06 \x03(\v2\x1f.palyra.v1.NodeInfo.LabelsEntryR\x06labels\x12=\n" +
+	"\bcapacity\x18\a \x03(\v2!.palyra.v1.NodeInfo.CapacityEntryR\bcapacity\x12\x18\n" +
+	"\aversion\x18\b \x01(\tR\aversion\x12\x17\n" +
+	"\ain_raft\x18\t \x01(\bR\x06inRaft\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
+	"\rCapacityEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x12\n" +
+	"\x10ListNodesRequest\"[\n" +
+	"\x11ListNodesResponse\x12)\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x13.palyra.v1.NodeInfoR\x05nodes\x12\x1b\n" +
+	"\tserved_by\x18\x02 \x01(\tR\bservedBy\"\x0e\n" +
+	"\fLeaveRequest\"\x0f\n" +
+	"\rLeaveResponse*\xe9\x01\n" +
 	"\bJobPhase\x12\x19\n" +
 	"\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_PHASE_QUEUED\x10\x01\x12\x15\n" +
@@ -1280,9 +1588,11 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x06GetJob\x12\x18.palyra.v1.GetJobRequest\x1a\x19.palyra.v1.GetJobResponse\x12C\n" +
 	"\bListJobs\x12\x1a.palyra.v1.ListJobsRequest\x1a\x1b.palyra.v1.ListJobsResponse\x12F\n" +
 	"\tCancelJob\x12\x1b.palyra.v1.CancelJobRequest\x1a\x1c.palyra.v1.CancelJobResponse\x12E\n" +
-	"\bWatchJob\x12\x1a.palyra.v1.WatchJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x012L\n" +
+	"\bWatchJob\x12\x1a.palyra.v1.WatchJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x012\xd0\x01\n" +
 	"\vNodeService\x12=\n" +
-	"\x06Status\x12\x18.palyra.v1.StatusRequest\x1a\x19.palyra.v1.StatusResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
+	"\x06Status\x12\x18.palyra.v1.StatusRequest\x1a\x19.palyra.v1.StatusResponse\x12F\n" +
+	"\tListNodes\x12\x1b.palyra.v1.ListNodesRequest\x1a\x1c.palyra.v1.ListNodesResponse\x12:\n" +
+	"\x05Leave\x12\x17.palyra.v1.LeaveRequest\x1a\x18.palyra.v1.LeaveResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
 
 var (
 	file_palyra_v1_api_proto_rawDescOnce sync.Once
@@ -1297,7 +1607,7 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),             // 0: palyra.v1.JobPhase
 	(*Error)(nil),             // 1: palyra.v1.Error
@@ -1316,7 +1626,14 @@ var file_palyra_v1_api_proto_goTypes = []any{
 	(*ReadInfo)(nil),          // 14: palyra.v1.ReadInfo
 	(*StatusRequest)(nil),     // 15: palyra.v1.StatusRequest
 	(*StatusResponse)(nil),    // 16: palyra.v1.StatusResponse
-	nil,                       // 17: palyra.v1.StatusResponse.JobsByPhaseEntry
+	(*NodeInfo)(nil),          // 17: palyra.v1.NodeInfo
+	(*ListNodesRequest)(nil),  // 18: palyra.v1.ListNodesRequest
+	(*ListNodesResponse)(nil), // 19: palyra.v1.ListNodesResponse
+	(*LeaveRequest)(nil),      // 20: palyra.v1.LeaveRequest
+	(*LeaveResponse)(nil),     // 21: palyra.v1.LeaveResponse
+	nil,                       // 22: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                       // 23: palyra.v1.NodeInfo.LabelsEntry
+	nil,                       // 24: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
@@ -1330,24 +1647,31 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	14, // 8: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
 	3,  // 9: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
 	3,  // 10: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
-	17, // 11: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	4,  // 12: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	6,  // 13: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	8,  // 14: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	10, // 15: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	12, // 16: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	15, // 17: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	5,  // 18: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	7,  // 19: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	9,  // 20: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	11, // 21: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	13, // 22: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	16, // 23: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	22, // 11: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	23, // 12: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	24, // 13: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	17, // 14: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
+	4,  // 15: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	6,  // 16: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	8,  // 17: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	10, // 18: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	12, // 19: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	15, // 20: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	18, // 21: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	20, // 22: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	5,  // 23: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	7,  // 24: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	9,  // 25: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	11, // 26: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	13, // 27: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	16, // 28: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	19, // 29: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	21, // 30: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -1361,7 +1685,7 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

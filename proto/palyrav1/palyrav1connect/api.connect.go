@@ -50,6 +50,10 @@ const (
 	JobServiceWatchJobProcedure = "/palyra.v1.JobService/WatchJob"
 	// NodeServiceStatusProcedure is the fully-qualified name of the NodeService's Status RPC.
 	NodeServiceStatusProcedure = "/palyra.v1.NodeService/Status"
+	// NodeServiceListNodesProcedure is the fully-qualified name of the NodeService's ListNodes RPC.
+	NodeServiceListNodesProcedure = "/palyra.v1.NodeService/ListNodes"
+	// NodeServiceLeaveProcedure is the fully-qualified name of the NodeService's Leave RPC.
+	NodeServiceLeaveProcedure = "/palyra.v1.NodeService/Leave"
 )
 
 // JobServiceClient is a client for the palyra.v1.JobService service.
@@ -229,6 +233,10 @@ func (UnimplementedJobServiceHandler) WatchJob(context.Context, *connect.Request
 // NodeServiceClient is a client for the palyra.v1.NodeService service.
 type NodeServiceClient interface {
 	Status(context.Context, *connect.Request[palyrav1.StatusRequest]) (*connect.Response[palyrav1.StatusResponse], error)
+	ListNodes(context.Context, *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error)
+	// Leave makes the serving node leave the cluster gracefully (leadership
+	// handed off first) and stop.
+	Leave(context.Context, *connect.Request[palyrav1.LeaveRequest]) (*connect.Response[palyrav1.LeaveResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the palyra.v1.NodeService service. By default, it
@@ -248,12 +256,26 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("Status")),
 			connect.WithClientOptions(opts...),
 		),
+		listNodes: connect.NewClient[palyrav1.ListNodesRequest, palyrav1.ListNodesResponse](
+			httpClient,
+			baseURL+NodeServiceListNodesProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ListNodes")),
+			connect.WithClientOptions(opts...),
+		),
+		leave: connect.NewClient[palyrav1.LeaveRequest, palyrav1.LeaveResponse](
+			httpClient,
+			baseURL+NodeServiceLeaveProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Leave")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
-	status *connect.Client[palyrav1.StatusRequest, palyrav1.StatusResponse]
+	status    *connect.Client[palyrav1.StatusRequest, palyrav1.StatusResponse]
+	listNodes *connect.Client[palyrav1.ListNodesRequest, palyrav1.ListNodesResponse]
+	leave     *connect.Client[palyrav1.LeaveRequest, palyrav1.LeaveResponse]
 }
 
 // Status calls palyra.v1.NodeService.Status.
@@ -261,9 +283,23 @@ func (c *nodeServiceClient) Status(ctx context.Context, req *connect.Request[pal
 	return c.status.CallUnary(ctx, req)
 }
 
+// ListNodes calls palyra.v1.NodeService.ListNodes.
+func (c *nodeServiceClient) ListNodes(ctx context.Context, req *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error) {
+	return c.listNodes.CallUnary(ctx, req)
+}
+
+// Leave calls palyra.v1.NodeService.Leave.
+func (c *nodeServiceClient) Leave(ctx context.Context, req *connect.Request[palyrav1.LeaveRequest]) (*connect.Response[palyrav1.LeaveResponse], error) {
+	return c.leave.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the palyra.v1.NodeService service.
 type NodeServiceHandler interface {
 	Status(context.Context, *connect.Request[palyrav1.StatusRequest]) (*connect.Response[palyrav1.StatusResponse], error)
+	ListNodes(context.Context, *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error)
+	// Leave makes the serving node leave the cluster gracefully (leadership
+	// handed off first) and stop.
+	Leave(context.Context, *connect.Request[palyrav1.LeaveRequest]) (*connect.Response[palyrav1.LeaveResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -279,10 +315,26 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("Status")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceListNodesHandler := connect.NewUnaryHandler(
+		NodeServiceListNodesProcedure,
+		svc.ListNodes,
+		connect.WithSchema(nodeServiceMethods.ByName("ListNodes")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceLeaveHandler := connect.NewUnaryHandler(
+		NodeServiceLeaveProcedure,
+		svc.Leave,
+		connect.WithSchema(nodeServiceMethods.ByName("Leave")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/palyra.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceStatusProcedure:
 			nodeServiceStatusHandler.ServeHTTP(w, r)
+		case NodeServiceListNodesProcedure:
+			nodeServiceListNodesHandler.ServeHTTP(w, r)
+		case NodeServiceLeaveProcedure:
+			nodeServiceLeaveHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -294,4 +346,12 @@ type UnimplementedNodeServiceHandler struct{}
 
 func (UnimplementedNodeServiceHandler) Status(context.Context, *connect.Request[palyrav1.StatusRequest]) (*connect.Response[palyrav1.StatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.NodeService.Status is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ListNodes(context.Context, *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.NodeService.ListNodes is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Leave(context.Context, *connect.Request[palyrav1.LeaveRequest]) (*connect.Response[palyrav1.LeaveResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.NodeService.Leave is not implemented"))
 }

@@ -1,0 +1,227 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/mesh"
+	"github.com/palyra-mesh/palyra/node/blob"
+	"github.com/palyra-mesh/palyra/node/cluster"
+)
+
+// Blob exchange between nodes on mesh.TagBlob streams. One request per
+// stream: op ('G' get, 'P' put), the 64-char hex hash, and for a put the
+// length and bytes. The answer is a status byte, and for a get the length
+// and bytes. Every side verifies the hash of what it receives, so a peer
+// can never plant bytes under a name they do not hash to.
+const (
+	blobOpGet     = 'G'
+	blobOpPut     = 'P'
+	blobOK        = 0
+	blobNotFound  = 1
+	blobError     = 2
+	maxBlobBytes  = 64 << 20
+	blobIOTimeout = 30 * time.Second
+)
+
+// blobNet serves and fetches blobs and replicates new ones.
+type blobNet struct {
+	local     *blob.Store
+	transport *mesh.Transport
+	self      string
+	members   func() []cluster.Member
+	log       interface{ Warn(string, ...any) }
+}
+
+// serve answers one blob stream from a peer node.
+func (b *blobNet) serve(conn net.Conn, peer mesh.PeerInfo) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(blobIOTimeout))
+	if p, err := identity.PeerPrincipal(peer.TLS); err != nil || p.Kind != identity.KindNode {
+		return // only nodes exchange blobs
+	}
+	r := bufio.NewReader(conn)
+	op, err := r.ReadByte()
+	if err != nil {
+		return
+	}
+	hash := make([]byte, 64)
+	if _, err := io.ReadFull(r, hash); err != nil || !blob.ValidHash(string(hash)) {
+		conn.Write([]byte{blobError})
+		return
+	}
+	switch op {
+	case blobOpGet:
+		data, err := b.local.Get(string(hash))
+		if err != nil {
+			conn.Write([]byte{blobNotFound})
+			return
+		}
+		var hdr [9]byte
+		hdr[0] = blobOK
+		binary.BigEndian.PutUint64(hdr[1:], uint64(len(data)))
+		conn.Write(hdr[:])
+		conn.Write(data)
+	case blobOpPut:
+		data, err := readSized(r)
+		if err != nil || blob.Hash(data) != string(hash) {
+			conn.Write([]byte{blobError})
+			return
+		}
+		if _, err := b.local.Put(data); err != nil {
+			conn.Write([]byte{blobError})
+			return
+		}
+		conn.Write([]byte{blobOK})
+	}
+}
+
+func readSized(r io.Reader) ([]byte, error) {
+	var n [8]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return nil, err
+	}
+	size := binary.BigEndian.Uint64(n[:])
+	if size > maxBlobBytes {
+		return nil, fmt.Errorf("blob of %d bytes is over the limit", size)
+	}
+	data := make([]byte, size)
+	_, err := io.ReadFull(r, data)
+	return data, err
+}
+
+func (b *blobNet) others() []cluster.Member {
+	var out []cluster.Member
+	for _, m := range b.members() {
+		if m.ID != b.self && m.State == cluster.StateAlive {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// fetch gets hash from addr and verifies it.
+func (b *blobNet) fetch(ctx context.Context, addr, hash string) ([]byte, error) {
+	conn, err := b.transport.OpenStream(ctx, addr, mesh.TagBlob)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(blobIOTimeout))
+	if _, err := conn.Write(append([]byte{blobOpGet}, hash...)); err != nil {
+		return nil, err
+	}
+	r := bufio.NewReader(conn)
+	st, err := r.ReadByte()
+	if err != nil {
+		return nil, err
+	}
+	if st != blobOK {
+		return nil, fmt.Errorf("%w at %s", blob.ErrNotFound, addr)
+	}
+	data, err := readSized(r)
+	if err != nil {
+		return nil, err
+	}
+	if blob.Hash(data) != hash {
+		return nil, fmt.Errorf("blob from %s does not match its hash %s", addr, hash)
+	}
+	return data, nil
+}
+
+// push sends data to addr and waits for the stored acknowledgement.
+func (b *blobNet) push(ctx context.Context, addr, hash string, data []byte) error {
+	conn, err := b.transport.OpenStream(ctx, addr, mesh.TagBlob)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(blobIOTimeout))
+	hdr := make([]byte, 0, 1+64+8)
+	hdr = append(hdr, blobOpPut)
+	hdr = append(hdr, hash...)
+	hdr = binary.BigEndian.AppendUint64(hdr, uint64(len(data)))
+	if _, err := conn.Write(hdr); err != nil {
+		return err
+	}
+	if _, err := conn.Write(data); err != nil {
+		return err
+	}
+	var st [1]byte
+	if _, err := io.ReadFull(conn, st[:]); err != nil {
+		return err
+	}
+	if st[0] != blobOK {
+		return fmt.Errorf("%s refused the blob", addr)
+	}
+	return nil
+}
+
+// Get returns a blob from local disk or, failing that, from a peer.
+func (b *blobNet) Get(hash string) ([]byte, error) {
+	data, err := b.local.Get(hash)
+	if err == nil || !errors.Is(err, blob.ErrNotFound) {
+		return data, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var errs []error
+	for _, m := range b.others() {
+		data, ferr := b.fetch(ctx, m.Address, hash)
+		if ferr == nil {
+			if _, perr := b.local.Put(data); perr != nil {
+				b.log.Warn("could not cache fetched blob", "hash", hash, "err", perr)
+			}
+			return data, nil
+		}
+		errs = append(errs, ferr)
+	}
+	return nil, fmt.Errorf("%w: %s on no reachable node (%v)", blob.ErrNotFound, hash, errors.Join(errs...))
+}
+
+// Put stores data locally and on up to two other live nodes, and succeeds
+// only if at least one other node holds it when any other node is alive:
+// an accepted job's module must survive the loss of the node that took it.
+func (b *blobNet) Put(data []byte) (string, error) {
+	hash, err := b.local.Put(data)
+	if err != nil {
+		return "", err
+	}
+	others := b.others()
+	if len(others) == 0 {
+		return hash, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), blobIOTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	acks := 0
+	var errs []error
+	for _, m := range others[:min(2, len(others))] {
+		wg.Add(1)
+		go func(addr string) {
+			defer wg.Done()
+			err := b.push(ctx, addr, hash, data)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			acks++
+		}(m.Address)
+	}
+	wg.Wait()
+	if acks == 0 {
+		return "", fmt.Errorf("could not replicate module to another node: %w", errors.Join(errs...))
+	}
+	return hash, nil
+}
