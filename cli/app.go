@@ -69,7 +69,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 		EnableBashCompletion: true,
 		Suggest:              true,
 		Flags:                globalFlags(),
-		Commands: []*ucli.Command{nodeCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
+		Commands: []*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
 			policyCommand(), doctorCommand()},
 		ExitErrHandler: func(*ucli.Context, error) {}, // Main prints and exits
 		OnUsageError: func(c *ucli.Context, err error, _ bool) error {
@@ -82,6 +82,7 @@ func globalFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "data-dir", Usage: "node data directory (holds the local operator credential)", EnvVars: []string{"PALYRA_DATA_DIR"}, Value: "palyra-data"},
 		&ucli.StringFlag{Name: "config-dir", Usage: "where a paired device keeps its credential (default ~/.config/palyra)", EnvVars: []string{"PALYRA_CONFIG_DIR"}},
+		&ucli.BoolFlag{Name: "stale", Usage: "read the serving node's replica without a quorum round trip (may lag; works without a leader)", EnvVars: []string{"PALYRA_STALE"}},
 		&ucli.StringFlag{Name: "addr", Usage: "node API address HOST:PORT (default: recorded in the data dir, else 127.0.0.1:7444)", EnvVars: []string{"PALYRA_ADDR"}},
 	}
 }

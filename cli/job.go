@@ -217,7 +217,7 @@ func jobGet(c *ucli.Context) error {
 		return err
 	}
 	defer cl.Close()
-	resp, err := cl.Jobs.GetJob(c.Context, connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
+	resp, err := cl.Jobs.GetJob(c.Context, connect.NewRequest(&palyrav1.GetJobRequest{Id: id, Stale: c.Bool("stale")}))
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}
@@ -276,7 +276,7 @@ func jobList(c *ucli.Context) error {
 	}
 	defer cl.Close()
 	resp, err := cl.Jobs.ListJobs(c.Context, connect.NewRequest(&palyrav1.ListJobsRequest{
-		Phase: ph, Limit: uint32(c.Uint("limit")), AfterId: c.String("after")}))
+		Phase: ph, Limit: uint32(c.Uint("limit")), AfterId: c.String("after"), Stale: c.Bool("stale")}))
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}

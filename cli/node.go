@@ -1,6 +1,13 @@
 package cli
 
 import (
+	"fmt"
+
+	"connectrpc.com/connect"
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/identity/pairing"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"log/slog"
 	"strings"
 
@@ -9,47 +16,153 @@ import (
 	"github.com/palyra-mesh/palyra/node"
 )
 
+func nodeFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "listen", Usage: "UDP `HOST:PORT` for QUIC", Value: node.DefaultListen, EnvVars: []string{"PALYRA_LISTEN"}},
+		&ucli.StringFlag{Name: "advertise", Usage: "`HOST:PORT` other nodes dial (default: --listen)", EnvVars: []string{"PALYRA_ADVERTISE"}},
+		&ucli.StringSliceFlag{Name: "label", Usage: "node label `k=v` for scheduling and policy (repeatable)"},
+		&ucli.IntFlag{Name: "wasm-slots", Usage: "wasm jobs run at once on this node (default 2 × CPUs)", EnvVars: []string{"PALYRA_WASM_SLOTS"}},
+		&ucli.IntFlag{Name: "target-voters", Usage: "raft voters the cluster keeps: 1, 3 or 5 (default 3; the leader's setting applies)", EnvVars: []string{"PALYRA_TARGET_VOTERS"}},
+		&ucli.StringFlag{Name: "log-format", Usage: "log format: text or json", Value: "text", EnvVars: []string{"PALYRA_LOG_FORMAT"}},
+		&ucli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"PALYRA_LOG_LEVEL"}},
+	}
+}
+
+func parseLabels(items []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, it := range items {
+		k, v, ok := strings.Cut(it, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("label %q is not k=v", it)
+		}
+		if strings.HasPrefix(k, "palyra.") {
+			return nil, fmt.Errorf("label %q: the palyra. prefix is reserved", it)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// nodeConfig builds a node.Config from the node flags.
+func nodeConfig(c *ucli.Context) (node.Config, error) {
+	logger, err := newLogger(c.App.ErrWriter, c.String("log-format"), c.String("log-level"))
+	if err != nil {
+		return node.Config{}, usageErr("%v", err)
+	}
+	labels, err := parseLabels(c.StringSlice("label"))
+	if err != nil {
+		return node.Config{}, usageErr("--label: %v", err)
+	}
+	tv := c.Int("target-voters")
+	if tv != 0 && tv != 1 && tv != 3 && tv != 5 {
+		return node.Config{}, usageErr("--target-voters must be 1, 3 or 5")
+	}
+	dataDir := c.String("data-dir")
+	if dataDir == "" {
+		dataDir = "palyra-data"
+	}
+	return node.Config{
+		DataDir: dataDir, Listen: c.String("listen"), Advertise: c.String("advertise"),
+		ClusterName: c.String("cluster-name"), Logger: logger, Version: Version,
+		WasmSlots: c.Int("wasm-slots"), Labels: labels, TargetVoters: tv,
+	}, nil
+}
+
+func runNode(c *ucli.Context, cfg node.Config) error {
+	if err := node.Run(c.Context, cfg); err != nil {
+		cfg.Logger.Error("node stopped", "err", err)
+		return ucli.Exit("error: "+err.Error(), exitFailure)
+	}
+	return nil
+}
+
 func nodeCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "node",
-		Usage: "run and manage nodes",
-		Subcommands: []*ucli.Command{{
-			Name:  "start",
-			Usage: "run a node in the foreground",
-			Description: `The first start on an empty data dir creates a new cluster: its CA, this
+		Usage: "run, join and leave nodes",
+		Subcommands: []*ucli.Command{
+			{
+				Name:  "start",
+				Usage: "run a node in the foreground",
+				Description: `The first start on an empty data dir creates a new cluster: its CA, this
    node's key and certificate, a single-voter Raft, and a local operator
    credential (data-dir/operator) for the CLI on this machine. Later starts
-   resume from disk. SIGINT/SIGTERM stop the node cleanly.
+   resume from disk (a joined node rejoins by itself). SIGINT/SIGTERM stop it.
 
    Everything (API, Raft, gossip) is QUIC with mutual TLS on one UDP port.`,
-			Flags: []ucli.Flag{
-				&ucli.StringFlag{Name: "listen", Usage: "UDP `HOST:PORT` for QUIC", Value: node.DefaultListen, EnvVars: []string{"PALYRA_LISTEN"}},
-				&ucli.StringFlag{Name: "log-format", Usage: "log format: text or json", Value: "text", EnvVars: []string{"PALYRA_LOG_FORMAT"}},
-				&ucli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"PALYRA_LOG_LEVEL"}},
-				&ucli.IntFlag{Name: "wasm-slots", Usage: "wasm jobs run at once on this node (default 2 × CPUs)", EnvVars: []string{"PALYRA_WASM_SLOTS"}},
-				&ucli.StringFlag{Name: "cluster-name", Usage: "name of a new cluster (first start only)", Value: "palyra"},
+				Flags: append(nodeFlags(), &ucli.StringFlag{Name: "cluster-name", Usage: "name of a new cluster (first start only)", Value: "palyra"}),
+				Action: func(c *ucli.Context) error {
+					cfg, err := nodeConfig(c)
+					if err != nil {
+						return err
+					}
+					return runNode(c, cfg)
+				},
 			},
-			Action: func(c *ucli.Context) error {
-				logger, err := newLogger(c.App.ErrWriter, c.String("log-format"), c.String("log-level"))
-				if err != nil {
-					return usageErr("%v", err)
-				}
-				cfg := node.Config{
-					DataDir:     c.String("data-dir"),
-					Listen:      c.String("listen"),
-					ClusterName: c.String("cluster-name"),
-					Logger:      logger,
-					Version:     Version,
-					WasmSlots:   c.Int("wasm-slots"),
-				}
-				if err := node.Run(c.Context, cfg); err != nil {
-					logger.Error("node stopped", "err", err)
-					return ucli.Exit("error: "+err.Error(), exitFailure)
-				}
-				return nil
+			{
+				Name:  "join",
+				Usage: "pair this machine as a new node of a cluster, then run it",
+				Description: `Makes this node's key here (it never leaves), checks the node at --peer against
+   the CA pinned in the code, exchanges the one-time code for a certificate,
+   joins gossip and Raft, and runs in the foreground. Later, restart it with
+   'palyra node start' on the same data dir.
+
+   On an operator machine:  palyra pair create --kind node
+   Here:                    palyra node join --code CODE --peer 10.0.0.1:7444 --listen 10.0.0.2:7444`,
+				Flags: append(nodeFlags(),
+					&ucli.StringFlag{Name: "code", Required: true, Usage: "the code printed by 'palyra pair create --kind node'"},
+					&ucli.StringFlag{Name: "peer", Required: true, Usage: "a node of the cluster, HOST:PORT"},
+				),
+				Action: nodeJoin,
 			},
-		}},
+			{
+				Name:  "leave",
+				Usage: "make the node at --addr leave the cluster gracefully (leadership handed off first), then stop",
+				Flags: []ucli.Flag{jsonFlag},
+				Action: func(c *ucli.Context) error {
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					if _, err := cl.Node.Leave(c.Context, connect.NewRequest(&palyrav1.LeaveRequest{})); err != nil {
+						return fail(c, cl.Explain(err))
+					}
+					fmt.Fprintf(c.App.Writer, "node at %s left the cluster\n", cl.Addr)
+					return nil
+				},
+			},
+		},
 	}
+}
+
+func nodeJoin(c *ucli.Context) error {
+	cfg, err := nodeConfig(c)
+	if err != nil {
+		return err
+	}
+	code, err := pairing.Parse(c.String("code"))
+	if err != nil {
+		return fail(c, &client.Error{Code: "invalid_code", Message: err.Error(), Hint: "copy the code exactly as 'palyra pair create --kind node' printed it"})
+	}
+	if code.Kind() != identity.KindNode {
+		return fail(c, &client.Error{Code: "invalid_code", Message: "this is a device code", Hint: "create a node code with 'palyra pair create --kind node'"})
+	}
+	if _, err := (node.Layout{Dir: cfg.DataDir}).ReadState(); err == nil {
+		return fail(c, &client.Error{Code: "exists", Message: "data dir " + cfg.DataDir + " already holds a node",
+			Hint: "start it with 'palyra node start', or join with another --data-dir"})
+	}
+	labels := cfg.Labels
+	cred, resp, err := client.Pair(c.Context, c.String("peer"), code, client.PairOptions{Labels: labels})
+	if err != nil {
+		return fail(c, explainPair(c.String("peer"), err))
+	}
+	seeds := append([]string{c.String("peer")}, resp.Peers...)
+	if err := node.PrepareJoin(cfg.DataDir, cred, resp.ClusterName, seeds); err != nil {
+		return fail(c, &client.Error{Code: "internal", Message: err.Error()})
+	}
+	cfg.Logger.Info("paired", "principal", resp.Principal, "cluster", resp.ClusterName)
+	return runNode(c, cfg)
 }
 
 func newLogger(w interface{ Write([]byte) (int, error) }, format, level string) (*slog.Logger, error) {

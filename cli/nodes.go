@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+func nodesCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "nodes",
+		Usage: "list the cluster's nodes as the node at --addr sees them",
+		Description: `State comes from gossip (alive, suspect, dead, left); voter and leader from
+   Raft. Every node should show the same voters and leader.`,
+		Flags: []ucli.Flag{jsonFlag},
+		Action: func(c *ucli.Context) error {
+			cl, err := dial(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			resp, err := cl.Node.ListNodes(c.Context, connect.NewRequest(&palyrav1.ListNodesRequest{}))
+			if err != nil {
+				return fail(c, cl.Explain(err))
+			}
+			if c.Bool("json") {
+				out := []map[string]any{}
+				for _, n := range resp.Msg.Nodes {
+					labels := n.Labels
+					if labels == nil {
+						labels = map[string]string{}
+					}
+					out = append(out, map[string]any{"id": n.Id, "address": n.Address, "state": n.State, "voter": n.Voter,
+						"leader": n.Leader, "labels": labels, "capacity": n.Capacity, "version": n.Version, "in_raft": n.InRaft})
+				}
+				return writeJSON(c.App.Writer, map[string]any{"nodes": out, "served_by": resp.Msg.ServedBy})
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tVOTER\tLEADER\tCAPACITY\tLABELS")
+			for _, n := range resp.Msg.Nodes {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\n", n.Id, n.Address, n.State, n.Voter, n.Leader,
+					kv(n.Capacity), kv(n.Labels))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func kv[V any](m map[string]V) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%v", k, m[k])
+	}
+	return strings.Join(parts, ",")
+}

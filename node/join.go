@@ -1,0 +1,31 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/palyra-mesh/palyra/identity"
+)
+
+// PrepareJoin records a freshly paired node in an empty data dir: its
+// credential (key made on this machine) and a node.json that marks it as
+// joined, with the seeds to contact. The next Start joins the cluster.
+func PrepareJoin(dataDir string, cred *identity.Credential, clusterName string, seeds []string) error {
+	l := Layout{Dir: dataDir}
+	if _, err := l.ReadState(); err == nil {
+		return fmt.Errorf("data dir %s already holds a node; start it with 'palyra node start', or use another --data-dir", dataDir)
+	} else if !errors.Is(err, ErrNoState) {
+		return err
+	}
+	if cred.Principal.Kind != identity.KindNode {
+		return fmt.Errorf("credential is for a %s, not a node", cred.Principal.Kind)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
+	}
+	if err := identity.SaveCredential(l.NodeCredDir(), cred); err != nil {
+		return err
+	}
+	return l.WriteState(State{NodeID: cred.Principal.ID, ClusterName: clusterName, Version: 1, Seeds: seeds, Joined: true})
+}

@@ -1,0 +1,248 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/palyra-mesh/palyra/runtime"
+)
+
+// Executor runs browser jobs on one long-lived Chromium, each job in a fresh
+// incognito browser context. It is safe for concurrent use.
+type Executor struct {
+	cfg   Config
+	log   *slog.Logger
+	slots chan struct{}
+	res   resolver
+
+	// life is cancelled by Close; runs derive from it.
+	life     context.Context
+	shutdown context.CancelCauseFunc
+
+	startMu sync.Mutex // serialises browser (re)starts
+	mu      sync.Mutex // guards cur, gen, closed
+	cur     *proc
+	gen     int
+	closed  bool
+	runs    sync.WaitGroup
+
+	hooks testHooks
+}
+
+// testHooks lets tests in this package observe a job mid-flight.
+type testHooks struct {
+	stepStarted func(step int) // called before each step runs
+	// noFetch and noProxy turn one enforcement layer off, so tests can
+	// show that each layer alone refuses what it should.
+	noFetch, noProxy bool
+}
+
+var _ runtime.Executor = (*Executor)(nil)
+
+// errExecutorClosed is the cause given to runs stopped by Close.
+var errExecutorClosed = errors.New("browser executor closed")
+
+// New starts an Executor and its browser. ctx bounds only the start. It
+// fails when no Chromium is found (see Detect and InstallHint) or the
+// browser does not start.
+func New(ctx context.Context, cfg Config) (*Executor, error) {
+	cfg = cfg.withDefaults()
+	if cfg.ExecPath == "" {
+		p, ok := Detect()
+		if !ok {
+			return nil, fmt.Errorf("browser: no Chromium found; %s", InstallHint)
+		}
+		cfg.ExecPath = p
+	}
+	life, shutdown := context.WithCancelCause(context.Background())
+	e := &Executor{
+		cfg:      cfg,
+		log:      cfg.Logger.With("executor", runtime.KindBrowser),
+		slots:    make(chan struct{}, cfg.Slots),
+		res:      defaultResolver,
+		life:     life,
+		shutdown: shutdown,
+	}
+	if _, err := e.browser(ctx); err != nil {
+		shutdown(err)
+		return nil, err
+	}
+	return e, nil
+}
+
+// Kind reports runtime.KindBrowser.
+func (e *Executor) Kind() runtime.Kind { return runtime.KindBrowser }
+
+// Run executes spec.Script. See the package documentation for the script
+// format and what the Result holds. Spec.Timeout (default
+// Config.DefaultTimeout) counts from when the job has a slot and a browser;
+// waiting for them is bounded by ctx only. It never panics on hostile input.
+func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Result) {
+	start := time.Now()
+	defer func() { res.Duration = time.Since(start) }()
+
+	script, err := ParseScript(spec.Script)
+	if err != nil {
+		return failed(runtime.ReasonStepFailed, err.Error())
+	}
+	pol, err := newPolicy(spec.AllowHosts, spec.AllowPrivate, e.res)
+	if err != nil {
+		return failed(runtime.ReasonStepFailed, "invalid job: "+err.Error())
+	}
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return failed(runtime.ReasonCanceled, errExecutorClosed.Error())
+	}
+	e.runs.Add(1)
+	e.mu.Unlock()
+	defer e.runs.Done()
+
+	select {
+	case e.slots <- struct{}{}:
+		defer func() { <-e.slots }()
+	case <-ctx.Done():
+		return failed(runtime.ReasonCanceled, "canceled while waiting for a browser slot: "+context.Cause(ctx).Error())
+	case <-e.life.Done():
+		return failed(runtime.ReasonCanceled, errExecutorClosed.Error())
+	}
+
+	p, err := e.browser(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return failed(runtime.ReasonCanceled, err.Error())
+		}
+		return failed(runtime.ReasonInternal, err.Error())
+	}
+
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = e.cfg.DefaultTimeout
+	}
+	if script.TimeoutMS > 0 {
+		timeout = min(timeout, time.Duration(script.TimeoutMS)*time.Millisecond)
+	}
+	maxOutput := spec.MaxOutput
+	if maxOutput <= 0 {
+		maxOutput = e.cfg.DefaultMaxOutput
+	}
+	j := &job{
+		e: e, p: p, script: script, pol: pol, timeout: timeout,
+		rec: newRecorder(maxOutput, e.cfg.MaxArtifactBytes, e.cfg.MaxArtifactsTotal),
+		log: e.log.With("browser_gen", p.gen),
+	}
+	res = j.run(ctx)
+	if !p.usable() { // died or hung; a crashed renderer alone keeps the browser
+		e.discard(p)
+	}
+	return res
+}
+
+// browser returns the running browser, starting a fresh one when there is
+// none or the last one died or hung.
+func (e *Executor) browser(ctx context.Context) (*proc, error) {
+	e.mu.Lock()
+	if p := e.cur; p != nil && p.usable() {
+		e.mu.Unlock()
+		return p, nil
+	}
+	e.mu.Unlock()
+
+	e.startMu.Lock()
+	defer e.startMu.Unlock()
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, errExecutorClosed
+	}
+	old := e.cur
+	if old != nil && old.usable() { // another run restarted it meanwhile
+		e.mu.Unlock()
+		return old, nil
+	}
+	e.gen++
+	gen := e.gen
+	e.mu.Unlock()
+
+	if old != nil {
+		e.log.Warn("restarting the browser", "old_gen", old.gen, "old_pid", old.pid)
+		old.kill()
+	}
+	p, err := launch(ctx, e.cfg, gen, e.log)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		p.kill()
+		return nil, errExecutorClosed
+	}
+	e.cur = p
+	return p, nil
+}
+
+// discard retires p so the next job starts a fresh browser.
+func (e *Executor) discard(p *proc) {
+	p.broken.Store(true)
+	e.mu.Lock()
+	if e.cur == p {
+		e.cur = nil
+	}
+	e.mu.Unlock()
+	p.kill()
+}
+
+// browserPID is the running browser's process ID (0 if none); for tests.
+func (e *Executor) browserPID() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cur == nil {
+		return 0
+	}
+	return e.cur.pid
+}
+
+// Close stops running jobs (they end with ReasonCanceled) and the browser.
+// It waits for runs to return until ctx ends.
+func (e *Executor) Close(ctx context.Context) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	e.shutdown(errExecutorClosed)
+
+	done := make(chan struct{})
+	go func() { e.runs.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("browser: closing: runs still active: %w", ctx.Err())
+	}
+
+	e.startMu.Lock()
+	e.mu.Lock()
+	p := e.cur
+	e.cur = nil
+	e.mu.Unlock()
+	e.startMu.Unlock()
+	if p != nil {
+		if cerr := p.close(ctx); cerr != nil && err == nil {
+			err = fmt.Errorf("browser: closing the browser: %w", cerr)
+		}
+	}
+	return err
+}
+
+func failed(r runtime.Reason, msg string) runtime.Result {
+	return runtime.Result{Reason: r, Message: oneLine(msg), Stdout: []byte("{}")}
+}

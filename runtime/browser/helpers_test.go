@@ -1,0 +1,247 @@
+package browser
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/runtime"
+)
+
+// requireChromium fails the test (skips it only under -short) when no
+// Chromium is installed: a browser executor that silently is not tested is
+// worse than a red test with the fix in its message.
+func requireChromium(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("browser test skipped in -short mode: it starts Chromium")
+	}
+	p, ok := Detect()
+	if !ok {
+		t.Fatalf("no Chromium found; %s", InstallHint)
+	}
+	return p
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("BROWSER_TEST_DEBUG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// newExecutor starts an executor for one test and closes it afterwards.
+func newExecutor(t testing.TB, cfg Config) *Executor {
+	t.Helper()
+	cfg.ExecPath = requireChromium(t)
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return e
+}
+
+var (
+	sharedOnce sync.Once
+	sharedExec *Executor
+	sharedErr  error
+)
+
+// shared is one executor reused by tests that do not break it, so the
+// suite starts few browsers. TestMain closes it.
+func shared(t testing.TB) *Executor {
+	t.Helper()
+	path := requireChromium(t)
+	sharedOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		sharedExec, sharedErr = New(ctx, Config{ExecPath: path, Slots: 2, Logger: testLogger()})
+	})
+	if sharedErr != nil {
+		t.Fatalf("New: %v", sharedErr)
+	}
+	return sharedExec
+}
+
+var (
+	variantsMu sync.Mutex
+	variants   = map[string]*Executor{}
+)
+
+// sharedVariant is like shared for an executor that tweak adjusts before
+// its first job; one per name.
+func sharedVariant(t testing.TB, name string, tweak func(*Executor)) *Executor {
+	t.Helper()
+	path := requireChromium(t)
+	variantsMu.Lock()
+	defer variantsMu.Unlock()
+	if e, ok := variants[name]; ok {
+		return e
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, err := New(ctx, Config{ExecPath: path, Logger: testLogger()})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	tweak(e)
+	variants[name] = e
+	return e
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if sharedExec != nil {
+		_ = sharedExec.Close(ctx)
+	}
+	for _, e := range variants {
+		_ = e.Close(ctx)
+	}
+	os.Exit(code)
+}
+
+// script marshals steps into a Spec.Script.
+func script(t testing.TB, steps ...map[string]any) []byte {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"steps": steps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// run runs a job with a generous deadline.
+func run(t testing.TB, e *Executor, spec runtime.Spec) runtime.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if spec.Timeout == 0 {
+		spec.Timeout = 30 * time.Second
+	}
+	return e.Run(ctx, spec)
+}
+
+func mustOK(t testing.TB, r runtime.Result) {
+	t.Helper()
+	if !r.OK() {
+		t.Fatalf("job failed: reason=%q message=%q stderr=%s", r.Reason, r.Message, r.Stderr)
+	}
+}
+
+func values(t testing.TB, r runtime.Result) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal(r.Stdout, &v); err != nil {
+		t.Fatalf("stdout %q is not a JSON object: %v", r.Stdout, err)
+	}
+	return v
+}
+
+// blockedOf parses Stderr's blocked-request lines.
+func blockedOf(t testing.TB, r runtime.Result) []blockedLine {
+	t.Helper()
+	var out []blockedLine
+	for _, line := range strings.Split(strings.TrimSpace(string(r.Stderr)), "\n") {
+		if line == "" {
+			continue
+		}
+		var l blockedLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("stderr line %q is not JSON: %v", line, err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// countingServer is an httptest server that counts every request and
+// every TCP connection it accepts, to prove a blocked host saw nothing.
+type countingServer struct {
+	*httptest.Server
+	requests atomic.Int64
+	conns    atomic.Int64
+}
+
+func newCountingServer(t testing.TB, h http.Handler) *countingServer {
+	t.Helper()
+	return newCountingServerOn(t, "127.0.0.1:0", h)
+}
+
+// newCountingServerOn is newCountingServer listening on addr.
+func newCountingServerOn(t testing.TB, addr string, h http.Handler) *countingServer {
+	t.Helper()
+	cs := &countingServer{}
+	cs.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cs.requests.Add(1)
+		h.ServeHTTP(w, r)
+	}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listening on %s: %v", addr, err)
+	}
+	cs.Listener.Close()
+	cs.Listener = ln
+	cs.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			cs.conns.Add(1)
+		}
+	}
+	cs.Start()
+	t.Cleanup(cs.Close)
+	return cs
+}
+
+// port is the server's port as a string.
+func (cs *countingServer) port() string {
+	_, p, _ := net.SplitHostPort(cs.Listener.Addr().String())
+	return p
+}
+
+// loopbackSpec grants exactly 127.0.0.1, which needs AllowPrivate.
+func loopbackSpec(s []byte) runtime.Spec {
+	return runtime.Spec{Script: s, AllowHosts: []string{"127.0.0.1"}, AllowPrivate: true}
+}
+
+// dumpArtifacts writes a job's artifacts to $BROWSER_TEST_DUMP, for a
+// human to look at.
+func dumpArtifacts(t testing.TB, r runtime.Result) {
+	dir := os.Getenv("BROWSER_TEST_DUMP")
+	if dir == "" {
+		return
+	}
+	for _, a := range r.Artifacts {
+		if err := os.WriteFile(filepath.Join(dir, a.Name), a.Data, 0o644); err != nil {
+			t.Log(err)
+		}
+	}
+}
+
+func html(w http.ResponseWriter, body string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = io.WriteString(w, "<!doctype html><html><head><meta charset=utf-8><title>t</title></head><body>"+body+"</body></html>")
+}

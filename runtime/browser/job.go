@@ -1,0 +1,326 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/inspector"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
+	"github.com/palyra-mesh/palyra/runtime"
+)
+
+// cleanupTimeout bounds disposing of a job's browser context.
+const cleanupTimeout = 5 * time.Second
+
+// maxPausedInFlight bounds concurrent policy decisions per job (each may
+// wait on DNS).
+const maxPausedInFlight = 16
+
+// Causes that end a job's or a step's context.
+var (
+	errJobTimeout     = errors.New("job timeout")
+	errStepTimeout    = errors.New("step timeout")
+	errCallerCanceled = errors.New("job canceled by the caller")
+	errPageCrashed    = errors.New("page crashed (its renderer process died)")
+	errNavBlocked     = errors.New("navigation blocked")
+)
+
+// job is one Run: its browser context, tab, policy, proxy and output.
+type job struct {
+	e       *Executor
+	p       *proc
+	script  *Script
+	pol     *policy
+	rec     *recorder
+	timeout time.Duration
+	log     *slog.Logger
+
+	mu        sync.Mutex
+	abortStep context.CancelCauseFunc // cancels the running step, if any
+	crashed   bool
+
+	cleanups []func() // run by cleanup, last first; only the Run goroutine touches it
+}
+
+// run executes the script and builds the Result.
+func (j *job) run(ctx context.Context) runtime.Result {
+	base, cancelBase := context.WithCancelCause(j.p.ctx)
+	defer cancelBase(nil)
+	stopCaller := context.AfterFunc(ctx, func() { cancelBase(errCallerCanceled) })
+	defer stopCaller()
+	stopLife := context.AfterFunc(j.e.life, func() { cancelBase(errExecutorClosed) })
+	defer stopLife()
+	jctx, cancelJob := context.WithTimeoutCause(base, j.timeout, errJobTimeout)
+	defer cancelJob()
+
+	res := j.runSteps(jctx)
+	res.Stdout = j.rec.stdout()
+	res.Stderr = j.rec.stderr()
+	res.Artifacts = j.rec.takeArtifacts()
+	if ctx.Err() == nil && j.e.life.Err() == nil {
+		j.cleanup()
+	} else {
+		// The caller is gone: return now, and let the cleanup (which waits
+		// on the browser, bounded by cleanupTimeout per call) finish in the
+		// background. Close waits for it.
+		j.e.runs.Add(1)
+		go func() {
+			defer j.e.runs.Done()
+			j.cleanup()
+		}()
+	}
+	return res
+}
+
+// onCleanup registers f to run at cleanup, in reverse order.
+func (j *job) onCleanup(f func()) { j.cleanups = append(j.cleanups, f) }
+
+// cleanup closes the tab, disposes of the browser context and stops the
+// proxy.
+func (j *job) cleanup() {
+	for i := len(j.cleanups) - 1; i >= 0; i-- {
+		j.cleanups[i]()
+	}
+	j.cleanups = nil
+}
+
+// runSteps sets up the browser context and runs each step in order.
+func (j *job) runSteps(jctx context.Context) runtime.Result {
+	j.rec.onNavBlocked = func(*BlockedError) { j.abort(errNavBlocked) }
+	proxy, err := startProxy(j.pol, j.rec, j.log)
+	if err != nil {
+		return j.result(jctx, -1, "", err)
+	}
+	j.onCleanup(proxy.Close)
+
+	// A fresh incognito browser context: its own cookies, storage, cache
+	// and proxy. "<-loopback>" removes Chromium's implicit bypass of
+	// localhost so loopback traffic is also policed.
+	params := target.CreateBrowserContextParams{ProxyServer: proxy.URL(), ProxyBypassList: "<-loopback>"}
+	if j.e.hooks.noProxy {
+		params = target.CreateBrowserContextParams{}
+	}
+	bc, err := cdp.Call(jctx, j.p.b, target.CreateBrowserContext, params)
+	if err != nil {
+		return j.result(jctx, -1, "", fmt.Errorf("creating a browser context: %w", err))
+	}
+	j.onCleanup(func() { j.dispose(bc.BrowserContextID) })
+
+	if _, err := cdp.Call(jctx, j.p.b, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+		Behavior:         browser.SetDownloadBehaviorBehaviorDeny,
+		BrowserContextID: bc.BrowserContextID,
+	}); err != nil {
+		return j.result(jctx, -1, "", fmt.Errorf("disabling downloads: %w", err))
+	}
+
+	tab, cancelTab := chromedp.NewContext(jctx, chromedp.WithExistingBrowserContext(bc.BrowserContextID), chromedp.WithDetachOnCancel())
+	j.onCleanup(cancelTab)
+	if err := j.setup(tab); err != nil {
+		return j.result(jctx, -1, "", fmt.Errorf("opening the page: %w", err))
+	}
+
+	for i, st := range j.script.Steps {
+		if h := j.e.hooks.stepStarted; h != nil {
+			h(i)
+		}
+		if err := j.step(tab, i, st); err != nil {
+			return j.result(jctx, i, st.Action, err)
+		}
+	}
+	return runtime.Result{}
+}
+
+// setup opens the tab and turns on request interception before the page
+// loads anything.
+func (j *job) setup(tab context.Context) error {
+	// Events opens the target and subscribes before any request can be made.
+	paused := chromedp.Events(tab, fetch.RequestPaused)
+	crashed := chromedp.Events(tab, inspector.TargetCrashed)
+	if err := chromedp.Do(tab, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, t, inspector.Enable, cdp.Empty{}); err != nil {
+			return err
+		}
+		if j.e.hooks.noFetch {
+			return nil
+		}
+		_, err := cdp.Call(ctx, t, fetch.Enable, fetch.EnableParams{
+			Patterns: []*fetch.RequestPattern{{URLPattern: "*"}},
+		})
+		return err
+	})); err != nil {
+		return err
+	}
+	t := chromedp.FromContext(tab).Target
+	mainFrame := cdp.FrameID(t.TargetID)
+
+	go func() {
+		for _, err := range crashed {
+			if err != nil {
+				return
+			}
+			j.mu.Lock()
+			j.crashed = true
+			j.mu.Unlock()
+			j.abort(errPageCrashed)
+		}
+	}()
+	go func() {
+		sem := make(chan struct{}, maxPausedInFlight)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for ev, err := range paused {
+			if err != nil {
+				return
+			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				j.decide(tab, t, mainFrame, ev)
+			}()
+		}
+	}()
+	return nil
+}
+
+// decide applies the job's policy to one intercepted request.
+func (j *job) decide(ctx context.Context, t *chromedp.Target, mainFrame cdp.FrameID, ev fetch.EventRequestPaused) {
+	if ev.Request == nil {
+		return
+	}
+	u := ev.Request.URL + ev.Request.URLFragment
+	err := j.pol.checkURL(ctx, u)
+	if err == nil {
+		if _, err := cdp.Call(ctx, t, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID}); err != nil && ctx.Err() == nil {
+			j.log.Debug("continuing a request", "url", truncate(u, 256), "err", err)
+		}
+		return
+	}
+	var be *BlockedError
+	if !errors.As(err, &be) {
+		be = &BlockedError{URL: u, Reason: err.Error()}
+	}
+	j.rec.blocked(u, string(ev.ResourceType), be.Reason, "fetch")
+	if ev.ResourceType == network.ResourceTypeDocument && ev.FrameID == mainFrame {
+		j.rec.blockNavigation(be)
+	}
+	if _, err := cdp.Call(ctx, t, fetch.FailRequest, fetch.FailRequestParams{
+		RequestID: ev.RequestID, ErrorReason: network.ErrorReasonBlockedByClient,
+	}); err != nil && ctx.Err() == nil {
+		j.log.Debug("failing a request", "url", truncate(u, 256), "err", err)
+	}
+}
+
+// step runs one step under its own timeout.
+func (j *job) step(tab context.Context, i int, st Step) error {
+	d := j.e.cfg.StepTimeout
+	if st.TimeoutMS > 0 {
+		d = time.Duration(st.TimeoutMS) * time.Millisecond
+	}
+	sctx, cancel := context.WithCancelCause(tab)
+	defer cancel(nil)
+	sctx, cancelT := context.WithTimeoutCause(sctx, d, fmt.Errorf("%w of %s ran out", errStepTimeout, d))
+	defer cancelT()
+	j.mu.Lock()
+	j.abortStep = cancel
+	j.mu.Unlock()
+	defer func() {
+		j.mu.Lock()
+		j.abortStep = nil
+		j.mu.Unlock()
+	}()
+	if be := j.rec.takeNavBlocked(); be != nil {
+		// A navigation started by the previous step was refused after
+		// that step had returned.
+		return fmt.Errorf("%w: %w", errNavBlocked, be)
+	}
+	err := j.perform(sctx, i, st)
+	if err != nil && sctx.Err() != nil {
+		// Report why the step's context ended rather than a bare
+		// "context canceled" from deep inside chromedp.
+		if cause := context.Cause(sctx); cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w (%w)", cause, err)
+		}
+	}
+	if be := j.rec.takeNavBlocked(); be != nil {
+		// The main frame tried to leave the allowlist (a navigate, a click
+		// on a link, a redirect): the step fails whatever else happened.
+		err = fmt.Errorf("%w: %w", errNavBlocked, be)
+	}
+	return err
+}
+
+// abort cancels the running step with cause.
+func (j *job) abort(cause error) {
+	j.mu.Lock()
+	f := j.abortStep
+	j.mu.Unlock()
+	if f != nil {
+		f(cause)
+	}
+}
+
+// dispose removes the job's browser context (its tabs, cookies, storage).
+func (j *job) dispose(id cdp.BrowserContextID) {
+	if j.p.lost() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if _, err := cdp.Call(ctx, j.p.b, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: id}); err != nil {
+		j.log.Debug("disposing of a browser context", "err", err)
+	}
+}
+
+// result classifies a failure of step i (or of the setup when i < 0).
+func (j *job) result(jctx context.Context, i int, a Action, err error) runtime.Result {
+	where := "setup"
+	if i >= 0 {
+		where = fmt.Sprintf("steps[%d] (%s)", i, a)
+	}
+	j.mu.Lock()
+	pageCrashed := j.crashed
+	j.mu.Unlock()
+	var le *limitError
+	var be *BlockedError
+	switch cause := context.Cause(jctx); {
+	case j.p.lost():
+		return failed(runtime.ReasonCrashed, fmt.Sprintf("%s: the browser process died (%v); the next job gets a fresh browser", where, err))
+	case pageCrashed || errors.Is(err, errPageCrashed):
+		return failed(runtime.ReasonCrashed, fmt.Sprintf("%s: %v", where, errPageCrashed))
+	case errors.Is(cause, errCallerCanceled):
+		return failed(runtime.ReasonCanceled, fmt.Sprintf("%s: %v", where, cause))
+	case errors.Is(cause, errExecutorClosed):
+		return failed(runtime.ReasonCanceled, fmt.Sprintf("%s: %v", where, cause))
+	case errors.Is(err, errNavBlocked) && errors.As(err, &be):
+		return failed(runtime.ReasonBlocked, fmt.Sprintf("%s: %v", where, be))
+	case errors.As(err, &le):
+		return failed(runtime.ReasonOutputLimit, fmt.Sprintf("%s: %v", where, le))
+	}
+	// A timeout or an odd failure may be a hung browser: probe it, and if
+	// it does not answer, kill it now so the cleanup does not wait on it.
+	if perr := j.p.probe(); perr != nil {
+		j.p.kill()
+		return failed(runtime.ReasonCrashed, fmt.Sprintf("%s: %v; the next job gets a fresh browser", where, perr))
+	}
+	if errors.Is(context.Cause(jctx), errJobTimeout) {
+		return failed(runtime.ReasonTimeout, fmt.Sprintf("%s: job timed out after %s", where, j.timeout))
+	}
+	return failed(runtime.ReasonStepFailed, fmt.Sprintf("%s: %v", where, err))
+}
+
+// oneLine keeps a message on one line and bounded.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	return truncate(s, 1024)
+}

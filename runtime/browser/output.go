@@ -1,0 +1,183 @@
+package browser
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/palyra-mesh/palyra/runtime"
+)
+
+// maxBlockedLines bounds the blocked-request report in Stderr.
+const maxBlockedLines = 256
+
+// limitError is a step failure caused by an output or artifact bound; it
+// maps to runtime.ReasonOutputLimit.
+type limitError struct{ msg string }
+
+func (e *limitError) Error() string { return e.msg }
+
+// blockedLine is one line of Result.Stderr: a request the job's policy
+// refused.
+type blockedLine struct {
+	URL    string `json:"blocked"`
+	Type   string `json:"type"`   // resource type: Document, Image, Fetch, XHR, Script, connect, ...
+	Reason string `json:"reason"` // why the policy refused it
+	By     string `json:"by"`     // "policy" (navigate pre-check), "fetch" (interception) or "proxy" (egress proxy)
+}
+
+// recorder collects what a job produces: named values (Stdout), blocked
+// requests (Stderr) and artifacts, each under its limit. It is shared by
+// the step loop, the Fetch handler and the egress proxy.
+type recorder struct {
+	maxOutput     int
+	maxArtifact   int
+	maxArtifacts  int
+	onNavBlocked  func(*BlockedError)
+	mu            sync.Mutex
+	values        map[string]json.RawMessage
+	valueBytes    int // size of the Stdout object so far
+	blockedLines  []blockedLine
+	blockedSeen   map[string]bool
+	blockedMore   int
+	navBlocked    *BlockedError
+	artifacts     []runtime.Artifact
+	artifactBytes int
+}
+
+func newRecorder(maxOutput, maxArtifact, maxArtifacts int) *recorder {
+	return &recorder{
+		maxOutput: maxOutput, maxArtifact: maxArtifact, maxArtifacts: maxArtifacts,
+		values: map[string]json.RawMessage{}, valueBytes: 2, blockedSeen: map[string]bool{},
+	}
+}
+
+// setValue stores a named value (already JSON) for Stdout.
+func (r *recorder) setValue(name string, v json.RawMessage) error {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, v); err != nil {
+		return fmt.Errorf("value for %q is not JSON: %w", name, err)
+	}
+	key, _ := json.Marshal(name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	add := len(key) + 1 + buf.Len()
+	if len(r.values) > 0 {
+		add++ // comma
+	}
+	if r.valueBytes+add > r.maxOutput {
+		return &limitError{fmt.Sprintf("value %q (%d bytes) would make the output %d bytes, over the job's limit of %d; extract less or raise max_output",
+			name, buf.Len(), r.valueBytes+add, r.maxOutput)}
+	}
+	r.values[name] = json.RawMessage(buf.Bytes())
+	r.valueBytes += add
+	return nil
+}
+
+// stdout is the JSON object of values by name.
+func (r *recorder) stdout() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out, err := json.Marshal(r.values)
+	if err != nil { // cannot happen: every value was compacted JSON
+		return []byte("{}")
+	}
+	return out
+}
+
+// blocked records a refused request; a URL is listed once.
+func (r *recorder) blocked(url, kind, reason, by string) {
+	url = truncate(url, 2048)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.blockedSeen[url] {
+		return
+	}
+	if len(r.blockedLines) >= maxBlockedLines {
+		r.blockedMore++
+		return
+	}
+	r.blockedSeen[url] = true
+	r.blockedLines = append(r.blockedLines, blockedLine{URL: url, Type: kind, Reason: reason, By: by})
+}
+
+// blockNavigation records that the page's main frame tried to load a
+// refused URL, and tells the step loop.
+func (r *recorder) blockNavigation(be *BlockedError) {
+	r.mu.Lock()
+	if r.navBlocked == nil {
+		r.navBlocked = be
+	}
+	cb := r.onNavBlocked
+	r.mu.Unlock()
+	if cb != nil {
+		cb(be)
+	}
+}
+
+// takeNavBlocked returns and clears the blocked main-frame navigation.
+func (r *recorder) takeNavBlocked() *BlockedError {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	be := r.navBlocked
+	r.navBlocked = nil
+	return be
+}
+
+// stderr renders the blocked-request report, one JSON object per line,
+// bounded by maxOutput.
+func (r *recorder) stderr() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var buf bytes.Buffer
+	more := r.blockedMore
+	for i, l := range r.blockedLines {
+		b, _ := json.Marshal(l)
+		if buf.Len()+len(b)+1 > r.maxOutput-64 {
+			more += len(r.blockedLines) - i
+			break
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	if more > 0 {
+		fmt.Fprintf(&buf, "{\"blocked_more\":%d}\n", more)
+	}
+	return buf.Bytes()
+}
+
+// blockedURLs lists the refused URLs, for tests and logs.
+func (r *recorder) blockedURLs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.blockedLines))
+	for _, l := range r.blockedLines {
+		out = append(out, l.URL)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// addArtifact stores an artifact if it fits both bounds.
+func (r *recorder) addArtifact(name, mediaType string, data []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(data) > r.maxArtifact {
+		return &limitError{fmt.Sprintf("artifact %q is %d bytes, over the per-artifact limit of %d; capture a smaller element or page", name, len(data), r.maxArtifact)}
+	}
+	if r.artifactBytes+len(data) > r.maxArtifacts {
+		return &limitError{fmt.Sprintf("artifact %q (%d bytes) would bring the job's artifacts to %d bytes, over the total limit of %d; capture fewer or smaller ones",
+			name, len(data), r.artifactBytes+len(data), r.maxArtifacts)}
+	}
+	r.artifacts = append(r.artifacts, runtime.Artifact{Name: name, MediaType: mediaType, Data: data})
+	r.artifactBytes += len(data)
+	return nil
+}
+
+func (r *recorder) takeArtifacts() []runtime.Artifact {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.artifacts
+}

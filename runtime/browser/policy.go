@@ -1,0 +1,259 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// lookupTimeout bounds one DNS resolution made for a policy check.
+const lookupTimeout = 5 * time.Second
+
+// BlockedError says why a request was refused by a job's network policy.
+type BlockedError struct {
+	URL    string
+	Reason string
+}
+
+func (e *BlockedError) Error() string {
+	return fmt.Sprintf("request to %s blocked: %s", truncate(e.URL, 256), e.Reason)
+}
+
+// resolver is the part of *net.Resolver the policy uses; tests replace it.
+type resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// policy decides which URLs one job may reach. It caches DNS answers for the
+// job's lifetime so that the Fetch-domain check and the egress proxy's dial
+// see the same addresses: the proxy connects only to addresses that passed
+// the check (see DESIGN.md on DNS rebinding).
+type policy struct {
+	hosts        []string // normalised AllowHosts
+	allowPrivate bool
+	res          resolver
+
+	mu    sync.Mutex
+	cache map[string]*lookup
+}
+
+type lookup struct {
+	done  chan struct{}
+	addrs []netip.Addr
+	err   error
+}
+
+// newPolicy normalises the allowlist. An entry is a host name ("example.com",
+// which also admits its subdomains; a leading "*." is accepted and ignored)
+// or an IP literal, matched exactly.
+func newPolicy(allowHosts []string, allowPrivate bool, res resolver) (*policy, error) {
+	p := &policy{allowPrivate: allowPrivate, res: res, cache: map[string]*lookup{}}
+	for _, h := range allowHosts {
+		n, err := normaliseAllowHost(h)
+		if err != nil {
+			return nil, err
+		}
+		p.hosts = append(p.hosts, n)
+	}
+	return p, nil
+}
+
+func normaliseAllowHost(h string) (string, error) {
+	n := strings.ToLower(strings.TrimSpace(h))
+	n = strings.TrimPrefix(n, "*.")
+	n = strings.TrimSuffix(n, ".")
+	if strings.HasPrefix(n, "[") && strings.HasSuffix(n, "]") {
+		n = n[1 : len(n)-1]
+	}
+	if a, err := netip.ParseAddr(n); err == nil {
+		if a.Zone() != "" {
+			return "", fmt.Errorf("allow_hosts entry %q: IPv6 zones are not supported; give the address without %%zone", h)
+		}
+		return a.Unmap().String(), nil
+	}
+	if n == "" || len(n) > 253 || strings.ContainsAny(n, "/:@?#*[] \t") {
+		return "", fmt.Errorf("allow_hosts entry %q is not a host name or IP address; give a bare host like example.com (no scheme, port or path)", h)
+	}
+	return n, nil
+}
+
+// normaliseHost lowercases a URL host and strips brackets and a final dot.
+func normaliseHost(h string) string {
+	h = strings.ToLower(h)
+	h = strings.TrimSuffix(h, ".")
+	if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+		h = h[1 : len(h)-1]
+	}
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a.Unmap().String()
+	}
+	return h
+}
+
+// hostAllowed reports whether host (normalised) matches the allowlist: an
+// exact match, or for names a subdomain of an entry.
+func (p *policy) hostAllowed(host string) bool {
+	_, isIP := parseIP(host)
+	for _, h := range p.hosts {
+		if host == h {
+			return true
+		}
+		if !isIP && strings.HasSuffix(host, "."+h) {
+			return true
+		}
+	}
+	return false
+}
+
+func parseIP(host string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
+}
+
+// checkURL decides whether a request to raw may proceed. data:, blob: and
+// about: URLs never touch the network and are allowed; http and https need
+// an allowed host whose addresses pass checkHost. Everything else is
+// refused.
+func (p *policy) checkURL(ctx context.Context, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return &BlockedError{URL: raw, Reason: "URL does not parse"}
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "data", "blob", "about":
+		return nil
+	case "http", "https", "ws", "wss":
+	default:
+		return &BlockedError{URL: raw, Reason: fmt.Sprintf("scheme %q is not allowed (only http and https)", u.Scheme)}
+	}
+	if _, err := p.checkHost(ctx, u.Hostname()); err != nil {
+		return &BlockedError{URL: raw, Reason: err.Error()}
+	}
+	return nil
+}
+
+// checkHost applies the allowlist and, unless private targets are allowed,
+// the address check. It returns the addresses the host resolved to (nil
+// when no resolution was needed: an IP literal, or AllowPrivate).
+func (p *policy) checkHost(ctx context.Context, rawHost string) ([]netip.Addr, error) {
+	host := normaliseHost(rawHost)
+	if host == "" {
+		return nil, errors.New("URL has no host")
+	}
+	if !p.hostAllowed(host) {
+		if len(p.hosts) == 0 {
+			return nil, fmt.Errorf("host %q is not allowed: the job has no allow_hosts, so no network", truncate(host, 128))
+		}
+		return nil, fmt.Errorf("host %q is not in allow_hosts", truncate(host, 128))
+	}
+	if ip, ok := parseIP(host); ok {
+		if !p.allowPrivate {
+			if why := privateReason(ip); why != "" {
+				return nil, fmt.Errorf("address %s is %s; private targets need allow_private", ip, why)
+			}
+		}
+		return []netip.Addr{ip}, nil
+	}
+	if p.allowPrivate {
+		return nil, nil
+	}
+	addrs, err := p.resolve(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range addrs {
+		if why := privateReason(a); why != "" {
+			return nil, fmt.Errorf("host %q resolves to %s, which is %s; private targets need allow_private", truncate(host, 128), a, why)
+		}
+	}
+	return addrs, nil
+}
+
+// resolve looks host up once per job; concurrent callers share the answer.
+func (p *policy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	p.mu.Lock()
+	l, ok := p.cache[host]
+	if !ok {
+		l = &lookup{done: make(chan struct{})}
+		p.cache[host] = l
+		p.mu.Unlock()
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+		addrs, err := p.res.LookupNetIP(lctx, "ip", host)
+		cancel()
+		if err == nil && len(addrs) == 0 {
+			err = errors.New("no addresses")
+		}
+		for i := range addrs {
+			addrs[i] = addrs[i].Unmap()
+		}
+		if err != nil {
+			err = fmt.Errorf("cannot resolve host %q: %w", truncate(host, 128), err)
+		}
+		l.addrs, l.err = addrs, err
+		close(l.done)
+		return addrs, err
+	}
+	p.mu.Unlock()
+	select {
+	case <-l.done:
+		return l.addrs, l.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Address ranges refused unless a job has AllowPrivate, beyond what
+// netip.Addr's predicates cover.
+var extraPrivate = []struct {
+	prefix netip.Prefix
+	why    string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), `in "this network" (0.0.0.0/8)`},
+	{netip.MustParsePrefix("100.64.0.0/10"), "carrier-grade NAT space"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignment space"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking space"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved or broadcast"},
+	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64 (can reach private IPv4)"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"},
+	{netip.MustParsePrefix("2002::/16"), "6to4 (can reach private IPv4)"},
+	{netip.MustParsePrefix("100::/64"), "discard-only space"},
+}
+
+// privateReason says why a is not a public unicast address, or "" if it is.
+func privateReason(a netip.Addr) string {
+	a = a.Unmap()
+	switch {
+	case !a.IsValid():
+		return "invalid"
+	case a.IsUnspecified():
+		return "unspecified"
+	case a.IsLoopback():
+		return "loopback"
+	case a.IsPrivate():
+		return "private"
+	case a.IsLinkLocalUnicast():
+		return "link-local"
+	case a.IsMulticast(), a.IsLinkLocalMulticast(), a.IsInterfaceLocalMulticast():
+		return "multicast"
+	case a.Zone() != "":
+		return "zoned"
+	}
+	for _, p := range extraPrivate {
+		if p.prefix.Contains(a) {
+			return p.why
+		}
+	}
+	return ""
+}
+
+// defaultResolver is the system resolver.
+var defaultResolver resolver = net.DefaultResolver

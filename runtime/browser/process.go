@@ -1,0 +1,156 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/chromedp"
+)
+
+// defaultProbeTimeout bounds the liveness probe of a browser.
+const defaultProbeTimeout = 3 * time.Second
+
+// errBrowserUnresponsive marks a browser that failed its liveness probe.
+var errBrowserUnresponsive = errors.New("browser stopped responding")
+
+// proc is one running Chromium. Jobs open their own browser contexts on it.
+type proc struct {
+	gen         int
+	allocCancel context.CancelFunc
+	ctx         context.Context // chromedp context owning the browser
+	cancel      context.CancelFunc
+	b           *chromedp.Browser
+	pid         int
+	broken      atomic.Bool // set when a probe failed; the next job restarts
+	probeLimit  time.Duration
+}
+
+// allocatorOptions are the Chromium flags. Beyond chromedp's defaults they
+// turn off everything that talks to the network on its own (Chromium floods
+// refused connections on a closed network otherwise), keep WebRTC from
+// sending UDP outside the per-job proxy, and drop the sandbox only as root,
+// where Chromium refuses to start with it.
+func allocatorOptions(cfg Config) []chromedp.ExecAllocatorOption {
+	opts := append([]chromedp.ExecAllocatorOption{}, chromedp.DefaultExecAllocatorOptions[:]...)
+	opts = append(opts,
+		chromedp.ExecPath(cfg.ExecPath),
+		chromedp.DisableGPU,
+		chromedp.WindowSize(cfg.WindowWidth, cfg.WindowHeight),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-domain-reliability", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-pings", true),
+		chromedp.Flag("disable-popup-blocking", false), // chromedp's default turns the blocker off
+		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,OptimizationHints,MediaRouter,DialMediaRouteProvider,AutofillServerCommunication,InterestFeedContentSuggestions,CertificateTransparencyComponentUpdater"),
+		chromedp.Flag("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"),
+		chromedp.Flag("webrtc-ip-handling-policy", "disable_non_proxied_udp"),
+	)
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox)
+	}
+	return opts
+}
+
+// launch starts a browser. ctx bounds only the start; the browser lives
+// until kill or close.
+func launch(ctx context.Context, cfg Config, gen int, log *slog.Logger) (*proc, error) {
+	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), allocatorOptions(cfg)...)
+	bctx, bcancel := chromedp.NewContext(allocCtx,
+		chromedp.WithErrorf(func(f string, a ...any) { log.Debug("chromedp: "+fmt.Sprintf(f, a...), "browser_gen", gen) }),
+		chromedp.WithLogf(func(f string, a ...any) { log.Debug("chromedp: "+fmt.Sprintf(f, a...), "browser_gen", gen) }),
+	)
+	stop := context.AfterFunc(ctx, allocCancel)
+	timer := time.AfterFunc(cfg.StartTimeout, allocCancel)
+	err := chromedp.Do(bctx) // starts the browser; its life is bctx's
+	timer.Stop()
+	stopped := stop()
+	if err == nil && !stopped {
+		err = ctx.Err()
+	}
+	if err != nil {
+		bcancel()
+		allocCancel()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("browser: start interrupted: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("browser: starting %s: %w (set Config.ExecPath to a working Chromium, or %s)", cfg.ExecPath, err, InstallHint)
+	}
+	c := chromedp.FromContext(bctx)
+	p := &proc{gen: gen, allocCancel: allocCancel, ctx: bctx, cancel: bcancel, b: c.Browser, probeLimit: defaultProbeTimeout}
+	if pr := c.Browser.Process(); pr != nil {
+		p.pid = pr.Pid
+	}
+	log.Debug("browser started", "browser_gen", gen, "pid", p.pid, "exec", cfg.ExecPath)
+	return p, nil
+}
+
+// lost reports whether the connection to the browser dropped (it died or
+// was killed).
+func (p *proc) lost() bool {
+	select {
+	case <-p.b.LostConnection:
+		return true
+	default:
+		return false
+	}
+}
+
+// usable reports whether new jobs may run on this browser.
+func (p *proc) usable() bool { return !p.lost() && !p.broken.Load() }
+
+// probe asks the browser for its version; a browser that cannot answer
+// within probeLimit is marked broken.
+func (p *proc) probe() error {
+	if p.lost() {
+		return errors.New("browser process exited")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.probeLimit)
+	defer cancel()
+	if _, err := cdp.Call(ctx, p.b, browser.GetVersion, cdp.Empty{}); err != nil {
+		p.broken.Store(true)
+		return fmt.Errorf("%w: %w", errBrowserUnresponsive, err)
+	}
+	return nil
+}
+
+// kill stops the process at once and releases its resources in the
+// background (chromedp removes its temporary profile after the exit).
+func (p *proc) kill() {
+	p.broken.Store(true)
+	p.allocCancel()
+	go p.cancel()
+}
+
+// close shuts the browser down, gracefully if it answers before ctx ends.
+func (p *proc) close(ctx context.Context) error {
+	p.broken.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		gctx, cancel := context.WithCancel(p.ctx)
+		defer cancel()
+		stop := context.AfterFunc(ctx, cancel)
+		defer stop()
+		done <- chromedp.Cancel(gctx)
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	p.allocCancel()
+	p.cancel()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}

@@ -1,0 +1,195 @@
+package browser
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// pollInterval is how often wait-style steps re-check the page.
+const pollInterval = 50 * time.Millisecond
+
+// perform runs one step's action against the job's tab.
+func (j *job) perform(ctx context.Context, i int, st Step) error {
+	switch st.Action {
+	case ActionNavigate:
+		return j.navigate(ctx, st.URL)
+	case ActionClick:
+		if err := waitSelector(ctx, st.Selector, true); err != nil {
+			return err
+		}
+		return chromedp.Do(ctx, chromedp.Click(chromedp.CSS(st.Selector), chromedp.NodeVisible))
+	case ActionType:
+		if err := waitSelector(ctx, st.Selector, true); err != nil {
+			return err
+		}
+		return chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(st.Selector), st.Text, chromedp.NodeVisible))
+	case ActionPress:
+		k, err := keyFor(st.Key)
+		if err != nil {
+			return err
+		}
+		return chromedp.Do(ctx, chromedp.KeyEvent(k))
+	case ActionWaitFor:
+		if st.Selector != "" {
+			return waitSelector(ctx, st.Selector, true)
+		}
+		return waitText(ctx, st.Text)
+	case ActionExtract:
+		v, err := extract(ctx, st.Selector, st.Attribute)
+		if err != nil {
+			return err
+		}
+		raw, _ := json.Marshal(v)
+		return j.rec.setValue(st.Name, raw)
+	case ActionEvaluate:
+		raw, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte](st.Expression, chromedp.EvalAwaitPromise))
+		if errors.Is(err, chromedp.ErrJSUndefined) || (err == nil && len(raw) == 0) {
+			raw, err = []byte("null"), nil
+		}
+		if err != nil {
+			return fmt.Errorf("evaluating the expression: %w", err)
+		}
+		return j.rec.setValue(st.Name, raw)
+	case ActionScreenshot:
+		return j.screenshot(ctx, st)
+	case ActionPDF:
+		buf, err := chromedp.Run(ctx, chromedp.PrintToPDF(chromedp.PDFPrintBackground()))
+		if err != nil {
+			return fmt.Errorf("printing to PDF: %w", err)
+		}
+		return j.rec.addArtifact(st.Name, "application/pdf", buf)
+	}
+	return fmt.Errorf("unknown action %q", st.Action)
+}
+
+// navigate checks the URL against the policy before the browser sees it
+// (interception would refuse it too; this gives the clearest message), then
+// loads it and waits for the load event.
+func (j *job) navigate(ctx context.Context, u string) error {
+	if err := j.pol.checkURL(ctx, u); err != nil {
+		var be *BlockedError
+		if !errors.As(err, &be) {
+			be = &BlockedError{URL: u, Reason: err.Error()}
+		}
+		j.rec.blocked(u, "Document", be.Reason, "policy")
+		return fmt.Errorf("%w: %w", errNavBlocked, be)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(u)); err != nil {
+		return fmt.Errorf("loading %s: %w", truncate(u, 256), err)
+	}
+	return nil
+}
+
+func (j *job) screenshot(ctx context.Context, st Step) error {
+	var (
+		buf []byte
+		err error
+	)
+	switch {
+	case st.Selector != "":
+		if err := waitSelector(ctx, st.Selector, true); err != nil {
+			return err
+		}
+		buf, err = chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(st.Selector), chromedp.NodeVisible))
+	case st.FullPage:
+		buf, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	default:
+		buf, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	}
+	if err != nil {
+		return fmt.Errorf("taking the screenshot: %w", err)
+	}
+	return j.rec.addArtifact(st.Name, "image/png", buf)
+}
+
+// The page-side checks take their arguments as JSON literals, so a selector
+// or text can never break out of the string it is in.
+const (
+	jsSelectorState = `((sel, visible) => {
+  const e = document.querySelector(sel);
+  if (!e) return false;
+  if (!visible) return true;
+  const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+  return r.width > 0 && r.height > 0 && s.visibility !== "hidden" && s.display !== "none";
+})(%s, %t)`
+	jsHasText = `(t => !!document.body && document.body.innerText.includes(t))(%s)`
+	jsExtract = `((sel, attr) => {
+  const e = document.querySelector(sel);
+  if (!e) return {found: false};
+  if (attr) return e.hasAttribute(attr) ? {found: true, value: e.getAttribute(attr)} : {found: true, missing: true};
+  return {found: true, value: e.innerText ?? e.textContent ?? ""};
+})(%s, %s)`
+)
+
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// poll evaluates expr until it yields true or ctx ends. Errors from a page
+// that is between documents are retried; a JavaScript exception (such as an
+// invalid selector) ends the wait at once.
+func poll(ctx context.Context, expr, waitingFor string) error {
+	for {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		if err == nil && ok {
+			return nil
+		}
+		var ex *chromedp.ExceptionError
+		if errors.As(err, &ex) {
+			return fmt.Errorf("%s: %w", waitingFor, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gave up waiting for %s: %w", waitingFor, context.Cause(ctx))
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// waitSelector waits until an element matches sel (and is visible when
+// visible is set).
+func waitSelector(ctx context.Context, sel string, visible bool) error {
+	what := fmt.Sprintf("an element matching %s", jsString(truncate(sel, 128)))
+	if visible {
+		what = "a visible element matching " + jsString(truncate(sel, 128))
+	}
+	return poll(ctx, fmt.Sprintf(jsSelectorState, jsString(sel), visible), what)
+}
+
+// waitText waits until the page's visible text contains text.
+func waitText(ctx context.Context, text string) error {
+	return poll(ctx, fmt.Sprintf(jsHasText, jsString(text)), "the page text to contain "+jsString(truncate(text, 128)))
+}
+
+// extract reads an element's text, or one of its attributes, waiting for
+// the element to exist.
+func extract(ctx context.Context, sel, attr string) (string, error) {
+	if err := waitSelector(ctx, sel, false); err != nil {
+		return "", err
+	}
+	var out struct {
+		Found   bool   `json:"found"`
+		Missing bool   `json:"missing"`
+		Value   string `json:"value"`
+	}
+	raw, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte](fmt.Sprintf(jsExtract, jsString(sel), jsString(attr))))
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", jsString(truncate(sel, 128)), err)
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return "", fmt.Errorf("reading %s: %w", jsString(truncate(sel, 128)), err)
+	}
+	switch {
+	case !out.Found:
+		return "", fmt.Errorf("no element matches %s any more", jsString(truncate(sel, 128)))
+	case out.Missing:
+		return "", fmt.Errorf("the element matching %s has no attribute %q", jsString(truncate(sel, 128)), attr)
+	}
+	return out.Value, nil
+}
