@@ -17,7 +17,9 @@ import (
 
 func start(t *testing.T, cfg node.Config) *node.Node {
 	t.Helper()
-	cfg.Listen = "127.0.0.1:0"
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
 	cfg.Fast = true
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if cfg.DataDir == "" {

@@ -43,7 +43,9 @@ type Unplaced struct {
 
 // Plan places as many jobs as free capacity allows: higher priority first,
 // then acceptance order; each job goes to the eligible matching node with
-// the most free slots of its kind (spreading load), ties broken by node id.
+// the most free slots of its kind (spreading load). Ties are broken by
+// rendezvous hashing of (job, node): deterministic, yet jobs arriving one at
+// a time on an idle cluster still spread over every node.
 func Plan(nodes []Node, jobs []Job) ([]Placement, []Unplaced) {
 	ns := make([]Node, len(nodes))
 	for i, n := range nodes {
@@ -74,7 +76,8 @@ func Plan(nodes []Node, jobs []Job) ([]Placement, []Unplaced) {
 			if n.free(j.Kind) <= 0 {
 				continue
 			}
-			if best < 0 || n.free(j.Kind) > ns[best].free(j.Kind) {
+			if best < 0 || n.free(j.Kind) > ns[best].free(j.Kind) ||
+				(n.free(j.Kind) == ns[best].free(j.Kind) && affinity(j.ID, n.ID) > affinity(j.ID, ns[best].ID)) {
 				best = i
 			}
 		}
@@ -90,6 +93,18 @@ func Plan(nodes []Node, jobs []Job) ([]Placement, []Unplaced) {
 		plan = append(plan, Placement{JobID: j.ID, NodeID: ns[best].ID, Attempt: j.Attempt + 1})
 	}
 	return plan, unplaced
+}
+
+// affinity is the rendezvous-hash weight of job on node (FNV-1a 64).
+func affinity(job, node string) uint64 {
+	h := uint64(14695981039346656037)
+	for _, s := range [...]string{job, "\x00", node} {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= 1099511628211
+		}
+	}
+	return h
 }
 
 func matches(labels, constraints map[string]string) bool {

@@ -71,3 +71,18 @@ func TestPlanPriorityConstraintsEligibility(t *testing.T) {
 		t.Fatal("browser job should be unplaced")
 	}
 }
+
+// Jobs arriving one at a time on an idle cluster spread over the nodes.
+func TestSequentialJobsSpread(t *testing.T) {
+	nodes := []Node{node("a", 4, 0, nil), node("b", 4, 0, nil), node("c", 4, 0, nil)}
+	per := map[string]int{}
+	for i := 0; i < 300; i++ {
+		plan, _ := Plan(nodes, []Job{{ID: fmt.Sprintf("j-%d", i), Kind: "wasm"}})
+		per[plan[0].NodeID]++
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if per[n] < 60 {
+			t.Fatalf("placements %v: node %s starved", per, n)
+		}
+	}
+}
