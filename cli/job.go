@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -42,6 +44,11 @@ func jobCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "memory", Usage: "linear-memory limit, e.g. 16MiB, 1GiB (default 64MiB)"},
 					&ucli.Uint64Flag{Name: "fuel", Usage: "deterministic instruction budget (0 = node default)"},
 					&ucli.StringFlag{Name: "max-output", Usage: "bound on stdout and on stderr, each, e.g. 4MiB (default 1MiB)"},
+					&ucli.IntFlag{Name: "priority", Usage: "higher runs first when capacity is short"},
+					&ucli.StringSliceFlag{Name: "constraint", Usage: "run only on nodes with label `k=v` (repeatable)"},
+					&ucli.UintFlag{Name: "retries", Usage: "extra attempts, with backoff, for retryable failures (max 10)"},
+					&ucli.DurationFlag{Name: "deadline", Usage: "the job expires if not completed within this time of submission"},
+					&ucli.StringFlag{Name: "idempotency-key", Usage: "retrying a submission with the same key returns the same job; a different payload is refused"},
 					&ucli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its output"},
 					jsonFlag,
 				},
@@ -52,10 +59,15 @@ func jobCommand() *ucli.Command {
 				Action: jobGet,
 			},
 			{
+				Name: "watch", Usage: "stream a job's phase changes until it ends", ArgsUsage: "ID", Flags: []ucli.Flag{jsonFlag},
+				Action: jobWatch,
+			},
+			{
 				Name: "list", Usage: "list jobs, oldest first", Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "phase", Usage: "only jobs in this `PHASE` (queued, running, completed, failed, aborted, …)"},
 					&ucli.UintFlag{Name: "limit", Usage: "at most `N` jobs", Value: 100},
 					&ucli.StringFlag{Name: "after", Usage: "continue after job `ID` (pagination)"},
+					&ucli.StringFlag{Name: "node", Usage: "only jobs placed on node `ID`"},
 					jsonFlag,
 				},
 				Action: jobList,
@@ -110,6 +122,17 @@ func jobSubmit(c *ucli.Context) error {
 			return usageErr("--max-output: %v", err)
 		}
 	}
+	constraints := map[string]string{}
+	for _, it := range c.StringSlice("constraint") {
+		k, v, ok := strings.Cut(it, "=")
+		if !ok || k == "" {
+			return usageErr("--constraint %q is not k=v", it)
+		}
+		constraints[k] = v
+	}
+	if c.IsSet("deadline") && c.Duration("deadline") <= 0 {
+		return usageErr("--deadline must be positive, e.g. 10m")
+	}
 	if c.IsSet("timeout") && c.Duration("timeout") <= 0 {
 		return usageErr("--timeout must be positive, e.g. 1s or 5m")
 	}
@@ -121,11 +144,16 @@ func jobSubmit(c *ucli.Context) error {
 	resp, err := cl.Jobs.SubmitJob(c.Context, connect.NewRequest(&palyrav1.SubmitJobRequest{
 		WasmModule: module, Input: input, TimeoutMs: c.Duration("timeout").Milliseconds(),
 		MemoryBytes: mem, Fuel: c.Uint64("fuel"), MaxOutputBytes: maxOut,
+		Priority: int32(c.Int("priority")), Constraints: constraints, Retries: uint32(c.Uint("retries")),
+		DeadlineMs: c.Duration("deadline").Milliseconds(), IdempotencyKey: c.String("idempotency-key"),
 	}))
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}
 	job := resp.Msg.Job
+	if resp.Msg.Replayed {
+		fmt.Fprintf(c.App.ErrWriter, "idempotency key matched job %s submitted earlier; not submitted again\n", job.Id)
+	}
 	if !c.Bool("wait") {
 		if c.Bool("json") {
 			return writeJSON(c.App.Writer, toJobJSON(job))
@@ -240,6 +268,12 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 	if v.FinishedAt != "" {
 		fmt.Fprintf(tw, "finished\t%s\n", v.FinishedAt)
 	}
+	if v.PendingReason != "" && v.Phase == "queued" {
+		fmt.Fprintf(tw, "waiting\t%s\n", v.PendingReason)
+	}
+	if v.MaxRetries > 0 {
+		fmt.Fprintf(tw, "retries\t%d of %d used\n", v.RetriesUsed, v.MaxRetries)
+	}
 	if v.Error != nil {
 		fmt.Fprintf(tw, "error\t%s: %s\n", v.Error.Code, v.Error.Message)
 		if v.Error.Hint != "" {
@@ -276,7 +310,7 @@ func jobList(c *ucli.Context) error {
 	}
 	defer cl.Close()
 	resp, err := cl.Jobs.ListJobs(c.Context, connect.NewRequest(&palyrav1.ListJobsRequest{
-		Phase: ph, Limit: uint32(c.Uint("limit")), AfterId: c.String("after"), Stale: c.Bool("stale")}))
+		Phase: ph, Limit: uint32(c.Uint("limit")), AfterId: c.String("after"), Stale: c.Bool("stale"), NodeId: c.String("node")}))
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}
@@ -335,4 +369,50 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func jobWatch(c *ucli.Context) error {
+	id, err := oneArg(c, "job id")
+	if err != nil {
+		return err
+	}
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	stream, err := cl.Jobs.WatchJob(c.Context, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	defer stream.Close()
+	var last *palyrav1.Job
+	for stream.Receive() {
+		last = stream.Msg().Job
+		if c.Bool("json") {
+			enc := json.NewEncoder(c.App.Writer)
+			if err := enc.Encode(toJobJSON(last)); err != nil {
+				return err
+			}
+			continue
+		}
+		line := fmt.Sprintf("%s  %s  attempt %d", time.Now().UTC().Format("15:04:05.000"), last.Phase.WireName(), last.Attempt)
+		if last.NodeId != "" {
+			line += "  on " + last.NodeId
+		}
+		if last.PendingReason != "" && last.Phase == palyrav1.JobPhase_JOB_PHASE_QUEUED {
+			line += "  (" + last.PendingReason + ")"
+		}
+		if last.Error != nil {
+			line += "  " + last.Error.Code + ": " + last.Error.Message
+		}
+		fmt.Fprintln(c.App.Writer, line)
+	}
+	if err := stream.Err(); err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	if last != nil && last.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+		return ucli.Exit("", exitFailure)
+	}
+	return nil
 }

@@ -116,6 +116,30 @@ func nodeCommand() *ucli.Command {
 				Action: nodeJoin,
 			},
 			{
+				Name:      "drain",
+				Usage:     "stop placing new work on a node; its running work finishes (or moves at --deadline)",
+				ArgsUsage: "NODE_ID",
+				Flags:     []ucli.Flag{&ucli.DurationFlag{Name: "deadline", Usage: "move the node's remaining work elsewhere after this long"}},
+				Action: func(c *ucli.Context) error {
+					return setSchedulable(c, &palyrav1.SetSchedulableRequest{Drain: true, DrainDeadlineMs: c.Duration("deadline").Milliseconds()})
+				},
+			},
+			{
+				Name:      "eligibility",
+				Usage:     "allow or stop new work on a node (--enable also ends a drain)",
+				ArgsUsage: "NODE_ID",
+				Flags: []ucli.Flag{
+					&ucli.BoolFlag{Name: "enable", Usage: "place new work on the node"},
+					&ucli.BoolFlag{Name: "disable", Usage: "place no new work on the node; running work continues"},
+				},
+				Action: func(c *ucli.Context) error {
+					if c.Bool("enable") == c.Bool("disable") {
+						return usageErr("give exactly one of --enable or --disable")
+					}
+					return setSchedulable(c, &palyrav1.SetSchedulableRequest{Eligible: c.Bool("enable")})
+				},
+			},
+			{
 				Name:  "leave",
 				Usage: "make the node at --addr leave the cluster gracefully (leadership handed off first), then stop",
 				Flags: []ucli.Flag{jsonFlag},
@@ -184,4 +208,29 @@ type errBadFormat string
 
 func (e errBadFormat) Error() string {
 	return "unknown --log-format " + string(e) + "; use text or json"
+}
+
+func setSchedulable(c *ucli.Context, req *palyrav1.SetSchedulableRequest) error {
+	id, err := oneArg(c, "node id (see 'palyra nodes')")
+	if err != nil {
+		return err
+	}
+	req.NodeId = id
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if _, err := cl.Node.SetSchedulable(c.Context, connect.NewRequest(req)); err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	switch {
+	case req.Drain:
+		fmt.Fprintf(c.App.Writer, "node %s is draining: no new work\n", id)
+	case req.Eligible:
+		fmt.Fprintf(c.App.Writer, "node %s is eligible for new work\n", id)
+	default:
+		fmt.Fprintf(c.App.Writer, "node %s takes no new work\n", id)
+	}
+	return nil
 }

@@ -37,15 +37,22 @@ func nodesCommand() *ucli.Command {
 						labels = map[string]string{}
 					}
 					out = append(out, map[string]any{"id": n.Id, "address": n.Address, "state": n.State, "voter": n.Voter,
-						"leader": n.Leader, "labels": labels, "capacity": n.Capacity, "version": n.Version, "in_raft": n.InRaft})
+						"leader": n.Leader, "labels": labels, "capacity": n.Capacity, "version": n.Version, "in_raft": n.InRaft,
+						"eligible": n.Eligible, "draining": n.Draining, "running": n.Running})
 				}
 				return writeJSON(c.App.Writer, map[string]any{"nodes": out, "served_by": resp.Msg.ServedBy})
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tVOTER\tLEADER\tCAPACITY\tLABELS")
+			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tVOTER\tLEADER\tSCHEDULING\tRUNNING\tCAPACITY\tLABELS")
 			for _, n := range resp.Msg.Nodes {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\n", n.Id, n.Address, n.State, n.Voter, n.Leader,
-					kv(n.Capacity), kv(n.Labels))
+				sched := "eligible"
+				if n.Draining {
+					sched = "draining"
+				} else if !n.Eligible {
+					sched = "ineligible"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%d\t%s\t%s\n", n.Id, n.Address, n.State, n.Voter, n.Leader,
+					sched, n.Running, kv(n.Capacity), kv(n.Labels))
 			}
 			return tw.Flush()
 		},

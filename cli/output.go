@@ -21,24 +21,30 @@ type errorJSON struct {
 
 // jobJSON is the stable JSON form of a job printed by the CLI.
 type jobJSON struct {
-	ID           string     `json:"id"`
-	Phase        string     `json:"phase"`
-	Kind         string     `json:"kind"`
-	Output       string     `json:"output"`
-	Stderr       string     `json:"stderr"`
-	ExitCode     int32      `json:"exit_code"`
-	Error        *errorJSON `json:"error"`
-	Attempt      uint32     `json:"attempt"`
-	NodeID       string     `json:"node_id"`
-	Submitter    string     `json:"submitter"`
-	ModuleSHA256 string     `json:"module_sha256,omitempty"`
-	MemoryBytes  uint64     `json:"memory_bytes,omitempty"`
-	TimeoutMS    int64      `json:"timeout_ms"`
-	FuelUsed     uint64     `json:"fuel_used"`
-	SubmittedAt  string     `json:"submitted_at,omitempty"`
-	StartedAt    string     `json:"started_at,omitempty"`
-	FinishedAt   string     `json:"finished_at,omitempty"`
-	CommitIndex  uint64     `json:"commit_index"`
+	ID            string            `json:"id"`
+	Phase         string            `json:"phase"`
+	Kind          string            `json:"kind"`
+	Output        string            `json:"output"`
+	Stderr        string            `json:"stderr"`
+	ExitCode      int32             `json:"exit_code"`
+	Error         *errorJSON        `json:"error"`
+	Attempt       uint32            `json:"attempt"`
+	NodeID        string            `json:"node_id"`
+	Submitter     string            `json:"submitter"`
+	ModuleSHA256  string            `json:"module_sha256,omitempty"`
+	MemoryBytes   uint64            `json:"memory_bytes,omitempty"`
+	TimeoutMS     int64             `json:"timeout_ms"`
+	FuelUsed      uint64            `json:"fuel_used"`
+	SubmittedAt   string            `json:"submitted_at,omitempty"`
+	StartedAt     string            `json:"started_at,omitempty"`
+	FinishedAt    string            `json:"finished_at,omitempty"`
+	CommitIndex   uint64            `json:"commit_index"`
+	Priority      int32             `json:"priority"`
+	Constraints   map[string]string `json:"constraints,omitempty"`
+	MaxRetries    uint32            `json:"max_retries"`
+	RetriesUsed   uint32            `json:"retries_used"`
+	DeadlineAt    string            `json:"deadline_at,omitempty"`
+	PendingReason string            `json:"pending_reason,omitempty"`
 }
 
 func msTime(ms int64) string {
@@ -55,6 +61,8 @@ func toJobJSON(j *palyrav1.Job) jobJSON {
 		TimeoutMS: j.TimeoutMs, FuelUsed: j.FuelUsed, SubmittedAt: msTime(j.SubmittedAtMs),
 		StartedAt: msTime(j.StartedAtMs), FinishedAt: msTime(j.FinishedAtMs), CommitIndex: j.CommitIndex,
 	}
+	out.Priority, out.Constraints, out.MaxRetries, out.RetriesUsed = j.Priority, j.Constraints, j.MaxRetries, j.RetriesUsed
+	out.DeadlineAt, out.PendingReason = msTime(j.DeadlineAtMs), j.PendingReason
 	if j.Wasm != nil {
 		out.ModuleSHA256, out.MemoryBytes = j.Wasm.ModuleSha256, j.Wasm.MemoryBytes
 	}

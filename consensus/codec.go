@@ -24,7 +24,21 @@ func jobFromRecord(r *raftpb.JobRecord) Job {
 		FuelUsed: r.FuelUsed, Attempt: r.Attempt, NodeID: r.NodeId, Submitter: r.Submitter,
 		SubmittedAtMS: r.SubmittedAtMs, StartedAtMS: r.StartedAtMs, FinishedAtMS: r.FinishedAtMs,
 		CommitIndex: r.CommitIndex, MaxOutput: r.MaxOutputBytes,
+		Priority: r.Priority, Constraints: copyMap(r.Constraints), MaxRetries: r.MaxRetries, RetriesUsed: r.RetriesUsed,
+		NotBeforeMS: r.NotBeforeMs, DeadlineAtMS: r.DeadlineAtMs, IdempotencyKey: r.IdempotencyKey,
+		PayloadHash: r.PayloadHash, PendingReason: r.PendingReason,
 	}
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 func jobToRecord(j *Job) *raftpb.JobRecord {
@@ -35,6 +49,9 @@ func jobToRecord(j *Job) *raftpb.JobRecord {
 		FuelUsed: j.FuelUsed, Attempt: j.Attempt, NodeId: j.NodeID, Submitter: j.Submitter,
 		SubmittedAtMs: j.SubmittedAtMS, StartedAtMs: j.StartedAtMS, FinishedAtMs: j.FinishedAtMS,
 		CommitIndex: j.CommitIndex, MaxOutputBytes: j.MaxOutput,
+		Priority: j.Priority, Constraints: j.Constraints, MaxRetries: j.MaxRetries, RetriesUsed: j.RetriesUsed,
+		NotBeforeMs: j.NotBeforeMS, DeadlineAtMs: j.DeadlineAtMS, IdempotencyKey: j.IdempotencyKey,
+		PayloadHash: j.PayloadHash, PendingReason: j.PendingReason,
 	}
 }
 

@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"crypto/subtle"
 	"fmt"
 	"io"
 	"sort"
@@ -73,6 +74,17 @@ func (s *State) apply(index uint64, cmd *raftpb.Command) ApplyResult {
 		return s.applySubmit(index, c.SubmitJob)
 	case *raftpb.Command_AssignJob:
 		return s.applyAssign(c.AssignJob)
+	case *raftpb.Command_AssignBatch:
+		placed := 0
+		for _, a := range c.AssignBatch.Assignments {
+			if r := s.applyAssign(a); r.Err == nil {
+				placed++
+			}
+		}
+		if placed == 0 && len(c.AssignBatch.Assignments) > 0 {
+			return ApplyResult{Err: errf(ErrConflict, "", "no placement in the batch was current")}
+		}
+		return ApplyResult{}
 	case *raftpb.Command_FinishJob:
 		return s.applyFinish(c.FinishJob)
 	case *raftpb.Command_CancelJob:
@@ -95,6 +107,12 @@ func (s *State) apply(index uint64, cmd *raftpb.Command) ApplyResult {
 		return s.applyRevokeCert(c.RevokeCert)
 	case *raftpb.Command_SetPolicy:
 		return s.applySetPolicy(c.SetPolicy)
+	case *raftpb.Command_ExpireJob:
+		return s.applyExpire(c.ExpireJob)
+	case *raftpb.Command_SetPendingReason:
+		return s.applyPendingReason(c.SetPendingReason)
+	case *raftpb.Command_SetNodeSchedulable:
+		return s.applyNodeSchedulable(c.SetNodeSchedulable)
 	default:
 		return ApplyResult{Err: errf(ErrInvalid, "upgrade this node to the cluster's version", "unknown raft command %T at index %d", cmd.Cmd, index)}
 	}
@@ -107,13 +125,27 @@ func (s *State) applySubmit(index uint64, c *raftpb.SubmitJob) ApplyResult {
 	if _, ok := s.jobs[c.Job.Id]; ok {
 		return ApplyResult{Err: errf(ErrConflict, "retry the submission; a new id is chosen each time", "job %s already exists", c.Job.Id)}
 	}
+	if key := c.Job.IdempotencyKey; key != "" {
+		if id, ok := s.idempotency[key]; ok {
+			prev := s.jobs[id]
+			if subtle.ConstantTimeCompare(prev.PayloadHash, c.Job.PayloadHash) == 1 {
+				return ApplyResult{Job: prev.clone()} // replay: the original job
+			}
+			return ApplyResult{Job: prev.clone(), Err: errf(ErrConflict, "use a new idempotency key for a different job",
+				"idempotency key %q was used for job %s with a different payload", key, id)}
+		}
+	}
 	j := jobFromRecord(c.Job)
 	j.Phase = PhaseQueued
 	j.Attempt = 0
 	j.NodeID = ""
 	j.CommitIndex = index
+	j.RetriesUsed, j.NotBeforeMS, j.PendingReason = 0, 0, ""
 	s.jobs[j.ID] = &j
 	s.order = append(s.order, j.ID)
+	if j.IdempotencyKey != "" {
+		s.idempotency[j.IdempotencyKey] = j.ID
+	}
 	return ApplyResult{Job: j.clone()}
 }
 
@@ -140,6 +172,7 @@ func (s *State) applyAssign(c *raftpb.AssignJob) ApplyResult {
 	j.Attempt = c.Attempt
 	j.NodeID = c.NodeId
 	j.StartedAtMS = c.AtMs
+	j.PendingReason = ""
 	return ApplyResult{Job: j.clone()}
 }
 
@@ -159,12 +192,57 @@ func (s *State) applyFinish(c *raftpb.FinishJob) ApplyResult {
 	if c.Ok {
 		j.Phase = PhaseCompleted
 		j.Error = nil
+	} else if c.Retryable && j.RetriesUsed < j.MaxRetries {
+		// Another attempt after an exponential backoff; the failure is
+		// kept as the job's last error until then.
+		j.RetriesUsed++
+		j.Phase = PhaseQueued
+		j.NotBeforeMS = c.AtMs + retryBackoffMS(j.RetriesUsed)
+		j.FinishedAtMS = 0
+		j.Error = jobErrorFromPB(c.Error)
 	} else {
 		j.Phase = PhaseFailed
 		j.Error = jobErrorFromPB(c.Error)
 		if j.Error == nil {
 			j.Error = &JobError{Code: "failed", Message: "job failed"}
 		}
+	}
+	return ApplyResult{Job: j.clone()}
+}
+
+// retryBackoffMS is the wait before retry n (1-based): 1s, 2s, 4s … 1m.
+func retryBackoffMS(n uint32) int64 {
+	if n > 6 {
+		return 60_000
+	}
+	return min(int64(1000)<<(n-1), 60_000)
+}
+
+func (s *State) applyExpire(c *raftpb.ExpireJob) ApplyResult {
+	j, err := s.lookup(c.Id)
+	if err != nil {
+		return ApplyResult{Err: err}
+	}
+	if j.Phase.Terminal() {
+		return ApplyResult{Job: j.clone(), Err: errf(ErrConflict, "", "job %s is already %s", j.ID, j.Phase)}
+	}
+	if j.DeadlineAtMS == 0 || c.AtMs < j.DeadlineAtMS {
+		return ApplyResult{Job: j.clone(), Err: errf(ErrConflict, "", "job %s has not reached its deadline", j.ID)}
+	}
+	j.Phase = PhaseExpired
+	j.FinishedAtMS = c.AtMs
+	j.Error = &JobError{Code: "expired", Message: fmt.Sprintf("deadline passed before the job completed (attempt %d)", j.Attempt),
+		Hint: "give it more time with --deadline, or more capacity"}
+	return ApplyResult{Job: j.clone()}
+}
+
+func (s *State) applyPendingReason(c *raftpb.SetPendingReason) ApplyResult {
+	j, err := s.lookup(c.Id)
+	if err != nil {
+		return ApplyResult{Err: err}
+	}
+	if j.Phase == PhaseQueued {
+		j.PendingReason = c.Reason
 	}
 	return ApplyResult{Job: j.clone()}
 }
@@ -233,6 +311,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		j := jobFromRecord(r)
 		ns.jobs[j.ID] = &j
 		ns.order = append(ns.order, j.ID)
+		if j.IdempotencyKey != "" {
+			ns.idempotency[j.IdempotencyKey] = j.ID
+		}
 	}
 	sort.SliceStable(ns.order, func(a, b int) bool {
 		return ns.jobs[ns.order[a]].CommitIndex < ns.jobs[ns.order[b]].CommitIndex
@@ -242,7 +323,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 
 	s := f.state
 	s.mu.Lock()
-	s.jobs, s.order, s.staleResults, s.id = ns.jobs, ns.order, ns.staleResults, ns.id
+	s.jobs, s.order, s.staleResults, s.id, s.idempotency = ns.jobs, ns.order, ns.staleResults, ns.id, ns.idempotency
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()

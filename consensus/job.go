@@ -34,6 +34,16 @@ type Job struct {
 	StartedAtMS   int64
 	FinishedAtMS  int64
 	CommitIndex   uint64 // raft index at which the job was accepted
+
+	Priority       int32
+	Constraints    map[string]string // node labels k=v all required
+	MaxRetries     uint32
+	RetriesUsed    uint32
+	NotBeforeMS    int64 // retry backoff: not placed before
+	DeadlineAtMS   int64 // 0 = none
+	IdempotencyKey string
+	PayloadHash    []byte
+	PendingReason  string // why a queued job waits
 }
 
 // clone returns a deep copy (byte slices are shared read-only, the error is copied).

@@ -66,6 +66,11 @@ type Member struct {
 	Revoked     bool
 	RevokedAtMS int64
 	RevokedBy   string
+	// Scheduling: an ineligible or draining node gets no new work; at the
+	// drain deadline its running work moves elsewhere.
+	Ineligible      bool
+	Draining        bool
+	DrainDeadlineMS int64
 }
 
 // Principal is "kind:id", the string form used in job records and policy.
@@ -107,7 +112,8 @@ func pairingToPB(p *Pairing) *raftpb.PairingRecord {
 
 func memberFromPB(r *raftpb.Member) Member {
 	m := Member{Kind: r.Kind, ID: r.Id, Name: r.Name, Operator: r.Operator, AddedAtMS: r.AddedAtMs,
-		AddedBy: r.AddedBy, Revoked: r.Revoked, RevokedAtMS: r.RevokedAtMs, RevokedBy: r.RevokedBy}
+		AddedBy: r.AddedBy, Revoked: r.Revoked, RevokedAtMS: r.RevokedAtMs, RevokedBy: r.RevokedBy,
+		Ineligible: r.Ineligible, Draining: r.Draining, DrainDeadlineMS: r.DrainDeadlineMs}
 	if len(r.Labels) > 0 {
 		m.Labels = make(map[string]string, len(r.Labels))
 		for k, v := range r.Labels {
@@ -119,7 +125,8 @@ func memberFromPB(r *raftpb.Member) Member {
 
 func memberToPB(m *Member) *raftpb.Member {
 	return &raftpb.Member{Kind: m.Kind, Id: m.ID, Name: m.Name, Operator: m.Operator, AddedAtMs: m.AddedAtMS,
-		AddedBy: m.AddedBy, Revoked: m.Revoked, RevokedAtMs: m.RevokedAtMS, RevokedBy: m.RevokedBy, Labels: m.Labels}
+		AddedBy: m.AddedBy, Revoked: m.Revoked, RevokedAtMs: m.RevokedAtMS, RevokedBy: m.RevokedBy, Labels: m.Labels,
+		Ineligible: m.Ineligible, Draining: m.Draining, DrainDeadlineMs: m.DrainDeadlineMS}
 }
 
 // MemberPB converts a member to its log form (to build commands).
@@ -400,4 +407,18 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+func (s *State) applyNodeSchedulable(c *raftpb.SetNodeSchedulable) ApplyResult {
+	m, ok := s.id.members["node:"+c.Id]
+	if !ok {
+		return ApplyResult{Err: errf(ErrNotFound, "list nodes with 'palyra nodes'", "no node with id %s", c.Id)}
+	}
+	m.Ineligible = !c.Eligible
+	m.Draining = c.Draining
+	m.DrainDeadlineMS = c.DrainDeadlineMs
+	if !c.Draining {
+		m.DrainDeadlineMS = 0
+	}
+	return ApplyResult{}
 }

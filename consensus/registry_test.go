@@ -176,3 +176,10 @@ func TestDeterministicReplicasAndSnapshotRoundTrip(t *testing.T) {
 		t.Fatalf("job not restored: %+v", j)
 	}
 }
+
+func restore(t *testing.T, from, to *FSM) {
+	t.Helper()
+	if err := to.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, from)))); err != nil {
+		t.Fatal(err)
+	}
+}

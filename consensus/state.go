@@ -15,6 +15,7 @@ type State struct {
 	staleResults uint64
 	applied      uint64
 	id           identityState
+	idempotency  map[string]string // idempotency key → job id
 
 	// changed is closed and replaced after every applied command: a cheap
 	// broadcast for watchers (scheduler, worker, WatchJob streams).
@@ -22,7 +23,7 @@ type State struct {
 }
 
 func newState() *State {
-	return &State{jobs: make(map[string]*Job), id: newIdentityState(), changed: make(chan struct{})}
+	return &State{jobs: make(map[string]*Job), id: newIdentityState(), idempotency: map[string]string{}, changed: make(chan struct{})}
 }
 
 // Changed returns a channel closed at the next state change.

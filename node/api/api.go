@@ -28,14 +28,18 @@ import (
 
 // Limits on what a caller may submit.
 const (
-	MaxModuleBytes   = 16 << 20
-	MaxInputBytes    = 1 << 20
-	MaxRequestBytes  = MaxModuleBytes + MaxInputBytes + 64<<10
-	DefaultTimeout   = 30 * time.Second
-	MaxTimeout       = 24 * time.Hour
-	DefaultMemory    = 64 << 20
-	MaxMemory        = 4 << 30
-	MaxOutputLimit   = 16 << 20
+	MaxModuleBytes  = 16 << 20
+	MaxInputBytes   = 1 << 20
+	MaxRequestBytes = MaxModuleBytes + MaxInputBytes + 64<<10
+	DefaultTimeout  = 30 * time.Second
+	MaxTimeout      = 24 * time.Hour
+	DefaultMemory   = 64 << 20
+	MaxMemory       = 4 << 30
+	MaxOutputLimit  = 16 << 20
+	MaxRetries      = 10
+	// DefaultMaxQueued bounds the queue: past it submissions are refused
+	// (back-pressure) instead of growing memory without bound.
+	DefaultMaxQueued = 10000
 	defaultListLimit = 100
 	maxListLimit     = 1000
 )
@@ -93,8 +97,10 @@ type Options struct {
 	// CA, for pairing through a node that does not hold it.
 	Forward func(ctx context.Context) (palyrav1connect.IdentityServiceClient, error)
 	CertTTL time.Duration
-	Info    Info
-	Logger  *slog.Logger
+	// MaxQueued bounds queued jobs (default DefaultMaxQueued).
+	MaxQueued int
+	Info      Info
+	Logger    *slog.Logger
 }
 
 // Server implements the palyra.v1 services.
@@ -116,6 +122,9 @@ func New(o Options) *Server {
 	}
 	if o.Limiter == nil {
 		o.Limiter = pairing.NewLimiter(pairing.LimiterConfig{})
+	}
+	if o.MaxQueued == 0 {
+		o.MaxQueued = DefaultMaxQueued
 	}
 	if o.CertTTL == 0 {
 		o.CertTTL = 24 * time.Hour
@@ -240,7 +249,11 @@ func (n nodeService) ListNodes(ctx context.Context, _ *connect.Request[palyrav1.
 	}
 	for _, m := range s.Members() {
 		ni := &palyrav1.NodeInfo{Id: m.ID, Address: m.Address, State: m.State, Voter: m.Voter, Leader: m.Leader,
-			Labels: m.Labels, Version: m.Version, InRaft: m.InRaft, Capacity: map[string]int64{}}
+			Labels: m.Labels, Version: m.Version, InRaft: m.InRaft, Capacity: map[string]int64{}, Eligible: true}
+		if rec, ok := s.control.State().Member("node", m.ID); ok {
+			ni.Eligible, ni.Draining = !rec.Ineligible && !rec.Draining, rec.Draining
+		}
+		ni.Running = uint32(len(s.control.State().Jobs(consensus.JobFilter{Phase: consensus.PhaseRunning, NodeID: m.ID})))
 		for k, v := range m.Capacity {
 			ni.Capacity[k] = int64(v)
 		}
@@ -261,4 +274,23 @@ func (n nodeService) Leave(ctx context.Context, _ *connect.Request[palyrav1.Leav
 		return nil, fromErr(err)
 	}
 	return connect.NewResponse(&palyrav1.LeaveResponse{}), nil
+}
+
+func (n nodeService) SetSchedulable(ctx context.Context, req *connect.Request[palyrav1.SetSchedulableRequest]) (*connect.Response[palyrav1.SetSchedulableResponse], error) {
+	s, m := n.s, req.Msg
+	if err := s.authz.Check(ctx, policy.ActionNodeDrain, policy.ClusterResource(), map[string]any{"target_node": m.NodeId}); err != nil {
+		return nil, err
+	}
+	if _, ok := s.control.State().Member("node", m.NodeId); !ok {
+		return nil, apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("no node with id %q", m.NodeId), "list nodes with 'palyra nodes'")
+	}
+	now := s.now().UnixMilli()
+	cmd := &raftpb.SetNodeSchedulable{Id: m.NodeId, Eligible: m.Eligible && !m.Drain, Draining: m.Drain, AtMs: now}
+	if m.Drain && m.DrainDeadlineMs > 0 {
+		cmd.DrainDeadlineMs = now + m.DrainDeadlineMs
+	}
+	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SetNodeSchedulable{SetNodeSchedulable: cmd}}); err != nil {
+		return nil, fromErr(err)
+	}
+	return connect.NewResponse(&palyrav1.SetSchedulableResponse{}), nil
 }

@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"connectrpc.com/connect"
@@ -39,8 +41,20 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 		return nil, invalid(fmt.Sprintf("timeout %dms is out of range", m.TimeoutMs), "use --timeout between 1ms and 24h")
 	case m.MaxOutputBytes > MaxOutputLimit:
 		return nil, invalid(fmt.Sprintf("output bound %s is over the %s maximum", mib(int(m.MaxOutputBytes)), mib(MaxOutputLimit)), "use --max-output 16MiB or less, and return large results as artifacts")
+	case m.Retries > MaxRetries:
+		return nil, invalid(fmt.Sprintf("--retries %d is over the limit of %d", m.Retries, MaxRetries), "use --retries 10 or less")
+	case m.DeadlineMs < 0:
+		return nil, invalid("--deadline must be positive", "e.g. --deadline 10m")
+	case len(m.IdempotencyKey) > 256:
+		return nil, invalid("idempotency key is over 256 bytes", "use a shorter key")
+	case len(m.Constraints) > 32:
+		return nil, invalid("too many constraints", "use at most 32 --constraint k=v")
 	case m.MemoryBytes > MaxMemory:
 		return nil, invalid(fmt.Sprintf("memory limit %d bytes is over the 4 GiB wasm32 maximum", m.MemoryBytes), "use --memory 4GiB or less")
+	}
+	if q := s.control.State().CountByPhase()[consensus.PhaseQueued]; q >= uint64(s.MaxQueued) {
+		return nil, apiError(connect.CodeResourceExhausted, "queue_full",
+			fmt.Sprintf("the cluster has %d jobs queued, its limit", q), "retry later, or add workers to drain the queue")
 	}
 	if err := s.validator.Validate(ctx, m.WasmModule); err != nil {
 		var me *wasm.ModuleError
@@ -62,17 +76,27 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 		mem = DefaultMemory
 	}
 	caller, _ := PrincipalFrom(ctx)
+	now := s.now().UnixMilli()
 	rec := &raftpb.JobRecord{
 		Id: newJobID(), Kind: "wasm", ModuleSha256: hash, MemoryBytes: mem, Fuel: m.Fuel,
 		Input: m.Input, TimeoutMs: timeout.Milliseconds(), Submitter: caller.String(), MaxOutputBytes: m.MaxOutputBytes,
-		SubmittedAtMs: s.now().UnixMilli(),
+		SubmittedAtMs: now, Priority: m.Priority, Constraints: m.Constraints, MaxRetries: m.Retries,
+	}
+	if m.DeadlineMs > 0 {
+		rec.DeadlineAtMs = now + m.DeadlineMs
+	}
+	if m.IdempotencyKey != "" {
+		// Scoped to the caller: two principals never share a key space.
+		rec.IdempotencyKey = caller.String() + "/" + m.IdempotencyKey
+		rec.PayloadHash = payloadHash(hash, m)
 	}
 	job, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: rec}}})
 	if err != nil {
 		return nil, fromErr(err)
 	}
-	s.log.Info("job accepted", "job", job.ID, "module", hash[:12], "by", rec.Submitter, "index", job.CommitIndex)
-	return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job)}), nil
+	replayed := job.ID != rec.Id
+	s.log.Info("job accepted", "job", job.ID, "module", hash[:12], "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
+	return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job), Replayed: replayed}), nil
 }
 
 func jobResource(j *consensus.Job) policy.Resource {
@@ -125,7 +149,7 @@ func (js jobService) ListJobs(ctx context.Context, req *connect.Request[palyrav1
 	}
 	limit = min(limit, maxListLimit)
 	all := js.s.control.State().Jobs(consensus.JobFilter{
-		Phase: consensus.Phase(req.Msg.Phase), AfterID: req.Msg.AfterId})
+		Phase: consensus.Phase(req.Msg.Phase), AfterID: req.Msg.AfterId, NodeID: req.Msg.NodeId})
 	// Only the jobs the caller may read: a plain device sees its own.
 	var jobs []consensus.Job
 	for i := range all {
@@ -184,4 +208,22 @@ func (js jobService) WatchJob(ctx context.Context, req *connect.Request[palyrav1
 			return fromErr(errCanceled)
 		}
 	}
+}
+
+// payloadHash identifies a submission's content for idempotency: the same
+// key with the same payload replays the job, a different payload conflicts.
+func payloadHash(moduleHash string, m *palyrav1.SubmitJobRequest) []byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "v1\x00%s\x00%d\x00%d\x00%d\x00%d\x00%d\x00%d\x00%d\x00", moduleHash, m.TimeoutMs, m.MemoryBytes,
+		m.Fuel, m.MaxOutputBytes, m.Priority, m.Retries, m.DeadlineMs)
+	keys := make([]string, 0, len(m.Constraints))
+	for k := range m.Constraints {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(h, "%q=%q\x00", k, m.Constraints[k])
+	}
+	h.Write(m.Input)
+	return h.Sum(nil)
 }

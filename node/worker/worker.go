@@ -179,6 +179,7 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) {
 	}
 	if !res.OK() {
 		fin.Error = &raftpb.Error{Code: string(res.Reason), Message: res.Message, Hint: hintFor(res.Reason)}
+		fin.Retryable = Retryable(res.Reason)
 	}
 	err := w.applyRetry(ctx, &raftpb.Command{Cmd: &raftpb.Command_FinishJob{FinishJob: fin}})
 	switch {
@@ -238,4 +239,16 @@ func hintFor(r runtime.Reason) string {
 		return "the module crashed; see the message and the job's stderr"
 	}
 	return ""
+}
+
+// Retryable says whether a failure may go differently on another attempt.
+// Failures decided by the job's own limits or content (memory, output,
+// fuel, a bad module, a blocked request) would fail the same way again.
+func Retryable(r runtime.Reason) bool {
+	switch r {
+	case runtime.ReasonMemoryLimit, runtime.ReasonOutputLimit, runtime.ReasonOutOfFuel,
+		runtime.ReasonInvalidModule, runtime.ReasonBlocked, runtime.ReasonCanceled:
+		return false
+	}
+	return true
 }

@@ -224,19 +224,27 @@ type Job struct {
 	Input     []byte                 `protobuf:"bytes,5,opt,name=input,proto3" json:"input,omitempty"`
 	TimeoutMs int64                  `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	// Result: stdout and stderr as produced by the guest (bounded).
-	Stdout         []byte `protobuf:"bytes,7,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr         []byte `protobuf:"bytes,8,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	ExitCode       int32  `protobuf:"varint,9,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Error          *Error `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`                 // set when phase is FAILED, ABORTED or EXPIRED
-	Attempt        uint32 `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`            // placement attempt (fencing token); 0 while never placed
-	NodeId         string `protobuf:"bytes,12,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // node running or last ran the job
-	Submitter      string `protobuf:"bytes,13,opt,name=submitter,proto3" json:"submitter,omitempty"`         // principal that submitted it, e.g. "device:d-1a2b"
-	SubmittedAtMs  int64  `protobuf:"varint,14,opt,name=submitted_at_ms,json=submittedAtMs,proto3" json:"submitted_at_ms,omitempty"`
-	StartedAtMs    int64  `protobuf:"varint,15,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
-	FinishedAtMs   int64  `protobuf:"varint,16,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
-	FuelUsed       uint64 `protobuf:"varint,17,opt,name=fuel_used,json=fuelUsed,proto3" json:"fuel_used,omitempty"`
-	CommitIndex    uint64 `protobuf:"varint,18,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"` // raft index at which the job was accepted
-	MaxOutputBytes uint64 `protobuf:"varint,19,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
+	Stdout         []byte            `protobuf:"bytes,7,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr         []byte            `protobuf:"bytes,8,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	ExitCode       int32             `protobuf:"varint,9,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Error          *Error            `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`                 // set when phase is FAILED, ABORTED or EXPIRED
+	Attempt        uint32            `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`            // placement attempt (fencing token); 0 while never placed
+	NodeId         string            `protobuf:"bytes,12,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // node running or last ran the job
+	Submitter      string            `protobuf:"bytes,13,opt,name=submitter,proto3" json:"submitter,omitempty"`         // principal that submitted it, e.g. "device:d-1a2b"
+	SubmittedAtMs  int64             `protobuf:"varint,14,opt,name=submitted_at_ms,json=submittedAtMs,proto3" json:"submitted_at_ms,omitempty"`
+	StartedAtMs    int64             `protobuf:"varint,15,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	FinishedAtMs   int64             `protobuf:"varint,16,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
+	FuelUsed       uint64            `protobuf:"varint,17,opt,name=fuel_used,json=fuelUsed,proto3" json:"fuel_used,omitempty"`
+	CommitIndex    uint64            `protobuf:"varint,18,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"` // raft index at which the job was accepted
+	MaxOutputBytes uint64            `protobuf:"varint,19,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
+	Priority       int32             `protobuf:"varint,20,opt,name=priority,proto3" json:"priority,omitempty"`
+	Constraints    map[string]string `protobuf:"bytes,21,rep,name=constraints,proto3" json:"constraints,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	MaxRetries     uint32            `protobuf:"varint,22,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
+	RetriesUsed    uint32            `protobuf:"varint,23,opt,name=retries_used,json=retriesUsed,proto3" json:"retries_used,omitempty"`
+	DeadlineAtMs   int64             `protobuf:"varint,24,opt,name=deadline_at_ms,json=deadlineAtMs,proto3" json:"deadline_at_ms,omitempty"`
+	IdempotencyKey string            `protobuf:"bytes,25,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	PendingReason  string            `protobuf:"bytes,26,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
+	NotBeforeMs    int64             `protobuf:"varint,27,opt,name=not_before_ms,json=notBeforeMs,proto3" json:"not_before_ms,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -404,15 +412,76 @@ func (x *Job) GetMaxOutputBytes() uint64 {
 	return 0
 }
 
+func (x *Job) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Job) GetConstraints() map[string]string {
+	if x != nil {
+		return x.Constraints
+	}
+	return nil
+}
+
+func (x *Job) GetMaxRetries() uint32 {
+	if x != nil {
+		return x.MaxRetries
+	}
+	return 0
+}
+
+func (x *Job) GetRetriesUsed() uint32 {
+	if x != nil {
+		return x.RetriesUsed
+	}
+	return 0
+}
+
+func (x *Job) GetDeadlineAtMs() int64 {
+	if x != nil {
+		return x.DeadlineAtMs
+	}
+	return 0
+}
+
+func (x *Job) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *Job) GetPendingReason() string {
+	if x != nil {
+		return x.PendingReason
+	}
+	return ""
+}
+
+func (x *Job) GetNotBeforeMs() int64 {
+	if x != nil {
+		return x.NotBeforeMs
+	}
+	return 0
+}
+
 type SubmitJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The wasm module bytes. The node verifies and stores them content-addressed.
-	WasmModule     []byte `protobuf:"bytes,1,opt,name=wasm_module,json=wasmModule,proto3" json:"wasm_module,omitempty"`
-	Input          []byte `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
-	TimeoutMs      int64  `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`                  // 0 = node default
-	MemoryBytes    uint64 `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`            // 0 = node default
-	Fuel           uint64 `protobuf:"varint,5,opt,name=fuel,proto3" json:"fuel,omitempty"`                                             // 0 = node default
-	MaxOutputBytes uint64 `protobuf:"varint,6,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"` // per stream; 0 = node default (1 MiB)
+	WasmModule     []byte            `protobuf:"bytes,1,opt,name=wasm_module,json=wasmModule,proto3" json:"wasm_module,omitempty"`
+	Input          []byte            `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
+	TimeoutMs      int64             `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`                                                             // 0 = node default
+	MemoryBytes    uint64            `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`                                                       // 0 = node default
+	Fuel           uint64            `protobuf:"varint,5,opt,name=fuel,proto3" json:"fuel,omitempty"`                                                                                        // 0 = node default
+	MaxOutputBytes uint64            `protobuf:"varint,6,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`                                            // per stream; 0 = node default (1 MiB)
+	Priority       int32             `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`                                                                                // higher runs first
+	Constraints    map[string]string `protobuf:"bytes,8,rep,name=constraints,proto3" json:"constraints,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // node labels k=v all required
+	Retries        uint32            `protobuf:"varint,9,opt,name=retries,proto3" json:"retries,omitempty"`                                                                                  // extra attempts for retryable failures
+	DeadlineMs     int64             `protobuf:"varint,10,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`                                                         // from submission; then expired (0 = none)
+	IdempotencyKey string            `protobuf:"bytes,11,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`                                              // same key + same payload → same job
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -489,9 +558,45 @@ func (x *SubmitJobRequest) GetMaxOutputBytes() uint64 {
 	return 0
 }
 
+func (x *SubmitJobRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *SubmitJobRequest) GetConstraints() map[string]string {
+	if x != nil {
+		return x.Constraints
+	}
+	return nil
+}
+
+func (x *SubmitJobRequest) GetRetries() uint32 {
+	if x != nil {
+		return x.Retries
+	}
+	return 0
+}
+
+func (x *SubmitJobRequest) GetDeadlineMs() int64 {
+	if x != nil {
+		return x.DeadlineMs
+	}
+	return 0
+}
+
+func (x *SubmitJobRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
 type SubmitJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Replayed      bool                   `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"` // the idempotency key matched an earlier identical submission
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -531,6 +636,13 @@ func (x *SubmitJobResponse) GetJob() *Job {
 		return x.Job
 	}
 	return nil
+}
+
+func (x *SubmitJobResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
 }
 
 type GetJobRequest struct {
@@ -643,6 +755,7 @@ type ListJobsRequest struct {
 	Limit         uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`                         // 0 = default (100)
 	AfterId       string                 `protobuf:"bytes,3,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`       // pagination: jobs submitted after this one
 	Stale         bool                   `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`                         // read this node's replica without a quorum check
+	NodeId        string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`          // only jobs placed on this node
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -703,6 +816,13 @@ func (x *ListJobsRequest) GetStale() bool {
 		return x.Stale
 	}
 	return false
+}
+
+func (x *ListJobsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
 }
 
 type ListJobsResponse struct {
@@ -1199,6 +1319,9 @@ type NodeInfo struct {
 	Capacity      map[string]int64       `protobuf:"bytes,7,rep,name=capacity,proto3" json:"capacity,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	Version       string                 `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
 	InRaft        bool                   `protobuf:"varint,9,opt,name=in_raft,json=inRaft,proto3" json:"in_raft,omitempty"`
+	Eligible      bool                   `protobuf:"varint,10,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	Draining      bool                   `protobuf:"varint,11,opt,name=draining,proto3" json:"draining,omitempty"`
+	Running       uint32                 `protobuf:"varint,12,opt,name=running,proto3" json:"running,omitempty"` // jobs running there now
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1296,6 +1419,27 @@ func (x *NodeInfo) GetInRaft() bool {
 	return false
 }
 
+func (x *NodeInfo) GetEligible() bool {
+	if x != nil {
+		return x.Eligible
+	}
+	return false
+}
+
+func (x *NodeInfo) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *NodeInfo) GetRunning() uint32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
 type ListNodesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1384,6 +1528,110 @@ func (x *ListNodesResponse) GetServedBy() string {
 	return ""
 }
 
+type SetSchedulableRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	NodeId          string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Eligible        bool                   `protobuf:"varint,2,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	Drain           bool                   `protobuf:"varint,3,opt,name=drain,proto3" json:"drain,omitempty"`
+	DrainDeadlineMs int64                  `protobuf:"varint,4,opt,name=drain_deadline_ms,json=drainDeadlineMs,proto3" json:"drain_deadline_ms,omitempty"` // duration from now; 0 = running work may finish
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SetSchedulableRequest) Reset() {
+	*x = SetSchedulableRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSchedulableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSchedulableRequest) ProtoMessage() {}
+
+func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSchedulableRequest.ProtoReflect.Descriptor instead.
+func (*SetSchedulableRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SetSchedulableRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetSchedulableRequest) GetEligible() bool {
+	if x != nil {
+		return x.Eligible
+	}
+	return false
+}
+
+func (x *SetSchedulableRequest) GetDrain() bool {
+	if x != nil {
+		return x.Drain
+	}
+	return false
+}
+
+func (x *SetSchedulableRequest) GetDrainDeadlineMs() int64 {
+	if x != nil {
+		return x.DrainDeadlineMs
+	}
+	return 0
+}
+
+type SetSchedulableResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSchedulableResponse) Reset() {
+	*x = SetSchedulableResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSchedulableResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSchedulableResponse) ProtoMessage() {}
+
+func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSchedulableResponse.ProtoReflect.Descriptor instead.
+func (*SetSchedulableResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
+}
+
 type LeaveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1392,7 +1640,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	mi := &file_palyra_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1652,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	mi := &file_palyra_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1665,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 type LeaveResponse struct {
@@ -1428,7 +1676,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	mi := &file_palyra_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1688,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	mi := &file_palyra_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1701,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 var File_palyra_v1_api_proto protoreflect.FileDescriptor
@@ -1468,7 +1716,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bWasmSpec\x12#\n" +
 	"\rmodule_sha256\x18\x01 \x01(\tR\fmoduleSha256\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xd4\x04\n" +
+	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xd1\a\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12)\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x12\n" +
@@ -1490,7 +1738,19 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x0efinished_at_ms\x18\x10 \x01(\x03R\ffinishedAtMs\x12\x1b\n" +
 	"\tfuel_used\x18\x11 \x01(\x04R\bfuelUsed\x12!\n" +
 	"\fcommit_index\x18\x12 \x01(\x04R\vcommitIndex\x12(\n" +
-	"\x10max_output_bytes\x18\x13 \x01(\x04R\x0emaxOutputBytes\"\xc9\x01\n" +
+	"\x10max_output_bytes\x18\x13 \x01(\x04R\x0emaxOutputBytes\x12\x1a\n" +
+	"\bpriority\x18\x14 \x01(\x05R\bpriority\x12A\n" +
+	"\vconstraints\x18\x15 \x03(\v2\x1f.palyra.v1.Job.ConstraintsEntryR\vconstraints\x12\x1f\n" +
+	"\vmax_retries\x18\x16 \x01(\rR\n" +
+	"maxRetries\x12!\n" +
+	"\fretries_used\x18\x17 \x01(\rR\vretriesUsed\x12$\n" +
+	"\x0edeadline_at_ms\x18\x18 \x01(\x03R\fdeadlineAtMs\x12'\n" +
+	"\x0fidempotency_key\x18\x19 \x01(\tR\x0eidempotencyKey\x12%\n" +
+	"\x0epending_reason\x18\x1a \x01(\tR\rpendingReason\x12\"\n" +
+	"\rnot_before_ms\x18\x1b \x01(\x03R\vnotBeforeMs\x1a>\n" +
+	"\x10ConstraintsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd9\x03\n" +
 	"\x10SubmitJobRequest\x12\x1f\n" +
 	"\vwasm_module\x18\x01 \x01(\fR\n" +
 	"wasmModule\x12\x14\n" +
@@ -1499,20 +1759,32 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\x12!\n" +
 	"\fmemory_bytes\x18\x04 \x01(\x04R\vmemoryBytes\x12\x12\n" +
 	"\x04fuel\x18\x05 \x01(\x04R\x04fuel\x12(\n" +
-	"\x10max_output_bytes\x18\x06 \x01(\x04R\x0emaxOutputBytes\"5\n" +
+	"\x10max_output_bytes\x18\x06 \x01(\x04R\x0emaxOutputBytes\x12\x1a\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\x12N\n" +
+	"\vconstraints\x18\b \x03(\v2,.palyra.v1.SubmitJobRequest.ConstraintsEntryR\vconstraints\x12\x18\n" +
+	"\aretries\x18\t \x01(\rR\aretries\x12\x1f\n" +
+	"\vdeadline_ms\x18\n" +
+	" \x01(\x03R\n" +
+	"deadlineMs\x12'\n" +
+	"\x0fidempotency_key\x18\v \x01(\tR\x0eidempotencyKey\x1a>\n" +
+	"\x10ConstraintsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Q\n" +
 	"\x11SubmitJobResponse\x12 \n" +
-	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\"5\n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\x12\x1a\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"5\n" +
 	"\rGetJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"[\n" +
 	"\x0eGetJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\x12'\n" +
-	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\"\x83\x01\n" +
+	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\"\x9c\x01\n" +
 	"\x0fListJobsRequest\x12)\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x19\n" +
 	"\bafter_id\x18\x03 \x01(\tR\aafterId\x12\x14\n" +
-	"\x05stale\x18\x04 \x01(\bR\x05stale\"\x83\x01\n" +
+	"\x05stale\x18\x04 \x01(\bR\x05stale\x12\x17\n" +
+	"\anode_id\x18\x05 \x01(\tR\x06nodeId\"\x83\x01\n" +
 	"\x10ListJobsResponse\x12\"\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x0e.palyra.v1.JobR\x04jobs\x12'\n" +
 	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\x12\"\n" +
@@ -1549,7 +1821,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\tuptime_ms\x18\x0e \x01(\x03R\buptimeMs\x1a>\n" +
 	"\x10JobsByPhaseEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x9b\x03\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xed\x03\n" +
 	"\bNodeInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -1559,7 +1831,11 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x06labels\x18\x06 \x03(\v2\x1f.palyra.v1.NodeInfo.LabelsEntryR\x06labels\x12=\n" +
 	"\bcapacity\x18\a \x03(\v2!.palyra.v1.NodeInfo.CapacityEntryR\bcapacity\x12\x18\n" +
 	"\aversion\x18\b \x01(\tR\aversion\x12\x17\n" +
-	"\ain_raft\x18\t \x01(\bR\x06inRaft\x1a9\n" +
+	"\ain_raft\x18\t \x01(\bR\x06inRaft\x12\x1a\n" +
+	"\beligible\x18\n" +
+	" \x01(\bR\beligible\x12\x1a\n" +
+	"\bdraining\x18\v \x01(\bR\bdraining\x12\x18\n" +
+	"\arunning\x18\f \x01(\rR\arunning\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
@@ -1569,7 +1845,13 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x10ListNodesRequest\"[\n" +
 	"\x11ListNodesResponse\x12)\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.palyra.v1.NodeInfoR\x05nodes\x12\x1b\n" +
-	"\tserved_by\x18\x02 \x01(\tR\bservedBy\"\x0e\n" +
+	"\tserved_by\x18\x02 \x01(\tR\bservedBy\"\x8e\x01\n" +
+	"\x15SetSchedulableRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
+	"\beligible\x18\x02 \x01(\bR\beligible\x12\x14\n" +
+	"\x05drain\x18\x03 \x01(\bR\x05drain\x12*\n" +
+	"\x11drain_deadline_ms\x18\x04 \x01(\x03R\x0fdrainDeadlineMs\"\x18\n" +
+	"\x16SetSchedulableResponse\"\x0e\n" +
 	"\fLeaveRequest\"\x0f\n" +
 	"\rLeaveResponse*\xe9\x01\n" +
 	"\bJobPhase\x12\x19\n" +
@@ -1588,11 +1870,12 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x06GetJob\x12\x18.palyra.v1.GetJobRequest\x1a\x19.palyra.v1.GetJobResponse\x12C\n" +
 	"\bListJobs\x12\x1a.palyra.v1.ListJobsRequest\x1a\x1b.palyra.v1.ListJobsResponse\x12F\n" +
 	"\tCancelJob\x12\x1b.palyra.v1.CancelJobRequest\x1a\x1c.palyra.v1.CancelJobResponse\x12E\n" +
-	"\bWatchJob\x12\x1a.palyra.v1.WatchJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x012\xd0\x01\n" +
+	"\bWatchJob\x12\x1a.palyra.v1.WatchJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x012\xa7\x02\n" +
 	"\vNodeService\x12=\n" +
 	"\x06Status\x12\x18.palyra.v1.StatusRequest\x1a\x19.palyra.v1.StatusResponse\x12F\n" +
 	"\tListNodes\x12\x1b.palyra.v1.ListNodesRequest\x1a\x1c.palyra.v1.ListNodesResponse\x12:\n" +
-	"\x05Leave\x12\x17.palyra.v1.LeaveRequest\x1a\x18.palyra.v1.LeaveResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
+	"\x05Leave\x12\x17.palyra.v1.LeaveRequest\x1a\x18.palyra.v1.LeaveResponse\x12U\n" +
+	"\x0eSetSchedulable\x12 .palyra.v1.SetSchedulableRequest\x1a!.palyra.v1.SetSchedulableResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
 
 var (
 	file_palyra_v1_api_proto_rawDescOnce sync.Once
@@ -1607,71 +1890,79 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_palyra_v1_api_proto_goTypes = []any{
-	(JobPhase)(0),             // 0: palyra.v1.JobPhase
-	(*Error)(nil),             // 1: palyra.v1.Error
-	(*WasmSpec)(nil),          // 2: palyra.v1.WasmSpec
-	(*Job)(nil),               // 3: palyra.v1.Job
-	(*SubmitJobRequest)(nil),  // 4: palyra.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil), // 5: palyra.v1.SubmitJobResponse
-	(*GetJobRequest)(nil),     // 6: palyra.v1.GetJobRequest
-	(*GetJobResponse)(nil),    // 7: palyra.v1.GetJobResponse
-	(*ListJobsRequest)(nil),   // 8: palyra.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),  // 9: palyra.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),  // 10: palyra.v1.CancelJobRequest
-	(*CancelJobResponse)(nil), // 11: palyra.v1.CancelJobResponse
-	(*WatchJobRequest)(nil),   // 12: palyra.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),  // 13: palyra.v1.WatchJobResponse
-	(*ReadInfo)(nil),          // 14: palyra.v1.ReadInfo
-	(*StatusRequest)(nil),     // 15: palyra.v1.StatusRequest
-	(*StatusResponse)(nil),    // 16: palyra.v1.StatusResponse
-	(*NodeInfo)(nil),          // 17: palyra.v1.NodeInfo
-	(*ListNodesRequest)(nil),  // 18: palyra.v1.ListNodesRequest
-	(*ListNodesResponse)(nil), // 19: palyra.v1.ListNodesResponse
-	(*LeaveRequest)(nil),      // 20: palyra.v1.LeaveRequest
-	(*LeaveResponse)(nil),     // 21: palyra.v1.LeaveResponse
-	nil,                       // 22: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                       // 23: palyra.v1.NodeInfo.LabelsEntry
-	nil,                       // 24: palyra.v1.NodeInfo.CapacityEntry
+	(JobPhase)(0),                  // 0: palyra.v1.JobPhase
+	(*Error)(nil),                  // 1: palyra.v1.Error
+	(*WasmSpec)(nil),               // 2: palyra.v1.WasmSpec
+	(*Job)(nil),                    // 3: palyra.v1.Job
+	(*SubmitJobRequest)(nil),       // 4: palyra.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),      // 5: palyra.v1.SubmitJobResponse
+	(*GetJobRequest)(nil),          // 6: palyra.v1.GetJobRequest
+	(*GetJobResponse)(nil),         // 7: palyra.v1.GetJobResponse
+	(*ListJobsRequest)(nil),        // 8: palyra.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),       // 9: palyra.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),       // 10: palyra.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),      // 11: palyra.v1.CancelJobResponse
+	(*WatchJobRequest)(nil),        // 12: palyra.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),       // 13: palyra.v1.WatchJobResponse
+	(*ReadInfo)(nil),               // 14: palyra.v1.ReadInfo
+	(*StatusRequest)(nil),          // 15: palyra.v1.StatusRequest
+	(*StatusResponse)(nil),         // 16: palyra.v1.StatusResponse
+	(*NodeInfo)(nil),               // 17: palyra.v1.NodeInfo
+	(*ListNodesRequest)(nil),       // 18: palyra.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),      // 19: palyra.v1.ListNodesResponse
+	(*SetSchedulableRequest)(nil),  // 20: palyra.v1.SetSchedulableRequest
+	(*SetSchedulableResponse)(nil), // 21: palyra.v1.SetSchedulableResponse
+	(*LeaveRequest)(nil),           // 22: palyra.v1.LeaveRequest
+	(*LeaveResponse)(nil),          // 23: palyra.v1.LeaveResponse
+	nil,                            // 24: palyra.v1.Job.ConstraintsEntry
+	nil,                            // 25: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                            // 26: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                            // 27: palyra.v1.NodeInfo.LabelsEntry
+	nil,                            // 28: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	3,  // 3: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
-	3,  // 4: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
-	14, // 5: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
-	0,  // 6: palyra.v1.ListJobsRequest.phase:type_name -> palyra.v1.JobPhase
-	3,  // 7: palyra.v1.ListJobsResponse.jobs:type_name -> palyra.v1.Job
-	14, // 8: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
-	3,  // 9: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
-	3,  // 10: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
-	22, // 11: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	23, // 12: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	24, // 13: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
-	17, // 14: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
-	4,  // 15: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	6,  // 16: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	8,  // 17: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	10, // 18: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	12, // 19: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	15, // 20: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	18, // 21: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	20, // 22: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	5,  // 23: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	7,  // 24: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	9,  // 25: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	11, // 26: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	13, // 27: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	16, // 28: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	19, // 29: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	21, // 30: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	24, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	25, // 4: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	3,  // 5: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
+	3,  // 6: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
+	14, // 7: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
+	0,  // 8: palyra.v1.ListJobsRequest.phase:type_name -> palyra.v1.JobPhase
+	3,  // 9: palyra.v1.ListJobsResponse.jobs:type_name -> palyra.v1.Job
+	14, // 10: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
+	3,  // 11: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
+	3,  // 12: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
+	26, // 13: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	27, // 14: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	28, // 15: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	17, // 16: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
+	4,  // 17: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	6,  // 18: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	8,  // 19: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	10, // 20: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	12, // 21: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	15, // 22: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	18, // 23: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	22, // 24: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	20, // 25: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	5,  // 26: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	7,  // 27: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	9,  // 28: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	11, // 29: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	13, // 30: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	16, // 31: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	19, // 32: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	23, // 33: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	21, // 34: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	26, // [26:35] is the sub-list for method output_type
+	17, // [17:26] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -1685,7 +1976,7 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

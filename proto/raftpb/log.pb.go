@@ -108,6 +108,15 @@ type JobRecord struct {
 	FuelUsed       uint64                 `protobuf:"varint,19,opt,name=fuel_used,json=fuelUsed,proto3" json:"fuel_used,omitempty"`
 	CommitIndex    uint64                 `protobuf:"varint,20,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	MaxOutputBytes uint64                 `protobuf:"varint,21,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
+	Priority       int32                  `protobuf:"varint,22,opt,name=priority,proto3" json:"priority,omitempty"`
+	Constraints    map[string]string      `protobuf:"bytes,23,rep,name=constraints,proto3" json:"constraints,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	MaxRetries     uint32                 `protobuf:"varint,24,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
+	RetriesUsed    uint32                 `protobuf:"varint,25,opt,name=retries_used,json=retriesUsed,proto3" json:"retries_used,omitempty"`
+	NotBeforeMs    int64                  `protobuf:"varint,26,opt,name=not_before_ms,json=notBeforeMs,proto3" json:"not_before_ms,omitempty"`    // retry backoff: not placed before this time
+	DeadlineAtMs   int64                  `protobuf:"varint,27,opt,name=deadline_at_ms,json=deadlineAtMs,proto3" json:"deadline_at_ms,omitempty"` // 0 = none; past it the job expires
+	IdempotencyKey string                 `protobuf:"bytes,28,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	PayloadHash    []byte                 `protobuf:"bytes,29,opt,name=payload_hash,json=payloadHash,proto3" json:"payload_hash,omitempty"`
+	PendingReason  string                 `protobuf:"bytes,30,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"` // why a queued job is not placed (set by the leader)
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -289,6 +298,69 @@ func (x *JobRecord) GetMaxOutputBytes() uint64 {
 	return 0
 }
 
+func (x *JobRecord) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *JobRecord) GetConstraints() map[string]string {
+	if x != nil {
+		return x.Constraints
+	}
+	return nil
+}
+
+func (x *JobRecord) GetMaxRetries() uint32 {
+	if x != nil {
+		return x.MaxRetries
+	}
+	return 0
+}
+
+func (x *JobRecord) GetRetriesUsed() uint32 {
+	if x != nil {
+		return x.RetriesUsed
+	}
+	return 0
+}
+
+func (x *JobRecord) GetNotBeforeMs() int64 {
+	if x != nil {
+		return x.NotBeforeMs
+	}
+	return 0
+}
+
+func (x *JobRecord) GetDeadlineAtMs() int64 {
+	if x != nil {
+		return x.DeadlineAtMs
+	}
+	return 0
+}
+
+func (x *JobRecord) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *JobRecord) GetPayloadHash() []byte {
+	if x != nil {
+		return x.PayloadHash
+	}
+	return nil
+}
+
+func (x *JobRecord) GetPendingReason() string {
+	if x != nil {
+		return x.PendingReason
+	}
+	return ""
+}
+
 type SubmitJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *JobRecord             `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -402,6 +474,52 @@ func (x *AssignJob) GetAtMs() int64 {
 	return 0
 }
 
+// AssignBatch commits one scheduling round's placements in one entry; each
+// is checked on its own (a stale one is skipped, the rest apply).
+type AssignBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Assignments   []*AssignJob           `protobuf:"bytes,1,rep,name=assignments,proto3" json:"assignments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AssignBatch) Reset() {
+	*x = AssignBatch{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AssignBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AssignBatch) ProtoMessage() {}
+
+func (x *AssignBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AssignBatch.ProtoReflect.Descriptor instead.
+func (*AssignBatch) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AssignBatch) GetAssignments() []*AssignJob {
+	if x != nil {
+		return x.Assignments
+	}
+	return nil
+}
+
 // FinishJob records a result; it is refused unless attempt is current.
 type FinishJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -409,6 +527,7 @@ type FinishJob struct {
 	Attempt       uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Ok            bool                   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	Retryable     bool                   `protobuf:"varint,11,opt,name=retryable,proto3" json:"retryable,omitempty"` // a failure worth another attempt (worker's judgement)
 	Stdout        []byte                 `protobuf:"bytes,5,opt,name=stdout,proto3" json:"stdout,omitempty"`
 	Stderr        []byte                 `protobuf:"bytes,6,opt,name=stderr,proto3" json:"stderr,omitempty"`
 	ExitCode      int32                  `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
@@ -421,7 +540,7 @@ type FinishJob struct {
 
 func (x *FinishJob) Reset() {
 	*x = FinishJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[4]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +552,7 @@ func (x *FinishJob) String() string {
 func (*FinishJob) ProtoMessage() {}
 
 func (x *FinishJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[4]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +565,7 @@ func (x *FinishJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishJob.ProtoReflect.Descriptor instead.
 func (*FinishJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{4}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FinishJob) GetId() string {
@@ -473,6 +592,13 @@ func (x *FinishJob) GetNodeId() string {
 func (x *FinishJob) GetOk() bool {
 	if x != nil {
 		return x.Ok
+	}
+	return false
+}
+
+func (x *FinishJob) GetRetryable() bool {
+	if x != nil {
+		return x.Retryable
 	}
 	return false
 }
@@ -530,7 +656,7 @@ type CancelJob struct {
 
 func (x *CancelJob) Reset() {
 	*x = CancelJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[5]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +668,7 @@ func (x *CancelJob) String() string {
 func (*CancelJob) ProtoMessage() {}
 
 func (x *CancelJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[5]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +681,7 @@ func (x *CancelJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJob.ProtoReflect.Descriptor instead.
 func (*CancelJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{5}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CancelJob) GetId() string {
@@ -579,6 +705,189 @@ func (x *CancelJob) GetReason() string {
 	return ""
 }
 
+// ExpireJob ends a job whose deadline passed (proposed by the leader).
+type ExpireJob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AtMs          int64                  `protobuf:"varint,2,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpireJob) Reset() {
+	*x = ExpireJob{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpireJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpireJob) ProtoMessage() {}
+
+func (x *ExpireJob) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpireJob.ProtoReflect.Descriptor instead.
+func (*ExpireJob) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ExpireJob) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ExpireJob) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+// SetPendingReason records why a queued job waits (only when it changes).
+type SetPendingReason struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPendingReason) Reset() {
+	*x = SetPendingReason{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPendingReason) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPendingReason) ProtoMessage() {}
+
+func (x *SetPendingReason) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPendingReason.ProtoReflect.Descriptor instead.
+func (*SetPendingReason) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SetPendingReason) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SetPendingReason) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// SetNodeSchedulable changes whether new work is placed on a node.
+type SetNodeSchedulable struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Eligible        bool                   `protobuf:"varint,2,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	Draining        bool                   `protobuf:"varint,3,opt,name=draining,proto3" json:"draining,omitempty"`
+	DrainDeadlineMs int64                  `protobuf:"varint,4,opt,name=drain_deadline_ms,json=drainDeadlineMs,proto3" json:"drain_deadline_ms,omitempty"` // running work moves at this time (0 = never)
+	AtMs            int64                  `protobuf:"varint,5,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SetNodeSchedulable) Reset() {
+	*x = SetNodeSchedulable{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeSchedulable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeSchedulable) ProtoMessage() {}
+
+func (x *SetNodeSchedulable) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeSchedulable.ProtoReflect.Descriptor instead.
+func (*SetNodeSchedulable) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SetNodeSchedulable) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SetNodeSchedulable) GetEligible() bool {
+	if x != nil {
+		return x.Eligible
+	}
+	return false
+}
+
+func (x *SetNodeSchedulable) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *SetNodeSchedulable) GetDrainDeadlineMs() int64 {
+	if x != nil {
+		return x.DrainDeadlineMs
+	}
+	return 0
+}
+
+func (x *SetNodeSchedulable) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
 // RequeueJob returns a running attempt to the queue (its worker died or
 // restarted); the next placement gets attempt + 1.
 type RequeueJob struct {
@@ -592,7 +901,7 @@ type RequeueJob struct {
 
 func (x *RequeueJob) Reset() {
 	*x = RequeueJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[6]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +913,7 @@ func (x *RequeueJob) String() string {
 func (*RequeueJob) ProtoMessage() {}
 
 func (x *RequeueJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[6]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +926,7 @@ func (x *RequeueJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueJob.ProtoReflect.Descriptor instead.
 func (*RequeueJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{6}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RequeueJob) GetId() string {
@@ -663,7 +972,7 @@ type PairingRecord struct {
 
 func (x *PairingRecord) Reset() {
 	*x = PairingRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +984,7 @@ func (x *PairingRecord) String() string {
 func (*PairingRecord) ProtoMessage() {}
 
 func (x *PairingRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +997,7 @@ func (x *PairingRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairingRecord.ProtoReflect.Descriptor instead.
 func (*PairingRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{7}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PairingRecord) GetId() string {
@@ -777,24 +1086,27 @@ func (x *PairingRecord) GetFailures() uint32 {
 
 // Member is a node or device known to the cluster.
 type Member struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"` // "node" | "device"
-	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	Operator      bool                   `protobuf:"varint,4,opt,name=operator,proto3" json:"operator,omitempty"`
-	AddedAtMs     int64                  `protobuf:"varint,5,opt,name=added_at_ms,json=addedAtMs,proto3" json:"added_at_ms,omitempty"`
-	AddedBy       string                 `protobuf:"bytes,6,opt,name=added_by,json=addedBy,proto3" json:"added_by,omitempty"` // pairing id or "init"
-	Revoked       bool                   `protobuf:"varint,7,opt,name=revoked,proto3" json:"revoked,omitempty"`
-	RevokedAtMs   int64                  `protobuf:"varint,8,opt,name=revoked_at_ms,json=revokedAtMs,proto3" json:"revoked_at_ms,omitempty"`
-	RevokedBy     string                 `protobuf:"bytes,9,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Kind            string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"` // "node" | "device"
+	Id              string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Name            string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Operator        bool                   `protobuf:"varint,4,opt,name=operator,proto3" json:"operator,omitempty"`
+	AddedAtMs       int64                  `protobuf:"varint,5,opt,name=added_at_ms,json=addedAtMs,proto3" json:"added_at_ms,omitempty"`
+	AddedBy         string                 `protobuf:"bytes,6,opt,name=added_by,json=addedBy,proto3" json:"added_by,omitempty"` // pairing id or "init"
+	Revoked         bool                   `protobuf:"varint,7,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	RevokedAtMs     int64                  `protobuf:"varint,8,opt,name=revoked_at_ms,json=revokedAtMs,proto3" json:"revoked_at_ms,omitempty"`
+	RevokedBy       string                 `protobuf:"bytes,9,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
+	Labels          map[string]string      `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Ineligible      bool                   `protobuf:"varint,11,opt,name=ineligible,proto3" json:"ineligible,omitempty"`
+	Draining        bool                   `protobuf:"varint,12,opt,name=draining,proto3" json:"draining,omitempty"`
+	DrainDeadlineMs int64                  `protobuf:"varint,13,opt,name=drain_deadline_ms,json=drainDeadlineMs,proto3" json:"drain_deadline_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +1118,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +1131,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{8}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Member) GetKind() string {
@@ -892,6 +1204,27 @@ func (x *Member) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *Member) GetIneligible() bool {
+	if x != nil {
+		return x.Ineligible
+	}
+	return false
+}
+
+func (x *Member) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *Member) GetDrainDeadlineMs() int64 {
+	if x != nil {
+		return x.DrainDeadlineMs
+	}
+	return 0
+}
+
 type CreatePairing struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pairing       *PairingRecord         `protobuf:"bytes,1,opt,name=pairing,proto3" json:"pairing,omitempty"`
@@ -901,7 +1234,7 @@ type CreatePairing struct {
 
 func (x *CreatePairing) Reset() {
 	*x = CreatePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1246,7 @@ func (x *CreatePairing) String() string {
 func (*CreatePairing) ProtoMessage() {}
 
 func (x *CreatePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1259,7 @@ func (x *CreatePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePairing.ProtoReflect.Descriptor instead.
 func (*CreatePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{9}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreatePairing) GetPairing() *PairingRecord {
@@ -949,7 +1282,7 @@ type ConsumePairing struct {
 
 func (x *ConsumePairing) Reset() {
 	*x = ConsumePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1294,7 @@ func (x *ConsumePairing) String() string {
 func (*ConsumePairing) ProtoMessage() {}
 
 func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1307,7 @@ func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumePairing.ProtoReflect.Descriptor instead.
 func (*ConsumePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConsumePairing) GetId() string {
@@ -1016,7 +1349,7 @@ type RevokePairing struct {
 
 func (x *RevokePairing) Reset() {
 	*x = RevokePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1361,7 @@ func (x *RevokePairing) String() string {
 func (*RevokePairing) ProtoMessage() {}
 
 func (x *RevokePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1374,7 @@ func (x *RevokePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePairing.ProtoReflect.Descriptor instead.
 func (*RevokePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RevokePairing) GetId() string {
@@ -1075,7 +1408,7 @@ type AddMember struct {
 
 func (x *AddMember) Reset() {
 	*x = AddMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1420,7 @@ func (x *AddMember) String() string {
 func (*AddMember) ProtoMessage() {}
 
 func (x *AddMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1433,7 @@ func (x *AddMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMember.ProtoReflect.Descriptor instead.
 func (*AddMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AddMember) GetMember() *Member {
@@ -1122,7 +1455,7 @@ type RevokeMember struct {
 
 func (x *RevokeMember) Reset() {
 	*x = RevokeMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1467,7 @@ func (x *RevokeMember) String() string {
 func (*RevokeMember) ProtoMessage() {}
 
 func (x *RevokeMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1480,7 @@ func (x *RevokeMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeMember.ProtoReflect.Descriptor instead.
 func (*RevokeMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RevokeMember) GetKind() string {
@@ -1189,7 +1522,7 @@ type UseToken struct {
 
 func (x *UseToken) Reset() {
 	*x = UseToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1534,7 @@ func (x *UseToken) String() string {
 func (*UseToken) ProtoMessage() {}
 
 func (x *UseToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1547,7 @@ func (x *UseToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UseToken.ProtoReflect.Descriptor instead.
 func (*UseToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UseToken) GetId() string {
@@ -1242,7 +1575,7 @@ type RevokeCert struct {
 
 func (x *RevokeCert) Reset() {
 	*x = RevokeCert{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1587,7 @@ func (x *RevokeCert) String() string {
 func (*RevokeCert) ProtoMessage() {}
 
 func (x *RevokeCert) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1600,7 @@ func (x *RevokeCert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCert.ProtoReflect.Descriptor instead.
 func (*RevokeCert) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RevokeCert) GetSerial() string {
@@ -1302,7 +1635,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1647,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1660,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetPolicy) GetSource() []byte {
@@ -1368,6 +1701,10 @@ type Command struct {
 	//	*Command_UseToken
 	//	*Command_RevokeCert
 	//	*Command_SetPolicy
+	//	*Command_ExpireJob
+	//	*Command_SetPendingReason
+	//	*Command_SetNodeSchedulable
+	//	*Command_AssignBatch
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1375,7 +1712,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1724,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1737,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Command) GetCmd() isCommand_Cmd {
@@ -1527,6 +1864,42 @@ func (x *Command) GetSetPolicy() *SetPolicy {
 	return nil
 }
 
+func (x *Command) GetExpireJob() *ExpireJob {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ExpireJob); ok {
+			return x.ExpireJob
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetPendingReason() *SetPendingReason {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetPendingReason); ok {
+			return x.SetPendingReason
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetNodeSchedulable() *SetNodeSchedulable {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetNodeSchedulable); ok {
+			return x.SetNodeSchedulable
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAssignBatch() *AssignBatch {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_AssignBatch); ok {
+			return x.AssignBatch
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1583,6 +1956,22 @@ type Command_SetPolicy struct {
 	SetPolicy *SetPolicy `protobuf:"bytes,13,opt,name=set_policy,json=setPolicy,proto3,oneof"`
 }
 
+type Command_ExpireJob struct {
+	ExpireJob *ExpireJob `protobuf:"bytes,14,opt,name=expire_job,json=expireJob,proto3,oneof"`
+}
+
+type Command_SetPendingReason struct {
+	SetPendingReason *SetPendingReason `protobuf:"bytes,15,opt,name=set_pending_reason,json=setPendingReason,proto3,oneof"`
+}
+
+type Command_SetNodeSchedulable struct {
+	SetNodeSchedulable *SetNodeSchedulable `protobuf:"bytes,16,opt,name=set_node_schedulable,json=setNodeSchedulable,proto3,oneof"`
+}
+
+type Command_AssignBatch struct {
+	AssignBatch *AssignBatch `protobuf:"bytes,17,opt,name=assign_batch,json=assignBatch,proto3,oneof"`
+}
+
 func (*Command_SubmitJob) isCommand_Cmd() {}
 
 func (*Command_AssignJob) isCommand_Cmd() {}
@@ -1609,6 +1998,14 @@ func (*Command_RevokeCert) isCommand_Cmd() {}
 
 func (*Command_SetPolicy) isCommand_Cmd() {}
 
+func (*Command_ExpireJob) isCommand_Cmd() {}
+
+func (*Command_SetPendingReason) isCommand_Cmd() {}
+
+func (*Command_SetNodeSchedulable) isCommand_Cmd() {}
+
+func (*Command_AssignBatch) isCommand_Cmd() {}
+
 type UsedToken struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1619,7 +2016,7 @@ type UsedToken struct {
 
 func (x *UsedToken) Reset() {
 	*x = UsedToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +2028,7 @@ func (x *UsedToken) String() string {
 func (*UsedToken) ProtoMessage() {}
 
 func (x *UsedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +2041,7 @@ func (x *UsedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsedToken.ProtoReflect.Descriptor instead.
 func (*UsedToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UsedToken) GetId() string {
@@ -1673,7 +2070,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +2082,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +2095,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PolicyRecord) GetSource() []byte {
@@ -1745,7 +2142,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +2154,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +2167,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -1837,7 +2234,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xfd\x04\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xa8\b\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -1861,19 +2258,35 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x0efinished_at_ms\x18\x12 \x01(\x03R\ffinishedAtMs\x12\x1b\n" +
 	"\tfuel_used\x18\x13 \x01(\x04R\bfuelUsed\x12!\n" +
 	"\fcommit_index\x18\x14 \x01(\x04R\vcommitIndex\x12(\n" +
-	"\x10max_output_bytes\x18\x15 \x01(\x04R\x0emaxOutputBytes\"8\n" +
+	"\x10max_output_bytes\x18\x15 \x01(\x04R\x0emaxOutputBytes\x12\x1a\n" +
+	"\bpriority\x18\x16 \x01(\x05R\bpriority\x12L\n" +
+	"\vconstraints\x18\x17 \x03(\v2*.palyra.raft.v1.JobRecord.ConstraintsEntryR\vconstraints\x12\x1f\n" +
+	"\vmax_retries\x18\x18 \x01(\rR\n" +
+	"maxRetries\x12!\n" +
+	"\fretries_used\x18\x19 \x01(\rR\vretriesUsed\x12\"\n" +
+	"\rnot_before_ms\x18\x1a \x01(\x03R\vnotBeforeMs\x12$\n" +
+	"\x0edeadline_at_ms\x18\x1b \x01(\x03R\fdeadlineAtMs\x12'\n" +
+	"\x0fidempotency_key\x18\x1c \x01(\tR\x0eidempotencyKey\x12!\n" +
+	"\fpayload_hash\x18\x1d \x01(\fR\vpayloadHash\x12%\n" +
+	"\x0epending_reason\x18\x1e \x01(\tR\rpendingReason\x1a>\n" +
+	"\x10ConstraintsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"8\n" +
 	"\tSubmitJob\x12+\n" +
 	"\x03job\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\x03job\"c\n" +
 	"\tAssignJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x13\n" +
-	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\"\x8a\x02\n" +
+	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\"J\n" +
+	"\vAssignBatch\x12;\n" +
+	"\vassignments\x18\x01 \x03(\v2\x19.palyra.raft.v1.AssignJobR\vassignments\"\xa8\x02\n" +
 	"\tFinishJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x0e\n" +
-	"\x02ok\x18\x04 \x01(\bR\x02ok\x12\x16\n" +
+	"\x02ok\x18\x04 \x01(\bR\x02ok\x12\x1c\n" +
+	"\tretryable\x18\v \x01(\bR\tretryable\x12\x16\n" +
 	"\x06stdout\x18\x05 \x01(\fR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x06 \x01(\fR\x06stderr\x12\x1b\n" +
 	"\texit_code\x18\a \x01(\x05R\bexitCode\x12+\n" +
@@ -1884,7 +2297,19 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\tCancelJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"N\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"0\n" +
+	"\tExpireJob\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
+	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\":\n" +
+	"\x10SetPendingReason\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x9d\x01\n" +
+	"\x12SetNodeSchedulable\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\beligible\x18\x02 \x01(\bR\beligible\x12\x1a\n" +
+	"\bdraining\x18\x03 \x01(\bR\bdraining\x12*\n" +
+	"\x11drain_deadline_ms\x18\x04 \x01(\x03R\x0fdrainDeadlineMs\x12\x13\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"N\n" +
 	"\n" +
 	"RequeueJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -1906,7 +2331,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x04name\x18\n" +
 	" \x01(\tR\x04name\x12\x1a\n" +
 	"\boperator\x18\v \x01(\bR\boperator\x12\x1a\n" +
-	"\bfailures\x18\f \x01(\rR\bfailures\"\xeb\x02\n" +
+	"\bfailures\x18\f \x01(\rR\bfailures\"\xd3\x03\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
@@ -1919,7 +2344,12 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\n" +
 	"revoked_by\x18\t \x01(\tR\trevokedBy\x12:\n" +
 	"\x06labels\x18\n" +
-	" \x03(\v2\".palyra.raft.v1.Member.LabelsEntryR\x06labels\x1a9\n" +
+	" \x03(\v2\".palyra.raft.v1.Member.LabelsEntryR\x06labels\x12\x1e\n" +
+	"\n" +
+	"ineligible\x18\v \x01(\bR\n" +
+	"ineligible\x12\x1a\n" +
+	"\bdraining\x18\f \x01(\bR\bdraining\x12*\n" +
+	"\x11drain_deadline_ms\x18\r \x01(\x03R\x0fdrainDeadlineMs\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
@@ -1952,7 +2382,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\tSetPolicy\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x0e\n" +
-	"\x02by\x18\x03 \x01(\tR\x02by\"\xcf\x06\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\"\xf7\b\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -1975,7 +2405,12 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\vrevoke_cert\x18\f \x01(\v2\x1a.palyra.raft.v1.RevokeCertH\x00R\n" +
 	"revokeCert\x12:\n" +
 	"\n" +
-	"set_policy\x18\r \x01(\v2\x19.palyra.raft.v1.SetPolicyH\x00R\tsetPolicyB\x05\n" +
+	"set_policy\x18\r \x01(\v2\x19.palyra.raft.v1.SetPolicyH\x00R\tsetPolicy\x12:\n" +
+	"\n" +
+	"expire_job\x18\x0e \x01(\v2\x19.palyra.raft.v1.ExpireJobH\x00R\texpireJob\x12P\n" +
+	"\x12set_pending_reason\x18\x0f \x01(\v2 .palyra.raft.v1.SetPendingReasonH\x00R\x10setPendingReason\x12V\n" +
+	"\x14set_node_schedulable\x18\x10 \x01(\v2\".palyra.raft.v1.SetNodeSchedulableH\x00R\x12setNodeSchedulable\x12@\n" +
+	"\fassign_batch\x18\x11 \x01(\v2\x1b.palyra.raft.v1.AssignBatchH\x00R\vassignBatchB\x05\n" +
 	"\x03cmd\"0\n" +
 	"\tUsedToken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
@@ -2008,62 +2443,73 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
-	(*Error)(nil),          // 0: palyra.raft.v1.Error
-	(*JobRecord)(nil),      // 1: palyra.raft.v1.JobRecord
-	(*SubmitJob)(nil),      // 2: palyra.raft.v1.SubmitJob
-	(*AssignJob)(nil),      // 3: palyra.raft.v1.AssignJob
-	(*FinishJob)(nil),      // 4: palyra.raft.v1.FinishJob
-	(*CancelJob)(nil),      // 5: palyra.raft.v1.CancelJob
-	(*RequeueJob)(nil),     // 6: palyra.raft.v1.RequeueJob
-	(*PairingRecord)(nil),  // 7: palyra.raft.v1.PairingRecord
-	(*Member)(nil),         // 8: palyra.raft.v1.Member
-	(*CreatePairing)(nil),  // 9: palyra.raft.v1.CreatePairing
-	(*ConsumePairing)(nil), // 10: palyra.raft.v1.ConsumePairing
-	(*RevokePairing)(nil),  // 11: palyra.raft.v1.RevokePairing
-	(*AddMember)(nil),      // 12: palyra.raft.v1.AddMember
-	(*RevokeMember)(nil),   // 13: palyra.raft.v1.RevokeMember
-	(*UseToken)(nil),       // 14: palyra.raft.v1.UseToken
-	(*RevokeCert)(nil),     // 15: palyra.raft.v1.RevokeCert
-	(*SetPolicy)(nil),      // 16: palyra.raft.v1.SetPolicy
-	(*Command)(nil),        // 17: palyra.raft.v1.Command
-	(*UsedToken)(nil),      // 18: palyra.raft.v1.UsedToken
-	(*PolicyRecord)(nil),   // 19: palyra.raft.v1.PolicyRecord
-	(*Snapshot)(nil),       // 20: palyra.raft.v1.Snapshot
-	nil,                    // 21: palyra.raft.v1.Member.LabelsEntry
+	(*Error)(nil),              // 0: palyra.raft.v1.Error
+	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
+	(*SubmitJob)(nil),          // 2: palyra.raft.v1.SubmitJob
+	(*AssignJob)(nil),          // 3: palyra.raft.v1.AssignJob
+	(*AssignBatch)(nil),        // 4: palyra.raft.v1.AssignBatch
+	(*FinishJob)(nil),          // 5: palyra.raft.v1.FinishJob
+	(*CancelJob)(nil),          // 6: palyra.raft.v1.CancelJob
+	(*ExpireJob)(nil),          // 7: palyra.raft.v1.ExpireJob
+	(*SetPendingReason)(nil),   // 8: palyra.raft.v1.SetPendingReason
+	(*SetNodeSchedulable)(nil), // 9: palyra.raft.v1.SetNodeSchedulable
+	(*RequeueJob)(nil),         // 10: palyra.raft.v1.RequeueJob
+	(*PairingRecord)(nil),      // 11: palyra.raft.v1.PairingRecord
+	(*Member)(nil),             // 12: palyra.raft.v1.Member
+	(*CreatePairing)(nil),      // 13: palyra.raft.v1.CreatePairing
+	(*ConsumePairing)(nil),     // 14: palyra.raft.v1.ConsumePairing
+	(*RevokePairing)(nil),      // 15: palyra.raft.v1.RevokePairing
+	(*AddMember)(nil),          // 16: palyra.raft.v1.AddMember
+	(*RevokeMember)(nil),       // 17: palyra.raft.v1.RevokeMember
+	(*UseToken)(nil),           // 18: palyra.raft.v1.UseToken
+	(*RevokeCert)(nil),         // 19: palyra.raft.v1.RevokeCert
+	(*SetPolicy)(nil),          // 20: palyra.raft.v1.SetPolicy
+	(*Command)(nil),            // 21: palyra.raft.v1.Command
+	(*UsedToken)(nil),          // 22: palyra.raft.v1.UsedToken
+	(*PolicyRecord)(nil),       // 23: palyra.raft.v1.PolicyRecord
+	(*Snapshot)(nil),           // 24: palyra.raft.v1.Snapshot
+	nil,                        // 25: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 26: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	1,  // 1: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
-	0,  // 2: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
-	21, // 3: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
-	7,  // 4: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
-	8,  // 5: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
-	8,  // 6: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
-	2,  // 7: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
-	3,  // 8: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
-	4,  // 9: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
-	5,  // 10: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
-	6,  // 11: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
-	9,  // 12: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
-	10, // 13: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
-	11, // 14: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
-	12, // 15: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
-	13, // 16: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
-	14, // 17: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
-	15, // 18: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
-	16, // 19: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
-	1,  // 20: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	7,  // 21: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	8,  // 22: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	18, // 23: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	19, // 24: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	25, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	1,  // 2: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
+	3,  // 3: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
+	0,  // 4: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
+	26, // 5: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	11, // 6: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
+	12, // 7: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
+	12, // 8: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
+	2,  // 9: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
+	3,  // 10: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
+	5,  // 11: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
+	6,  // 12: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
+	10, // 13: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
+	13, // 14: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
+	14, // 15: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
+	15, // 16: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
+	16, // 17: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
+	17, // 18: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
+	18, // 19: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
+	19, // 20: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
+	20, // 21: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
+	7,  // 22: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
+	8,  // 23: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
+	9,  // 24: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
+	4,  // 25: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
+	1,  // 26: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	11, // 27: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	12, // 28: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	22, // 29: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	23, // 30: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -2071,7 +2517,7 @@ func file_palyra_raft_v1_log_proto_init() {
 	if File_palyra_raft_v1_log_proto != nil {
 		return
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[17].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[21].OneofWrappers = []any{
 		(*Command_SubmitJob)(nil),
 		(*Command_AssignJob)(nil),
 		(*Command_FinishJob)(nil),
@@ -2085,6 +2531,10 @@ func file_palyra_raft_v1_log_proto_init() {
 		(*Command_UseToken)(nil),
 		(*Command_RevokeCert)(nil),
 		(*Command_SetPolicy)(nil),
+		(*Command_ExpireJob)(nil),
+		(*Command_SetPendingReason)(nil),
+		(*Command_SetNodeSchedulable)(nil),
+		(*Command_AssignBatch)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2092,7 +2542,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

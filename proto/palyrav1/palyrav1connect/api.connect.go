@@ -54,6 +54,9 @@ const (
 	NodeServiceListNodesProcedure = "/palyra.v1.NodeService/ListNodes"
 	// NodeServiceLeaveProcedure is the fully-qualified name of the NodeService's Leave RPC.
 	NodeServiceLeaveProcedure = "/palyra.v1.NodeService/Leave"
+	// NodeServiceSetSchedulableProcedure is the fully-qualified name of the NodeService's
+	// SetSchedulable RPC.
+	NodeServiceSetSchedulableProcedure = "/palyra.v1.NodeService/SetSchedulable"
 )
 
 // JobServiceClient is a client for the palyra.v1.JobService service.
@@ -237,6 +240,8 @@ type NodeServiceClient interface {
 	// Leave makes the serving node leave the cluster gracefully (leadership
 	// handed off first) and stop.
 	Leave(context.Context, *connect.Request[palyrav1.LeaveRequest]) (*connect.Response[palyrav1.LeaveResponse], error)
+	// SetSchedulable drains a node or toggles its eligibility for new work.
+	SetSchedulable(context.Context, *connect.Request[palyrav1.SetSchedulableRequest]) (*connect.Response[palyrav1.SetSchedulableResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the palyra.v1.NodeService service. By default, it
@@ -268,14 +273,21 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("Leave")),
 			connect.WithClientOptions(opts...),
 		),
+		setSchedulable: connect.NewClient[palyrav1.SetSchedulableRequest, palyrav1.SetSchedulableResponse](
+			httpClient,
+			baseURL+NodeServiceSetSchedulableProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("SetSchedulable")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
-	status    *connect.Client[palyrav1.StatusRequest, palyrav1.StatusResponse]
-	listNodes *connect.Client[palyrav1.ListNodesRequest, palyrav1.ListNodesResponse]
-	leave     *connect.Client[palyrav1.LeaveRequest, palyrav1.LeaveResponse]
+	status         *connect.Client[palyrav1.StatusRequest, palyrav1.StatusResponse]
+	listNodes      *connect.Client[palyrav1.ListNodesRequest, palyrav1.ListNodesResponse]
+	leave          *connect.Client[palyrav1.LeaveRequest, palyrav1.LeaveResponse]
+	setSchedulable *connect.Client[palyrav1.SetSchedulableRequest, palyrav1.SetSchedulableResponse]
 }
 
 // Status calls palyra.v1.NodeService.Status.
@@ -293,6 +305,11 @@ func (c *nodeServiceClient) Leave(ctx context.Context, req *connect.Request[paly
 	return c.leave.CallUnary(ctx, req)
 }
 
+// SetSchedulable calls palyra.v1.NodeService.SetSchedulable.
+func (c *nodeServiceClient) SetSchedulable(ctx context.Context, req *connect.Request[palyrav1.SetSchedulableRequest]) (*connect.Response[palyrav1.SetSchedulableResponse], error) {
+	return c.setSchedulable.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the palyra.v1.NodeService service.
 type NodeServiceHandler interface {
 	Status(context.Context, *connect.Request[palyrav1.StatusRequest]) (*connect.Response[palyrav1.StatusResponse], error)
@@ -300,6 +317,8 @@ type NodeServiceHandler interface {
 	// Leave makes the serving node leave the cluster gracefully (leadership
 	// handed off first) and stop.
 	Leave(context.Context, *connect.Request[palyrav1.LeaveRequest]) (*connect.Response[palyrav1.LeaveResponse], error)
+	// SetSchedulable drains a node or toggles its eligibility for new work.
+	SetSchedulable(context.Context, *connect.Request[palyrav1.SetSchedulableRequest]) (*connect.Response[palyrav1.SetSchedulableResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -327,6 +346,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("Leave")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceSetSchedulableHandler := connect.NewUnaryHandler(
+		NodeServiceSetSchedulableProcedure,
+		svc.SetSchedulable,
+		connect.WithSchema(nodeServiceMethods.ByName("SetSchedulable")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/palyra.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceStatusProcedure:
@@ -335,6 +360,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceListNodesHandler.ServeHTTP(w, r)
 		case NodeServiceLeaveProcedure:
 			nodeServiceLeaveHandler.ServeHTTP(w, r)
+		case NodeServiceSetSchedulableProcedure:
+			nodeServiceSetSchedulableHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -354,4 +381,8 @@ func (UnimplementedNodeServiceHandler) ListNodes(context.Context, *connect.Reque
 
 func (UnimplementedNodeServiceHandler) Leave(context.Context, *connect.Request[palyrav1.LeaveRequest]) (*connect.Response[palyrav1.LeaveResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.NodeService.Leave is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) SetSchedulable(context.Context, *connect.Request[palyrav1.SetSchedulableRequest]) (*connect.Response[palyrav1.SetSchedulableResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.NodeService.SetSchedulable is not implemented"))
 }

@@ -1,0 +1,80 @@
+package consensus
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+func submitWith(id string, mod func(*raftpb.JobRecord)) *raftpb.Command {
+	r := &raftpb.JobRecord{Id: id, Kind: "wasm", ModuleSha256: "ab"}
+	mod(r)
+	return &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: r}}}
+}
+
+func failAt(id string, attempt uint32, node string, retryable bool, at int64) *raftpb.Command {
+	return &raftpb.Command{Cmd: &raftpb.Command_FinishJob{FinishJob: &raftpb.FinishJob{Id: id, Attempt: attempt, NodeId: node,
+		Retryable: retryable, AtMs: at, Error: &raftpb.Error{Code: "exit_code", Message: "boom"}}}}
+}
+
+func TestRetriesWithBackoffThenFail(t *testing.T) {
+	f := NewFSM()
+	applyAll(t, f, submitWith("j", func(r *raftpb.JobRecord) { r.MaxRetries = 2 }), assign("j", 1, "n1"), failAt("j", 1, "n1", true, 1000))
+	j, _ := f.State().Job("j")
+	if j.Phase != PhaseQueued || j.RetriesUsed != 1 || j.NotBeforeMS != 2000 || j.Error == nil {
+		t.Fatalf("after first failure: %+v", j)
+	}
+	applyAll(t, f, assign("j", 2, "n2"), failAt("j", 2, "n2", true, 5000))
+	j, _ = f.State().Job("j")
+	if j.Phase != PhaseQueued || j.NotBeforeMS != 7000 {
+		t.Fatalf("second backoff: %+v", j)
+	}
+	applyAll(t, f, assign("j", 3, "n1"), failAt("j", 3, "n1", true, 9000))
+	if j, _ = f.State().Job("j"); j.Phase != PhaseFailed || j.RetriesUsed != 2 {
+		t.Fatalf("retries exhausted: %+v", j)
+	}
+	// A non-retryable failure fails at once.
+	applyAll(t, f, submitWith("k", func(r *raftpb.JobRecord) { r.MaxRetries = 5 }), assign("k", 1, "n1"), failAt("k", 1, "n1", false, 1))
+	if k, _ := f.State().Job("k"); k.Phase != PhaseFailed {
+		t.Fatalf("non-retryable: %+v", k)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	f := NewFSM()
+	exp := func(at int64) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_ExpireJob{ExpireJob: &raftpb.ExpireJob{Id: "j", AtMs: at}}}
+	}
+	r := applyAll(t, f, submitWith("j", func(r *raftpb.JobRecord) { r.DeadlineAtMs = 100 }), exp(99), assign("j", 1, "n"), exp(100), finish("j", 1, "n", "late"))
+	if !errors.Is(r[1].Err, ErrConflict) || r[3].Err != nil || !errors.Is(r[4].Err, ErrStaleAttempt) {
+		t.Fatalf("results %v %v %v", r[1].Err, r[3].Err, r[4].Err)
+	}
+	if j, _ := f.State().Job("j"); j.Phase != PhaseExpired || j.Error.Code != "expired" {
+		t.Fatalf("job %+v", j)
+	}
+}
+
+func TestIdempotencyKeys(t *testing.T) {
+	f := NewFSM()
+	withKey := func(id, key, payload string) *raftpb.Command {
+		return submitWith(id, func(r *raftpb.JobRecord) { r.IdempotencyKey = key; r.PayloadHash = []byte(payload) })
+	}
+	r := applyAll(t, f, withKey("a", "k1", "p"), withKey("b", "k1", "p"), withKey("c", "k1", "other"))
+	if r[0].Err != nil || r[1].Err != nil || r[1].Job.ID != "a" {
+		t.Fatalf("replay: %+v", r[1])
+	}
+	if !errors.Is(r[2].Err, ErrConflict) {
+		t.Fatalf("different payload: %v", r[2].Err)
+	}
+	if len(f.State().Jobs(JobFilter{})) != 1 {
+		t.Fatal("replays created jobs")
+	}
+	// The index survives a snapshot.
+	f2 := NewFSM()
+	restore(t, f, f2)
+	r = applyAll(t, f2, withKey("d", "k1", "p"))
+	if r[0].Job.ID != "a" {
+		t.Fatalf("replay after restore: %+v", r[0])
+	}
+}
