@@ -375,3 +375,7 @@ func (n *Node) Close() error {
 	})
 	return err
 }
+
+// SetFault installs a network fault on this node's transport (tests: drop
+// everything to and from the peers for which f returns true).
+func (n *Node) SetFault(f mesh.FaultFunc) { n.transport.SetFault(f) }

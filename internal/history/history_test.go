@@ -1,0 +1,55 @@
+package history
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+func sub(id string) *raftpb.Command {
+	return &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: &raftpb.JobRecord{Id: id}}}}
+}
+func asg(id string, a uint32, n string) *raftpb.Command {
+	return &raftpb.Command{Cmd: &raftpb.Command_AssignJob{AssignJob: &raftpb.AssignJob{Id: id, Attempt: a, NodeId: n}}}
+}
+func fin(id string, a uint32, n, out string) *raftpb.Command {
+	return &raftpb.Command{Cmd: &raftpb.Command_FinishJob{FinishJob: &raftpb.FinishJob{Id: id, Attempt: a, NodeId: n, Ok: true, Stdout: []byte(out)}}}
+}
+func req(id string, a uint32) *raftpb.Command {
+	return &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{Id: id, Attempt: a}}}
+}
+
+// The checker must catch each kind of violation: a test that cannot fail
+// is worth nothing.
+func TestCheckerCatchesViolations(t *testing.T) {
+	good := []*raftpb.Command{sub("a"), asg("a", 1, "n1"), req("a", 1), asg("a", 2, "n2"), fin("a", 1, "n1", "stale"), fin("a", 2, "n2", "ok")}
+	r := Check(good, []Observed{{ID: "a", Expected: []byte("ok")}})
+	if len(r.Violations) != 0 || r.StaleRefused != 1 || r.Requeues != 1 {
+		t.Fatalf("good history flagged: %+v", r)
+	}
+	lost := Check([]*raftpb.Command{sub("a")}, []Observed{{ID: "a", Expected: []byte("x")}, {ID: "never", Expected: []byte("y")}})
+	if len(lost.Violations) != 2 {
+		t.Fatalf("lost jobs not caught: %v", lost.Violations)
+	}
+	// A log in which a stale attempt's result was recorded as the outcome:
+	// the model refuses it, so the expected output is missing.
+	stale := Check([]*raftpb.Command{sub("a"), asg("a", 1, "n1"), req("a", 1), asg("a", 2, "n2"), fin("a", 1, "n1", "stale")},
+		[]Observed{{ID: "a", Expected: []byte("stale")}})
+	if len(stale.Violations) == 0 || !strings.Contains(stale.Violations[0], "did not complete") {
+		t.Fatalf("stale result not caught: %v", stale.Violations)
+	}
+	// The model and the real FSM agree on a log full of stale and
+	// duplicate results.
+	noisy := []*raftpb.Command{sub("a"), asg("a", 1, "n1"), fin("a", 1, "n1", "x"), fin("a", 1, "n1", "x-dup"),
+		req("a", 1), asg("a", 2, "n1"), fin("a", 2, "n1", "y")}
+	if r := Check(noisy, []Observed{{ID: "a", Expected: []byte("x")}}); len(r.Violations) != 0 || r.StaleRefused != 2 {
+		t.Fatalf("noisy history: %+v", r)
+	}
+	// A model that disagrees with the FSM is reported: feed a verdict the
+	// FSM cannot share (a result for the wrong node).
+	wrongNode := []*raftpb.Command{sub("a"), asg("a", 1, "n1"), fin("a", 1, "n2", "x")}
+	if r := Check(wrongNode, []Observed{{ID: "a", Expected: []byte("x")}}); len(r.Violations) != 1 || !strings.Contains(r.Violations[0], "did not complete") {
+		t.Fatalf("wrong-node result: %+v", r.Violations)
+	}
+}
