@@ -141,17 +141,17 @@ func jobSubmit(c *ucli.Context) error {
 		return err
 	}
 	defer cl.Close()
-	resp, err := cl.Jobs.SubmitJob(c.Context, connect.NewRequest(&palyrav1.SubmitJobRequest{
+	resp, err := cl.Submit(c.Context, &palyrav1.SubmitJobRequest{
 		WasmModule: module, Input: input, TimeoutMs: c.Duration("timeout").Milliseconds(),
 		MemoryBytes: mem, Fuel: c.Uint64("fuel"), MaxOutputBytes: maxOut,
 		Priority: int32(c.Int("priority")), Constraints: constraints, Retries: uint32(c.Uint("retries")),
 		DeadlineMs: c.Duration("deadline").Milliseconds(), IdempotencyKey: c.String("idempotency-key"),
-	}))
+	})
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}
-	job := resp.Msg.Job
-	if resp.Msg.Replayed {
+	job := resp.Job
+	if resp.Replayed {
 		fmt.Fprintf(c.App.ErrWriter, "idempotency key matched job %s submitted earlier; not submitted again\n", job.Id)
 	}
 	if !c.Bool("wait") {

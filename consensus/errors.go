@@ -30,6 +30,10 @@ var (
 	ErrNotLeader    = &Error{Code: "not_leader"}
 	ErrNoQuorum     = &Error{Code: "no_quorum"}
 	ErrInvalid      = &Error{Code: "invalid_argument"}
+	// ErrUnknownOutcome: the command was handed to raft but leadership was
+	// lost before it was known to commit; it may still commit. Never retry
+	// blindly: retry only commands that are safe to apply twice.
+	ErrUnknownOutcome = &Error{Code: "unavailable"}
 )
 
 func errf(base *Error, hint, format string, args ...any) *Error {

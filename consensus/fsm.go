@@ -122,7 +122,14 @@ func (s *State) applySubmit(index uint64, c *raftpb.SubmitJob) ApplyResult {
 	if c.GetJob() == nil || c.Job.Id == "" {
 		return ApplyResult{Err: errf(ErrInvalid, "", "submit without a job id")}
 	}
-	if _, ok := s.jobs[c.Job.Id]; ok {
+	if prev, ok := s.jobs[c.Job.Id]; ok {
+		// Ids are random per submission, so the same id with the same
+		// content is the same submission retried (e.g. after a lost reply
+		// or a leader change): answer with the job, do not fail.
+		if prev.Submitter == c.Job.Submitter && prev.SubmittedAtMS == c.Job.SubmittedAtMs &&
+			prev.ModuleHash == c.Job.ModuleSha256 && string(prev.Input) == string(c.Job.Input) {
+			return ApplyResult{Job: prev.clone()}
+		}
 		return ApplyResult{Err: errf(ErrConflict, "retry the submission; a new id is chosen each time", "job %s already exists", c.Job.Id)}
 	}
 	if key := c.Job.IdempotencyKey; key != "" {

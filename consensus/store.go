@@ -145,8 +145,10 @@ func (s *Store) Apply(ctx context.Context, cmd *raftpb.Command) (Job, error) {
 func (s *Store) raftErr(err error) error {
 	addr, id := s.raft.LeaderWithID()
 	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
-		errors.Is(err, raft.ErrLeadershipTransferInProgress):
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return errf(ErrUnknownOutcome, "check the result (e.g. 'palyra job list') before retrying, or retry with an idempotency key",
+			"leadership was lost while committing; the change may or may not have been committed")
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		if id == "" {
 			return errf(ErrNoQuorum, "wait for the cluster to elect a leader; check 'palyra status' on the other nodes",
 				"no leader: this node cannot reach a quorum")

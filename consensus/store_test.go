@@ -84,8 +84,13 @@ func TestLifecycleAndFencing(t *testing.T) {
 	if err != nil || j.Phase != PhaseQueued || j.CommitIndex == 0 {
 		t.Fatalf("submit: %+v %v", j, err)
 	}
-	if _, err := s.Apply(ctx, submit("j1")); !errors.Is(err, ErrConflict) {
-		t.Fatalf("duplicate submit: want conflict, got %v", err)
+	if again, err := s.Apply(ctx, submit("j1")); err != nil || again.CommitIndex != j.CommitIndex {
+		t.Fatalf("resubmitting the same job must replay it: %+v %v", again, err)
+	}
+	other := submit("j1")
+	other.GetSubmitJob().Job.Input = []byte("different")
+	if _, err := s.Apply(ctx, other); !errors.Is(err, ErrConflict) {
+		t.Fatalf("same id, different content: want conflict, got %v", err)
 	}
 	if _, err := s.Apply(ctx, assign("j1", 2, "n1")); !errors.Is(err, ErrStaleAttempt) {
 		t.Fatalf("skipping an attempt must be refused, got %v", err)

@@ -24,6 +24,7 @@ import (
 // can never plant bytes under a name they do not hash to.
 const (
 	blobOpGet     = 'G'
+	blobOpHas     = 'H'
 	blobOpPut     = 'P'
 	blobOK        = 0
 	blobNotFound  = 1
@@ -59,6 +60,12 @@ func (b *blobNet) serve(conn net.Conn, peer mesh.PeerInfo) {
 		return
 	}
 	switch op {
+	case blobOpHas:
+		if b.local.Has(string(hash)) {
+			conn.Write([]byte{blobOK})
+		} else {
+			conn.Write([]byte{blobNotFound})
+		}
 	case blobOpGet:
 		data, err := b.local.Get(string(hash))
 		if err != nil {
@@ -137,8 +144,28 @@ func (b *blobNet) fetch(ctx context.Context, addr, hash string) ([]byte, error) 
 	return data, nil
 }
 
-// push sends data to addr and waits for the stored acknowledgement.
+// has asks addr whether it holds hash.
+func (b *blobNet) has(ctx context.Context, addr, hash string) bool {
+	conn, err := b.transport.OpenStream(ctx, addr, mesh.TagBlob)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(blobIOTimeout))
+	if _, err := conn.Write(append([]byte{blobOpHas}, hash...)); err != nil {
+		return false
+	}
+	var st [1]byte
+	_, err = io.ReadFull(conn, st[:])
+	return err == nil && st[0] == blobOK
+}
+
+// push sends data to addr (unless it holds it already) and waits for the
+// stored acknowledgement.
 func (b *blobNet) push(ctx context.Context, addr, hash string, data []byte) error {
+	if b.has(ctx, addr, hash) {
+		return nil
+	}
 	conn, err := b.transport.OpenStream(ctx, addr, mesh.TagBlob)
 	if err != nil {
 		return err
@@ -224,4 +251,15 @@ func (b *blobNet) Put(data []byte) (string, error) {
 		return "", fmt.Errorf("could not replicate module to another node: %w", errors.Join(errs...))
 	}
 	return hash, nil
+}
+
+// Locate makes hash available locally (fetching it from a peer if needed)
+// and replicated like a fresh Put; it fails if no node holds it.
+func (b *blobNet) Locate(hash string) error {
+	data, err := b.Get(hash)
+	if err != nil {
+		return err
+	}
+	_, err = b.Put(data)
+	return err
 }

@@ -54,7 +54,7 @@ func (tc *testCluster) waitHealthy(alive int) string {
 	waitFor(tc.t, fmt.Sprintf("%d healthy nodes agreeing on a leader", alive), 2*time.Minute, func() bool {
 		leaders := map[string]bool{}
 		for _, n := range tc.live() {
-			ok, l := healthy(n, alive, min(3, alive))
+			ok, l := healthy(n, alive, voterTarget(alive))
 			if !ok {
 				return false
 			}
@@ -188,4 +188,14 @@ func TestHistoryUnderFaults(t *testing.T) {
 	if len(accepted) < 50 || r.Requeues == 0 {
 		t.Fatalf("workload too small to mean anything: %d accepted, %d requeued", len(accepted), r.Requeues)
 	}
+}
+
+// voterTarget is how many voters a cluster of n live nodes keeps (target 3,
+// never an even count).
+func voterTarget(n int) int {
+	v := min(3, n)
+	if v%2 == 0 {
+		v--
+	}
+	return v
 }

@@ -210,8 +210,10 @@ func (n *Node) openStore() error {
 	}
 	if n.cfg.Fast {
 		sc.Tune = func(c *raft.Config) {
-			c.HeartbeatTimeout, c.ElectionTimeout = 200*time.Millisecond, 200*time.Millisecond
-			c.LeaderLeaseTimeout = 100 * time.Millisecond
+			// Shorter than production, but not so short that a loaded
+			// 2-core CI machine (and -race) causes spurious elections.
+			c.HeartbeatTimeout, c.ElectionTimeout = 500*time.Millisecond, 500*time.Millisecond
+			c.LeaderLeaseTimeout = 250 * time.Millisecond
 		}
 	}
 	store, err := consensus.Open(sc)
@@ -379,3 +381,6 @@ func (n *Node) Close() error {
 // SetFault installs a network fault on this node's transport (tests: drop
 // everything to and from the peers for which f returns true).
 func (n *Node) SetFault(f mesh.FaultFunc) { n.transport.SetFault(f) }
+
+// RunningJobs is how many runs this node's worker has in progress.
+func (n *Node) RunningJobs() int { return n.worker.Running() }

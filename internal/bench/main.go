@@ -122,11 +122,11 @@ func run(seq, total, conc int, modulePath string) error {
 
 func submitAndWait(ctx context.Context, cl *client.Client, mod []byte) (time.Duration, error) {
 	t0 := time.Now()
-	resp, err := cl.Jobs.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: mod, Input: []byte("hello")}))
+	resp, err := cl.Submit(ctx, &palyrav1.SubmitJobRequest{WasmModule: mod, Input: []byte("hello")})
 	if err != nil {
 		return 0, cl.Explain(err)
 	}
-	stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: resp.Msg.Job.Id}))
+	stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: resp.Job.Id}))
 	if err != nil {
 		return 0, cl.Explain(err)
 	}

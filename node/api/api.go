@@ -57,6 +57,8 @@ type Control interface {
 // Blobs stores module bytes content-addressed.
 type Blobs interface {
 	Put(data []byte) (string, error)
+	// Locate ensures a blob the cluster holds is available and replicated.
+	Locate(hash string) error
 }
 
 // Validator checks a wasm module at submit time.

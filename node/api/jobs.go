@@ -12,6 +12,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity/policy"
+	"github.com/palyra-mesh/palyra/node/blob"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 	"github.com/palyra-mesh/palyra/runtime/wasm"
@@ -28,33 +29,14 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	if err := s.authz.Check(ctx, policy.ActionJobSubmit, policy.ClusterResource(), map[string]any{"job_kind": "wasm"}); err != nil {
 		return nil, err
 	}
-	switch {
-	case len(m.WasmModule) == 0:
-		return nil, invalid("no wasm module in the request", "pass a module with --wasm FILE")
-	case len(m.WasmModule) > MaxModuleBytes:
-		return nil, invalid(fmt.Sprintf("module is %s; the limit is %s", mib(len(m.WasmModule)), mib(MaxModuleBytes)),
-			"build with -ldflags=-s -w, or strip the module (wasm-strip)")
-	case len(m.Input) > MaxInputBytes:
-		return nil, invalid(fmt.Sprintf("input is %s; the limit is %s", mib(len(m.Input)), mib(MaxInputBytes)),
-			"pass less input, or have the job fetch its data")
-	case m.TimeoutMs < 0 || time.Duration(m.TimeoutMs)*time.Millisecond > MaxTimeout:
-		return nil, invalid(fmt.Sprintf("timeout %dms is out of range", m.TimeoutMs), "use --timeout between 1ms and 24h")
-	case m.MaxOutputBytes > MaxOutputLimit:
-		return nil, invalid(fmt.Sprintf("output bound %s is over the %s maximum", mib(int(m.MaxOutputBytes)), mib(MaxOutputLimit)), "use --max-output 16MiB or less, and return large results as artifacts")
-	case m.Retries > MaxRetries:
-		return nil, invalid(fmt.Sprintf("--retries %d is over the limit of %d", m.Retries, MaxRetries), "use --retries 10 or less")
-	case m.DeadlineMs < 0:
-		return nil, invalid("--deadline must be positive", "e.g. --deadline 10m")
-	case len(m.IdempotencyKey) > 256:
-		return nil, invalid("idempotency key is over 256 bytes", "use a shorter key")
-	case len(m.Constraints) > 32:
-		return nil, invalid("too many constraints", "use at most 32 --constraint k=v")
-	case m.MemoryBytes > MaxMemory:
-		return nil, invalid(fmt.Sprintf("memory limit %d bytes is over the 4 GiB wasm32 maximum", m.MemoryBytes), "use --memory 4GiB or less")
+	if err := s.validateSubmit(m); err != nil {
+		return nil, err
 	}
-	if q := s.control.State().CountByPhase()[consensus.PhaseQueued]; q >= uint64(s.MaxQueued) {
-		return nil, apiError(connect.CodeResourceExhausted, "queue_full",
-			fmt.Sprintf("the cluster has %d jobs queued, its limit", q), "retry later, or add workers to drain the queue")
+	if len(m.WasmModule) == 0 && m.ModuleSha256 != "" {
+		return js.submitByHash(ctx, m)
+	}
+	if len(m.WasmModule) == 0 {
+		return nil, invalid("no wasm module in the request", "pass a module with --wasm FILE")
 	}
 	if err := s.validator.Validate(ctx, m.WasmModule); err != nil {
 		var me *wasm.ModuleError
@@ -67,6 +49,57 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	if err != nil {
 		return nil, fromErr(fmt.Errorf("store module: %w", err))
 	}
+	return js.commitSubmit(ctx, m, hash)
+}
+
+// validateSubmit checks everything about a submission but the module
+// itself, before any work is done: refused input stores nothing.
+func (s *Server) validateSubmit(m *palyrav1.SubmitJobRequest) error {
+	switch {
+	case len(m.WasmModule) > MaxModuleBytes:
+		return invalid(fmt.Sprintf("module is %s; the limit is %s", mib(len(m.WasmModule)), mib(MaxModuleBytes)),
+			"build with -ldflags=-s -w, or strip the module (wasm-strip)")
+	case len(m.Input) > MaxInputBytes:
+		return invalid(fmt.Sprintf("input is %s; the limit is %s", mib(len(m.Input)), mib(MaxInputBytes)),
+			"pass less input, or have the job fetch its data")
+	case m.TimeoutMs < 0 || time.Duration(m.TimeoutMs)*time.Millisecond > MaxTimeout:
+		return invalid(fmt.Sprintf("timeout %dms is out of range", m.TimeoutMs), "use --timeout between 1ms and 24h")
+	case m.MaxOutputBytes > MaxOutputLimit:
+		return invalid(fmt.Sprintf("output bound %s is over the %s maximum", mib(int(m.MaxOutputBytes)), mib(MaxOutputLimit)),
+			"use --max-output 16MiB or less, and return large results as artifacts")
+	case m.Retries > MaxRetries:
+		return invalid(fmt.Sprintf("--retries %d is over the limit of %d", m.Retries, MaxRetries), "use --retries 10 or less")
+	case m.DeadlineMs < 0:
+		return invalid("--deadline must be positive", "e.g. --deadline 10m")
+	case len(m.IdempotencyKey) > 256:
+		return invalid("idempotency key is over 256 bytes", "use a shorter key")
+	case len(m.Constraints) > 32:
+		return invalid("too many constraints", "use at most 32 --constraint k=v")
+	case m.MemoryBytes > MaxMemory:
+		return invalid(fmt.Sprintf("memory limit %d bytes is over the 4 GiB wasm32 maximum", m.MemoryBytes), "use --memory 4GiB or less")
+	}
+	if q := s.control.State().CountByPhase()[consensus.PhaseQueued]; q >= uint64(s.MaxQueued) {
+		return apiError(connect.CodeResourceExhausted, "queue_full",
+			fmt.Sprintf("the cluster has %d jobs queued, its limit", q), "retry later, or add workers to drain the queue")
+	}
+	return nil
+}
+
+// submitByHash submits a job for a module the cluster already holds.
+func (js jobService) submitByHash(ctx context.Context, m *palyrav1.SubmitJobRequest) (*connect.Response[palyrav1.SubmitJobResponse], error) {
+	if !blob.ValidHash(m.ModuleSha256) {
+		return nil, invalid("module_sha256 is not a lowercase hex sha256", "send the module bytes instead")
+	}
+	if err := js.s.blobs.Locate(m.ModuleSha256); err != nil {
+		return nil, apiError(connect.CodeNotFound, "module_not_found", "the cluster does not hold module sha256:"+m.ModuleSha256,
+			"send the module bytes (the CLI does this by itself)")
+	}
+	return js.commitSubmit(ctx, m, m.ModuleSha256)
+}
+
+// commitSubmit commits a validated, stored submission.
+func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequest, hash string) (*connect.Response[palyrav1.SubmitJobResponse], error) {
+	s := js.s
 	timeout := time.Duration(m.TimeoutMs) * time.Millisecond
 	if timeout == 0 {
 		timeout = DefaultTimeout
@@ -90,7 +123,15 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 		rec.IdempotencyKey = caller.String() + "/" + m.IdempotencyKey
 		rec.PayloadHash = payloadHash(hash, m)
 	}
-	job, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: rec}}})
+	cmd := &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: rec}}}
+	job, err := s.control.Apply(ctx, cmd)
+	// A submission whose outcome is unknown (leader lost mid-commit, reply
+	// lost) is safe to send again: the FSM answers a resubmitted id with
+	// the job it already holds. The caller hears "accepted" only once it
+	// is known to be committed.
+	for retry := 0; retry < 3 && errors.Is(err, consensus.ErrUnknownOutcome); retry++ {
+		job, err = s.control.Apply(ctx, cmd)
+	}
 	if err != nil {
 		return nil, fromErr(err)
 	}

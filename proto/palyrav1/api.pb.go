@@ -482,8 +482,11 @@ type SubmitJobRequest struct {
 	Retries        uint32            `protobuf:"varint,9,opt,name=retries,proto3" json:"retries,omitempty"`                                                                                  // extra attempts for retryable failures
 	DeadlineMs     int64             `protobuf:"varint,10,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`                                                         // from submission; then expired (0 = none)
 	IdempotencyKey string            `protobuf:"bytes,11,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`                                              // same key + same payload → same job
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// module_sha256 names a module the cluster already holds, instead of
+	// sending wasm_module again (the node answers not_found if it does not).
+	ModuleSha256  string `protobuf:"bytes,12,opt,name=module_sha256,json=moduleSha256,proto3" json:"module_sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitJobRequest) Reset() {
@@ -589,6 +592,13 @@ func (x *SubmitJobRequest) GetDeadlineMs() int64 {
 func (x *SubmitJobRequest) GetIdempotencyKey() string {
 	if x != nil {
 		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *SubmitJobRequest) GetModuleSha256() string {
+	if x != nil {
+		return x.ModuleSha256
 	}
 	return ""
 }
@@ -1750,7 +1760,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\rnot_before_ms\x18\x1b \x01(\x03R\vnotBeforeMs\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd9\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x03\n" +
 	"\x10SubmitJobRequest\x12\x1f\n" +
 	"\vwasm_module\x18\x01 \x01(\fR\n" +
 	"wasmModule\x12\x14\n" +
@@ -1766,7 +1776,8 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\vdeadline_ms\x18\n" +
 	" \x01(\x03R\n" +
 	"deadlineMs\x12'\n" +
-	"\x0fidempotency_key\x18\v \x01(\tR\x0eidempotencyKey\x1a>\n" +
+	"\x0fidempotency_key\x18\v \x01(\tR\x0eidempotencyKey\x12#\n" +
+	"\rmodule_sha256\x18\f \x01(\tR\fmoduleSha256\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Q\n" +
