@@ -56,8 +56,15 @@ func TestThreeNodesFormAndForward(t *testing.T) {
 	if job.ID != "job-1" || job.Phase != consensus.PhaseQueued || job.CommitIndex == 0 {
 		t.Fatalf("forwarded apply returned %+v, want job-1 queued with a commit index", job)
 	}
-	if _, err := follower.cl.Apply(ctxFor(t, 10*time.Second), submit("job-1")); !errors.Is(err, consensus.ErrConflict) {
-		t.Fatalf("duplicate submit via follower: got %v, want the FSM's conflict error", err)
+	// A resubmission of the same job (a retry) replays it; the same id
+	// with other content is refused by the FSM, through the follower.
+	if again, err := follower.cl.Apply(ctxFor(t, 10*time.Second), submit("job-1")); err != nil || again.CommitIndex != job.CommitIndex {
+		t.Fatalf("resubmit via follower: got %+v, %v; want the original job", again, err)
+	}
+	other := submit("job-1")
+	other.GetSubmitJob().Job.Input = []byte("other content")
+	if _, err := follower.cl.Apply(ctxFor(t, 10*time.Second), other); !errors.Is(err, consensus.ErrConflict) {
+		t.Fatalf("conflicting submit via follower: got %v, want the FSM's conflict error", err)
 	}
 
 	// Linearizable read on a follower: a write acknowledged by the leader
