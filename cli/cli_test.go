@@ -27,7 +27,7 @@ func startNode(t *testing.T) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	n, err := node.Start(context.Background(), node.Config{
-		DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 2,
+		DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 2, BrowserSlots: -1,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -167,7 +167,7 @@ func TestBadInputIsRefusedAndNothingStored(t *testing.T) {
 	}{
 		{"garbage", []string{"job", "submit", "--wasm", garbage}, 1, "not a WebAssembly module"},
 		{"missing file", []string{"job", "submit", "--wasm", "/nonexistent.wasm"}, 1, "cannot read module"},
-		{"no --wasm", []string{"job", "submit"}, 2, "wasm"},
+		{"no --wasm", []string{"job", "submit"}, 2, "exactly one of --wasm"},
 		{"both inputs", []string{"job", "submit", "--wasm", garbage, "--input", "a", "--input-file", garbage}, 2, "either --input or --input-file"},
 		{"bad memory", []string{"job", "submit", "--wasm", garbage, "--memory", "lots"}, 2, "not a size"},
 		{"unknown job", []string{"job", "get", "j-doesnotexist"}, 1, "no job with id"},

@@ -37,7 +37,10 @@ func jobCommand() *ucli.Command {
    Example:
      palyra job submit --wasm reverse.wasm --input hello --wait`,
 				Flags: []ucli.Flag{
-					&ucli.StringFlag{Name: "wasm", Usage: "path of the `FILE` holding the wasm module (wasip1)", Required: true},
+					&ucli.StringFlag{Name: "wasm", Usage: "path of the `FILE` holding the wasm module (wasip1)"},
+					&ucli.StringFlag{Name: "browser", Usage: "path of a browser job `SCRIPT.json` (steps: navigate, click, type, press, wait_for, extract, evaluate, screenshot, pdf)"},
+					&ucli.StringSliceFlag{Name: "allow-host", Usage: "`HOST` the job may reach (also its subdomains; repeatable; a policy grant)"},
+					&ucli.BoolFlag{Name: "allow-private", Usage: "let the job reach private, loopback and link-local addresses (a policy grant)"},
 					&ucli.StringFlag{Name: "input", Usage: "`TEXT` given to the job on stdin"},
 					&ucli.StringFlag{Name: "input-file", Usage: "`FILE` whose bytes are given to the job on stdin ('-' for this command's stdin)"},
 					&ucli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 1s, 5m (default 30s)"},
@@ -58,6 +61,8 @@ func jobCommand() *ucli.Command {
 				Name: "get", Usage: "show one job", ArgsUsage: "ID", Flags: []ucli.Flag{jsonFlag},
 				Action: jobGet,
 			},
+			browseCommand(),
+			artifactCommand(),
 			{
 				Name: "watch", Usage: "stream a job's phase changes until it ends", ArgsUsage: "ID", Flags: []ucli.Flag{jsonFlag},
 				Action: jobWatch,
@@ -91,9 +96,19 @@ func jobSubmit(c *ucli.Context) error {
 	if c.NArg() > 0 {
 		return usageErr("unexpected argument %q; pass the module with --wasm FILE", c.Args().First())
 	}
-	module, err := os.ReadFile(c.String("wasm"))
-	if err != nil {
-		return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read module: %v", err), Hint: "pass an existing .wasm file with --wasm"})
+	var module, script []byte
+	var err error
+	switch {
+	case c.IsSet("wasm") == c.IsSet("browser"):
+		return usageErr("give exactly one of --wasm FILE or --browser SCRIPT.json")
+	case c.IsSet("wasm"):
+		if module, err = os.ReadFile(c.String("wasm")); err != nil {
+			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read module: %v", err), Hint: "pass an existing .wasm file with --wasm"})
+		}
+	default:
+		if script, err = os.ReadFile(c.String("browser")); err != nil {
+			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read script: %v", err), Hint: "pass an existing JSON script with --browser"})
+		}
 	}
 	var input []byte
 	switch {
@@ -141,12 +156,22 @@ func jobSubmit(c *ucli.Context) error {
 		return err
 	}
 	defer cl.Close()
-	resp, err := cl.Submit(c.Context, &palyrav1.SubmitJobRequest{
-		WasmModule: module, Input: input, TimeoutMs: c.Duration("timeout").Milliseconds(),
+	req := &palyrav1.SubmitJobRequest{
+		WasmModule: module, BrowserScript: script, AllowHosts: c.StringSlice("allow-host"), AllowPrivate: c.Bool("allow-private"),
+		Input: input, TimeoutMs: c.Duration("timeout").Milliseconds(),
 		MemoryBytes: mem, Fuel: c.Uint64("fuel"), MaxOutputBytes: maxOut,
 		Priority: int32(c.Int("priority")), Constraints: constraints, Retries: uint32(c.Uint("retries")),
 		DeadlineMs: c.Duration("deadline").Milliseconds(), IdempotencyKey: c.String("idempotency-key"),
-	})
+	}
+	var resp *palyrav1.SubmitJobResponse
+	if len(script) > 0 {
+		var r *connect.Response[palyrav1.SubmitJobResponse]
+		if r, err = cl.Jobs.SubmitJob(c.Context, connect.NewRequest(req)); err == nil {
+			resp = r.Msg
+		}
+	} else {
+		resp, err = cl.Submit(c.Context, req)
+	}
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}

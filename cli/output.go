@@ -45,6 +45,15 @@ type jobJSON struct {
 	RetriesUsed   uint32            `json:"retries_used"`
 	DeadlineAt    string            `json:"deadline_at,omitempty"`
 	PendingReason string            `json:"pending_reason,omitempty"`
+	Artifacts     []artifactJSON    `json:"artifacts,omitempty"`
+	AllowHosts    []string          `json:"allow_hosts,omitempty"`
+}
+
+type artifactJSON struct {
+	Name      string `json:"name"`
+	MediaType string `json:"media_type"`
+	SHA256    string `json:"sha256"`
+	Size      uint64 `json:"size"`
 }
 
 func msTime(ms int64) string {
@@ -62,7 +71,10 @@ func toJobJSON(j *palyrav1.Job) jobJSON {
 		StartedAt: msTime(j.StartedAtMs), FinishedAt: msTime(j.FinishedAtMs), CommitIndex: j.CommitIndex,
 	}
 	out.Priority, out.Constraints, out.MaxRetries, out.RetriesUsed = j.Priority, j.Constraints, j.MaxRetries, j.RetriesUsed
-	out.DeadlineAt, out.PendingReason = msTime(j.DeadlineAtMs), j.PendingReason
+	out.DeadlineAt, out.PendingReason, out.AllowHosts = msTime(j.DeadlineAtMs), j.PendingReason, j.AllowHosts
+	for _, a := range j.Artifacts {
+		out.Artifacts = append(out.Artifacts, artifactJSON{Name: a.Name, MediaType: a.MediaType, SHA256: a.Sha256, Size: a.Size})
+	}
 	if j.Wasm != nil {
 		out.ModuleSHA256, out.MemoryBytes = j.Wasm.ModuleSha256, j.Wasm.MemoryBytes
 	}

@@ -27,7 +27,25 @@ func jobFromRecord(r *raftpb.JobRecord) Job {
 		Priority: r.Priority, Constraints: copyMap(r.Constraints), MaxRetries: r.MaxRetries, RetriesUsed: r.RetriesUsed,
 		NotBeforeMS: r.NotBeforeMs, DeadlineAtMS: r.DeadlineAtMs, IdempotencyKey: r.IdempotencyKey,
 		PayloadHash: r.PayloadHash, PendingReason: r.PendingReason,
+		Script: r.Script, AllowHosts: r.AllowHosts, AllowPrivate: r.AllowPrivate, Artifacts: artifactsFromPB(r.Artifacts),
 	}
+}
+
+func artifactsFromPB(in []*raftpb.ArtifactRef) []Artifact {
+	var out []Artifact
+	for _, a := range in {
+		out = append(out, Artifact{Name: a.Name, MediaType: a.MediaType, SHA256: a.Sha256, Size: a.Size})
+	}
+	return out
+}
+
+// ArtifactsPB converts artifacts to their log form.
+func ArtifactsPB(in []Artifact) []*raftpb.ArtifactRef {
+	var out []*raftpb.ArtifactRef
+	for _, a := range in {
+		out = append(out, &raftpb.ArtifactRef{Name: a.Name, MediaType: a.MediaType, Sha256: a.SHA256, Size: a.Size})
+	}
+	return out
 }
 
 func copyMap(m map[string]string) map[string]string {
@@ -52,6 +70,7 @@ func jobToRecord(j *Job) *raftpb.JobRecord {
 		Priority: j.Priority, Constraints: j.Constraints, MaxRetries: j.MaxRetries, RetriesUsed: j.RetriesUsed,
 		NotBeforeMs: j.NotBeforeMS, DeadlineAtMs: j.DeadlineAtMS, IdempotencyKey: j.IdempotencyKey,
 		PayloadHash: j.PayloadHash, PendingReason: j.PendingReason,
+		Script: j.Script, AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate, Artifacts: ArtifactsPB(j.Artifacts),
 	}
 }
 

@@ -195,6 +195,7 @@ func (s *State) applyFinish(c *raftpb.FinishJob) ApplyResult {
 			j.ID, c.Attempt, c.NodeId, j.Phase, j.Attempt, j.NodeID)}
 	}
 	j.Stdout, j.Stderr, j.ExitCode, j.FuelUsed = c.Stdout, c.Stderr, c.ExitCode, c.FuelUsed
+	j.Artifacts = artifactsFromPB(c.Artifacts)
 	j.FinishedAtMS = c.AtMs
 	if c.Ok {
 		j.Phase = PhaseCompleted

@@ -44,6 +44,19 @@ type Job struct {
 	IdempotencyKey string
 	PayloadHash    []byte
 	PendingReason  string // why a queued job waits
+
+	Script       []byte // browser jobs: JSON steps
+	AllowHosts   []string
+	AllowPrivate bool
+	Artifacts    []Artifact
+}
+
+// Artifact is a file a job produced, stored as a blob.
+type Artifact struct {
+	Name      string
+	MediaType string
+	SHA256    string
+	Size      uint64
 }
 
 // clone returns a deep copy (byte slices are shared read-only, the error is copied).

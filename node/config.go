@@ -26,6 +26,9 @@ type Config struct {
 	// WasmSlots is how many wasm jobs run at once on this node
 	// (default: 2 × CPUs).
 	WasmSlots int
+	// BrowserSlots is how many browser jobs run at once (default 2 when
+	// Chromium is installed; -1 disables browser jobs on this node).
+	BrowserSlots int
 	// CertTTL is the lifetime of certificates this node's CA issues at init.
 	CertTTL time.Duration
 	// Labels describe this node to the scheduler and to policy (k=v).

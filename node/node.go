@@ -25,6 +25,7 @@ import (
 	"github.com/palyra-mesh/palyra/node/worker"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 	pruntime "github.com/palyra-mesh/palyra/runtime"
+	"github.com/palyra-mesh/palyra/runtime/browser"
 	"github.com/palyra-mesh/palyra/runtime/wasm"
 )
 
@@ -34,24 +35,26 @@ const caLabel = "palyra.ca"
 
 // Node is a running node. Start returns once it serves; Close stops it.
 type Node struct {
-	cfg       Config
-	log       *slog.Logger
-	layout    Layout
-	state     State
-	cred      *identity.Live
-	ca        *identity.CA // nil unless this node holds the cluster CA
-	transport *mesh.Transport
-	storeMu   sync.RWMutex
-	store     *consensus.Store
-	cluster   *cluster.Cluster
-	authz     *api.Authorizer
-	wasm      *wasm.Executor
-	blobs     *blob.Store
-	blobNet   *blobNet
-	worker    *worker.Worker
-	http      *http3.Server
-	unlock    func()
-	slots     int
+	cfg          Config
+	log          *slog.Logger
+	layout       Layout
+	state        State
+	cred         *identity.Live
+	ca           *identity.CA // nil unless this node holds the cluster CA
+	transport    *mesh.Transport
+	storeMu      sync.RWMutex
+	store        *consensus.Store
+	cluster      *cluster.Cluster
+	authz        *api.Authorizer
+	wasm         *wasm.Executor
+	browser      *browser.Executor // nil when this node runs no browser jobs
+	blobs        *blob.Store
+	blobNet      *blobNet
+	worker       *worker.Worker
+	http         *http3.Server
+	unlock       func()
+	slots        int
+	browserSlots int
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -127,6 +130,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.wasm, err = wasm.New(ctx, wasm.Config{CacheDir: l.WasmCacheDir(), MaxConcurrent: n.slots, Logger: n.log}); err != nil {
 		return nil, fmt.Errorf("start wasm runtime: %w", err)
 	}
+	n.startBrowser(ctx)
 	if err := n.openStore(); err != nil {
 		return nil, err
 	}
@@ -147,7 +151,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	n.worker = worker.New(worker.Config{
 		NodeID: st.NodeID, Control: n.cluster, Blobs: n.blobNet,
-		Executors: map[pruntime.Kind]pruntime.Executor{pruntime.KindWasm: n.wasm}, Logger: n.log,
+		Executors: n.executors(), Logger: n.log,
 	})
 	// Catch up with the log before Recover, so it sees every placement made
 	// on this node before it stopped, before anything new is placed here.
@@ -237,7 +241,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 	}
 	c, err := cluster.New(cluster.Config{
 		NodeID: n.state.NodeID, Advertise: n.state.Address, Transport: n.transport, Store: n.store,
-		Meta:         cluster.Meta{Labels: labels, Capacity: map[string]int{string(pruntime.KindWasm): n.slots}, Version: n.cfg.Version},
+		Meta:         cluster.Meta{Labels: labels, Capacity: n.capacity(), Version: n.cfg.Version},
 		TargetVoters: n.cfg.TargetVoters, Fast: n.cfg.Fast, Logger: n.log,
 	})
 	if err != nil {
@@ -261,7 +265,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential) {
 	info := api.Info{NodeID: n.state.NodeID, Address: addr, ClusterName: n.state.ClusterName,
 		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now()}
-	opts := api.Options{Control: n.cluster, Blobs: n.blobNet, Validator: n.wasm, Authz: n.authz,
+	opts := api.Options{Control: n.cluster, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Leave: n.leave,
 		Peers: n.peerAddrs, Forward: n.forwardAPI}
 	if n.ca != nil {
@@ -368,6 +372,9 @@ func (n *Node) Close() error {
 		if n.wasm != nil {
 			err = errors.Join(err, n.wasm.Close(context.Background()))
 		}
+		if n.browser != nil {
+			err = errors.Join(err, n.browser.Close(context.Background()))
+		}
 		if n.transport != nil {
 			err = errors.Join(err, n.transport.Close())
 		}
@@ -384,3 +391,45 @@ func (n *Node) SetFault(f mesh.FaultFunc) { n.transport.SetFault(f) }
 
 // RunningJobs is how many runs this node's worker has in progress.
 func (n *Node) RunningJobs() int { return n.worker.Running() }
+
+// startBrowser starts the browser executor when Chromium is installed and
+// browser jobs are not disabled. Without it the node simply advertises no
+// browser capacity.
+func (n *Node) startBrowser(ctx context.Context) {
+	if n.cfg.BrowserSlots < 0 {
+		return
+	}
+	path, ok := browser.Detect()
+	if !ok {
+		n.log.Info("no Chromium found: this node runs no browser jobs (" + browser.InstallHint + ")")
+		return
+	}
+	slots := n.cfg.BrowserSlots
+	if slots == 0 {
+		slots = 2
+	}
+	ex, err := browser.New(ctx, browser.Config{ExecPath: path, Slots: slots, Logger: n.log})
+	if err != nil {
+		n.log.Warn("browser executor did not start; this node runs no browser jobs", "err", err)
+		return
+	}
+	n.browser = ex
+	n.browserSlots = slots
+}
+
+// capacity is what the node advertises to the scheduler.
+func (n *Node) capacity() map[string]int {
+	c := map[string]int{string(pruntime.KindWasm): n.slots}
+	if n.browser != nil {
+		c[string(pruntime.KindBrowser)] = n.browserSlots
+	}
+	return c
+}
+
+func (n *Node) executors() map[pruntime.Kind]pruntime.Executor {
+	ex := map[pruntime.Kind]pruntime.Executor{pruntime.KindWasm: n.wasm}
+	if n.browser != nil {
+		ex[pruntime.KindBrowser] = n.browser
+	}
+	return ex
+}

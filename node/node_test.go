@@ -22,6 +22,9 @@ func start(t *testing.T, cfg node.Config) *node.Node {
 	}
 	cfg.Fast = true
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.BrowserSlots == 0 {
+		cfg.BrowserSlots = -1 // browser tests opt in
+	}
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
 	}

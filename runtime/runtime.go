@@ -8,6 +8,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -69,7 +70,46 @@ type Spec struct {
 	// AllowPrivate permits private, loopback and link-local targets, which
 	// are refused (after DNS resolution) otherwise.
 	AllowPrivate bool
+	// Grants are the host capabilities beyond the network (secrets,
+	// key-value storage) and the services behind them. Nil grants nothing.
+	Grants *Grants
 }
+
+// Grants lists the capabilities a job may use besides the network, with
+// the per-run services that serve them. Nothing is granted by default: a
+// guest asking for a capability it lacks gets an error, never a trap.
+type Grants struct {
+	// SecretNames are the secrets the job may read, by exact name.
+	SecretNames []string
+	// KVPrefix is the key prefix the job may read and write under ("" = no
+	// key-value access). Keys are full keys; each must start with KVPrefix.
+	KVPrefix string
+	// Secrets serves secret reads (required when SecretNames is not empty).
+	Secrets Secrets
+	// KV serves key-value operations (required when KVPrefix is set).
+	KV KV
+}
+
+// Secrets gives a job read access to named secrets. Implementations must
+// never log or wrap a secret's value into an error.
+type Secrets interface {
+	// Get returns the secret's value; an error matching ErrNotFound when
+	// there is no such secret.
+	Get(ctx context.Context, name string) ([]byte, error)
+}
+
+// KV is the key-value store jobs reach through their KVPrefix grant.
+type KV interface {
+	// Get returns the value of key and whether it exists.
+	Get(ctx context.Context, key string) ([]byte, bool, error)
+	// Put stores val under key, replacing any previous value.
+	Put(ctx context.Context, key string, val []byte) error
+	// Delete removes key; deleting a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+}
+
+// ErrNotFound is returned by Secrets.Get for an unknown secret.
+var ErrNotFound = errors.New("not found")
 
 // Artifact is a named file a job produced (a screenshot, a PDF). The node
 // stores its bytes as a content-addressed blob.

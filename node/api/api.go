@@ -30,7 +30,7 @@ import (
 const (
 	MaxModuleBytes  = 16 << 20
 	MaxInputBytes   = 1 << 20
-	MaxRequestBytes = MaxModuleBytes + MaxInputBytes + 64<<10
+	MaxRequestBytes = MaxModuleBytes + MaxInputBytes + 2<<20
 	DefaultTimeout  = 30 * time.Second
 	MaxTimeout      = 24 * time.Hour
 	DefaultMemory   = 64 << 20
@@ -89,12 +89,16 @@ type Options struct {
 	Control   Control
 	Blobs     Blobs
 	Validator Validator
-	Authz     *Authorizer
-	Issuer    Issuer // nil when this node does not hold the CA
-	Limiter   *pairing.Limiter
-	Peers     func() []string // node addresses a joiner should contact
-	Members   func() []cluster.Member
-	Leave     func(ctx context.Context) error
+	// Artifacts fetches artifact blobs from this node or its peers.
+	Artifacts interface {
+		Get(hash string) ([]byte, error)
+	}
+	Authz   *Authorizer
+	Issuer  Issuer // nil when this node does not hold the CA
+	Limiter *pairing.Limiter
+	Peers   func() []string // node addresses a joiner should contact
+	Members func() []cluster.Member
+	Leave   func(ctx context.Context) error
 	// Forward returns an identity client connected to the node holding the
 	// CA, for pairing through a node that does not hold it.
 	Forward func(ctx context.Context) (palyrav1connect.IdentityServiceClient, error)

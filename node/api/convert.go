@@ -15,9 +15,13 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 		FuelUsed: j.FuelUsed, CommitIndex: j.CommitIndex, MaxOutputBytes: j.MaxOutput,
 		Priority: j.Priority, Constraints: j.Constraints, MaxRetries: j.MaxRetries, RetriesUsed: j.RetriesUsed,
 		DeadlineAtMs: j.DeadlineAtMS, PendingReason: j.PendingReason, NotBeforeMs: j.NotBeforeMS,
+		AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate,
 	}
 	if j.Kind == "wasm" {
 		out.Wasm = &palyrav1.WasmSpec{ModuleSha256: j.ModuleHash, MemoryBytes: j.MemoryBytes, Fuel: j.Fuel}
+	}
+	for _, a := range j.Artifacts {
+		out.Artifacts = append(out.Artifacts, &palyrav1.Artifact{Name: a.Name, MediaType: a.MediaType, Sha256: a.SHA256, Size: a.Size})
 	}
 	if j.Error != nil {
 		out.Error = &palyrav1.Error{Code: j.Error.Code, Message: j.Error.Message, Hint: j.Error.Hint}

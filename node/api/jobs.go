@@ -26,11 +26,31 @@ func invalid(msg, hint string) error {
 
 func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav1.SubmitJobRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error) {
 	s, m := js.s, req.Msg
-	if err := s.authz.Check(ctx, policy.ActionJobSubmit, policy.ClusterResource(), map[string]any{"job_kind": "wasm"}); err != nil {
+	kind := "wasm"
+	if len(m.BrowserScript) > 0 {
+		kind = "browser"
+	}
+	if err := s.authz.Check(ctx, policy.ActionJobSubmit, policy.ClusterResource(), map[string]any{"job_kind": kind}); err != nil {
 		return nil, err
 	}
 	if err := s.validateSubmit(m); err != nil {
 		return nil, err
+	}
+	if kind == "browser" {
+		return js.submitBrowser(ctx, m)
+	}
+	if len(m.AllowHosts) > 0 || m.AllowPrivate {
+		// Wasm egress grants are checked the same way as browser ones.
+		for _, h := range m.AllowHosts {
+			if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, h), map[string]any{"grant_host": h}); err != nil {
+				return nil, err
+			}
+		}
+		if m.AllowPrivate {
+			if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, "private"), map[string]any{"grant_host": "private"}); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if len(m.WasmModule) == 0 && m.ModuleSha256 != "" {
 		return js.submitByHash(ctx, m)
@@ -110,8 +130,13 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 	}
 	caller, _ := PrincipalFrom(ctx)
 	now := s.now().UnixMilli()
+	kind := "wasm"
+	if len(m.BrowserScript) > 0 {
+		kind = "browser"
+	}
 	rec := &raftpb.JobRecord{
-		Id: newJobID(), Kind: "wasm", ModuleSha256: hash, MemoryBytes: mem, Fuel: m.Fuel,
+		Id: newJobID(), Kind: kind, ModuleSha256: hash, MemoryBytes: mem, Fuel: m.Fuel,
+		Script: m.BrowserScript, AllowHosts: m.AllowHosts, AllowPrivate: m.AllowPrivate,
 		Input: m.Input, TimeoutMs: timeout.Milliseconds(), Submitter: caller.String(), MaxOutputBytes: m.MaxOutputBytes,
 		SubmittedAtMs: now, Priority: m.Priority, Constraints: m.Constraints, MaxRetries: m.Retries,
 	}
@@ -136,7 +161,7 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 		return nil, fromErr(err)
 	}
 	replayed := job.ID != rec.Id
-	s.log.Info("job accepted", "job", job.ID, "module", hash[:12], "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
+	s.log.Info("job accepted", "job", job.ID, "kind", kind, "module", short(hash), "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
 	return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job), Replayed: replayed}), nil
 }
 
@@ -265,6 +290,16 @@ func payloadHash(moduleHash string, m *palyrav1.SubmitJobRequest) []byte {
 	for _, k := range keys {
 		fmt.Fprintf(h, "%q=%q\x00", k, m.Constraints[k])
 	}
+	fmt.Fprintf(h, "%q\x00%v\x00", m.AllowHosts, m.AllowPrivate)
+	h.Write(m.BrowserScript)
+	h.Write([]byte{0})
 	h.Write(m.Input)
 	return h.Sum(nil)
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
 }

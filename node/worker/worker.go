@@ -25,9 +25,11 @@ type Control interface {
 	Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error)
 }
 
-// Blobs resolves a module hash to its verified bytes.
+// Blobs resolves a module hash to its verified bytes and stores artifacts
+// (replicated, so they outlive this worker).
 type Blobs interface {
 	Get(hash string) ([]byte, error)
+	Put(data []byte) (string, error)
 }
 
 // Config configures a Worker.
@@ -177,6 +179,16 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) {
 		Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: int32(res.ExitCode),
 		FuelUsed: res.FuelUsed, AtMs: w.cfg.Now().UnixMilli(),
 	}
+	for _, a := range res.Artifacts {
+		hash, err := w.cfg.Blobs.Put(a.Data)
+		if err != nil {
+			log.Error("could not store artifact; reporting the job failed", "artifact", a.Name, "err", err)
+			res.Reason, res.Message = runtime.ReasonInternal, fmt.Sprintf("could not store artifact %s: %v", a.Name, err)
+			fin.Ok, fin.Artifacts = false, nil
+			break
+		}
+		fin.Artifacts = append(fin.Artifacts, &raftpb.ArtifactRef{Name: a.Name, MediaType: a.MediaType, Sha256: hash, Size: uint64(len(a.Data))})
+	}
 	if !res.OK() {
 		fin.Error = &raftpb.Error{Code: string(res.Reason), Message: res.Message, Hint: hintFor(res.Reason)}
 		fin.Retryable = Retryable(res.Reason)
@@ -197,15 +209,19 @@ func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 	if !ok {
 		return runtime.Result{Reason: runtime.ReasonInternal, Message: fmt.Sprintf("this node has no %s executor", j.Kind)}
 	}
-	mod, err := w.cfg.Blobs.Get(j.ModuleHash)
-	if err != nil {
-		return runtime.Result{Reason: runtime.ReasonInternal, Message: fmt.Sprintf("module %s unavailable: %v", j.ModuleHash, err)}
-	}
-	return ex.Run(ctx, runtime.Spec{
-		Module: mod, ModuleHash: j.ModuleHash, Input: j.Input,
+	spec := runtime.Spec{
+		ModuleHash: j.ModuleHash, Input: j.Input, Script: j.Script,
 		Timeout: time.Duration(j.TimeoutMS) * time.Millisecond, MemoryLimit: j.MemoryBytes, Fuel: j.Fuel,
-		MaxOutput: int(j.MaxOutput),
-	})
+		MaxOutput: int(j.MaxOutput), AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate,
+	}
+	if j.ModuleHash != "" {
+		mod, err := w.cfg.Blobs.Get(j.ModuleHash)
+		if err != nil {
+			return runtime.Result{Reason: runtime.ReasonInternal, Message: fmt.Sprintf("module %s unavailable: %v", j.ModuleHash, err)}
+		}
+		spec.Module = mod
+	}
+	return ex.Run(ctx, spec)
 }
 
 // applyRetry applies cmd, retrying while the cluster has no leader or the

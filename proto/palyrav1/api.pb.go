@@ -245,6 +245,9 @@ type Job struct {
 	IdempotencyKey string            `protobuf:"bytes,25,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	PendingReason  string            `protobuf:"bytes,26,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
 	NotBeforeMs    int64             `protobuf:"varint,27,opt,name=not_before_ms,json=notBeforeMs,proto3" json:"not_before_ms,omitempty"`
+	Artifacts      []*Artifact       `protobuf:"bytes,28,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	AllowHosts     []string          `protobuf:"bytes,29,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	AllowPrivate   bool              `protobuf:"varint,30,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -468,6 +471,200 @@ func (x *Job) GetNotBeforeMs() int64 {
 	return 0
 }
 
+func (x *Job) GetArtifacts() []*Artifact {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
+}
+
+func (x *Job) GetAllowHosts() []string {
+	if x != nil {
+		return x.AllowHosts
+	}
+	return nil
+}
+
+func (x *Job) GetAllowPrivate() bool {
+	if x != nil {
+		return x.AllowPrivate
+	}
+	return false
+}
+
+// Artifact is a file a job produced, stored as a content-addressed blob.
+type Artifact struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	MediaType     string                 `protobuf:"bytes,2,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	Sha256        string                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Artifact) Reset() {
+	*x = Artifact{}
+	mi := &file_palyra_v1_api_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Artifact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Artifact) ProtoMessage() {}
+
+func (x *Artifact) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
+func (*Artifact) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Artifact) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Artifact) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+func (x *Artifact) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *Artifact) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type GetArtifactRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetArtifactRequest) Reset() {
+	*x = GetArtifactRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetArtifactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetArtifactRequest) ProtoMessage() {}
+
+func (x *GetArtifactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetArtifactRequest.ProtoReflect.Descriptor instead.
+func (*GetArtifactRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetArtifactRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *GetArtifactRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetArtifactResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Artifact      *Artifact              `protobuf:"bytes,1,opt,name=artifact,proto3" json:"artifact,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetArtifactResponse) Reset() {
+	*x = GetArtifactResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetArtifactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetArtifactResponse) ProtoMessage() {}
+
+func (x *GetArtifactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetArtifactResponse.ProtoReflect.Descriptor instead.
+func (*GetArtifactResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetArtifactResponse) GetArtifact() *Artifact {
+	if x != nil {
+		return x.Artifact
+	}
+	return nil
+}
+
+func (x *GetArtifactResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type SubmitJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The wasm module bytes. The node verifies and stores them content-addressed.
@@ -484,14 +681,21 @@ type SubmitJobRequest struct {
 	IdempotencyKey string            `protobuf:"bytes,11,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`                                              // same key + same payload → same job
 	// module_sha256 names a module the cluster already holds, instead of
 	// sending wasm_module again (the node answers not_found if it does not).
-	ModuleSha256  string `protobuf:"bytes,12,opt,name=module_sha256,json=moduleSha256,proto3" json:"module_sha256,omitempty"`
+	ModuleSha256 string `protobuf:"bytes,12,opt,name=module_sha256,json=moduleSha256,proto3" json:"module_sha256,omitempty"`
+	// Browser jobs: a JSON script of steps (instead of a wasm module).
+	BrowserScript []byte `protobuf:"bytes,13,opt,name=browser_script,json=browserScript,proto3" json:"browser_script,omitempty"`
+	// Hosts the job may reach ("example.com" also matches subdomains) and
+	// whether private/loopback/link-local targets are allowed. Each is a
+	// capability grant checked against policy (grant.http).
+	AllowHosts    []string `protobuf:"bytes,14,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	AllowPrivate  bool     `protobuf:"varint,15,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[3]
+	mi := &file_palyra_v1_api_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +707,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[3]
+	mi := &file_palyra_v1_api_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +720,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{3}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubmitJobRequest) GetWasmModule() []byte {
@@ -603,6 +807,27 @@ func (x *SubmitJobRequest) GetModuleSha256() string {
 	return ""
 }
 
+func (x *SubmitJobRequest) GetBrowserScript() []byte {
+	if x != nil {
+		return x.BrowserScript
+	}
+	return nil
+}
+
+func (x *SubmitJobRequest) GetAllowHosts() []string {
+	if x != nil {
+		return x.AllowHosts
+	}
+	return nil
+}
+
+func (x *SubmitJobRequest) GetAllowPrivate() bool {
+	if x != nil {
+		return x.AllowPrivate
+	}
+	return false
+}
+
 type SubmitJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -613,7 +838,7 @@ type SubmitJobResponse struct {
 
 func (x *SubmitJobResponse) Reset() {
 	*x = SubmitJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[4]
+	mi := &file_palyra_v1_api_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +850,7 @@ func (x *SubmitJobResponse) String() string {
 func (*SubmitJobResponse) ProtoMessage() {}
 
 func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[4]
+	mi := &file_palyra_v1_api_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +863,7 @@ func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{4}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubmitJobResponse) GetJob() *Job {
@@ -665,7 +890,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[5]
+	mi := &file_palyra_v1_api_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +902,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[5]
+	mi := &file_palyra_v1_api_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +915,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{5}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetJobRequest) GetId() string {
@@ -717,7 +942,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[6]
+	mi := &file_palyra_v1_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +954,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[6]
+	mi := &file_palyra_v1_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +967,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{6}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -772,7 +997,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[7]
+	mi := &file_palyra_v1_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +1009,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[7]
+	mi := &file_palyra_v1_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +1022,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{7}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListJobsRequest) GetPhase() JobPhase {
@@ -846,7 +1071,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[8]
+	mi := &file_palyra_v1_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1083,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[8]
+	mi := &file_palyra_v1_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1096,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{8}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -904,7 +1129,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[9]
+	mi := &file_palyra_v1_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1141,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[9]
+	mi := &file_palyra_v1_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1154,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{9}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelJobRequest) GetId() string {
@@ -948,7 +1173,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[10]
+	mi := &file_palyra_v1_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1185,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[10]
+	mi := &file_palyra_v1_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1198,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{10}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -992,7 +1217,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[11]
+	mi := &file_palyra_v1_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1229,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[11]
+	mi := &file_palyra_v1_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1242,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{11}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchJobRequest) GetId() string {
@@ -1038,7 +1263,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[12]
+	mi := &file_palyra_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1275,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[12]
+	mi := &file_palyra_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1288,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchJobResponse) GetJob() *Job {
@@ -1085,7 +1310,7 @@ type ReadInfo struct {
 
 func (x *ReadInfo) Reset() {
 	*x = ReadInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[13]
+	mi := &file_palyra_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1322,7 @@ func (x *ReadInfo) String() string {
 func (*ReadInfo) ProtoMessage() {}
 
 func (x *ReadInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[13]
+	mi := &file_palyra_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1335,7 @@ func (x *ReadInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadInfo.ProtoReflect.Descriptor instead.
 func (*ReadInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReadInfo) GetLinearizable() bool {
@@ -1142,7 +1367,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[14]
+	mi := &file_palyra_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1379,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[14]
+	mi := &file_palyra_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1392,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 type StatusResponse struct {
@@ -1192,7 +1417,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[15]
+	mi := &file_palyra_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1429,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[15]
+	mi := &file_palyra_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1442,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -1338,7 +1563,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1575,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1588,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -1458,7 +1683,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1695,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1708,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 type ListNodesResponse struct {
@@ -1496,7 +1721,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	mi := &file_palyra_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1733,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	mi := &file_palyra_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1746,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -1550,7 +1775,7 @@ type SetSchedulableRequest struct {
 
 func (x *SetSchedulableRequest) Reset() {
 	*x = SetSchedulableRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	mi := &file_palyra_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1787,7 @@ func (x *SetSchedulableRequest) String() string {
 func (*SetSchedulableRequest) ProtoMessage() {}
 
 func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	mi := &file_palyra_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1800,7 @@ func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulableRequest.ProtoReflect.Descriptor instead.
 func (*SetSchedulableRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetSchedulableRequest) GetNodeId() string {
@@ -1614,7 +1839,7 @@ type SetSchedulableResponse struct {
 
 func (x *SetSchedulableResponse) Reset() {
 	*x = SetSchedulableResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	mi := &file_palyra_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1851,7 @@ func (x *SetSchedulableResponse) String() string {
 func (*SetSchedulableResponse) ProtoMessage() {}
 
 func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	mi := &file_palyra_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1864,7 @@ func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulableResponse.ProtoReflect.Descriptor instead.
 func (*SetSchedulableResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 type LeaveRequest struct {
@@ -1650,7 +1875,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[21]
+	mi := &file_palyra_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1887,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[21]
+	mi := &file_palyra_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1900,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 type LeaveResponse struct {
@@ -1686,7 +1911,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[22]
+	mi := &file_palyra_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1923,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[22]
+	mi := &file_palyra_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1936,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 var File_palyra_v1_api_proto protoreflect.FileDescriptor
@@ -1726,7 +1951,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bWasmSpec\x12#\n" +
 	"\rmodule_sha256\x18\x01 \x01(\tR\fmoduleSha256\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xd1\a\n" +
+	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xca\b\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12)\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x12\n" +
@@ -1757,10 +1982,26 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x0edeadline_at_ms\x18\x18 \x01(\x03R\fdeadlineAtMs\x12'\n" +
 	"\x0fidempotency_key\x18\x19 \x01(\tR\x0eidempotencyKey\x12%\n" +
 	"\x0epending_reason\x18\x1a \x01(\tR\rpendingReason\x12\"\n" +
-	"\rnot_before_ms\x18\x1b \x01(\x03R\vnotBeforeMs\x1a>\n" +
+	"\rnot_before_ms\x18\x1b \x01(\x03R\vnotBeforeMs\x121\n" +
+	"\tartifacts\x18\x1c \x03(\v2\x13.palyra.v1.ArtifactR\tartifacts\x12\x1f\n" +
+	"\vallow_hosts\x18\x1d \x03(\tR\n" +
+	"allowHosts\x12#\n" +
+	"\rallow_private\x18\x1e \x01(\bR\fallowPrivate\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"i\n" +
+	"\bArtifact\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x02 \x01(\tR\tmediaType\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\"?\n" +
+	"\x12GetArtifactRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"Z\n" +
+	"\x13GetArtifactResponse\x12/\n" +
+	"\bartifact\x18\x01 \x01(\v2\x13.palyra.v1.ArtifactR\bartifact\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xeb\x04\n" +
 	"\x10SubmitJobRequest\x12\x1f\n" +
 	"\vwasm_module\x18\x01 \x01(\fR\n" +
 	"wasmModule\x12\x14\n" +
@@ -1777,7 +2018,11 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	" \x01(\x03R\n" +
 	"deadlineMs\x12'\n" +
 	"\x0fidempotency_key\x18\v \x01(\tR\x0eidempotencyKey\x12#\n" +
-	"\rmodule_sha256\x18\f \x01(\tR\fmoduleSha256\x1a>\n" +
+	"\rmodule_sha256\x18\f \x01(\tR\fmoduleSha256\x12%\n" +
+	"\x0ebrowser_script\x18\r \x01(\fR\rbrowserScript\x12\x1f\n" +
+	"\vallow_hosts\x18\x0e \x03(\tR\n" +
+	"allowHosts\x12#\n" +
+	"\rallow_private\x18\x0f \x01(\bR\fallowPrivate\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Q\n" +
@@ -1874,14 +2119,15 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x13JOB_PHASE_COMPLETED\x10\x05\x12\x14\n" +
 	"\x10JOB_PHASE_FAILED\x10\x06\x12\x15\n" +
 	"\x11JOB_PHASE_ABORTED\x10\a\x12\x15\n" +
-	"\x11JOB_PHASE_EXPIRED\x10\b2\xe7\x02\n" +
+	"\x11JOB_PHASE_EXPIRED\x10\b2\xb5\x03\n" +
 	"\n" +
 	"JobService\x12F\n" +
 	"\tSubmitJob\x12\x1b.palyra.v1.SubmitJobRequest\x1a\x1c.palyra.v1.SubmitJobResponse\x12=\n" +
 	"\x06GetJob\x12\x18.palyra.v1.GetJobRequest\x1a\x19.palyra.v1.GetJobResponse\x12C\n" +
 	"\bListJobs\x12\x1a.palyra.v1.ListJobsRequest\x1a\x1b.palyra.v1.ListJobsResponse\x12F\n" +
 	"\tCancelJob\x12\x1b.palyra.v1.CancelJobRequest\x1a\x1c.palyra.v1.CancelJobResponse\x12E\n" +
-	"\bWatchJob\x12\x1a.palyra.v1.WatchJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x012\xa7\x02\n" +
+	"\bWatchJob\x12\x1a.palyra.v1.WatchJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x01\x12L\n" +
+	"\vGetArtifact\x12\x1d.palyra.v1.GetArtifactRequest\x1a\x1e.palyra.v1.GetArtifactResponse2\xa7\x02\n" +
 	"\vNodeService\x12=\n" +
 	"\x06Status\x12\x18.palyra.v1.StatusRequest\x1a\x19.palyra.v1.StatusResponse\x12F\n" +
 	"\tListNodes\x12\x1b.palyra.v1.ListNodesRequest\x1a\x1c.palyra.v1.ListNodesResponse\x12:\n" +
@@ -1901,79 +2147,86 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                  // 0: palyra.v1.JobPhase
 	(*Error)(nil),                  // 1: palyra.v1.Error
 	(*WasmSpec)(nil),               // 2: palyra.v1.WasmSpec
 	(*Job)(nil),                    // 3: palyra.v1.Job
-	(*SubmitJobRequest)(nil),       // 4: palyra.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),      // 5: palyra.v1.SubmitJobResponse
-	(*GetJobRequest)(nil),          // 6: palyra.v1.GetJobRequest
-	(*GetJobResponse)(nil),         // 7: palyra.v1.GetJobResponse
-	(*ListJobsRequest)(nil),        // 8: palyra.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),       // 9: palyra.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),       // 10: palyra.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),      // 11: palyra.v1.CancelJobResponse
-	(*WatchJobRequest)(nil),        // 12: palyra.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),       // 13: palyra.v1.WatchJobResponse
-	(*ReadInfo)(nil),               // 14: palyra.v1.ReadInfo
-	(*StatusRequest)(nil),          // 15: palyra.v1.StatusRequest
-	(*StatusResponse)(nil),         // 16: palyra.v1.StatusResponse
-	(*NodeInfo)(nil),               // 17: palyra.v1.NodeInfo
-	(*ListNodesRequest)(nil),       // 18: palyra.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),      // 19: palyra.v1.ListNodesResponse
-	(*SetSchedulableRequest)(nil),  // 20: palyra.v1.SetSchedulableRequest
-	(*SetSchedulableResponse)(nil), // 21: palyra.v1.SetSchedulableResponse
-	(*LeaveRequest)(nil),           // 22: palyra.v1.LeaveRequest
-	(*LeaveResponse)(nil),          // 23: palyra.v1.LeaveResponse
-	nil,                            // 24: palyra.v1.Job.ConstraintsEntry
-	nil,                            // 25: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                            // 26: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                            // 27: palyra.v1.NodeInfo.LabelsEntry
-	nil,                            // 28: palyra.v1.NodeInfo.CapacityEntry
+	(*Artifact)(nil),               // 4: palyra.v1.Artifact
+	(*GetArtifactRequest)(nil),     // 5: palyra.v1.GetArtifactRequest
+	(*GetArtifactResponse)(nil),    // 6: palyra.v1.GetArtifactResponse
+	(*SubmitJobRequest)(nil),       // 7: palyra.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),      // 8: palyra.v1.SubmitJobResponse
+	(*GetJobRequest)(nil),          // 9: palyra.v1.GetJobRequest
+	(*GetJobResponse)(nil),         // 10: palyra.v1.GetJobResponse
+	(*ListJobsRequest)(nil),        // 11: palyra.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),       // 12: palyra.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),       // 13: palyra.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),      // 14: palyra.v1.CancelJobResponse
+	(*WatchJobRequest)(nil),        // 15: palyra.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),       // 16: palyra.v1.WatchJobResponse
+	(*ReadInfo)(nil),               // 17: palyra.v1.ReadInfo
+	(*StatusRequest)(nil),          // 18: palyra.v1.StatusRequest
+	(*StatusResponse)(nil),         // 19: palyra.v1.StatusResponse
+	(*NodeInfo)(nil),               // 20: palyra.v1.NodeInfo
+	(*ListNodesRequest)(nil),       // 21: palyra.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),      // 22: palyra.v1.ListNodesResponse
+	(*SetSchedulableRequest)(nil),  // 23: palyra.v1.SetSchedulableRequest
+	(*SetSchedulableResponse)(nil), // 24: palyra.v1.SetSchedulableResponse
+	(*LeaveRequest)(nil),           // 25: palyra.v1.LeaveRequest
+	(*LeaveResponse)(nil),          // 26: palyra.v1.LeaveResponse
+	nil,                            // 27: palyra.v1.Job.ConstraintsEntry
+	nil,                            // 28: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                            // 29: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                            // 30: palyra.v1.NodeInfo.LabelsEntry
+	nil,                            // 31: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	24, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
-	25, // 4: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
-	3,  // 5: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
-	3,  // 6: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
-	14, // 7: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
-	0,  // 8: palyra.v1.ListJobsRequest.phase:type_name -> palyra.v1.JobPhase
-	3,  // 9: palyra.v1.ListJobsResponse.jobs:type_name -> palyra.v1.Job
-	14, // 10: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
-	3,  // 11: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
-	3,  // 12: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
-	26, // 13: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	27, // 14: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	28, // 15: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
-	17, // 16: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
-	4,  // 17: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	6,  // 18: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	8,  // 19: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	10, // 20: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	12, // 21: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	15, // 22: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	18, // 23: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	22, // 24: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	20, // 25: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	5,  // 26: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	7,  // 27: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	9,  // 28: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	11, // 29: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	13, // 30: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	16, // 31: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	19, // 32: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	23, // 33: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	21, // 34: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	26, // [26:35] is the sub-list for method output_type
-	17, // [17:26] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	27, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	4,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
+	4,  // 5: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
+	28, // 6: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	3,  // 7: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
+	3,  // 8: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
+	17, // 9: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
+	0,  // 10: palyra.v1.ListJobsRequest.phase:type_name -> palyra.v1.JobPhase
+	3,  // 11: palyra.v1.ListJobsResponse.jobs:type_name -> palyra.v1.Job
+	17, // 12: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
+	3,  // 13: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
+	3,  // 14: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
+	29, // 15: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	30, // 16: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	31, // 17: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	20, // 18: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
+	7,  // 19: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	9,  // 20: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	11, // 21: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	13, // 22: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	15, // 23: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	5,  // 24: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	18, // 25: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	21, // 26: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	25, // 27: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	23, // 28: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	8,  // 29: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	10, // 30: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	12, // 31: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	14, // 32: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	16, // 33: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	6,  // 34: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	19, // 35: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	22, // 36: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	26, // 37: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	24, // 38: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -1987,7 +2240,7 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -117,6 +117,10 @@ type JobRecord struct {
 	IdempotencyKey string                 `protobuf:"bytes,28,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	PayloadHash    []byte                 `protobuf:"bytes,29,opt,name=payload_hash,json=payloadHash,proto3" json:"payload_hash,omitempty"`
 	PendingReason  string                 `protobuf:"bytes,30,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"` // why a queued job is not placed (set by the leader)
+	Script         []byte                 `protobuf:"bytes,31,opt,name=script,proto3" json:"script,omitempty"`                                    // browser jobs: the JSON script
+	AllowHosts     []string               `protobuf:"bytes,32,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	AllowPrivate   bool                   `protobuf:"varint,33,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
+	Artifacts      []*ArtifactRef         `protobuf:"bytes,34,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -361,6 +365,102 @@ func (x *JobRecord) GetPendingReason() string {
 	return ""
 }
 
+func (x *JobRecord) GetScript() []byte {
+	if x != nil {
+		return x.Script
+	}
+	return nil
+}
+
+func (x *JobRecord) GetAllowHosts() []string {
+	if x != nil {
+		return x.AllowHosts
+	}
+	return nil
+}
+
+func (x *JobRecord) GetAllowPrivate() bool {
+	if x != nil {
+		return x.AllowPrivate
+	}
+	return false
+}
+
+func (x *JobRecord) GetArtifacts() []*ArtifactRef {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
+}
+
+type ArtifactRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	MediaType     string                 `protobuf:"bytes,2,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	Sha256        string                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactRef) Reset() {
+	*x = ArtifactRef{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactRef) ProtoMessage() {}
+
+func (x *ArtifactRef) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactRef.ProtoReflect.Descriptor instead.
+func (*ArtifactRef) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ArtifactRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ArtifactRef) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+func (x *ArtifactRef) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *ArtifactRef) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 type SubmitJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *JobRecord             `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -370,7 +470,7 @@ type SubmitJob struct {
 
 func (x *SubmitJob) Reset() {
 	*x = SubmitJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[2]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +482,7 @@ func (x *SubmitJob) String() string {
 func (*SubmitJob) ProtoMessage() {}
 
 func (x *SubmitJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[2]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +495,7 @@ func (x *SubmitJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJob.ProtoReflect.Descriptor instead.
 func (*SubmitJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{2}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SubmitJob) GetJob() *JobRecord {
@@ -418,7 +518,7 @@ type AssignJob struct {
 
 func (x *AssignJob) Reset() {
 	*x = AssignJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[3]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +530,7 @@ func (x *AssignJob) String() string {
 func (*AssignJob) ProtoMessage() {}
 
 func (x *AssignJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[3]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +543,7 @@ func (x *AssignJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignJob.ProtoReflect.Descriptor instead.
 func (*AssignJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{3}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AssignJob) GetId() string {
@@ -485,7 +585,7 @@ type AssignBatch struct {
 
 func (x *AssignBatch) Reset() {
 	*x = AssignBatch{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[4]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +597,7 @@ func (x *AssignBatch) String() string {
 func (*AssignBatch) ProtoMessage() {}
 
 func (x *AssignBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[4]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +610,7 @@ func (x *AssignBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignBatch.ProtoReflect.Descriptor instead.
 func (*AssignBatch) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{4}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AssignBatch) GetAssignments() []*AssignJob {
@@ -534,13 +634,14 @@ type FinishJob struct {
 	Error         *Error                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
 	FuelUsed      uint64                 `protobuf:"varint,9,opt,name=fuel_used,json=fuelUsed,proto3" json:"fuel_used,omitempty"`
 	AtMs          int64                  `protobuf:"varint,10,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Artifacts     []*ArtifactRef         `protobuf:"bytes,12,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FinishJob) Reset() {
 	*x = FinishJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[5]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +653,7 @@ func (x *FinishJob) String() string {
 func (*FinishJob) ProtoMessage() {}
 
 func (x *FinishJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[5]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +666,7 @@ func (x *FinishJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishJob.ProtoReflect.Descriptor instead.
 func (*FinishJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{5}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FinishJob) GetId() string {
@@ -645,6 +746,13 @@ func (x *FinishJob) GetAtMs() int64 {
 	return 0
 }
 
+func (x *FinishJob) GetArtifacts() []*ArtifactRef {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
+}
+
 type CancelJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -656,7 +764,7 @@ type CancelJob struct {
 
 func (x *CancelJob) Reset() {
 	*x = CancelJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[6]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +776,7 @@ func (x *CancelJob) String() string {
 func (*CancelJob) ProtoMessage() {}
 
 func (x *CancelJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[6]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +789,7 @@ func (x *CancelJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJob.ProtoReflect.Descriptor instead.
 func (*CancelJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{6}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CancelJob) GetId() string {
@@ -716,7 +824,7 @@ type ExpireJob struct {
 
 func (x *ExpireJob) Reset() {
 	*x = ExpireJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +836,7 @@ func (x *ExpireJob) String() string {
 func (*ExpireJob) ProtoMessage() {}
 
 func (x *ExpireJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +849,7 @@ func (x *ExpireJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireJob.ProtoReflect.Descriptor instead.
 func (*ExpireJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{7}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExpireJob) GetId() string {
@@ -769,7 +877,7 @@ type SetPendingReason struct {
 
 func (x *SetPendingReason) Reset() {
 	*x = SetPendingReason{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +889,7 @@ func (x *SetPendingReason) String() string {
 func (*SetPendingReason) ProtoMessage() {}
 
 func (x *SetPendingReason) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +902,7 @@ func (x *SetPendingReason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPendingReason.ProtoReflect.Descriptor instead.
 func (*SetPendingReason) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{8}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetPendingReason) GetId() string {
@@ -825,7 +933,7 @@ type SetNodeSchedulable struct {
 
 func (x *SetNodeSchedulable) Reset() {
 	*x = SetNodeSchedulable{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +945,7 @@ func (x *SetNodeSchedulable) String() string {
 func (*SetNodeSchedulable) ProtoMessage() {}
 
 func (x *SetNodeSchedulable) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +958,7 @@ func (x *SetNodeSchedulable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeSchedulable.ProtoReflect.Descriptor instead.
 func (*SetNodeSchedulable) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{9}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetNodeSchedulable) GetId() string {
@@ -901,7 +1009,7 @@ type RequeueJob struct {
 
 func (x *RequeueJob) Reset() {
 	*x = RequeueJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1021,7 @@ func (x *RequeueJob) String() string {
 func (*RequeueJob) ProtoMessage() {}
 
 func (x *RequeueJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1034,7 @@ func (x *RequeueJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueJob.ProtoReflect.Descriptor instead.
 func (*RequeueJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RequeueJob) GetId() string {
@@ -972,7 +1080,7 @@ type PairingRecord struct {
 
 func (x *PairingRecord) Reset() {
 	*x = PairingRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1092,7 @@ func (x *PairingRecord) String() string {
 func (*PairingRecord) ProtoMessage() {}
 
 func (x *PairingRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1105,7 @@ func (x *PairingRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairingRecord.ProtoReflect.Descriptor instead.
 func (*PairingRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PairingRecord) GetId() string {
@@ -1106,7 +1214,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1226,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1239,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Member) GetKind() string {
@@ -1234,7 +1342,7 @@ type CreatePairing struct {
 
 func (x *CreatePairing) Reset() {
 	*x = CreatePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1354,7 @@ func (x *CreatePairing) String() string {
 func (*CreatePairing) ProtoMessage() {}
 
 func (x *CreatePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1367,7 @@ func (x *CreatePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePairing.ProtoReflect.Descriptor instead.
 func (*CreatePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreatePairing) GetPairing() *PairingRecord {
@@ -1282,7 +1390,7 @@ type ConsumePairing struct {
 
 func (x *ConsumePairing) Reset() {
 	*x = ConsumePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1402,7 @@ func (x *ConsumePairing) String() string {
 func (*ConsumePairing) ProtoMessage() {}
 
 func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1415,7 @@ func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumePairing.ProtoReflect.Descriptor instead.
 func (*ConsumePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ConsumePairing) GetId() string {
@@ -1349,7 +1457,7 @@ type RevokePairing struct {
 
 func (x *RevokePairing) Reset() {
 	*x = RevokePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1469,7 @@ func (x *RevokePairing) String() string {
 func (*RevokePairing) ProtoMessage() {}
 
 func (x *RevokePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1482,7 @@ func (x *RevokePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePairing.ProtoReflect.Descriptor instead.
 func (*RevokePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RevokePairing) GetId() string {
@@ -1408,7 +1516,7 @@ type AddMember struct {
 
 func (x *AddMember) Reset() {
 	*x = AddMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1528,7 @@ func (x *AddMember) String() string {
 func (*AddMember) ProtoMessage() {}
 
 func (x *AddMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1541,7 @@ func (x *AddMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMember.ProtoReflect.Descriptor instead.
 func (*AddMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddMember) GetMember() *Member {
@@ -1455,7 +1563,7 @@ type RevokeMember struct {
 
 func (x *RevokeMember) Reset() {
 	*x = RevokeMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1575,7 @@ func (x *RevokeMember) String() string {
 func (*RevokeMember) ProtoMessage() {}
 
 func (x *RevokeMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1588,7 @@ func (x *RevokeMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeMember.ProtoReflect.Descriptor instead.
 func (*RevokeMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RevokeMember) GetKind() string {
@@ -1522,7 +1630,7 @@ type UseToken struct {
 
 func (x *UseToken) Reset() {
 	*x = UseToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1642,7 @@ func (x *UseToken) String() string {
 func (*UseToken) ProtoMessage() {}
 
 func (x *UseToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1655,7 @@ func (x *UseToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UseToken.ProtoReflect.Descriptor instead.
 func (*UseToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UseToken) GetId() string {
@@ -1575,7 +1683,7 @@ type RevokeCert struct {
 
 func (x *RevokeCert) Reset() {
 	*x = RevokeCert{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1587,7 +1695,7 @@ func (x *RevokeCert) String() string {
 func (*RevokeCert) ProtoMessage() {}
 
 func (x *RevokeCert) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1600,7 +1708,7 @@ func (x *RevokeCert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCert.ProtoReflect.Descriptor instead.
 func (*RevokeCert) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevokeCert) GetSerial() string {
@@ -1635,7 +1743,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1755,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1768,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetPolicy) GetSource() []byte {
@@ -1712,7 +1820,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1832,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1845,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{21}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Command) GetCmd() isCommand_Cmd {
@@ -2016,7 +2124,7 @@ type UsedToken struct {
 
 func (x *UsedToken) Reset() {
 	*x = UsedToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2136,7 @@ func (x *UsedToken) String() string {
 func (*UsedToken) ProtoMessage() {}
 
 func (x *UsedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2149,7 @@ func (x *UsedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsedToken.ProtoReflect.Descriptor instead.
 func (*UsedToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UsedToken) GetId() string {
@@ -2070,7 +2178,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2190,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2203,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PolicyRecord) GetSource() []byte {
@@ -2142,7 +2250,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2262,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2275,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -2234,7 +2342,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xa8\b\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xc1\t\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -2268,10 +2376,21 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x0edeadline_at_ms\x18\x1b \x01(\x03R\fdeadlineAtMs\x12'\n" +
 	"\x0fidempotency_key\x18\x1c \x01(\tR\x0eidempotencyKey\x12!\n" +
 	"\fpayload_hash\x18\x1d \x01(\fR\vpayloadHash\x12%\n" +
-	"\x0epending_reason\x18\x1e \x01(\tR\rpendingReason\x1a>\n" +
+	"\x0epending_reason\x18\x1e \x01(\tR\rpendingReason\x12\x16\n" +
+	"\x06script\x18\x1f \x01(\fR\x06script\x12\x1f\n" +
+	"\vallow_hosts\x18  \x03(\tR\n" +
+	"allowHosts\x12#\n" +
+	"\rallow_private\x18! \x01(\bR\fallowPrivate\x129\n" +
+	"\tartifacts\x18\" \x03(\v2\x1b.palyra.raft.v1.ArtifactRefR\tartifacts\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"8\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
+	"\vArtifactRef\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x02 \x01(\tR\tmediaType\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\"8\n" +
 	"\tSubmitJob\x12+\n" +
 	"\x03job\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\x03job\"c\n" +
 	"\tAssignJob\x12\x0e\n" +
@@ -2280,7 +2399,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x13\n" +
 	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\"J\n" +
 	"\vAssignBatch\x12;\n" +
-	"\vassignments\x18\x01 \x03(\v2\x19.palyra.raft.v1.AssignJobR\vassignments\"\xa8\x02\n" +
+	"\vassignments\x18\x01 \x03(\v2\x19.palyra.raft.v1.AssignJobR\vassignments\"\xe3\x02\n" +
 	"\tFinishJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x17\n" +
@@ -2293,7 +2412,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05error\x18\b \x01(\v2\x15.palyra.raft.v1.ErrorR\x05error\x12\x1b\n" +
 	"\tfuel_used\x18\t \x01(\x04R\bfuelUsed\x12\x13\n" +
 	"\x05at_ms\x18\n" +
-	" \x01(\x03R\x04atMs\"H\n" +
+	" \x01(\x03R\x04atMs\x129\n" +
+	"\tartifacts\x18\f \x03(\v2\x1b.palyra.raft.v1.ArtifactRefR\tartifacts\"H\n" +
 	"\tCancelJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x16\n" +
@@ -2443,73 +2563,76 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
-	(*SubmitJob)(nil),          // 2: palyra.raft.v1.SubmitJob
-	(*AssignJob)(nil),          // 3: palyra.raft.v1.AssignJob
-	(*AssignBatch)(nil),        // 4: palyra.raft.v1.AssignBatch
-	(*FinishJob)(nil),          // 5: palyra.raft.v1.FinishJob
-	(*CancelJob)(nil),          // 6: palyra.raft.v1.CancelJob
-	(*ExpireJob)(nil),          // 7: palyra.raft.v1.ExpireJob
-	(*SetPendingReason)(nil),   // 8: palyra.raft.v1.SetPendingReason
-	(*SetNodeSchedulable)(nil), // 9: palyra.raft.v1.SetNodeSchedulable
-	(*RequeueJob)(nil),         // 10: palyra.raft.v1.RequeueJob
-	(*PairingRecord)(nil),      // 11: palyra.raft.v1.PairingRecord
-	(*Member)(nil),             // 12: palyra.raft.v1.Member
-	(*CreatePairing)(nil),      // 13: palyra.raft.v1.CreatePairing
-	(*ConsumePairing)(nil),     // 14: palyra.raft.v1.ConsumePairing
-	(*RevokePairing)(nil),      // 15: palyra.raft.v1.RevokePairing
-	(*AddMember)(nil),          // 16: palyra.raft.v1.AddMember
-	(*RevokeMember)(nil),       // 17: palyra.raft.v1.RevokeMember
-	(*UseToken)(nil),           // 18: palyra.raft.v1.UseToken
-	(*RevokeCert)(nil),         // 19: palyra.raft.v1.RevokeCert
-	(*SetPolicy)(nil),          // 20: palyra.raft.v1.SetPolicy
-	(*Command)(nil),            // 21: palyra.raft.v1.Command
-	(*UsedToken)(nil),          // 22: palyra.raft.v1.UsedToken
-	(*PolicyRecord)(nil),       // 23: palyra.raft.v1.PolicyRecord
-	(*Snapshot)(nil),           // 24: palyra.raft.v1.Snapshot
-	nil,                        // 25: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 26: palyra.raft.v1.Member.LabelsEntry
+	(*ArtifactRef)(nil),        // 2: palyra.raft.v1.ArtifactRef
+	(*SubmitJob)(nil),          // 3: palyra.raft.v1.SubmitJob
+	(*AssignJob)(nil),          // 4: palyra.raft.v1.AssignJob
+	(*AssignBatch)(nil),        // 5: palyra.raft.v1.AssignBatch
+	(*FinishJob)(nil),          // 6: palyra.raft.v1.FinishJob
+	(*CancelJob)(nil),          // 7: palyra.raft.v1.CancelJob
+	(*ExpireJob)(nil),          // 8: palyra.raft.v1.ExpireJob
+	(*SetPendingReason)(nil),   // 9: palyra.raft.v1.SetPendingReason
+	(*SetNodeSchedulable)(nil), // 10: palyra.raft.v1.SetNodeSchedulable
+	(*RequeueJob)(nil),         // 11: palyra.raft.v1.RequeueJob
+	(*PairingRecord)(nil),      // 12: palyra.raft.v1.PairingRecord
+	(*Member)(nil),             // 13: palyra.raft.v1.Member
+	(*CreatePairing)(nil),      // 14: palyra.raft.v1.CreatePairing
+	(*ConsumePairing)(nil),     // 15: palyra.raft.v1.ConsumePairing
+	(*RevokePairing)(nil),      // 16: palyra.raft.v1.RevokePairing
+	(*AddMember)(nil),          // 17: palyra.raft.v1.AddMember
+	(*RevokeMember)(nil),       // 18: palyra.raft.v1.RevokeMember
+	(*UseToken)(nil),           // 19: palyra.raft.v1.UseToken
+	(*RevokeCert)(nil),         // 20: palyra.raft.v1.RevokeCert
+	(*SetPolicy)(nil),          // 21: palyra.raft.v1.SetPolicy
+	(*Command)(nil),            // 22: palyra.raft.v1.Command
+	(*UsedToken)(nil),          // 23: palyra.raft.v1.UsedToken
+	(*PolicyRecord)(nil),       // 24: palyra.raft.v1.PolicyRecord
+	(*Snapshot)(nil),           // 25: palyra.raft.v1.Snapshot
+	nil,                        // 26: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 27: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	25, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
-	1,  // 2: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
-	3,  // 3: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
-	0,  // 4: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
-	26, // 5: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
-	11, // 6: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
-	12, // 7: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
-	12, // 8: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
-	2,  // 9: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
-	3,  // 10: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
-	5,  // 11: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
-	6,  // 12: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
-	10, // 13: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
-	13, // 14: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
-	14, // 15: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
-	15, // 16: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
-	16, // 17: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
-	17, // 18: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
-	18, // 19: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
-	19, // 20: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
-	20, // 21: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
-	7,  // 22: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
-	8,  // 23: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
-	9,  // 24: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
-	4,  // 25: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
-	1,  // 26: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	11, // 27: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	12, // 28: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	22, // 29: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	23, // 30: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	26, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
+	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
+	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
+	0,  // 5: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
+	2,  // 6: palyra.raft.v1.FinishJob.artifacts:type_name -> palyra.raft.v1.ArtifactRef
+	27, // 7: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	12, // 8: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
+	13, // 9: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
+	13, // 10: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
+	3,  // 11: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
+	4,  // 12: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
+	6,  // 13: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
+	7,  // 14: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
+	11, // 15: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
+	14, // 16: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
+	15, // 17: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
+	16, // 18: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
+	17, // 19: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
+	18, // 20: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
+	19, // 21: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
+	20, // 22: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
+	21, // 23: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
+	8,  // 24: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
+	9,  // 25: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
+	10, // 26: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
+	5,  // 27: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
+	1,  // 28: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	12, // 29: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	13, // 30: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	23, // 31: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	24, // 32: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -2517,7 +2640,7 @@ func file_palyra_raft_v1_log_proto_init() {
 	if File_palyra_raft_v1_log_proto != nil {
 		return
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[21].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[22].OneofWrappers = []any{
 		(*Command_SubmitJob)(nil),
 		(*Command_AssignJob)(nil),
 		(*Command_FinishJob)(nil),
@@ -2542,7 +2665,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -17,6 +17,7 @@ type outcome struct {
 	cause        error // why the run's context ended, nil if it did not
 	callerDone   bool  // the caller's own ctx ended
 	outputFull   bool
+	outOfFuel    bool   // the fuel check trapped
 	refused      uint64 // largest memory size refused, bytes
 	lim          limits
 	stderr       []byte
@@ -41,6 +42,8 @@ func (o outcome) classify() (reason runtime.Reason, exitCode int, msg string) {
 		return runtime.ReasonCanceled, 0, "canceled before the job finished"
 	case o.outputFull:
 		return runtime.ReasonOutputLimit, 0, o.outputMessage("output")
+	case o.outOfFuel:
+		return runtime.ReasonOutOfFuel, 0, fmt.Sprintf("out of fuel after %d units; raise it with --fuel", o.lim.fuel)
 	case o.refused > 0:
 		return runtime.ReasonMemoryLimit, 0, fmt.Sprintf(
 			"memory limit %s reached (guest tried to grow to %s); raise it with --memory",

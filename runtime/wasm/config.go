@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"runtime"
 	"time"
+
+	"github.com/palyra-mesh/palyra/runtime/wasm/egress"
 )
 
 // MaxModuleSize is the largest module Validate and Run accept. A Go wasip1
@@ -17,7 +19,18 @@ const (
 	DefaultMemoryLimit      = 64 << 20
 	DefaultMaxOutput        = 1 << 20
 	DefaultMaxCachedModules = 32
+	DefaultHostCallTimeout  = 10 * time.Second
 )
+
+// DefaultFuel is the fuel budget of a Spec with no Fuel: 10^10 units. A
+// unit is about one executed wasm instruction; wazero on this project's
+// 2-core test machines runs 0.7–4·10^9 units per second (a Go guest's
+// busy loop at the low end, C at the high end). The examples/reverse Go
+// guest (runtime start-up, read, reverse, write) uses ~680,000 units, so
+// ordinary jobs use a tiny fraction of the default, while a runaway
+// CPU-bound job stops deterministically after a few seconds of CPU,
+// usually before the 30 s wall clock. Jobs that need more ask with --fuel.
+const DefaultFuel uint64 = 10_000_000_000
 
 // Config tunes an Executor. Every zero field takes a sane default.
 type Config struct {
@@ -41,16 +54,30 @@ type Config struct {
 	// in parallel (a cold Go guest takes ~0.7 s on one core). Default:
 	// GOMAXPROCS.
 	CompileWorkers int
-	// Transform, when set, rewrites a module before it is compiled (the seam
-	// for fuel metering). The submitted module's structure is checked first;
-	// the output is checked again and is what links and runs, so it must
-	// keep the module's imports and its _start export.
+	// Transform, when set, rewrites a module before it is metered and
+	// compiled. The submitted module's structure is checked first; the
+	// output is checked again, metered, checked once more, and is what
+	// links and runs, so it must keep the module's imports and its _start
+	// export.
 	Transform func(module []byte) ([]byte, error)
 	// TransformVersion names the Transform's output format; it is part of
 	// the compiled-module cache key, so change it whenever Transform changes.
 	TransformVersion string
+	// DefaultFuel is the fuel budget of a Spec with no Fuel (see the
+	// package constant DefaultFuel). Every module is metered: fuel is
+	// added after Transform, and the budget is enforced deterministically,
+	// so a job that fits its budget on one worker fits it on all.
+	DefaultFuel uint64
+	// HostCallTimeout bounds one palyra_v1 host call (an HTTP fetch, a
+	// secret or key-value lookup); the job's own timeout still applies.
+	HostCallTimeout time.Duration
 	// Logger receives debug and warning records. Default: slog.Default().
 	Logger *slog.Logger
+
+	// unmetered skips fuel instrumentation (benchmarks compare against it).
+	unmetered bool
+	// resolver replaces the system DNS resolver for HTTP egress (tests).
+	resolver egress.Resolver
 }
 
 // withDefaults returns cfg with every zero field filled in.
@@ -72,6 +99,12 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.CompileWorkers <= 0 {
 		cfg.CompileWorkers = runtime.GOMAXPROCS(0)
+	}
+	if cfg.DefaultFuel == 0 {
+		cfg.DefaultFuel = DefaultFuel
+	}
+	if cfg.HostCallTimeout <= 0 {
+		cfg.HostCallTimeout = DefaultHostCallTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -1,10 +1,16 @@
 // Package wasm runs WebAssembly (WASI preview 1) jobs in wazero.
 //
 // An Executor owns one wazero runtime with its compiler engine. Modules are
-// compiled once and cached in memory (and on disk when Config.CacheDir is
-// set); every run gets a fresh instance with its own limits: wall-clock
-// timeout, linear-memory limit, bounded stdout/stderr. Stdin is the job's
-// input, argv is ["job"], and there is no filesystem and no environment.
+// metered (runtime/wasm/fuel), compiled once and cached in memory (and on
+// disk when Config.CacheDir is set); every run gets a fresh instance with
+// its own limits: deterministic fuel budget, wall-clock timeout,
+// linear-memory limit, bounded stdout/stderr. Stdin is the job's input,
+// argv is ["job"], and there is no filesystem and no environment.
+//
+// Besides WASI preview 1, guests may import palyra_v1 (ABI.md): HTTP
+// egress, secrets and key-value storage, each usable only when the job's
+// Spec grants it (AllowHosts/AllowPrivate, Spec.Grants). A call without
+// the grant returns an error code to the guest; it never traps.
 package wasm
 
 import (
@@ -30,8 +36,8 @@ type Executor struct {
 	cfg     Config
 	log     *slog.Logger
 	rt      wazero.Runtime
-	disk    wazero.CompilationCache // nil without CacheDir
-	wasi    map[string]api.FunctionDefinition
+	disk    wazero.CompilationCache                      // nil without CacheDir
+	imports map[string]map[string]api.FunctionDefinition // module → function → definition
 	modules *moduleCache
 	slots   chan struct{}
 
@@ -74,12 +80,19 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		_ = rt.Close(ctx)
 		return nil, fmt.Errorf("wasm: instantiating WASI: %w", err)
 	}
+	if err := instantiateHost(ctx, rt); err != nil {
+		_ = rt.Close(ctx)
+		return nil, fmt.Errorf("wasm: instantiating %s: %w", hostModule, err)
+	}
 	e := &Executor{
-		cfg:   cfg,
-		log:   cfg.Logger.With("executor", runtime.KindWasm),
-		rt:    rt,
-		disk:  disk,
-		wasi:  rt.Module(wasiModule).ExportedFunctionDefinitions(),
+		cfg:  cfg,
+		log:  cfg.Logger.With("executor", runtime.KindWasm),
+		rt:   rt,
+		disk: disk,
+		imports: map[string]map[string]api.FunctionDefinition{
+			wasiModule: rt.Module(wasiModule).ExportedFunctionDefinitions(),
+			hostModule: rt.Module(hostModule).ExportedFunctionDefinitions(),
+		},
 		slots: make(chan struct{}, cfg.MaxConcurrent),
 	}
 	e.life, e.shutdown = context.WithCancelCause(context.Background())
@@ -115,8 +128,9 @@ func prepareCacheDir(dir string, log *slog.Logger) error {
 func (e *Executor) Kind() runtime.Kind { return runtime.KindWasm }
 
 // Validate checks a module at submit time, as Run would before running it:
-// it must be a core wasm binary no larger than MaxModuleSize that compiles,
-// imports only WASI preview 1 functions and exports _start. It compiles
+// it must be a core wasm binary no larger than MaxModuleSize that can be
+// metered and compiles, imports only WASI preview 1 and palyra_v1
+// functions (with their signatures) and exports _start. It compiles
 // through the executor's cache, so a later Run of the same module is warm.
 // A refused module yields a *ModuleError; other errors mean ctx ended or the
 // executor failed.
@@ -144,7 +158,7 @@ func (e *Executor) load(ctx context.Context, module []byte, hash string) (*compi
 		sum := sha256.Sum256(module)
 		hash = hex.EncodeToString(sum[:])
 	}
-	return e.modules.acquire(ctx, hash+"/"+e.cfg.TransformVersion, module)
+	return e.modules.acquire(ctx, hash+"/"+e.cfg.cacheSuffix(), module)
 }
 
 // validHash reports whether h looks like a lowercase hex sha256.
@@ -162,10 +176,11 @@ func validHash(h string) bool {
 
 // compile is the cache's compile step: verify the hash, bound the module's
 // structure (before wazero allocates anything from it), apply the
-// transform, compile, then check what the module links against.
+// transform, add fuel metering, compile, then check what the module links
+// against. Every byte slice CompileModule sees has passed scanModule.
 func (e *Executor) compile(ctx context.Context, key string, module []byte) (wazero.CompiledModule, moduleLayout, error) {
 	sum := sha256.Sum256(module)
-	if hash := hex.EncodeToString(sum[:]); key != hash+"/"+e.cfg.TransformVersion {
+	if hash := hex.EncodeToString(sum[:]); key != hash+"/"+e.cfg.cacheSuffix() {
 		return nil, moduleLayout{}, fmt.Errorf("module hash mismatch: the bytes hash to %s", hash)
 	}
 	layout, err := scanModule(module)
@@ -182,6 +197,16 @@ func (e *Executor) compile(ctx context.Context, key string, module []byte) (waze
 		}
 		module = out
 	}
+	if !e.cfg.unmetered {
+		if module, err = meter(module); err != nil {
+			return nil, moduleLayout{}, err
+		}
+		// Metering grows code; a body near a limit can pass it. That is a
+		// property of the module, so it is refused like one.
+		if layout, err = scanModule(module); err != nil {
+			return nil, moduleLayout{}, structureError(fmt.Errorf("with fuel metering added: %w", err))
+		}
+	}
 	if module, err = capTables(module); err != nil {
 		return nil, moduleLayout{}, fmt.Errorf("capping table sizes: %w", err)
 	}
@@ -192,7 +217,7 @@ func (e *Executor) compile(ctx context.Context, key string, module []byte) (waze
 		}
 		return nil, moduleLayout{}, compileError(err)
 	}
-	if merr := checkLinkage(compiled, layout, e.wasi); merr != nil {
+	if merr := checkLinkage(compiled, layout, e.imports); merr != nil {
 		_ = compiled.Close(ctx)
 		return nil, moduleLayout{}, merr
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/runtime"
+	"github.com/palyra-mesh/palyra/runtime/wasm/abi"
 )
 
 // FuzzValidate feeds arbitrary bytes to Validate and, when a module passes,
@@ -22,6 +23,10 @@ func FuzzValidate(f *testing.F) {
 		trivialModule, unreachableModule, recursionModule, outOfBoundsModule,
 		loopModule, growModule(2, true), procExitModule(3), tableGrowModule(5),
 		writeModule(1, "seed", false, 0), sleepModule(1e6),
+		// palyra_v1 calls (no grants while fuzzing: nothing leaves the host)
+		hostCallModule(abi.FnSecretGet, []int32{100, 9, 200, 16}, i64, int32(abi.CodeNoGrant)),
+		hostCallModule(abi.FnHTTPFetch, []int32{0, int32(len(fetchSeed)), 100, 1000}, i64, int32(abi.CodeNoGrant), testData{0, fetchSeed}),
+		hostCallModule(abi.FnLastError, []int32{0, 100}, i32, 0),
 	} {
 		f.Add(seed)
 	}
@@ -49,7 +54,7 @@ func FuzzValidate(f *testing.F) {
 	known := map[runtime.Reason]bool{
 		runtime.ReasonNone: true, runtime.ReasonTimeout: true, runtime.ReasonMemoryLimit: true,
 		runtime.ReasonOutputLimit: true, runtime.ReasonTrap: true, runtime.ReasonExitCode: true,
-		runtime.ReasonInvalidModule: true,
+		runtime.ReasonInvalidModule: true, runtime.ReasonOutOfFuel: true,
 	}
 	fuzzing := fuzzing()
 	f.Fuzz(func(t *testing.T, module []byte) {
@@ -75,7 +80,7 @@ func FuzzValidate(f *testing.F) {
 			return
 		}
 		res := e.Run(context.Background(), runtime.Spec{
-			Module: module, Timeout: 20 * time.Millisecond, MemoryLimit: 1 << 20, MaxOutput: 1024,
+			Module: module, Timeout: 20 * time.Millisecond, MemoryLimit: 1 << 20, MaxOutput: 1024, Fuel: 1_000_000,
 		})
 		if !known[res.Reason] {
 			t.Fatalf("Run of a valid module ended with %q: %s", res.Reason, res.Message)
@@ -85,6 +90,9 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+// fetchSeed is an encoded request for a host no fuzzed job is granted.
+var fetchSeed = abi.AppendRequest(nil, abi.Request{URL: "http://127.0.0.1/"})
 
 // maxFuzzCompile is the largest input FuzzValidate compiles while fuzzing.
 const maxFuzzCompile = 64 << 10

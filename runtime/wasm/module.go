@@ -14,7 +14,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
-// wasiModule is the only import namespace a guest may use.
+// wasiModule is the WASI import namespace; hostModule (host.go) is the other.
 const wasiModule = wasi_snapshot_preview1.ModuleName
 
 // buildHint is the fix for anything that is not a WASI command module.
@@ -79,30 +79,36 @@ func compileError(err error) *ModuleError {
 }
 
 // checkLinkage refuses modules that could not run here: imports other than
-// WASI preview 1 functions with the right signature, or no _start command
-// entry point.
-func checkLinkage(compiled wazero.CompiledModule, layout moduleLayout, wasi map[string]api.FunctionDefinition) *ModuleError {
-	const importHint = "only " + wasiModule + " functions are available; " + buildHint + " and no host-specific imports"
+// WASI preview 1 and palyra_v1 functions with the right signatures, or no
+// _start command entry point. imports maps each import module the
+// executor provides to its functions.
+func checkLinkage(compiled wazero.CompiledModule, layout moduleLayout, imports map[string]map[string]api.FunctionDefinition) *ModuleError {
+	const importHint = "only " + wasiModule + " and " + hostModule + " functions are available (see runtime/wasm/ABI.md); " + buildHint + " and no other host-specific imports"
 	for _, im := range layout.Imports {
-		if im.Module != wasiModule {
+		funcs, ok := imports[im.Module]
+		if !ok {
 			return invalid(importHint, "module imports %s %q from %q", im.kindName(), im.Name, im.Module)
 		}
 		if im.Kind != importFunc {
-			return invalid(importHint, "module imports %s %q from %s, which provides only functions", im.kindName(), im.Name, wasiModule)
+			return invalid(importHint, "module imports %s %q from %s, which provides only functions", im.kindName(), im.Name, im.Module)
 		}
-		if _, ok := wasi[im.Name]; !ok {
-			return invalid(importHint, "module imports unknown WASI function %s.%s", wasiModule, im.Name)
+		if _, ok := funcs[im.Name]; !ok {
+			family := im.Module
+			if im.Module == wasiModule {
+				family = "WASI"
+			}
+			return invalid(importHint, "module imports unknown %s function %s.%s", family, im.Module, im.Name)
 		}
 	}
 	for _, def := range compiled.ImportedFunctions() {
 		mod, name, _ := def.Import()
-		want, ok := wasi[name]
-		if mod != wasiModule || !ok {
+		want, ok := imports[mod][name]
+		if !ok {
 			return invalid(importHint, "module imports function %q from %q", name, mod)
 		}
 		if !sameSignature(def, want) {
 			return invalid(importHint, "module imports %s.%s as %s, but it is %s",
-				wasiModule, name, signature(def), signature(want))
+				mod, name, signature(def), signature(want))
 		}
 	}
 	start, ok := compiled.ExportedFunctions()["_start"]

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/palyra-mesh/palyra/runtime"
+	"github.com/palyra-mesh/palyra/runtime/wasm/fuel"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 )
@@ -27,10 +29,11 @@ type limits struct {
 	timeout   time.Duration
 	memory    uint64
 	maxOutput int
+	fuel      int64 // budget; ignored when the executor is unmetered
 }
 
 func (e *Executor) limitsFor(spec runtime.Spec) limits {
-	l := limits{timeout: spec.Timeout, memory: spec.MemoryLimit, maxOutput: spec.MaxOutput}
+	l := limits{timeout: spec.Timeout, memory: spec.MemoryLimit, maxOutput: spec.MaxOutput, fuel: e.budgetFor(spec)}
 	if l.timeout <= 0 {
 		l.timeout = e.cfg.DefaultTimeout
 	}
@@ -44,9 +47,11 @@ func (e *Executor) limitsFor(spec runtime.Spec) limits {
 }
 
 // Run implements runtime.Executor: it waits for a free slot, compiles (or
-// finds) the module, and runs its _start under the Spec's limits. The
-// timeout covers instantiation and execution, not the wait for a slot or
-// the shared compilation. Run never panics; every failure is a Result.
+// finds) the module, and runs it under the Spec's limits and grants: it
+// sets the fuel budget, calls palyra_start (a former start section) if
+// there is one, then _start. The timeout covers instantiation and
+// execution, not the wait for a slot or the shared compilation. Run never
+// panics; every failure is a Result.
 func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Result) {
 	start := time.Now()
 	defer func() {
@@ -60,6 +65,12 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 		return failed(runtime.ReasonInternal, "the wasm executor is shut down")
 	}
 	defer e.runs.Done()
+
+	host, err := e.newHostState(spec)
+	if err != nil {
+		return failed(runtime.ReasonBlocked, "invalid job grants: "+err.Error())
+	}
+	defer host.close()
 
 	select {
 	case e.slots <- struct{}{}:
@@ -82,7 +93,7 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 			"module's initial memory %s exceeds the memory limit %s; raise it with --memory",
 			humanBytes(initial), humanBytes(lim.memory)))
 	}
-	return e.execute(ctx, cm.module, spec.Input, lim)
+	return e.execute(ctx, cm.module, spec.Input, lim, host)
 }
 
 // loadFailure turns an error from load into a Result.
@@ -101,8 +112,9 @@ func failed(reason runtime.Reason, msg string) runtime.Result {
 	return runtime.Result{Reason: reason, Message: msg}
 }
 
-// execute instantiates compiled and calls _start with the run's limits.
-func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, input []byte, lim limits) runtime.Result {
+// execute instantiates compiled and calls _start with the run's limits;
+// host serves the run's palyra_v1 calls.
+func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, input []byte, lim limits, host *hostState) runtime.Result {
 	runCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	unhook := context.AfterFunc(e.life, func() { stop(ErrClosed) })
@@ -128,9 +140,17 @@ func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, 
 		WithRandSource(rand.Reader).
 		WithStartFunctions() // _start is called below, so its error is not wrapped
 
-	instantiated, callErr := callStart(experimental.WithMemoryAllocator(timed, alloc), e.rt, compiled, modCfg)
+	callCtx := context.WithValue(experimental.WithMemoryAllocator(timed, alloc), hostStateKey{}, host)
+	budget := lim.fuel
+	if e.cfg.unmetered {
+		budget = -1
+	}
+	instantiated, remaining, callErr := callStart(callCtx, e.rt, compiled, modCfg, budget)
 
 	var res runtime.Result
+	if instantiated && budget >= 0 {
+		res.FuelUsed = fuelUsed(budget, remaining)
+	}
 	var outFull, errFull bool
 	res.Stdout, outFull = stdout.result()
 	res.Stderr, errFull = stderr.result()
@@ -140,6 +160,7 @@ func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, 
 		cause:        context.Cause(timed),
 		callerDone:   ctx.Err() != nil,
 		outputFull:   outFull || errFull,
+		outOfFuel:    instantiated && budget >= 0 && fuel.IsOutOfFuel(callErr, remaining),
 		refused:      alloc.refusedSize(),
 		lim:          lim,
 		stderr:       res.Stderr,
@@ -169,9 +190,11 @@ func sleeper(ctx context.Context) func(ns int64) {
 	}
 }
 
-// callStart instantiates the module and runs _start, turning a panic from
-// wazero into an error. instantiated reports whether _start was reached.
-func callStart(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule, cfg wazero.ModuleConfig) (instantiated bool, err error) {
+// callStart instantiates the module and runs it, turning a panic from
+// wazero into an error. With a budget ≥ 0 the module is metered: the
+// budget goes into its fuel global first, and remaining is what the global
+// holds at the end. instantiated reports whether the guest was reached.
+func callStart(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule, cfg wazero.ModuleConfig, budget int64) (instantiated bool, remaining int64, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("wasm runtime panicked: %v", r)
@@ -179,13 +202,26 @@ func callStart(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledM
 	}()
 	mod, err := rt.InstantiateModule(ctx, compiled, cfg)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	defer mod.Close(context.Background())
+	var meter api.MutableGlobal
+	if budget >= 0 {
+		if meter, err = fuelGlobal(mod); err != nil {
+			return false, 0, err
+		}
+		meter.Set(uint64(budget))
+		defer func() { remaining = int64(meter.Get()) }()
+	}
+	if init := mod.ExportedFunction(fuel.StartExport); init != nil && budget >= 0 {
+		if _, err = init.Call(ctx); err != nil {
+			return true, 0, err
+		}
+	}
 	start := mod.ExportedFunction("_start")
 	if start == nil { // checkLinkage guarantees it; stay defensive
-		return true, errors.New("module has no _start export")
+		return true, 0, errors.New("module has no _start export")
 	}
 	_, err = start.Call(ctx)
-	return true, err
+	return true, 0, err
 }

@@ -48,6 +48,8 @@ const (
 	JobServiceCancelJobProcedure = "/palyra.v1.JobService/CancelJob"
 	// JobServiceWatchJobProcedure is the fully-qualified name of the JobService's WatchJob RPC.
 	JobServiceWatchJobProcedure = "/palyra.v1.JobService/WatchJob"
+	// JobServiceGetArtifactProcedure is the fully-qualified name of the JobService's GetArtifact RPC.
+	JobServiceGetArtifactProcedure = "/palyra.v1.JobService/GetArtifact"
 	// NodeServiceStatusProcedure is the fully-qualified name of the NodeService's Status RPC.
 	NodeServiceStatusProcedure = "/palyra.v1.NodeService/Status"
 	// NodeServiceListNodesProcedure is the fully-qualified name of the NodeService's ListNodes RPC.
@@ -66,6 +68,7 @@ type JobServiceClient interface {
 	ListJobs(context.Context, *connect.Request[palyrav1.ListJobsRequest]) (*connect.Response[palyrav1.ListJobsResponse], error)
 	CancelJob(context.Context, *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error)
 	WatchJob(context.Context, *connect.Request[palyrav1.WatchJobRequest]) (*connect.ServerStreamForClient[palyrav1.WatchJobResponse], error)
+	GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error)
 }
 
 // NewJobServiceClient constructs a client for the palyra.v1.JobService service. By default, it uses
@@ -109,16 +112,23 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("WatchJob")),
 			connect.WithClientOptions(opts...),
 		),
+		getArtifact: connect.NewClient[palyrav1.GetArtifactRequest, palyrav1.GetArtifactResponse](
+			httpClient,
+			baseURL+JobServiceGetArtifactProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("GetArtifact")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // jobServiceClient implements JobServiceClient.
 type jobServiceClient struct {
-	submitJob *connect.Client[palyrav1.SubmitJobRequest, palyrav1.SubmitJobResponse]
-	getJob    *connect.Client[palyrav1.GetJobRequest, palyrav1.GetJobResponse]
-	listJobs  *connect.Client[palyrav1.ListJobsRequest, palyrav1.ListJobsResponse]
-	cancelJob *connect.Client[palyrav1.CancelJobRequest, palyrav1.CancelJobResponse]
-	watchJob  *connect.Client[palyrav1.WatchJobRequest, palyrav1.WatchJobResponse]
+	submitJob   *connect.Client[palyrav1.SubmitJobRequest, palyrav1.SubmitJobResponse]
+	getJob      *connect.Client[palyrav1.GetJobRequest, palyrav1.GetJobResponse]
+	listJobs    *connect.Client[palyrav1.ListJobsRequest, palyrav1.ListJobsResponse]
+	cancelJob   *connect.Client[palyrav1.CancelJobRequest, palyrav1.CancelJobResponse]
+	watchJob    *connect.Client[palyrav1.WatchJobRequest, palyrav1.WatchJobResponse]
+	getArtifact *connect.Client[palyrav1.GetArtifactRequest, palyrav1.GetArtifactResponse]
 }
 
 // SubmitJob calls palyra.v1.JobService.SubmitJob.
@@ -146,6 +156,11 @@ func (c *jobServiceClient) WatchJob(ctx context.Context, req *connect.Request[pa
 	return c.watchJob.CallServerStream(ctx, req)
 }
 
+// GetArtifact calls palyra.v1.JobService.GetArtifact.
+func (c *jobServiceClient) GetArtifact(ctx context.Context, req *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error) {
+	return c.getArtifact.CallUnary(ctx, req)
+}
+
 // JobServiceHandler is an implementation of the palyra.v1.JobService service.
 type JobServiceHandler interface {
 	SubmitJob(context.Context, *connect.Request[palyrav1.SubmitJobRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error)
@@ -153,6 +168,7 @@ type JobServiceHandler interface {
 	ListJobs(context.Context, *connect.Request[palyrav1.ListJobsRequest]) (*connect.Response[palyrav1.ListJobsResponse], error)
 	CancelJob(context.Context, *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error)
 	WatchJob(context.Context, *connect.Request[palyrav1.WatchJobRequest], *connect.ServerStream[palyrav1.WatchJobResponse]) error
+	GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error)
 }
 
 // NewJobServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -192,6 +208,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("WatchJob")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceGetArtifactHandler := connect.NewUnaryHandler(
+		JobServiceGetArtifactProcedure,
+		svc.GetArtifact,
+		connect.WithSchema(jobServiceMethods.ByName("GetArtifact")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/palyra.v1.JobService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case JobServiceSubmitJobProcedure:
@@ -204,6 +226,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceCancelJobHandler.ServeHTTP(w, r)
 		case JobServiceWatchJobProcedure:
 			jobServiceWatchJobHandler.ServeHTTP(w, r)
+		case JobServiceGetArtifactProcedure:
+			jobServiceGetArtifactHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -231,6 +255,10 @@ func (UnimplementedJobServiceHandler) CancelJob(context.Context, *connect.Reques
 
 func (UnimplementedJobServiceHandler) WatchJob(context.Context, *connect.Request[palyrav1.WatchJobRequest], *connect.ServerStream[palyrav1.WatchJobResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.WatchJob is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.GetArtifact is not implemented"))
 }
 
 // NodeServiceClient is a client for the palyra.v1.NodeService service.

@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+func browseCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "browse",
+		Usage:     "open a URL in a headless browser on a worker and fetch what you ask for",
+		ArgsUsage: "URL",
+		Description: `A shortcut for a browser job: navigate to URL, then optionally extract the text
+   of a CSS selector, take a screenshot, print to PDF. The URL's host is granted
+   automatically; other hosts the page loads from need --allow-host.
+
+   Example:
+     palyra job browse https://example.com --text h1 --screenshot page.png`,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "text", Usage: "print the text of the first element matching `SELECTOR`"},
+			&ucli.StringFlag{Name: "screenshot", Usage: "save a PNG screenshot of the page to `FILE`"},
+			&ucli.StringFlag{Name: "pdf", Usage: "save the page as PDF to `FILE`"},
+			&ucli.StringSliceFlag{Name: "allow-host", Usage: "other `HOST`s the page may load from (repeatable)"},
+			&ucli.BoolFlag{Name: "allow-private", Usage: "allow private, loopback and link-local targets (a policy grant)"},
+			&ucli.DurationFlag{Name: "timeout", Usage: "job time limit", Value: time.Minute},
+			jsonFlag,
+		},
+		Action: jobBrowse,
+	}
+}
+
+func jobBrowse(c *ucli.Context) error {
+	raw, err := oneArg(c, "URL")
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return usageErr("%q is not an http(s) URL", raw)
+	}
+	steps := []map[string]any{{"action": "navigate", "url": raw}}
+	if sel := c.String("text"); sel != "" {
+		steps = append(steps, map[string]any{"action": "wait_for", "selector": sel},
+			map[string]any{"action": "extract", "selector": sel, "name": "text"})
+	}
+	if c.String("screenshot") != "" {
+		steps = append(steps, map[string]any{"action": "screenshot", "name": "page.png"})
+	}
+	if c.String("pdf") != "" {
+		steps = append(steps, map[string]any{"action": "pdf", "name": "page.pdf"})
+	}
+	script, _ := json.Marshal(map[string]any{"steps": steps})
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := cl.Jobs.SubmitJob(c.Context, connect.NewRequest(&palyrav1.SubmitJobRequest{
+		BrowserScript: script, AllowHosts: append([]string{u.Hostname()}, c.StringSlice("allow-host")...),
+		AllowPrivate: c.Bool("allow-private"), TimeoutMs: c.Duration("timeout").Milliseconds(),
+	}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	job, err := waitJob(c.Context, cl, resp.Msg.Job.Id, c.App.ErrWriter)
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	if job.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+		if len(job.Stderr) > 0 {
+			c.App.ErrWriter.Write(job.Stderr)
+		}
+		return ucli.Exit(jobReason(job), exitFailure)
+	}
+	for flag, name := range map[string]string{"screenshot": "page.png", "pdf": "page.pdf"} {
+		if path := c.String(flag); path != "" {
+			if err := saveArtifact(c, cl, job.Id, name, path); err != nil {
+				return err
+			}
+		}
+	}
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, toJobJSON(job))
+	}
+	if c.String("text") != "" {
+		var vals map[string]any
+		if err := json.Unmarshal(job.Stdout, &vals); err == nil {
+			fmt.Fprintln(c.App.Writer, vals["text"])
+		}
+	}
+	return nil
+}
+
+func artifactCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "artifact",
+		Usage:     "download a job's artifact (a screenshot, a PDF)",
+		ArgsUsage: "JOB_ID NAME",
+		Flags:     []ucli.Flag{&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` (default: NAME in the current directory)"}},
+		Action: func(c *ucli.Context) error {
+			if c.NArg() != 2 {
+				return usageErr("job artifact takes JOB_ID and NAME (names are listed by 'palyra job get ID --json')")
+			}
+			out := c.String("output")
+			if out == "" {
+				out = filepath.Base(c.Args().Get(1))
+			}
+			cl, err := dial(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			return saveArtifact(c, cl, c.Args().Get(0), c.Args().Get(1), out)
+		},
+	}
+}
+
+func saveArtifact(c *ucli.Context, cl *client.Client, jobID, name, path string) error {
+	resp, err := cl.Jobs.GetArtifact(c.Context, connect.NewRequest(&palyrav1.GetArtifactRequest{JobId: jobID, Name: name}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	if err := os.WriteFile(path, resp.Msg.Data, 0o644); err != nil {
+		return fail(c, &client.Error{Code: "io", Message: err.Error()})
+	}
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%s, %d bytes, sha256:%s)\n", path, resp.Msg.Artifact.MediaType, len(resp.Msg.Data), resp.Msg.Artifact.Sha256[:12])
+	return nil
+}

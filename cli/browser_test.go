@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/palyra-mesh/palyra/node"
+	"github.com/palyra-mesh/palyra/runtime/browser"
+)
+
+// loginSite is a tiny site with a login form.
+func loginSite(t *testing.T) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `<html><body><h1>Sign in</h1><form method="POST" action="/login">
+<input id="user" name="user"><input id="pass" name="pass" type="password"><button id="go" type="submit">Go</button></form></body></html>`)
+	})
+	mux.HandleFunc("/login", func(w http.ResponseWriter, r *http.Request) {
+		if r.FormValue("pass") != "hunter2" {
+			http.Error(w, "no", http.StatusForbidden)
+			return
+		}
+		fmt.Fprintf(w, `<html><body><div id="welcome">Welcome, %s!</div></body></html>`, r.FormValue("user"))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestBrowserJobThroughCLI(t *testing.T) {
+	if _, ok := browser.Detect(); !ok {
+		if testing.Short() {
+			t.Skip("no Chromium; " + browser.InstallHint)
+		}
+		t.Fatal("no Chromium: " + browser.InstallHint + " (make deps installs it)")
+	}
+	dir := t.TempDir()
+	n, err := node.Start(context.Background(), node.Config{DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 1, BrowserSlots: 1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	c := &cluster{t: t, node: n, dir: dir}
+	site := loginSite(t)
+
+	script := fmt.Sprintf(`{"steps":[
+ {"action":"navigate","url":"%s/"},
+ {"action":"type","selector":"#user","text":"ada"},
+ {"action":"type","selector":"#pass","text":"hunter2"},
+ {"action":"click","selector":"#go"},
+ {"action":"wait_for","selector":"#welcome"},
+ {"action":"extract","selector":"#welcome","name":"greeting"},
+ {"action":"screenshot","name":"page.png"}]}`, site.URL)
+	file := filepath.Join(t.TempDir(), "login.json")
+	os.WriteFile(file, []byte(script), 0o600)
+
+	r := c.cli("job", "submit", "--browser", file, "--allow-host", "127.0.0.1", "--allow-private", "--wait", "--json")
+	if r.code != 0 {
+		t.Fatalf("browser job: %+v", r)
+	}
+	var j jobJSON
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil {
+		t.Fatal(err)
+	}
+	var vals map[string]string
+	if err := json.Unmarshal([]byte(j.Output), &vals); err != nil || vals["greeting"] != "Welcome, ada!" {
+		t.Fatalf("extracted %q (%v)", j.Output, err)
+	}
+	if len(j.Artifacts) != 1 || j.Artifacts[0].MediaType != "image/png" {
+		t.Fatalf("artifacts %+v", j.Artifacts)
+	}
+	out := filepath.Join(t.TempDir(), "shot.png")
+	if r := c.cli("job", "artifact", j.ID, "page.png", "-o", out); r.code != 0 {
+		t.Fatalf("artifact: %+v", r)
+	}
+	data, _ := os.ReadFile(out)
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil || img.Bounds().Dx() < 100 || img.Bounds().Dy() < 100 {
+		t.Fatalf("screenshot is not a page-sized PNG: %v", err)
+	}
+	if r := c.cli("job", "artifact", j.ID, "nope.png"); r.code != 1 || !strings.Contains(r.stderr, "its artifacts are: page.png") {
+		t.Fatalf("unknown artifact: %+v", r)
+	}
+
+	// The browse shortcut.
+	shot := filepath.Join(t.TempDir(), "b.png")
+	r = c.cli("job", "browse", site.URL+"/", "--text", "h1", "--screenshot", shot, "--allow-private")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "Sign in" {
+		t.Fatalf("browse: %+v", r)
+	}
+	if _, err := os.Stat(shot); err != nil {
+		t.Fatal(err)
+	}
+
+	// A plain device may not grant itself network access (policy).
+	cfg := filepath.Join(t.TempDir(), "dev")
+	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", n.Addr()); r.code != 0 {
+		t.Fatalf("pair: %+v", r)
+	}
+	r = device(t, cfg, "job", "submit", "--browser", file, "--allow-host", "127.0.0.1", "--allow-private")
+	if r.code != 1 || !strings.Contains(r.stderr, "grant.http") {
+		t.Fatalf("grant without policy: %+v", r)
+	}
+}
