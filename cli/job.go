@@ -41,6 +41,8 @@ func jobCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "browser", Usage: "path of a browser job `SCRIPT.json` (steps: navigate, click, type, press, wait_for, extract, evaluate, screenshot, pdf)"},
 					&ucli.StringSliceFlag{Name: "allow-host", Usage: "`HOST` the job may reach (also its subdomains; repeatable; a policy grant)"},
 					&ucli.BoolFlag{Name: "allow-private", Usage: "let the job reach private, loopback and link-local addresses (a policy grant)"},
+					&ucli.StringSliceFlag{Name: "secret", Usage: "secret `NAME` the job may read (repeatable; a policy grant)"},
+					&ucli.StringFlag{Name: "kv-prefix", Usage: "key-value `PREFIX` the job may read and write (a policy grant)"},
 					&ucli.StringFlag{Name: "input", Usage: "`TEXT` given to the job on stdin"},
 					&ucli.StringFlag{Name: "input-file", Usage: "`FILE` whose bytes are given to the job on stdin ('-' for this command's stdin)"},
 					&ucli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 1s, 5m (default 30s)"},
@@ -158,6 +160,7 @@ func jobSubmit(c *ucli.Context) error {
 	defer cl.Close()
 	req := &palyrav1.SubmitJobRequest{
 		WasmModule: module, BrowserScript: script, AllowHosts: c.StringSlice("allow-host"), AllowPrivate: c.Bool("allow-private"),
+		SecretNames: c.StringSlice("secret"), KvPrefix: c.String("kv-prefix"),
 		Input: input, TimeoutMs: c.Duration("timeout").Milliseconds(),
 		MemoryBytes: mem, Fuel: c.Uint64("fuel"), MaxOutputBytes: maxOut,
 		Priority: int32(c.Int("priority")), Constraints: constraints, Retries: uint32(c.Uint("retries")),

@@ -182,7 +182,7 @@ func nodeJoin(c *ucli.Context) error {
 		return fail(c, explainPair(c.String("peer"), err))
 	}
 	seeds := append([]string{c.String("peer")}, resp.Peers...)
-	if err := node.PrepareJoin(cfg.DataDir, cred, resp.ClusterName, seeds); err != nil {
+	if err := node.PrepareJoin(cfg.DataDir, cred, resp.ClusterName, seeds, resp.DataKey); err != nil {
 		return fail(c, &client.Error{Code: "internal", Message: err.Error()})
 	}
 	cfg.Logger.Info("paired", "principal", resp.Principal, "cluster", resp.ClusterName)

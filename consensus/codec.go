@@ -28,6 +28,7 @@ func jobFromRecord(r *raftpb.JobRecord) Job {
 		NotBeforeMS: r.NotBeforeMs, DeadlineAtMS: r.DeadlineAtMs, IdempotencyKey: r.IdempotencyKey,
 		PayloadHash: r.PayloadHash, PendingReason: r.PendingReason,
 		Script: r.Script, AllowHosts: r.AllowHosts, AllowPrivate: r.AllowPrivate, Artifacts: artifactsFromPB(r.Artifacts),
+		SecretNames: r.SecretNames, KVPrefix: r.KvPrefix,
 	}
 }
 
@@ -71,6 +72,7 @@ func jobToRecord(j *Job) *raftpb.JobRecord {
 		NotBeforeMs: j.NotBeforeMS, DeadlineAtMs: j.DeadlineAtMS, IdempotencyKey: j.IdempotencyKey,
 		PayloadHash: j.PayloadHash, PendingReason: j.PendingReason,
 		Script: j.Script, AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate, Artifacts: ArtifactsPB(j.Artifacts),
+		SecretNames: j.SecretNames, KvPrefix: j.KVPrefix,
 	}
 }
 

@@ -74,6 +74,14 @@ func (s *State) apply(index uint64, cmd *raftpb.Command) ApplyResult {
 		return s.applySubmit(index, c.SubmitJob)
 	case *raftpb.Command_AssignJob:
 		return s.applyAssign(c.AssignJob)
+	case *raftpb.Command_SetSecret:
+		return s.applySetSecret(c.SetSecret)
+	case *raftpb.Command_DeleteSecret:
+		return s.applyDeleteSecret(c.DeleteSecret)
+	case *raftpb.Command_KvPut:
+		return s.applyKVPut(c.KvPut)
+	case *raftpb.Command_KvDelete:
+		return s.applyKVDelete(c.KvDelete)
 	case *raftpb.Command_AssignBatch:
 		placed := 0
 		for _, a := range c.AssignBatch.Assignments {
@@ -297,6 +305,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		snap.Jobs = append(snap.Jobs, jobToRecord(s.jobs[id]))
 	}
 	s.snapshotIdentity(snap)
+	s.snapshotData(snap)
 	return &fsmSnapshot{snap: snap}, nil
 }
 
@@ -328,10 +337,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	})
 	ns.staleResults = snap.StaleResults
 	ns.restoreIdentity(&snap)
+	ns.restoreData(&snap)
 
 	s := f.state
 	s.mu.Lock()
-	s.jobs, s.order, s.staleResults, s.id, s.idempotency = ns.jobs, ns.order, ns.staleResults, ns.id, ns.idempotency
+	s.jobs, s.order, s.staleResults, s.id, s.idempotency, s.data = ns.jobs, ns.order, ns.staleResults, ns.id, ns.idempotency, ns.data
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()

@@ -49,6 +49,8 @@ type Job struct {
 	AllowHosts   []string
 	AllowPrivate bool
 	Artifacts    []Artifact
+	SecretNames  []string // granted secrets
+	KVPrefix     string   // granted key-value prefix
 }
 
 // Artifact is a file a job produced, stored as a blob.

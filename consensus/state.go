@@ -16,6 +16,7 @@ type State struct {
 	applied      uint64
 	id           identityState
 	idempotency  map[string]string // idempotency key → job id
+	data         dataState
 
 	// changed is closed and replaced after every applied command: a cheap
 	// broadcast for watchers (scheduler, worker, WatchJob streams).
@@ -23,7 +24,7 @@ type State struct {
 }
 
 func newState() *State {
-	return &State{jobs: make(map[string]*Job), id: newIdentityState(), idempotency: map[string]string{}, changed: make(chan struct{})}
+	return &State{jobs: make(map[string]*Job), id: newIdentityState(), idempotency: map[string]string{}, data: newDataState(), changed: make(chan struct{})}
 }
 
 // Changed returns a channel closed at the next state change.

@@ -18,6 +18,7 @@ func initCluster(ctx context.Context, l Layout, cfg Config) (State, error) {
 	if _, err := os.Stat(l.RaftDir()); err == nil {
 		return State{}, fmt.Errorf("data dir %s has raft state but no node.json; it is damaged: restore node.json from a backup, or move the directory away to start a new cluster", l.Dir)
 	}
+	os.Remove(l.DataKeyFile())
 	for _, d := range []string{l.CADir(), l.NodeCredDir(), l.OperatorDir()} {
 		if err := os.RemoveAll(d); err != nil {
 			return State{}, fmt.Errorf("clear half-initialised %s: %w", d, err)
@@ -35,6 +36,13 @@ func initCluster(ctx context.Context, l Layout, cfg Config) (State, error) {
 	opP := identity.Principal{Kind: identity.KindDevice, ID: identity.NewID(identity.KindDevice)}
 	if err := issueLocal(ctx, ca, opP, cfg, l.OperatorDir()); err != nil {
 		return State{}, fmt.Errorf("issue operator credential: %w", err)
+	}
+	key, err := newDataKey()
+	if err == nil {
+		err = writeDataKey(l, key)
+	}
+	if err != nil {
+		return State{}, fmt.Errorf("create cluster data key: %w", err)
 	}
 	st := State{NodeID: nodeP.ID, ClusterName: cfg.ClusterName, Address: cfg.Listen, Version: 1, OperatorID: opP.ID}
 	if err := l.WriteState(st); err != nil {

@@ -11,7 +11,7 @@ import (
 // PrepareJoin records a freshly paired node in an empty data dir: its
 // credential (key made on this machine) and a node.json that marks it as
 // joined, with the seeds to contact. The next Start joins the cluster.
-func PrepareJoin(dataDir string, cred *identity.Credential, clusterName string, seeds []string) error {
+func PrepareJoin(dataDir string, cred *identity.Credential, clusterName string, seeds []string, dataKey []byte) error {
 	l := Layout{Dir: dataDir}
 	if _, err := l.ReadState(); err == nil {
 		return fmt.Errorf("data dir %s already holds a node; start it with 'palyra node start', or use another --data-dir", dataDir)
@@ -23,6 +23,9 @@ func PrepareJoin(dataDir string, cred *identity.Credential, clusterName string, 
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return err
+	}
+	if err := writeDataKey(l, dataKey); err != nil {
+		return fmt.Errorf("the cluster sent no usable data key: %w", err)
 	}
 	if err := identity.SaveCredential(l.NodeCredDir(), cred); err != nil {
 		return err

@@ -48,7 +48,7 @@ func join(t *testing.T, op *client.Client, peer string, dataDir string) *node.No
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := node.PrepareJoin(dataDir, cred, pr.ClusterName, append([]string{peer}, pr.Peers...)); err != nil {
+	if err := node.PrepareJoin(dataDir, cred, pr.ClusterName, append([]string{peer}, pr.Peers...), pr.DataKey); err != nil {
 		t.Fatal(err)
 	}
 	return start(t, node.Config{DataDir: dataDir})

@@ -61,6 +61,7 @@ type Node struct {
 	closed   sync.Once
 	leaveReq chan struct{}
 	caCl     caClient
+	dataKey  []byte // seals secrets at rest (cluster-wide)
 }
 
 // Run starts a node and blocks until ctx ends (or the node is asked to
@@ -112,6 +113,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("load node credential: %w", err)
 	}
 	n.cred = identity.NewLive(cred)
+	if n.dataKey, err = readDataKey(l); err != nil {
+		return nil, err
+	}
 	if n.ca, err = n.loadCA(); err != nil {
 		return nil, err
 	}
@@ -152,6 +156,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.worker = worker.New(worker.Config{
 		NodeID: st.NodeID, Control: n.cluster, Blobs: n.blobNet,
 		Executors: n.executors(), Logger: n.log,
+		Secrets: nodeSecrets{n}, KV: nodeKV{n},
 	})
 	// Catch up with the log before Recover, so it sees every placement made
 	// on this node before it stopped, before anything new is placed here.
@@ -267,7 +272,7 @@ func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential
 		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now()}
 	opts := api.Options{Control: n.cluster, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Leave: n.leave,
-		Peers: n.peerAddrs, Forward: n.forwardAPI}
+		Peers: n.peerAddrs, Forward: n.forwardAPI, Seal: n.sealSecret, DataKey: n.dataKey}
 	if n.ca != nil {
 		opts.Issuer = n.ca
 	}

@@ -32,6 +32,7 @@ type Client struct {
 	Node     palyrav1connect.NodeServiceClient
 	Identity palyrav1connect.IdentityServiceClient
 	Policy   palyrav1connect.PolicyServiceClient
+	Secrets  palyrav1connect.SecretServiceClient
 	tr       *http3.Transport
 }
 
@@ -58,6 +59,7 @@ func New(addr string, cred *identity.Credential) (*Client, error) {
 		Node:     palyrav1connect.NewNodeServiceClient(hc, base, opts...),
 		Identity: palyrav1connect.NewIdentityServiceClient(hc, base, opts...),
 		Policy:   palyrav1connect.NewPolicyServiceClient(hc, base, opts...),
+		Secrets:  palyrav1connect.NewSecretServiceClient(hc, base, opts...),
 		tr:       tr,
 	}, nil
 }

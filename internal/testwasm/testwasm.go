@@ -169,22 +169,29 @@ func output(cmdPath, dir string, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// sourceHash hashes the Go version and every file under src (names and
-// contents, in a fixed order). Examples use only the standard library, so
-// this is everything their build depends on.
+// sourceHash hashes the Go version and every file under src and under the
+// guest SDK the examples may import (runtime/wasm/guest and abi), names and
+// contents in a fixed order: everything an example's build depends on
+// besides the standard library.
 func sourceHash(src, goVersion string) (string, error) {
+	root := filepath.Dir(filepath.Dir(src))
 	var files []string
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+	for _, dir := range []string{src, filepath.Join(root, "runtime", "wasm", "guest"), filepath.Join(root, "runtime", "wasm", "abi")} {
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.Type().IsRegular() && !strings.HasSuffix(p, "_test.go") {
+				files = append(files, p)
+			}
+			return nil
+		})
 		if err != nil {
-			return err
+			return "", fmt.Errorf("reading example sources: %w", err)
 		}
-		if d.Type().IsRegular() {
-			files = append(files, p)
-		}
-		return nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("reading example sources: %w", err)
 	}
 	slices.Sort(files)
 	h := sha256.New()
@@ -194,7 +201,7 @@ func sourceHash(src, goVersion string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("reading example sources: %w", err)
 		}
-		rel, _ := filepath.Rel(src, f)
+		rel, _ := filepath.Rel(root, f)
 		fmt.Fprintf(h, "%s %d\n", filepath.ToSlash(rel), len(b))
 		h.Write(b)
 	}

@@ -102,6 +102,10 @@ type Options struct {
 	// Forward returns an identity client connected to the node holding the
 	// CA, for pairing through a node that does not hold it.
 	Forward func(ctx context.Context) (palyrav1connect.IdentityServiceClient, error)
+	// Seal encrypts a secret's value with the cluster data key.
+	Seal func(name string, value []byte) ([]byte, error)
+	// DataKey is given to nodes that pair (never to devices).
+	DataKey []byte
 	CertTTL time.Duration
 	// MaxQueued bounds queued jobs (default DefaultMaxQueued).
 	MaxQueued int
@@ -148,6 +152,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(palyrav1connect.NewNodeServiceHandler(nodeService{s}, opts...))
 	mux.Handle(palyrav1connect.NewIdentityServiceHandler(identityService{s}, opts...))
 	mux.Handle(palyrav1connect.NewPolicyServiceHandler(policyService{s}, opts...))
+	mux.Handle(palyrav1connect.NewSecretServiceHandler(secretService{s}, opts...))
 	return s.authenticate(mux)
 }
 

@@ -15,7 +15,7 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 		FuelUsed: j.FuelUsed, CommitIndex: j.CommitIndex, MaxOutputBytes: j.MaxOutput,
 		Priority: j.Priority, Constraints: j.Constraints, MaxRetries: j.MaxRetries, RetriesUsed: j.RetriesUsed,
 		DeadlineAtMs: j.DeadlineAtMS, PendingReason: j.PendingReason, NotBeforeMs: j.NotBeforeMS,
-		AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate,
+		AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate, SecretNames: j.SecretNames, KvPrefix: j.KVPrefix,
 	}
 	if j.Kind == "wasm" {
 		out.Wasm = &palyrav1.WasmSpec{ModuleSha256: j.ModuleHash, MemoryBytes: j.MemoryBytes, Fuel: j.Fuel}

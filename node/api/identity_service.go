@@ -171,6 +171,9 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 	if s.Peers != nil {
 		resp.Peers = s.Peers()
 	}
+	if kind == identity.KindNode {
+		resp.DataKey = s.DataKey
+	}
 	s.log.Info("paired", "principal", p, "pairing", m.PairingId, "peer", req.Peer().Addr)
 	return connect.NewResponse(resp), nil
 }

@@ -39,6 +39,16 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	if kind == "browser" {
 		return js.submitBrowser(ctx, m)
 	}
+	for _, name := range m.SecretNames {
+		if err := s.authz.Check(ctx, policy.ActionGrantSecret, policy.GrantResource(policy.GrantSecret, name), map[string]any{"grant_key": name}); err != nil {
+			return nil, err
+		}
+	}
+	if m.KvPrefix != "" {
+		if err := s.authz.Check(ctx, policy.ActionGrantKV, policy.GrantResource(policy.GrantKV, m.KvPrefix), map[string]any{"grant_prefix": m.KvPrefix}); err != nil {
+			return nil, err
+		}
+	}
 	if len(m.AllowHosts) > 0 || m.AllowPrivate {
 		// Wasm egress grants are checked the same way as browser ones.
 		for _, h := range m.AllowHosts {
@@ -137,6 +147,7 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 	rec := &raftpb.JobRecord{
 		Id: newJobID(), Kind: kind, ModuleSha256: hash, MemoryBytes: mem, Fuel: m.Fuel,
 		Script: m.BrowserScript, AllowHosts: m.AllowHosts, AllowPrivate: m.AllowPrivate,
+		SecretNames: m.SecretNames, KvPrefix: m.KvPrefix,
 		Input: m.Input, TimeoutMs: timeout.Milliseconds(), Submitter: caller.String(), MaxOutputBytes: m.MaxOutputBytes,
 		SubmittedAtMs: now, Priority: m.Priority, Constraints: m.Constraints, MaxRetries: m.Retries,
 	}
@@ -290,7 +301,7 @@ func payloadHash(moduleHash string, m *palyrav1.SubmitJobRequest) []byte {
 	for _, k := range keys {
 		fmt.Fprintf(h, "%q=%q\x00", k, m.Constraints[k])
 	}
-	fmt.Fprintf(h, "%q\x00%v\x00", m.AllowHosts, m.AllowPrivate)
+	fmt.Fprintf(h, "%q\x00%v\x00%q\x00%q\x00", m.AllowHosts, m.AllowPrivate, m.SecretNames, m.KvPrefix)
 	h.Write(m.BrowserScript)
 	h.Write([]byte{0})
 	h.Write(m.Input)

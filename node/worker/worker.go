@@ -40,6 +40,9 @@ type Config struct {
 	Executors map[runtime.Kind]runtime.Executor
 	Logger    *slog.Logger
 	Now       func() time.Time // for result timestamps; defaults to time.Now
+	// Secrets and KV serve capability grants (replicated services).
+	Secrets runtime.Secrets
+	KV      runtime.KV
 }
 
 // Worker executes placements addressed to Config.NodeID.
@@ -213,6 +216,9 @@ func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 		ModuleHash: j.ModuleHash, Input: j.Input, Script: j.Script,
 		Timeout: time.Duration(j.TimeoutMS) * time.Millisecond, MemoryLimit: j.MemoryBytes, Fuel: j.Fuel,
 		MaxOutput: int(j.MaxOutput), AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate,
+	}
+	if len(j.SecretNames) > 0 || j.KVPrefix != "" {
+		spec.Grants = &runtime.Grants{SecretNames: j.SecretNames, KVPrefix: j.KVPrefix, Secrets: w.cfg.Secrets, KV: w.cfg.KV}
 	}
 	if j.ModuleHash != "" {
 		mod, err := w.cfg.Blobs.Get(j.ModuleHash)

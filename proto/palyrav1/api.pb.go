@@ -248,6 +248,8 @@ type Job struct {
 	Artifacts      []*Artifact       `protobuf:"bytes,28,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	AllowHosts     []string          `protobuf:"bytes,29,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
 	AllowPrivate   bool              `protobuf:"varint,30,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
+	SecretNames    []string          `protobuf:"bytes,31,rep,name=secret_names,json=secretNames,proto3" json:"secret_names,omitempty"`
+	KvPrefix       string            `protobuf:"bytes,32,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -492,6 +494,20 @@ func (x *Job) GetAllowPrivate() bool {
 	return false
 }
 
+func (x *Job) GetSecretNames() []string {
+	if x != nil {
+		return x.SecretNames
+	}
+	return nil
+}
+
+func (x *Job) GetKvPrefix() string {
+	if x != nil {
+		return x.KvPrefix
+	}
+	return ""
+}
+
 // Artifact is a file a job produced, stored as a content-addressed blob.
 type Artifact struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -689,6 +705,8 @@ type SubmitJobRequest struct {
 	// capability grant checked against policy (grant.http).
 	AllowHosts    []string `protobuf:"bytes,14,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
 	AllowPrivate  bool     `protobuf:"varint,15,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
+	SecretNames   []string `protobuf:"bytes,16,rep,name=secret_names,json=secretNames,proto3" json:"secret_names,omitempty"` // secrets the job may read (grant.secret)
+	KvPrefix      string   `protobuf:"bytes,17,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`          // key-value prefix the job may use (grant.kv)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -826,6 +844,20 @@ func (x *SubmitJobRequest) GetAllowPrivate() bool {
 		return x.AllowPrivate
 	}
 	return false
+}
+
+func (x *SubmitJobRequest) GetSecretNames() []string {
+	if x != nil {
+		return x.SecretNames
+	}
+	return nil
+}
+
+func (x *SubmitJobRequest) GetKvPrefix() string {
+	if x != nil {
+		return x.KvPrefix
+	}
+	return ""
 }
 
 type SubmitJobResponse struct {
@@ -1939,6 +1971,322 @@ func (*LeaveResponse) Descriptor() ([]byte, []int) {
 	return file_palyra_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
+type SecretInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	SetAtMs       int64                  `protobuf:"varint,2,opt,name=set_at_ms,json=setAtMs,proto3" json:"set_at_ms,omitempty"`
+	SetBy         string                 `protobuf:"bytes,3,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecretInfo) Reset() {
+	*x = SecretInfo{}
+	mi := &file_palyra_v1_api_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecretInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecretInfo) ProtoMessage() {}
+
+func (x *SecretInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecretInfo.ProtoReflect.Descriptor instead.
+func (*SecretInfo) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SecretInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SecretInfo) GetSetAtMs() int64 {
+	if x != nil {
+		return x.SetAtMs
+	}
+	return 0
+}
+
+func (x *SecretInfo) GetSetBy() string {
+	if x != nil {
+		return x.SetBy
+	}
+	return ""
+}
+
+type SetSecretRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSecretRequest) Reset() {
+	*x = SetSecretRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSecretRequest) ProtoMessage() {}
+
+func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSecretRequest.ProtoReflect.Descriptor instead.
+func (*SetSecretRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SetSecretRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetSecretRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type SetSecretResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Secret        *SecretInfo            `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSecretResponse) Reset() {
+	*x = SetSecretResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSecretResponse) ProtoMessage() {}
+
+func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSecretResponse.ProtoReflect.Descriptor instead.
+func (*SetSecretResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SetSecretResponse) GetSecret() *SecretInfo {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
+type ListSecretsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSecretsRequest) Reset() {
+	*x = ListSecretsRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSecretsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSecretsRequest) ProtoMessage() {}
+
+func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
+func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{29}
+}
+
+type ListSecretsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Secrets       []*SecretInfo          `protobuf:"bytes,1,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSecretsResponse) Reset() {
+	*x = ListSecretsResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSecretsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSecretsResponse) ProtoMessage() {}
+
+func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
+func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListSecretsResponse) GetSecrets() []*SecretInfo {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+type DeleteSecretRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSecretRequest) Reset() {
+	*x = DeleteSecretRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSecretRequest) ProtoMessage() {}
+
+func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DeleteSecretRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteSecretResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSecretResponse) Reset() {
+	*x = DeleteSecretResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSecretResponse) ProtoMessage() {}
+
+func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
+}
+
 var File_palyra_v1_api_proto protoreflect.FileDescriptor
 
 const file_palyra_v1_api_proto_rawDesc = "" +
@@ -1951,7 +2299,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bWasmSpec\x12#\n" +
 	"\rmodule_sha256\x18\x01 \x01(\tR\fmoduleSha256\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xca\b\n" +
+	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\x8a\t\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12)\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x12\n" +
@@ -1986,7 +2334,9 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\tartifacts\x18\x1c \x03(\v2\x13.palyra.v1.ArtifactR\tartifacts\x12\x1f\n" +
 	"\vallow_hosts\x18\x1d \x03(\tR\n" +
 	"allowHosts\x12#\n" +
-	"\rallow_private\x18\x1e \x01(\bR\fallowPrivate\x1a>\n" +
+	"\rallow_private\x18\x1e \x01(\bR\fallowPrivate\x12!\n" +
+	"\fsecret_names\x18\x1f \x03(\tR\vsecretNames\x12\x1b\n" +
+	"\tkv_prefix\x18  \x01(\tR\bkvPrefix\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"i\n" +
@@ -2001,7 +2351,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"Z\n" +
 	"\x13GetArtifactResponse\x12/\n" +
 	"\bartifact\x18\x01 \x01(\v2\x13.palyra.v1.ArtifactR\bartifact\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xeb\x04\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xab\x05\n" +
 	"\x10SubmitJobRequest\x12\x1f\n" +
 	"\vwasm_module\x18\x01 \x01(\fR\n" +
 	"wasmModule\x12\x14\n" +
@@ -2022,7 +2372,9 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x0ebrowser_script\x18\r \x01(\fR\rbrowserScript\x12\x1f\n" +
 	"\vallow_hosts\x18\x0e \x03(\tR\n" +
 	"allowHosts\x12#\n" +
-	"\rallow_private\x18\x0f \x01(\bR\fallowPrivate\x1a>\n" +
+	"\rallow_private\x18\x0f \x01(\bR\fallowPrivate\x12!\n" +
+	"\fsecret_names\x18\x10 \x03(\tR\vsecretNames\x12\x1b\n" +
+	"\tkv_prefix\x18\x11 \x01(\tR\bkvPrefix\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Q\n" +
@@ -2109,7 +2461,23 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x11drain_deadline_ms\x18\x04 \x01(\x03R\x0fdrainDeadlineMs\"\x18\n" +
 	"\x16SetSchedulableResponse\"\x0e\n" +
 	"\fLeaveRequest\"\x0f\n" +
-	"\rLeaveResponse*\xe9\x01\n" +
+	"\rLeaveResponse\"S\n" +
+	"\n" +
+	"SecretInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\tset_at_ms\x18\x02 \x01(\x03R\asetAtMs\x12\x15\n" +
+	"\x06set_by\x18\x03 \x01(\tR\x05setBy\"<\n" +
+	"\x10SetSecretRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"B\n" +
+	"\x11SetSecretResponse\x12-\n" +
+	"\x06secret\x18\x01 \x01(\v2\x15.palyra.v1.SecretInfoR\x06secret\"\x14\n" +
+	"\x12ListSecretsRequest\"F\n" +
+	"\x13ListSecretsResponse\x12/\n" +
+	"\asecrets\x18\x01 \x03(\v2\x15.palyra.v1.SecretInfoR\asecrets\")\n" +
+	"\x13DeleteSecretRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
+	"\x14DeleteSecretResponse*\xe9\x01\n" +
 	"\bJobPhase\x12\x19\n" +
 	"\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_PHASE_QUEUED\x10\x01\x12\x15\n" +
@@ -2132,7 +2500,11 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x06Status\x12\x18.palyra.v1.StatusRequest\x1a\x19.palyra.v1.StatusResponse\x12F\n" +
 	"\tListNodes\x12\x1b.palyra.v1.ListNodesRequest\x1a\x1c.palyra.v1.ListNodesResponse\x12:\n" +
 	"\x05Leave\x12\x17.palyra.v1.LeaveRequest\x1a\x18.palyra.v1.LeaveResponse\x12U\n" +
-	"\x0eSetSchedulable\x12 .palyra.v1.SetSchedulableRequest\x1a!.palyra.v1.SetSchedulableResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
+	"\x0eSetSchedulable\x12 .palyra.v1.SetSchedulableRequest\x1a!.palyra.v1.SetSchedulableResponse2\xf6\x01\n" +
+	"\rSecretService\x12F\n" +
+	"\tSetSecret\x12\x1b.palyra.v1.SetSecretRequest\x1a\x1c.palyra.v1.SetSecretResponse\x12L\n" +
+	"\vListSecrets\x12\x1d.palyra.v1.ListSecretsRequest\x1a\x1e.palyra.v1.ListSecretsResponse\x12O\n" +
+	"\fDeleteSecret\x12\x1e.palyra.v1.DeleteSecretRequest\x1a\x1f.palyra.v1.DeleteSecretResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
 
 var (
 	file_palyra_v1_api_proto_rawDescOnce sync.Once
@@ -2147,7 +2519,7 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                  // 0: palyra.v1.JobPhase
 	(*Error)(nil),                  // 1: palyra.v1.Error
@@ -2176,20 +2548,27 @@ var file_palyra_v1_api_proto_goTypes = []any{
 	(*SetSchedulableResponse)(nil), // 24: palyra.v1.SetSchedulableResponse
 	(*LeaveRequest)(nil),           // 25: palyra.v1.LeaveRequest
 	(*LeaveResponse)(nil),          // 26: palyra.v1.LeaveResponse
-	nil,                            // 27: palyra.v1.Job.ConstraintsEntry
-	nil,                            // 28: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                            // 29: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                            // 30: palyra.v1.NodeInfo.LabelsEntry
-	nil,                            // 31: palyra.v1.NodeInfo.CapacityEntry
+	(*SecretInfo)(nil),             // 27: palyra.v1.SecretInfo
+	(*SetSecretRequest)(nil),       // 28: palyra.v1.SetSecretRequest
+	(*SetSecretResponse)(nil),      // 29: palyra.v1.SetSecretResponse
+	(*ListSecretsRequest)(nil),     // 30: palyra.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),    // 31: palyra.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),    // 32: palyra.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),   // 33: palyra.v1.DeleteSecretResponse
+	nil,                            // 34: palyra.v1.Job.ConstraintsEntry
+	nil,                            // 35: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                            // 36: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                            // 37: palyra.v1.NodeInfo.LabelsEntry
+	nil,                            // 38: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	27, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	34, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
 	4,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
 	4,  // 5: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	28, // 6: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	35, // 6: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
 	3,  // 7: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
 	3,  // 8: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
 	17, // 9: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
@@ -2198,35 +2577,43 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	17, // 12: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
 	3,  // 13: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
 	3,  // 14: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
-	29, // 15: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	30, // 16: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	31, // 17: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	36, // 15: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	37, // 16: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	38, // 17: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
 	20, // 18: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
-	7,  // 19: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	9,  // 20: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	11, // 21: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	13, // 22: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	15, // 23: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	5,  // 24: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	18, // 25: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	21, // 26: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	25, // 27: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	23, // 28: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	8,  // 29: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	10, // 30: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	12, // 31: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	14, // 32: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	16, // 33: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	6,  // 34: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	19, // 35: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	22, // 36: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	26, // 37: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	24, // 38: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	27, // 19: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
+	27, // 20: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
+	7,  // 21: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	9,  // 22: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	11, // 23: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	13, // 24: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	15, // 25: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	5,  // 26: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	18, // 27: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	21, // 28: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	25, // 29: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	23, // 30: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	28, // 31: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	30, // 32: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	32, // 33: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	8,  // 34: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	10, // 35: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	12, // 36: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	14, // 37: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	16, // 38: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	6,  // 39: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	19, // 40: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	22, // 41: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	26, // 42: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	24, // 43: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	29, // 44: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	31, // 45: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	33, // 46: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	34, // [34:47] is the sub-list for method output_type
+	21, // [21:34] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -2240,9 +2627,9 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   38,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_palyra_v1_api_proto_goTypes,
 		DependencyIndexes: file_palyra_v1_api_proto_depIdxs,

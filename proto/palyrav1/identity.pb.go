@@ -517,12 +517,15 @@ func (x *PairRequest) GetLabels() map[string]string {
 }
 
 type PairResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ChainDer      [][]byte               `protobuf:"bytes,1,rep,name=chain_der,json=chainDer,proto3" json:"chain_der,omitempty"` // leaf first
-	RootDer       []byte                 `protobuf:"bytes,2,opt,name=root_der,json=rootDer,proto3" json:"root_der,omitempty"`
-	ClusterName   string                 `protobuf:"bytes,3,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
-	Principal     string                 `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
-	Peers         []string               `protobuf:"bytes,5,rep,name=peers,proto3" json:"peers,omitempty"` // node addresses to join
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ChainDer    [][]byte               `protobuf:"bytes,1,rep,name=chain_der,json=chainDer,proto3" json:"chain_der,omitempty"` // leaf first
+	RootDer     []byte                 `protobuf:"bytes,2,opt,name=root_der,json=rootDer,proto3" json:"root_der,omitempty"`
+	ClusterName string                 `protobuf:"bytes,3,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	Principal   string                 `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
+	Peers       []string               `protobuf:"bytes,5,rep,name=peers,proto3" json:"peers,omitempty"` // node addresses to join
+	// data_key is the cluster's data key (nodes only): it seals secrets at
+	// rest in the replicated store. Sent inside the pinned TLS session.
+	DataKey       []byte `protobuf:"bytes,6,opt,name=data_key,json=dataKey,proto3" json:"data_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -588,6 +591,13 @@ func (x *PairResponse) GetPrincipal() string {
 func (x *PairResponse) GetPeers() []string {
 	if x != nil {
 		return x.Peers
+	}
+	return nil
+}
+
+func (x *PairResponse) GetDataKey() []byte {
+	if x != nil {
+		return x.DataKey
 	}
 	return nil
 }
@@ -1318,13 +1328,14 @@ const file_palyra_v1_identity_proto_rawDesc = "" +
 	"\x06labels\x18\a \x03(\v2\".palyra.v1.PairRequest.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb8\x01\n" +
 	"\fPairResponse\x12\x1b\n" +
 	"\tchain_der\x18\x01 \x03(\fR\bchainDer\x12\x19\n" +
 	"\broot_der\x18\x02 \x01(\fR\arootDer\x12!\n" +
 	"\fcluster_name\x18\x03 \x01(\tR\vclusterName\x12\x1c\n" +
 	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x14\n" +
-	"\x05peers\x18\x05 \x03(\tR\x05peers\"'\n" +
+	"\x05peers\x18\x05 \x03(\tR\x05peers\x12\x19\n" +
+	"\bdata_key\x18\x06 \x01(\fR\adataKey\"'\n" +
 	"\fRenewRequest\x12\x17\n" +
 	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\",\n" +
 	"\rRenewResponse\x12\x1b\n" +

@@ -121,6 +121,8 @@ type JobRecord struct {
 	AllowHosts     []string               `protobuf:"bytes,32,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
 	AllowPrivate   bool                   `protobuf:"varint,33,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
 	Artifacts      []*ArtifactRef         `protobuf:"bytes,34,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	SecretNames    []string               `protobuf:"bytes,35,rep,name=secret_names,json=secretNames,proto3" json:"secret_names,omitempty"` // granted secrets
+	KvPrefix       string                 `protobuf:"bytes,36,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`          // granted key-value prefix
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -391,6 +393,20 @@ func (x *JobRecord) GetArtifacts() []*ArtifactRef {
 		return x.Artifacts
 	}
 	return nil
+}
+
+func (x *JobRecord) GetSecretNames() []string {
+	if x != nil {
+		return x.SecretNames
+	}
+	return nil
+}
+
+func (x *JobRecord) GetKvPrefix() string {
+	if x != nil {
+		return x.KvPrefix
+	}
+	return ""
 }
 
 type ArtifactRef struct {
@@ -1792,6 +1808,216 @@ func (x *SetPolicy) GetBy() string {
 	return ""
 }
 
+// SetSecret stores a secret's value sealed with the cluster data key
+// (AES-256-GCM); the log never holds the plaintext.
+type SetSecret struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Sealed        []byte                 `protobuf:"bytes,2,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	AtMs          int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSecret) Reset() {
+	*x = SetSecret{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSecret) ProtoMessage() {}
+
+func (x *SetSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSecret.ProtoReflect.Descriptor instead.
+func (*SetSecret) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SetSecret) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetSecret) GetSealed() []byte {
+	if x != nil {
+		return x.Sealed
+	}
+	return nil
+}
+
+func (x *SetSecret) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *SetSecret) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+type DeleteSecret struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSecret) Reset() {
+	*x = DeleteSecret{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSecret) ProtoMessage() {}
+
+func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSecret.ProtoReflect.Descriptor instead.
+func (*DeleteSecret) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DeleteSecret) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type KVPut struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVPut) Reset() {
+	*x = KVPut{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVPut) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVPut) ProtoMessage() {}
+
+func (x *KVPut) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
+func (*KVPut) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *KVPut) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVPut) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type KVDelete struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVDelete) Reset() {
+	*x = KVDelete{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVDelete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVDelete) ProtoMessage() {}
+
+func (x *KVDelete) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
+func (*KVDelete) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *KVDelete) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Cmd:
@@ -1813,6 +2039,10 @@ type Command struct {
 	//	*Command_SetPendingReason
 	//	*Command_SetNodeSchedulable
 	//	*Command_AssignBatch
+	//	*Command_SetSecret
+	//	*Command_DeleteSecret
+	//	*Command_KvPut
+	//	*Command_KvDelete
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1820,7 +2050,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +2062,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +2075,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Command) GetCmd() isCommand_Cmd {
@@ -2008,6 +2238,42 @@ func (x *Command) GetAssignBatch() *AssignBatch {
 	return nil
 }
 
+func (x *Command) GetSetSecret() *SetSecret {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetSecret); ok {
+			return x.SetSecret
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteSecret() *DeleteSecret {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteSecret); ok {
+			return x.DeleteSecret
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetKvPut() *KVPut {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_KvPut); ok {
+			return x.KvPut
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetKvDelete() *KVDelete {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_KvDelete); ok {
+			return x.KvDelete
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -2080,6 +2346,22 @@ type Command_AssignBatch struct {
 	AssignBatch *AssignBatch `protobuf:"bytes,17,opt,name=assign_batch,json=assignBatch,proto3,oneof"`
 }
 
+type Command_SetSecret struct {
+	SetSecret *SetSecret `protobuf:"bytes,18,opt,name=set_secret,json=setSecret,proto3,oneof"`
+}
+
+type Command_DeleteSecret struct {
+	DeleteSecret *DeleteSecret `protobuf:"bytes,19,opt,name=delete_secret,json=deleteSecret,proto3,oneof"`
+}
+
+type Command_KvPut struct {
+	KvPut *KVPut `protobuf:"bytes,20,opt,name=kv_put,json=kvPut,proto3,oneof"`
+}
+
+type Command_KvDelete struct {
+	KvDelete *KVDelete `protobuf:"bytes,21,opt,name=kv_delete,json=kvDelete,proto3,oneof"`
+}
+
 func (*Command_SubmitJob) isCommand_Cmd() {}
 
 func (*Command_AssignJob) isCommand_Cmd() {}
@@ -2114,6 +2396,14 @@ func (*Command_SetNodeSchedulable) isCommand_Cmd() {}
 
 func (*Command_AssignBatch) isCommand_Cmd() {}
 
+func (*Command_SetSecret) isCommand_Cmd() {}
+
+func (*Command_DeleteSecret) isCommand_Cmd() {}
+
+func (*Command_KvPut) isCommand_Cmd() {}
+
+func (*Command_KvDelete) isCommand_Cmd() {}
+
 type UsedToken struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2124,7 +2414,7 @@ type UsedToken struct {
 
 func (x *UsedToken) Reset() {
 	*x = UsedToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2426,7 @@ func (x *UsedToken) String() string {
 func (*UsedToken) ProtoMessage() {}
 
 func (x *UsedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2439,7 @@ func (x *UsedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsedToken.ProtoReflect.Descriptor instead.
 func (*UsedToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UsedToken) GetId() string {
@@ -2178,7 +2468,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2480,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2493,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PolicyRecord) GetSource() []byte {
@@ -2244,13 +2534,15 @@ type Snapshot struct {
 	UsedTokens     []*UsedToken           `protobuf:"bytes,6,rep,name=used_tokens,json=usedTokens,proto3" json:"used_tokens,omitempty"`             // sorted by id
 	RevokedSerials []string               `protobuf:"bytes,7,rep,name=revoked_serials,json=revokedSerials,proto3" json:"revoked_serials,omitempty"` // sorted
 	Policy         *PolicyRecord          `protobuf:"bytes,8,opt,name=policy,proto3" json:"policy,omitempty"`
+	Secrets        []*SetSecret           `protobuf:"bytes,9,rep,name=secrets,proto3" json:"secrets,omitempty"` // sorted by name
+	Kv             []*KVPut               `protobuf:"bytes,10,rep,name=kv,proto3" json:"kv,omitempty"`          // sorted by key
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2554,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2567,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{25}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -2334,6 +2626,20 @@ func (x *Snapshot) GetPolicy() *PolicyRecord {
 	return nil
 }
 
+func (x *Snapshot) GetSecrets() []*SetSecret {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+func (x *Snapshot) GetKv() []*KVPut {
+	if x != nil {
+		return x.Kv
+	}
+	return nil
+}
+
 var File_palyra_raft_v1_log_proto protoreflect.FileDescriptor
 
 const file_palyra_raft_v1_log_proto_rawDesc = "" +
@@ -2342,7 +2648,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xc1\t\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\x81\n" +
+	"\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -2381,7 +2688,9 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\vallow_hosts\x18  \x03(\tR\n" +
 	"allowHosts\x12#\n" +
 	"\rallow_private\x18! \x01(\bR\fallowPrivate\x129\n" +
-	"\tartifacts\x18\" \x03(\v2\x1b.palyra.raft.v1.ArtifactRefR\tartifacts\x1a>\n" +
+	"\tartifacts\x18\" \x03(\v2\x1b.palyra.raft.v1.ArtifactRefR\tartifacts\x12!\n" +
+	"\fsecret_names\x18# \x03(\tR\vsecretNames\x12\x1b\n" +
+	"\tkv_prefix\x18$ \x01(\tR\bkvPrefix\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -2502,7 +2811,20 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\tSetPolicy\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x0e\n" +
-	"\x02by\x18\x03 \x01(\tR\x02by\"\xf7\b\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\"\\\n" +
+	"\tSetSecret\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06sealed\x18\x02 \x01(\fR\x06sealed\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"\"\n" +
+	"\fDeleteSecret\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"/\n" +
+	"\x05KVPut\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\x1c\n" +
+	"\bKVDelete\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\xe1\n" +
+	"\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -2530,7 +2852,12 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"expire_job\x18\x0e \x01(\v2\x19.palyra.raft.v1.ExpireJobH\x00R\texpireJob\x12P\n" +
 	"\x12set_pending_reason\x18\x0f \x01(\v2 .palyra.raft.v1.SetPendingReasonH\x00R\x10setPendingReason\x12V\n" +
 	"\x14set_node_schedulable\x18\x10 \x01(\v2\".palyra.raft.v1.SetNodeSchedulableH\x00R\x12setNodeSchedulable\x12@\n" +
-	"\fassign_batch\x18\x11 \x01(\v2\x1b.palyra.raft.v1.AssignBatchH\x00R\vassignBatchB\x05\n" +
+	"\fassign_batch\x18\x11 \x01(\v2\x1b.palyra.raft.v1.AssignBatchH\x00R\vassignBatch\x12:\n" +
+	"\n" +
+	"set_secret\x18\x12 \x01(\v2\x19.palyra.raft.v1.SetSecretH\x00R\tsetSecret\x12C\n" +
+	"\rdelete_secret\x18\x13 \x01(\v2\x1c.palyra.raft.v1.DeleteSecretH\x00R\fdeleteSecret\x12.\n" +
+	"\x06kv_put\x18\x14 \x01(\v2\x15.palyra.raft.v1.KVPutH\x00R\x05kvPut\x127\n" +
+	"\tkv_delete\x18\x15 \x01(\v2\x18.palyra.raft.v1.KVDeleteH\x00R\bkvDeleteB\x05\n" +
 	"\x03cmd\"0\n" +
 	"\tUsedToken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
@@ -2539,7 +2866,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
 	"\tset_at_ms\x18\x03 \x01(\x03R\asetAtMs\x12\x15\n" +
-	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\x80\x03\n" +
+	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\xdc\x03\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +
@@ -2549,7 +2876,10 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\vused_tokens\x18\x06 \x03(\v2\x19.palyra.raft.v1.UsedTokenR\n" +
 	"usedTokens\x12'\n" +
 	"\x0frevoked_serials\x18\a \x03(\tR\x0erevokedSerials\x124\n" +
-	"\x06policy\x18\b \x01(\v2\x1c.palyra.raft.v1.PolicyRecordR\x06policyB3Z1github.com/palyra-mesh/palyra/proto/raftpb;raftpbb\x06proto3"
+	"\x06policy\x18\b \x01(\v2\x1c.palyra.raft.v1.PolicyRecordR\x06policy\x123\n" +
+	"\asecrets\x18\t \x03(\v2\x19.palyra.raft.v1.SetSecretR\asecrets\x12%\n" +
+	"\x02kv\x18\n" +
+	" \x03(\v2\x15.palyra.raft.v1.KVPutR\x02kvB3Z1github.com/palyra-mesh/palyra/proto/raftpb;raftpbb\x06proto3"
 
 var (
 	file_palyra_raft_v1_log_proto_rawDescOnce sync.Once
@@ -2563,7 +2893,7 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
@@ -2587,22 +2917,26 @@ var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*UseToken)(nil),           // 19: palyra.raft.v1.UseToken
 	(*RevokeCert)(nil),         // 20: palyra.raft.v1.RevokeCert
 	(*SetPolicy)(nil),          // 21: palyra.raft.v1.SetPolicy
-	(*Command)(nil),            // 22: palyra.raft.v1.Command
-	(*UsedToken)(nil),          // 23: palyra.raft.v1.UsedToken
-	(*PolicyRecord)(nil),       // 24: palyra.raft.v1.PolicyRecord
-	(*Snapshot)(nil),           // 25: palyra.raft.v1.Snapshot
-	nil,                        // 26: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 27: palyra.raft.v1.Member.LabelsEntry
+	(*SetSecret)(nil),          // 22: palyra.raft.v1.SetSecret
+	(*DeleteSecret)(nil),       // 23: palyra.raft.v1.DeleteSecret
+	(*KVPut)(nil),              // 24: palyra.raft.v1.KVPut
+	(*KVDelete)(nil),           // 25: palyra.raft.v1.KVDelete
+	(*Command)(nil),            // 26: palyra.raft.v1.Command
+	(*UsedToken)(nil),          // 27: palyra.raft.v1.UsedToken
+	(*PolicyRecord)(nil),       // 28: palyra.raft.v1.PolicyRecord
+	(*Snapshot)(nil),           // 29: palyra.raft.v1.Snapshot
+	nil,                        // 30: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 31: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	26, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	30, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
 	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
 	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
 	0,  // 5: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
 	2,  // 6: palyra.raft.v1.FinishJob.artifacts:type_name -> palyra.raft.v1.ArtifactRef
-	27, // 7: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	31, // 7: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
 	12, // 8: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
 	13, // 9: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
 	13, // 10: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
@@ -2623,16 +2957,22 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	9,  // 25: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
 	10, // 26: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
 	5,  // 27: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
-	1,  // 28: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	12, // 29: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	13, // 30: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	23, // 31: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	24, // 32: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	22, // 28: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
+	23, // 29: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
+	24, // 30: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
+	25, // 31: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
+	1,  // 32: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	12, // 33: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	13, // 34: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	27, // 35: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	28, // 36: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	22, // 37: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	24, // 38: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	39, // [39:39] is the sub-list for method output_type
+	39, // [39:39] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -2640,7 +2980,7 @@ func file_palyra_raft_v1_log_proto_init() {
 	if File_palyra_raft_v1_log_proto != nil {
 		return
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[22].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[26].OneofWrappers = []any{
 		(*Command_SubmitJob)(nil),
 		(*Command_AssignJob)(nil),
 		(*Command_FinishJob)(nil),
@@ -2658,6 +2998,10 @@ func file_palyra_raft_v1_log_proto_init() {
 		(*Command_SetPendingReason)(nil),
 		(*Command_SetNodeSchedulable)(nil),
 		(*Command_AssignBatch)(nil),
+		(*Command_SetSecret)(nil),
+		(*Command_DeleteSecret)(nil),
+		(*Command_KvPut)(nil),
+		(*Command_KvDelete)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2665,7 +3009,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -28,6 +28,8 @@ const (
 	JobServiceName = "palyra.v1.JobService"
 	// NodeServiceName is the fully-qualified name of the NodeService service.
 	NodeServiceName = "palyra.v1.NodeService"
+	// SecretServiceName is the fully-qualified name of the SecretService service.
+	SecretServiceName = "palyra.v1.SecretService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -59,6 +61,14 @@ const (
 	// NodeServiceSetSchedulableProcedure is the fully-qualified name of the NodeService's
 	// SetSchedulable RPC.
 	NodeServiceSetSchedulableProcedure = "/palyra.v1.NodeService/SetSchedulable"
+	// SecretServiceSetSecretProcedure is the fully-qualified name of the SecretService's SetSecret RPC.
+	SecretServiceSetSecretProcedure = "/palyra.v1.SecretService/SetSecret"
+	// SecretServiceListSecretsProcedure is the fully-qualified name of the SecretService's ListSecrets
+	// RPC.
+	SecretServiceListSecretsProcedure = "/palyra.v1.SecretService/ListSecrets"
+	// SecretServiceDeleteSecretProcedure is the fully-qualified name of the SecretService's
+	// DeleteSecret RPC.
+	SecretServiceDeleteSecretProcedure = "/palyra.v1.SecretService/DeleteSecret"
 )
 
 // JobServiceClient is a client for the palyra.v1.JobService service.
@@ -413,4 +423,126 @@ func (UnimplementedNodeServiceHandler) Leave(context.Context, *connect.Request[p
 
 func (UnimplementedNodeServiceHandler) SetSchedulable(context.Context, *connect.Request[palyrav1.SetSchedulableRequest]) (*connect.Response[palyrav1.SetSchedulableResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.NodeService.SetSchedulable is not implemented"))
+}
+
+// SecretServiceClient is a client for the palyra.v1.SecretService service.
+type SecretServiceClient interface {
+	SetSecret(context.Context, *connect.Request[palyrav1.SetSecretRequest]) (*connect.Response[palyrav1.SetSecretResponse], error)
+	ListSecrets(context.Context, *connect.Request[palyrav1.ListSecretsRequest]) (*connect.Response[palyrav1.ListSecretsResponse], error)
+	DeleteSecret(context.Context, *connect.Request[palyrav1.DeleteSecretRequest]) (*connect.Response[palyrav1.DeleteSecretResponse], error)
+}
+
+// NewSecretServiceClient constructs a client for the palyra.v1.SecretService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewSecretServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) SecretServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	secretServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("SecretService").Methods()
+	return &secretServiceClient{
+		setSecret: connect.NewClient[palyrav1.SetSecretRequest, palyrav1.SetSecretResponse](
+			httpClient,
+			baseURL+SecretServiceSetSecretProcedure,
+			connect.WithSchema(secretServiceMethods.ByName("SetSecret")),
+			connect.WithClientOptions(opts...),
+		),
+		listSecrets: connect.NewClient[palyrav1.ListSecretsRequest, palyrav1.ListSecretsResponse](
+			httpClient,
+			baseURL+SecretServiceListSecretsProcedure,
+			connect.WithSchema(secretServiceMethods.ByName("ListSecrets")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSecret: connect.NewClient[palyrav1.DeleteSecretRequest, palyrav1.DeleteSecretResponse](
+			httpClient,
+			baseURL+SecretServiceDeleteSecretProcedure,
+			connect.WithSchema(secretServiceMethods.ByName("DeleteSecret")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// secretServiceClient implements SecretServiceClient.
+type secretServiceClient struct {
+	setSecret    *connect.Client[palyrav1.SetSecretRequest, palyrav1.SetSecretResponse]
+	listSecrets  *connect.Client[palyrav1.ListSecretsRequest, palyrav1.ListSecretsResponse]
+	deleteSecret *connect.Client[palyrav1.DeleteSecretRequest, palyrav1.DeleteSecretResponse]
+}
+
+// SetSecret calls palyra.v1.SecretService.SetSecret.
+func (c *secretServiceClient) SetSecret(ctx context.Context, req *connect.Request[palyrav1.SetSecretRequest]) (*connect.Response[palyrav1.SetSecretResponse], error) {
+	return c.setSecret.CallUnary(ctx, req)
+}
+
+// ListSecrets calls palyra.v1.SecretService.ListSecrets.
+func (c *secretServiceClient) ListSecrets(ctx context.Context, req *connect.Request[palyrav1.ListSecretsRequest]) (*connect.Response[palyrav1.ListSecretsResponse], error) {
+	return c.listSecrets.CallUnary(ctx, req)
+}
+
+// DeleteSecret calls palyra.v1.SecretService.DeleteSecret.
+func (c *secretServiceClient) DeleteSecret(ctx context.Context, req *connect.Request[palyrav1.DeleteSecretRequest]) (*connect.Response[palyrav1.DeleteSecretResponse], error) {
+	return c.deleteSecret.CallUnary(ctx, req)
+}
+
+// SecretServiceHandler is an implementation of the palyra.v1.SecretService service.
+type SecretServiceHandler interface {
+	SetSecret(context.Context, *connect.Request[palyrav1.SetSecretRequest]) (*connect.Response[palyrav1.SetSecretResponse], error)
+	ListSecrets(context.Context, *connect.Request[palyrav1.ListSecretsRequest]) (*connect.Response[palyrav1.ListSecretsResponse], error)
+	DeleteSecret(context.Context, *connect.Request[palyrav1.DeleteSecretRequest]) (*connect.Response[palyrav1.DeleteSecretResponse], error)
+}
+
+// NewSecretServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewSecretServiceHandler(svc SecretServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	secretServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("SecretService").Methods()
+	secretServiceSetSecretHandler := connect.NewUnaryHandler(
+		SecretServiceSetSecretProcedure,
+		svc.SetSecret,
+		connect.WithSchema(secretServiceMethods.ByName("SetSecret")),
+		connect.WithHandlerOptions(opts...),
+	)
+	secretServiceListSecretsHandler := connect.NewUnaryHandler(
+		SecretServiceListSecretsProcedure,
+		svc.ListSecrets,
+		connect.WithSchema(secretServiceMethods.ByName("ListSecrets")),
+		connect.WithHandlerOptions(opts...),
+	)
+	secretServiceDeleteSecretHandler := connect.NewUnaryHandler(
+		SecretServiceDeleteSecretProcedure,
+		svc.DeleteSecret,
+		connect.WithSchema(secretServiceMethods.ByName("DeleteSecret")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/palyra.v1.SecretService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case SecretServiceSetSecretProcedure:
+			secretServiceSetSecretHandler.ServeHTTP(w, r)
+		case SecretServiceListSecretsProcedure:
+			secretServiceListSecretsHandler.ServeHTTP(w, r)
+		case SecretServiceDeleteSecretProcedure:
+			secretServiceDeleteSecretHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedSecretServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedSecretServiceHandler struct{}
+
+func (UnimplementedSecretServiceHandler) SetSecret(context.Context, *connect.Request[palyrav1.SetSecretRequest]) (*connect.Response[palyrav1.SetSecretResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SecretService.SetSecret is not implemented"))
+}
+
+func (UnimplementedSecretServiceHandler) ListSecrets(context.Context, *connect.Request[palyrav1.ListSecretsRequest]) (*connect.Response[palyrav1.ListSecretsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SecretService.ListSecrets is not implemented"))
+}
+
+func (UnimplementedSecretServiceHandler) DeleteSecret(context.Context, *connect.Request[palyrav1.DeleteSecretRequest]) (*connect.Response[palyrav1.DeleteSecretResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SecretService.DeleteSecret is not implemented"))
 }

@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+func secretCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "secret",
+		Usage: "secrets for jobs: stored sealed, readable only by jobs granted them",
+		Subcommands: []*ucli.Command{
+			{
+				Name:      "set",
+				Usage:     "store a secret (the value is read from --from-file, or from stdin)",
+				ArgsUsage: "NAME",
+				Description: `The value never appears in logs, job records or API answers. A job reads it
+   only when submitted with --secret NAME and the policy grants it:
+     palyra secret set api-token < token.txt
+     palyra job submit --wasm app.wasm --secret api-token`,
+				Flags: []ucli.Flag{&ucli.StringFlag{Name: "from-file", Usage: "read the value from `FILE`"}, jsonFlag},
+				Action: func(c *ucli.Context) error {
+					name, err := oneArg(c, "secret name")
+					if err != nil {
+						return err
+					}
+					var value []byte
+					if f := c.String("from-file"); f != "" {
+						value, err = os.ReadFile(f)
+					} else {
+						if isTerminal(c.App.ErrWriter) {
+							fmt.Fprintln(c.App.ErrWriter, "reading the secret from stdin (end with Ctrl-D)…")
+						}
+						value, err = io.ReadAll(io.LimitReader(c.App.Reader, 1<<20))
+					}
+					if err != nil {
+						return fail(c, &client.Error{Code: "invalid_argument", Message: err.Error()})
+					}
+					if len(value) == 0 {
+						return usageErr("empty secret value; pipe it in or use --from-file")
+					}
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					if _, err := cl.Secrets.SetSecret(c.Context, connect.NewRequest(&palyrav1.SetSecretRequest{Name: name, Value: value})); err != nil {
+						return fail(c, cl.Explain(err))
+					}
+					if c.Bool("json") {
+						return writeJSON(c.App.Writer, map[string]any{"name": name, "bytes": len(value)})
+					}
+					fmt.Fprintf(c.App.Writer, "secret %s stored (%d bytes)\n", name, len(value))
+					return nil
+				},
+			},
+			{
+				Name: "list", Usage: "list secret names (never values)", Flags: []ucli.Flag{jsonFlag},
+				Action: func(c *ucli.Context) error {
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					resp, err := cl.Secrets.ListSecrets(c.Context, connect.NewRequest(&palyrav1.ListSecretsRequest{}))
+					if err != nil {
+						return fail(c, cl.Explain(err))
+					}
+					if c.Bool("json") {
+						out := []map[string]any{}
+						for _, s := range resp.Msg.Secrets {
+							out = append(out, map[string]any{"name": s.Name, "set_at": msTime(s.SetAtMs), "set_by": s.SetBy})
+						}
+						return writeJSON(c.App.Writer, map[string]any{"secrets": out})
+					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+					fmt.Fprintln(tw, "NAME\tSET AT\tSET BY")
+					for _, s := range resp.Msg.Secrets {
+						fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, msTime(s.SetAtMs), s.SetBy)
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name: "delete", Usage: "delete a secret", ArgsUsage: "NAME",
+				Action: func(c *ucli.Context) error {
+					name, err := oneArg(c, "secret name")
+					if err != nil {
+						return err
+					}
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					if _, err := cl.Secrets.DeleteSecret(c.Context, connect.NewRequest(&palyrav1.DeleteSecretRequest{Name: name})); err != nil {
+						return fail(c, cl.Explain(err))
+					}
+					fmt.Fprintf(c.App.Writer, "secret %s deleted\n", name)
+					return nil
+				},
+			},
+		},
+	}
+}

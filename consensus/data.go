@@ -1,0 +1,131 @@
+package consensus
+
+import (
+	"sort"
+
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// Limits on replicated key-value data, enforced deterministically in Apply.
+const (
+	MaxKVKey     = 512
+	MaxKVValue   = 64 << 10
+	MaxKVEntries = 100_000
+	MaxSecrets   = 10_000
+	MaxSecretLen = 64 << 10
+)
+
+// Secret is a stored secret: its value sealed with the cluster data key.
+type Secret struct {
+	Name    string
+	Sealed  []byte
+	SetAtMS int64
+	SetBy   string
+}
+
+// dataState holds secrets and the key-value store.
+type dataState struct {
+	secrets map[string]*Secret
+	kv      map[string][]byte
+}
+
+func newDataState() dataState {
+	return dataState{secrets: map[string]*Secret{}, kv: map[string][]byte{}}
+}
+
+func (s *State) applySetSecret(c *raftpb.SetSecret) ApplyResult {
+	switch {
+	case c.Name == "" || len(c.Name) > 256:
+		return ApplyResult{Err: errf(ErrInvalid, "use a name of 1 to 256 characters", "bad secret name")}
+	case len(c.Sealed) > MaxSecretLen+64:
+		return ApplyResult{Err: errf(ErrInvalid, "secrets are at most 64 KiB", "secret %s is too large", c.Name)}
+	}
+	if _, ok := s.data.secrets[c.Name]; !ok && len(s.data.secrets) >= MaxSecrets {
+		return ApplyResult{Err: errf(ErrInvalid, "delete unused secrets", "the cluster holds %d secrets, its limit", MaxSecrets)}
+	}
+	s.data.secrets[c.Name] = &Secret{Name: c.Name, Sealed: c.Sealed, SetAtMS: c.AtMs, SetBy: c.By}
+	return ApplyResult{}
+}
+
+func (s *State) applyDeleteSecret(c *raftpb.DeleteSecret) ApplyResult {
+	if _, ok := s.data.secrets[c.Name]; !ok {
+		return ApplyResult{Err: errf(ErrNotFound, "list them with 'palyra secret list'", "no secret named %q", c.Name)}
+	}
+	delete(s.data.secrets, c.Name)
+	return ApplyResult{}
+}
+
+func (s *State) applyKVPut(c *raftpb.KVPut) ApplyResult {
+	switch {
+	case c.Key == "" || len(c.Key) > MaxKVKey:
+		return ApplyResult{Err: errf(ErrInvalid, "", "key-value keys are 1 to %d bytes", MaxKVKey)}
+	case len(c.Value) > MaxKVValue:
+		return ApplyResult{Err: errf(ErrInvalid, "", "key-value values are at most %d bytes", MaxKVValue)}
+	}
+	if _, ok := s.data.kv[c.Key]; !ok && len(s.data.kv) >= MaxKVEntries {
+		return ApplyResult{Err: errf(ErrInvalid, "delete unused keys", "the key-value store holds %d entries, its limit", MaxKVEntries)}
+	}
+	s.data.kv[c.Key] = append([]byte(nil), c.Value...)
+	return ApplyResult{}
+}
+
+func (s *State) applyKVDelete(c *raftpb.KVDelete) ApplyResult {
+	delete(s.data.kv, c.Key)
+	return ApplyResult{}
+}
+
+// Secret returns a stored secret (sealed).
+func (s *State) Secret(name string) (Secret, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sec, ok := s.data.secrets[name]
+	if !ok {
+		return Secret{}, false
+	}
+	return *sec, true
+}
+
+// Secrets lists secrets by name (sealed values included; callers must not
+// expose them).
+func (s *State) Secrets() []Secret {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Secret, 0, len(s.data.secrets))
+	for _, k := range sortedKeys(s.data.secrets) {
+		out = append(out, *s.data.secrets[k])
+	}
+	return out
+}
+
+// KV returns the value of key.
+func (s *State) KV(key string) ([]byte, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	v, ok := s.data.kv[key]
+	return append([]byte(nil), v...), ok
+}
+
+func (s *State) snapshotData(snap *raftpb.Snapshot) {
+	for _, k := range sortedKeys(s.data.secrets) {
+		sec := s.data.secrets[k]
+		snap.Secrets = append(snap.Secrets, &raftpb.SetSecret{Name: sec.Name, Sealed: sec.Sealed, AtMs: sec.SetAtMS, By: sec.SetBy})
+	}
+	keys := make([]string, 0, len(s.data.kv))
+	for k := range s.data.kv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		snap.Kv = append(snap.Kv, &raftpb.KVPut{Key: k, Value: s.data.kv[k]})
+	}
+}
+
+func (s *State) restoreData(snap *raftpb.Snapshot) {
+	s.data = newDataState()
+	for _, sec := range snap.Secrets {
+		s.data.secrets[sec.Name] = &Secret{Name: sec.Name, Sealed: sec.Sealed, SetAtMS: sec.AtMs, SetBy: sec.By}
+	}
+	for _, e := range snap.Kv {
+		s.data.kv[e.Key] = e.Value
+	}
+}
