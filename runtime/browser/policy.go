@@ -97,14 +97,15 @@ func normaliseHost(h string) string {
 }
 
 // hostAllowed reports whether host (normalised) matches the allowlist: an
-// exact match, or for names a subdomain of an entry.
+// exact match, or for names a subdomain of a name entry. An IP entry
+// matches only that IP ("x.10.1.2.3" is a name, not under 10.1.2.3).
 func (p *policy) hostAllowed(host string) bool {
 	_, isIP := parseIP(host)
 	for _, h := range p.hosts {
 		if host == h {
 			return true
 		}
-		if !isIP && strings.HasSuffix(host, "."+h) {
+		if _, entryIsIP := parseIP(h); !isIP && !entryIsIP && strings.HasSuffix(host, "."+h) {
 			return true
 		}
 	}
