@@ -162,8 +162,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// on this node before it stopped, before anything new is placed here.
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 	defer wcancel()
-	if err := n.cluster.VerifyRead(wctx); err != nil {
-		return nil, fmt.Errorf("catching up with the cluster: %w", err)
+	if err := n.catchUp(wctx); err != nil {
+		return nil, err
 	}
 	if err := n.worker.Recover(wctx); err != nil {
 		return nil, err
@@ -173,8 +173,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	n.wg.Add(4)
+	n.wg.Add(5)
 	go func() { defer n.wg.Done(); n.authz.Watch(runCtx) }()
+	go func() { defer n.wg.Done(); n.watchRevocations(runCtx) }()
 	go func() { defer n.wg.Done(); n.renewLoop(runCtx) }()
 	go func() { defer n.wg.Done(); n.worker.Run(runCtx) }()
 	go func() { defer n.wg.Done(); n.runScheduler(runCtx) }()
@@ -437,4 +438,29 @@ func (n *Node) executors() map[pruntime.Kind]pruntime.Executor {
 		ex[pruntime.KindBrowser] = n.browser
 	}
 	return ex
+}
+
+// catchUp waits until this node's replica is current: a leader is known
+// and the local state has applied everything committed before now. After
+// a restart it can take a few heartbeats for the leader to reach us, so it
+// keeps trying until ctx ends, saying what it waits for.
+func (n *Node) catchUp(ctx context.Context) error {
+	next := time.Now()
+	for {
+		err := n.cluster.VerifyRead(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("catching up with the cluster: %w (last error: %v)", ctx.Err(), err)
+		}
+		if time.Now().After(next) {
+			n.log.Info("waiting for the cluster (a leader and a quorum) before taking work", "err", err)
+			next = time.Now().Add(5 * time.Second)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
