@@ -1,0 +1,90 @@
+package node_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/identity/pairing"
+	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// A policy set through one node is enforced by every node, and a revoked
+// device is refused by every node, within seconds and without restarts.
+func TestPolicyAndRevocationReachEveryNode(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	op := operator(t, tc.first, tc.first.Addr())
+	ctx := context.Background()
+
+	resp, err := op.Identity.CreatePairing(ctx, connect.NewRequest(&palyrav1.CreatePairingRequest{Kind: "device", Name: "ci"}))
+	if err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	code, _ := pairing.Parse(resp.Msg.Code)
+	cred, pr, err := client.Pair(ctx, tc.addrs[1], code, client.PairOptions{Name: "ci"}) // paired through a non-CA node
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := make([]*client.Client, 3)
+	for i, a := range tc.addrs {
+		if devs[i], err = client.New(a, cred); err != nil {
+			t.Fatal(err)
+		}
+		defer devs[i].Close()
+	}
+	mod := testwasm.Build(t, "reverse")
+	submit := func(cl *client.Client) error {
+		_, err := cl.Submit(ctx, &palyrav1.SubmitJobRequest{WasmModule: mod, Input: []byte("x")})
+		return err
+	}
+	for i, cl := range devs {
+		if err := submit(cl); err != nil {
+			t.Fatalf("device submit via node %d: %v", i, cl.Explain(err))
+		}
+	}
+
+	// Forbid this device's submissions, through node 3.
+	cur, err := op.Policy.GetPolicy(ctx, connect.NewRequest(&palyrav1.GetPolicyRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimPrefix(pr.Principal, "device:")
+	src := cur.Msg.Source + "\n@id(\"no-ci-submit\")\nforbid (principal == Palyra::Device::\"" + id + "\", action == Palyra::Action::\"job.submit\", resource);\n"
+	op3 := operator(t, tc.first, tc.addrs[2])
+	if _, err := op3.Policy.SetPolicy(ctx, connect.NewRequest(&palyrav1.SetPolicyRequest{Source: src})); err != nil {
+		t.Fatal(op3.Explain(err))
+	}
+	for i, cl := range devs {
+		waitFor(t, "the forbid to reach node "+tc.addrs[i], 10*time.Second, func() bool {
+			err := submit(cl)
+			return err != nil && strings.Contains(cl.Explain(err).Message, "no-ci-submit")
+		})
+	}
+	// Reads still allowed.
+	if _, err := devs[0].Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{})); err != nil {
+		t.Fatalf("status should still be allowed: %v", err)
+	}
+
+	// Revoke the device: every node refuses it.
+	if _, err := op.Identity.RevokeMember(ctx, connect.NewRequest(&palyrav1.RevokeMemberRequest{Kind: "device", Id: id})); err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	for i := range tc.addrs {
+		fresh, _ := client.New(tc.addrs[i], cred)
+		waitFor(t, "node "+tc.addrs[i]+" to refuse the revoked device", 10*time.Second, func() bool {
+			_, err := fresh.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+			return err != nil && fresh.Explain(err).Code == "unauthenticated"
+		})
+		fresh.Close()
+		// Its existing connections are cut too.
+		waitFor(t, "the revoked device's open connection to be refused", 10*time.Second, func() bool {
+			_, err := devs[i].Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+			return err != nil
+		})
+	}
+}
