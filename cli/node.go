@@ -22,6 +22,7 @@ func nodeFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "advertise", Usage: "`HOST:PORT` other nodes dial (default: --listen)", EnvVars: []string{"PALYRA_ADVERTISE"}},
 		&ucli.StringSliceFlag{Name: "label", Usage: "node label `k=v` for scheduling and policy (repeatable)"},
 		&ucli.IntFlag{Name: "wasm-slots", Usage: "wasm jobs run at once on this node (default 2 × CPUs)", EnvVars: []string{"PALYRA_WASM_SLOTS"}},
+		&ucli.IntFlag{Name: "browser-slots", Usage: "browser jobs run at once (default 2 when Chromium is installed; -1 disables)", EnvVars: []string{"PALYRA_BROWSER_SLOTS"}},
 		&ucli.IntFlag{Name: "target-voters", Usage: "raft voters the cluster keeps: 1, 3 or 5 (default 3; the leader's setting applies)", EnvVars: []string{"PALYRA_TARGET_VOTERS"}},
 		&ucli.StringFlag{Name: "log-format", Usage: "log format: text or json", Value: "text", EnvVars: []string{"PALYRA_LOG_FORMAT"}},
 		&ucli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"PALYRA_LOG_LEVEL"}},
@@ -64,7 +65,7 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 	return node.Config{
 		DataDir: dataDir, Listen: c.String("listen"), Advertise: c.String("advertise"),
 		ClusterName: c.String("cluster-name"), Logger: logger, Version: Version,
-		WasmSlots: c.Int("wasm-slots"), Labels: labels, TargetVoters: tv,
+		WasmSlots: c.Int("wasm-slots"), BrowserSlots: c.Int("browser-slots"), Labels: labels, TargetVoters: tv,
 	}, nil
 }
 
