@@ -38,6 +38,12 @@ test-short: vet
 bench: build examples
 	$(GO) run ./internal/bench
 
+# demo runs a three-node cluster on loopback, kills its leader mid-job and
+# narrates what happens (scripts/demo.sh); it cleans up after itself.
+.PHONY: demo
+demo: build examples
+	@bash scripts/demo.sh
+
 # proto regenerates the checked-in Go code (needs Debian's protobuf-compiler).
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_CONNECT := connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1

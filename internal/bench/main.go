@@ -1,7 +1,10 @@
-// Command bench measures a single palyra node end to end, through the same
-// QUIC + mTLS API client the CLI uses: submit→completed latency (p50/p99)
-// of a trivial wasm job one at a time, and throughput with concurrent
-// submitters. It prints the machine it ran on. Run it with `make bench`.
+// Command bench measures palyra end to end, through the same QUIC + mTLS
+// API client the CLI uses. On a single in-process node: submit→completed
+// latency (p50/p99) of a trivial wasm job one at a time, and throughput
+// with concurrent submitters. On a cluster of three palyra processes:
+// leader failover and failure-detection times under SIGKILL, and commit
+// latency beside the fsync floor measured in the same run. It prints the
+// machine it ran on. Run it with `make bench`.
 package main
 
 import (
@@ -12,11 +15,13 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -32,10 +37,27 @@ func main() {
 	total := flag.Int("jobs", 1000, "jobs for the throughput run")
 	conc := flag.Int("c", 16, "concurrent submitters for the throughput run")
 	module := flag.String("wasm", "bin/examples/reverse.wasm", "trivial wasm module")
+	single := flag.Bool("single", true, "run the single-node benchmarks")
+	cluster := flag.Bool("cluster", true, "run the 3-process cluster benchmarks")
+	bin := flag.String("palyra", "bin/palyra", "palyra binary for the cluster benchmarks")
+	trials := flag.Int("trials", 10, "leader-kill trials")
+	commits := flag.Int("commits", 200, "sequential commits per series")
 	flag.Parse()
-	if err := run(*seq, *total, *conc, *module); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	printMachine()
+	if *single {
+		if err := run(*seq, *total, *conc, *module); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Println()
+	}
+	if *cluster {
+		if err := runCluster(ctx, *bin, *trials, *commits); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: cluster:", err)
+			os.Exit(1)
+		}
 	}
 }
 
@@ -66,7 +88,6 @@ func run(seq, total, conc int, modulePath string) error {
 	}
 	defer cl.Close()
 
-	printMachine()
 	fmt.Printf("module: %s (%d KiB), node: 1 voter, wasm slots %d, fsync on\n\n", filepath.Base(modulePath), len(mod)>>10, 2*goruntime.NumCPU())
 
 	// Warm-up: compile cache and connection.
@@ -169,5 +190,6 @@ func printMachine() {
 	}
 	kernel, _ := exec.Command("uname", "-r").Output()
 	fmt.Printf("machine: %s, %d CPUs, %s, Linux %s, %s\n", model, goruntime.NumCPU(), mem, strings.TrimSpace(string(kernel)), goruntime.Version())
-	fmt.Printf("date: %s\n", time.Now().UTC().Format("2006-01-02"))
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("date: %s, load average %s\n", time.Now().UTC().Format("2006-01-02"), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
 }
