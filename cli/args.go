@@ -17,6 +17,7 @@ func interspersed(app *ucli.App, args []string) []string {
 	}
 	out := []string{args[0]}
 	cmds, flags := app.Commands, app.Flags
+	var globals []string // global flags found after the command path
 	i := 1
 	// Global flags and the command path.
 	for i < len(args) {
@@ -53,6 +54,14 @@ func interspersed(app *ucli.App, args []string) []string {
 		case a == "--":
 			positional = append(positional, args[i:]...)
 			i = len(args)
+		case strings.HasPrefix(a, "-") && a != "-" && !defines(flags, a) && defines(app.Flags, a):
+			// A global flag after the subcommand (--data-dir, --addr …):
+			// move it before the command path, where urfave/cli reads it.
+			globals = append(globals, a)
+			if takesValue(app.Flags, a) && i+1 < len(args) {
+				globals = append(globals, args[i+1])
+				i++
+			}
 		case strings.HasPrefix(a, "-") && a != "-":
 			flagArgs = append(flagArgs, a)
 			if takesValue(flags, a) && i+1 < len(args) {
@@ -64,7 +73,24 @@ func interspersed(app *ucli.App, args []string) []string {
 		}
 	}
 	out = append(out, flagArgs...)
-	return append(out, positional...)
+	out = append(out, positional...)
+	if len(globals) > 0 {
+		out = append(append([]string{out[0]}, globals...), out[1:]...)
+	}
+	return out
+}
+
+// defines reports whether flag token a names one of flags.
+func defines(flags []ucli.Flag, a string) bool {
+	name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // takesValue reports whether flag token a (e.g. "--wasm", "-wasm") names a

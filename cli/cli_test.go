@@ -274,6 +274,11 @@ func TestInterspersedFlags(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("got %v", got)
 	}
+	got = interspersed(app, []string{"palyra", "node", "join", "--code", "C", "--data-dir", "D", "--peer", "P"})
+	want = []string{"palyra", "--data-dir", "D", "node", "join", "--code", "C", "--peer", "P"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("global flag after subcommand: got %v", got)
+	}
 	got = interspersed(app, []string{"palyra", "job", "list", "--phase", "queued", "--", "--json"})
 	want = []string{"palyra", "job", "list", "--phase", "queued", "--", "--json"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {

@@ -35,10 +35,14 @@ func statusCommand() *ucli.Command {
 					"caller": s.Caller, "uptime_ms": s.UptimeMs,
 				})
 			}
+			leader := s.LeaderId + " " + s.LeaderAddress
+			if s.LeaderId == "" {
+				leader = "(none known: no quorum)"
+			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-			fmt.Fprintf(tw, "node\t%s (%s)\ncluster\t%s\nraft\t%s, term %d, commit %d, applied %d\nleader\t%s %s\ncaller\t%s\nversion\t%s\n",
+			fmt.Fprintf(tw, "node\t%s (%s)\ncluster\t%s\nraft\t%s, term %d, commit %d, applied %d\nleader\t%s\ncaller\t%s\nversion\t%s\n",
 				s.NodeId, s.Address, s.ClusterName, s.RaftState, s.Term, s.CommitIndex, s.AppliedIndex,
-				s.LeaderId, s.LeaderAddress, s.Caller, s.Version)
+				leader, s.Caller, s.Version)
 			fmt.Fprint(tw, "jobs\t")
 			for i, p := range []palyrav1.JobPhase{1, 2, 3, 4, 5, 6, 7, 8} {
 				if i > 0 {

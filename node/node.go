@@ -151,7 +151,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	n.serve(runCtx, addr, cred)
 
 	n.worker = worker.New(worker.Config{
 		NodeID: st.NodeID, Control: n.cluster, Blobs: n.blobNet,
@@ -173,6 +172,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	// Serve the API once the replica is current and the init members are
+	// registered, so the first answers are right (no spurious denials).
+	n.serve(runCtx, addr, cred)
 	n.wg.Add(5)
 	go func() { defer n.wg.Done(); n.authz.Watch(runCtx) }()
 	go func() { defer n.wg.Done(); n.watchRevocations(runCtx) }()
@@ -194,9 +196,10 @@ func (n *Node) listen() error {
 		// Callers without a certificate may connect to reach the pairing
 		// call only (the API refuses everything else; mesh refuses them on
 		// the peer protocol).
-		ServerTLS: identity.LiveServerTLSConfig(n.cred, nil, n.peerCheck, true),
-		ClientTLS: identity.LiveClientTLSConfig(n.cred, nil, n.peerCheck),
-		Logger:    n.log,
+		ServerTLS:         identity.LiveServerTLSConfig(n.cred, nil, n.peerCheck, true),
+		ClientTLS:         identity.LiveClientTLSConfig(n.cred, nil, n.peerCheck),
+		Logger:            n.log,
+		StatelessResetKey: n.resetKey(),
 	})
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", n.cfg.Listen, err)
@@ -370,7 +373,21 @@ func (n *Node) Close() error {
 			err = errors.Join(err, n.cluster.Close())
 		}
 		if n.store != nil {
-			err = errors.Join(err, n.store.Close())
+			// Raft's shutdown waits for its replication goroutines; one
+			// blocked on a peer that vanished mid-RPC is released by
+			// closing the transport, so bound the wait and then do that.
+			done := make(chan error, 1)
+			go func() { done <- n.store.Close() }()
+			select {
+			case e := <-done:
+				err = errors.Join(err, e)
+			case <-time.After(5 * time.Second):
+				n.log.Warn("raft shutdown is slow; closing the transport to release it")
+				if n.transport != nil {
+					n.transport.Close()
+				}
+				err = errors.Join(err, <-done)
+			}
 		}
 		if n.ca != nil {
 			err = errors.Join(err, n.ca.Close())
@@ -463,4 +480,21 @@ func (n *Node) catchUp(ctx context.Context) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// resetKey derives this node's QUIC stateless-reset key from the cluster
+// data key and the node id: stable across restarts (so peers learn at once
+// that a restarted node lost its connections, instead of waiting for an
+// idle timeout) and secret (the data key never leaves the nodes).
+func (n *Node) resetKey() *quic.StatelessResetKey {
+	if len(n.dataKey) == 0 {
+		return nil
+	}
+	h := sha256.New()
+	h.Write([]byte("palyra-quic-stateless-reset-v1\x00"))
+	h.Write(n.dataKey)
+	h.Write([]byte(n.state.NodeID))
+	var k quic.StatelessResetKey
+	copy(k[:], h.Sum(nil))
+	return &k
 }

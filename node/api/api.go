@@ -234,10 +234,6 @@ func (n nodeService) Status(ctx context.Context, _ *connect.Request[palyrav1.Sta
 		counts[p.String()] = c
 	}
 	caller, _ := PrincipalFrom(ctx)
-	if s.Members != nil && !isLeaderKnown(lid) {
-		// No leader: say so plainly rather than print an empty field.
-		laddr, lid = "", "(none: no quorum)"
-	}
 	return connect.NewResponse(&palyrav1.StatusResponse{
 		NodeId: s.info.NodeID, Address: s.info.Address, LeaderId: lid, LeaderAddress: laddr,
 		Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, RaftState: st.State,
@@ -246,8 +242,6 @@ func (n nodeService) Status(ctx context.Context, _ *connect.Request[palyrav1.Sta
 		UptimeMs: s.now().Sub(s.info.Started).Milliseconds(),
 	}), nil
 }
-
-func isLeaderKnown(id string) bool { return id != "" }
 
 func (n nodeService) ListNodes(ctx context.Context, _ *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error) {
 	s := n.s

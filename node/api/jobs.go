@@ -77,7 +77,12 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	}
 	hash, err := s.blobs.Put(m.WasmModule)
 	if err != nil {
-		return nil, fromErr(fmt.Errorf("store module: %w", err))
+		// On a node cut off from its peers the real problem is quorum.
+		if qerr := s.control.VerifyRead(ctx); qerr != nil {
+			return nil, fromErr(qerr)
+		}
+		return nil, apiError(connect.CodeUnavailable, "unavailable", "could not store the module on another node: "+err.Error(),
+			"check that the other nodes are up and reachable ('palyra nodes')")
 	}
 	return js.commitSubmit(ctx, m, hash)
 }
@@ -263,6 +268,11 @@ func (js jobService) CancelJob(ctx context.Context, req *connect.Request[palyrav
 
 func (js jobService) WatchJob(ctx context.Context, req *connect.Request[palyrav1.WatchJobRequest], stream *connect.ServerStream[palyrav1.WatchJobResponse]) error {
 	st := js.s.control.State()
+	// Start from a linearizable view, so a job just accepted through
+	// another node is found on this follower.
+	if _, err := js.s.readInfo(ctx, false); err != nil {
+		return err
+	}
 	if _, err := js.authorizedJob(ctx, policy.ActionJobWatch, req.Msg.Id); err != nil {
 		return err
 	}
