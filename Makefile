@@ -36,7 +36,7 @@ test-short: vet
 	$(GO) test -count=1 -short $(PKGS)
 
 bench: build examples
-	$(GO) run ./internal/bench
+	@GO=$(GO) bash scripts/bench.sh
 
 # demo runs a three-node cluster on loopback, kills its leader mid-job and
 # narrates what happens (scripts/demo.sh); it cleans up after itself.

@@ -77,7 +77,21 @@ func runCluster(ctx context.Context, bin string, trials, commits int) error {
 		fmt.Printf("  p50 %s   p99 %s   (%d starts for %d restarts; a start that exits is retried after 1s)\n\n",
 			ms(pct(rejoin, 50)), ms(pct(rejoin, 99)), starts, trials)
 	}
-	return commitLatency(ctx, c, commits)
+	if err := commitLatency(ctx, c, commits); err != nil {
+		return err
+	}
+	reverse, err := os.ReadFile(filepath.Join(filepath.Dir(bin), "examples", "reverse.wasm"))
+	if err != nil {
+		return fmt.Errorf("%w (run 'make examples' first)", err)
+	}
+	sleep, err := os.ReadFile(filepath.Join(filepath.Dir(bin), "examples", "sleep.wasm"))
+	if err != nil {
+		return fmt.Errorf("%w (run 'make examples' first)", err)
+	}
+	if err := clusterThroughput(ctx, c, reverse); err != nil {
+		return err
+	}
+	return workerKill(ctx, c, sleep)
 }
 
 func printTrials(failover, detect []time.Duration) {

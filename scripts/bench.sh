@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# bench.sh: every figure the README reports, printed in one run. Called by
+# `make bench` after building bin/palyra and bin/examples. Figures come from
+# benchmarks, never from test assertions.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+
+section() { printf '\n=== %s\n' "$1"; }
+gobench() { # package, pattern, benchtime
+  $GO test -run '^$' -bench "$2" -benchtime "$3" "$1" | grep -E '^Benchmark' || true
+}
+
+section "node and cluster (internal/bench: real QUIC + mTLS API, real processes)"
+$GO run ./internal/bench
+
+section "scheduler only: placing 5,000 jobs on 10,000 simulated nodes (node/scheduler)"
+gobench ./node/scheduler 'Plan10kNodes' 5x
+
+section "wasm sandbox: deterministic fuel, metered vs unmetered (same run, alternating)"
+gobench ./runtime/wasm/fuel 'MeteredRatio' 20x
+gobench ./runtime/wasm 'MeteredRatio|TrivialJob$|TrivialJobUnmetered|GrantedJob' 200x
+
+section "browser jobs: warm pool vs cold chromium-headless-shell --screenshot (same run)"
+gobench ./runtime/browser 'WarmVsCold' 20x
