@@ -8,6 +8,8 @@ command -v wat2wasm >/dev/null 2>&1 || need+=(wabt)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 [ -x /usr/lib/chromium/chromium-headless-shell ] || need+=(chromium-headless-shell)
+command -v ansible-playbook >/dev/null 2>&1 || need+=(ansible-core)
+command -v ansible-lint >/dev/null 2>&1 || need+=(ansible-lint)
 
 if ((${#need[@]})); then
   if [ "$(id -u)" != 0 ]; then
