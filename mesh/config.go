@@ -42,6 +42,11 @@ type Config struct {
 	// same across restarts: derive it from the node's key material.
 	// nil means a random key (resets work only within this process's life).
 	StatelessResetKey *quic.StatelessResetKey
+	// PeerFilter, when set, must accept an inbound peer-protocol connection
+	// (ALPNPeer) by its verified TLS state, or the connection is closed
+	// before any stream or datagram is read: e.g. only nodes, not devices,
+	// may speak gossip and raft.
+	PeerFilter func(tls.ConnectionState) error
 }
 
 // Defaults applied to Config.QUIC fields left zero.

@@ -48,6 +48,7 @@ type Transport struct {
 	apiTLS    *tls.Config // client side, ALPNAPI
 	qconf     *quic.Config
 	advertise string
+	peerOK    func(tls.ConnectionState) error
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -98,6 +99,7 @@ func Listen(cfg Config) (*Transport, error) {
 		apiTLS:    tlsWithALPN(cfg.ClientTLS, ALPNAPI),
 		qconf:     quicConfig(cfg.QUIC),
 		advertise: advertise,
+		peerOK:    cfg.PeerFilter,
 		ctx:       ctx,
 		cancel:    cancel,
 		apiCh:     make(chan *quic.Conn, apiBacklog),
@@ -181,6 +183,13 @@ func (t *Transport) adoptAccepted(c *quic.Conn) {
 			t.log.Warn("refusing peer connection without client certificate", "remote", c.RemoteAddr().String())
 			c.CloseWithError(codeNoCert, "peer connections need a client certificate")
 			return
+		}
+		if t.peerOK != nil {
+			if err := t.peerOK(st); err != nil {
+				t.log.Warn("refusing peer connection", "remote", c.RemoteAddr().String(), "err", err)
+				c.CloseWithError(codeRefused, "not allowed on the peer protocol")
+				return
+			}
 		}
 		t.adoptPeer(c)
 	default:

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -200,6 +201,18 @@ func (n *Node) listen() error {
 		ClientTLS:         identity.LiveClientTLSConfig(n.cred, nil, n.peerCheck),
 		Logger:            n.log,
 		StatelessResetKey: n.resetKey(),
+		// Only nodes speak the peer protocol (gossip, raft, blobs, peer
+		// RPC); devices reach the API only.
+		PeerFilter: func(cs tls.ConnectionState) error {
+			p, err := identity.PeerPrincipal(cs)
+			if err != nil {
+				return err
+			}
+			if p.Kind != identity.KindNode {
+				return fmt.Errorf("%s is not a node", p)
+			}
+			return nil
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", n.cfg.Listen, err)
