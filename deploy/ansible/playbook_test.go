@@ -79,7 +79,11 @@ palyra_systemd_unit_dir=` + units + "\n")
 	}
 	t.Cleanup(func() {
 		for _, h := range hosts {
-			exec.Command(filepath.Join(fakebin, "systemctl"), "stop", "palyra-test-"+h).Run()
+			stop := exec.Command(filepath.Join(fakebin, "systemctl"), "stop", "palyra-test-"+h+".service")
+			stop.Env = env // the fake finds its services through FAKE_SYSTEMD_STATE_DIR
+			if out, err := stop.CombinedOutput(); err != nil {
+				t.Errorf("stopping palyra-test-%s: %v\n%s", h, err, out)
+			}
 		}
 		if t.Failed() {
 			for _, h := range hosts {
