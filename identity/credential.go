@@ -127,7 +127,11 @@ func SaveCredential(dir string, c *Credential) error {
 // an interrupted save first. It fails with ErrNoCredential if there is none
 // and with ErrInsecureKeyFile if key.pem is readable by group or others.
 func LoadCredential(dir string) (*Credential, error) {
-	if err := recoverCredential(dir); err != nil {
+	// Read-only for saves in progress: only a committed save is rolled
+	// forward (idempotent, safe while its writer commits too). Uncommitted
+	// staged files may belong to a save another process is making right
+	// now; discarding them is the next writer's job (stageCredential).
+	if err := rollForwardCommitted(dir); err != nil {
 		return nil, fmt.Errorf("load credential: finish interrupted save in %s: %w", dir, err)
 	}
 	certPEM, err := os.ReadFile(filepath.Join(dir, credCertFile))

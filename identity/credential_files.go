@@ -68,8 +68,21 @@ func commitCredential(dir string) error {
 	return syncDir(dir)
 }
 
+// rollForwardCommitted completes a committed save and leaves anything else
+// alone.
+func rollForwardCommitted(dir string) error {
+	_, err := os.Stat(filepath.Join(dir, credPendingMarker))
+	switch {
+	case err == nil:
+		return commitCredential(dir)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	}
+	return err
+}
+
 // recoverCredential completes a committed save or discards an uncommitted
-// one. A missing dir has nothing to recover.
+// one; only a writer calls it. A missing dir has nothing to recover.
 func recoverCredential(dir string) error {
 	_, err := os.Stat(filepath.Join(dir, credPendingMarker))
 	switch {

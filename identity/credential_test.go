@@ -178,8 +178,43 @@ func TestInterruptedSave(t *testing.T) {
 		if !bytes.Equal(got.Leaf.Raw, old.Leaf.Raw) {
 			t.Error("uncommitted save replaced the credential")
 		}
-		if _, err := os.Stat(filepath.Join(dir, credKeyFile+stagedSuffix)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("staged key left behind: %v", err)
+		// A reader leaves uncommitted staged files alone (they may be
+		// another process's save in progress); the next save discards them.
+		if err := SaveCredential(dir, next); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, credPendingMarker)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("marker left behind: %v", err)
+		}
+		if got, _ := LoadCredential(dir); !bytes.Equal(got.Leaf.Raw, next.Leaf.Raw) {
+			t.Error("next save did not take effect")
+		}
+	})
+
+	// A reader polling while another process saves must not destroy that
+	// save (found by the cluster benchmark: the operator credential of a
+	// fresh node vanished when read between staging and commit).
+	t.Run("load between staging and commit leaves the save intact", func(t *testing.T) {
+		dir := t.TempDir()
+		files := stagedFiles(t, next)
+		for _, f := range credFileModes {
+			if err := writeFileAtomic(filepath.Join(dir, f.name+stagedSuffix), files[f.name], f.mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := LoadCredential(dir); !errors.Is(err, ErrNoCredential) {
+			t.Fatalf("load of a save in progress: %v, want ErrNoCredential", err)
+		}
+		// The writer now commits, as SaveCredential would.
+		if err := writeFileAtomic(filepath.Join(dir, credPendingMarker), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := commitCredential(dir); err != nil {
+			t.Fatal(err)
+		}
+		got, err := LoadCredential(dir)
+		if err != nil || !bytes.Equal(got.Leaf.Raw, next.Leaf.Raw) {
+			t.Fatalf("save destroyed by a concurrent load: %v", err)
 		}
 	})
 
