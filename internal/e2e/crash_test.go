@@ -16,7 +16,9 @@ func TestSIGKILLLosesNoAcceptedJob(t *testing.T) {
 	p.start()
 	sleep, reverse := testwasm.Path(t, "sleep"), testwasm.Path(t, "reverse")
 
-	r := p.cli("job", "submit", "--wasm", sleep, "--input", "2s")
+	// Long enough that the kill lands mid-run even on a loaded CI machine
+	// (each CLI call below is a process start).
+	r := p.cli("job", "submit", "--wasm", sleep, "--input", "15s")
 	running := strings.TrimSpace(r.stdout)
 	r2 := p.cli("job", "submit", "--wasm", reverse, "--input", "queued")
 	queued := strings.TrimSpace(r2.stdout)
@@ -27,6 +29,9 @@ func TestSIGKILLLosesNoAcceptedJob(t *testing.T) {
 	if j := p.job(queued); j.Phase != "queued" {
 		t.Fatalf("second job should wait for the only slot, is %s", j.Phase)
 	}
+	if j := p.job(running); j.Phase != "running" {
+		t.Fatalf("the long job should still be running before the kill, is %s", j.Phase)
+	}
 
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	p.cmd.Wait()
@@ -34,7 +39,7 @@ func TestSIGKILLLosesNoAcceptedJob(t *testing.T) {
 	p.start()
 
 	j := p.waitPhase(running, "completed", "failed")
-	if j.Phase != "completed" || j.Output != "slept 2s" || j.Attempt != 2 {
+	if j.Phase != "completed" || j.Output != "slept 15s" || j.Attempt != 2 {
 		t.Fatalf("interrupted job after restart: %+v", j)
 	}
 	q := p.waitPhase(queued, "completed", "failed")
