@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/palyra-mesh/palyra/runtime/netguard"
 	"net"
 	"net/netip"
 	"net/url"
@@ -64,53 +65,12 @@ func newPolicy(allowHosts []string, allowPrivate bool, res resolver) (*policy, e
 	return p, nil
 }
 
-func normaliseAllowHost(h string) (string, error) {
-	n := strings.ToLower(strings.TrimSpace(h))
-	n = strings.TrimPrefix(n, "*.")
-	n = strings.TrimSuffix(n, ".")
-	if strings.HasPrefix(n, "[") && strings.HasSuffix(n, "]") {
-		n = n[1 : len(n)-1]
-	}
-	if a, err := netip.ParseAddr(n); err == nil {
-		if a.Zone() != "" {
-			return "", fmt.Errorf("allow_hosts entry %q: IPv6 zones are not supported; give the address without %%zone", h)
-		}
-		return a.Unmap().String(), nil
-	}
-	if n == "" || len(n) > 253 || strings.ContainsAny(n, "/:@?#*[] \t") {
-		return "", fmt.Errorf("allow_hosts entry %q is not a host name or IP address; give a bare host like example.com (no scheme, port or path)", h)
-	}
-	return n, nil
-}
+func normaliseAllowHost(h string) (string, error) { return netguard.NormaliseAllowHost(h) }
 
-// normaliseHost lowercases a URL host and strips brackets and a final dot.
-func normaliseHost(h string) string {
-	h = strings.ToLower(h)
-	h = strings.TrimSuffix(h, ".")
-	if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
-		h = h[1 : len(h)-1]
-	}
-	if a, err := netip.ParseAddr(h); err == nil {
-		return a.Unmap().String()
-	}
-	return h
-}
+func normaliseHost(h string) string { return netguard.NormaliseHost(h) }
 
-// hostAllowed reports whether host (normalised) matches the allowlist: an
-// exact match, or for names a subdomain of a name entry. An IP entry
-// matches only that IP ("x.10.1.2.3" is a name, not under 10.1.2.3).
-func (p *policy) hostAllowed(host string) bool {
-	_, isIP := parseIP(host)
-	for _, h := range p.hosts {
-		if host == h {
-			return true
-		}
-		if _, entryIsIP := parseIP(h); !isIP && !entryIsIP && strings.HasSuffix(host, "."+h) {
-			return true
-		}
-	}
-	return false
-}
+// hostAllowed reports whether host (normalised) matches the allowlist.
+func (p *policy) hostAllowed(host string) bool { return netguard.HostAllowed(p.hosts, host) }
 
 func parseIP(host string) (netip.Addr, bool) {
 	a, err := netip.ParseAddr(host)
@@ -212,49 +172,8 @@ func (p *policy) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 	}
 }
 
-// Address ranges refused unless a job has AllowPrivate, beyond what
-// netip.Addr's predicates cover.
-var extraPrivate = []struct {
-	prefix netip.Prefix
-	why    string
-}{
-	{netip.MustParsePrefix("0.0.0.0/8"), `in "this network" (0.0.0.0/8)`},
-	{netip.MustParsePrefix("100.64.0.0/10"), "carrier-grade NAT space"},
-	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignment space"},
-	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking space"},
-	{netip.MustParsePrefix("240.0.0.0/4"), "reserved or broadcast"},
-	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64 (can reach private IPv4)"},
-	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"},
-	{netip.MustParsePrefix("2002::/16"), "6to4 (can reach private IPv4)"},
-	{netip.MustParsePrefix("100::/64"), "discard-only space"},
-}
-
 // privateReason says why a is not a public unicast address, or "" if it is.
-func privateReason(a netip.Addr) string {
-	a = a.Unmap()
-	switch {
-	case !a.IsValid():
-		return "invalid"
-	case a.IsUnspecified():
-		return "unspecified"
-	case a.IsLoopback():
-		return "loopback"
-	case a.IsPrivate():
-		return "private"
-	case a.IsLinkLocalUnicast():
-		return "link-local"
-	case a.IsMulticast(), a.IsLinkLocalMulticast(), a.IsInterfaceLocalMulticast():
-		return "multicast"
-	case a.Zone() != "":
-		return "zoned"
-	}
-	for _, p := range extraPrivate {
-		if p.prefix.Contains(a) {
-			return p.why
-		}
-	}
-	return ""
-}
+func privateReason(a netip.Addr) string { return netguard.PrivateReason(a) }
 
 // defaultResolver is the system resolver.
 var defaultResolver resolver = net.DefaultResolver

@@ -13,6 +13,7 @@ package egress
 import (
 	"errors"
 	"fmt"
+	"github.com/palyra-mesh/palyra/runtime/netguard"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -56,48 +57,11 @@ func NewPolicy(allowHosts []string, allowPrivate bool) (*Policy, error) {
 	return p, nil
 }
 
-func normaliseAllowHost(h string) (string, error) {
-	n := strings.ToLower(strings.TrimSpace(h))
-	n = strings.TrimPrefix(n, "*.")
-	n = strings.TrimSuffix(n, ".")
-	n = strings.TrimSuffix(strings.TrimPrefix(n, "["), "]")
-	if a, err := netip.ParseAddr(n); err == nil {
-		if a.Zone() != "" {
-			return "", fmt.Errorf("allow_hosts entry %q: IPv6 zones are not supported; give the address without %%zone", clip(h))
-		}
-		return a.Unmap().String(), nil
-	}
-	if n == "" || len(n) > 253 || strings.ContainsAny(n, "/:@?#*[]% \t\r\n") {
-		return "", fmt.Errorf("allow_hosts entry %q is not a host name or IP address; give a bare host like example.com (no scheme, port or path)", clip(h))
-	}
-	return n, nil
-}
+func normaliseAllowHost(h string) (string, error) { return netguard.NormaliseAllowHost(h) }
 
-// normaliseHost lowercases a URL host and strips brackets and a final dot.
-func normaliseHost(h string) string {
-	h = strings.ToLower(h)
-	h = strings.TrimSuffix(h, ".")
-	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
-	if a, err := netip.ParseAddr(h); err == nil {
-		return a.Unmap().String()
-	}
-	return h
-}
+func normaliseHost(h string) string { return netguard.NormaliseHost(h) }
 
-// hostAllowed reports whether a normalised host matches the allowlist: an
-// exact match, or a subdomain of a name entry (never of an IP entry:
-// "x.10.1.2.3" is a name that has nothing to do with 10.1.2.3).
-func (p *Policy) hostAllowed(host string) bool {
-	for _, h := range p.hosts {
-		if host == h {
-			return true
-		}
-		if _, err := netip.ParseAddr(h); err != nil && strings.HasSuffix(host, "."+h) {
-			return true
-		}
-	}
-	return false
-}
+func (p *Policy) hostAllowed(host string) bool { return netguard.HostAllowed(p.hosts, host) }
 
 // CheckURL refuses a URL whose scheme is not http or https or whose host is
 // not allowed; an IP-literal host is also checked as an address.
@@ -138,52 +102,9 @@ func (p *Policy) CheckAddr(a netip.Addr) error {
 	return nil
 }
 
-// extraPrivate lists ranges refused unless AllowPrivate, beyond what
-// netip.Addr's predicates cover.
-var extraPrivate = []struct {
-	prefix netip.Prefix
-	why    string
-}{
-	{netip.MustParsePrefix("0.0.0.0/8"), `in "this network" (0.0.0.0/8)`},
-	{netip.MustParsePrefix("100.64.0.0/10"), "carrier-grade NAT space"},
-	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignment space"},
-	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking space"},
-	{netip.MustParsePrefix("240.0.0.0/4"), "reserved or broadcast"},
-	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64 (can reach private IPv4)"},
-	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"},
-	{netip.MustParsePrefix("2002::/16"), "6to4 (can reach private IPv4)"},
-	{netip.MustParsePrefix("100::/64"), "discard-only space"},
-	{netip.MustParsePrefix("fec0::/10"), "site-local (deprecated private)"},
-}
-
 // privateReason says why a is not a public unicast address, or "" if it is.
-func privateReason(a netip.Addr) string {
-	a = a.Unmap()
-	switch {
-	case !a.IsValid():
-		return "invalid"
-	case a.IsUnspecified():
-		return "unspecified"
-	case a.IsLoopback():
-		return "loopback"
-	case a.IsPrivate():
-		return "private"
-	case a.IsLinkLocalUnicast():
-		return "link-local"
-	case a.IsMulticast(), a.IsLinkLocalMulticast(), a.IsInterfaceLocalMulticast():
-		return "multicast"
-	case a.Zone() != "":
-		return "zoned"
-	}
-	for _, p := range extraPrivate {
-		if p.prefix.Contains(a) {
-			return p.why
-		}
-	}
-	return ""
-}
+func privateReason(a netip.Addr) string { return netguard.PrivateReason(a) }
 
-// clip bounds a guest-supplied string quoted in an error message.
 func clip(s string) string {
 	if len(s) > 128 {
 		return s[:128] + "…"
