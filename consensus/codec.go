@@ -29,6 +29,8 @@ func jobFromRecord(r *raftpb.JobRecord) Job {
 		PayloadHash: r.PayloadHash, PendingReason: r.PendingReason,
 		Script: r.Script, AllowHosts: r.AllowHosts, AllowPrivate: r.AllowPrivate, Artifacts: artifactsFromPB(r.Artifacts),
 		SecretNames: r.SecretNames, KVPrefix: r.KvPrefix,
+		InputHash: r.InputSha256, InputSize: r.InputSize, StdoutHash: r.StdoutSha256, StdoutSize: r.StdoutSize,
+		StderrHash: r.StderrSha256, StderrSize: r.StderrSize, ArrayID: r.ArrayId, ArrayIndex: r.ArrayIndex,
 	}
 }
 
@@ -73,6 +75,8 @@ func jobToRecord(j *Job) *raftpb.JobRecord {
 		PayloadHash: j.PayloadHash, PendingReason: j.PendingReason,
 		Script: j.Script, AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate, Artifacts: ArtifactsPB(j.Artifacts),
 		SecretNames: j.SecretNames, KvPrefix: j.KVPrefix,
+		InputSha256: j.InputHash, InputSize: j.InputSize, StdoutSha256: j.StdoutHash, StdoutSize: j.StdoutSize,
+		StderrSha256: j.StderrHash, StderrSize: j.StderrSize, ArrayId: j.ArrayID, ArrayIndex: j.ArrayIndex,
 	}
 }
 

@@ -1,5 +1,7 @@
 package consensus
 
+import "fmt"
+
 // JobError is a job's failure reason: a stable code plus human text.
 type JobError struct {
 	Code    string
@@ -51,7 +53,28 @@ type Job struct {
 	Artifacts    []Artifact
 	SecretNames  []string // granted secrets
 	KVPrefix     string   // granted key-value prefix
+
+	// Payloads above InlineLimit are blobs: the hash names the content and
+	// the inline field is empty. Size is the payload's length either way.
+	InputHash  string
+	InputSize  uint64
+	StdoutHash string
+	StdoutSize uint64
+	StderrHash string
+	StderrSize uint64
+
+	// ArrayID is set on the tasks of a job array; ArrayIndex is the task's
+	// position in it (task ids are ArrayID + "." + index).
+	ArrayID    string
+	ArrayIndex uint32
 }
+
+// InlineLimit is the largest input or output carried in the Raft log
+// itself; anything larger travels as a content-addressed blob.
+const InlineLimit = 4 << 10
+
+// TaskID is the id of task i of array id.
+func TaskID(array string, i uint32) string { return fmt.Sprintf("%s.%d", array, i) }
 
 // Artifact is a file a job produced, stored as a blob.
 type Artifact struct {

@@ -33,6 +33,10 @@ type Config struct {
 	CertTTL time.Duration
 	// Labels describe this node to the scheduler and to policy (k=v).
 	Labels map[string]string
+	// Prefetch is how many wasm placements per slot this node's leader
+	// lets a worker hold beyond those it runs (0: the default, 4;
+	// negative: none).
+	Prefetch int
 	// Fast shortens raft timers; for tests only.
 	Fast bool
 }

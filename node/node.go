@@ -154,7 +154,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.cancel = cancel
 
 	n.worker = worker.New(worker.Config{
-		NodeID: st.NodeID, Control: n.cluster, Blobs: n.blobNet,
+		NodeID: st.NodeID, State: n.store.State(), Control: n.cluster, Blobs: n.blobNet,
 		Executors: n.executors(), Logger: n.log,
 		Secrets: nodeSecrets{n}, KV: nodeKV{n},
 	})

@@ -68,14 +68,19 @@ const (
 
 type jobModel struct {
 	phase     phase
+	kind      string
 	attempt   uint32
 	node      string
 	results   int    // accepted results
 	completed bool   // ended completed (not failed/aborted/expired)
 	output    []byte // accepted result's stdout
+	outHash   string // or its blob, when the output left the log
 	retries   uint32
 	maxRetry  uint32
 }
+
+// nodeModel is what placement checks of a node: whether it takes work.
+type nodeModel struct{ revoked, ineligible, draining bool }
 
 // Report is what the replay found.
 type Report struct {
@@ -86,14 +91,16 @@ type Report struct {
 	Violations     []string
 	CompletedTwice []string
 	Outputs        map[string][]byte
+	OutputHashes   map[string]string // outputs stored as blobs: job → sha256
 }
 
 func (r *Report) violate(format string, args ...any) {
 	r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
 }
 
-// modelVerdicts says, per log entry index, whether the model accepts that
-// FinishJob (a retry counts as accepted: the FSM applies it too).
+// modelVerdicts says, per result (numbered in log order, batched results
+// one by one), whether the model accepts it (a retry counts as accepted:
+// the FSM applies it too).
 func modelVerdicts(log []*raftpb.Command) map[int]bool {
 	out := map[int]bool{}
 	replay(log, func(i int, accepted bool) { out[i] = accepted })
@@ -108,18 +115,80 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 		verdict = func(int, bool) {}
 	}
 	jobs := map[string]*jobModel{}
-	r := &Report{Outputs: map[string][]byte{}}
-	assign := func(a *raftpb.AssignJob) {
+	nodes := map[string]*nodeModel{}
+	node := func(id string) *nodeModel {
+		n := nodes[id]
+		if n == nil {
+			n = &nodeModel{}
+			nodes[id] = n
+		}
+		return n
+	}
+	busy := map[[2]string]uint32{} // (node, kind) → running jobs
+	r := &Report{Outputs: map[string][]byte{}, OutputHashes: map[string]string{}}
+	setPhase := func(j *jobModel, p phase) {
+		if j.phase == running {
+			busy[[2]string{j.node, j.kind}]--
+		}
+		if p == running {
+			busy[[2]string{j.node, j.kind}]++
+		}
+		j.phase = p
+	}
+	assign := func(a *raftpb.AssignJob) bool {
 		j := jobs[a.Id]
 		if j != nil && j.phase == queued && a.Attempt == j.attempt+1 {
-			j.phase, j.attempt, j.node = running, a.Attempt, a.NodeId
+			j.attempt, j.node = a.Attempt, a.NodeId
+			setPhase(j, running)
+			return true
+		}
+		return false
+	}
+	requeue := func(q *raftpb.RequeueJob) {
+		j := jobs[q.Id]
+		if j != nil && j.phase == running && j.attempt == q.Attempt {
+			setPhase(j, queued)
+			r.Requeues++
 		}
 	}
-	for i, c := range log {
+	end := func(id string) {
+		if j := jobs[id]; j != nil && j.phase != done {
+			setPhase(j, done)
+		}
+	}
+	seq := 0
+	finish := func(f *raftpb.FinishJob) {
+		i := seq
+		seq++
+		j := jobs[f.Id]
+		if j == nil || j.phase != running || j.attempt != f.Attempt || j.node != f.NodeId {
+			r.StaleRefused++
+			verdict(i, false)
+			return
+		}
+		verdict(i, true)
+		if !f.Ok && f.Retryable && j.retries < j.maxRetry {
+			j.retries++
+			setPhase(j, queued)
+			return
+		}
+		j.results++
+		setPhase(j, done)
+		j.completed = f.Ok
+		j.output, j.outHash = f.Stdout, f.StdoutSha256
+	}
+	for _, c := range log {
 		switch x := c.Cmd.(type) {
 		case *raftpb.Command_SubmitJob:
 			if _, ok := jobs[x.SubmitJob.Job.Id]; !ok {
-				jobs[x.SubmitJob.Job.Id] = &jobModel{maxRetry: x.SubmitJob.Job.MaxRetries}
+				jobs[x.SubmitJob.Job.Id] = &jobModel{maxRetry: x.SubmitJob.Job.MaxRetries, kind: x.SubmitJob.Job.Kind}
+			}
+		case *raftpb.Command_SubmitArray:
+			t := x.SubmitArray.Template
+			if _, ok := jobs[consensus.TaskID(t.Id, 0)]; !ok && t.Id != "" {
+				for i := range x.SubmitArray.Tasks {
+					jobs[consensus.TaskID(t.Id, uint32(i))] = &jobModel{maxRetry: t.MaxRetries, kind: t.Kind}
+				}
 			}
 		case *raftpb.Command_AssignJob:
 			assign(x.AssignJob)
@@ -127,38 +196,54 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 			for _, a := range x.AssignBatch.Assignments {
 				assign(a)
 			}
+		case *raftpb.Command_SchedulerRound:
+			rd := x.SchedulerRound
+			for _, id := range rd.Expire {
+				end(id)
+			}
+			for _, q := range rd.Requeues {
+				requeue(q)
+			}
+			slots := map[[2]string]uint32{}
+			for _, ns := range rd.Slots {
+				slots[[2]string{ns.NodeId, ns.Kind}] = ns.Slots
+			}
+			for _, a := range rd.Placements {
+				j, n := jobs[a.Id], node(a.NodeId)
+				if j == nil || n.revoked || n.ineligible || n.draining || busy[[2]string{a.NodeId, j.kind}] >= slots[[2]string{a.NodeId, j.kind}] {
+					continue
+				}
+				assign(a)
+			}
 		case *raftpb.Command_RequeueJob:
-			j := jobs[x.RequeueJob.Id]
-			if j != nil && j.phase == running && j.attempt == x.RequeueJob.Attempt {
-				j.phase = queued
-				r.Requeues++
-			}
+			requeue(x.RequeueJob)
 		case *raftpb.Command_FinishJob:
-			f := x.FinishJob
-			j := jobs[f.Id]
-			if j == nil || j.phase != running || j.attempt != f.Attempt || j.node != f.NodeId {
-				r.StaleRefused++
-				verdict(i, false)
-				continue
+			finish(x.FinishJob)
+		case *raftpb.Command_FinishBatch:
+			for _, f := range x.FinishBatch.Results {
+				finish(f)
 			}
-			verdict(i, true)
-			if !f.Ok && f.Retryable && j.retries < j.maxRetry {
-				j.retries++
-				j.phase = queued
-				continue
-			}
-			j.results++
-			j.phase = done
-			j.completed = f.Ok
-			j.output = f.Stdout
 		case *raftpb.Command_CancelJob:
-			if j := jobs[x.CancelJob.Id]; j != nil && j.phase != done {
-				j.phase = done
+			id := x.CancelJob.Id
+			if _, ok := jobs[id]; ok {
+				end(id)
+				continue
+			}
+			for i := uint32(0); ; i++ { // an array: every task not yet ended
+				if _, ok := jobs[consensus.TaskID(id, i)]; !ok {
+					break
+				}
+				end(consensus.TaskID(id, i))
 			}
 		case *raftpb.Command_ExpireJob:
-			if j := jobs[x.ExpireJob.Id]; j != nil && j.phase != done {
-				j.phase = done
+			end(x.ExpireJob.Id)
+		case *raftpb.Command_RevokeMember:
+			if x.RevokeMember.Kind == "node" {
+				node(x.RevokeMember.Id).revoked = true
 			}
+		case *raftpb.Command_SetNodeSchedulable:
+			n := node(x.SetNodeSchedulable.Id)
+			n.ineligible, n.draining = !x.SetNodeSchedulable.Eligible, x.SetNodeSchedulable.Draining
 		}
 	}
 	ids := make([]string, 0, len(jobs))
@@ -176,6 +261,9 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 		if j.completed {
 			r.Completed++
 			r.Outputs[id] = j.output
+			if j.outHash != "" {
+				r.OutputHashes[id] = j.outHash
+			}
 		}
 	}
 	return r
@@ -197,6 +285,7 @@ func Check(log []*raftpb.Command, accepted []Observed) *Report {
 	fsm := consensus.NewFSM()
 	fsmResults := map[string]int{}
 	model := modelVerdicts(log)
+	seq := 0 // results in log order
 	for i, c := range log {
 		data, err := proto.Marshal(c)
 		if err != nil {
@@ -204,14 +293,27 @@ func Check(log []*raftpb.Command, accepted []Observed) *Report {
 			continue
 		}
 		res, _ := fsm.Apply(&raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: data}).(consensus.ApplyResult)
-		if f, ok := c.Cmd.(*raftpb.Command_FinishJob); ok {
-			fsmOK := res.Err == nil
-			if fsmOK != model[i] {
-				r.violate("entry %d (result of job %s attempt %d): FSM accepted=%v, model accepted=%v", i, f.FinishJob.Id, f.FinishJob.Attempt, fsmOK, model[i])
+		var results []*raftpb.FinishJob
+		var errs []error
+		switch x := c.Cmd.(type) {
+		case *raftpb.Command_FinishJob:
+			results, errs = []*raftpb.FinishJob{x.FinishJob}, []error{res.Err}
+		case *raftpb.Command_FinishBatch:
+			results, errs = x.FinishBatch.Results, res.Batch
+			if len(errs) != len(results) {
+				r.violate("entry %d: the FSM answered %d verdicts for a batch of %d results", i, len(errs), len(results))
+				continue
 			}
+		}
+		for k, f := range results {
+			fsmOK := errs[k] == nil
+			if fsmOK != model[seq] {
+				r.violate("entry %d (result of job %s attempt %d): FSM accepted=%v, model accepted=%v", i, f.Id, f.Attempt, fsmOK, model[seq])
+			}
+			seq++
 			if fsmOK {
-				if j, _ := fsm.State().Job(f.FinishJob.Id); j.Phase.Terminal() {
-					fsmResults[f.FinishJob.Id]++
+				if j, _ := fsm.State().Job(f.Id); j.Phase.Terminal() {
+					fsmResults[f.Id]++
 				}
 			}
 		}

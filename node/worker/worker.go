@@ -18,11 +18,17 @@ import (
 	"github.com/palyra-mesh/palyra/runtime"
 )
 
-// Control is the slice of the control plane the worker needs. Apply must
-// reach the leader (the node forwards writes).
+// Control is the slice of the control plane the worker writes to. Apply
+// must reach the leader (the node forwards writes).
 type Control interface {
-	State() *consensus.State
 	Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error)
+}
+
+// State is what the worker reads of the local replica: the jobs placed on
+// it, and a wake-up when they change (never a scan of all jobs).
+type State interface {
+	Watch(topic string) <-chan struct{}
+	RunningOn(node string) []consensus.Job
 }
 
 // Blobs resolves a module hash to its verified bytes and stores artifacts
@@ -35,6 +41,7 @@ type Blobs interface {
 // Config configures a Worker.
 type Config struct {
 	NodeID    string
+	State     State
 	Control   Control
 	Blobs     Blobs
 	Executors map[runtime.Kind]runtime.Executor
@@ -54,7 +61,18 @@ type Worker struct {
 	running map[string]*run   // job id → the local run
 	orphans map[string]uint32 // job id → attempt left over from a previous process
 	wg      sync.WaitGroup
+	results chan pending // finished runs waiting to be reported
 }
+
+// pending is one result on its way into a FinishBatch; done receives the
+// outcome of the batch that carried it.
+type pending struct {
+	fin  *raftpb.FinishJob
+	done chan error
+}
+
+// maxResultBatch bounds the results reported in one command.
+const maxResultBatch = 1024
 
 type run struct {
 	attempt uint32
@@ -73,7 +91,7 @@ func New(cfg Config) *Worker {
 		cfg.Now = time.Now
 	}
 	return &Worker{cfg: cfg, log: cfg.Logger.With("component", "worker"),
-		running: make(map[string]*run), orphans: make(map[string]uint32)}
+		running: make(map[string]*run), orphans: make(map[string]uint32), results: make(chan pending, maxResultBatch)}
 }
 
 // Recover returns to the queue every job the state says is running here
@@ -81,8 +99,7 @@ func New(cfg Config) *Worker {
 // of this node that crashed or was killed. Call it before the node places
 // new work on itself.
 func (w *Worker) Recover(ctx context.Context) error {
-	jobs := w.cfg.Control.State().Jobs(consensus.JobFilter{Phase: consensus.PhaseRunning, NodeID: w.cfg.NodeID})
-	for _, j := range jobs {
+	for _, j := range w.cfg.State.RunningOn(w.cfg.NodeID) {
 		w.mu.Lock()
 		w.orphans[j.ID] = j.Attempt
 		w.mu.Unlock()
@@ -100,9 +117,11 @@ func (w *Worker) Recover(ctx context.Context) error {
 // local runs to stop. Runs stopped by shutdown are not reported: the state
 // keeps them running and the next process's Recover requeues them.
 func (w *Worker) Run(ctx context.Context) error {
-	st := w.cfg.Control.State()
+	st := w.cfg.State
+	w.wg.Add(1)
+	go func() { defer w.wg.Done(); w.report(ctx) }()
 	for {
-		changed := st.Changed()
+		changed := st.Watch(consensus.TopicNode(w.cfg.NodeID))
 		w.reconcile(ctx)
 		select {
 		case <-changed:
@@ -121,8 +140,7 @@ func (w *Worker) Running() int {
 }
 
 func (w *Worker) reconcile(ctx context.Context) {
-	st := w.cfg.Control.State()
-	mine := st.Jobs(consensus.JobFilter{Phase: consensus.PhaseRunning, NodeID: w.cfg.NodeID})
+	mine := w.cfg.State.RunningOn(w.cfg.NodeID)
 	want := make(map[string]uint32, len(mine))
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -182,6 +200,25 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) {
 		Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: int32(res.ExitCode),
 		FuelUsed: res.FuelUsed, AtMs: w.cfg.Now().UnixMilli(),
 	}
+	// Outputs above the inline bound leave Raft: stored here and on
+	// another node before the result that names them is proposed.
+	for _, o := range []struct {
+		data *[]byte
+		hash *string
+		size *uint64
+	}{{&fin.Stdout, &fin.StdoutSha256, &fin.StdoutSize}, {&fin.Stderr, &fin.StderrSha256, &fin.StderrSize}} {
+		if len(*o.data) <= consensus.InlineLimit {
+			continue
+		}
+		hash, err := w.cfg.Blobs.Put(*o.data)
+		if err != nil {
+			log.Error("could not store output; reporting the job failed", "err", err)
+			res.Reason, res.Message = runtime.ReasonInternal, fmt.Sprintf("could not store the job's output: %v", err)
+			fin.Ok, fin.Stdout, fin.Stderr, fin.StdoutSha256, fin.StderrSha256, fin.StdoutSize, fin.StderrSize = false, nil, nil, "", "", 0, 0
+			break
+		}
+		*o.hash, *o.size, *o.data = hash, uint64(len(*o.data)), nil
+	}
 	for _, a := range res.Artifacts {
 		hash, err := w.cfg.Blobs.Put(a.Data)
 		if err != nil {
@@ -196,7 +233,18 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) {
 		fin.Error = &raftpb.Error{Code: string(res.Reason), Message: res.Message, Hint: hintFor(res.Reason)}
 		fin.Retryable = Retryable(res.Reason)
 	}
-	err := w.applyRetry(ctx, &raftpb.Command{Cmd: &raftpb.Command_FinishJob{FinishJob: fin}})
+	done := make(chan error, 1)
+	select {
+	case w.results <- pending{fin: fin, done: done}:
+	case <-ctx.Done():
+		return
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return
+	}
 	switch {
 	case err == nil:
 		log.Info("job finished", "ok", res.OK(), "reason", res.Reason, "duration", res.Duration)
@@ -220,6 +268,13 @@ func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 	if len(j.SecretNames) > 0 || j.KVPrefix != "" {
 		spec.Grants = &runtime.Grants{SecretNames: j.SecretNames, KVPrefix: j.KVPrefix, Secrets: w.cfg.Secrets, KV: w.cfg.KV}
 	}
+	if j.InputHash != "" {
+		in, err := w.cfg.Blobs.Get(j.InputHash)
+		if err != nil {
+			return runtime.Result{Reason: runtime.ReasonInternal, Message: fmt.Sprintf("input %s unavailable: %v", j.InputHash, err)}
+		}
+		spec.Input = in
+	}
 	if j.ModuleHash != "" {
 		mod, err := w.cfg.Blobs.Get(j.ModuleHash)
 		if err != nil {
@@ -228,6 +283,38 @@ func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 		spec.Module = mod
 	}
 	return ex.Run(ctx, spec)
+}
+
+// report sends finished runs' results to the leader, as many as are
+// waiting in one FinishBatch (each still fenced on its own), one batch at
+// a time: while a batch commits, the next one fills.
+func (w *Worker) report(ctx context.Context) {
+	for {
+		var batch []pending
+		select {
+		case p := <-w.results:
+			batch = append(batch, p)
+		case <-ctx.Done():
+			return
+		}
+	fill:
+		for len(batch) < maxResultBatch {
+			select {
+			case p := <-w.results:
+				batch = append(batch, p)
+			default:
+				break fill
+			}
+		}
+		fb := &raftpb.FinishBatch{Results: make([]*raftpb.FinishJob, len(batch))}
+		for i, p := range batch {
+			fb.Results[i] = p.fin
+		}
+		err := w.applyRetry(ctx, &raftpb.Command{Cmd: &raftpb.Command_FinishBatch{FinishBatch: fb}})
+		for _, p := range batch {
+			p.done <- err
+		}
+	}
 }
 
 // applyRetry applies cmd, retrying while the cluster has no leader or the

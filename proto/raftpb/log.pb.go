@@ -123,8 +123,19 @@ type JobRecord struct {
 	Artifacts      []*ArtifactRef         `protobuf:"bytes,34,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	SecretNames    []string               `protobuf:"bytes,35,rep,name=secret_names,json=secretNames,proto3" json:"secret_names,omitempty"` // granted secrets
 	KvPrefix       string                 `protobuf:"bytes,36,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`          // granted key-value prefix
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Payloads above the inline bound live in blobs, named here by hash;
+	// the inline bytes (input, stdout, stderr) are then empty.
+	InputSha256  string `protobuf:"bytes,37,opt,name=input_sha256,json=inputSha256,proto3" json:"input_sha256,omitempty"`
+	InputSize    uint64 `protobuf:"varint,38,opt,name=input_size,json=inputSize,proto3" json:"input_size,omitempty"`
+	StdoutSha256 string `protobuf:"bytes,39,opt,name=stdout_sha256,json=stdoutSha256,proto3" json:"stdout_sha256,omitempty"`
+	StdoutSize   uint64 `protobuf:"varint,40,opt,name=stdout_size,json=stdoutSize,proto3" json:"stdout_size,omitempty"`
+	StderrSha256 string `protobuf:"bytes,41,opt,name=stderr_sha256,json=stderrSha256,proto3" json:"stderr_sha256,omitempty"`
+	StderrSize   uint64 `protobuf:"varint,42,opt,name=stderr_size,json=stderrSize,proto3" json:"stderr_size,omitempty"`
+	// A task of a job array: the array's id and the task's index in it.
+	ArrayId       string `protobuf:"bytes,43,opt,name=array_id,json=arrayId,proto3" json:"array_id,omitempty"`
+	ArrayIndex    uint32 `protobuf:"varint,44,opt,name=array_index,json=arrayIndex,proto3" json:"array_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobRecord) Reset() {
@@ -409,6 +420,62 @@ func (x *JobRecord) GetKvPrefix() string {
 	return ""
 }
 
+func (x *JobRecord) GetInputSha256() string {
+	if x != nil {
+		return x.InputSha256
+	}
+	return ""
+}
+
+func (x *JobRecord) GetInputSize() uint64 {
+	if x != nil {
+		return x.InputSize
+	}
+	return 0
+}
+
+func (x *JobRecord) GetStdoutSha256() string {
+	if x != nil {
+		return x.StdoutSha256
+	}
+	return ""
+}
+
+func (x *JobRecord) GetStdoutSize() uint64 {
+	if x != nil {
+		return x.StdoutSize
+	}
+	return 0
+}
+
+func (x *JobRecord) GetStderrSha256() string {
+	if x != nil {
+		return x.StderrSha256
+	}
+	return ""
+}
+
+func (x *JobRecord) GetStderrSize() uint64 {
+	if x != nil {
+		return x.StderrSize
+	}
+	return 0
+}
+
+func (x *JobRecord) GetArrayId() string {
+	if x != nil {
+		return x.ArrayId
+	}
+	return ""
+}
+
+func (x *JobRecord) GetArrayIndex() uint32 {
+	if x != nil {
+		return x.ArrayIndex
+	}
+	return 0
+}
+
 type ArtifactRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -638,19 +705,25 @@ func (x *AssignBatch) GetAssignments() []*AssignJob {
 
 // FinishJob records a result; it is refused unless attempt is current.
 type FinishJob struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Attempt       uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Ok            bool                   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
-	Retryable     bool                   `protobuf:"varint,11,opt,name=retryable,proto3" json:"retryable,omitempty"` // a failure worth another attempt (worker's judgement)
-	Stdout        []byte                 `protobuf:"bytes,5,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr        []byte                 `protobuf:"bytes,6,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Error         *Error                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
-	FuelUsed      uint64                 `protobuf:"varint,9,opt,name=fuel_used,json=fuelUsed,proto3" json:"fuel_used,omitempty"`
-	AtMs          int64                  `protobuf:"varint,10,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
-	Artifacts     []*ArtifactRef         `protobuf:"bytes,12,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Attempt   uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	NodeId    string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Ok        bool                   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	Retryable bool                   `protobuf:"varint,11,opt,name=retryable,proto3" json:"retryable,omitempty"` // a failure worth another attempt (worker's judgement)
+	Stdout    []byte                 `protobuf:"bytes,5,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr    []byte                 `protobuf:"bytes,6,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	ExitCode  int32                  `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Error     *Error                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	FuelUsed  uint64                 `protobuf:"varint,9,opt,name=fuel_used,json=fuelUsed,proto3" json:"fuel_used,omitempty"`
+	AtMs      int64                  `protobuf:"varint,10,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Artifacts []*ArtifactRef         `protobuf:"bytes,12,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	// Outputs above the inline bound: stored (and replicated) as blobs
+	// before this command is proposed; stdout/stderr are then empty.
+	StdoutSha256  string `protobuf:"bytes,13,opt,name=stdout_sha256,json=stdoutSha256,proto3" json:"stdout_sha256,omitempty"`
+	StdoutSize    uint64 `protobuf:"varint,14,opt,name=stdout_size,json=stdoutSize,proto3" json:"stdout_size,omitempty"`
+	StderrSha256  string `protobuf:"bytes,15,opt,name=stderr_sha256,json=stderrSha256,proto3" json:"stderr_sha256,omitempty"`
+	StderrSize    uint64 `protobuf:"varint,16,opt,name=stderr_size,json=stderrSize,proto3" json:"stderr_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -769,6 +842,475 @@ func (x *FinishJob) GetArtifacts() []*ArtifactRef {
 	return nil
 }
 
+func (x *FinishJob) GetStdoutSha256() string {
+	if x != nil {
+		return x.StdoutSha256
+	}
+	return ""
+}
+
+func (x *FinishJob) GetStdoutSize() uint64 {
+	if x != nil {
+		return x.StdoutSize
+	}
+	return 0
+}
+
+func (x *FinishJob) GetStderrSha256() string {
+	if x != nil {
+		return x.StderrSha256
+	}
+	return ""
+}
+
+func (x *FinishJob) GetStderrSize() uint64 {
+	if x != nil {
+		return x.StderrSize
+	}
+	return 0
+}
+
+// FinishBatch records a worker's results in one entry; each is fenced on
+// its own (a stale one is refused and counted, the rest apply).
+type FinishBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*FinishJob           `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishBatch) Reset() {
+	*x = FinishBatch{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishBatch) ProtoMessage() {}
+
+func (x *FinishBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishBatch.ProtoReflect.Descriptor instead.
+func (*FinishBatch) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FinishBatch) GetResults() []*FinishJob {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// NodeSlots is the capacity the planner saw for one node and kind; the FSM
+// refuses placements beyond it.
+type NodeSlots struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Slots         uint32                 `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeSlots) Reset() {
+	*x = NodeSlots{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeSlots) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeSlots) ProtoMessage() {}
+
+func (x *NodeSlots) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeSlots.ProtoReflect.Descriptor instead.
+func (*NodeSlots) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *NodeSlots) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeSlots) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *NodeSlots) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+// SchedulerRound is one scheduling round as one entry: placements (checked
+// again on apply against eligibility, drain and capacity), pending
+// reasons, requeues of work on dead or drained workers, and expiries.
+type SchedulerRound struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AtMs          int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Placements    []*AssignJob           `protobuf:"bytes,2,rep,name=placements,proto3" json:"placements,omitempty"`
+	Slots         []*NodeSlots           `protobuf:"bytes,3,rep,name=slots,proto3" json:"slots,omitempty"`
+	Pending       []*SetPendingReason    `protobuf:"bytes,4,rep,name=pending,proto3" json:"pending,omitempty"`
+	Requeues      []*RequeueJob          `protobuf:"bytes,5,rep,name=requeues,proto3" json:"requeues,omitempty"`
+	Expire        []string               `protobuf:"bytes,6,rep,name=expire,proto3" json:"expire,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SchedulerRound) Reset() {
+	*x = SchedulerRound{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SchedulerRound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SchedulerRound) ProtoMessage() {}
+
+func (x *SchedulerRound) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SchedulerRound.ProtoReflect.Descriptor instead.
+func (*SchedulerRound) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SchedulerRound) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *SchedulerRound) GetPlacements() []*AssignJob {
+	if x != nil {
+		return x.Placements
+	}
+	return nil
+}
+
+func (x *SchedulerRound) GetSlots() []*NodeSlots {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *SchedulerRound) GetPending() []*SetPendingReason {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
+func (x *SchedulerRound) GetRequeues() []*RequeueJob {
+	if x != nil {
+		return x.Requeues
+	}
+	return nil
+}
+
+func (x *SchedulerRound) GetExpire() []string {
+	if x != nil {
+		return x.Expire
+	}
+	return nil
+}
+
+// ArrayTask is one task's input: inline, or a blob named by hash.
+type ArrayTask struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Input         []byte                 `protobuf:"bytes,1,opt,name=input,proto3" json:"input,omitempty"`
+	InputSha256   string                 `protobuf:"bytes,2,opt,name=input_sha256,json=inputSha256,proto3" json:"input_sha256,omitempty"`
+	InputSize     uint64                 `protobuf:"varint,3,opt,name=input_size,json=inputSize,proto3" json:"input_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArrayTask) Reset() {
+	*x = ArrayTask{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArrayTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArrayTask) ProtoMessage() {}
+
+func (x *ArrayTask) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArrayTask.ProtoReflect.Descriptor instead.
+func (*ArrayTask) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ArrayTask) GetInput() []byte {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ArrayTask) GetInputSha256() string {
+	if x != nil {
+		return x.InputSha256
+	}
+	return ""
+}
+
+func (x *ArrayTask) GetInputSize() uint64 {
+	if x != nil {
+		return x.InputSize
+	}
+	return 0
+}
+
+// SubmitArray accepts a job array: template.id is the array's id; task i
+// becomes job "<id>.<i>" with the template's settings and its own input.
+type SubmitArray struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Template      *JobRecord             `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	Tasks         []*ArrayTask           `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitArray) Reset() {
+	*x = SubmitArray{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitArray) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitArray) ProtoMessage() {}
+
+func (x *SubmitArray) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitArray.ProtoReflect.Descriptor instead.
+func (*SubmitArray) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SubmitArray) GetTemplate() *JobRecord {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *SubmitArray) GetTasks() []*ArrayTask {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+// PruneJobs removes terminal jobs (and whole finished arrays) that ended
+// before before_ms, oldest first, at most max of them.
+type PruneJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BeforeMs      int64                  `protobuf:"varint,1,opt,name=before_ms,json=beforeMs,proto3" json:"before_ms,omitempty"`
+	Max           uint32                 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	AtMs          int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneJobs) Reset() {
+	*x = PruneJobs{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneJobs) ProtoMessage() {}
+
+func (x *PruneJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneJobs.ProtoReflect.Descriptor instead.
+func (*PruneJobs) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PruneJobs) GetBeforeMs() int64 {
+	if x != nil {
+		return x.BeforeMs
+	}
+	return 0
+}
+
+func (x *PruneJobs) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *PruneJobs) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *PruneJobs) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// SetRetention sets how long terminal jobs are kept (0 = the default).
+type SetRetention struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RetentionMs   int64                  `protobuf:"varint,1,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	AtMs          int64                  `protobuf:"varint,2,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRetention) Reset() {
+	*x = SetRetention{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRetention) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRetention) ProtoMessage() {}
+
+func (x *SetRetention) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
+func (*SetRetention) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetRetention) GetRetentionMs() int64 {
+	if x != nil {
+		return x.RetentionMs
+	}
+	return 0
+}
+
+func (x *SetRetention) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *SetRetention) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
 type CancelJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -780,7 +1322,7 @@ type CancelJob struct {
 
 func (x *CancelJob) Reset() {
 	*x = CancelJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +1334,7 @@ func (x *CancelJob) String() string {
 func (*CancelJob) ProtoMessage() {}
 
 func (x *CancelJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +1347,7 @@ func (x *CancelJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJob.ProtoReflect.Descriptor instead.
 func (*CancelJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{7}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelJob) GetId() string {
@@ -840,7 +1382,7 @@ type ExpireJob struct {
 
 func (x *ExpireJob) Reset() {
 	*x = ExpireJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +1394,7 @@ func (x *ExpireJob) String() string {
 func (*ExpireJob) ProtoMessage() {}
 
 func (x *ExpireJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +1407,7 @@ func (x *ExpireJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireJob.ProtoReflect.Descriptor instead.
 func (*ExpireJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{8}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExpireJob) GetId() string {
@@ -893,7 +1435,7 @@ type SetPendingReason struct {
 
 func (x *SetPendingReason) Reset() {
 	*x = SetPendingReason{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1447,7 @@ func (x *SetPendingReason) String() string {
 func (*SetPendingReason) ProtoMessage() {}
 
 func (x *SetPendingReason) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1460,7 @@ func (x *SetPendingReason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPendingReason.ProtoReflect.Descriptor instead.
 func (*SetPendingReason) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{9}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetPendingReason) GetId() string {
@@ -949,7 +1491,7 @@ type SetNodeSchedulable struct {
 
 func (x *SetNodeSchedulable) Reset() {
 	*x = SetNodeSchedulable{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1503,7 @@ func (x *SetNodeSchedulable) String() string {
 func (*SetNodeSchedulable) ProtoMessage() {}
 
 func (x *SetNodeSchedulable) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1516,7 @@ func (x *SetNodeSchedulable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeSchedulable.ProtoReflect.Descriptor instead.
 func (*SetNodeSchedulable) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetNodeSchedulable) GetId() string {
@@ -1025,7 +1567,7 @@ type RequeueJob struct {
 
 func (x *RequeueJob) Reset() {
 	*x = RequeueJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1579,7 @@ func (x *RequeueJob) String() string {
 func (*RequeueJob) ProtoMessage() {}
 
 func (x *RequeueJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1592,7 @@ func (x *RequeueJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueJob.ProtoReflect.Descriptor instead.
 func (*RequeueJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RequeueJob) GetId() string {
@@ -1096,7 +1638,7 @@ type PairingRecord struct {
 
 func (x *PairingRecord) Reset() {
 	*x = PairingRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1650,7 @@ func (x *PairingRecord) String() string {
 func (*PairingRecord) ProtoMessage() {}
 
 func (x *PairingRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1663,7 @@ func (x *PairingRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairingRecord.ProtoReflect.Descriptor instead.
 func (*PairingRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PairingRecord) GetId() string {
@@ -1230,7 +1772,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1784,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1797,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Member) GetKind() string {
@@ -1358,7 +1900,7 @@ type CreatePairing struct {
 
 func (x *CreatePairing) Reset() {
 	*x = CreatePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1912,7 @@ func (x *CreatePairing) String() string {
 func (*CreatePairing) ProtoMessage() {}
 
 func (x *CreatePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1925,7 @@ func (x *CreatePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePairing.ProtoReflect.Descriptor instead.
 func (*CreatePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreatePairing) GetPairing() *PairingRecord {
@@ -1406,7 +1948,7 @@ type ConsumePairing struct {
 
 func (x *ConsumePairing) Reset() {
 	*x = ConsumePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1960,7 @@ func (x *ConsumePairing) String() string {
 func (*ConsumePairing) ProtoMessage() {}
 
 func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1973,7 @@ func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumePairing.ProtoReflect.Descriptor instead.
 func (*ConsumePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ConsumePairing) GetId() string {
@@ -1473,7 +2015,7 @@ type RevokePairing struct {
 
 func (x *RevokePairing) Reset() {
 	*x = RevokePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +2027,7 @@ func (x *RevokePairing) String() string {
 func (*RevokePairing) ProtoMessage() {}
 
 func (x *RevokePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +2040,7 @@ func (x *RevokePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePairing.ProtoReflect.Descriptor instead.
 func (*RevokePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RevokePairing) GetId() string {
@@ -1532,7 +2074,7 @@ type AddMember struct {
 
 func (x *AddMember) Reset() {
 	*x = AddMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +2086,7 @@ func (x *AddMember) String() string {
 func (*AddMember) ProtoMessage() {}
 
 func (x *AddMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +2099,7 @@ func (x *AddMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMember.ProtoReflect.Descriptor instead.
 func (*AddMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AddMember) GetMember() *Member {
@@ -1579,7 +2121,7 @@ type RevokeMember struct {
 
 func (x *RevokeMember) Reset() {
 	*x = RevokeMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +2133,7 @@ func (x *RevokeMember) String() string {
 func (*RevokeMember) ProtoMessage() {}
 
 func (x *RevokeMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +2146,7 @@ func (x *RevokeMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeMember.ProtoReflect.Descriptor instead.
 func (*RevokeMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RevokeMember) GetKind() string {
@@ -1646,7 +2188,7 @@ type UseToken struct {
 
 func (x *UseToken) Reset() {
 	*x = UseToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +2200,7 @@ func (x *UseToken) String() string {
 func (*UseToken) ProtoMessage() {}
 
 func (x *UseToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +2213,7 @@ func (x *UseToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UseToken.ProtoReflect.Descriptor instead.
 func (*UseToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UseToken) GetId() string {
@@ -1699,7 +2241,7 @@ type RevokeCert struct {
 
 func (x *RevokeCert) Reset() {
 	*x = RevokeCert{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +2253,7 @@ func (x *RevokeCert) String() string {
 func (*RevokeCert) ProtoMessage() {}
 
 func (x *RevokeCert) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +2266,7 @@ func (x *RevokeCert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCert.ProtoReflect.Descriptor instead.
 func (*RevokeCert) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RevokeCert) GetSerial() string {
@@ -1759,7 +2301,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +2313,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +2326,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{21}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetPolicy) GetSource() []byte {
@@ -1822,7 +2364,7 @@ type SetSecret struct {
 
 func (x *SetSecret) Reset() {
 	*x = SetSecret{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +2376,7 @@ func (x *SetSecret) String() string {
 func (*SetSecret) ProtoMessage() {}
 
 func (x *SetSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +2389,7 @@ func (x *SetSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecret.ProtoReflect.Descriptor instead.
 func (*SetSecret) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetSecret) GetName() string {
@@ -1887,7 +2429,7 @@ type DeleteSecret struct {
 
 func (x *DeleteSecret) Reset() {
 	*x = DeleteSecret{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2441,7 @@ func (x *DeleteSecret) String() string {
 func (*DeleteSecret) ProtoMessage() {}
 
 func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2454,7 @@ func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecret.ProtoReflect.Descriptor instead.
 func (*DeleteSecret) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteSecret) GetName() string {
@@ -1932,7 +2474,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2486,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2499,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KVPut) GetKey() string {
@@ -1983,7 +2525,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2537,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2550,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{25}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -2043,6 +2585,11 @@ type Command struct {
 	//	*Command_DeleteSecret
 	//	*Command_KvPut
 	//	*Command_KvDelete
+	//	*Command_SchedulerRound
+	//	*Command_FinishBatch
+	//	*Command_SubmitArray
+	//	*Command_PruneJobs
+	//	*Command_SetRetention
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2050,7 +2597,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2609,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2622,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{26}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Command) GetCmd() isCommand_Cmd {
@@ -2274,6 +2821,51 @@ func (x *Command) GetKvDelete() *KVDelete {
 	return nil
 }
 
+func (x *Command) GetSchedulerRound() *SchedulerRound {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SchedulerRound); ok {
+			return x.SchedulerRound
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFinishBatch() *FinishBatch {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_FinishBatch); ok {
+			return x.FinishBatch
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSubmitArray() *SubmitArray {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SubmitArray); ok {
+			return x.SubmitArray
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPruneJobs() *PruneJobs {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PruneJobs); ok {
+			return x.PruneJobs
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetRetention() *SetRetention {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetRetention); ok {
+			return x.SetRetention
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -2362,6 +2954,26 @@ type Command_KvDelete struct {
 	KvDelete *KVDelete `protobuf:"bytes,21,opt,name=kv_delete,json=kvDelete,proto3,oneof"`
 }
 
+type Command_SchedulerRound struct {
+	SchedulerRound *SchedulerRound `protobuf:"bytes,22,opt,name=scheduler_round,json=schedulerRound,proto3,oneof"`
+}
+
+type Command_FinishBatch struct {
+	FinishBatch *FinishBatch `protobuf:"bytes,23,opt,name=finish_batch,json=finishBatch,proto3,oneof"`
+}
+
+type Command_SubmitArray struct {
+	SubmitArray *SubmitArray `protobuf:"bytes,24,opt,name=submit_array,json=submitArray,proto3,oneof"`
+}
+
+type Command_PruneJobs struct {
+	PruneJobs *PruneJobs `protobuf:"bytes,25,opt,name=prune_jobs,json=pruneJobs,proto3,oneof"`
+}
+
+type Command_SetRetention struct {
+	SetRetention *SetRetention `protobuf:"bytes,26,opt,name=set_retention,json=setRetention,proto3,oneof"`
+}
+
 func (*Command_SubmitJob) isCommand_Cmd() {}
 
 func (*Command_AssignJob) isCommand_Cmd() {}
@@ -2404,6 +3016,16 @@ func (*Command_KvPut) isCommand_Cmd() {}
 
 func (*Command_KvDelete) isCommand_Cmd() {}
 
+func (*Command_SchedulerRound) isCommand_Cmd() {}
+
+func (*Command_FinishBatch) isCommand_Cmd() {}
+
+func (*Command_SubmitArray) isCommand_Cmd() {}
+
+func (*Command_PruneJobs) isCommand_Cmd() {}
+
+func (*Command_SetRetention) isCommand_Cmd() {}
+
 type UsedToken struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2414,7 +3036,7 @@ type UsedToken struct {
 
 func (x *UsedToken) Reset() {
 	*x = UsedToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2426,7 +3048,7 @@ func (x *UsedToken) String() string {
 func (*UsedToken) ProtoMessage() {}
 
 func (x *UsedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2439,7 +3061,7 @@ func (x *UsedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsedToken.ProtoReflect.Descriptor instead.
 func (*UsedToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{27}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UsedToken) GetId() string {
@@ -2468,7 +3090,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +3102,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +3115,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{28}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PolicyRecord) GetSource() []byte {
@@ -2536,13 +3158,19 @@ type Snapshot struct {
 	Policy         *PolicyRecord          `protobuf:"bytes,8,opt,name=policy,proto3" json:"policy,omitempty"`
 	Secrets        []*SetSecret           `protobuf:"bytes,9,rep,name=secrets,proto3" json:"secrets,omitempty"` // sorted by name
 	Kv             []*KVPut               `protobuf:"bytes,10,rep,name=kv,proto3" json:"kv,omitempty"`          // sorted by key
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Version 2 snapshots stream: this header (jobs empty) is followed by
+	// length-delimited JobRecords in acceptance order, then ArrayRecords.
+	AppliedIndex  uint64 `protobuf:"varint,11,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	JobCount      uint64 `protobuf:"varint,12,opt,name=job_count,json=jobCount,proto3" json:"job_count,omitempty"`
+	ArrayCount    uint64 `protobuf:"varint,13,opt,name=array_count,json=arrayCount,proto3" json:"array_count,omitempty"`
+	RetentionMs   int64  `protobuf:"varint,14,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +3182,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +3195,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{29}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -2640,6 +3268,87 @@ func (x *Snapshot) GetKv() []*KVPut {
 	return nil
 }
 
+func (x *Snapshot) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *Snapshot) GetJobCount() uint64 {
+	if x != nil {
+		return x.JobCount
+	}
+	return 0
+}
+
+func (x *Snapshot) GetArrayCount() uint64 {
+	if x != nil {
+		return x.ArrayCount
+	}
+	return 0
+}
+
+func (x *Snapshot) GetRetentionMs() int64 {
+	if x != nil {
+		return x.RetentionMs
+	}
+	return 0
+}
+
+// ArrayRecord is a job array: its template (input empty) and size.
+type ArrayRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Template      *JobRecord             `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	Size          uint32                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArrayRecord) Reset() {
+	*x = ArrayRecord{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArrayRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArrayRecord) ProtoMessage() {}
+
+func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArrayRecord.ProtoReflect.Descriptor instead.
+func (*ArrayRecord) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ArrayRecord) GetTemplate() *JobRecord {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *ArrayRecord) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 var File_palyra_raft_v1_log_proto protoreflect.FileDescriptor
 
 const file_palyra_raft_v1_log_proto_rawDesc = "" +
@@ -2648,8 +3357,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\x81\n" +
-	"\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\x8b\f\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -2690,7 +3398,19 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\rallow_private\x18! \x01(\bR\fallowPrivate\x129\n" +
 	"\tartifacts\x18\" \x03(\v2\x1b.palyra.raft.v1.ArtifactRefR\tartifacts\x12!\n" +
 	"\fsecret_names\x18# \x03(\tR\vsecretNames\x12\x1b\n" +
-	"\tkv_prefix\x18$ \x01(\tR\bkvPrefix\x1a>\n" +
+	"\tkv_prefix\x18$ \x01(\tR\bkvPrefix\x12!\n" +
+	"\finput_sha256\x18% \x01(\tR\vinputSha256\x12\x1d\n" +
+	"\n" +
+	"input_size\x18& \x01(\x04R\tinputSize\x12#\n" +
+	"\rstdout_sha256\x18' \x01(\tR\fstdoutSha256\x12\x1f\n" +
+	"\vstdout_size\x18( \x01(\x04R\n" +
+	"stdoutSize\x12#\n" +
+	"\rstderr_sha256\x18) \x01(\tR\fstderrSha256\x12\x1f\n" +
+	"\vstderr_size\x18* \x01(\x04R\n" +
+	"stderrSize\x12\x19\n" +
+	"\barray_id\x18+ \x01(\tR\aarrayId\x12\x1f\n" +
+	"\varray_index\x18, \x01(\rR\n" +
+	"arrayIndex\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -2708,7 +3428,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x13\n" +
 	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\"J\n" +
 	"\vAssignBatch\x12;\n" +
-	"\vassignments\x18\x01 \x03(\v2\x19.palyra.raft.v1.AssignJobR\vassignments\"\xe3\x02\n" +
+	"\vassignments\x18\x01 \x03(\v2\x19.palyra.raft.v1.AssignJobR\vassignments\"\xef\x03\n" +
 	"\tFinishJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x17\n" +
@@ -2722,7 +3442,45 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\tfuel_used\x18\t \x01(\x04R\bfuelUsed\x12\x13\n" +
 	"\x05at_ms\x18\n" +
 	" \x01(\x03R\x04atMs\x129\n" +
-	"\tartifacts\x18\f \x03(\v2\x1b.palyra.raft.v1.ArtifactRefR\tartifacts\"H\n" +
+	"\tartifacts\x18\f \x03(\v2\x1b.palyra.raft.v1.ArtifactRefR\tartifacts\x12#\n" +
+	"\rstdout_sha256\x18\r \x01(\tR\fstdoutSha256\x12\x1f\n" +
+	"\vstdout_size\x18\x0e \x01(\x04R\n" +
+	"stdoutSize\x12#\n" +
+	"\rstderr_sha256\x18\x0f \x01(\tR\fstderrSha256\x12\x1f\n" +
+	"\vstderr_size\x18\x10 \x01(\x04R\n" +
+	"stderrSize\"B\n" +
+	"\vFinishBatch\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.palyra.raft.v1.FinishJobR\aresults\"N\n" +
+	"\tNodeSlots\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05slots\x18\x03 \x01(\rR\x05slots\"\x9d\x02\n" +
+	"\x0eSchedulerRound\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x129\n" +
+	"\n" +
+	"placements\x18\x02 \x03(\v2\x19.palyra.raft.v1.AssignJobR\n" +
+	"placements\x12/\n" +
+	"\x05slots\x18\x03 \x03(\v2\x19.palyra.raft.v1.NodeSlotsR\x05slots\x12:\n" +
+	"\apending\x18\x04 \x03(\v2 .palyra.raft.v1.SetPendingReasonR\apending\x126\n" +
+	"\brequeues\x18\x05 \x03(\v2\x1a.palyra.raft.v1.RequeueJobR\brequeues\x12\x16\n" +
+	"\x06expire\x18\x06 \x03(\tR\x06expire\"c\n" +
+	"\tArrayTask\x12\x14\n" +
+	"\x05input\x18\x01 \x01(\fR\x05input\x12!\n" +
+	"\finput_sha256\x18\x02 \x01(\tR\vinputSha256\x12\x1d\n" +
+	"\n" +
+	"input_size\x18\x03 \x01(\x04R\tinputSize\"u\n" +
+	"\vSubmitArray\x125\n" +
+	"\btemplate\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\btemplate\x12/\n" +
+	"\x05tasks\x18\x02 \x03(\v2\x19.palyra.raft.v1.ArrayTaskR\x05tasks\"_\n" +
+	"\tPruneJobs\x12\x1b\n" +
+	"\tbefore_ms\x18\x01 \x01(\x03R\bbeforeMs\x12\x10\n" +
+	"\x03max\x18\x02 \x01(\rR\x03max\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"V\n" +
+	"\fSetRetention\x12!\n" +
+	"\fretention_ms\x18\x01 \x01(\x03R\vretentionMs\x12\x13\n" +
+	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\"H\n" +
 	"\tCancelJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x16\n" +
@@ -2823,8 +3581,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"\x1c\n" +
 	"\bKVDelete\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"\xe1\n" +
-	"\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\xb1\r\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -2857,7 +3614,13 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"set_secret\x18\x12 \x01(\v2\x19.palyra.raft.v1.SetSecretH\x00R\tsetSecret\x12C\n" +
 	"\rdelete_secret\x18\x13 \x01(\v2\x1c.palyra.raft.v1.DeleteSecretH\x00R\fdeleteSecret\x12.\n" +
 	"\x06kv_put\x18\x14 \x01(\v2\x15.palyra.raft.v1.KVPutH\x00R\x05kvPut\x127\n" +
-	"\tkv_delete\x18\x15 \x01(\v2\x18.palyra.raft.v1.KVDeleteH\x00R\bkvDeleteB\x05\n" +
+	"\tkv_delete\x18\x15 \x01(\v2\x18.palyra.raft.v1.KVDeleteH\x00R\bkvDelete\x12I\n" +
+	"\x0fscheduler_round\x18\x16 \x01(\v2\x1e.palyra.raft.v1.SchedulerRoundH\x00R\x0eschedulerRound\x12@\n" +
+	"\ffinish_batch\x18\x17 \x01(\v2\x1b.palyra.raft.v1.FinishBatchH\x00R\vfinishBatch\x12@\n" +
+	"\fsubmit_array\x18\x18 \x01(\v2\x1b.palyra.raft.v1.SubmitArrayH\x00R\vsubmitArray\x12:\n" +
+	"\n" +
+	"prune_jobs\x18\x19 \x01(\v2\x19.palyra.raft.v1.PruneJobsH\x00R\tpruneJobs\x12C\n" +
+	"\rset_retention\x18\x1a \x01(\v2\x1c.palyra.raft.v1.SetRetentionH\x00R\fsetRetentionB\x05\n" +
 	"\x03cmd\"0\n" +
 	"\tUsedToken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
@@ -2866,7 +3629,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
 	"\tset_at_ms\x18\x03 \x01(\x03R\asetAtMs\x12\x15\n" +
-	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\xdc\x03\n" +
+	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\xe2\x04\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +
@@ -2879,7 +3642,15 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x06policy\x18\b \x01(\v2\x1c.palyra.raft.v1.PolicyRecordR\x06policy\x123\n" +
 	"\asecrets\x18\t \x03(\v2\x19.palyra.raft.v1.SetSecretR\asecrets\x12%\n" +
 	"\x02kv\x18\n" +
-	" \x03(\v2\x15.palyra.raft.v1.KVPutR\x02kvB3Z1github.com/palyra-mesh/palyra/proto/raftpb;raftpbb\x06proto3"
+	" \x03(\v2\x15.palyra.raft.v1.KVPutR\x02kv\x12#\n" +
+	"\rapplied_index\x18\v \x01(\x04R\fappliedIndex\x12\x1b\n" +
+	"\tjob_count\x18\f \x01(\x04R\bjobCount\x12\x1f\n" +
+	"\varray_count\x18\r \x01(\x04R\n" +
+	"arrayCount\x12!\n" +
+	"\fretention_ms\x18\x0e \x01(\x03R\vretentionMs\"X\n" +
+	"\vArrayRecord\x125\n" +
+	"\btemplate\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\btemplate\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\rR\x04sizeB3Z1github.com/palyra-mesh/palyra/proto/raftpb;raftpbb\x06proto3"
 
 var (
 	file_palyra_raft_v1_log_proto_rawDescOnce sync.Once
@@ -2893,7 +3664,7 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
@@ -2902,77 +3673,98 @@ var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*AssignJob)(nil),          // 4: palyra.raft.v1.AssignJob
 	(*AssignBatch)(nil),        // 5: palyra.raft.v1.AssignBatch
 	(*FinishJob)(nil),          // 6: palyra.raft.v1.FinishJob
-	(*CancelJob)(nil),          // 7: palyra.raft.v1.CancelJob
-	(*ExpireJob)(nil),          // 8: palyra.raft.v1.ExpireJob
-	(*SetPendingReason)(nil),   // 9: palyra.raft.v1.SetPendingReason
-	(*SetNodeSchedulable)(nil), // 10: palyra.raft.v1.SetNodeSchedulable
-	(*RequeueJob)(nil),         // 11: palyra.raft.v1.RequeueJob
-	(*PairingRecord)(nil),      // 12: palyra.raft.v1.PairingRecord
-	(*Member)(nil),             // 13: palyra.raft.v1.Member
-	(*CreatePairing)(nil),      // 14: palyra.raft.v1.CreatePairing
-	(*ConsumePairing)(nil),     // 15: palyra.raft.v1.ConsumePairing
-	(*RevokePairing)(nil),      // 16: palyra.raft.v1.RevokePairing
-	(*AddMember)(nil),          // 17: palyra.raft.v1.AddMember
-	(*RevokeMember)(nil),       // 18: palyra.raft.v1.RevokeMember
-	(*UseToken)(nil),           // 19: palyra.raft.v1.UseToken
-	(*RevokeCert)(nil),         // 20: palyra.raft.v1.RevokeCert
-	(*SetPolicy)(nil),          // 21: palyra.raft.v1.SetPolicy
-	(*SetSecret)(nil),          // 22: palyra.raft.v1.SetSecret
-	(*DeleteSecret)(nil),       // 23: palyra.raft.v1.DeleteSecret
-	(*KVPut)(nil),              // 24: palyra.raft.v1.KVPut
-	(*KVDelete)(nil),           // 25: palyra.raft.v1.KVDelete
-	(*Command)(nil),            // 26: palyra.raft.v1.Command
-	(*UsedToken)(nil),          // 27: palyra.raft.v1.UsedToken
-	(*PolicyRecord)(nil),       // 28: palyra.raft.v1.PolicyRecord
-	(*Snapshot)(nil),           // 29: palyra.raft.v1.Snapshot
-	nil,                        // 30: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 31: palyra.raft.v1.Member.LabelsEntry
+	(*FinishBatch)(nil),        // 7: palyra.raft.v1.FinishBatch
+	(*NodeSlots)(nil),          // 8: palyra.raft.v1.NodeSlots
+	(*SchedulerRound)(nil),     // 9: palyra.raft.v1.SchedulerRound
+	(*ArrayTask)(nil),          // 10: palyra.raft.v1.ArrayTask
+	(*SubmitArray)(nil),        // 11: palyra.raft.v1.SubmitArray
+	(*PruneJobs)(nil),          // 12: palyra.raft.v1.PruneJobs
+	(*SetRetention)(nil),       // 13: palyra.raft.v1.SetRetention
+	(*CancelJob)(nil),          // 14: palyra.raft.v1.CancelJob
+	(*ExpireJob)(nil),          // 15: palyra.raft.v1.ExpireJob
+	(*SetPendingReason)(nil),   // 16: palyra.raft.v1.SetPendingReason
+	(*SetNodeSchedulable)(nil), // 17: palyra.raft.v1.SetNodeSchedulable
+	(*RequeueJob)(nil),         // 18: palyra.raft.v1.RequeueJob
+	(*PairingRecord)(nil),      // 19: palyra.raft.v1.PairingRecord
+	(*Member)(nil),             // 20: palyra.raft.v1.Member
+	(*CreatePairing)(nil),      // 21: palyra.raft.v1.CreatePairing
+	(*ConsumePairing)(nil),     // 22: palyra.raft.v1.ConsumePairing
+	(*RevokePairing)(nil),      // 23: palyra.raft.v1.RevokePairing
+	(*AddMember)(nil),          // 24: palyra.raft.v1.AddMember
+	(*RevokeMember)(nil),       // 25: palyra.raft.v1.RevokeMember
+	(*UseToken)(nil),           // 26: palyra.raft.v1.UseToken
+	(*RevokeCert)(nil),         // 27: palyra.raft.v1.RevokeCert
+	(*SetPolicy)(nil),          // 28: palyra.raft.v1.SetPolicy
+	(*SetSecret)(nil),          // 29: palyra.raft.v1.SetSecret
+	(*DeleteSecret)(nil),       // 30: palyra.raft.v1.DeleteSecret
+	(*KVPut)(nil),              // 31: palyra.raft.v1.KVPut
+	(*KVDelete)(nil),           // 32: palyra.raft.v1.KVDelete
+	(*Command)(nil),            // 33: palyra.raft.v1.Command
+	(*UsedToken)(nil),          // 34: palyra.raft.v1.UsedToken
+	(*PolicyRecord)(nil),       // 35: palyra.raft.v1.PolicyRecord
+	(*Snapshot)(nil),           // 36: palyra.raft.v1.Snapshot
+	(*ArrayRecord)(nil),        // 37: palyra.raft.v1.ArrayRecord
+	nil,                        // 38: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 39: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	30, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	38, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
 	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
 	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
 	0,  // 5: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
 	2,  // 6: palyra.raft.v1.FinishJob.artifacts:type_name -> palyra.raft.v1.ArtifactRef
-	31, // 7: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
-	12, // 8: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
-	13, // 9: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
-	13, // 10: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
-	3,  // 11: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
-	4,  // 12: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
-	6,  // 13: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
-	7,  // 14: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
-	11, // 15: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
-	14, // 16: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
-	15, // 17: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
-	16, // 18: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
-	17, // 19: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
-	18, // 20: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
-	19, // 21: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
-	20, // 22: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
-	21, // 23: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
-	8,  // 24: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
-	9,  // 25: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
-	10, // 26: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
-	5,  // 27: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
-	22, // 28: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
-	23, // 29: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
-	24, // 30: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
-	25, // 31: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
-	1,  // 32: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	12, // 33: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	13, // 34: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	27, // 35: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	28, // 36: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	22, // 37: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	24, // 38: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	6,  // 7: palyra.raft.v1.FinishBatch.results:type_name -> palyra.raft.v1.FinishJob
+	4,  // 8: palyra.raft.v1.SchedulerRound.placements:type_name -> palyra.raft.v1.AssignJob
+	8,  // 9: palyra.raft.v1.SchedulerRound.slots:type_name -> palyra.raft.v1.NodeSlots
+	16, // 10: palyra.raft.v1.SchedulerRound.pending:type_name -> palyra.raft.v1.SetPendingReason
+	18, // 11: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
+	1,  // 12: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
+	10, // 13: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
+	39, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	19, // 15: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
+	20, // 16: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
+	20, // 17: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
+	3,  // 18: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
+	4,  // 19: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
+	6,  // 20: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
+	14, // 21: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
+	18, // 22: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
+	21, // 23: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
+	22, // 24: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
+	23, // 25: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
+	24, // 26: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
+	25, // 27: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
+	26, // 28: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
+	27, // 29: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
+	28, // 30: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
+	15, // 31: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
+	16, // 32: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
+	17, // 33: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
+	5,  // 34: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
+	29, // 35: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
+	30, // 36: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
+	31, // 37: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
+	32, // 38: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
+	9,  // 39: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
+	7,  // 40: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
+	11, // 41: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
+	12, // 42: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
+	13, // 43: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
+	1,  // 44: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	19, // 45: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	20, // 46: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	34, // 47: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	35, // 48: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	29, // 49: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	31, // 50: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	1,  // 51: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -2980,7 +3772,7 @@ func file_palyra_raft_v1_log_proto_init() {
 	if File_palyra_raft_v1_log_proto != nil {
 		return
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[26].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[33].OneofWrappers = []any{
 		(*Command_SubmitJob)(nil),
 		(*Command_AssignJob)(nil),
 		(*Command_FinishJob)(nil),
@@ -3002,6 +3794,11 @@ func file_palyra_raft_v1_log_proto_init() {
 		(*Command_DeleteSecret)(nil),
 		(*Command_KvPut)(nil),
 		(*Command_KvDelete)(nil),
+		(*Command_SchedulerRound)(nil),
+		(*Command_FinishBatch)(nil),
+		(*Command_SubmitArray)(nil),
+		(*Command_PruneJobs)(nil),
+		(*Command_SetRetention)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3009,7 +3806,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

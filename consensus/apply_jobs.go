@@ -1,0 +1,407 @@
+package consensus
+
+import (
+	"crypto/subtle"
+	"fmt"
+
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// DefaultRetentionMS is how long terminal jobs are kept unless an operator
+// sets another retention: a day.
+const DefaultRetentionMS = 24 * 60 * 60 * 1000
+
+// MaxArrayTasks bounds one job array.
+const MaxArrayTasks = 1_000_000
+
+// Every job change below copies the job, edits the copy and hands both to
+// put, which keeps the indexes: stored jobs are never mutated in place.
+
+func (s *State) applySubmit(index uint64, c *raftpb.SubmitJob) ApplyResult {
+	if c.GetJob() == nil || c.Job.Id == "" {
+		return ApplyResult{Err: errf(ErrInvalid, "", "submit without a job id")}
+	}
+	if prev, ok := s.jobs[c.Job.Id]; ok {
+		// Ids are random per submission, so the same id with the same
+		// content is the same submission retried (e.g. after a lost reply
+		// or a leader change): answer with the job, do not fail.
+		if prev.Submitter == c.Job.Submitter && prev.SubmittedAtMS == c.Job.SubmittedAtMs &&
+			prev.ModuleHash == c.Job.ModuleSha256 && string(prev.Input) == string(c.Job.Input) && prev.InputHash == c.Job.InputSha256 {
+			return ApplyResult{Job: *prev}
+		}
+		return ApplyResult{Err: errf(ErrConflict, "retry the submission; a new id is chosen each time", "job %s already exists", c.Job.Id)}
+	}
+	if _, ok := s.arrays[c.Job.Id]; ok {
+		return ApplyResult{Err: errf(ErrConflict, "retry the submission; a new id is chosen each time", "array %s already exists", c.Job.Id)}
+	}
+	if key := c.Job.IdempotencyKey; key != "" {
+		if id, ok := s.idempotency[key]; ok {
+			if prev, ok := s.jobs[id]; ok {
+				if subtle.ConstantTimeCompare(prev.PayloadHash, c.Job.PayloadHash) == 1 {
+					return ApplyResult{Job: *prev} // replay: the original job
+				}
+				return ApplyResult{Job: *prev, Err: errf(ErrConflict, "use a new idempotency key for a different job",
+					"idempotency key %q was used for job %s with a different payload", key, id)}
+			}
+		}
+	}
+	j := jobFromRecord(c.Job)
+	j.Phase = PhaseQueued
+	j.Attempt = 0
+	j.NodeID = ""
+	j.CommitIndex = index
+	j.ArrayID, j.ArrayIndex = "", 0
+	j.RetriesUsed, j.NotBeforeMS, j.PendingReason = 0, 0, ""
+	s.put(nil, &j)
+	if j.IdempotencyKey != "" {
+		s.idempotency[j.IdempotencyKey] = j.ID
+	}
+	return ApplyResult{Job: j}
+}
+
+// applySubmitArray accepts a job array: the array record and one queued
+// job per task, all in this one entry.
+func (s *State) applySubmitArray(index uint64, c *raftpb.SubmitArray) ApplyResult {
+	t := c.GetTemplate()
+	switch {
+	case t == nil || t.Id == "":
+		return ApplyResult{Err: errf(ErrInvalid, "", "array without an id")}
+	case len(c.Tasks) == 0:
+		return ApplyResult{Err: errf(ErrInvalid, "give at least one input", "array %s has no tasks", t.Id)}
+	case len(c.Tasks) > MaxArrayTasks:
+		return ApplyResult{Err: errf(ErrInvalid, "split the work into several arrays", "array of %d tasks; the limit is %d", len(c.Tasks), MaxArrayTasks)}
+	}
+	if a, ok := s.arrays[t.Id]; ok {
+		prev := a.Template
+		if prev.Submitter == t.Submitter && prev.SubmittedAtMS == t.SubmittedAtMs && prev.ModuleHash == t.ModuleSha256 && a.Size == uint32(len(c.Tasks)) {
+			return ApplyResult{Job: prev} // the same submission, retried
+		}
+		return ApplyResult{Err: errf(ErrConflict, "retry the submission; a new id is chosen each time", "array %s already exists", t.Id)}
+	}
+	if _, ok := s.jobs[t.Id]; ok {
+		return ApplyResult{Err: errf(ErrConflict, "retry the submission; a new id is chosen each time", "job %s already exists", t.Id)}
+	}
+	if key := t.IdempotencyKey; key != "" {
+		if id, ok := s.idempotency[key]; ok {
+			if a, ok := s.arrays[id]; ok && subtle.ConstantTimeCompare(a.Template.PayloadHash, t.PayloadHash) == 1 {
+				return ApplyResult{Job: a.Template}
+			}
+			return ApplyResult{Err: errf(ErrConflict, "use a new idempotency key for a different job",
+				"idempotency key %q was used for %s with a different payload", key, id)}
+		}
+	}
+	tmpl := jobFromRecord(t)
+	tmpl.Phase, tmpl.Attempt, tmpl.NodeID, tmpl.CommitIndex = PhaseQueued, 0, "", index
+	tmpl.Input, tmpl.InputHash, tmpl.InputSize = nil, "", 0
+	tmpl.RetriesUsed, tmpl.NotBeforeMS, tmpl.PendingReason = 0, 0, ""
+	tmpl.ArrayID, tmpl.ArrayIndex = "", 0
+	a := &Array{Template: tmpl, Size: uint32(len(c.Tasks))}
+	s.arrays[tmpl.ID] = a
+	if tmpl.ModuleHash != "" {
+		s.idx.blobRefs[tmpl.ModuleHash]++ // the array's own reference, dropped when it is pruned
+	}
+	for i, task := range c.Tasks {
+		j := tmpl
+		j.ID = TaskID(tmpl.ID, uint32(i))
+		j.ArrayID, j.ArrayIndex = tmpl.ID, uint32(i)
+		j.Input, j.InputHash, j.InputSize = task.Input, task.InputSha256, task.InputSize
+		j.IdempotencyKey, j.PayloadHash = "", nil
+		s.put(nil, &j)
+	}
+	if tmpl.IdempotencyKey != "" {
+		s.idempotency[tmpl.IdempotencyKey] = tmpl.ID
+	}
+	s.touch(TopicJob(tmpl.ID))
+	return ApplyResult{Job: tmpl}
+}
+
+func (s *State) lookup(id string) (*Job, error) {
+	j, ok := s.jobs[id]
+	if !ok {
+		return nil, errf(ErrNotFound, "list jobs with 'palyra job list'", "no job with id %q", id)
+	}
+	return j, nil
+}
+
+func (s *State) applyAssign(c *raftpb.AssignJob) ApplyResult {
+	j, err := s.lookup(c.Id)
+	if err != nil {
+		return ApplyResult{Err: err}
+	}
+	if j.Phase != PhaseQueued {
+		return ApplyResult{Job: *j, Err: errf(ErrConflict, "", "job %s is %s, not queued", j.ID, j.Phase)}
+	}
+	if c.Attempt != j.Attempt+1 {
+		return ApplyResult{Job: *j, Err: errf(ErrStaleAttempt, "", "job %s: placement attempt %d, expected %d", j.ID, c.Attempt, j.Attempt+1)}
+	}
+	n := *j
+	n.Phase = PhaseRunning
+	n.Attempt = c.Attempt
+	n.NodeID = c.NodeId
+	n.StartedAtMS = c.AtMs
+	n.PendingReason = ""
+	s.put(j, &n)
+	return ApplyResult{Job: n}
+}
+
+// applyRound applies one scheduling round. Each placement is checked again
+// here, against the state as it is when the round commits: the node must
+// still be a schedulable member and have a free slot by the capacity the
+// planner saw; a placement that fails a check is dropped (the job stays
+// queued for the next round), the rest apply.
+func (s *State) applyRound(c *raftpb.SchedulerRound) ApplyResult {
+	for _, id := range c.Expire {
+		s.applyExpire(&raftpb.ExpireJob{Id: id, AtMs: c.AtMs})
+	}
+	for _, r := range c.Requeues {
+		s.applyRequeue(r)
+	}
+	slots := map[[2]string]uint32{}
+	for _, ns := range c.Slots {
+		slots[[2]string{ns.NodeId, ns.Kind}] = ns.Slots
+	}
+	used := map[[2]string]uint32{}
+	for _, p := range c.Placements {
+		j, ok := s.jobs[p.Id]
+		if !ok || j.Phase != PhaseQueued {
+			continue
+		}
+		m, ok := s.id.members["node:"+p.NodeId]
+		if !ok || m.Revoked || m.Ineligible || m.Draining {
+			continue
+		}
+		k := [2]string{p.NodeId, j.Kind}
+		if _, seen := used[k]; !seen {
+			for _, r := range s.idx.running[p.NodeId] {
+				if r.Kind == j.Kind {
+					used[k]++
+				}
+			}
+		}
+		if used[k] >= slots[k] {
+			continue
+		}
+		if s.applyAssign(&raftpb.AssignJob{Id: p.Id, Attempt: p.Attempt, NodeId: p.NodeId, AtMs: c.AtMs}).Err == nil {
+			used[k]++
+		}
+	}
+	for _, r := range c.Pending {
+		s.applyPendingReason(r)
+	}
+	return ApplyResult{}
+}
+
+func (s *State) applyFinish(c *raftpb.FinishJob) ApplyResult {
+	j, err := s.lookup(c.Id)
+	if err != nil {
+		return ApplyResult{Err: err}
+	}
+	if j.Phase != PhaseRunning || c.Attempt != j.Attempt || c.NodeId != j.NodeID {
+		s.staleResults++
+		return ApplyResult{Job: *j, Err: errf(ErrStaleAttempt, "",
+			"result of job %s attempt %d from %s refused: job is %s at attempt %d on %q",
+			j.ID, c.Attempt, c.NodeId, j.Phase, j.Attempt, j.NodeID)}
+	}
+	n := *j
+	n.Stdout, n.Stderr, n.ExitCode, n.FuelUsed = c.Stdout, c.Stderr, c.ExitCode, c.FuelUsed
+	n.StdoutHash, n.StdoutSize, n.StderrHash, n.StderrSize = c.StdoutSha256, c.StdoutSize, c.StderrSha256, c.StderrSize
+	if n.StdoutHash == "" {
+		n.StdoutSize = uint64(len(c.Stdout))
+	}
+	if n.StderrHash == "" {
+		n.StderrSize = uint64(len(c.Stderr))
+	}
+	n.Artifacts = artifactsFromPB(c.Artifacts)
+	n.FinishedAtMS = c.AtMs
+	if c.Ok {
+		n.Phase = PhaseCompleted
+		n.Error = nil
+	} else if c.Retryable && n.RetriesUsed < n.MaxRetries {
+		// Another attempt after an exponential backoff; the failure is
+		// kept as the job's last error until then.
+		n.RetriesUsed++
+		n.Phase = PhaseQueued
+		n.NotBeforeMS = c.AtMs + retryBackoffMS(n.RetriesUsed)
+		n.FinishedAtMS = 0
+		n.Error = jobErrorFromPB(c.Error)
+	} else {
+		n.Phase = PhaseFailed
+		n.Error = jobErrorFromPB(c.Error)
+		if n.Error == nil {
+			n.Error = &JobError{Code: "failed", Message: "job failed"}
+		}
+	}
+	s.put(j, &n)
+	return ApplyResult{Job: n}
+}
+
+// retryBackoffMS is the wait before retry n (1-based): 1s, 2s, 4s … 1m.
+func retryBackoffMS(n uint32) int64 {
+	if n > 6 {
+		return 60_000
+	}
+	return min(int64(1000)<<(n-1), 60_000)
+}
+
+func (s *State) applyExpire(c *raftpb.ExpireJob) ApplyResult {
+	j, err := s.lookup(c.Id)
+	if err != nil {
+		return ApplyResult{Err: err}
+	}
+	if j.Phase.Terminal() {
+		return ApplyResult{Job: *j, Err: errf(ErrConflict, "", "job %s is already %s", j.ID, j.Phase)}
+	}
+	if j.DeadlineAtMS == 0 || c.AtMs < j.DeadlineAtMS {
+		return ApplyResult{Job: *j, Err: errf(ErrConflict, "", "job %s has not reached its deadline", j.ID)}
+	}
+	n := *j
+	n.Phase = PhaseExpired
+	n.FinishedAtMS = c.AtMs
+	n.Error = &JobError{Code: "expired", Message: fmt.Sprintf("deadline passed before the job completed (attempt %d)", j.Attempt),
+		Hint: "give it more time with --deadline, or more capacity"}
+	s.put(j, &n)
+	return ApplyResult{Job: n}
+}
+
+func (s *State) applyPendingReason(c *raftpb.SetPendingReason) ApplyResult {
+	j, err := s.lookup(c.Id)
+	if err != nil {
+		return ApplyResult{Err: err}
+	}
+	if j.Phase == PhaseQueued && j.PendingReason != c.Reason {
+		n := *j
+		n.PendingReason = c.Reason
+		s.put(j, &n)
+		return ApplyResult{Job: n}
+	}
+	return ApplyResult{Job: *j}
+}
+
+func (s *State) applyCancel(c *raftpb.CancelJob) ApplyResult {
+	if a, ok := s.arrays[c.Id]; ok {
+		// Cancelling an array cancels every task that has not ended.
+		var ids []string
+		s.idx.order.AscendGreaterOrEqual(&Job{CommitIndex: a.Template.CommitIndex}, func(j *Job) bool {
+			if j.CommitIndex != a.Template.CommitIndex {
+				return false
+			}
+			if !j.Phase.Terminal() {
+				ids = append(ids, j.ID)
+			}
+			return true
+		})
+		if len(ids) == 0 {
+			return ApplyResult{Job: a.Template, Err: errf(ErrConflict, "", "every task of array %s has already ended", c.Id)}
+		}
+		for _, id := range ids {
+			s.cancelOne(s.jobs[id], c)
+		}
+		return ApplyResult{Job: a.Template}
+	}
+	j, err := s.lookup(c.Id)
+	if err != nil {
+		return ApplyResult{Err: err}
+	}
+	if j.Phase.Terminal() {
+		return ApplyResult{Job: *j, Err: errf(ErrConflict, "", "job %s is already %s", j.ID, j.Phase)}
+	}
+	return ApplyResult{Job: s.cancelOne(j, c)}
+}
+
+func (s *State) cancelOne(j *Job, c *raftpb.CancelJob) Job {
+	n := *j
+	n.Phase = PhaseAborted
+	n.FinishedAtMS = c.AtMs
+	msg := "cancelled"
+	if c.Reason != "" {
+		msg = c.Reason
+	}
+	n.Error = &JobError{Code: "aborted", Message: msg}
+	s.put(j, &n)
+	return n
+}
+
+func (s *State) applyRequeue(c *raftpb.RequeueJob) ApplyResult {
+	j, err := s.lookup(c.Id)
+	if err != nil {
+		return ApplyResult{Err: err}
+	}
+	if j.Phase != PhaseRunning || j.Attempt != c.Attempt {
+		return ApplyResult{Job: *j, Err: errf(ErrStaleAttempt, "", "job %s attempt %d is not running (job is %s at attempt %d)", j.ID, c.Attempt, j.Phase, j.Attempt)}
+	}
+	n := *j
+	n.Phase = PhaseQueued
+	s.put(j, &n)
+	return ApplyResult{Job: n}
+}
+
+// applyPrune removes terminal jobs and finished arrays that ended before
+// c.BeforeMs, oldest first, up to c.Max jobs (a whole array counts as its
+// tasks and is never split). Their idempotency records go with them; the
+// blobs they named are unreferenced and collected by each node.
+func (s *State) applyPrune(c *raftpb.PruneJobs) ApplyResult {
+	limit := int(c.Max)
+	if limit <= 0 {
+		limit = 10_000
+	}
+	var units []timeKey
+	n := 0
+	s.idx.ended.Ascend(func(k timeKey) bool {
+		if k.at >= c.BeforeMs || n >= limit {
+			return false
+		}
+		units = append(units, k)
+		if a, ok := s.arrays[k.id]; ok {
+			n += int(a.Size)
+		} else {
+			n++
+		}
+		return true
+	})
+	for _, k := range units {
+		if a, ok := s.arrays[k.id]; ok {
+			s.removeArray(a)
+			continue
+		}
+		if j, ok := s.jobs[k.id]; ok {
+			s.put(j, nil)
+			if j.IdempotencyKey != "" && s.idempotency[j.IdempotencyKey] == j.ID {
+				delete(s.idempotency, j.IdempotencyKey)
+			}
+		}
+	}
+	return ApplyResult{Job: Job{Attempt: uint32(n)}}
+}
+
+func (s *State) removeArray(a *Array) {
+	var tasks []*Job
+	s.idx.order.AscendGreaterOrEqual(&Job{CommitIndex: a.Template.CommitIndex}, func(j *Job) bool {
+		if j.CommitIndex != a.Template.CommitIndex {
+			return false
+		}
+		tasks = append(tasks, j)
+		return true
+	})
+	for _, j := range tasks {
+		s.put(j, nil)
+	}
+	s.idx.ended.Delete(timeKey{a.EndedAtMS, a.Template.ID})
+	if h := a.Template.ModuleHash; h != "" {
+		if s.idx.blobRefs[h]--; s.idx.blobRefs[h] <= 0 {
+			delete(s.idx.blobRefs, h)
+		}
+	}
+	if k := a.Template.IdempotencyKey; k != "" && s.idempotency[k] == a.Template.ID {
+		delete(s.idempotency, k)
+	}
+	delete(s.arrays, a.Template.ID)
+	s.touch(TopicJob(a.Template.ID))
+}
+
+func (s *State) applySetRetention(c *raftpb.SetRetention) ApplyResult {
+	if c.RetentionMs < 0 {
+		return ApplyResult{Err: errf(ErrInvalid, "use a positive duration, e.g. 24h", "negative retention")}
+	}
+	s.retentionMS = c.RetentionMs
+	return ApplyResult{}
+}

@@ -1,0 +1,273 @@
+package consensus
+
+import (
+	"github.com/google/btree"
+)
+
+// Array is a job array as the cluster keeps it: the template its tasks
+// share (Input empty) and how many tasks are in each phase.
+type Array struct {
+	Template  Job
+	Size      uint32
+	Counts    [16]uint32 // by Phase
+	EndedAtMS int64      // when the last task ended (once all have)
+}
+
+// Terminal reports whether every task has ended.
+func (a *Array) Terminal() bool {
+	var n uint32
+	for _, p := range AllPhases {
+		if p.Terminal() {
+			n += a.Counts[p]
+		}
+	}
+	return n == a.Size
+}
+
+// Count is the number of tasks in phase p.
+func (a *Array) Count(p Phase) uint32 { return a.Counts[p] }
+
+// Job returns a copy of job id.
+func (s *State) Job(id string) (Job, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	j, ok := s.jobs[id]
+	if !ok {
+		return Job{}, false
+	}
+	return *j, true
+}
+
+// Array returns a copy of array id.
+func (s *State) Array(id string) (Array, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	a, ok := s.arrays[id]
+	if !ok {
+		return Array{}, false
+	}
+	return *a, true
+}
+
+// JobFilter selects jobs; zero fields match everything.
+type JobFilter struct {
+	Phase   Phase
+	NodeID  string // jobs whose last placement was on this node
+	ArrayID string // the tasks of one array, in task order
+	AfterID string // continue after this id (in the listing's order)
+	Limit   int    // 0 = no limit
+	Newest  bool   // newest first (default: acceptance order)
+}
+
+// Jobs returns copies of matching jobs. It walks the narrowest index for
+// the filter, so its cost follows the jobs it returns (plus those it
+// skips by a second condition), not the jobs ever submitted.
+func (s *State) Jobs(f JobFilter) []Job {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Job
+	emit := func(j *Job) bool {
+		if f.Phase != PhaseUnknown && j.Phase != f.Phase {
+			return true
+		}
+		if f.NodeID != "" && j.NodeID != f.NodeID {
+			return true
+		}
+		out = append(out, *j)
+		return f.Limit <= 0 || len(out) < f.Limit
+	}
+	if f.ArrayID != "" {
+		a := s.arrays[f.ArrayID]
+		if a == nil {
+			return nil
+		}
+		// Tasks are contiguous in acceptance order.
+		idx := a.Template.CommitIndex
+		in := func(j *Job) bool {
+			if j.CommitIndex != idx || j.ArrayID != f.ArrayID {
+				return false
+			}
+			return emit(j)
+		}
+		var pivot *Job
+		if after, ok := s.jobs[f.AfterID]; ok && after.ArrayID == f.ArrayID {
+			pivot = after
+		}
+		switch {
+		case f.Newest && pivot != nil:
+			s.idx.order.DescendLessOrEqual(pivot, func(j *Job) bool { return j == pivot || j.ID == pivot.ID || in(j) })
+		case f.Newest:
+			s.idx.order.DescendLessOrEqual(&Job{CommitIndex: idx, ArrayIndex: a.Size}, in)
+		case pivot != nil:
+			s.idx.order.AscendGreaterOrEqual(pivot, func(j *Job) bool { return j.ID == pivot.ID || in(j) })
+		default:
+			s.idx.order.AscendGreaterOrEqual(&Job{CommitIndex: idx}, in)
+		}
+		return out
+	}
+	if f.NodeID != "" && f.Phase == PhaseRunning {
+		// The running set is small: sort it into acceptance order.
+		t := btree.NewG(btreeDegree, orderLess)
+		for _, j := range s.idx.running[f.NodeID] {
+			t.ReplaceOrInsert(j)
+		}
+		s.walk(t, f, emit)
+		return out
+	}
+	var t *btree.BTreeG[*Job]
+	switch {
+	case f.Phase != PhaseUnknown:
+		t = s.idx.byPhase[f.Phase]
+	case f.NodeID != "":
+		t = s.idx.byNode[f.NodeID]
+	default:
+		t = s.idx.order
+	}
+	if t == nil {
+		return nil
+	}
+	s.walk(t, f, emit)
+	return out
+}
+
+// walk visits t from after f.AfterID (or the start) in f's direction.
+func (s *State) walk(t *btree.BTreeG[*Job], f JobFilter, visit func(*Job) bool) {
+	if f.AfterID != "" {
+		if after, ok := s.jobs[f.AfterID]; ok {
+			if f.Newest {
+				t.DescendLessOrEqual(after, func(j *Job) bool { return j.ID == after.ID || visit(j) })
+			} else {
+				t.AscendGreaterOrEqual(after, func(j *Job) bool { return j.ID == after.ID || visit(j) })
+			}
+			return
+		}
+	}
+	if f.Newest {
+		t.Descend(visit)
+	} else {
+		t.Ascend(visit)
+	}
+}
+
+// CountByPhase counts jobs in each phase (array tasks included).
+func (s *State) CountByPhase() map[Phase]uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	m := make(map[Phase]uint64, len(s.idx.phases))
+	for p, n := range s.idx.phases {
+		if n > 0 {
+			m[p] = n
+		}
+	}
+	return m
+}
+
+// Count is the number of jobs in phase p.
+func (s *State) Count(p Phase) uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.idx.phases[p]
+}
+
+// Queued calls fn for queued jobs in placement order (priority, then
+// acceptance) until fn returns false.
+func (s *State) Queued(fn func(Job) bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	s.idx.queue.Ascend(func(j *Job) bool { return fn(*j) })
+}
+
+// RunningOn returns the jobs running on node (in no particular order).
+func (s *State) RunningOn(node string) []Job {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	m := s.idx.running[node]
+	out := make([]Job, 0, len(m))
+	for _, j := range m {
+		out = append(out, *j)
+	}
+	return out
+}
+
+// RunningCounts returns, per node, how many jobs of each kind run there.
+func (s *State) RunningCounts() map[string]map[string]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]map[string]int, len(s.idx.running))
+	for n, m := range s.idx.running {
+		c := map[string]int{}
+		for _, j := range m {
+			c[j.Kind]++
+		}
+		out[n] = c
+	}
+	return out
+}
+
+// RunningNodes lists the nodes that have running jobs.
+func (s *State) RunningNodes() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]string, 0, len(s.idx.running))
+	for n := range s.idx.running {
+		out = append(out, n)
+	}
+	return out
+}
+
+// DeadlinesBefore returns up to limit unfinished jobs whose deadline is at
+// or before ms, earliest first.
+func (s *State) DeadlinesBefore(ms int64, limit int) []Job {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Job
+	s.idx.deadlines.Ascend(func(k timeKey) bool {
+		if k.at > ms || len(out) >= limit {
+			return false
+		}
+		if j := s.jobs[k.id]; j != nil {
+			out = append(out, *j)
+		}
+		return true
+	})
+	return out
+}
+
+// OldestEnded is when the longest-ended prunable job or array ended.
+func (s *State) OldestEnded() (int64, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	k, ok := s.idx.ended.Min()
+	return k.at, ok
+}
+
+// BlobReferenced reports whether any job or array still names blob hash.
+func (s *State) BlobReferenced(hash string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.idx.blobRefs[hash] > 0
+}
+
+// Retention is how long terminal jobs are kept, in milliseconds.
+func (s *State) Retention() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.retentionMS <= 0 {
+		return DefaultRetentionMS
+	}
+	return s.retentionMS
+}
+
+// JobCount is the number of jobs held (array tasks included).
+func (s *State) JobCount() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.jobs)
+}
+
+// StaleResults counts results refused because their attempt was not current.
+func (s *State) StaleResults() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.staleResults
+}

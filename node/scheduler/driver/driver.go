@@ -1,0 +1,264 @@
+// Package driver runs the leader's scheduling loop around the pure
+// planner in node/scheduler: it reads the replicated state through a
+// narrow interface, plans a round, and commits the whole round (placements,
+// pending reasons, requeues, expiries) as one Raft command. It also
+// proposes retention's pruning. Time comes from an injected clock.
+package driver
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/node/scheduler"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// State is what the driver reads of the replicated state. Every method is
+// served from an index: none walks the jobs ever submitted.
+type State interface {
+	Watch(topic string) <-chan struct{}
+	Queued(fn func(consensus.Job) bool)
+	RunningCounts() map[string]map[string]int
+	RunningOn(node string) []consensus.Job
+	RunningNodes() []string
+	DeadlinesBefore(ms int64, limit int) []consensus.Job
+	Member(kind, id string) (consensus.Member, bool)
+	OldestEnded() (int64, bool)
+	Retention() int64
+}
+
+// Worker is one node as gossip sees it.
+type Worker struct {
+	ID     string
+	Alive  bool
+	Slots  map[string]int // kind → concurrent runs
+	Labels map[string]string
+}
+
+// Config wires a Driver.
+type Config struct {
+	State State
+	// Apply commits a command through the leader.
+	Apply func(context.Context, *raftpb.Command) error
+	// Workers lists the nodes gossip knows (alive or not).
+	Workers func() []Worker
+	// MemberChanges fires when gossip's view changes.
+	MemberChanges <-chan struct{}
+	// Leadership delivers true on gaining and false on losing leadership.
+	Leadership <-chan bool
+	IsLeader   bool // leadership at start
+	Now        func() time.Time
+	Logger     *slog.Logger
+	// Prefetch is, per executor kind, how many placements per slot a
+	// worker may hold beyond those it runs (they wait on the worker for a
+	// slot): it keeps workers fed between rounds when jobs are short.
+	// Missing kinds get none.
+	Prefetch map[string]int
+	// DeadWorkerGrace is how long this leader must have seen a worker
+	// dead before its running jobs are re-queued.
+	DeadWorkerGrace time.Duration
+	// Tick bounds how long timers (backoff, deadlines, grace) wait for a
+	// round when nothing else wakes the driver.
+	Tick time.Duration
+}
+
+// Limits on one round's work, so a round stays small and quick however
+// deep the queue is.
+const (
+	maxScanExtra      = 256  // queued jobs examined beyond the free slots
+	maxReasonUpdates  = 256  // pending-reason changes per round
+	maxRoundRequeues  = 4096 // requeues per round
+	maxRoundExpiries  = 4096 // expiries per round
+	pruneBatch        = 10_000
+	pruneEvery        = time.Second
+	defaultTick       = 500 * time.Millisecond
+	defaultDeadWorker = 3 * time.Second
+)
+
+// Driver is the leader's scheduler loop.
+type Driver struct {
+	cfg         Config
+	log         *slog.Logger
+	leaderSince time.Time
+	deadSince   map[string]time.Time
+	lastPrune   time.Time
+}
+
+// New returns a Driver; Run it.
+func New(cfg Config) *Driver {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = defaultTick
+	}
+	if cfg.DeadWorkerGrace <= 0 {
+		cfg.DeadWorkerGrace = defaultDeadWorker
+	}
+	return &Driver{cfg: cfg, log: cfg.Logger.With("component", "scheduler"), deadSince: map[string]time.Time{}}
+}
+
+// Run schedules while this node leads, until ctx ends. A round runs when
+// the queue or the capacity in use changes, when membership changes, and
+// at least every Tick (timers: backoff, deadlines, dead-worker grace).
+func (d *Driver) Run(ctx context.Context) {
+	isLeader := d.cfg.IsLeader
+	d.leaderSince = d.cfg.Now()
+	tick := time.NewTicker(d.cfg.Tick)
+	defer tick.Stop()
+	for {
+		var queue, members <-chan struct{}
+		if isLeader {
+			queue = d.cfg.State.Watch(consensus.TopicQueue)
+			members = d.cfg.State.Watch(consensus.TopicMembers)
+			d.Round(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case l := <-d.cfg.Leadership:
+			if l && !isLeader {
+				d.leaderSince, d.deadSince = d.cfg.Now(), map[string]time.Time{}
+			}
+			isLeader = l
+		case <-queue:
+		case <-members:
+		case <-d.cfg.MemberChanges:
+		case <-tick.C:
+		}
+	}
+}
+
+// Round plans and commits one round; it is exported for tests.
+func (d *Driver) Round(ctx context.Context) {
+	now := d.cfg.Now()
+	nowMS := now.UnixMilli()
+	st := d.cfg.State
+	round := &raftpb.SchedulerRound{AtMs: nowMS}
+
+	workers := d.cfg.Workers()
+	alive := make(map[string]bool, len(workers))
+	for _, w := range workers {
+		if w.Alive {
+			alive[w.ID] = true
+			delete(d.deadSince, w.ID)
+		} else if _, ok := d.deadSince[w.ID]; !ok {
+			d.deadSince[w.ID] = now
+		}
+	}
+
+	// Work on dead workers, and on drained ones past their deadline.
+	for _, node := range st.RunningNodes() {
+		if len(round.Requeues) >= maxRoundRequeues {
+			break
+		}
+		reason := ""
+		if alive[node] {
+			if m, ok := st.Member("node", node); ok && m.Draining && m.DrainDeadlineMS > 0 && nowMS >= m.DrainDeadlineMS {
+				reason = "drain deadline reached on " + node
+			}
+		} else {
+			since, seen := d.deadSince[node]
+			if !seen {
+				d.deadSince[node] = now
+				continue
+			}
+			if now.Sub(since) >= d.cfg.DeadWorkerGrace && now.Sub(d.leaderSince) >= d.cfg.DeadWorkerGrace {
+				reason = "worker " + node + " is dead"
+			}
+		}
+		if reason == "" {
+			continue
+		}
+		for _, j := range st.RunningOn(node) {
+			d.log.Warn("re-queueing job", "job", j.ID, "attempt", j.Attempt, "node", node, "reason", reason)
+			round.Requeues = append(round.Requeues, &raftpb.RequeueJob{Id: j.ID, Attempt: j.Attempt, Reason: reason})
+		}
+	}
+
+	for _, j := range st.DeadlinesBefore(nowMS, maxRoundExpiries) {
+		round.Expire = append(round.Expire, j.ID)
+	}
+
+	// Placement: nodes with their capacity (slots plus prefetch), and the
+	// head of the queue, as deep as the free capacity can use.
+	running := st.RunningCounts()
+	var nodes []scheduler.Node
+	free := 0
+	for _, w := range workers {
+		if !w.Alive {
+			continue
+		}
+		eligible := true
+		if m, ok := st.Member("node", w.ID); !ok || m.Ineligible || m.Draining || m.Revoked {
+			eligible = false
+		}
+		slots := make(map[string]int, len(w.Slots))
+		for kind, n := range w.Slots {
+			slots[kind] = n * (1 + d.cfg.Prefetch[kind])
+			round.Slots = append(round.Slots, &raftpb.NodeSlots{NodeId: w.ID, Kind: kind, Slots: uint32(slots[kind])})
+			if eligible {
+				free += max(slots[kind]-running[w.ID][kind], 0)
+			}
+		}
+		nodes = append(nodes, scheduler.Node{ID: w.ID, Eligible: eligible, Slots: slots, Running: running[w.ID], Labels: w.Labels})
+	}
+	var jobs []scheduler.Job
+	reasons := map[string]string{}
+	scan := free + maxScanExtra
+	st.Queued(func(j consensus.Job) bool {
+		if j.NotBeforeMS > nowMS {
+			return true // retry backoff; does not count against the scan
+		}
+		reasons[j.ID] = j.PendingReason
+		jobs = append(jobs, scheduler.Job{ID: j.ID, Kind: j.Kind, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
+			Priority: int(j.Priority), Constraints: j.Constraints})
+		scan--
+		return scan > 0
+	})
+	plan, unplaced := scheduler.Plan(nodes, jobs)
+	for _, p := range plan {
+		round.Placements = append(round.Placements, &raftpb.AssignJob{Id: p.JobID, Attempt: p.Attempt, NodeId: p.NodeID, AtMs: nowMS})
+	}
+	for _, u := range unplaced {
+		if reasons[u.JobID] == u.Reason || len(round.Pending) >= maxReasonUpdates {
+			continue
+		}
+		round.Pending = append(round.Pending, &raftpb.SetPendingReason{Id: u.JobID, Reason: u.Reason})
+	}
+
+	if len(round.Placements)+len(round.Pending)+len(round.Requeues)+len(round.Expire) > 0 {
+		if len(round.Placements) == 0 {
+			round.Slots = nil
+		}
+		if err := d.cfg.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SchedulerRound{SchedulerRound: round}}); err != nil && !errors.Is(err, consensus.ErrConflict) {
+			d.log.Warn("scheduling round not committed", "placements", len(round.Placements), "err", err)
+		}
+	}
+	d.prune(ctx, now)
+}
+
+// prune proposes the removal of jobs past the retention, at most once per
+// pruneEvery and a bounded batch at a time.
+func (d *Driver) prune(ctx context.Context, now time.Time) {
+	if now.Sub(d.lastPrune) < pruneEvery {
+		return
+	}
+	st := d.cfg.State
+	oldest, ok := st.OldestEnded()
+	before := now.UnixMilli() - st.Retention()
+	if !ok || oldest >= before {
+		return
+	}
+	d.lastPrune = now
+	cmd := &raftpb.Command{Cmd: &raftpb.Command_PruneJobs{PruneJobs: &raftpb.PruneJobs{BeforeMs: before, Max: pruneBatch, AtMs: now.UnixMilli(), By: "retention"}}}
+	if err := d.cfg.Apply(ctx, cmd); err != nil {
+		d.log.Warn("pruning not committed", "err", err)
+	}
+}
