@@ -126,10 +126,14 @@ func TestHistoryUnderFaults(t *testing.T) {
 		}(w)
 	}
 
-	time.Sleep(2 * time.Second)
+	// Phases follow events, not the clock, so a loaded machine changes
+	// how long the test takes, not what it proves.
+	nAccepted := func() int { mu.Lock(); defer mu.Unlock(); return len(accepted) }
+	waitFor(t, "10 accepted submissions", 2*time.Minute, func() bool { return nAccepted() >= 10 })
 	// 1. Kill a worker that is not the leader, while it runs jobs.
 	leader := tc.waitHealthy(3)
 	victim := (tc.index(leader) + 1) % 3
+	waitFor(t, "the victim to run a job", 2*time.Minute, func() bool { return tc.nodes[victim].RunningJobs() > 0 })
 	tc.kill(victim)
 	time.Sleep(5 * time.Second)
 	tc.restart(victim)
@@ -160,6 +164,7 @@ func TestHistoryUnderFaults(t *testing.T) {
 		n.SetFault(nil)
 	}
 	tc.waitHealthy(3)
+	waitFor(t, "20 accepted submissions", 2*time.Minute, func() bool { return nAccepted() >= 20 })
 	close(stop)
 	wg.Wait()
 

@@ -96,7 +96,7 @@ func submit(t *testing.T, cl *client.Client, input string) string {
 func waitCompleted(t *testing.T, cl *client.Client, id string) *palyrav1.Job {
 	t.Helper()
 	var j *palyrav1.Job
-	waitFor(t, "job "+id+" to complete", time.Minute, func() bool {
+	waitFor(t, "job "+id+" to complete", 2*time.Minute, func() bool {
 		resp, err := cl.Jobs.GetJob(context.Background(), connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
 		if err != nil {
 			return false
