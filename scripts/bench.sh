@@ -11,6 +11,15 @@ gobench() { # package, pattern, benchtime
   $GO test -run '^$' -bench "$2" -benchtime "$3" "$1" | grep -E '^Benchmark' || true
 }
 
+# The etcd figures go to the main bench through PALYRA_ETCD_RESULTS (a JSON
+# file, format in internal/bench/DESIGN.md) so it can print jobs/s as a
+# ratio of etcd's puts/s measured on the same machine in the same run.
+section "etcd baseline: 3 members on loopback, closed-loop puts"
+etcd_results=$(mktemp -t palyra-etcd-results.XXXXXX)
+trap 'rm -f "$etcd_results"' EXIT
+GO=$GO bash scripts/etcd.sh -out "$etcd_results"
+export PALYRA_ETCD_RESULTS=$etcd_results
+
 section "node and cluster (internal/bench: real QUIC + mTLS API, real processes)"
 $GO run ./internal/bench
 
