@@ -70,6 +70,9 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 }
 
 func runNode(c *ucli.Context, cfg node.Config) error {
+	if err := servePprof(); err != nil {
+		return ucli.Exit("error: "+err.Error(), exitFailure)
+	}
 	if err := node.Run(c.Context, cfg); err != nil {
 		cfg.Logger.Error("node stopped", "err", err)
 		return ucli.Exit("error: "+err.Error(), exitFailure)

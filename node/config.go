@@ -37,6 +37,11 @@ type Config struct {
 	// lets a worker hold beyond those it runs (0: the default, 4;
 	// negative: none).
 	Prefetch int
+	// BlobGCInterval is how often unreferenced blobs are collected (0:
+	// every minute); BlobGCGrace is how old an unreferenced blob must be
+	// to go (0: 10 minutes).
+	BlobGCInterval time.Duration
+	BlobGCGrace    time.Duration
 	// Fast shortens raft timers; for tests only.
 	Fast bool
 }

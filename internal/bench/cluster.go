@@ -271,7 +271,7 @@ func lastLine(s string) string {
 	return s[strings.LastIndex(s, "\n")+1:]
 }
 
-func ms(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+func ms(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
 
 // fsType names the filesystem holding path (fsync costs differ wildly).
 func fsType(path string) string {

@@ -20,8 +20,13 @@ func runToCompletion(ctx context.Context, cl *client.Client, mod []byte, input s
 	if err != nil {
 		return 0, nil, cl.Explain(err)
 	}
+	return watchToEnd(ctx, cl, resp.Job.Id, t0)
+}
+
+// watchToEnd watches job id until it ends; the duration is from t0.
+func watchToEnd(ctx context.Context, cl *client.Client, id string, t0 time.Time) (time.Duration, *palyrav1.Job, error) {
 	for {
-		stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: resp.Job.Id}))
+		stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
 		if err == nil {
 			for stream.Receive() {
 				if j := stream.Msg().Job; j.Phase.Terminal() {

@@ -42,6 +42,8 @@ func main() {
 	bin := flag.String("palyra", "bin/palyra", "palyra binary for the cluster benchmarks")
 	trials := flag.Int("trials", 10, "leader-kill trials")
 	commits := flag.Int("commits", 200, "sequential commits per series")
+	scale := flag.Bool("scale", true, "run the control-plane-at-scale benchmarks (3 processes)")
+	loop := flag.Duration("loop", 10*time.Second, "duration of each closed-loop run at scale")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -49,6 +51,13 @@ func main() {
 	if *single {
 		if err := run(*seq, *total, *conc, *module); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Println()
+	}
+	if *scale {
+		if err := runScale(ctx, *bin, *loop); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: scale:", err)
 			os.Exit(1)
 		}
 		fmt.Println()

@@ -20,6 +20,8 @@ import (
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
+var pprofPort int
+
 // nodeProc is one `palyra` node process of the benchmark cluster, with an
 // API client authenticated as the cluster's operator.
 type nodeProc struct {
@@ -72,6 +74,11 @@ func (p *nodeProc) spawn(bin string, args ...string) error {
 	}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if os.Getenv("PALYRA_BENCH_PPROF") != "" { // profile the nodes: 6060, 6061, … in start order
+		pprofPort++
+		p.cmd.Env = append(os.Environ(), fmt.Sprintf("PALYRA_PPROF=127.0.0.1:%d", 6059+pprofPort))
+		fmt.Fprintf(os.Stderr, "  %s: pprof on 127.0.0.1:%d\n", p.name, 6059+pprofPort)
+	}
 	if err := p.cmd.Start(); err != nil {
 		f.Close()
 		return err

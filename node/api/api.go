@@ -147,7 +147,9 @@ func New(o Options) *Server {
 // a verified client certificate reach only IdentityService.Pair.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes)}
+	// Small messages go uncompressed: gzip costs more CPU than the bytes
+	// it saves on a LAN (it was ~6% of a node's CPU under load).
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes), connect.WithCompressMinBytes(compressMinBytes)}
 	mux.Handle(palyrav1connect.NewJobServiceHandler(jobService{s}, opts...))
 	mux.Handle(palyrav1connect.NewNodeServiceHandler(nodeService{s}, opts...))
 	mux.Handle(palyrav1connect.NewIdentityServiceHandler(identityService{s}, opts...))
@@ -193,6 +195,9 @@ func PrincipalFrom(ctx context.Context) (identity.Principal, bool) {
 	p, ok := ctx.Value(principalKey{}).(identity.Principal)
 	return p, ok
 }
+
+// compressMinBytes is the smallest message the API compresses.
+const compressMinBytes = 64 << 10
 
 func newJobID() string {
 	var b [8]byte

@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // ErrNotFound is returned for a hash the store does not hold.
@@ -65,6 +66,10 @@ func (s *Store) Put(data []byte) (string, error) {
 	h := Hash(data)
 	p := s.path(h)
 	if _, err := os.Stat(p); err == nil {
+		// Held already: renew its age, so collection's grace period counts
+		// from the newest store (a job about to name it is safe).
+		now := time.Now()
+		_ = os.Chtimes(p, now, now)
 		return h, nil
 	}
 	dir := filepath.Dir(p)
@@ -90,9 +95,15 @@ func (s *Store) Put(data []byte) (string, error) {
 		os.Remove(tmp)
 		return "", fmt.Errorf("write blob %s: %w", h, err)
 	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
+	// The rename is durable only once the directory is: a failed sync is
+	// a failed store.
+	d, err := os.Open(dir)
+	if err == nil {
+		err = d.Sync()
 		d.Close()
+	}
+	if err != nil {
+		return "", fmt.Errorf("sync blob dir for %s: %w", h, err)
 	}
 	return h, nil
 }
@@ -124,4 +135,57 @@ func (s *Store) Has(h string) bool {
 	}
 	_, err := os.Stat(s.path(h))
 	return err == nil
+}
+
+// Info describes one stored blob.
+type Info struct {
+	Hash    string
+	Size    int64
+	ModTime time.Time // when it was last stored
+}
+
+// Walk calls fn for every blob held (in no particular order) until fn
+// returns false. Temp files of stores in progress are skipped.
+func (s *Store) Walk(fn func(Info) bool) error {
+	root := filepath.Join(s.dir, "sha256")
+	prefixes, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, p := range prefixes {
+		if !p.IsDir() {
+			continue
+		}
+		entries, err := os.ReadDir(filepath.Join(root, p.Name()))
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if !ValidHash(e.Name()) {
+				continue
+			}
+			fi, err := e.Info()
+			if err != nil {
+				continue // removed meanwhile
+			}
+			if !fn(Info{Hash: e.Name(), Size: fi.Size(), ModTime: fi.ModTime()}) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// Delete removes blob h (no error if it is not held).
+func (s *Store) Delete(h string) error {
+	if !ValidHash(h) {
+		return fmt.Errorf("invalid blob hash %q", h)
+	}
+	if err := os.Remove(s.path(h)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete blob %s: %w", h, err)
+	}
+	return nil
 }
