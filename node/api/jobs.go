@@ -268,17 +268,21 @@ func (js jobService) CancelJob(ctx context.Context, req *connect.Request[palyrav
 
 func (js jobService) WatchJob(ctx context.Context, req *connect.Request[palyrav1.WatchJobRequest], stream *connect.ServerStream[palyrav1.WatchJobResponse]) error {
 	st := js.s.control.State()
-	// Start from a linearizable view, so a job just accepted through
-	// another node is found on this follower.
-	if _, err := js.s.readInfo(ctx, false); err != nil {
-		return err
+	// A job this replica does not hold yet may have been accepted through
+	// another node a moment ago: only then is a linearizable read needed
+	// before answering (a quorum round trip). A job held locally is
+	// followed as this replica applies its changes.
+	if _, ok := st.Job(req.Msg.Id); !ok {
+		if _, err := js.s.readInfo(ctx, false); err != nil {
+			return err
+		}
 	}
 	if _, err := js.authorizedJob(ctx, policy.ActionJobWatch, req.Msg.Id); err != nil {
 		return err
 	}
 	var last *consensus.Job
 	for {
-		changed := st.Changed()
+		changed := st.Watch(consensus.TopicJob(req.Msg.Id))
 		j, _ := st.Job(req.Msg.Id)
 		if last == nil || j.Phase != last.Phase || j.Attempt != last.Attempt || j.NodeID != last.NodeID {
 			if err := stream.Send(&palyrav1.WatchJobResponse{Job: JobToPB(&j)}); err != nil {
