@@ -11,6 +11,10 @@ import (
 // sets another retention: a day.
 const DefaultRetentionMS = 24 * 60 * 60 * 1000
 
+// PrefetchSuffix marks, in a round's NodeSlots, the capacity array tasks
+// may use on a node: its slots plus the tasks it may hold waiting for one.
+const PrefetchSuffix = "/prefetch"
+
 // MaxArrayTasks bounds one job array.
 const MaxArrayTasks = 1_000_000
 
@@ -160,7 +164,7 @@ func (s *State) applyRound(c *raftpb.SchedulerRound) ApplyResult {
 	for _, ns := range c.Slots {
 		slots[[2]string{ns.NodeId, ns.Kind}] = ns.Slots
 	}
-	used := map[[2]string]uint32{}
+	used := map[[2]string]uint32{} // (node, kind) → running there, plus placed by this round
 	for _, p := range c.Placements {
 		j, ok := s.jobs[p.Id]
 		if !ok || j.Phase != PhaseQueued {
@@ -172,13 +176,20 @@ func (s *State) applyRound(c *raftpb.SchedulerRound) ApplyResult {
 		}
 		k := [2]string{p.NodeId, j.Kind}
 		if _, seen := used[k]; !seen {
+			used[k] = 0
 			for _, r := range s.idx.running[p.NodeId] {
 				if r.Kind == j.Kind {
 					used[k]++
 				}
 			}
 		}
-		if used[k] >= slots[k] {
+		limit := slots[k]
+		if j.ArrayID != "" {
+			if l, ok := slots[[2]string{p.NodeId, j.Kind + PrefetchSuffix}]; ok {
+				limit = l
+			}
+		}
+		if used[k] >= limit {
 			continue
 		}
 		if s.applyAssign(&raftpb.AssignJob{Id: p.Id, Attempt: p.Attempt, NodeId: p.NodeId, AtMs: c.AtMs}).Err == nil {

@@ -334,3 +334,23 @@ func TestReplicasAgree(t *testing.T) {
 }
 
 var _ raft.FSMSnapshot = (*fsmSnapshot)(nil)
+
+// Array tasks may use a node's prefetch capacity; single jobs only its
+// slots.
+func TestPrefetchOnlyForArrayTasks(t *testing.T) {
+	f := NewFSM()
+	applyAll(t, f, addNode("n1"), array("arr", "1", "2", "3"), submit("single"))
+	r := &raftpb.SchedulerRound{AtMs: 1, Slots: []*raftpb.NodeSlots{
+		{NodeId: "n1", Kind: "wasm", Slots: 1}, {NodeId: "n1", Kind: "wasm" + PrefetchSuffix, Slots: 3}},
+		Placements: []*raftpb.AssignJob{place("arr.0", 1, "n1"), place("arr.1", 1, "n1"), place("single", 1, "n1"), place("arr.2", 1, "n1")}}
+	applyAll(t, f, &raftpb.Command{Cmd: &raftpb.Command_SchedulerRound{SchedulerRound: r}})
+	st := f.State()
+	var phases []string
+	for _, id := range []string{"arr.0", "arr.1", "single", "arr.2"} {
+		j, _ := st.Job(id)
+		phases = append(phases, j.Phase.String())
+	}
+	if fmt.Sprint(phases) != "[running running queued running]" {
+		t.Fatalf("phases %v: want the single job kept queued past the node's one slot, the tasks prefetched up to 3", phases)
+	}
+}

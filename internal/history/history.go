@@ -69,6 +69,7 @@ const (
 type jobModel struct {
 	phase     phase
 	kind      string
+	task      bool // a task of a job array
 	attempt   uint32
 	node      string
 	results   int    // accepted results
@@ -187,7 +188,7 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 			t := x.SubmitArray.Template
 			if _, ok := jobs[consensus.TaskID(t.Id, 0)]; !ok && t.Id != "" {
 				for i := range x.SubmitArray.Tasks {
-					jobs[consensus.TaskID(t.Id, uint32(i))] = &jobModel{maxRetry: t.MaxRetries, kind: t.Kind}
+					jobs[consensus.TaskID(t.Id, uint32(i))] = &jobModel{maxRetry: t.MaxRetries, kind: t.Kind, task: true}
 				}
 			}
 		case *raftpb.Command_AssignJob:
@@ -210,7 +211,14 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 			}
 			for _, a := range rd.Placements {
 				j, n := jobs[a.Id], node(a.NodeId)
-				if j == nil || n.revoked || n.ineligible || n.draining || busy[[2]string{a.NodeId, j.kind}] >= slots[[2]string{a.NodeId, j.kind}] {
+				if j == nil || n.revoked || n.ineligible || n.draining {
+					continue
+				}
+				limit := slots[[2]string{a.NodeId, j.kind}]
+				if l, ok := slots[[2]string{a.NodeId, j.kind + consensus.PrefetchSuffix}]; ok && j.task {
+					limit = l
+				}
+				if busy[[2]string{a.NodeId, j.kind}] >= limit {
 					continue
 				}
 				assign(a)

@@ -52,10 +52,11 @@ type Config struct {
 	IsLeader   bool // leadership at start
 	Now        func() time.Time
 	Logger     *slog.Logger
-	// Prefetch is, per executor kind, how many placements per slot a
-	// worker may hold beyond those it runs (they wait on the worker for a
-	// slot): it keeps workers fed between rounds when jobs are short.
-	// Missing kinds get none.
+	// Prefetch is, per executor kind, how many array-task placements per
+	// slot a worker may hold beyond those it runs (they wait on the worker
+	// for a slot): it keeps workers fed between rounds when tasks are
+	// short. Single jobs never wait on a worker: they stay queued until a
+	// slot is free. Missing kinds get none.
 	Prefetch map[string]int
 	// DeadWorkerGrace is how long this leader must have seen a worker
 	// dead before its running jobs are re-queued.
@@ -199,15 +200,23 @@ func (d *Driver) Round(ctx context.Context) {
 		if m, ok := st.Member("node", w.ID); !ok || m.Ineligible || m.Draining || m.Revoked {
 			eligible = false
 		}
-		slots := make(map[string]int, len(w.Slots))
+		slots := make(map[string]int, 2*len(w.Slots))
+		busy := make(map[string]int, 2*len(w.Slots))
 		for kind, n := range w.Slots {
-			slots[kind] = n * (1 + d.cfg.Prefetch[kind])
-			round.Slots = append(round.Slots, &raftpb.NodeSlots{NodeId: w.ID, Kind: kind, Slots: uint32(slots[kind])})
-			if eligible {
-				free += max(slots[kind]-running[w.ID][kind], 0)
+			slots[kind], busy[kind] = n, running[w.ID][kind]
+			if p := d.cfg.Prefetch[kind]; p > 0 {
+				// Array tasks may queue on the worker beyond its slots.
+				pk := kind + consensus.PrefetchSuffix
+				slots[pk], busy[pk] = n*(1+p), running[w.ID][kind]
 			}
 		}
-		nodes = append(nodes, scheduler.Node{ID: w.ID, Eligible: eligible, Slots: slots, Running: running[w.ID], Labels: w.Labels})
+		for kind, n := range slots {
+			round.Slots = append(round.Slots, &raftpb.NodeSlots{NodeId: w.ID, Kind: kind, Slots: uint32(n)})
+			if eligible {
+				free += max(n-busy[kind], 0)
+			}
+		}
+		nodes = append(nodes, scheduler.Node{ID: w.ID, Eligible: eligible, Slots: slots, Running: busy, Labels: w.Labels})
 	}
 	var jobs []scheduler.Job
 	reasons := map[string]string{}
@@ -217,7 +226,11 @@ func (d *Driver) Round(ctx context.Context) {
 			return true // retry backoff; does not count against the scan
 		}
 		reasons[j.ID] = j.PendingReason
-		jobs = append(jobs, scheduler.Job{ID: j.ID, Kind: j.Kind, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
+		kind := j.Kind
+		if j.ArrayID != "" && d.cfg.Prefetch[kind] > 0 {
+			kind += consensus.PrefetchSuffix
+		}
+		jobs = append(jobs, scheduler.Job{ID: j.ID, Kind: kind, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
 			Priority: int(j.Priority), Constraints: j.Constraints})
 		scan--
 		return scan > 0
