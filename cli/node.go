@@ -23,6 +23,8 @@ func nodeFlags() []ucli.Flag {
 		&ucli.StringSliceFlag{Name: "label", Usage: "node label `k=v` for scheduling and policy (repeatable)"},
 		&ucli.IntFlag{Name: "wasm-slots", Usage: "wasm jobs run at once on this node (default 2 × CPUs)", EnvVars: []string{"PALYRA_WASM_SLOTS"}},
 		&ucli.IntFlag{Name: "browser-slots", Usage: "browser jobs run at once (default 2 when Chromium is installed; -1 disables)", EnvVars: []string{"PALYRA_BROWSER_SLOTS"}},
+		&ucli.IntFlag{Name: "prefetch", Value: 1, Usage: "wasm jobs per slot a worker may hold waiting for a slot, so short jobs do not wait for the next scheduling round (0: none; applies while this node leads)", EnvVars: []string{"PALYRA_PREFETCH"}},
+		&ucli.IntFlag{Name: "array-prefetch", Value: 4, Usage: "the same for job-array tasks (0: none)", EnvVars: []string{"PALYRA_ARRAY_PREFETCH"}},
 		&ucli.IntFlag{Name: "target-voters", Usage: "raft voters the cluster keeps: 1, 3 or 5 (default 3; the leader's setting applies)", EnvVars: []string{"PALYRA_TARGET_VOTERS"}},
 		&ucli.StringFlag{Name: "log-format", Usage: "log format: text or json", Value: "text", EnvVars: []string{"PALYRA_LOG_FORMAT"}},
 		&ucli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"PALYRA_LOG_LEVEL"}},
@@ -66,6 +68,7 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 		DataDir: dataDir, Listen: c.String("listen"), Advertise: c.String("advertise"),
 		ClusterName: c.String("cluster-name"), Logger: logger, Version: Version,
 		WasmSlots: c.Int("wasm-slots"), BrowserSlots: c.Int("browser-slots"), Labels: labels, TargetVoters: tv,
+		Prefetch: prefetchFlag(c, "prefetch"), ArrayPrefetch: prefetchFlag(c, "array-prefetch"),
 	}, nil
 }
 
@@ -237,4 +240,13 @@ func setSchedulable(c *ucli.Context, req *palyrav1.SetSchedulableRequest) error 
 		fmt.Fprintf(c.App.Writer, "node %s takes no new work\n", id)
 	}
 	return nil
+}
+
+// prefetchFlag maps a prefetch flag to node.Config's convention (0 means
+// the default there, negative none).
+func prefetchFlag(c *ucli.Context, name string) int {
+	if v := c.Int(name); v > 0 {
+		return v
+	}
+	return -1
 }

@@ -33,10 +33,11 @@ type Config struct {
 	CertTTL time.Duration
 	// Labels describe this node to the scheduler and to policy (k=v).
 	Labels map[string]string
-	// Prefetch is how many wasm placements per slot this node's leader
-	// lets a worker hold beyond those it runs (0: the default, 4;
-	// negative: none).
-	Prefetch int
+	// Prefetch is how many wasm jobs per slot a worker may hold waiting
+	// for a slot, when this node leads (0: the default, 1; negative:
+	// none); ArrayPrefetch the same for array tasks (0: 4).
+	Prefetch      int
+	ArrayPrefetch int
 	// BlobGCInterval is how often unreferenced blobs are collected (0:
 	// every minute); BlobGCGrace is how old an unreferenced blob must be
 	// to go (0: 10 minutes).

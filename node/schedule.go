@@ -8,21 +8,29 @@ import (
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
-// defaultPrefetch is how many placements per slot a worker may hold
-// beyond those it runs, when the node config does not say.
-const defaultPrefetch = 4
+// Defaults for how many placements per slot a worker may hold beyond
+// those it runs (see driver.Config.Prefetch): one waiting job per slot,
+// four waiting array tasks per slot.
+const (
+	defaultPrefetch      = 1
+	defaultArrayPrefetch = 4
+)
+
+// orDefault maps a config value to its meaning: 0 the default, negative none.
+func orDefault(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
 
 // runScheduler runs the scheduling driver (node/scheduler/driver) while
 // this node leads: it wires the replicated state, gossip's view of the
 // workers, and the leader-bound Apply.
 func (n *Node) runScheduler(ctx context.Context) {
-	prefetch := n.cfg.Prefetch
-	if prefetch == 0 {
-		prefetch = defaultPrefetch
-	}
-	if prefetch < 0 {
-		prefetch = 0
-	}
 	d := driver.New(driver.Config{
 		State: n.store.State(),
 		Apply: func(ctx context.Context, cmd *raftpb.Command) error {
@@ -34,7 +42,8 @@ func (n *Node) runScheduler(ctx context.Context) {
 		Leadership:    n.store.LeadershipChanges(),
 		IsLeader:      n.store.IsLeader(),
 		Logger:        n.log,
-		Prefetch:      map[string]int{"wasm": prefetch},
+		Prefetch:      map[string]int{"wasm": orDefault(n.cfg.Prefetch, defaultPrefetch)},
+		ArrayPrefetch: map[string]int{"wasm": orDefault(n.cfg.ArrayPrefetch, defaultArrayPrefetch)},
 	})
 	d.Run(ctx)
 }

@@ -12,7 +12,7 @@ import (
 // a restart on the same data dir both run to completion, the interrupted
 // one as a new attempt.
 func TestSIGKILLLosesNoAcceptedJob(t *testing.T) {
-	p := newProc(t, "--wasm-slots", "1")
+	p := newProc(t, "--wasm-slots", "1", "--prefetch", "0")
 	p.start()
 	sleep, reverse := testwasm.Path(t, "sleep"), testwasm.Path(t, "reverse")
 

@@ -71,8 +71,12 @@ type pending struct {
 	done chan error
 }
 
-// maxResultBatch bounds the results reported in one command.
-const maxResultBatch = 1024
+// maxResultBatch bounds the results reported in one command, and
+// maxBatchesInFlight the result commands a worker has on their way.
+const (
+	maxResultBatch     = 1024
+	maxBatchesInFlight = 4
+)
 
 type run struct {
 	attempt uint32
@@ -286,9 +290,13 @@ func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 }
 
 // report sends finished runs' results to the leader, as many as are
-// waiting in one FinishBatch (each still fenced on its own), one batch at
-// a time: while a batch commits, the next one fills.
+// waiting in one FinishBatch (each still fenced on its own). Up to
+// maxBatchesInFlight batches commit at once, so a result never waits for
+// a whole earlier commit before it is sent.
 func (w *Worker) report(ctx context.Context) {
+	inflight := make(chan struct{}, maxBatchesInFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		var batch []pending
 		select {
@@ -306,14 +314,24 @@ func (w *Worker) report(ctx context.Context) {
 				break fill
 			}
 		}
-		fb := &raftpb.FinishBatch{Results: make([]*raftpb.FinishJob, len(batch))}
-		for i, p := range batch {
-			fb.Results[i] = p.fin
+		select {
+		case inflight <- struct{}{}:
+		case <-ctx.Done():
+			return
 		}
-		err := w.applyRetry(ctx, &raftpb.Command{Cmd: &raftpb.Command_FinishBatch{FinishBatch: fb}})
-		for _, p := range batch {
-			p.done <- err
-		}
+		wg.Add(1)
+		go func(batch []pending) {
+			defer wg.Done()
+			defer func() { <-inflight }()
+			fb := &raftpb.FinishBatch{Results: make([]*raftpb.FinishJob, len(batch))}
+			for i, p := range batch {
+				fb.Results[i] = p.fin
+			}
+			err := w.applyRetry(ctx, &raftpb.Command{Cmd: &raftpb.Command_FinishBatch{FinishBatch: fb}})
+			for _, p := range batch {
+				p.done <- err
+			}
+		}(batch)
 	}
 }
 

@@ -52,12 +52,14 @@ type Config struct {
 	IsLeader   bool // leadership at start
 	Now        func() time.Time
 	Logger     *slog.Logger
-	// Prefetch is, per executor kind, how many array-task placements per
-	// slot a worker may hold beyond those it runs (they wait on the worker
-	// for a slot): it keeps workers fed between rounds when tasks are
-	// short. Single jobs never wait on a worker: they stay queued until a
-	// slot is free. Missing kinds get none.
-	Prefetch map[string]int
+	// Prefetch is, per executor kind, how many placements per slot a
+	// worker may hold beyond those it runs: they wait on the worker for a
+	// slot (phase running, not started; the timeout counts from the
+	// start). It keeps workers fed between rounds when jobs are short.
+	// ArrayPrefetch is the same for array tasks (usually deeper: tasks
+	// are many and alike). Missing kinds get none.
+	Prefetch      map[string]int
+	ArrayPrefetch map[string]int
 	// DeadWorkerGrace is how long this leader must have seen a worker
 	// dead before its running jobs are re-queued.
 	DeadWorkerGrace time.Duration
@@ -203,9 +205,8 @@ func (d *Driver) Round(ctx context.Context) {
 		slots := make(map[string]int, 2*len(w.Slots))
 		busy := make(map[string]int, 2*len(w.Slots))
 		for kind, n := range w.Slots {
-			slots[kind], busy[kind] = n, running[w.ID][kind]
-			if p := d.cfg.Prefetch[kind]; p > 0 {
-				// Array tasks may queue on the worker beyond its slots.
+			slots[kind], busy[kind] = n*(1+d.cfg.Prefetch[kind]), running[w.ID][kind]
+			if p := d.cfg.ArrayPrefetch[kind]; p > 0 {
 				pk := kind + consensus.PrefetchSuffix
 				slots[pk], busy[pk] = n*(1+p), running[w.ID][kind]
 			}
@@ -227,7 +228,7 @@ func (d *Driver) Round(ctx context.Context) {
 		}
 		reasons[j.ID] = j.PendingReason
 		kind := j.Kind
-		if j.ArrayID != "" && d.cfg.Prefetch[kind] > 0 {
+		if j.ArrayID != "" && d.cfg.ArrayPrefetch[kind] > 0 {
 			kind += consensus.PrefetchSuffix
 		}
 		jobs = append(jobs, scheduler.Job{ID: j.ID, Kind: kind, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
