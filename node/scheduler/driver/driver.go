@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/palyra-mesh/palyra/consensus"
@@ -88,7 +90,21 @@ type Driver struct {
 	leaderSince time.Time
 	deadSince   map[string]time.Time
 	lastPrune   time.Time
+
+	// Rounds are pipelined: the next is planned while earlier ones
+	// commit. inflight holds the placements of uncommitted rounds, so
+	// they are neither planned twice nor their capacity given away.
+	mu        sync.Mutex
+	inflight  map[string]inflightPlacement // job id → placement
+	rounds    int                          // rounds committing now
+	roundDone chan struct{}                // a round finished committing
+	wg        sync.WaitGroup
 }
+
+type inflightPlacement struct{ node, kind string }
+
+// maxRoundsInFlight bounds the pipelined rounds.
+const maxRoundsInFlight = 2
 
 // New returns a Driver; Run it.
 func New(cfg Config) *Driver {
@@ -104,7 +120,8 @@ func New(cfg Config) *Driver {
 	if cfg.DeadWorkerGrace <= 0 {
 		cfg.DeadWorkerGrace = defaultDeadWorker
 	}
-	return &Driver{cfg: cfg, log: cfg.Logger.With("component", "scheduler"), deadSince: map[string]time.Time{}}
+	return &Driver{cfg: cfg, log: cfg.Logger.With("component", "scheduler"), deadSince: map[string]time.Time{},
+		inflight: map[string]inflightPlacement{}, roundDone: make(chan struct{}, 1)}
 }
 
 // Run schedules while this node leads, until ctx ends. A round runs when
@@ -115,6 +132,7 @@ func (d *Driver) Run(ctx context.Context) {
 	d.leaderSince = d.cfg.Now()
 	tick := time.NewTicker(d.cfg.Tick)
 	defer tick.Stop()
+	defer d.wg.Wait()
 	for {
 		var queue, members <-chan struct{}
 		if isLeader {
@@ -131,6 +149,7 @@ func (d *Driver) Run(ctx context.Context) {
 			}
 			isLeader = l
 		case <-queue:
+		case <-d.roundDone:
 		case <-members:
 		case <-d.cfg.MemberChanges:
 		case <-tick.C:
@@ -138,8 +157,16 @@ func (d *Driver) Run(ctx context.Context) {
 	}
 }
 
-// Round plans and commits one round; it is exported for tests.
+// Round plans one round and starts its commit (waiting for a commit slot
+// when maxRoundsInFlight rounds are committing); it is exported for tests,
+// which Wait for it.
 func (d *Driver) Round(ctx context.Context) {
+	d.mu.Lock()
+	busyRounds := d.rounds
+	d.mu.Unlock()
+	if busyRounds >= maxRoundsInFlight {
+		return // the round that finishes wakes the loop again
+	}
 	now := d.cfg.Now()
 	nowMS := now.UnixMilli()
 	st := d.cfg.State
@@ -190,8 +217,19 @@ func (d *Driver) Round(ctx context.Context) {
 	}
 
 	// Placement: nodes with their capacity (slots plus prefetch), and the
-	// head of the queue, as deep as the free capacity can use.
+	// head of the queue, as deep as the free capacity can use. Placements
+	// of rounds still committing count as running.
 	running := st.RunningCounts()
+	d.mu.Lock()
+	inflight := make(map[string]bool, len(d.inflight))
+	for id, p := range d.inflight {
+		inflight[id] = true
+		if running[p.node] == nil {
+			running[p.node] = map[string]int{}
+		}
+		running[p.node][p.kind]++
+	}
+	d.mu.Unlock()
 	var nodes []scheduler.Node
 	free := 0
 	for _, w := range workers {
@@ -223,8 +261,8 @@ func (d *Driver) Round(ctx context.Context) {
 	reasons := map[string]string{}
 	scan := free + maxScanExtra
 	st.Queued(func(j consensus.Job) bool {
-		if j.NotBeforeMS > nowMS {
-			return true // retry backoff; does not count against the scan
+		if j.NotBeforeMS > nowMS || inflight[j.ID] {
+			return true // retry backoff, or placed by a round still committing
 		}
 		reasons[j.ID] = j.PendingReason
 		kind := j.Kind
@@ -251,12 +289,44 @@ func (d *Driver) Round(ctx context.Context) {
 		if len(round.Placements) == 0 {
 			round.Slots = nil
 		}
-		if err := d.cfg.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SchedulerRound{SchedulerRound: round}}); err != nil && !errors.Is(err, consensus.ErrConflict) {
-			d.log.Warn("scheduling round not committed", "placements", len(round.Placements), "err", err)
+		kinds := make(map[string]string, len(jobs))
+		for _, j := range jobs {
+			kinds[j.ID] = j.Kind
 		}
+		d.mu.Lock()
+		for _, p := range round.Placements {
+			k := kinds[p.Id]
+			if i := strings.Index(k, consensus.PrefetchSuffix); i >= 0 {
+				k = k[:i]
+			}
+			d.inflight[p.Id] = inflightPlacement{node: p.NodeId, kind: k}
+		}
+		d.rounds++
+		d.mu.Unlock()
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			err := d.cfg.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SchedulerRound{SchedulerRound: round}})
+			if err != nil && !errors.Is(err, consensus.ErrConflict) {
+				d.log.Warn("scheduling round not committed", "placements", len(round.Placements), "err", err)
+			}
+			d.mu.Lock()
+			for _, p := range round.Placements {
+				delete(d.inflight, p.Id)
+			}
+			d.rounds--
+			d.mu.Unlock()
+			select {
+			case d.roundDone <- struct{}{}:
+			default:
+			}
+		}()
 	}
 	d.prune(ctx, now)
 }
+
+// Wait blocks until every round started has finished committing.
+func (d *Driver) Wait() { d.wg.Wait() }
 
 // prune proposes the removal of jobs past the retention, at most once per
 // pruneEvery and a bounded batch at a time.
