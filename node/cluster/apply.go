@@ -36,7 +36,7 @@ func (c *Cluster) Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job
 		if fa == nil || fa.Job == nil {
 			return fmt.Errorf("cluster: leader answered a forwarded apply without a job")
 		}
-		job = jobFromRecord(fa.Job)
+		job = consensus.JobFromRecord(fa.Job)
 		return nil
 	})
 	return job, err
