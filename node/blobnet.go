@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/palyra-mesh/palyra/identity"
@@ -40,6 +42,21 @@ type blobNet struct {
 	self      string
 	members   func() []cluster.Member
 	log       interface{ Warn(string, ...any) }
+
+	// held remembers, per blob this node stored and replicated, the other
+	// nodes that acknowledged holding it, so a blob already held here and
+	// on a live peer is not read, hashed or pushed again. Set by newBlobNet.
+	held   *blob.LRU[[]string]
+	pushes atomic.Int64 // blobs offered to peers (for tests)
+}
+
+// heldBlobs bounds the memory of where blobs are held.
+const heldBlobs = 4096
+
+func newBlobNet(local *blob.Store, tr *mesh.Transport, self string, members func() []cluster.Member,
+	log interface{ Warn(string, ...any) }) *blobNet {
+	return &blobNet{local: local, transport: tr, self: self, members: members, log: log,
+		held: blob.NewLRU[[]string](heldBlobs)}
 }
 
 // serve answers one blob stream from a peer node.
@@ -163,6 +180,7 @@ func (b *blobNet) has(ctx context.Context, addr, hash string) bool {
 // push sends data to addr (unless it holds it already) and waits for the
 // stored acknowledgement.
 func (b *blobNet) push(ctx context.Context, addr, hash string, data []byte) error {
+	b.pushes.Add(1)
 	if b.has(ctx, addr, hash) {
 		return nil
 	}
@@ -217,45 +235,69 @@ func (b *blobNet) Get(hash string) ([]byte, error) {
 // Put stores data locally and on up to two other live nodes, and succeeds
 // only if at least one other node holds it when any other node is alive:
 // an accepted job's module must survive the loss of the node that took it.
+// A blob known to be held by a live peer already is not pushed again.
 func (b *blobNet) Put(data []byte) (string, error) {
 	hash, err := b.local.Put(data)
 	if err != nil {
 		return "", err
 	}
 	others := b.others()
-	if len(others) == 0 {
+	if len(others) == 0 || b.heldBy(hash, others) {
 		return hash, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), blobIOTimeout)
 	defer cancel()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	acks := 0
+	var acked []string
 	var errs []error
 	for _, m := range others[:min(2, len(others))] {
 		wg.Add(1)
-		go func(addr string) {
+		go func(m cluster.Member) {
 			defer wg.Done()
-			err := b.push(ctx, addr, hash, data)
+			err := b.push(ctx, m.Address, hash, data)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				errs = append(errs, err)
 				return
 			}
-			acks++
-		}(m.Address)
+			acked = append(acked, m.ID)
+		}(m)
 	}
 	wg.Wait()
-	if acks == 0 {
+	if len(acked) == 0 {
 		return "", fmt.Errorf("could not replicate module to another node: %w", errors.Join(errs...))
 	}
+	b.held.Add(hash, acked)
 	return hash, nil
 }
 
+// heldBy reports whether hash is known to be held by one of the live
+// nodes in others (it acknowledged a push of it from this node).
+func (b *blobNet) heldBy(hash string, others []cluster.Member) bool {
+	ids, ok := b.held.Get(hash)
+	if !ok {
+		return false
+	}
+	for _, m := range others {
+		if slices.Contains(ids, m.ID) {
+			return true
+		}
+	}
+	return false
+}
+
 // Locate makes hash available locally (fetching it from a peer if needed)
-// and replicated like a fresh Put; it fails if no node holds it.
+// and replicated like a fresh Put; it fails if no node holds it. A blob
+// this node holds, and knows a live peer holds, costs neither a read nor a
+// push: only a look at the local store.
 func (b *blobNet) Locate(hash string) error {
+	if b.local.Has(hash) {
+		if others := b.others(); len(others) == 0 || b.heldBy(hash, others) {
+			return nil
+		}
+	}
 	data, err := b.Get(hash)
 	if err != nil {
 		return err

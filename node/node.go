@@ -142,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.startCluster(ctx); err != nil {
 		return nil, err
 	}
-	n.blobNet = &blobNet{local: n.blobs, transport: n.transport, self: st.NodeID, members: n.cluster.Members, log: n.log}
+	n.blobNet = newBlobNet(n.blobs, n.transport, st.NodeID, n.cluster.Members, n.log)
 	if err := n.transport.Handle(mesh.TagBlob, n.blobNet.serve); err != nil {
 		return nil, err
 	}

@@ -142,3 +142,12 @@ type Executor interface {
 	Run(ctx context.Context, spec Spec) Result
 	Close(ctx context.Context) error
 }
+
+// ModuleCache is implemented by executors that keep compiled modules by
+// hash. RunCached runs spec without its module bytes when the module named
+// by spec.ModuleHash is compiled already, so the caller need not read and
+// hash it; ok is false, and nothing ran, when it is not (the caller then
+// calls Run with the bytes).
+type ModuleCache interface {
+	RunCached(ctx context.Context, spec Spec) (res Result, ok bool)
+}

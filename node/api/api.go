@@ -20,6 +20,7 @@ import (
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/identity/pairing"
 	"github.com/palyra-mesh/palyra/identity/policy"
+	"github.com/palyra-mesh/palyra/node/blob"
 	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
@@ -57,9 +58,15 @@ type Control interface {
 // Blobs stores module bytes content-addressed.
 type Blobs interface {
 	Put(data []byte) (string, error)
+	// Get returns a blob's verified bytes, from this node or a peer.
+	Get(hash string) ([]byte, error)
 	// Locate ensures a blob the cluster holds is available and replicated.
 	Locate(hash string) error
 }
+
+// validatedModules bounds the memory of module hashes that passed
+// validation on this node (a few hundred KiB at most).
+const validatedModules = 4096
 
 // Validator checks a wasm module at submit time.
 type Validator interface {
@@ -123,6 +130,9 @@ type Server struct {
 	info      Info
 	log       *slog.Logger
 	now       func() time.Time
+	// validated holds hashes of modules this node validated, so a by-hash
+	// submission of a known module neither reads nor validates it again.
+	validated *blob.LRU[struct{}]
 }
 
 // New returns a Server.
@@ -140,7 +150,8 @@ func New(o Options) *Server {
 		o.CertTTL = 24 * time.Hour
 	}
 	return &Server{Options: o, control: o.Control, blobs: o.Blobs, validator: o.Validator, authz: o.Authz,
-		info: o.Info, log: o.Logger.With("component", "api"), now: time.Now}
+		info: o.Info, log: o.Logger.With("component", "api"), now: time.Now,
+		validated: blob.NewLRU[struct{}](validatedModules)}
 }
 
 // Handler returns the HTTP handler serving every service. Requests without

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -77,14 +78,20 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	}
 	hash, err := s.blobs.Put(m.WasmModule)
 	if err != nil {
-		// On a node cut off from its peers the real problem is quorum.
-		if qerr := s.control.VerifyRead(ctx); qerr != nil {
-			return nil, fromErr(qerr)
-		}
-		return nil, apiError(connect.CodeUnavailable, "unavailable", "could not store the module on another node: "+err.Error(),
-			"check that the other nodes are up and reachable ('palyra nodes')")
+		return nil, s.notStored(ctx, err)
 	}
+	s.validated.Add(hash, struct{}{})
 	return js.commitSubmit(ctx, m, hash)
+}
+
+// notStored explains a module that could not be replicated.
+func (s *Server) notStored(ctx context.Context, err error) error {
+	// On a node cut off from its peers the real problem is quorum.
+	if qerr := s.control.VerifyRead(ctx); qerr != nil {
+		return fromErr(qerr)
+	}
+	return apiError(connect.CodeUnavailable, "unavailable", "could not store the module on another node: "+err.Error(),
+		"check that the other nodes are up and reachable ('palyra nodes')")
 }
 
 // validateSubmit checks everything about a submission but the module
@@ -125,11 +132,38 @@ func (js jobService) submitByHash(ctx context.Context, m *palyrav1.SubmitJobRequ
 	if !blob.ValidHash(m.ModuleSha256) {
 		return nil, invalid("module_sha256 is not a lowercase hex sha256", "send the module bytes instead")
 	}
-	if err := js.s.blobs.Locate(m.ModuleSha256); err != nil {
-		return nil, apiError(connect.CodeNotFound, "module_not_found", "the cluster does not hold module sha256:"+m.ModuleSha256,
-			"send the module bytes (the CLI does this by itself)")
+	hash := m.ModuleSha256
+	if _, ok := js.s.validated.Get(hash); ok {
+		if err := js.s.blobs.Locate(hash); err != nil {
+			return nil, moduleNotFound(hash)
+		}
+		return js.commitSubmit(ctx, m, hash)
 	}
-	return js.commitSubmit(ctx, m, m.ModuleSha256)
+	// Not validated here yet: the blob may be anything the cluster holds
+	// (an artifact, say). Check it as a bytes submission would, once.
+	data, err := js.s.blobs.Get(hash)
+	if err != nil {
+		return nil, moduleNotFound(hash)
+	}
+	if err := js.s.validator.Validate(ctx, data); err != nil {
+		var me *wasm.ModuleError
+		if errors.As(err, &me) {
+			return nil, apiError(connect.CodeInvalidArgument, string(me.Reason),
+				fmt.Sprintf("blob sha256:%s is not a usable wasm module: %s", hash, me.Message),
+				strings.TrimSuffix("module_sha256 must name a wasm module, not an artifact or other blob: submit the module itself with --wasm FILE; "+me.Hint, "; "))
+		}
+		return nil, fromErr(err)
+	}
+	if _, err := js.s.blobs.Put(data); err != nil {
+		return nil, js.s.notStored(ctx, err)
+	}
+	js.s.validated.Add(hash, struct{}{})
+	return js.commitSubmit(ctx, m, hash)
+}
+
+func moduleNotFound(hash string) error {
+	return apiError(connect.CodeNotFound, "module_not_found", "the cluster does not hold module sha256:"+hash,
+		"send the module bytes (the CLI does this by itself)")
 }
 
 // commitSubmit commits a validated, stored submission.

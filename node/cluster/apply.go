@@ -36,7 +36,7 @@ func (c *Cluster) Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job
 		if fa == nil || fa.Job == nil {
 			return fmt.Errorf("cluster: leader answered a forwarded apply without a job")
 		}
-		job = jobFromRecord(fa.Job)
+		job = consensus.JobFromRecord(fa.Job)
 		return nil
 	})
 	return job, err
@@ -46,6 +46,9 @@ func (c *Cluster) Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job
 // Store.State() reflects every write acknowledged before the call. On the
 // leader it confirms leadership with a quorum; on a follower it asks the
 // leader for a read index and waits until the local state has applied it.
+// A read changes nothing, so losing leadership meanwhile (or asking a node
+// that no longer leads) only sends it round again, within ctx's deadline;
+// it fails with no_quorum when no leader confirms it in time.
 func (c *Cluster) VerifyRead(ctx context.Context) error {
 	req := &peerpb.Request{Body: &peerpb.Request_ReadIndex{ReadIndex: &peerpb.ReadIndexRequest{}}}
 	var index uint64
@@ -55,7 +58,7 @@ func (c *Cluster) VerifyRead(ctx context.Context) error {
 				return err
 			}
 		}
-		return c.store.VerifyLeader(ctx)
+		return c.verifyLeader(ctx)
 	}, req, func(resp *peerpb.Response) error {
 		index = resp.GetReadIndex().GetIndex()
 		return nil
@@ -106,7 +109,7 @@ func (c *Cluster) onLeader(ctx context.Context, idempotent bool, local func(cont
 		case id == c.cfg.NodeID && c.store.IsLeader():
 			c.sawLeader(id, addr)
 			err = local(ctx)
-			if err == nil || !retryable(err) {
+			if err == nil || !(retryable(err) || idempotent && unknownOutcome(err)) {
 				return c.finalErr(err)
 			}
 		case id == "":
@@ -124,7 +127,7 @@ func (c *Cluster) onLeader(ctx context.Context, idempotent bool, local func(cont
 					Hint:    "retry with the same idempotency key; a replay returns the first result"}
 			case err == nil && resp.Error == nil:
 				return remote(resp)
-			case err == nil && resp.Error.Code != consensus.ErrNotLeader.Code && resp.Error.Code != consensus.ErrNoQuorum.Code:
+			case err == nil && !retryableCode(resp.Error.Code, idempotent):
 				return &consensus.Error{Code: resp.Error.Code, Message: resp.Error.Message, Hint: resp.Error.Hint}
 			case err == nil:
 				err = errors.New(resp.Error.Message)
@@ -154,6 +157,30 @@ func retryable(err error) bool {
 	return errors.Is(err, consensus.ErrNotLeader) || errors.Is(err, consensus.ErrNoQuorum)
 }
 
+// unknownOutcome reports whether err says leadership was lost before the
+// outcome was known (raft.ErrLeadershipLost). For a write that is final:
+// it may have committed. An idempotent request (a read, a leave) has
+// nothing to lose by going round again.
+func unknownOutcome(err error) bool {
+	var ce *consensus.Error
+	return errors.Is(err, consensus.ErrUnknownOutcome) ||
+		errors.As(err, &ce) && ce.Code == codeUnknownOutcome
+}
+
+// retryableCode reports whether a leader's refusal with code means "go
+// round again": it was not (or no longer) the leader, or had no quorum;
+// for an idempotent request also that the outcome was unknown or the
+// leader was unavailable (shutting down, out of time).
+func retryableCode(code string, idempotent bool) bool {
+	switch code {
+	case consensus.ErrNotLeader.Code, consensus.ErrNoQuorum.Code:
+		return true
+	case consensus.ErrUnknownOutcome.Code, codeUnknownOutcome, codeUnavailable:
+		return idempotent
+	}
+	return false
+}
+
 // finalErr turns a local no_quorum into ours (naming the last leader).
 func (c *Cluster) finalErr(err error) error {
 	if errors.Is(err, consensus.ErrNoQuorum) {
@@ -177,4 +204,21 @@ func (c *Cluster) noQuorum(cause error) error {
 	}
 	return &consensus.Error{Code: consensus.ErrNoQuorum.Code, Message: msg,
 		Hint: "a majority of voters must be up and reachable from this node; check 'palyra status' on the other nodes and the network between them"}
+}
+
+// verifyLeader confirms with a quorum that this node still leads.
+func (c *Cluster) verifyLeader(ctx context.Context) error {
+	if f := c.verifyHook.Load(); f != nil {
+		return (*f)(ctx)
+	}
+	return c.store.VerifyLeader(ctx)
+}
+
+// setVerifyLeader replaces the leadership check (nil restores it); for tests.
+func (c *Cluster) setVerifyLeader(f func(context.Context) error) {
+	if f == nil {
+		c.verifyHook.Store(nil)
+		return
+	}
+	c.verifyHook.Store(&f)
 }

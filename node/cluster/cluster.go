@@ -53,6 +53,8 @@ type Cluster struct {
 	reconnecting atomic.Bool
 	kick         chan struct{} // asks the housekeeping loop to run now
 	obs          *raft.Observer
+	// verifyHook replaces store.VerifyLeader when set (a test seam).
+	verifyHook atomic.Pointer[func(context.Context) error]
 }
 
 type leaderInfo struct{ id, addr string }

@@ -23,6 +23,9 @@ const (
 	codeInvalid          = "invalid_argument"
 	codeInternal         = "internal"
 	codeFailedPrecond    = "failed_precondition"
+	// codeUnknownOutcome: a write may or may not have committed (consensus
+	// may report it under this code or as unavailable).
+	codeUnknownOutcome = "unknown_outcome"
 )
 
 // handlerTimeout bounds the work one peer RPC may cause.
@@ -184,7 +187,12 @@ func (c *Cluster) handleReadIndex(ctx context.Context) *peerpb.Response {
 		return c.notLeaderResp()
 	}
 	idx := c.store.State().AppliedIndex()
-	if err := c.store.VerifyLeader(ctx); err != nil {
+	if err := c.verifyLeader(ctx); err != nil {
+		if unknownOutcome(err) || errors.Is(err, consensus.ErrNotLeader) {
+			// Stepped down while confirming: nothing was written, the
+			// caller asks the new leader.
+			return c.notLeaderResp()
+		}
 		return &peerpb.Response{Error: toPBError(err)}
 	}
 	return &peerpb.Response{Body: &peerpb.Response_ReadIndex{ReadIndex: &peerpb.ReadIndexResponse{Index: idx}}}

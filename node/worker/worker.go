@@ -280,6 +280,12 @@ func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 		spec.Input = in
 	}
 	if j.ModuleHash != "" {
+		// A module the executor has compiled needs no bytes: no read, no hash.
+		if mc, ok := ex.(runtime.ModuleCache); ok {
+			if res, ran := mc.RunCached(ctx, spec); ran {
+				return res
+			}
+		}
 		mod, err := w.cfg.Blobs.Get(j.ModuleHash)
 		if err != nil {
 			return runtime.Result{Reason: runtime.ReasonInternal, Message: fmt.Sprintf("module %s unavailable: %v", j.ModuleHash, err)}

@@ -65,7 +65,31 @@ func (c *moduleCache) acquire(ctx context.Context, key string, module []byte) (*
 	}
 	e.refs++
 	c.mu.Unlock()
+	return c.wait(ctx, e)
+}
 
+// acquireCached is acquire for a module known only by its key: it returns
+// nil, and no error, when the cache holds no module (or no verdict) for key.
+func (c *moduleCache) acquireCached(ctx context.Context, key string) (*compiledModule, error) {
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	if !ok {
+		c.mu.Unlock()
+		return nil, nil
+	}
+	c.lru.MoveToFront(e.elem)
+	e.refs++
+	c.mu.Unlock()
+	cm, err := c.wait(ctx, e)
+	if _, isModuleErr := err.(*ModuleError); err != nil && !isModuleErr && ctx.Err() == nil {
+		return nil, nil // an internal failure of the compilation it joined: not a verdict
+	}
+	return cm, err
+}
+
+// wait waits for e's compilation, holding the reference acquire took; it
+// drops it unless it returns e.
+func (c *moduleCache) wait(ctx context.Context, e *compiledModule) (*compiledModule, error) {
 	select {
 	case <-e.ready:
 	case <-ctx.Done():

@@ -52,19 +52,56 @@ func (e *Executor) limitsFor(spec runtime.Spec) limits {
 // there is one, then _start. The timeout covers instantiation and
 // execution, not the wait for a slot or the shared compilation. Run never
 // panics; every failure is a Result.
-func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Result) {
+func (e *Executor) Run(ctx context.Context, spec runtime.Spec) runtime.Result {
+	res, _ := e.run(ctx, spec, false)
+	return res
+}
+
+// RunCached implements runtime.ModuleCache: it is Run for a Spec that names
+// its module by ModuleHash alone, when that module is compiled (or was
+// refused) already. ok is false, and nothing ran, when the cache does not
+// hold it; then call Run with the module's bytes.
+func (e *Executor) RunCached(ctx context.Context, spec runtime.Spec) (runtime.Result, bool) {
+	return e.run(ctx, spec, true)
+}
+
+// run is Run; with cachedOnly it uses only a module already in the cache
+// and reports ran=false without doing anything when there is none.
+func (e *Executor) run(ctx context.Context, spec runtime.Spec, cachedOnly bool) (res runtime.Result, ran bool) {
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
 			e.log.Error("wasm run panicked", "panic", r)
-			res = runtime.Result{Reason: runtime.ReasonInternal, Message: fmt.Sprintf("executor panicked: %v", r)}
+			res, ran = runtime.Result{Reason: runtime.ReasonInternal, Message: fmt.Sprintf("executor panicked: %v", r)}, true
 		}
 		res.Duration = time.Since(start)
 	}()
 	if !e.enter() {
-		return failed(runtime.ReasonInternal, "the wasm executor is shut down")
+		return failed(runtime.ReasonInternal, "the wasm executor is shut down"), true
 	}
 	defer e.runs.Done()
+
+	var cm *compiledModule
+	if cachedOnly {
+		// Pinned before waiting for a slot, so eviction cannot take it.
+		if !validHash(spec.ModuleHash) {
+			return runtime.Result{}, false
+		}
+		var err error
+		if cm, err = e.modules.acquireCached(ctx, spec.ModuleHash+"/"+e.cfg.cacheSuffix()); err != nil {
+			return loadFailure(ctx, err), true
+		}
+		if cm == nil {
+			return runtime.Result{}, false
+		}
+		defer e.modules.release(cm)
+	}
+	return e.runLoaded(ctx, spec, cm), true
+}
+
+// runLoaded runs spec with cm, or with the module it loads from
+// spec.Module when cm is nil.
+func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compiledModule) runtime.Result {
 
 	host, err := e.newHostState(spec)
 	if err != nil {
@@ -82,11 +119,12 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 	}
 
 	lim := e.limitsFor(spec)
-	cm, err := e.load(ctx, spec.Module, spec.ModuleHash)
-	if err != nil {
-		return loadFailure(ctx, err)
+	if cm == nil {
+		if cm, err = e.load(ctx, spec.Module, spec.ModuleHash); err != nil {
+			return loadFailure(ctx, err)
+		}
+		defer e.modules.release(cm)
 	}
-	defer e.modules.release(cm)
 
 	if initial := uint64(cm.layout.MemoryMinPages) * pageSize; initial > lim.memory {
 		return failed(runtime.ReasonMemoryLimit, fmt.Sprintf(

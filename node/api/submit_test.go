@@ -1,0 +1,182 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/node/blob"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/runtime/wasm"
+)
+
+// tinyModule is the smallest module the wasm executor accepts:
+// (module (func (export "_start"))), plus a custom section named by tag so
+// each tag gives a module with its own hash.
+func tinyModule(tag string) []byte {
+	m := []byte("\x00asm\x01\x00\x00\x00\x01\x04\x01\x60\x00\x00\x03\x02\x01\x00\x07\x0a\x01\x06_start\x00\x00\x0a\x04\x01\x02\x00\x0b")
+	return append(m, append([]byte{0, byte(1 + len(tag)), byte(len(tag))}, tag...)...)
+}
+
+// memBlobs is the cluster's blob store as one map, counting the calls
+// that read blobs.
+type memBlobs struct {
+	mu      sync.Mutex
+	data    map[string][]byte
+	gets    int
+	locates int
+}
+
+func (b *memBlobs) Put(data []byte) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := blob.Hash(data)
+	b.data[h] = data
+	return h, nil
+}
+
+func (b *memBlobs) Get(hash string) ([]byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.gets++
+	d, ok := b.data[hash]
+	if !ok {
+		return nil, blob.ErrNotFound
+	}
+	return d, nil
+}
+
+func (b *memBlobs) Locate(hash string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.locates++
+	if _, ok := b.data[hash]; !ok {
+		return blob.ErrNotFound
+	}
+	return nil
+}
+
+// countingValidator is the real wasm validator, counting its calls.
+type countingValidator struct {
+	ex    *wasm.Executor
+	mu    sync.Mutex
+	calls int
+}
+
+func (v *countingValidator) Validate(ctx context.Context, module []byte) error {
+	v.mu.Lock()
+	v.calls++
+	v.mu.Unlock()
+	return v.ex.Validate(ctx, module)
+}
+
+func newSubmitServer(t *testing.T) (jobService, *memBlobs, *countingValidator, *fakeControl, context.Context) {
+	t.Helper()
+	ex, err := wasm.New(context.Background(), wasm.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Close(context.Background()) })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctl := &fakeControl{fsm: consensus.NewFSM()}
+	authz, err := NewAuthorizer(ctl.State(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs := &memBlobs{data: map[string][]byte{}}
+	val := &countingValidator{ex: ex}
+	srv := New(Options{Control: ctl, Blobs: blobs, Validator: val, Authz: authz, Logger: log})
+	ctx := context.WithValue(context.Background(), principalKey{}, identity.Principal{Kind: identity.KindDevice, ID: "d-submitter1"})
+	return jobService{srv}, blobs, val, ctl, ctx
+}
+
+// apiCode returns the {code, message, hint} an API error carries.
+func apiCode(t *testing.T, err error) *palyrav1.Error {
+	t.Helper()
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %v is not an API error", err)
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if pe, ok := v.(*palyrav1.Error); ok {
+				return pe
+			}
+		}
+	}
+	t.Fatalf("API error %v carries no {code, message, hint}", err)
+	return nil
+}
+
+// A by-hash submission is validated like one that sends the bytes: a
+// blob the cluster holds that is not a wasm module (an artifact, say) is
+// refused with an error naming the fix, and nothing is committed.
+func TestSubmitByHashValidatesTheModule(t *testing.T) {
+	js, blobs, _, ctl, ctx := newSubmitServer(t)
+	for _, notModule := range [][]byte{
+		[]byte("\x89PNG\r\n\x1a\n an artifact a browser job returned"),
+		append([]byte("\x00asm\x01\x00\x00\x00"), 0xff, 0xff), // a wasm header on garbage
+	} {
+		hash, _ := blobs.Put(notModule)
+		_, err := js.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{ModuleSha256: hash, Input: []byte("x")}))
+		if err == nil {
+			t.Fatalf("by-hash submit of a blob that is not a wasm module (%q...) was accepted", notModule[:8])
+		}
+		pe := apiCode(t, err)
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(pe.Message, hash) ||
+			!strings.Contains(pe.Message, "not a usable wasm module") || !strings.Contains(pe.Hint, "--wasm") {
+			t.Fatalf("by-hash submit of a non-module: %v (code %s, message %q, hint %q); want invalid_argument naming the blob and the fix",
+				connect.CodeOf(err), pe.Code, pe.Message, pe.Hint)
+		}
+	}
+	if n := len(ctl.State().Jobs(consensus.JobFilter{})); n != 0 {
+		t.Fatalf("%d jobs committed by refused submissions", n)
+	}
+}
+
+// A module is validated once: repeated by-hash submissions of a module
+// already validated (by an earlier by-hash or bytes submission) neither
+// validate nor read it again.
+func TestSubmitByHashValidatesOnce(t *testing.T) {
+	js, blobs, val, ctl, ctx := newSubmitServer(t)
+	held, _ := blobs.Put(tinyModule("held")) // stored by another node
+	submit := func(req *palyrav1.SubmitJobRequest) {
+		t.Helper()
+		if _, err := js.SubmitJob(ctx, connect.NewRequest(req)); err != nil {
+			t.Fatalf("submit: %v", err)
+		}
+	}
+	submit(&palyrav1.SubmitJobRequest{ModuleSha256: held})
+	if val.calls != 1 || blobs.gets != 1 {
+		t.Fatalf("first by-hash submit: %d validations, %d blob reads; want 1 and 1", val.calls, blobs.gets)
+	}
+	for i := 0; i < 3; i++ {
+		submit(&palyrav1.SubmitJobRequest{ModuleSha256: held})
+	}
+	if val.calls != 1 || blobs.gets != 1 {
+		t.Fatalf("repeated by-hash submits: %d validations, %d blob reads; want still 1 and 1", val.calls, blobs.gets)
+	}
+
+	sent := tinyModule("sent")
+	submit(&palyrav1.SubmitJobRequest{WasmModule: sent})
+	submit(&palyrav1.SubmitJobRequest{ModuleSha256: blob.Hash(sent)})
+	if val.calls != 2 || blobs.gets != 1 {
+		t.Fatalf("bytes then by-hash submit: %d validations, %d blob reads in all; want 2 and 1", val.calls, blobs.gets)
+	}
+	if n := len(ctl.State().Jobs(consensus.JobFilter{})); n != 6 {
+		t.Fatalf("%d jobs committed, want 6", n)
+	}
+	// A hash the cluster does not hold is still module_not_found.
+	_, err := js.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{ModuleSha256: blob.Hash([]byte("nobody has this"))}))
+	if err == nil || apiCode(t, err).Code != "module_not_found" {
+		t.Fatalf("by-hash submit of an unknown module: %v, want module_not_found", err)
+	}
+}
