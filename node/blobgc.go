@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"runtime/debug"
 	"time"
 
 	"github.com/palyra-mesh/palyra/node/blob"
@@ -69,5 +70,27 @@ func (n *Node) runBlobGC(ctx context.Context) {
 		if count > 0 {
 			n.log.Info("collected unreferenced blobs", "blobs", count, "bytes", size)
 		}
+	}
+}
+
+// releaseMemory hands memory back to the OS after retention pruned many
+// jobs at once: the Go runtime returns freed heap only gradually, and an
+// operator watching RSS after a large prune expects it to drop.
+func (n *Node) releaseMemory(ctx context.Context) {
+	const every, drop = 5 * time.Second, 10_000
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := n.store.State().JobCount()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := n.store.State().JobCount()
+		if last-now >= drop {
+			debug.FreeOSMemory()
+		}
+		last = now
 	}
 }

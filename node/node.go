@@ -176,8 +176,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Serve the API once the replica is current and the init members are
 	// registered, so the first answers are right (no spurious denials).
 	n.serve(runCtx, addr, cred)
-	n.wg.Add(6)
+	n.wg.Add(7)
 	go func() { defer n.wg.Done(); n.runBlobGC(runCtx) }()
+	go func() { defer n.wg.Done(); n.releaseMemory(runCtx) }()
 	go func() { defer n.wg.Done(); n.authz.Watch(runCtx) }()
 	go func() { defer n.wg.Done(); n.watchRevocations(runCtx) }()
 	go func() { defer n.wg.Done(); n.renewLoop(runCtx) }()
