@@ -46,8 +46,11 @@ func (f *FSM) Apply(l *raft.Log) any {
 	s.mu.Lock()
 	res := s.apply(l.Index, &cmd)
 	switch cmd.Cmd.(type) {
-	case *raftpb.Command_AddMember, *raftpb.Command_RevokeMember, *raftpb.Command_ConsumePairing, *raftpb.Command_SetNodeSchedulable:
+	case *raftpb.Command_AddMember, *raftpb.Command_RevokeMember, *raftpb.Command_ConsumePairing, *raftpb.Command_SetNodeSchedulable,
+		*raftpb.Command_RevokeCert:
 		s.touch(TopicMembers)
+	case *raftpb.Command_SetPolicy:
+		s.touch(TopicPolicy)
 	}
 	s.applied = l.Index
 	close(s.changed)

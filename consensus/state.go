@@ -106,8 +106,10 @@ const (
 	// a job was queued, placed, finished, requeued or cancelled.
 	TopicQueue = "queue"
 	// TopicMembers changes when a member is added, revoked, or its
-	// scheduling eligibility changes.
+	// scheduling eligibility changes, or a certificate is revoked.
 	TopicMembers = "members"
+	// TopicPolicy changes when the policy is set.
+	TopicPolicy = "policy"
 )
 
 // TopicJob changes whenever job id (or array id) changes.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
 )
 
@@ -19,7 +20,7 @@ func (n *Node) watchRevocations(ctx context.Context) {
 	st := n.store.State()
 	seen := map[string]bool{}
 	for {
-		changed := st.Changed()
+		changed := st.Watch(consensus.TopicMembers)
 		var fresh []string
 		for _, m := range st.Members("") {
 			if m.Revoked && !seen[m.Principal()] {

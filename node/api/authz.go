@@ -52,10 +52,10 @@ func (a *Authorizer) reload() {
 	a.log.Info("policy reloaded", "version", p.Version, "set_by", p.SetBy)
 }
 
-// Watch reloads the policy whenever the replicated state changes.
+// Watch reloads the policy whenever the stored policy changes.
 func (a *Authorizer) Watch(ctx context.Context) {
 	for {
-		ch := a.state.Changed()
+		ch := a.state.Watch(consensus.TopicPolicy)
 		a.reload()
 		select {
 		case <-ch:
