@@ -49,6 +49,8 @@ type loopResult struct {
 	elapsed  time.Duration
 	lat      []time.Duration
 	firstErr error
+	// hand-offs (p50 reported): queued→placed, placed→result, result→seen
+	place, run, seen []time.Duration
 }
 
 func (r loopResult) rate() float64 { return float64(r.done) / r.elapsed.Seconds() }
@@ -69,8 +71,15 @@ func closedLoop(ctx context.Context, c *procCluster, mod []byte, conc int, d tim
 			defer wg.Done()
 			for time.Now().Before(stop) && ctx.Err() == nil {
 				i := seq.Add(1)
-				lat, _, err := runToCompletion(ctx, nodes[int(i)%len(nodes)].cl, mod, fmt.Sprint(i))
+				lat, j, err := runToCompletion(ctx, nodes[int(i)%len(nodes)].cl, mod, fmt.Sprint(i))
+				seenAt := time.Now()
 				mu.Lock()
+				if err == nil {
+					at := func(v int64) time.Time { return time.UnixMilli(v) }
+					res.place = append(res.place, at(j.StartedAtMs).Sub(at(j.SubmittedAtMs)))
+					res.run = append(res.run, at(j.FinishedAtMs).Sub(at(j.StartedAtMs)))
+					res.seen = append(res.seen, seenAt.Sub(at(j.FinishedAtMs)))
+				}
 				if err != nil {
 					res.failed++
 					if res.firstErr == nil {
@@ -124,6 +133,9 @@ func printLoop(r loopResult, etcd etcdFigures) {
 		r.conc, r.rate(), ms(pct(r.lat, 50)), ms(pct(r.lat, 99)))
 	if e, ok := etcd[fmt.Sprint(r.conc)]; ok && e.PutsPerSec > 0 {
 		line += fmt.Sprintf("   etcd %5.0f puts/s → ratio %.2f×", e.PutsPerSec, r.rate()/e.PutsPerSec)
+	}
+	if len(r.place) > 0 {
+		line += fmt.Sprintf("\n      (p50 hand-offs: submitted→placed %s, placed→result %s, result→seen %s)", ms(pct(r.place, 50)), ms(pct(r.run, 50)), ms(pct(r.seen, 50)))
 	}
 	if r.failed > 0 {
 		line += fmt.Sprintf("   (%d failed: %v)", r.failed, r.firstErr)
