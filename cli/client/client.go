@@ -52,7 +52,9 @@ func New(addr string, cred *identity.Credential) (*Client, error) {
 	}
 	hc := &http.Client{Transport: tr}
 	base := "https://" + addr
-	opts := []connect.ClientOption{connect.WithReadMaxBytes(64 << 20), connect.WithSendMaxBytes(32 << 20)}
+	// Sends are bounded by the largest request a node takes (a module plus
+	// a job array's inputs, node/api.MaxRequestBytes).
+	opts := []connect.ClientOption{connect.WithReadMaxBytes(64 << 20), connect.WithSendMaxBytes(96 << 20)}
 	return &Client{
 		Addr:     addr,
 		Jobs:     palyrav1connect.NewJobServiceClient(hc, base, opts...),
