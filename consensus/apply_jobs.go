@@ -357,8 +357,13 @@ func (s *State) applyPrune(c *raftpb.PruneJobs) ApplyResult {
 	}
 	var units []timeKey
 	n := 0
+	horizon := c.BeforeMs
 	s.idx.ended.Ascend(func(k timeKey) bool {
-		if k.at >= c.BeforeMs || n >= limit {
+		if k.at >= c.BeforeMs {
+			return false
+		}
+		if n >= limit {
+			horizon = k.at // cut short: only what ended before this is gone
 			return false
 		}
 		units = append(units, k)
@@ -380,6 +385,9 @@ func (s *State) applyPrune(c *raftpb.PruneJobs) ApplyResult {
 				delete(s.idempotency, j.IdempotencyKey)
 			}
 		}
+	}
+	if n > 0 {
+		s.prunedBefore = max(s.prunedBefore, horizon)
 	}
 	return ApplyResult{Job: Job{Attempt: uint32(n)}}
 }

@@ -80,6 +80,10 @@ func jobToRecord(j *Job) *raftpb.JobRecord {
 	}
 }
 
+// JobFromRecord converts a log record into a job (the inverse of JobRecord,
+// used where a record crosses the network, e.g. a forwarded apply's result).
+func JobFromRecord(r *raftpb.JobRecord) Job { return jobFromRecord(r) }
+
 // JobRecord converts a job into its log record (used to build SubmitJob commands).
 func JobRecord(j *Job) *raftpb.JobRecord { return jobToRecord(j) }
 

@@ -258,6 +258,15 @@ func (s *State) Retention() int64 {
 	return s.retentionMS
 }
 
+// PrunedBefore is the pruning horizon: every job that ended before it
+// (ms since the epoch) has been pruned; 0 if nothing was ever pruned. An
+// unknown job id may have named one of them.
+func (s *State) PrunedBefore() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.prunedBefore
+}
+
 // JobCount is the number of jobs held (array tasks included).
 func (s *State) JobCount() int {
 	s.mu.RLock()

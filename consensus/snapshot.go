@@ -35,7 +35,8 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	hdr := &raftpb.Snapshot{Version: snapshotVersion, StaleResults: s.staleResults, AppliedIndex: s.applied,
-		JobCount: uint64(s.idx.order.Len()), ArrayCount: uint64(len(s.arrays)), RetentionMs: s.retentionMS}
+		JobCount: uint64(s.idx.order.Len()), ArrayCount: uint64(len(s.arrays)), RetentionMs: s.retentionMS,
+		PrunedBeforeMs: s.prunedBefore}
 	s.snapshotIdentity(hdr)
 	s.snapshotData(hdr)
 	arrays := make([]*raftpb.ArrayRecord, 0, len(s.arrays))
@@ -109,6 +110,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	s.mu.Lock()
 	s.jobs, s.staleResults, s.id, s.idempotency, s.data = ns.jobs, ns.staleResults, ns.id, ns.idempotency, ns.data
 	s.idx, s.arrays, s.retentionMS, s.applied = ns.idx, ns.arrays, ns.retentionMS, ns.applied
+	s.prunedBefore = ns.prunedBefore
 	close(s.changed)
 	s.changed = make(chan struct{})
 	for t, ch := range s.topics { // everything may have changed
@@ -130,6 +132,7 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	}
 	ns := newState()
 	ns.staleResults, ns.applied, ns.retentionMS = hdr.StaleResults, hdr.AppliedIndex, hdr.RetentionMs
+	ns.prunedBefore = hdr.PrunedBeforeMs
 	ns.restoreIdentity(&hdr)
 	ns.restoreData(&hdr)
 	jobs := make([]*Job, 0, hdr.JobCount)

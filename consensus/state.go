@@ -25,6 +25,7 @@ type State struct {
 	idx          indexes
 	arrays       map[string]*Array
 	retentionMS  int64 // 0 = DefaultRetention
+	prunedBefore int64 // pruning horizon: see PrunedBefore
 
 	// changed is closed and replaced after every applied command (for
 	// waiters on an applied index); topics wake watchers of one thing.

@@ -52,9 +52,10 @@ func New(addr string, cred *identity.Credential) (*Client, error) {
 	}
 	hc := &http.Client{Transport: tr}
 	base := "https://" + addr
-	// Requests under 64 KiB go uncompressed (gzip costs more CPU than it
-	// saves on small messages).
-	opts := []connect.ClientOption{connect.WithReadMaxBytes(64 << 20), connect.WithSendMaxBytes(32 << 20), connect.WithCompressMinBytes(64 << 10)}
+	// Sends are bounded by the largest request a node takes (a module plus
+	// a job array's inputs, node/api.MaxRequestBytes); requests under 64 KiB
+	// go uncompressed (gzip costs more CPU than it saves on small messages).
+	opts := []connect.ClientOption{connect.WithReadMaxBytes(64 << 20), connect.WithSendMaxBytes(96 << 20), connect.WithCompressMinBytes(64 << 10)}
 	return &Client{
 		Addr:     addr,
 		Jobs:     palyrav1connect.NewJobServiceClient(hc, base, opts...),

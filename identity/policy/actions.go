@@ -8,6 +8,10 @@ const (
 	ActionJobList   = "job.list"
 	ActionJobCancel = "job.cancel"
 	ActionJobWatch  = "job.watch"
+	// ActionJobPrune removes ended jobs and sets how long they are kept
+	// (the retention): it deletes other principals' results, so it is an
+	// admin action.
+	ActionJobPrune = "job.prune"
 
 	ActionNodeStatus = "node.status"
 	ActionNodeList   = "node.list"
@@ -66,7 +70,7 @@ const (
 // Actions returns every action a request may name, in a stable order.
 func Actions() []string {
 	return []string{
-		ActionJobSubmit, ActionJobRead, ActionJobList, ActionJobCancel, ActionJobWatch,
+		ActionJobSubmit, ActionJobRead, ActionJobList, ActionJobCancel, ActionJobWatch, ActionJobPrune,
 		ActionNodeStatus, ActionNodeList, ActionNodeJoin, ActionNodeLeave, ActionNodeDrain,
 		ActionPairCreate, ActionPairList, ActionPairRevoke, ActionDeviceList, ActionDeviceRevoke,
 		ActionPolicyGet, ActionPolicySet, ActionPolicyCheck,

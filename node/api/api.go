@@ -29,9 +29,14 @@ import (
 
 // Limits on what a caller may submit.
 const (
-	MaxModuleBytes  = 16 << 20
-	MaxInputBytes   = 1 << 20
-	MaxRequestBytes = MaxModuleBytes + MaxInputBytes + 2<<20
+	MaxModuleBytes = 16 << 20
+	MaxInputBytes  = 1 << 20 // per job, and per task of an array
+	// MaxArrayInputBytes bounds the inputs of one array request, all
+	// tasks together; larger work is split into several arrays.
+	MaxArrayInputBytes = 64 << 20
+	// MaxRequestBytes is the largest request: a module, an array's inputs,
+	// and the framing of up to a million inputs.
+	MaxRequestBytes = MaxModuleBytes + MaxArrayInputBytes + 8<<20
 	DefaultTimeout  = 30 * time.Second
 	MaxTimeout      = 24 * time.Hour
 	DefaultMemory   = 64 << 20
@@ -39,8 +44,12 @@ const (
 	MaxOutputLimit  = 16 << 20
 	MaxRetries      = 10
 	// DefaultMaxQueued bounds the queue: past it submissions are refused
-	// (back-pressure) instead of growing memory without bound.
-	DefaultMaxQueued = 10000
+	// (back-pressure) instead of growing memory without bound. Job arrays
+	// queue one job per task, so the bound is a million: a 100,000-task
+	// array fits several times over, and a queued job without inline input
+	// costs a few hundred bytes of FSM memory on every node (about 0.5 GiB
+	// at the bound).
+	DefaultMaxQueued = 1_000_000
 	defaultListLimit = 100
 	maxListLimit     = 1000
 )
@@ -55,8 +64,10 @@ type Control interface {
 	Stats() consensus.Stats
 }
 
-// Blobs stores module bytes content-addressed.
+// Blobs stores modules and large job inputs content-addressed.
 type Blobs interface {
+	// Put stores data and returns its hash once another node holds it too
+	// (when another node is alive).
 	Put(data []byte) (string, error)
 	// Get returns a blob's verified bytes, from this node or a peer.
 	Get(hash string) ([]byte, error)
@@ -96,7 +107,8 @@ type Options struct {
 	Control   Control
 	Blobs     Blobs
 	Validator Validator
-	// Artifacts fetches artifact blobs from this node or its peers.
+	// Artifacts fetches blobs from this node or its peers: artifacts, and
+	// the inputs and outputs of jobs that were stored as blobs.
 	Artifacts interface {
 		Get(hash string) ([]byte, error)
 	}
@@ -255,7 +267,8 @@ func (n nodeService) Status(ctx context.Context, _ *connect.Request[palyrav1.Sta
 		Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, RaftState: st.State,
 		JobsByPhase: counts, Version: s.info.Version, ClusterName: s.info.ClusterName,
 		CaFingerprint: s.info.CAFingerprint, Caller: caller.String(),
-		UptimeMs: s.now().Sub(s.info.Started).Milliseconds(),
+		UptimeMs:    s.now().Sub(s.info.Started).Milliseconds(),
+		RetentionMs: s.control.State().Retention(), PrunedBeforeMs: s.control.State().PrunedBefore(),
 	}), nil
 }
 

@@ -5,7 +5,9 @@ import (
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
-// JobToPB converts a replicated job into its API form.
+// JobToPB converts a replicated job into its API form. Payload sizes are
+// always set; the payload bytes are whatever j holds (inline, or filled in
+// from blobs by the caller).
 func JobToPB(j *consensus.Job) *palyrav1.Job {
 	out := &palyrav1.Job{
 		Id: j.ID, Phase: palyrav1.JobPhase(j.Phase), Kind: j.Kind,
@@ -16,6 +18,11 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 		Priority: j.Priority, Constraints: j.Constraints, MaxRetries: j.MaxRetries, RetriesUsed: j.RetriesUsed,
 		DeadlineAtMs: j.DeadlineAtMS, PendingReason: j.PendingReason, NotBeforeMs: j.NotBeforeMS,
 		AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate, SecretNames: j.SecretNames, KvPrefix: j.KVPrefix,
+		InputSha256: j.InputHash, StdoutSha256: j.StdoutHash, StderrSha256: j.StderrHash,
+		InputSize:  payloadSize(j.InputSize, j.InputHash, j.Input),
+		StdoutSize: payloadSize(j.StdoutSize, j.StdoutHash, j.Stdout),
+		StderrSize: payloadSize(j.StderrSize, j.StderrHash, j.Stderr),
+		ArrayId:    j.ArrayID, ArrayIndex: j.ArrayIndex,
 	}
 	if j.Kind == "wasm" {
 		out.Wasm = &palyrav1.WasmSpec{ModuleSha256: j.ModuleHash, MemoryBytes: j.MemoryBytes, Fuel: j.Fuel}
@@ -27,4 +34,33 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 		out.Error = &palyrav1.Error{Code: j.Error.Code, Message: j.Error.Message, Hint: j.Error.Hint}
 	}
 	return out
+}
+
+// payloadSize is a payload's size: the recorded one, else (records from
+// before sizes were kept) the inline bytes' length.
+func payloadSize(recorded uint64, hash string, inline []byte) uint64 {
+	if recorded > 0 || hash != "" {
+		return recorded
+	}
+	return uint64(len(inline))
+}
+
+// ArrayToPB converts a job array into its API form, with a count for
+// every phase (zeros included) so clients need no list of phases.
+func ArrayToPB(a *consensus.Array) *palyrav1.JobArray {
+	counts := make(map[string]uint64, len(consensus.AllPhases))
+	for _, p := range consensus.AllPhases {
+		counts[p.String()] = uint64(a.Count(p))
+	}
+	t := a.Template
+	t.Phase = consensus.PhaseUnknown // the tasks have phases; the template has none
+	return &palyrav1.JobArray{Id: t.ID, Size: a.Size, Counts: counts, Template: JobToPB(&t),
+		Done: a.Terminal(), EndedAtMs: endedAt(a)}
+}
+
+func endedAt(a *consensus.Array) int64 {
+	if a.Terminal() {
+		return a.EndedAtMS
+	}
+	return 0
 }

@@ -120,7 +120,18 @@ func (s *Server) validateSubmit(m *palyrav1.SubmitJobRequest) error {
 	case m.MemoryBytes > MaxMemory:
 		return invalid(fmt.Sprintf("memory limit %d bytes is over the 4 GiB wasm32 maximum", m.MemoryBytes), "use --memory 4GiB or less")
 	}
-	if q := s.control.State().CountByPhase()[consensus.PhaseQueued]; q >= uint64(s.MaxQueued) {
+	if len(m.Inputs) > 0 {
+		if err := validateArray(m); err != nil {
+			return err
+		}
+	}
+	tasks := uint64(max(1, len(m.Inputs)))
+	if q := s.control.State().Count(consensus.PhaseQueued); q+tasks > uint64(s.MaxQueued) {
+		if tasks > 1 {
+			return apiError(connect.CodeResourceExhausted, "queue_full",
+				fmt.Sprintf("an array of %d tasks does not fit: the cluster has %d jobs queued and takes at most %d", tasks, q, s.MaxQueued),
+				"retry when the queue has drained, or split the work into smaller arrays")
+		}
 		return apiError(connect.CodeResourceExhausted, "queue_full",
 			fmt.Sprintf("the cluster has %d jobs queued, its limit", q), "retry later, or add workers to drain the queue")
 	}
@@ -168,7 +179,40 @@ func moduleNotFound(hash string) error {
 
 // commitSubmit commits a validated, stored submission.
 func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequest, hash string) (*connect.Response[palyrav1.SubmitJobResponse], error) {
+	if len(m.Inputs) > 0 {
+		return js.commitArray(ctx, m, hash)
+	}
 	s := js.s
+	kind := "wasm"
+	if len(m.BrowserScript) > 0 {
+		kind = "browser"
+	}
+	rec := s.jobRecord(ctx, m, hash)
+	in, err := s.storeInputs(ctx, [][]byte{m.Input})
+	if err != nil {
+		return nil, err
+	}
+	rec.Input, rec.InputSha256, rec.InputSize = in[0].Input, in[0].InputSha256, in[0].InputSize
+	cmd := &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: rec}}}
+	job, err := s.control.Apply(ctx, cmd)
+	// A submission whose outcome is unknown (leader lost mid-commit, reply
+	// lost) is safe to send again: the FSM answers a resubmitted id with
+	// the job it already holds. The caller hears "accepted" only once it
+	// is known to be committed.
+	for retry := 0; retry < 3 && errors.Is(err, consensus.ErrUnknownOutcome); retry++ {
+		job, err = s.control.Apply(ctx, cmd)
+	}
+	if err != nil {
+		return nil, fromErr(err)
+	}
+	replayed := job.ID != rec.Id
+	s.log.Info("job accepted", "job", job.ID, "kind", kind, "module", short(hash), "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
+	return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job), Replayed: replayed}), nil
+}
+
+// jobRecord builds the log record of a validated submission (for an
+// array: the template its tasks share), input left out.
+func (s *Server) jobRecord(ctx context.Context, m *palyrav1.SubmitJobRequest, hash string) *raftpb.JobRecord {
 	timeout := time.Duration(m.TimeoutMs) * time.Millisecond
 	if timeout == 0 {
 		timeout = DefaultTimeout
@@ -187,7 +231,7 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 		Id: newJobID(), Kind: kind, ModuleSha256: hash, MemoryBytes: mem, Fuel: m.Fuel,
 		Script: m.BrowserScript, AllowHosts: m.AllowHosts, AllowPrivate: m.AllowPrivate,
 		SecretNames: m.SecretNames, KvPrefix: m.KvPrefix,
-		Input: m.Input, TimeoutMs: timeout.Milliseconds(), Submitter: caller.String(), MaxOutputBytes: m.MaxOutputBytes,
+		TimeoutMs: timeout.Milliseconds(), Submitter: caller.String(), MaxOutputBytes: m.MaxOutputBytes,
 		SubmittedAtMs: now, Priority: m.Priority, Constraints: m.Constraints, MaxRetries: m.Retries,
 	}
 	if m.DeadlineMs > 0 {
@@ -198,21 +242,7 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 		rec.IdempotencyKey = caller.String() + "/" + m.IdempotencyKey
 		rec.PayloadHash = payloadHash(hash, m)
 	}
-	cmd := &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: rec}}}
-	job, err := s.control.Apply(ctx, cmd)
-	// A submission whose outcome is unknown (leader lost mid-commit, reply
-	// lost) is safe to send again: the FSM answers a resubmitted id with
-	// the job it already holds. The caller hears "accepted" only once it
-	// is known to be committed.
-	for retry := 0; retry < 3 && errors.Is(err, consensus.ErrUnknownOutcome); retry++ {
-		job, err = s.control.Apply(ctx, cmd)
-	}
-	if err != nil {
-		return nil, fromErr(err)
-	}
-	replayed := job.ID != rec.Id
-	s.log.Info("job accepted", "job", job.ID, "kind", kind, "module", short(hash), "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
-	return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job), Replayed: replayed}), nil
+	return rec
 }
 
 func jobResource(j *consensus.Job) policy.Resource {
@@ -234,7 +264,7 @@ func (js jobService) lookup(id string) (consensus.Job, error) {
 	}
 	j, ok := js.s.control.State().Job(id)
 	if !ok {
-		return j, apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("no job with id %q", id), "list jobs with 'palyra job list'")
+		return j, js.s.notFound(id)
 	}
 	return j, nil
 }
@@ -244,72 +274,64 @@ func (js jobService) GetJob(ctx context.Context, req *connect.Request[palyrav1.G
 	if err != nil {
 		return nil, err
 	}
+	if a, ok := js.s.control.State().Array(req.Msg.Id); ok {
+		if err := js.s.authz.Check(ctx, policy.ActionJobRead, arrayResource(&a), nil); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&palyrav1.GetJobResponse{Array: ArrayToPB(&a), Read: ri}), nil
+	}
 	j, err := js.authorizedJob(ctx, policy.ActionJobRead, req.Msg.Id)
 	if err != nil {
+		return nil, err
+	}
+	if err := js.s.fillPayloads(&j, true); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&palyrav1.GetJobResponse{Job: JobToPB(&j), Read: ri}), nil
 }
 
-func (js jobService) ListJobs(ctx context.Context, req *connect.Request[palyrav1.ListJobsRequest]) (*connect.Response[palyrav1.ListJobsResponse], error) {
-	if err := js.s.authz.Check(ctx, policy.ActionJobList, policy.ClusterResource(), nil); err != nil {
-		return nil, err
-	}
-	ri, err := js.s.readInfo(ctx, req.Msg.Stale)
-	if err != nil {
-		return nil, err
-	}
-	limit := int(req.Msg.Limit)
-	if limit <= 0 {
-		limit = defaultListLimit
-	}
-	limit = min(limit, maxListLimit)
-	all := js.s.control.State().Jobs(consensus.JobFilter{
-		Phase: consensus.Phase(req.Msg.Phase), AfterID: req.Msg.AfterId, NodeID: req.Msg.NodeId})
-	// Only the jobs the caller may read: a plain device sees its own.
-	var jobs []consensus.Job
-	for i := range all {
-		if js.s.authz.Allowed(ctx, policy.ActionJobRead, jobResource(&all[i])) {
-			jobs = append(jobs, all[i])
-			if len(jobs) > limit {
-				break
-			}
+func (js jobService) CancelJob(ctx context.Context, req *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error) {
+	s := js.s
+	a, isArray := s.control.State().Array(req.Msg.Id)
+	if isArray {
+		if err := s.authz.Check(ctx, policy.ActionJobCancel, arrayResource(&a), nil); err != nil {
+			return nil, err
 		}
+	} else if _, err := js.authorizedJob(ctx, policy.ActionJobCancel, req.Msg.Id); err != nil {
+		return nil, err
 	}
-	resp := &palyrav1.ListJobsResponse{Read: ri}
-	if len(jobs) > limit {
-		jobs = jobs[:limit]
-		resp.NextAfterId = jobs[limit-1].ID
+	caller, _ := PrincipalFrom(ctx)
+	j, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{
+		Id: req.Msg.Id, AtMs: s.now().UnixMilli(), Reason: "cancelled by " + caller.String()}}})
+	if err != nil {
+		return nil, fromErr(err)
 	}
-	for i := range jobs {
-		resp.Jobs = append(resp.Jobs, JobToPB(&jobs[i]))
+	resp := &palyrav1.CancelJobResponse{Job: JobToPB(&j)}
+	if isArray {
+		resp.Array = s.arrayAfterWrite(ctx, &a)
 	}
 	return connect.NewResponse(resp), nil
 }
 
-func (js jobService) CancelJob(ctx context.Context, req *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error) {
-	if _, err := js.authorizedJob(ctx, policy.ActionJobCancel, req.Msg.Id); err != nil {
-		return nil, err
-	}
-	caller, _ := PrincipalFrom(ctx)
-	j, err := js.s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{
-		Id: req.Msg.Id, AtMs: js.s.now().UnixMilli(), Reason: "cancelled by " + caller.String()}}})
-	if err != nil {
-		return nil, fromErr(err)
-	}
-	return connect.NewResponse(&palyrav1.CancelJobResponse{Job: JobToPB(&j)}), nil
-}
-
 func (js jobService) WatchJob(ctx context.Context, req *connect.Request[palyrav1.WatchJobRequest], stream *connect.ServerStream[palyrav1.WatchJobResponse]) error {
-	st := js.s.control.State()
-	// A job this replica does not hold yet may have been accepted through
-	// another node a moment ago: only then is a linearizable read needed
-	// before answering (a quorum round trip). A job held locally is
-	// followed as this replica applies its changes.
-	if _, ok := st.Job(req.Msg.Id); !ok {
-		if _, err := js.s.readInfo(ctx, false); err != nil {
+	s := js.s
+	st := s.control.State()
+	// A job (or array) this replica does not hold yet may have been
+	// accepted through another node a moment ago: only then is a
+	// linearizable read needed before answering (a quorum round trip). One
+	// held locally is followed as this replica applies its changes.
+	_, isJob := st.Job(req.Msg.Id)
+	_, isArray := st.Array(req.Msg.Id)
+	if !isJob && !isArray {
+		if _, err := s.readInfo(ctx, false); err != nil {
 			return err
 		}
+	}
+	if a, ok := st.Array(req.Msg.Id); ok {
+		if err := s.authz.Check(ctx, policy.ActionJobWatch, arrayResource(&a), nil); err != nil {
+			return err
+		}
+		return s.watchArray(ctx, a.Template.ID, stream)
 	}
 	if _, err := js.authorizedJob(ctx, policy.ActionJobWatch, req.Msg.Id); err != nil {
 		return err
@@ -317,12 +339,21 @@ func (js jobService) WatchJob(ctx context.Context, req *connect.Request[palyrav1
 	var last *consensus.Job
 	for {
 		changed := st.Watch(consensus.TopicJob(req.Msg.Id))
-		j, _ := st.Job(req.Msg.Id)
-		if last == nil || j.Phase != last.Phase || j.Attempt != last.Attempt || j.NodeID != last.NodeID {
+		j, ok := st.Job(req.Msg.Id)
+		if !ok { // pruned while watched
+			return s.notFound(req.Msg.Id)
+		}
+		if last == nil || j.Phase != last.Phase || j.Attempt != last.Attempt || j.NodeID != last.NodeID || j.PendingReason != last.PendingReason {
+			last = &j
+			if j.Phase.Terminal() {
+				// The last message carries the whole result.
+				if err := s.fillPayloads(&j, true); err != nil {
+					return err
+				}
+			}
 			if err := stream.Send(&palyrav1.WatchJobResponse{Job: JobToPB(&j)}); err != nil {
 				return err
 			}
-			last = &j
 		}
 		if j.Phase.Terminal() {
 			return nil
@@ -353,6 +384,15 @@ func payloadHash(moduleHash string, m *palyrav1.SubmitJobRequest) []byte {
 	h.Write(m.BrowserScript)
 	h.Write([]byte{0})
 	h.Write(m.Input)
+	if len(m.Inputs) > 0 {
+		// An array: every input, each prefixed by its length, so inputs
+		// cannot run into one another.
+		fmt.Fprintf(h, "\x00array\x00%d\x00", len(m.Inputs))
+		for _, in := range m.Inputs {
+			fmt.Fprintf(h, "%d\x00", len(in))
+			h.Write(in)
+		}
+	}
 	return h.Sum(nil)
 }
 

@@ -250,8 +250,22 @@ type Job struct {
 	AllowPrivate   bool              `protobuf:"varint,30,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
 	SecretNames    []string          `protobuf:"bytes,31,rep,name=secret_names,json=secretNames,proto3" json:"secret_names,omitempty"`
 	KvPrefix       string            `protobuf:"bytes,32,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Payload sizes (always set) and, for payloads stored as blobs, their
+	// sha256. Inputs and outputs above 4 KiB travel as blobs, not through
+	// Raft; GetJob and WatchJob's last message fill input/stdout/stderr in
+	// from them. ListJobs never carries the bytes (only with_outputs does).
+	InputSize    uint64 `protobuf:"varint,33,opt,name=input_size,json=inputSize,proto3" json:"input_size,omitempty"`
+	StdoutSize   uint64 `protobuf:"varint,34,opt,name=stdout_size,json=stdoutSize,proto3" json:"stdout_size,omitempty"`
+	StderrSize   uint64 `protobuf:"varint,35,opt,name=stderr_size,json=stderrSize,proto3" json:"stderr_size,omitempty"`
+	InputSha256  string `protobuf:"bytes,36,opt,name=input_sha256,json=inputSha256,proto3" json:"input_sha256,omitempty"`
+	StdoutSha256 string `protobuf:"bytes,37,opt,name=stdout_sha256,json=stdoutSha256,proto3" json:"stdout_sha256,omitempty"`
+	StderrSha256 string `protobuf:"bytes,38,opt,name=stderr_sha256,json=stderrSha256,proto3" json:"stderr_sha256,omitempty"`
+	// A task of a job array: the array's id and the task's index in it
+	// (task ids are "<array id>.<index>").
+	ArrayId       string `protobuf:"bytes,39,opt,name=array_id,json=arrayId,proto3" json:"array_id,omitempty"`
+	ArrayIndex    uint32 `protobuf:"varint,40,opt,name=array_index,json=arrayIndex,proto3" json:"array_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -508,6 +522,147 @@ func (x *Job) GetKvPrefix() string {
 	return ""
 }
 
+func (x *Job) GetInputSize() uint64 {
+	if x != nil {
+		return x.InputSize
+	}
+	return 0
+}
+
+func (x *Job) GetStdoutSize() uint64 {
+	if x != nil {
+		return x.StdoutSize
+	}
+	return 0
+}
+
+func (x *Job) GetStderrSize() uint64 {
+	if x != nil {
+		return x.StderrSize
+	}
+	return 0
+}
+
+func (x *Job) GetInputSha256() string {
+	if x != nil {
+		return x.InputSha256
+	}
+	return ""
+}
+
+func (x *Job) GetStdoutSha256() string {
+	if x != nil {
+		return x.StdoutSha256
+	}
+	return ""
+}
+
+func (x *Job) GetStderrSha256() string {
+	if x != nil {
+		return x.StderrSha256
+	}
+	return ""
+}
+
+func (x *Job) GetArrayId() string {
+	if x != nil {
+		return x.ArrayId
+	}
+	return ""
+}
+
+func (x *Job) GetArrayIndex() uint32 {
+	if x != nil {
+		return x.ArrayIndex
+	}
+	return 0
+}
+
+// JobArray is a job array: one task per input, all sharing a template.
+type JobArray struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Size          uint32                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`                                                                               // number of tasks
+	Counts        map[string]uint64      `protobuf:"bytes,3,rep,name=counts,proto3" json:"counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // wire phase name → tasks in it (every phase present)
+	Template      *Job                   `protobuf:"bytes,4,opt,name=template,proto3" json:"template,omitempty"`                                                                        // the settings every task shares (no input)
+	Done          bool                   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`                                                                               // every task has ended
+	EndedAtMs     int64                  `protobuf:"varint,6,opt,name=ended_at_ms,json=endedAtMs,proto3" json:"ended_at_ms,omitempty"`                                                  // when the last task ended (once done)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobArray) Reset() {
+	*x = JobArray{}
+	mi := &file_palyra_v1_api_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobArray) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobArray) ProtoMessage() {}
+
+func (x *JobArray) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobArray.ProtoReflect.Descriptor instead.
+func (*JobArray) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *JobArray) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *JobArray) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *JobArray) GetCounts() map[string]uint64 {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *JobArray) GetTemplate() *Job {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *JobArray) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *JobArray) GetEndedAtMs() int64 {
+	if x != nil {
+		return x.EndedAtMs
+	}
+	return 0
+}
+
 // Artifact is a file a job produced, stored as a content-addressed blob.
 type Artifact struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -521,7 +676,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_palyra_v1_api_proto_msgTypes[3]
+	mi := &file_palyra_v1_api_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +688,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[3]
+	mi := &file_palyra_v1_api_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +701,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{3}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Artifact) GetName() string {
@@ -587,7 +742,7 @@ type GetArtifactRequest struct {
 
 func (x *GetArtifactRequest) Reset() {
 	*x = GetArtifactRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[4]
+	mi := &file_palyra_v1_api_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +754,7 @@ func (x *GetArtifactRequest) String() string {
 func (*GetArtifactRequest) ProtoMessage() {}
 
 func (x *GetArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[4]
+	mi := &file_palyra_v1_api_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +767,7 @@ func (x *GetArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetArtifactRequest.ProtoReflect.Descriptor instead.
 func (*GetArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{4}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetArtifactRequest) GetJobId() string {
@@ -639,7 +794,7 @@ type GetArtifactResponse struct {
 
 func (x *GetArtifactResponse) Reset() {
 	*x = GetArtifactResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[5]
+	mi := &file_palyra_v1_api_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +806,7 @@ func (x *GetArtifactResponse) String() string {
 func (*GetArtifactResponse) ProtoMessage() {}
 
 func (x *GetArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[5]
+	mi := &file_palyra_v1_api_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +819,7 @@ func (x *GetArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetArtifactResponse.ProtoReflect.Descriptor instead.
 func (*GetArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{5}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetArtifactResponse) GetArtifact() *Artifact {
@@ -703,17 +858,21 @@ type SubmitJobRequest struct {
 	// Hosts the job may reach ("example.com" also matches subdomains) and
 	// whether private/loopback/link-local targets are allowed. Each is a
 	// capability grant checked against policy (grant.http).
-	AllowHosts    []string `protobuf:"bytes,14,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
-	AllowPrivate  bool     `protobuf:"varint,15,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
-	SecretNames   []string `protobuf:"bytes,16,rep,name=secret_names,json=secretNames,proto3" json:"secret_names,omitempty"` // secrets the job may read (grant.secret)
-	KvPrefix      string   `protobuf:"bytes,17,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`          // key-value prefix the job may use (grant.kv)
+	AllowHosts   []string `protobuf:"bytes,14,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	AllowPrivate bool     `protobuf:"varint,15,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
+	SecretNames  []string `protobuf:"bytes,16,rep,name=secret_names,json=secretNames,proto3" json:"secret_names,omitempty"` // secrets the job may read (grant.secret)
+	KvPrefix     string   `protobuf:"bytes,17,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`          // key-value prefix the job may use (grant.kv)
+	// inputs makes the submission a job array: one task per input, every
+	// other field the template the tasks share (input must then be empty).
+	// Wasm jobs only; at most 1,000,000 tasks, each input at most 1 MiB.
+	Inputs        [][]byte `protobuf:"bytes,18,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[6]
+	mi := &file_palyra_v1_api_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +884,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[6]
+	mi := &file_palyra_v1_api_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +897,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{6}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubmitJobRequest) GetWasmModule() []byte {
@@ -860,17 +1019,26 @@ func (x *SubmitJobRequest) GetKvPrefix() string {
 	return ""
 }
 
+func (x *SubmitJobRequest) GetInputs() [][]byte {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
 type SubmitJobResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Replayed      bool                   `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"` // the idempotency key matched an earlier identical submission
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job; for an array, its template (whose id is the array's id).
+	Job           *Job      `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Replayed      bool      `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"` // the idempotency key matched an earlier identical submission
+	Array         *JobArray `protobuf:"bytes,3,opt,name=array,proto3" json:"array,omitempty"`        // set when the submission was an array
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitJobResponse) Reset() {
 	*x = SubmitJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[7]
+	mi := &file_palyra_v1_api_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1050,7 @@ func (x *SubmitJobResponse) String() string {
 func (*SubmitJobResponse) ProtoMessage() {}
 
 func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[7]
+	mi := &file_palyra_v1_api_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1063,7 @@ func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{7}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubmitJobResponse) GetJob() *Job {
@@ -912,6 +1080,13 @@ func (x *SubmitJobResponse) GetReplayed() bool {
 	return false
 }
 
+func (x *SubmitJobResponse) GetArray() *JobArray {
+	if x != nil {
+		return x.Array
+	}
+	return nil
+}
+
 type GetJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -922,7 +1097,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[8]
+	mi := &file_palyra_v1_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1109,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[8]
+	mi := &file_palyra_v1_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1122,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{8}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetJobRequest) GetId() string {
@@ -964,17 +1139,19 @@ func (x *GetJobRequest) GetStale() bool {
 	return false
 }
 
+// GetJobResponse holds job, or array when id names a job array.
 type GetJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	Read          *ReadInfo              `protobuf:"bytes,2,opt,name=read,proto3" json:"read,omitempty"`
+	Array         *JobArray              `protobuf:"bytes,3,opt,name=array,proto3" json:"array,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[9]
+	mi := &file_palyra_v1_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1163,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[9]
+	mi := &file_palyra_v1_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1176,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{9}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1016,20 +1193,34 @@ func (x *GetJobResponse) GetRead() *ReadInfo {
 	return nil
 }
 
+func (x *GetJobResponse) GetArray() *JobArray {
+	if x != nil {
+		return x.Array
+	}
+	return nil
+}
+
 type ListJobsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Phase         JobPhase               `protobuf:"varint,1,opt,name=phase,proto3,enum=palyra.v1.JobPhase" json:"phase,omitempty"` // UNSPECIFIED = all
-	Limit         uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`                         // 0 = default (100)
-	AfterId       string                 `protobuf:"bytes,3,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`       // pagination: jobs submitted after this one
-	Stale         bool                   `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`                         // read this node's replica without a quorum check
-	NodeId        string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`          // only jobs placed on this node
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Phase   JobPhase               `protobuf:"varint,1,opt,name=phase,proto3,enum=palyra.v1.JobPhase" json:"phase,omitempty"` // UNSPECIFIED = all
+	Limit   uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`                         // 0 = default (100); at most 1000
+	AfterId string                 `protobuf:"bytes,3,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`       // pagination: continue after this job (next_after_id of the previous page)
+	Stale   bool                   `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`                         // read this node's replica without a quorum check
+	NodeId  string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`          // only jobs placed on this node
+	// array_id lists the tasks of one array, in task order.
+	ArrayId string `protobuf:"bytes,6,opt,name=array_id,json=arrayId,proto3" json:"array_id,omitempty"`
+	// with_outputs (only with array_id) fills each task's stdout and stderr,
+	// fetching blobs as needed; a page then also stops at 4 MiB of outputs.
+	WithOutputs bool `protobuf:"varint,7,opt,name=with_outputs,json=withOutputs,proto3" json:"with_outputs,omitempty"`
+	// oldest_first lists in acceptance order; the default is newest first.
+	OldestFirst   bool `protobuf:"varint,8,opt,name=oldest_first,json=oldestFirst,proto3" json:"oldest_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[10]
+	mi := &file_palyra_v1_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1232,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[10]
+	mi := &file_palyra_v1_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1245,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{10}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListJobsRequest) GetPhase() JobPhase {
@@ -1092,6 +1283,30 @@ func (x *ListJobsRequest) GetNodeId() string {
 	return ""
 }
 
+func (x *ListJobsRequest) GetArrayId() string {
+	if x != nil {
+		return x.ArrayId
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetWithOutputs() bool {
+	if x != nil {
+		return x.WithOutputs
+	}
+	return false
+}
+
+func (x *ListJobsRequest) GetOldestFirst() bool {
+	if x != nil {
+		return x.OldestFirst
+	}
+	return false
+}
+
+// ListJobsResponse never carries inputs, nor outputs unless with_outputs
+// was asked for; sizes and hashes are always there. next_after_id is set
+// when there may be more: pass it as after_id for the next page.
 type ListJobsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Jobs          []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
@@ -1103,7 +1318,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[11]
+	mi := &file_palyra_v1_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1330,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[11]
+	mi := &file_palyra_v1_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1343,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{11}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1161,7 +1376,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[12]
+	mi := &file_palyra_v1_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1388,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[12]
+	mi := &file_palyra_v1_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1401,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelJobRequest) GetId() string {
@@ -1196,16 +1411,19 @@ func (x *CancelJobRequest) GetId() string {
 	return ""
 }
 
+// CancelJobResponse: for an array, job is its template and array its
+// state after every unfinished task was cancelled.
 type CancelJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Array         *JobArray              `protobuf:"bytes,2,opt,name=array,proto3" json:"array,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[13]
+	mi := &file_palyra_v1_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1435,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[13]
+	mi := &file_palyra_v1_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,12 +1448,19 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
 	if x != nil {
 		return x.Job
+	}
+	return nil
+}
+
+func (x *CancelJobResponse) GetArray() *JobArray {
+	if x != nil {
+		return x.Array
 	}
 	return nil
 }
@@ -1249,7 +1474,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[14]
+	mi := &file_palyra_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1486,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[14]
+	mi := &file_palyra_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1499,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchJobRequest) GetId() string {
@@ -1285,17 +1510,20 @@ func (x *WatchJobRequest) GetId() string {
 }
 
 // WatchJobResponse is sent once immediately and again on every change of
-// the job; the stream ends after a terminal phase.
+// the job; the stream ends after a terminal phase. The last message holds
+// the job's input and outputs. For an array, array is sent instead (at
+// most about ten times a second) until every task has ended.
 type WatchJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Array         *JobArray              `protobuf:"bytes,2,opt,name=array,proto3" json:"array,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[15]
+	mi := &file_palyra_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1535,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[15]
+	mi := &file_palyra_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1548,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchJobResponse) GetJob() *Job {
@@ -1328,6 +1556,202 @@ func (x *WatchJobResponse) GetJob() *Job {
 		return x.Job
 	}
 	return nil
+}
+
+func (x *WatchJobResponse) GetArray() *JobArray {
+	if x != nil {
+		return x.Array
+	}
+	return nil
+}
+
+// PruneJobsRequest removes jobs (and whole job arrays) that ended more
+// than older_than_ms ago, with their results. Running and queued jobs are
+// never pruned.
+type PruneJobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OlderThanMs   int64                  `protobuf:"varint,1,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneJobsRequest) Reset() {
+	*x = PruneJobsRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneJobsRequest) ProtoMessage() {}
+
+func (x *PruneJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneJobsRequest.ProtoReflect.Descriptor instead.
+func (*PruneJobsRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PruneJobsRequest) GetOlderThanMs() int64 {
+	if x != nil {
+		return x.OlderThanMs
+	}
+	return 0
+}
+
+type PruneJobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pruned        uint64                 `protobuf:"varint,1,opt,name=pruned,proto3" json:"pruned,omitempty"`                     // jobs removed (array tasks count one each)
+	BeforeMs      int64                  `protobuf:"varint,2,opt,name=before_ms,json=beforeMs,proto3" json:"before_ms,omitempty"` // the cut-off used: jobs that ended before it were removed
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneJobsResponse) Reset() {
+	*x = PruneJobsResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneJobsResponse) ProtoMessage() {}
+
+func (x *PruneJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneJobsResponse.ProtoReflect.Descriptor instead.
+func (*PruneJobsResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PruneJobsResponse) GetPruned() uint64 {
+	if x != nil {
+		return x.Pruned
+	}
+	return 0
+}
+
+func (x *PruneJobsResponse) GetBeforeMs() int64 {
+	if x != nil {
+		return x.BeforeMs
+	}
+	return 0
+}
+
+// SetRetentionRequest sets how long ended jobs are kept before the
+// cluster prunes them by itself (0 = the default, 24h).
+type SetRetentionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RetentionMs   int64                  `protobuf:"varint,1,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRetentionRequest) Reset() {
+	*x = SetRetentionRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRetentionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRetentionRequest) ProtoMessage() {}
+
+func (x *SetRetentionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRetentionRequest.ProtoReflect.Descriptor instead.
+func (*SetRetentionRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SetRetentionRequest) GetRetentionMs() int64 {
+	if x != nil {
+		return x.RetentionMs
+	}
+	return 0
+}
+
+type SetRetentionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RetentionMs   int64                  `protobuf:"varint,1,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRetentionResponse) Reset() {
+	*x = SetRetentionResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRetentionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRetentionResponse) ProtoMessage() {}
+
+func (x *SetRetentionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRetentionResponse.ProtoReflect.Descriptor instead.
+func (*SetRetentionResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SetRetentionResponse) GetRetentionMs() int64 {
+	if x != nil {
+		return x.RetentionMs
+	}
+	return 0
 }
 
 // ReadInfo says how fresh a read is.
@@ -1342,7 +1766,7 @@ type ReadInfo struct {
 
 func (x *ReadInfo) Reset() {
 	*x = ReadInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	mi := &file_palyra_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1778,7 @@ func (x *ReadInfo) String() string {
 func (*ReadInfo) ProtoMessage() {}
 
 func (x *ReadInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	mi := &file_palyra_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1791,7 @@ func (x *ReadInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadInfo.ProtoReflect.Descriptor instead.
 func (*ReadInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadInfo) GetLinearizable() bool {
@@ -1399,7 +1823,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	mi := &file_palyra_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1835,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	mi := &file_palyra_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,32 +1848,34 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	LeaderId      string                 `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	LeaderAddress string                 `protobuf:"bytes,4,opt,name=leader_address,json=leaderAddress,proto3" json:"leader_address,omitempty"`
-	Term          uint64                 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
-	CommitIndex   uint64                 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	RaftState     string                 `protobuf:"bytes,8,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`                                                                                    // Leader, Follower, Candidate, Shutdown
-	JobsByPhase   map[string]uint64      `protobuf:"bytes,9,rep,name=jobs_by_phase,json=jobsByPhase,proto3" json:"jobs_by_phase,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // wire phase name → count
-	Version       string                 `protobuf:"bytes,10,opt,name=version,proto3" json:"version,omitempty"`
-	ClusterName   string                 `protobuf:"bytes,11,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
-	CaFingerprint string                 `protobuf:"bytes,12,opt,name=ca_fingerprint,json=caFingerprint,proto3" json:"ca_fingerprint,omitempty"`
-	Caller        string                 `protobuf:"bytes,13,opt,name=caller,proto3" json:"caller,omitempty"` // the principal the node saw for this call
-	UptimeMs      int64                  `protobuf:"varint,14,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	NodeId         string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Address        string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	LeaderId       string                 `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderAddress  string                 `protobuf:"bytes,4,opt,name=leader_address,json=leaderAddress,proto3" json:"leader_address,omitempty"`
+	Term           uint64                 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex    uint64                 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex   uint64                 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	RaftState      string                 `protobuf:"bytes,8,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`                                                                                    // Leader, Follower, Candidate, Shutdown
+	JobsByPhase    map[string]uint64      `protobuf:"bytes,9,rep,name=jobs_by_phase,json=jobsByPhase,proto3" json:"jobs_by_phase,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // wire phase name → count
+	Version        string                 `protobuf:"bytes,10,opt,name=version,proto3" json:"version,omitempty"`
+	ClusterName    string                 `protobuf:"bytes,11,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	CaFingerprint  string                 `protobuf:"bytes,12,opt,name=ca_fingerprint,json=caFingerprint,proto3" json:"ca_fingerprint,omitempty"`
+	Caller         string                 `protobuf:"bytes,13,opt,name=caller,proto3" json:"caller,omitempty"` // the principal the node saw for this call
+	UptimeMs       int64                  `protobuf:"varint,14,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
+	RetentionMs    int64                  `protobuf:"varint,15,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`            // how long ended jobs are kept
+	PrunedBeforeMs int64                  `protobuf:"varint,16,opt,name=pruned_before_ms,json=prunedBeforeMs,proto3" json:"pruned_before_ms,omitempty"` // jobs that ended before this were pruned (0 = none yet)
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	mi := &file_palyra_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1887,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	mi := &file_palyra_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1900,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -1575,6 +2001,20 @@ func (x *StatusResponse) GetUptimeMs() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetRetentionMs() int64 {
+	if x != nil {
+		return x.RetentionMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetPrunedBeforeMs() int64 {
+	if x != nil {
+		return x.PrunedBeforeMs
+	}
+	return 0
+}
+
 type NodeInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1595,7 +2035,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	mi := &file_palyra_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +2047,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	mi := &file_palyra_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +2060,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -1715,7 +2155,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	mi := &file_palyra_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +2167,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	mi := &file_palyra_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +2180,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 type ListNodesResponse struct {
@@ -1753,7 +2193,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[21]
+	mi := &file_palyra_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +2205,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[21]
+	mi := &file_palyra_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +2218,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -1807,7 +2247,7 @@ type SetSchedulableRequest struct {
 
 func (x *SetSchedulableRequest) Reset() {
 	*x = SetSchedulableRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[22]
+	mi := &file_palyra_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2259,7 @@ func (x *SetSchedulableRequest) String() string {
 func (*SetSchedulableRequest) ProtoMessage() {}
 
 func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[22]
+	mi := &file_palyra_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2272,7 @@ func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulableRequest.ProtoReflect.Descriptor instead.
 func (*SetSchedulableRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetSchedulableRequest) GetNodeId() string {
@@ -1871,7 +2311,7 @@ type SetSchedulableResponse struct {
 
 func (x *SetSchedulableResponse) Reset() {
 	*x = SetSchedulableResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[23]
+	mi := &file_palyra_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2323,7 @@ func (x *SetSchedulableResponse) String() string {
 func (*SetSchedulableResponse) ProtoMessage() {}
 
 func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[23]
+	mi := &file_palyra_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2336,7 @@ func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulableResponse.ProtoReflect.Descriptor instead.
 func (*SetSchedulableResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 type LeaveRequest struct {
@@ -1907,7 +2347,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[24]
+	mi := &file_palyra_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2359,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[24]
+	mi := &file_palyra_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2372,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 type LeaveResponse struct {
@@ -1943,7 +2383,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[25]
+	mi := &file_palyra_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2395,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[25]
+	mi := &file_palyra_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2408,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 type SecretInfo struct {
@@ -1982,7 +2422,7 @@ type SecretInfo struct {
 
 func (x *SecretInfo) Reset() {
 	*x = SecretInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[26]
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2434,7 @@ func (x *SecretInfo) String() string {
 func (*SecretInfo) ProtoMessage() {}
 
 func (x *SecretInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[26]
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2447,7 @@ func (x *SecretInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretInfo.ProtoReflect.Descriptor instead.
 func (*SecretInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SecretInfo) GetName() string {
@@ -2041,7 +2481,7 @@ type SetSecretRequest struct {
 
 func (x *SetSecretRequest) Reset() {
 	*x = SetSecretRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[27]
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2493,7 @@ func (x *SetSecretRequest) String() string {
 func (*SetSecretRequest) ProtoMessage() {}
 
 func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[27]
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2506,7 @@ func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretRequest.ProtoReflect.Descriptor instead.
 func (*SetSecretRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetSecretRequest) GetName() string {
@@ -2092,7 +2532,7 @@ type SetSecretResponse struct {
 
 func (x *SetSecretResponse) Reset() {
 	*x = SetSecretResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[28]
+	mi := &file_palyra_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2544,7 @@ func (x *SetSecretResponse) String() string {
 func (*SetSecretResponse) ProtoMessage() {}
 
 func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[28]
+	mi := &file_palyra_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2557,7 @@ func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretResponse.ProtoReflect.Descriptor instead.
 func (*SetSecretResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetSecretResponse) GetSecret() *SecretInfo {
@@ -2135,7 +2575,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[29]
+	mi := &file_palyra_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2587,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[29]
+	mi := &file_palyra_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2600,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 type ListSecretsResponse struct {
@@ -2172,7 +2612,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[30]
+	mi := &file_palyra_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2624,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[30]
+	mi := &file_palyra_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2637,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*SecretInfo {
@@ -2216,7 +2656,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	mi := &file_palyra_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2668,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	mi := &file_palyra_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2681,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -2259,7 +2699,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	mi := &file_palyra_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2711,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	mi := &file_palyra_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2724,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 var File_palyra_v1_api_proto protoreflect.FileDescriptor
@@ -2299,7 +2739,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bWasmSpec\x12#\n" +
 	"\rmodule_sha256\x18\x01 \x01(\tR\fmoduleSha256\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\x8a\t\n" +
+	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\x94\v\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12)\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x12\n" +
@@ -2336,10 +2776,32 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"allowHosts\x12#\n" +
 	"\rallow_private\x18\x1e \x01(\bR\fallowPrivate\x12!\n" +
 	"\fsecret_names\x18\x1f \x03(\tR\vsecretNames\x12\x1b\n" +
-	"\tkv_prefix\x18  \x01(\tR\bkvPrefix\x1a>\n" +
+	"\tkv_prefix\x18  \x01(\tR\bkvPrefix\x12\x1d\n" +
+	"\n" +
+	"input_size\x18! \x01(\x04R\tinputSize\x12\x1f\n" +
+	"\vstdout_size\x18\" \x01(\x04R\n" +
+	"stdoutSize\x12\x1f\n" +
+	"\vstderr_size\x18# \x01(\x04R\n" +
+	"stderrSize\x12!\n" +
+	"\finput_sha256\x18$ \x01(\tR\vinputSha256\x12#\n" +
+	"\rstdout_sha256\x18% \x01(\tR\fstdoutSha256\x12#\n" +
+	"\rstderr_sha256\x18& \x01(\tR\fstderrSha256\x12\x19\n" +
+	"\barray_id\x18' \x01(\tR\aarrayId\x12\x1f\n" +
+	"\varray_index\x18( \x01(\rR\n" +
+	"arrayIndex\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"i\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x02\n" +
+	"\bJobArray\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\rR\x04size\x127\n" +
+	"\x06counts\x18\x03 \x03(\v2\x1f.palyra.v1.JobArray.CountsEntryR\x06counts\x12*\n" +
+	"\btemplate\x18\x04 \x01(\v2\x0e.palyra.v1.JobR\btemplate\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\x12\x1e\n" +
+	"\vended_at_ms\x18\x06 \x01(\x03R\tendedAtMs\x1a9\n" +
+	"\vCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"i\n" +
 	"\bArtifact\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -2351,7 +2813,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"Z\n" +
 	"\x13GetArtifactResponse\x12/\n" +
 	"\bartifact\x18\x01 \x01(\v2\x13.palyra.v1.ArtifactR\bartifact\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xab\x05\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xc3\x05\n" +
 	"\x10SubmitJobRequest\x12\x1f\n" +
 	"\vwasm_module\x18\x01 \x01(\fR\n" +
 	"wasmModule\x12\x14\n" +
@@ -2374,42 +2836,59 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"allowHosts\x12#\n" +
 	"\rallow_private\x18\x0f \x01(\bR\fallowPrivate\x12!\n" +
 	"\fsecret_names\x18\x10 \x03(\tR\vsecretNames\x12\x1b\n" +
-	"\tkv_prefix\x18\x11 \x01(\tR\bkvPrefix\x1a>\n" +
+	"\tkv_prefix\x18\x11 \x01(\tR\bkvPrefix\x12\x16\n" +
+	"\x06inputs\x18\x12 \x03(\fR\x06inputs\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Q\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"|\n" +
 	"\x11SubmitJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"5\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\x12)\n" +
+	"\x05array\x18\x03 \x01(\v2\x13.palyra.v1.JobArrayR\x05array\"5\n" +
 	"\rGetJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05stale\x18\x02 \x01(\bR\x05stale\"[\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"\x86\x01\n" +
 	"\x0eGetJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\x12'\n" +
-	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\"\x9c\x01\n" +
+	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\x12)\n" +
+	"\x05array\x18\x03 \x01(\v2\x13.palyra.v1.JobArrayR\x05array\"\xfd\x01\n" +
 	"\x0fListJobsRequest\x12)\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x19\n" +
 	"\bafter_id\x18\x03 \x01(\tR\aafterId\x12\x14\n" +
 	"\x05stale\x18\x04 \x01(\bR\x05stale\x12\x17\n" +
-	"\anode_id\x18\x05 \x01(\tR\x06nodeId\"\x83\x01\n" +
+	"\anode_id\x18\x05 \x01(\tR\x06nodeId\x12\x19\n" +
+	"\barray_id\x18\x06 \x01(\tR\aarrayId\x12!\n" +
+	"\fwith_outputs\x18\a \x01(\bR\vwithOutputs\x12!\n" +
+	"\foldest_first\x18\b \x01(\bR\voldestFirst\"\x83\x01\n" +
 	"\x10ListJobsResponse\x12\"\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x0e.palyra.v1.JobR\x04jobs\x12'\n" +
 	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\x12\"\n" +
 	"\rnext_after_id\x18\x03 \x01(\tR\vnextAfterId\"\"\n" +
 	"\x10CancelJobRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"5\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"`\n" +
 	"\x11CancelJobResponse\x12 \n" +
-	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\"!\n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\x12)\n" +
+	"\x05array\x18\x02 \x01(\v2\x13.palyra.v1.JobArrayR\x05array\"!\n" +
 	"\x0fWatchJobRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"4\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"_\n" +
 	"\x10WatchJobResponse\x12 \n" +
-	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\"p\n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\x12)\n" +
+	"\x05array\x18\x02 \x01(\v2\x13.palyra.v1.JobArrayR\x05array\"6\n" +
+	"\x10PruneJobsRequest\x12\"\n" +
+	"\rolder_than_ms\x18\x01 \x01(\x03R\volderThanMs\"H\n" +
+	"\x11PruneJobsResponse\x12\x16\n" +
+	"\x06pruned\x18\x01 \x01(\x04R\x06pruned\x12\x1b\n" +
+	"\tbefore_ms\x18\x02 \x01(\x03R\bbeforeMs\"8\n" +
+	"\x13SetRetentionRequest\x12!\n" +
+	"\fretention_ms\x18\x01 \x01(\x03R\vretentionMs\"9\n" +
+	"\x14SetRetentionResponse\x12!\n" +
+	"\fretention_ms\x18\x01 \x01(\x03R\vretentionMs\"p\n" +
 	"\bReadInfo\x12\"\n" +
 	"\flinearizable\x18\x01 \x01(\bR\flinearizable\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x1b\n" +
 	"\tserved_by\x18\x03 \x01(\tR\bservedBy\"\x0f\n" +
-	"\rStatusRequest\"\xab\x04\n" +
+	"\rStatusRequest\"\xf8\x04\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1b\n" +
@@ -2426,7 +2905,9 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\fcluster_name\x18\v \x01(\tR\vclusterName\x12%\n" +
 	"\x0eca_fingerprint\x18\f \x01(\tR\rcaFingerprint\x12\x16\n" +
 	"\x06caller\x18\r \x01(\tR\x06caller\x12\x1b\n" +
-	"\tuptime_ms\x18\x0e \x01(\x03R\buptimeMs\x1a>\n" +
+	"\tuptime_ms\x18\x0e \x01(\x03R\buptimeMs\x12!\n" +
+	"\fretention_ms\x18\x0f \x01(\x03R\vretentionMs\x12(\n" +
+	"\x10pruned_before_ms\x18\x10 \x01(\x03R\x0eprunedBeforeMs\x1a>\n" +
 	"\x10JobsByPhaseEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xed\x03\n" +
@@ -2487,7 +2968,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x13JOB_PHASE_COMPLETED\x10\x05\x12\x14\n" +
 	"\x10JOB_PHASE_FAILED\x10\x06\x12\x15\n" +
 	"\x11JOB_PHASE_ABORTED\x10\a\x12\x15\n" +
-	"\x11JOB_PHASE_EXPIRED\x10\b2\xb5\x03\n" +
+	"\x11JOB_PHASE_EXPIRED\x10\b2\xce\x04\n" +
 	"\n" +
 	"JobService\x12F\n" +
 	"\tSubmitJob\x12\x1b.palyra.v1.SubmitJobRequest\x1a\x1c.palyra.v1.SubmitJobResponse\x12=\n" +
@@ -2495,7 +2976,9 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bListJobs\x12\x1a.palyra.v1.ListJobsRequest\x1a\x1b.palyra.v1.ListJobsResponse\x12F\n" +
 	"\tCancelJob\x12\x1b.palyra.v1.CancelJobRequest\x1a\x1c.palyra.v1.CancelJobResponse\x12E\n" +
 	"\bWatchJob\x12\x1a.palyra.v1.WatchJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x01\x12L\n" +
-	"\vGetArtifact\x12\x1d.palyra.v1.GetArtifactRequest\x1a\x1e.palyra.v1.GetArtifactResponse2\xa7\x02\n" +
+	"\vGetArtifact\x12\x1d.palyra.v1.GetArtifactRequest\x1a\x1e.palyra.v1.GetArtifactResponse\x12F\n" +
+	"\tPruneJobs\x12\x1b.palyra.v1.PruneJobsRequest\x1a\x1c.palyra.v1.PruneJobsResponse\x12O\n" +
+	"\fSetRetention\x12\x1e.palyra.v1.SetRetentionRequest\x1a\x1f.palyra.v1.SetRetentionResponse2\xa7\x02\n" +
 	"\vNodeService\x12=\n" +
 	"\x06Status\x12\x18.palyra.v1.StatusRequest\x1a\x19.palyra.v1.StatusResponse\x12F\n" +
 	"\tListNodes\x12\x1b.palyra.v1.ListNodesRequest\x1a\x1c.palyra.v1.ListNodesResponse\x12:\n" +
@@ -2519,101 +3002,117 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                  // 0: palyra.v1.JobPhase
 	(*Error)(nil),                  // 1: palyra.v1.Error
 	(*WasmSpec)(nil),               // 2: palyra.v1.WasmSpec
 	(*Job)(nil),                    // 3: palyra.v1.Job
-	(*Artifact)(nil),               // 4: palyra.v1.Artifact
-	(*GetArtifactRequest)(nil),     // 5: palyra.v1.GetArtifactRequest
-	(*GetArtifactResponse)(nil),    // 6: palyra.v1.GetArtifactResponse
-	(*SubmitJobRequest)(nil),       // 7: palyra.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),      // 8: palyra.v1.SubmitJobResponse
-	(*GetJobRequest)(nil),          // 9: palyra.v1.GetJobRequest
-	(*GetJobResponse)(nil),         // 10: palyra.v1.GetJobResponse
-	(*ListJobsRequest)(nil),        // 11: palyra.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),       // 12: palyra.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),       // 13: palyra.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),      // 14: palyra.v1.CancelJobResponse
-	(*WatchJobRequest)(nil),        // 15: palyra.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),       // 16: palyra.v1.WatchJobResponse
-	(*ReadInfo)(nil),               // 17: palyra.v1.ReadInfo
-	(*StatusRequest)(nil),          // 18: palyra.v1.StatusRequest
-	(*StatusResponse)(nil),         // 19: palyra.v1.StatusResponse
-	(*NodeInfo)(nil),               // 20: palyra.v1.NodeInfo
-	(*ListNodesRequest)(nil),       // 21: palyra.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),      // 22: palyra.v1.ListNodesResponse
-	(*SetSchedulableRequest)(nil),  // 23: palyra.v1.SetSchedulableRequest
-	(*SetSchedulableResponse)(nil), // 24: palyra.v1.SetSchedulableResponse
-	(*LeaveRequest)(nil),           // 25: palyra.v1.LeaveRequest
-	(*LeaveResponse)(nil),          // 26: palyra.v1.LeaveResponse
-	(*SecretInfo)(nil),             // 27: palyra.v1.SecretInfo
-	(*SetSecretRequest)(nil),       // 28: palyra.v1.SetSecretRequest
-	(*SetSecretResponse)(nil),      // 29: palyra.v1.SetSecretResponse
-	(*ListSecretsRequest)(nil),     // 30: palyra.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),    // 31: palyra.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),    // 32: palyra.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),   // 33: palyra.v1.DeleteSecretResponse
-	nil,                            // 34: palyra.v1.Job.ConstraintsEntry
-	nil,                            // 35: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                            // 36: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                            // 37: palyra.v1.NodeInfo.LabelsEntry
-	nil,                            // 38: palyra.v1.NodeInfo.CapacityEntry
+	(*JobArray)(nil),               // 4: palyra.v1.JobArray
+	(*Artifact)(nil),               // 5: palyra.v1.Artifact
+	(*GetArtifactRequest)(nil),     // 6: palyra.v1.GetArtifactRequest
+	(*GetArtifactResponse)(nil),    // 7: palyra.v1.GetArtifactResponse
+	(*SubmitJobRequest)(nil),       // 8: palyra.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),      // 9: palyra.v1.SubmitJobResponse
+	(*GetJobRequest)(nil),          // 10: palyra.v1.GetJobRequest
+	(*GetJobResponse)(nil),         // 11: palyra.v1.GetJobResponse
+	(*ListJobsRequest)(nil),        // 12: palyra.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),       // 13: palyra.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),       // 14: palyra.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),      // 15: palyra.v1.CancelJobResponse
+	(*WatchJobRequest)(nil),        // 16: palyra.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),       // 17: palyra.v1.WatchJobResponse
+	(*PruneJobsRequest)(nil),       // 18: palyra.v1.PruneJobsRequest
+	(*PruneJobsResponse)(nil),      // 19: palyra.v1.PruneJobsResponse
+	(*SetRetentionRequest)(nil),    // 20: palyra.v1.SetRetentionRequest
+	(*SetRetentionResponse)(nil),   // 21: palyra.v1.SetRetentionResponse
+	(*ReadInfo)(nil),               // 22: palyra.v1.ReadInfo
+	(*StatusRequest)(nil),          // 23: palyra.v1.StatusRequest
+	(*StatusResponse)(nil),         // 24: palyra.v1.StatusResponse
+	(*NodeInfo)(nil),               // 25: palyra.v1.NodeInfo
+	(*ListNodesRequest)(nil),       // 26: palyra.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),      // 27: palyra.v1.ListNodesResponse
+	(*SetSchedulableRequest)(nil),  // 28: palyra.v1.SetSchedulableRequest
+	(*SetSchedulableResponse)(nil), // 29: palyra.v1.SetSchedulableResponse
+	(*LeaveRequest)(nil),           // 30: palyra.v1.LeaveRequest
+	(*LeaveResponse)(nil),          // 31: palyra.v1.LeaveResponse
+	(*SecretInfo)(nil),             // 32: palyra.v1.SecretInfo
+	(*SetSecretRequest)(nil),       // 33: palyra.v1.SetSecretRequest
+	(*SetSecretResponse)(nil),      // 34: palyra.v1.SetSecretResponse
+	(*ListSecretsRequest)(nil),     // 35: palyra.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),    // 36: palyra.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),    // 37: palyra.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),   // 38: palyra.v1.DeleteSecretResponse
+	nil,                            // 39: palyra.v1.Job.ConstraintsEntry
+	nil,                            // 40: palyra.v1.JobArray.CountsEntry
+	nil,                            // 41: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                            // 42: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                            // 43: palyra.v1.NodeInfo.LabelsEntry
+	nil,                            // 44: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	34, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
-	4,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	4,  // 5: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	35, // 6: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
-	3,  // 7: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
-	3,  // 8: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
-	17, // 9: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
-	0,  // 10: palyra.v1.ListJobsRequest.phase:type_name -> palyra.v1.JobPhase
-	3,  // 11: palyra.v1.ListJobsResponse.jobs:type_name -> palyra.v1.Job
-	17, // 12: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
-	3,  // 13: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
-	3,  // 14: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
-	36, // 15: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	37, // 16: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	38, // 17: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
-	20, // 18: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
-	27, // 19: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
-	27, // 20: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
-	7,  // 21: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	9,  // 22: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	11, // 23: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	13, // 24: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	15, // 25: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	5,  // 26: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	18, // 27: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	21, // 28: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	25, // 29: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	23, // 30: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	28, // 31: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	30, // 32: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	32, // 33: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	8,  // 34: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	10, // 35: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	12, // 36: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	14, // 37: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	16, // 38: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	6,  // 39: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	19, // 40: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	22, // 41: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	26, // 42: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	24, // 43: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	29, // 44: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	31, // 45: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	33, // 46: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	34, // [34:47] is the sub-list for method output_type
-	21, // [21:34] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	39, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	5,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
+	40, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	3,  // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
+	5,  // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
+	41, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	3,  // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
+	4,  // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
+	3,  // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
+	22, // 12: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
+	4,  // 13: palyra.v1.GetJobResponse.array:type_name -> palyra.v1.JobArray
+	0,  // 14: palyra.v1.ListJobsRequest.phase:type_name -> palyra.v1.JobPhase
+	3,  // 15: palyra.v1.ListJobsResponse.jobs:type_name -> palyra.v1.Job
+	22, // 16: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
+	3,  // 17: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
+	4,  // 18: palyra.v1.CancelJobResponse.array:type_name -> palyra.v1.JobArray
+	3,  // 19: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
+	4,  // 20: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
+	42, // 21: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	43, // 22: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	44, // 23: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	25, // 24: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
+	32, // 25: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
+	32, // 26: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
+	8,  // 27: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	10, // 28: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	12, // 29: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	14, // 30: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	16, // 31: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	6,  // 32: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	18, // 33: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	20, // 34: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	23, // 35: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	26, // 36: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	30, // 37: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	28, // 38: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	33, // 39: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	35, // 40: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	37, // 41: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	9,  // 42: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11, // 43: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13, // 44: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15, // 45: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	17, // 46: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	7,  // 47: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	19, // 48: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	21, // 49: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	24, // 50: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	27, // 51: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	31, // 52: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	29, // 53: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	34, // 54: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	36, // 55: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	38, // 56: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	42, // [42:57] is the sub-list for method output_type
+	27, // [27:42] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -2627,7 +3126,7 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   38,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -52,6 +52,10 @@ const (
 	JobServiceWatchJobProcedure = "/palyra.v1.JobService/WatchJob"
 	// JobServiceGetArtifactProcedure is the fully-qualified name of the JobService's GetArtifact RPC.
 	JobServiceGetArtifactProcedure = "/palyra.v1.JobService/GetArtifact"
+	// JobServicePruneJobsProcedure is the fully-qualified name of the JobService's PruneJobs RPC.
+	JobServicePruneJobsProcedure = "/palyra.v1.JobService/PruneJobs"
+	// JobServiceSetRetentionProcedure is the fully-qualified name of the JobService's SetRetention RPC.
+	JobServiceSetRetentionProcedure = "/palyra.v1.JobService/SetRetention"
 	// NodeServiceStatusProcedure is the fully-qualified name of the NodeService's Status RPC.
 	NodeServiceStatusProcedure = "/palyra.v1.NodeService/Status"
 	// NodeServiceListNodesProcedure is the fully-qualified name of the NodeService's ListNodes RPC.
@@ -79,6 +83,8 @@ type JobServiceClient interface {
 	CancelJob(context.Context, *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error)
 	WatchJob(context.Context, *connect.Request[palyrav1.WatchJobRequest]) (*connect.ServerStreamForClient[palyrav1.WatchJobResponse], error)
 	GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error)
+	PruneJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error)
+	SetRetention(context.Context, *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error)
 }
 
 // NewJobServiceClient constructs a client for the palyra.v1.JobService service. By default, it uses
@@ -128,17 +134,31 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("GetArtifact")),
 			connect.WithClientOptions(opts...),
 		),
+		pruneJobs: connect.NewClient[palyrav1.PruneJobsRequest, palyrav1.PruneJobsResponse](
+			httpClient,
+			baseURL+JobServicePruneJobsProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("PruneJobs")),
+			connect.WithClientOptions(opts...),
+		),
+		setRetention: connect.NewClient[palyrav1.SetRetentionRequest, palyrav1.SetRetentionResponse](
+			httpClient,
+			baseURL+JobServiceSetRetentionProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("SetRetention")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // jobServiceClient implements JobServiceClient.
 type jobServiceClient struct {
-	submitJob   *connect.Client[palyrav1.SubmitJobRequest, palyrav1.SubmitJobResponse]
-	getJob      *connect.Client[palyrav1.GetJobRequest, palyrav1.GetJobResponse]
-	listJobs    *connect.Client[palyrav1.ListJobsRequest, palyrav1.ListJobsResponse]
-	cancelJob   *connect.Client[palyrav1.CancelJobRequest, palyrav1.CancelJobResponse]
-	watchJob    *connect.Client[palyrav1.WatchJobRequest, palyrav1.WatchJobResponse]
-	getArtifact *connect.Client[palyrav1.GetArtifactRequest, palyrav1.GetArtifactResponse]
+	submitJob    *connect.Client[palyrav1.SubmitJobRequest, palyrav1.SubmitJobResponse]
+	getJob       *connect.Client[palyrav1.GetJobRequest, palyrav1.GetJobResponse]
+	listJobs     *connect.Client[palyrav1.ListJobsRequest, palyrav1.ListJobsResponse]
+	cancelJob    *connect.Client[palyrav1.CancelJobRequest, palyrav1.CancelJobResponse]
+	watchJob     *connect.Client[palyrav1.WatchJobRequest, palyrav1.WatchJobResponse]
+	getArtifact  *connect.Client[palyrav1.GetArtifactRequest, palyrav1.GetArtifactResponse]
+	pruneJobs    *connect.Client[palyrav1.PruneJobsRequest, palyrav1.PruneJobsResponse]
+	setRetention *connect.Client[palyrav1.SetRetentionRequest, palyrav1.SetRetentionResponse]
 }
 
 // SubmitJob calls palyra.v1.JobService.SubmitJob.
@@ -171,6 +191,16 @@ func (c *jobServiceClient) GetArtifact(ctx context.Context, req *connect.Request
 	return c.getArtifact.CallUnary(ctx, req)
 }
 
+// PruneJobs calls palyra.v1.JobService.PruneJobs.
+func (c *jobServiceClient) PruneJobs(ctx context.Context, req *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error) {
+	return c.pruneJobs.CallUnary(ctx, req)
+}
+
+// SetRetention calls palyra.v1.JobService.SetRetention.
+func (c *jobServiceClient) SetRetention(ctx context.Context, req *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error) {
+	return c.setRetention.CallUnary(ctx, req)
+}
+
 // JobServiceHandler is an implementation of the palyra.v1.JobService service.
 type JobServiceHandler interface {
 	SubmitJob(context.Context, *connect.Request[palyrav1.SubmitJobRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error)
@@ -179,6 +209,8 @@ type JobServiceHandler interface {
 	CancelJob(context.Context, *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error)
 	WatchJob(context.Context, *connect.Request[palyrav1.WatchJobRequest], *connect.ServerStream[palyrav1.WatchJobResponse]) error
 	GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error)
+	PruneJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error)
+	SetRetention(context.Context, *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error)
 }
 
 // NewJobServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -224,6 +256,18 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("GetArtifact")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServicePruneJobsHandler := connect.NewUnaryHandler(
+		JobServicePruneJobsProcedure,
+		svc.PruneJobs,
+		connect.WithSchema(jobServiceMethods.ByName("PruneJobs")),
+		connect.WithHandlerOptions(opts...),
+	)
+	jobServiceSetRetentionHandler := connect.NewUnaryHandler(
+		JobServiceSetRetentionProcedure,
+		svc.SetRetention,
+		connect.WithSchema(jobServiceMethods.ByName("SetRetention")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/palyra.v1.JobService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case JobServiceSubmitJobProcedure:
@@ -238,6 +282,10 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceWatchJobHandler.ServeHTTP(w, r)
 		case JobServiceGetArtifactProcedure:
 			jobServiceGetArtifactHandler.ServeHTTP(w, r)
+		case JobServicePruneJobsProcedure:
+			jobServicePruneJobsHandler.ServeHTTP(w, r)
+		case JobServiceSetRetentionProcedure:
+			jobServiceSetRetentionHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -269,6 +317,14 @@ func (UnimplementedJobServiceHandler) WatchJob(context.Context, *connect.Request
 
 func (UnimplementedJobServiceHandler) GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.GetArtifact is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) PruneJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.PruneJobs is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) SetRetention(context.Context, *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.SetRetention is not implemented"))
 }
 
 // NodeServiceClient is a client for the palyra.v1.NodeService service.

@@ -1,0 +1,126 @@
+package api
+
+import (
+	"context"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity/policy"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+const (
+	// maxListScan bounds the jobs one ListJobs call examines when the
+	// caller may read only some of them (a device sees its own): a page
+	// that found too few ends early with a cursor, instead of walking the
+	// whole history for a sparse caller.
+	maxListScan = 10_000
+	// maxListOutputBytes bounds the outputs one with_outputs page carries
+	// (a page always holds at least one task, however large).
+	maxListOutputBytes = 4 << 20
+)
+
+// ListJobs pages through jobs, newest first unless oldest_first, or
+// through one array's tasks in task order. Each page is read from the
+// state's indexes in chunks, so its cost follows the page (plus, for a
+// caller who may read only some jobs, at most maxListScan skipped ones),
+// never the jobs ever submitted. Inputs and outputs are never shipped,
+// except the outputs of an array's tasks when with_outputs asks for them.
+func (js jobService) ListJobs(ctx context.Context, req *connect.Request[palyrav1.ListJobsRequest]) (*connect.Response[palyrav1.ListJobsResponse], error) {
+	s, m := js.s, req.Msg
+	if m.WithOutputs && m.ArrayId == "" {
+		return nil, invalid("with_outputs lists the outputs of one array's tasks: it needs array_id",
+			"add --array ID, or read one job's output with 'palyra job get ID'")
+	}
+	if err := s.authz.Check(ctx, policy.ActionJobList, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	ri, err := s.readInfo(ctx, m.Stale)
+	if err != nil {
+		return nil, err
+	}
+	st := s.control.State()
+	limit := int(m.Limit)
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	limit = min(limit, maxListLimit)
+	f := consensus.JobFilter{Phase: consensus.Phase(m.Phase), NodeID: m.NodeId, ArrayID: m.ArrayId, Newest: !m.OldestFirst}
+	// allowed decides per job; for an array one decision covers its tasks.
+	allowed := func(j *consensus.Job) bool { return s.authz.Allowed(ctx, policy.ActionJobRead, jobResource(j)) }
+	if m.ArrayId != "" {
+		a, ok := st.Array(m.ArrayId)
+		if !ok {
+			return nil, s.notFound(m.ArrayId)
+		}
+		if err := s.authz.Check(ctx, policy.ActionJobRead, arrayResource(&a), nil); err != nil {
+			return nil, err
+		}
+		allowed = func(*consensus.Job) bool { return true }
+		f.Newest = false // task order
+	}
+	if m.AfterId != "" {
+		// A cursor that no longer exists (pruned) would silently restart
+		// the walk from the beginning: say so instead.
+		if j, ok := st.Job(m.AfterId); !ok || (m.ArrayId != "" && j.ArrayID != m.ArrayId) {
+			return nil, apiError(connect.CodeNotFound, "not_found",
+				fmt.Sprintf("the page cursor %q names no job%s (it may have been pruned)", m.AfterId, inArray(m.ArrayId)),
+				"list again from the start, without --after")
+		}
+	}
+	var page []consensus.Job
+	var outBytes uint64
+	next, cursor, scanned := "", m.AfterId, 0
+	chunk := limit + 1
+scan:
+	for {
+		f.AfterID, f.Limit = cursor, chunk
+		batch := st.Jobs(f)
+		for i := range batch {
+			j := &batch[i]
+			scanned++
+			cursor = j.ID
+			if !allowed(j) {
+				continue
+			}
+			size := j.StdoutSize + j.StderrSize
+			if len(page) == limit || (m.WithOutputs && len(page) > 0 && outBytes+size > maxListOutputBytes) {
+				next = page[len(page)-1].ID
+				break scan
+			}
+			outBytes += size
+			page = append(page, *j)
+		}
+		if len(batch) < chunk {
+			break // the index has no more
+		}
+		if scanned >= maxListScan {
+			// Too few readable jobs among many: end the page here; the
+			// cursor resumes after the last job examined.
+			next = cursor
+			break
+		}
+	}
+	resp := &palyrav1.ListJobsResponse{Read: ri, NextAfterId: next, Jobs: make([]*palyrav1.Job, 0, len(page))}
+	for i := range page {
+		j := &page[i]
+		if !m.WithOutputs {
+			stripPayloads(j)
+		} else if j.Input = nil; j.Phase.Terminal() {
+			if err := s.fillPayloads(j, false); err != nil {
+				return nil, err
+			}
+		}
+		resp.Jobs = append(resp.Jobs, JobToPB(j))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func inArray(id string) string {
+	if id == "" {
+		return ""
+	}
+	return " in array " + id
+}

@@ -1,0 +1,124 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/node/blob"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// putParallel bounds the blob stores one submission runs at once.
+const putParallel = 8
+
+// storeInputs turns inputs into the form Raft carries: up to
+// consensus.InlineLimit inline, anything larger as a blob stored (and
+// replicated to another node) before the job is committed, named by hash.
+// Identical large inputs are stored once.
+func (s *Server) storeInputs(ctx context.Context, inputs [][]byte) ([]*raftpb.ArrayTask, error) {
+	out := make([]*raftpb.ArrayTask, len(inputs))
+	big := map[string][]byte{} // hash → bytes, to store
+	for i, in := range inputs {
+		if len(in) <= consensus.InlineLimit {
+			out[i] = &raftpb.ArrayTask{Input: in, InputSize: uint64(len(in))}
+			continue
+		}
+		h := blob.Hash(in)
+		big[h] = in
+		out[i] = &raftpb.ArrayTask{InputSha256: h, InputSize: uint64(len(in))}
+	}
+	if len(big) == 0 {
+		return out, nil
+	}
+	work := make(chan []byte)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for range min(putParallel, len(big)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for data := range work {
+				if _, err := s.blobs.Put(data); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, data := range big {
+		work <- data
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		// On a node cut off from its peers the real problem is quorum.
+		if qerr := s.control.VerifyRead(ctx); qerr != nil {
+			return nil, fromErr(qerr)
+		}
+		return nil, apiError(connect.CodeUnavailable, "unavailable", "could not store an input on another node: "+firstErr.Error(),
+			"check that the other nodes are up and reachable ('palyra nodes')")
+	}
+	return out, nil
+}
+
+// fillPayloads puts the bytes of j's outputs (and input, if asked) that
+// live in blobs back into j, fetching them from this node or its peers.
+func (s *Server) fillPayloads(j *consensus.Job, input bool) error {
+	for _, p := range []struct {
+		what string
+		hash string
+		size uint64
+		dst  *[]byte
+	}{
+		{"input", j.InputHash, j.InputSize, &j.Input},
+		{"stdout", j.StdoutHash, j.StdoutSize, &j.Stdout},
+		{"stderr", j.StderrHash, j.StderrSize, &j.Stderr},
+	} {
+		if p.hash == "" || len(*p.dst) > 0 || (p.dst == &j.Input && !input) {
+			continue
+		}
+		if s.Artifacts == nil {
+			return apiError(connect.CodeUnavailable, "unavailable", "this node cannot fetch blobs", "ask another node")
+		}
+		data, err := s.Artifacts.Get(p.hash)
+		if err != nil {
+			return apiError(connect.CodeUnavailable, "unavailable",
+				fmt.Sprintf("the %s of job %s (%d bytes, sha256:%s) is on no reachable node: %v", p.what, j.ID, p.size, short(p.hash), err),
+				"retry when the nodes that ran or accepted the job are up ('palyra nodes')")
+		}
+		*p.dst = data
+	}
+	return nil
+}
+
+// stripPayloads drops j's input and outputs (their sizes and hashes stay):
+// what a list ships.
+func stripPayloads(j *consensus.Job) {
+	j.InputSize = payloadSize(j.InputSize, j.InputHash, j.Input)
+	j.StdoutSize = payloadSize(j.StdoutSize, j.StdoutHash, j.Stdout)
+	j.StderrSize = payloadSize(j.StderrSize, j.StderrHash, j.Stderr)
+	j.Input, j.Stdout, j.Stderr = nil, nil, nil
+}
+
+// notFound is the answer for an id the cluster does not hold. Once jobs
+// have been pruned the id may have named one of them: then it says so,
+// with the horizon and the retention, and how to keep jobs longer.
+func (s *Server) notFound(id string) error {
+	st := s.control.State()
+	pb := st.PrunedBefore()
+	if pb <= 0 {
+		return apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("no job with id %q", id), "list jobs with 'palyra job list'")
+	}
+	return apiError(connect.CodeNotFound, "not_found",
+		fmt.Sprintf("no job with id %q; jobs that ended before %s were pruned (retention %s), so it may have been one of them",
+			id, rfc3339(pb), humanDuration(st.Retention())),
+		"list current jobs with 'palyra job list'; keep ended jobs longer with 'palyra job retention DURATION'")
+}

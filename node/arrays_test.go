@@ -1,0 +1,364 @@
+package node_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/node"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// bigText is n bytes of text that is not a palindrome.
+func bigText(n int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		b.WriteByte("abcdefghijklmnopqrstuvwxyz0123456789"[i%36])
+	}
+	return b.String()[:n]
+}
+
+func submitArray(t *testing.T, cl *client.Client, module string, inputs ...string) *palyrav1.SubmitJobResponse {
+	t.Helper()
+	// A timeout well past any sleep a test asks for.
+	req := &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, module), TimeoutMs: (10 * time.Minute).Milliseconds()}
+	for _, in := range inputs {
+		req.Inputs = append(req.Inputs, []byte(in))
+	}
+	resp, err := cl.Jobs.SubmitJob(context.Background(), connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	if resp.Msg.Array == nil {
+		t.Fatalf("array submission answered without an array: %v", resp.Msg)
+	}
+	return resp.Msg
+}
+
+// watchArrayDone follows WatchJob on an array to its end and returns every
+// message (all of them arrays).
+func watchArrayDone(t *testing.T, cl *client.Client, id string) []*palyrav1.JobArray {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	defer stream.Close()
+	var msgs []*palyrav1.JobArray
+	for stream.Receive() {
+		if stream.Msg().Job != nil || stream.Msg().Array == nil {
+			t.Fatalf("array watch sent a job: %v", stream.Msg())
+		}
+		msgs = append(msgs, stream.Msg().Array)
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	if len(msgs) == 0 || !msgs[len(msgs)-1].Done {
+		t.Fatalf("array watch ended before the array did: %v", msgs)
+	}
+	return msgs
+}
+
+func arrayTasks(t *testing.T, cl *client.Client, id string) []*palyrav1.Job {
+	t.Helper()
+	var out []*palyrav1.Job
+	if err := cl.ArrayTasks(context.Background(), id, false, func(j *palyrav1.Job) error {
+		out = append(out, j)
+		return nil
+	}); err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	return out
+}
+
+// A job array runs every task, and its results come back in task order,
+// a large input (a blob, not in the Raft log) and a large output included.
+func TestJobArrayRunsEveryTaskInOrder(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 2})
+	cl := operator(t, n, n.Addr())
+	big := bigText(consensus.InlineLimit + 1000)
+	inputs := []string{"abc", "hello", "", big, "x"}
+	resp := submitArray(t, cl, "reverse", inputs...)
+	a := resp.Array
+	if a.Size != uint32(len(inputs)) || resp.Job.Id != a.Id || a.Template.Wasm.GetModuleSha256() == "" {
+		t.Fatalf("submit answer: %v", resp)
+	}
+	msgs := watchArrayDone(t, cl, a.Id)
+	last := msgs[len(msgs)-1]
+	if last.Counts["completed"] != uint64(len(inputs)) || last.Counts["queued"] != 0 || last.EndedAtMs == 0 {
+		t.Fatalf("final counts: %v", last)
+	}
+	tasks := arrayTasks(t, cl, a.Id)
+	if len(tasks) != len(inputs) {
+		t.Fatalf("%d tasks listed, want %d", len(tasks), len(inputs))
+	}
+	for i, task := range tasks {
+		if task.Id != consensus.TaskID(a.Id, uint32(i)) || task.ArrayId != a.Id || task.ArrayIndex != uint32(i) {
+			t.Fatalf("task %d: id %s array %s index %d", i, task.Id, task.ArrayId, task.ArrayIndex)
+		}
+		if task.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED || string(task.Stdout) != reverse(inputs[i]) {
+			t.Fatalf("task %d: %s output %.40q, want %.40q", i, task.Phase.WireName(), task.Stdout, reverse(inputs[i]))
+		}
+		if len(task.Input) != 0 {
+			t.Fatalf("task %d: a list carried its input", i)
+		}
+		if task.InputSize != uint64(len(inputs[i])) || task.StdoutSize != uint64(len(inputs[i])) {
+			t.Fatalf("task %d: sizes in %d out %d", i, task.InputSize, task.StdoutSize)
+		}
+	}
+	// The large input and output live in blobs; the log holds their hashes.
+	bigID := consensus.TaskID(a.Id, 3)
+	rec, ok := n.Cluster().State().Job(bigID)
+	if !ok || len(rec.Input) != 0 || rec.InputHash == "" || len(rec.Stdout) != 0 || rec.StdoutHash == "" {
+		t.Fatalf("the log holds the big task's payloads: input %d bytes hash %q, stdout %d bytes hash %q",
+			len(rec.Input), rec.InputHash, len(rec.Stdout), rec.StdoutHash)
+	}
+	// GetJob gives both back whole.
+	j := getJob(t, cl, bigID)
+	if string(j.Input) != big || string(j.Stdout) != reverse(big) || j.InputSha256 != rec.InputHash {
+		t.Fatalf("GetJob on the big task: input %d bytes, stdout %d bytes", len(j.Input), len(j.Stdout))
+	}
+	// GetJob on the array gives its counts.
+	g, err := cl.Jobs.GetJob(context.Background(), connect.NewRequest(&palyrav1.GetJobRequest{Id: a.Id}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	if g.Msg.Job != nil || g.Msg.Array == nil || !g.Msg.Array.Done || g.Msg.Array.Counts["completed"] != uint64(len(inputs)) {
+		t.Fatalf("GetJob on the array: %v", g.Msg)
+	}
+	// Listing the array pages in task order without outputs.
+	l, err := cl.Jobs.ListJobs(context.Background(), connect.NewRequest(&palyrav1.ListJobsRequest{ArrayId: a.Id, Limit: 2}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	if ids := jobIDs(l.Msg.Jobs); !slices.Equal(ids, []string{tasks[0].Id, tasks[1].Id}) || l.Msg.NextAfterId != tasks[1].Id || len(l.Msg.Jobs[0].Stdout) != 0 {
+		t.Fatalf("array page: %v next %q", ids, l.Msg.NextAfterId)
+	}
+}
+
+// A single job's large input and large output travel as blobs too, and
+// WatchJob's last message carries them.
+func TestLargePayloadsRoundTrip(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 1})
+	cl := operator(t, n, n.Addr())
+	big := bigText(3*consensus.InlineLimit + 7)
+	id := submit(t, cl, big)
+	rec, _ := n.Cluster().State().Job(id)
+	if len(rec.Input) != 0 || rec.InputHash == "" || rec.InputSize != uint64(len(big)) {
+		t.Fatalf("the log holds the input: %d bytes inline, hash %q, size %d", len(rec.Input), rec.InputHash, rec.InputSize)
+	}
+	stream, err := cl.Jobs.WatchJob(context.Background(), connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	var last *palyrav1.Job
+	for stream.Receive() {
+		last = stream.Msg().Job
+	}
+	stream.Close()
+	if last == nil || last.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED || string(last.Stdout) != reverse(big) || string(last.Input) != big {
+		t.Fatalf("watch's last message: %v", last)
+	}
+	if rec, _ = n.Cluster().State().Job(id); len(rec.Stdout) != 0 || rec.StdoutHash == "" {
+		t.Fatalf("the log holds the output: %d bytes inline, hash %q", len(rec.Stdout), rec.StdoutHash)
+	}
+	if j := getJob(t, cl, id); string(j.Stdout) != reverse(big) || j.StdoutSize != uint64(len(big)) {
+		t.Fatalf("GetJob stdout: %d bytes (size %d)", len(j.Stdout), j.StdoutSize)
+	}
+}
+
+// A task that fails is reported as failed with its reason; the others
+// complete; the array ends.
+func TestJobArrayWithAFailingTask(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 2})
+	cl := operator(t, n, n.Addr())
+	a := submitArray(t, cl, "sleep", "1ms", "not-a-duration", "2ms").Array
+	msgs := watchArrayDone(t, cl, a.Id)
+	if c := msgs[len(msgs)-1].Counts; c["completed"] != 2 || c["failed"] != 1 {
+		t.Fatalf("counts: %v", c)
+	}
+	tasks := arrayTasks(t, cl, a.Id)
+	bad := tasks[1]
+	if bad.Phase != palyrav1.JobPhase_JOB_PHASE_FAILED || bad.Error == nil || !strings.Contains(string(bad.Stderr), "bad duration") {
+		t.Fatalf("failing task: %s %v stderr %q", bad.Phase.WireName(), bad.Error, bad.Stderr)
+	}
+	if string(tasks[0].Stdout) != "slept 1ms" || string(tasks[2].Stdout) != "slept 2ms" {
+		t.Fatalf("other tasks: %q %q", tasks[0].Stdout, tasks[2].Stdout)
+	}
+}
+
+// Cancelling an array aborts every task that has not ended, running ones
+// included.
+func TestCancelJobArray(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 2})
+	cl := operator(t, n, n.Addr())
+	a := submitArray(t, cl, "sleep", "5m", "5m", "5m", "5m", "5m").Array
+	// Placements run ahead of free slots (prefetch), so "running" in the
+	// log may exceed the slots; wait for instances really executing.
+	waitFor(t, "tasks executing", time.Minute, func() bool { return n.RunningJobs() > 0 })
+	resp, err := cl.Jobs.CancelJob(context.Background(), connect.NewRequest(&palyrav1.CancelJobRequest{Id: a.Id}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	if c := resp.Msg.Array; c == nil || !c.Done || c.Counts["aborted"] != 5 {
+		t.Fatalf("cancel answer: %v", resp.Msg.Array)
+	}
+	waitFor(t, "the running instances to stop", time.Minute, func() bool { return n.RunningJobs() == 0 })
+	// Cancelling again: nothing is left to cancel.
+	_, err = cl.Jobs.CancelJob(context.Background(), connect.NewRequest(&palyrav1.CancelJobRequest{Id: a.Id}))
+	if e := cl.Explain(err); err == nil || e.Code != "conflict" {
+		t.Fatalf("second cancel: %v", err)
+	}
+}
+
+func jobIDs(js []*palyrav1.Job) []string {
+	var out []string
+	for _, j := range js {
+		out = append(out, j.Id)
+	}
+	return out
+}
+
+// The job list is newest first by default, pages with a cursor, never
+// carries inputs or outputs, and flips to oldest first on request.
+func TestListNewestFirstPagesWithoutPayloads(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 2})
+	cl := operator(t, n, n.Addr())
+	var ids []string
+	for _, in := range []string{"one", "two", "three", "four", "five"} {
+		id := submit(t, cl, in)
+		waitCompleted(t, cl, id)
+		ids = append(ids, id)
+	}
+	newest := slices.Clone(ids)
+	slices.Reverse(newest)
+	list := func(req *palyrav1.ListJobsRequest) *palyrav1.ListJobsResponse {
+		t.Helper()
+		resp, err := cl.Jobs.ListJobs(context.Background(), connect.NewRequest(req))
+		if err != nil {
+			t.Fatal(cl.Explain(err))
+		}
+		for _, j := range resp.Msg.Jobs {
+			if len(j.Input) != 0 || len(j.Stdout) != 0 || len(j.Stderr) != 0 {
+				t.Fatalf("list carried payloads of %s", j.Id)
+			}
+			if j.InputSize == 0 || j.StdoutSize == 0 {
+				t.Fatalf("list lost the sizes of %s: in %d out %d", j.Id, j.InputSize, j.StdoutSize)
+			}
+		}
+		return resp.Msg
+	}
+	var got []string
+	after := ""
+	for page := 0; ; page++ {
+		r := list(&palyrav1.ListJobsRequest{Limit: 2, AfterId: after})
+		got = append(got, jobIDs(r.Jobs)...)
+		if r.NextAfterId == "" {
+			break
+		}
+		if page > 5 {
+			t.Fatal("paging does not end")
+		}
+		after = r.NextAfterId
+	}
+	if !slices.Equal(got, newest) {
+		t.Fatalf("pages %v, want newest first %v", got, newest)
+	}
+	if r := list(&palyrav1.ListJobsRequest{Limit: 3, OldestFirst: true}); !slices.Equal(jobIDs(r.Jobs), ids[:3]) || r.NextAfterId != ids[2] {
+		t.Fatalf("oldest first: %v next %q", jobIDs(r.Jobs), r.NextAfterId)
+	}
+	// Outputs in bulk are for array tasks only; a cursor that names no job
+	// is refused rather than restarting the walk.
+	for _, req := range []*palyrav1.ListJobsRequest{{WithOutputs: true}, {AfterId: "j-gone"}} {
+		_, err := cl.Jobs.ListJobs(context.Background(), connect.NewRequest(req))
+		var ce *connect.Error
+		if !errors.As(err, &ce) || cl.Explain(err).Hint == "" {
+			t.Fatalf("%v: want a refusal with a hint, got %v", req, err)
+		}
+	}
+}
+
+// PruneJobs removes ended jobs and keeps running ones; a pruned id's
+// not_found says it may have been pruned; retention is settable and shown.
+func TestPruneAndRetention(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 1})
+	cl := operator(t, n, n.Addr())
+	ctx := context.Background()
+	done := submit(t, cl, "done")
+	waitCompleted(t, cl, done)
+	arr := submitArray(t, cl, "reverse", "a", "b").Array
+	watchArrayDone(t, cl, arr.Id)
+	running, err := cl.Jobs.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{
+		WasmModule: testwasm.Build(t, "sleep"), Input: []byte("1m")}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	waitFor(t, "the sleeper to run", time.Minute, func() bool {
+		return getJob(t, cl, running.Msg.Job.Id).Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING
+	})
+	resp, err := cl.Jobs.PruneJobs(ctx, connect.NewRequest(&palyrav1.PruneJobsRequest{OlderThanMs: 0}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	if resp.Msg.Pruned != 3 {
+		t.Fatalf("pruned %d, want 3 (a job and an array of two)", resp.Msg.Pruned)
+	}
+	for _, id := range []string{done, arr.Id, consensus.TaskID(arr.Id, 0)} {
+		_, err = cl.Jobs.GetJob(ctx, connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
+		if e := cl.Explain(err); err == nil || e.Code != "not_found" || !strings.Contains(e.Message, "were pruned (retention 24h)") ||
+			!strings.Contains(e.Hint, "palyra job retention") {
+			t.Fatalf("get %s after prune: %v", id, e)
+		}
+	}
+	if j := getJob(t, cl, running.Msg.Job.Id); j.Phase != palyrav1.JobPhase_JOB_PHASE_RUNNING {
+		t.Fatalf("the running job was touched: %s", j.Phase.WireName())
+	}
+	// Retention: refused out of range, set, shown in status.
+	_, err = cl.Jobs.SetRetention(ctx, connect.NewRequest(&palyrav1.SetRetentionRequest{RetentionMs: 1000}))
+	if e := cl.Explain(err); err == nil || e.Code != "invalid_argument" || e.Hint == "" {
+		t.Fatalf("1s retention: %v", e)
+	}
+	week := (7 * 24 * time.Hour).Milliseconds()
+	if _, err := cl.Jobs.SetRetention(ctx, connect.NewRequest(&palyrav1.SetRetentionRequest{RetentionMs: week})); err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	st, err := cl.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	if st.Msg.RetentionMs != week || st.Msg.PrunedBeforeMs == 0 {
+		t.Fatalf("status: retention %d, pruned before %d", st.Msg.RetentionMs, st.Msg.PrunedBeforeMs)
+	}
+}
+
+// An array submitted through a follower, with an input the follower
+// stores as a blob, is answered like one on the leader and runs.
+func TestJobArrayThroughFollower(t *testing.T) {
+	first := start(t, node.Config{WasmSlots: 1})
+	op := operator(t, first, first.Addr())
+	second := join(t, op, first.Addr(), t.TempDir())
+	waitFor(t, "two nodes", time.Minute, func() bool { ok, _ := healthy(second, 2, 1); return ok })
+	cl := operator(t, first, second.Addr())
+	big := bigText(consensus.InlineLimit * 2)
+	resp := submitArray(t, cl, "reverse", "abc", big)
+	if a := resp.Array; a.Size != 2 || a.Counts["queued"]+a.Counts["running"]+a.Counts["completed"] != 2 || a.Template.Submitter == "" {
+		t.Fatalf("submit through the follower: %v", a)
+	}
+	watchArrayDone(t, cl, resp.Array.Id)
+	tasks := arrayTasks(t, cl, resp.Array.Id)
+	if len(tasks) != 2 || string(tasks[0].Stdout) != "cba" || !bytes.Equal(tasks[1].Stdout, []byte(reverse(big))) {
+		t.Fatalf("tasks: %v", jobIDs(tasks))
+	}
+}
