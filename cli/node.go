@@ -24,7 +24,7 @@ func nodeFlags() []ucli.Flag {
 		&ucli.IntFlag{Name: "wasm-slots", Usage: "wasm jobs run at once on this node (default 2 × CPUs)", EnvVars: []string{"PALYRA_WASM_SLOTS"}},
 		&ucli.IntFlag{Name: "browser-slots", Usage: "browser jobs run at once (default 2 when Chromium is installed; -1 disables)", EnvVars: []string{"PALYRA_BROWSER_SLOTS"}},
 		&ucli.IntFlag{Name: "prefetch", Value: 1, Usage: "wasm jobs per slot a worker may hold waiting for a slot, so short jobs do not wait for the next scheduling round (0: none; applies while this node leads)", EnvVars: []string{"PALYRA_PREFETCH"}},
-		&ucli.IntFlag{Name: "array-prefetch", Value: 4, Usage: "the same for job-array tasks (0: none)", EnvVars: []string{"PALYRA_ARRAY_PREFETCH"}},
+		&ucli.IntFlag{Name: "array-prefetch", Value: 8, Usage: "the same for job-array tasks (0: none)", EnvVars: []string{"PALYRA_ARRAY_PREFETCH"}},
 		&ucli.IntFlag{Name: "target-voters", Usage: "raft voters the cluster keeps: 1, 3 or 5 (default 3; the leader's setting applies)", EnvVars: []string{"PALYRA_TARGET_VOTERS"}},
 		&ucli.StringFlag{Name: "log-format", Usage: "log format: text or json", Value: "text", EnvVars: []string{"PALYRA_LOG_FORMAT"}},
 		&ucli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"PALYRA_LOG_LEVEL"}},

@@ -10,10 +10,12 @@ import (
 
 // Defaults for how many placements per slot a worker may hold beyond
 // those it runs (see driver.Config.Prefetch): one waiting job per slot,
-// four waiting array tasks per slot.
+// eight waiting array tasks per slot (tasks are many and alike; deeper
+// queues mean fewer rounds per task, at the price of a longer tail when
+// tasks are long).
 const (
 	defaultPrefetch      = 1
-	defaultArrayPrefetch = 4
+	defaultArrayPrefetch = 8
 )
 
 // orDefault maps a config value to its meaning: 0 the default, negative none.
