@@ -1,5 +1,16 @@
 package node
 
+import "github.com/palyra-mesh/palyra/consensus"
+
 // BlobPushes reports how many times this node offered a blob to a peer
 // (asked whether it holds it and, if not, sent it): the cost of replicating.
 func (n *Node) BlobPushes() int64 { return n.blobNet.pushes.Load() }
+
+// StateForTest is the node's replica of the state.
+func (n *Node) StateForTest() *consensus.State { return n.store.State() }
+
+// SnapshotForTest makes raft take a snapshot now.
+func (n *Node) SnapshotForTest() error { return n.store.Raft().Snapshot().Error() }
+
+// HoldsBlob reports whether this node's blob store holds h.
+func (n *Node) HoldsBlob(h string) bool { return n.blobs.Has(h) }
