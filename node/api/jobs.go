@@ -206,7 +206,7 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 		return nil, fromErr(err)
 	}
 	replayed := job.ID != rec.Id
-	s.log.Info("job accepted", "job", job.ID, "kind", kind, "module", short(hash), "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
+	s.log.Debug("job accepted", "job", job.ID, "kind", kind, "module", short(hash), "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
 	return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job), Replayed: replayed}), nil
 }
 

@@ -60,6 +60,10 @@ type Worker struct {
 	mu      sync.Mutex
 	running map[string]*run   // job id → the local run
 	orphans map[string]uint32 // job id → attempt left over from a previous process
+	// finished holds runs whose result the leader has committed but this
+	// replica may not have applied yet: without it, a reconcile in that
+	// window would see the job still running here and run it again.
+	finished map[string]uint32
 	wg      sync.WaitGroup
 	results chan pending // finished runs waiting to be reported
 }
@@ -95,7 +99,7 @@ func New(cfg Config) *Worker {
 		cfg.Now = time.Now
 	}
 	return &Worker{cfg: cfg, log: cfg.Logger.With("component", "worker"),
-		running: make(map[string]*run), orphans: make(map[string]uint32), results: make(chan pending, maxResultBatch)}
+		running: make(map[string]*run), orphans: make(map[string]uint32), finished: make(map[string]uint32), results: make(chan pending, maxResultBatch)}
 }
 
 // Recover returns to the queue every job the state says is running here
@@ -156,6 +160,9 @@ func (w *Worker) reconcile(ctx context.Context) {
 		if a, ok := w.orphans[j.ID]; ok && a == j.Attempt {
 			continue
 		}
+		if a, ok := w.finished[j.ID]; ok && a == j.Attempt {
+			continue
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -164,6 +171,11 @@ func (w *Worker) reconcile(ctx context.Context) {
 	for id, r := range w.running {
 		if a, ok := want[id]; !ok || a != r.attempt {
 			r.cancel(errSuperseded)
+		}
+	}
+	for id, a := range w.finished {
+		if want[id] != a { // the replica caught up: the job moved on
+			delete(w.finished, id)
 		}
 	}
 }
@@ -180,16 +192,21 @@ func (w *Worker) start(ctx context.Context, j consensus.Job) {
 	go func() {
 		defer w.wg.Done()
 		defer cancel(nil)
-		w.execute(rctx, j)
+		reported := w.execute(rctx, j)
 		w.mu.Lock()
 		if w.running[j.ID] == r {
 			delete(w.running, j.ID)
+			if reported {
+				w.finished[j.ID] = j.Attempt
+			}
 		}
 		w.mu.Unlock()
 	}()
 }
 
-func (w *Worker) execute(ctx context.Context, j consensus.Job) {
+// execute runs j and reports its result; it returns whether the leader
+// committed (or refused as stale) the result.
+func (w *Worker) execute(ctx context.Context, j consensus.Job) bool {
 	log := w.log.With("job", j.ID, "attempt", j.Attempt)
 	log.Debug("run started")
 	res := w.runJob(ctx, j)
@@ -197,7 +214,7 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) {
 		// Aborted, re-placed, or this node is shutting down: nobody wants
 		// this attempt's result.
 		log.Info("run stopped", "cause", cause)
-		return
+		return false
 	}
 	fin := &raftpb.FinishJob{
 		Id: j.ID, Attempt: j.Attempt, NodeId: w.cfg.NodeID, Ok: res.OK(),
@@ -241,21 +258,24 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) {
 	select {
 	case w.results <- pending{fin: fin, done: done}:
 	case <-ctx.Done():
-		return
+		return false
 	}
 	var err error
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		return
+		return false
 	}
 	switch {
 	case err == nil:
-		log.Info("job finished", "ok", res.OK(), "reason", res.Reason, "duration", res.Duration)
+		log.Debug("job finished", "ok", res.OK(), "reason", res.Reason, "duration", res.Duration)
+		return true
 	case errors.Is(err, consensus.ErrStaleAttempt):
 		log.Warn("result refused: attempt no longer current", "err", err)
+		return true
 	default:
 		log.Error("could not record result", "err", err)
+		return false
 	}
 }
 
