@@ -64,8 +64,8 @@ type Worker struct {
 	// replica may not have applied yet: without it, a reconcile in that
 	// window would see the job still running here and run it again.
 	finished map[string]uint32
-	wg      sync.WaitGroup
-	results chan pending // finished runs waiting to be reported
+	wg       sync.WaitGroup
+	results  chan pending // finished runs waiting to be reported
 }
 
 // pending is one result on its way into a FinishBatch; done receives the
