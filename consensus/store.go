@@ -69,6 +69,11 @@ func Open(cfg Config) (*Store, error) {
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  hl,
+		// No pipelined replication: in raft v1.7 a rejected append can
+		// leave the pipeline's sender and decoder blocked on each other for
+		// good (the follower gets no more entries; Shutdown hangs). Its
+		// benefit is small on a LAN (hashicorp/raft#541).
+		MaxRPCsInFlight: 1,
 	})
 
 	rc := raft.DefaultConfig()
