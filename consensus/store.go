@@ -37,7 +37,7 @@ type Store struct {
 	raft      *raft.Raft
 	fsm       *FSM
 	bolt      *raftboltdb.BoltStore
-	transport *raft.NetworkTransport
+	transport *gatedTransport
 	log       *slog.Logger
 }
 
@@ -64,7 +64,7 @@ func Open(cfg Config) (*Store, error) {
 		bolt.Close()
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
-	transport := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	transport := &gatedTransport{NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  cfg.Layer,
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
@@ -74,7 +74,7 @@ func Open(cfg Config) (*Store, error) {
 		// good (the follower gets no more entries; Shutdown hangs). Its
 		// benefit is small on a LAN (hashicorp/raft#541).
 		MaxRPCsInFlight: 1,
-	})
+	})}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -271,6 +271,7 @@ func (s *Store) LeadershipChanges() <-chan bool {
 // Close stops raft and closes the log store. Safe to call once.
 func (s *Store) Close() error {
 	err := s.raft.Shutdown().Error()
+	s.transport.gate.close() // no heartbeat writes the stores from here on
 	if cerr := s.transport.Close(); err == nil {
 		err = cerr
 	}
