@@ -41,7 +41,7 @@ type Store struct {
 	raft      *raft.Raft
 	fsm       *FSM
 	bolt      *raftboltdb.BoltStore
-	transport *raft.NetworkTransport
+	transport *gatedTransport
 	log       *slog.Logger
 }
 
@@ -68,12 +68,17 @@ func Open(cfg Config) (*Store, error) {
 		bolt.Close()
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
-	transport := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	transport := &gatedTransport{NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  cfg.Layer,
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  hl,
-	})
+		// No pipelined replication: in raft v1.7 a rejected append can
+		// leave the pipeline's sender and decoder blocked on each other for
+		// good (the follower gets no more entries; Shutdown hangs). Its
+		// benefit is small on a LAN (hashicorp/raft#541).
+		MaxRPCsInFlight: 1,
+	})}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -275,6 +280,7 @@ func (s *Store) LeadershipChanges() <-chan bool {
 // Close stops raft and closes the log store. Safe to call once.
 func (s *Store) Close() error {
 	err := s.raft.Shutdown().Error()
+	s.transport.gate.close() // no heartbeat writes the stores from here on
 	if cerr := s.transport.Close(); err == nil {
 		err = cerr
 	}

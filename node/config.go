@@ -45,6 +45,10 @@ type Config struct {
 	BlobGCGrace    time.Duration
 	// Fast shortens raft timers; for tests only.
 	Fast bool
+	// WasmCacheDir holds the on-disk compilation cache (default: the data
+	// dir's wasm-cache). In-process test clusters share one, so a Go guest
+	// is compiled once per machine rather than once per node and test.
+	WasmCacheDir string
 }
 
 func (c *Config) defaults() {

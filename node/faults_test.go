@@ -100,6 +100,19 @@ func TestHistoryUnderFaults(t *testing.T) {
 
 	var mu sync.Mutex
 	var accepted []history.Observed
+	// One job through each node first, waiting as long as it takes: a
+	// node validates a module it has not seen before accepting it (a
+	// compile, slow under -race on a loaded machine), and the workload
+	// below gives each submission only 5 s.
+	for i, cl := range clients {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		resp, err := cl.Submit(ctx, &palyrav1.SubmitJobRequest{WasmModule: sleep, Input: []byte("200ms"), IdempotencyKey: fmt.Sprintf("warm-up-%d", i)})
+		cancel()
+		if err != nil {
+			t.Fatalf("warm-up submission through node %d: %v", i+1, cl.Explain(err))
+		}
+		accepted = append(accepted, history.Observed{ID: resp.Job.Id, Expected: []byte("slept 200ms")})
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := 0; w < 3; w++ {

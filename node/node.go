@@ -132,7 +132,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.slots <= 0 {
 		n.slots = 2 * runtime.NumCPU()
 	}
-	if n.wasm, err = wasm.New(ctx, wasm.Config{CacheDir: l.WasmCacheDir(), MaxConcurrent: n.slots, Logger: n.log}); err != nil {
+	cacheDir := cfg.WasmCacheDir
+	if cacheDir == "" {
+		cacheDir = l.WasmCacheDir()
+	}
+	if n.wasm, err = wasm.New(ctx, wasm.Config{CacheDir: cacheDir, MaxConcurrent: n.slots, Logger: n.log}); err != nil {
 		return nil, fmt.Errorf("start wasm runtime: %w", err)
 	}
 	n.startBrowser(ctx)

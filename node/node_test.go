@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,12 +17,23 @@ import (
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
+// sharedWasmCache is the compilation cache of every node the tests start.
+// wazero keys entries by module hash and its own version and writes them
+// atomically, so concurrent test processes may share it.
+var sharedWasmCache = filepath.Join(os.TempDir(), "palyra-node-test-compile-cache")
+
 func start(t *testing.T, cfg node.Config) *node.Node {
 	t.Helper()
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
 	cfg.Fast = true
+	if cfg.WasmCacheDir == "" {
+		// Shared by every test node (and later runs): a cold Go guest
+		// takes ~15 s to compile under -race, which on a loaded 2-core
+		// machine starves the cluster's timers when every node does it.
+		cfg.WasmCacheDir = sharedWasmCache
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if cfg.BrowserSlots == 0 {
 		cfg.BrowserSlots = -1 // browser tests opt in

@@ -18,13 +18,22 @@ import (
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
+// getJob reads a job linearizably. A read changes nothing, so one that
+// finds no leader (an election under load) is simply asked again, for a
+// while; any other error, or no leader for that long, fails the test.
 func getJob(t *testing.T, cl *client.Client, id string) *palyrav1.Job {
 	t.Helper()
-	resp, err := cl.Jobs.GetJob(context.Background(), connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
-	if err != nil {
-		t.Fatal(cl.Explain(err))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := cl.Jobs.GetJob(context.Background(), connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
+		if err == nil {
+			return resp.Msg.Job
+		}
+		if e := cl.Explain(err); time.Now().After(deadline) || e.Code != "no_quorum" && e.Code != "unavailable" {
+			t.Fatal(e)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	return resp.Msg.Job
 }
 
 // 1,000 small jobs submitted to different nodes all complete exactly once

@@ -101,7 +101,10 @@ func FastTuning() Tuning {
 		AutopilotUpdate: 250 * time.Millisecond, AutopilotReconcile: 300 * time.Millisecond,
 		LastContactThreshold: time.Second, StabilizationTime: 500 * time.Millisecond,
 		DeadServerGrace: 2 * time.Second,
-		LeaderWait:      1500 * time.Millisecond, ConfigPoll: 100 * time.Millisecond,
+		// As long as production's and more: an election under -race on a
+		// loaded 2-core machine can take seconds, and a read or write
+		// caught in it should wait it out, not fail.
+		LeaderWait: 5 * time.Second, ConfigPoll: 100 * time.Millisecond,
 	}
 }
 
