@@ -265,3 +265,38 @@ func TestCancelArrayPruneRetention(t *testing.T) {
 		t.Fatalf("1s retention: %+v", r)
 	}
 }
+
+// A plain device may not prune or set the retention (job.prune is an
+// operator's), may read it, and lists only its own jobs.
+func TestDeviceCannotPruneAndListsItsOwn(t *testing.T) {
+	c := startNode(t)
+	cfg := filepath.Join(t.TempDir(), "dev")
+	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr(), "--name", "ci"); r.code != 0 {
+		t.Fatalf("pair: %+v", r)
+	}
+	if r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "operator's", "--wait"); r.code != 0 {
+		t.Fatalf("operator submit: %+v", r)
+	}
+	r := device(t, cfg, "job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--inputs", "-", "--wait")
+	if r.code != 2 || !strings.Contains(r.stderr, "is empty") {
+		t.Fatalf("device submit with empty stdin: %+v", r)
+	}
+	r = device(t, cfg, "job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "mine", "--wait")
+	if r.code != 0 || r.stdout != "enim" {
+		t.Fatalf("device submit: %+v", r)
+	}
+	r = device(t, cfg, "job", "list", "--json")
+	var list struct{ Jobs []jobJSON }
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list.Jobs) != 1 || !strings.HasPrefix(list.Jobs[0].Submitter, "device:") {
+		t.Fatalf("device list: %v %+v", err, r)
+	}
+	for _, args := range [][]string{{"job", "prune", "--older-than", "0"}, {"job", "retention", "7d"}} {
+		r := device(t, cfg, args...)
+		if r.code != 1 || !strings.Contains(r.stderr, "job.prune") || !strings.Contains(r.stderr, "hint: ") {
+			t.Fatalf("%v by a device: %+v", args, r)
+		}
+	}
+	if r := device(t, cfg, "job", "retention"); r.code != 0 || !strings.Contains(r.stdout, "24h") {
+		t.Fatalf("device reads the retention: %+v", r)
+	}
+}
