@@ -21,6 +21,8 @@ import (
 
 var jsonFlag = &ucli.BoolFlag{Name: "json", Usage: "print machine-readable JSON"}
 
+var outputDirFlag = &ucli.StringFlag{Name: "output-dir", Usage: "job arrays: write task i's stdout to `DIR`/00000i.out (and its stderr to .err, if any) instead of printing them"}
+
 func jobCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "job",
@@ -28,14 +30,28 @@ func jobCommand() *ucli.Command {
 		Subcommands: []*ucli.Command{
 			{
 				Name:      "submit",
-				Usage:     "submit a WebAssembly job (WASI preview 1: stdin in, stdout/stderr out)",
+				Usage:     "submit a WebAssembly job or job array (WASI preview 1: stdin in, stdout/stderr out)",
 				ArgsUsage: " ",
 				Description: `Prints the job id once the job is durably accepted (committed through Raft).
    With --wait, streams until the job ends, then prints its stdout on stdout and
    its stderr on stderr; exits 0 if it completed, 1 otherwise with the reason.
 
-   Example:
-     palyra job submit --wasm reverse.wasm --input hello --wait`,
+   Job arrays: --inputs FILE (one task per line) or --input-dir DIR (one task
+   per file, in name order) submits one task per input, all with the same
+   module and settings, accepted together in one commit. The id printed is
+   the array's; task i is ID.i. With --wait, shows progress on stderr, then
+   prints every task's stdout in task order (a newline added after an output
+   that lacks one), or writes DIR/000042.out (and .err) with --output-dir;
+   each task that did not complete is reported on stderr, and the command
+   exits 1 if any did not.
+
+   Inputs and outputs larger than 4 KiB are stored as content-addressed
+   blobs on several nodes, not in the Raft log; the CLI shows them as usual.
+
+   Examples:
+     palyra job submit --wasm reverse.wasm --input hello --wait
+     palyra job submit --wasm reverse.wasm --inputs words.txt --wait
+     palyra job submit --wasm resize.wasm --input-dir photos/ --wait --output-dir out/`,
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "wasm", Usage: "path of the `FILE` holding the wasm module (wasip1)"},
 					&ucli.StringFlag{Name: "browser", Usage: "path of a browser job `SCRIPT.json` (steps: navigate, click, type, press, wait_for, extract, evaluate, screenshot, pdf)"},
@@ -45,6 +61,8 @@ func jobCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "kv-prefix", Usage: "key-value `PREFIX` the job may read and write (a policy grant)"},
 					&ucli.StringFlag{Name: "input", Usage: "`TEXT` given to the job on stdin"},
 					&ucli.StringFlag{Name: "input-file", Usage: "`FILE` whose bytes are given to the job on stdin ('-' for this command's stdin)"},
+					&ucli.StringFlag{Name: "inputs", Usage: "job array: one task per line of `FILE` ('-' for stdin), the line without its newline as the task's stdin"},
+					&ucli.StringFlag{Name: "input-dir", Usage: "job array: one task per regular file in `DIR`, in name order, the file as the task's stdin"},
 					&ucli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 1s, 5m (default 30s)"},
 					&ucli.StringFlag{Name: "memory", Usage: "linear-memory limit, e.g. 16MiB, 1GiB (default 64MiB)"},
 					&ucli.Uint64Flag{Name: "fuel", Usage: "deterministic instruction budget (0 = node default)"},
@@ -55,34 +73,55 @@ func jobCommand() *ucli.Command {
 					&ucli.DurationFlag{Name: "deadline", Usage: "the job expires if not completed within this time of submission"},
 					&ucli.StringFlag{Name: "idempotency-key", Usage: "retrying a submission with the same key returns the same job; a different payload is refused"},
 					&ucli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its output"},
+					outputDirFlag,
 					jsonFlag,
 				},
 				Action: jobSubmit,
 			},
 			{
-				Name: "get", Usage: "show one job", ArgsUsage: "ID", Flags: []ucli.Flag{jsonFlag},
+				Name: "get", Usage: "show one job (its output included), or a job array's counts per phase", ArgsUsage: "ID", Flags: []ucli.Flag{jsonFlag},
 				Action: jobGet,
 			},
 			browseCommand(),
 			artifactCommand(),
 			{
-				Name: "watch", Usage: "stream a job's phase changes until it ends", ArgsUsage: "ID", Flags: []ucli.Flag{jsonFlag},
+				Name: "watch", Usage: "stream a job's phase changes until it ends; for a job array, its progress then its outputs", ArgsUsage: "ID",
+				Description: `For a job: one line per phase change (with --json, one JSON object per line).
+   For a job array: progress on stderr until every task has ended, then each
+   task's stdout in task order (or files with --output-dir), as 'job submit
+   --wait' does; with --json, one document {"array": …, "tasks": […]}.
+   Exits 1 if the job, or any task, did not complete.`,
+				Flags:  []ucli.Flag{outputDirFlag, jsonFlag},
 				Action: jobWatch,
 			},
 			{
-				Name: "list", Usage: "list jobs, oldest first", Flags: []ucli.Flag{
+				Name: "list", Usage: "list jobs, newest first, a page at a time (never their inputs or outputs)",
+				Description: `Lists jobs newest first (--oldest-first for acceptance order), at most
+   --limit per page; when there are more, prints the command for the next page
+   on stderr (with --json: next_after_id). --array ID lists one array's tasks in
+   task order. Inputs and outputs are never listed (their sizes are, in --json);
+   read one job's with 'palyra job get ID', an array's with 'palyra job watch ID'.
+
+   Examples:
+     palyra job list --phase failed
+     palyra job list --array j-1a2b3c4d5e6f7a8b --phase failed`,
+				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "phase", Usage: "only jobs in this `PHASE` (queued, running, completed, failed, aborted, …)"},
-					&ucli.UintFlag{Name: "limit", Usage: "at most `N` jobs", Value: 100},
-					&ucli.StringFlag{Name: "after", Usage: "continue after job `ID` (pagination)"},
+					&ucli.UintFlag{Name: "limit", Usage: "at most `N` jobs per page (max 1000)", Value: 100},
+					&ucli.StringFlag{Name: "after", Usage: "continue after job `ID` (the next page, as printed)"},
 					&ucli.StringFlag{Name: "node", Usage: "only jobs placed on node `ID`"},
+					&ucli.StringFlag{Name: "array", Usage: "only the tasks of job array `ID`, in task order"},
+					&ucli.BoolFlag{Name: "oldest-first", Usage: "list in acceptance order instead of newest first"},
 					jsonFlag,
 				},
 				Action: jobList,
 			},
 			{
-				Name: "cancel", Usage: "cancel a job (aborted; a running instance is stopped)", ArgsUsage: "ID",
+				Name: "cancel", Usage: "cancel a job (aborted; a running instance is stopped), or every unfinished task of a job array", ArgsUsage: "ID",
 				Flags: []ucli.Flag{jsonFlag}, Action: jobCancel,
 			},
+			pruneCommand(),
+			retentionCommand(),
 		},
 	}
 }
@@ -111,6 +150,13 @@ func jobSubmit(c *ucli.Context) error {
 		if script, err = os.ReadFile(c.String("browser")); err != nil {
 			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read script: %v", err), Hint: "pass an existing JSON script with --browser"})
 		}
+	}
+	inputs, err := arrayInputs(c)
+	if err != nil {
+		return err
+	}
+	if c.IsSet("output-dir") && (inputs == nil || !c.Bool("wait")) {
+		return usageErr("--output-dir writes the outputs of a job array: use it with --inputs or --input-dir, and --wait")
 	}
 	var input []byte
 	switch {
@@ -165,6 +211,7 @@ func jobSubmit(c *ucli.Context) error {
 		MemoryBytes: mem, Fuel: c.Uint64("fuel"), MaxOutputBytes: maxOut,
 		Priority: int32(c.Int("priority")), Constraints: constraints, Retries: uint32(c.Uint("retries")),
 		DeadlineMs: c.Duration("deadline").Milliseconds(), IdempotencyKey: c.String("idempotency-key"),
+		Inputs: inputs,
 	}
 	var resp *palyrav1.SubmitJobResponse
 	if len(script) > 0 {
@@ -181,6 +228,19 @@ func jobSubmit(c *ucli.Context) error {
 	job := resp.Job
 	if resp.Replayed {
 		fmt.Fprintf(c.App.ErrWriter, "idempotency key matched job %s submitted earlier; not submitted again\n", job.Id)
+	}
+	if a := resp.Array; a != nil {
+		if !c.Bool("wait") {
+			if c.Bool("json") {
+				return writeJSON(c.App.Writer, toArrayJSON(a))
+			}
+			fmt.Fprintln(c.App.Writer, a.Id)
+			if isTerminal(c.App.ErrWriter) {
+				fmt.Fprintf(c.App.ErrWriter, "array of %d tasks accepted; follow it with 'palyra job watch %s'\n", a.Size, a.Id)
+			}
+			return nil
+		}
+		return followArray(c, cl, a.Id)
 	}
 	if !c.Bool("wait") {
 		if c.Bool("json") {
@@ -277,6 +337,13 @@ func jobGet(c *ucli.Context) error {
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}
+	if a := resp.Msg.Array; a != nil {
+		if c.Bool("json") {
+			return writeJSON(c.App.Writer, toArrayJSON(a))
+		}
+		printArray(c.App.Writer, a)
+		return nil
+	}
 	j := resp.Msg.Job
 	if c.Bool("json") {
 		return writeJSON(c.App.Writer, toJobJSON(j))
@@ -338,7 +405,8 @@ func jobList(c *ucli.Context) error {
 	}
 	defer cl.Close()
 	resp, err := cl.Jobs.ListJobs(c.Context, connect.NewRequest(&palyrav1.ListJobsRequest{
-		Phase: ph, Limit: uint32(c.Uint("limit")), AfterId: c.String("after"), Stale: c.Bool("stale"), NodeId: c.String("node")}))
+		Phase: ph, Limit: uint32(c.Uint("limit")), AfterId: c.String("after"), Stale: c.Bool("stale"), NodeId: c.String("node"),
+		ArrayId: c.String("array"), OldestFirst: c.Bool("oldest-first")}))
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}
@@ -363,10 +431,28 @@ func jobList(c *ucli.Context) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", v.ID, v.Phase, v.Attempt, v.NodeID, v.SubmittedAt, errText)
 	}
 	tw.Flush()
-	if resp.Msg.NextAfterId != "" {
-		fmt.Fprintf(c.App.ErrWriter, "more jobs: palyra job list --after %s\n", resp.Msg.NextAfterId)
+	if next := resp.Msg.NextAfterId; next != "" {
+		fmt.Fprintf(c.App.ErrWriter, "more jobs: %s\n", nextPageCommand(c, next))
 	}
 	return nil
+}
+
+// nextPageCommand is the job list command for the page after id, with
+// the filters of this one.
+func nextPageCommand(c *ucli.Context, id string) string {
+	cmd := "palyra job list"
+	for _, f := range []string{"phase", "node", "array"} {
+		if v := c.String(f); v != "" {
+			cmd += " --" + f + " " + v
+		}
+	}
+	if c.IsSet("limit") {
+		cmd += fmt.Sprintf(" --limit %d", c.Uint("limit"))
+	}
+	if c.Bool("oldest-first") {
+		cmd += " --oldest-first"
+	}
+	return cmd + " --after " + id
 }
 
 func jobCancel(c *ucli.Context) error {
@@ -382,6 +468,13 @@ func jobCancel(c *ucli.Context) error {
 	resp, err := cl.Jobs.CancelJob(c.Context, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id}))
 	if err != nil {
 		return fail(c, cl.Explain(err))
+	}
+	if a := resp.Msg.Array; a != nil {
+		if c.Bool("json") {
+			return writeJSON(c.App.Writer, toArrayJSON(a))
+		}
+		fmt.Fprintf(c.App.Writer, "%s cancelled: %s\n", a.Id, countsText(a))
+		return nil
 	}
 	if c.Bool("json") {
 		return writeJSON(c.App.Writer, toJobJSON(resp.Msg.Job))
@@ -416,6 +509,15 @@ func jobWatch(c *ucli.Context) error {
 	defer stream.Close()
 	var last *palyrav1.Job
 	for stream.Receive() {
+		if stream.Msg().Array != nil {
+			// A job array: follow it (progress, then outputs) on a
+			// stream of its own.
+			stream.Close()
+			return followArray(c, cl, id)
+		}
+		if c.IsSet("output-dir") {
+			return usageErr("--output-dir is for job arrays; %s is a job (its output: 'palyra job get %s')", id, id)
+		}
 		last = stream.Msg().Job
 		if c.Bool("json") {
 			enc := json.NewEncoder(c.App.Writer)

@@ -47,6 +47,17 @@ type jobJSON struct {
 	PendingReason string            `json:"pending_reason,omitempty"`
 	Artifacts     []artifactJSON    `json:"artifacts,omitempty"`
 	AllowHosts    []string          `json:"allow_hosts,omitempty"`
+	// Sizes are always there; hashes name payloads stored as blobs. A
+	// list carries no input or output bytes, only these.
+	InputSize    uint64 `json:"input_size"`
+	OutputSize   uint64 `json:"output_size"`
+	StderrSize   uint64 `json:"stderr_size"`
+	InputSHA256  string `json:"input_sha256,omitempty"`
+	OutputSHA256 string `json:"output_sha256,omitempty"`
+	StderrSHA256 string `json:"stderr_sha256,omitempty"`
+	// A task of a job array: the array's id and the task's index.
+	ArrayID    string  `json:"array_id,omitempty"`
+	ArrayIndex *uint32 `json:"array_index,omitempty"`
 }
 
 type artifactJSON struct {
@@ -72,6 +83,12 @@ func toJobJSON(j *palyrav1.Job) jobJSON {
 	}
 	out.Priority, out.Constraints, out.MaxRetries, out.RetriesUsed = j.Priority, j.Constraints, j.MaxRetries, j.RetriesUsed
 	out.DeadlineAt, out.PendingReason, out.AllowHosts = msTime(j.DeadlineAtMs), j.PendingReason, j.AllowHosts
+	out.InputSize, out.OutputSize, out.StderrSize = j.InputSize, j.StdoutSize, j.StderrSize
+	out.InputSHA256, out.OutputSHA256, out.StderrSHA256 = j.InputSha256, j.StdoutSha256, j.StderrSha256
+	if j.ArrayId != "" {
+		idx := j.ArrayIndex
+		out.ArrayID, out.ArrayIndex = j.ArrayId, &idx
+	}
 	for _, a := range j.Artifacts {
 		out.Artifacts = append(out.Artifacts, artifactJSON{Name: a.Name, MediaType: a.MediaType, SHA256: a.Sha256, Size: a.Size})
 	}

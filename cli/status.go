@@ -33,6 +33,7 @@ func statusCommand() *ucli.Command {
 					"applied_index": s.AppliedIndex, "raft_state": s.RaftState, "jobs": s.JobsByPhase,
 					"version": s.Version, "cluster_name": s.ClusterName, "ca_fingerprint": s.CaFingerprint,
 					"caller": s.Caller, "uptime_ms": s.UptimeMs,
+					"retention_ms": s.RetentionMs, "pruned_before": msTime(s.PrunedBeforeMs),
 				})
 			}
 			leader := s.LeaderId + " " + s.LeaderAddress
@@ -51,6 +52,7 @@ func statusCommand() *ucli.Command {
 				fmt.Fprintf(tw, "%s %d", p.WireName(), s.JobsByPhase[p.WireName()])
 			}
 			fmt.Fprintln(tw)
+			fmt.Fprintf(tw, "retention\tended jobs kept %s%s\n", days(s.RetentionMs), prunedNote(s.PrunedBeforeMs))
 			return tw.Flush()
 		},
 	}

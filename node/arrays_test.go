@@ -197,6 +197,30 @@ func TestJobArrayWithAFailingTask(t *testing.T) {
 	if string(tasks[0].Stdout) != "slept 1ms" || string(tasks[2].Stdout) != "slept 2ms" {
 		t.Fatalf("other tasks: %q %q", tasks[0].Stdout, tasks[2].Stdout)
 	}
+	// Idempotency keys cover arrays: the same inputs replay the array,
+	// other inputs under the same key conflict.
+	keyed := func(inputs ...string) (*palyrav1.SubmitJobResponse, error) {
+		req := &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "reverse"), IdempotencyKey: "batch-7"}
+		for _, in := range inputs {
+			req.Inputs = append(req.Inputs, []byte(in))
+		}
+		resp, err := cl.Jobs.SubmitJob(context.Background(), connect.NewRequest(req))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+	first, err := keyed("a", "b")
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	again, err := keyed("a", "b")
+	if err != nil || !again.Replayed || again.Array.GetId() != first.Array.Id || again.Array.Size != 2 {
+		t.Fatalf("replay: %v %v", again, cl.Explain(err))
+	}
+	if _, err := keyed("a", "c"); err == nil || cl.Explain(err).Code != "conflict" {
+		t.Fatalf("other inputs under the same key: %v", err)
+	}
 }
 
 // Cancelling an array aborts every task that has not ended, running ones

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,7 +63,13 @@ func TestSIGTERMStopsCleanly(t *testing.T) {
 	}
 	p.cmd = nil
 	p.start()
-	if r := p.cli("job", "list", "--json"); !strings.Contains(r.stdout, `"output": "cba"`) {
-		t.Fatalf("job lost across restart: %+v", r)
+	// Lists carry no outputs: find the job, then read it.
+	r = p.cli("job", "list", "--json")
+	var list struct{ Jobs []struct{ ID string } }
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list.Jobs) != 1 {
+		t.Fatalf("job lost across restart: %v %+v", err, r)
+	}
+	if r := p.cli("job", "get", list.Jobs[0].ID, "--json"); !strings.Contains(r.stdout, `"output": "cba"`) {
+		t.Fatalf("job result lost across restart: %+v", r)
 	}
 }

@@ -108,7 +108,8 @@ scan:
 		j := &page[i]
 		if !m.WithOutputs {
 			stripPayloads(j)
-		} else if j.Input = nil; j.Phase.Terminal() {
+		} else {
+			j.Input = nil
 			if err := s.fillPayloads(j, false); err != nil {
 				return nil, err
 			}

@@ -1,0 +1,331 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// Job arrays: one task per input, run with the same module and settings.
+
+// readInputLines splits r into one input per line, without the line's
+// newline (nor a carriage return before it); a final newline does not
+// start another task.
+func readInputLines(r io.Reader) ([][]byte, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) == 0 {
+		return nil, nil
+	}
+	data = bytes.TrimSuffix(data, []byte("\n"))
+	lines := bytes.Split(data, []byte("\n"))
+	for i, l := range lines {
+		lines[i] = bytes.TrimSuffix(l, []byte("\r"))
+	}
+	return lines, nil
+}
+
+// readInputDir reads one input per regular file in dir (symlinks to
+// regular files included), in name order, and returns the names too.
+// Subdirectories and other special files are skipped.
+func readInputDir(dir string) (inputs [][]byte, names []string, err error) {
+	entries, err := os.ReadDir(dir) // sorted by name
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		st, err := os.Stat(p) // follows symlinks
+		if err != nil {
+			return nil, nil, err
+		}
+		if !st.Mode().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, nil, err
+		}
+		inputs, names = append(inputs, b), append(names, e.Name())
+	}
+	return inputs, names, nil
+}
+
+// arrayInputs reads --inputs or --input-dir; nil when neither is given.
+func arrayInputs(c *ucli.Context) ([][]byte, error) {
+	switch {
+	case !c.IsSet("inputs") && !c.IsSet("input-dir"):
+		return nil, nil
+	case c.IsSet("inputs") && c.IsSet("input-dir"):
+		return nil, usageErr("use either --inputs or --input-dir, not both")
+	case c.IsSet("input") || c.IsSet("input-file"):
+		return nil, usageErr("--inputs and --input-dir give each task its own input; drop --input/--input-file")
+	case c.IsSet("browser"):
+		return nil, usageErr("job arrays run wasm modules; submit browser jobs one at a time")
+	}
+	if dir := c.String("input-dir"); c.IsSet("input-dir") {
+		in, _, err := readInputDir(dir)
+		if err != nil {
+			return nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --input-dir: %v", err), Hint: "pass a directory holding one file per task"})
+		}
+		if len(in) == 0 {
+			return nil, usageErr("--input-dir %s holds no regular files: nothing to run", dir)
+		}
+		return in, nil
+	}
+	var r io.Reader = c.App.Reader
+	if name := c.String("inputs"); name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --inputs: %v", err), Hint: "pass a file with one input per line ('-' for stdin)"})
+		}
+		defer f.Close()
+		r = f
+	}
+	in, err := readInputLines(r)
+	if err != nil {
+		return nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --inputs: %v", err)})
+	}
+	if len(in) == 0 {
+		return nil, usageErr("--inputs %s is empty: give one input per line", c.String("inputs"))
+	}
+	return in, nil
+}
+
+// arrayJSON is the stable JSON form of a job array.
+type arrayJSON struct {
+	ID       string            `json:"id"`
+	Size     uint32            `json:"size"`
+	Counts   map[string]uint64 `json:"counts"`
+	Done     bool              `json:"done"`
+	EndedAt  string            `json:"ended_at,omitempty"`
+	Template jobJSON           `json:"template"`
+}
+
+func toArrayJSON(a *palyrav1.JobArray) arrayJSON {
+	return arrayJSON{ID: a.Id, Size: a.Size, Counts: a.Counts, Done: a.Done, EndedAt: msTime(a.EndedAtMs),
+		Template: toJobJSON(a.Template)}
+}
+
+// phaseOrder is the order counts are shown in.
+var phaseOrder = []palyrav1.JobPhase{
+	palyrav1.JobPhase_JOB_PHASE_COMPLETED, palyrav1.JobPhase_JOB_PHASE_FAILED, palyrav1.JobPhase_JOB_PHASE_ABORTED,
+	palyrav1.JobPhase_JOB_PHASE_EXPIRED, palyrav1.JobPhase_JOB_PHASE_RUNNING, palyrav1.JobPhase_JOB_PHASE_QUEUED,
+	palyrav1.JobPhase_JOB_PHASE_WAITING_FOR_APPROVAL, palyrav1.JobPhase_JOB_PHASE_PAUSED,
+}
+
+// countsText is "80 completed, 8 failed, 2 running, 10 queued" (phases
+// with tasks only).
+func countsText(a *palyrav1.JobArray) string {
+	var parts []string
+	for _, p := range phaseOrder {
+		if n := a.Counts[p.WireName()]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, p.WireName()))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ended is how many tasks have ended.
+func ended(a *palyrav1.JobArray) uint64 {
+	var n uint64
+	for _, p := range phaseOrder {
+		if p.Terminal() {
+			n += a.Counts[p.WireName()]
+		}
+	}
+	return n
+}
+
+// notCompleted is how many tasks ended without completing.
+func notCompleted(a *palyrav1.JobArray) uint64 {
+	return ended(a) - a.Counts[palyrav1.JobPhase_JOB_PHASE_COMPLETED.WireName()]
+}
+
+func printArray(w io.Writer, a *palyrav1.JobArray) {
+	v := toArrayJSON(a)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	done := "no"
+	if a.Done {
+		done = "yes, ended " + v.EndedAt
+	}
+	fmt.Fprintf(tw, "array\t%s\ntasks\t%d: %s\ndone\t%s\n", v.ID, v.Size, countsText(a), done)
+	if v.Template.ModuleSHA256 != "" {
+		fmt.Fprintf(tw, "module\tsha256:%s\n", v.Template.ModuleSHA256)
+	}
+	fmt.Fprintf(tw, "submitter\t%s\nsubmitted\t%s\n", v.Template.Submitter, v.Template.SubmittedAt)
+	tw.Flush()
+	fmt.Fprintf(w, "tasks: palyra job list --array %s · outputs: palyra job watch %s\n", v.ID, v.ID)
+}
+
+// progress shows an array's progress on w: a bar redrawn in place on a
+// terminal, else a plain line at most once a second (and the last one).
+type progress struct {
+	w    io.Writer
+	tty  bool
+	last time.Time
+	drew bool
+}
+
+func (p *progress) update(a *palyrav1.JobArray) {
+	if p.tty {
+		const width = 30
+		done := int(ended(a) * width / uint64(max(a.Size, 1)))
+		bar := strings.Repeat("#", done) + strings.Repeat(".", width-done)
+		fmt.Fprintf(p.w, "\r\033[K[%s] %d/%d ended  %s", bar, ended(a), a.Size, countsText(a))
+		p.drew = true
+		if a.Done {
+			fmt.Fprintln(p.w)
+		}
+		return
+	}
+	if !a.Done && time.Since(p.last) < time.Second {
+		return
+	}
+	p.last = time.Now()
+	fmt.Fprintf(p.w, "array %s: %d/%d ended (%s)\n", a.Id, ended(a), a.Size, countsText(a))
+}
+
+// watchArray follows array id until every task has ended, showing
+// progress, and rides out a restarting node for up to a minute.
+func watchArray(ctx context.Context, cl *client.Client, id string, show func(*palyrav1.JobArray)) (*palyrav1.JobArray, error) {
+	var lastErr error
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
+		if err == nil {
+			for stream.Receive() {
+				a := stream.Msg().Array
+				if a == nil {
+					stream.Close()
+					return nil, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("%s is a job, not a job array", id)}
+				}
+				deadline = time.Now().Add(time.Minute)
+				show(a)
+				if a.Done {
+					stream.Close()
+					return a, nil
+				}
+			}
+			err = stream.Err()
+			stream.Close()
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var ce *connect.Error
+		if errors.As(err, &ce) && (ce.Code() == connect.CodeNotFound || ce.Code() == connect.CodePermissionDenied) {
+			return nil, err
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return nil, lastErr
+}
+
+// followArray waits for an array to end (progress on stderr), then hands
+// out every task's result in task order: stdout on stdout (a newline
+// added after an output that lacks one) or, with --output-dir, one file
+// per task; stderr on stderr; each task that did not complete reported
+// on stderr. With --json it prints one document {array, tasks}. It fails
+// (exit 1) if any task did not complete.
+func followArray(c *ucli.Context, cl *client.Client, id string) error {
+	outDir := c.String("output-dir")
+	if outDir != "" {
+		if err := os.MkdirAll(outDir, 0o755); err != nil {
+			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot create --output-dir: %v", err)})
+		}
+	}
+	p := &progress{w: c.App.ErrWriter, tty: isTerminal(c.App.ErrWriter)}
+	a, err := watchArray(c.Context, cl, id, p.update)
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	width := max(6, len(strconv.Itoa(int(a.Size)-1)))
+	out, errw := c.App.Writer, c.App.ErrWriter
+	asJSON := c.Bool("json")
+	if asJSON {
+		head, _ := json.Marshal(toArrayJSON(a))
+		fmt.Fprintf(out, "{\n  \"array\": %s,\n  \"tasks\": [", head)
+	}
+	first := true
+	err = cl.ArrayTasks(c.Context, id, c.Bool("stale"), func(t *palyrav1.Job) error {
+		if outDir != "" {
+			base := filepath.Join(outDir, fmt.Sprintf("%0*d", width, t.ArrayIndex))
+			if err := os.WriteFile(base+".out", t.Stdout, 0o644); err != nil {
+				return err
+			}
+			if len(t.Stderr) > 0 {
+				if err := os.WriteFile(base+".err", t.Stderr, 0o644); err != nil {
+					return err
+				}
+			}
+		}
+		if asJSON {
+			b, err := json.Marshal(toJobJSON(t))
+			if err != nil {
+				return err
+			}
+			if !first {
+				fmt.Fprint(out, ",")
+			}
+			first = false
+			fmt.Fprintf(out, "\n    %s", b)
+		} else if outDir == "" {
+			out.Write(t.Stdout)
+			if len(t.Stdout) > 0 && t.Stdout[len(t.Stdout)-1] != '\n' {
+				fmt.Fprintln(out)
+			}
+			errw.Write(t.Stderr)
+		}
+		if t.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+			fmt.Fprintf(errw, "task %d (%s) %s\n", t.ArrayIndex, t.Id, taskReason(t))
+		}
+		return nil
+	})
+	if asJSON {
+		fmt.Fprint(out, "\n  ]\n}\n")
+	}
+	if err != nil {
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			return fail(c, cl.Explain(err))
+		}
+		return fail(c, &client.Error{Code: "io_error", Message: fmt.Sprintf("writing task output: %v", err),
+			Hint: "check that --output-dir is writable and has room"})
+	}
+	if n := notCompleted(a); n > 0 {
+		return ucli.Exit(fmt.Sprintf("array %s: %d of %d tasks did not complete (%s)", id, n, a.Size, countsText(a)), exitFailure)
+	}
+	return nil
+}
+
+// taskReason is "failed: message (code)" for a task that did not complete.
+func taskReason(t *palyrav1.Job) string {
+	msg := t.Phase.WireName()
+	if t.Error != nil {
+		msg += fmt.Sprintf(": %s (%s)", t.Error.Message, t.Error.Code)
+	}
+	return msg
+}

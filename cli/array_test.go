@@ -1,0 +1,302 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/internal/testwasm"
+)
+
+func TestReadInputLines(t *testing.T) {
+	cases := []struct {
+		in   string
+		want []string
+	}{
+		{"", nil},
+		{"a", []string{"a"}},
+		{"a\nb\n", []string{"a", "b"}},             // a final newline starts no task
+		{"a\r\nb\r\n", []string{"a", "b"}},         // CRLF files
+		{"a\n\nb", []string{"a", "", "b"}},         // an empty line is an empty input
+		{"\n", []string{""}},                       // one empty line
+		{" x \n\ty", []string{" x ", "\ty"}},       // nothing else is trimmed
+		{"a\nb\n\n", []string{"a", "b", ""}},       // only one final newline is dropped
+		{"caf\xc3\xa9\n", []string{"caf\xc3\xa9"}}, // bytes pass through
+	}
+	for _, c := range cases {
+		got, err := readInputLines(strings.NewReader(c.in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gs []string
+		for _, g := range got {
+			gs = append(gs, string(g))
+		}
+		if !slices.Equal(gs, c.want) {
+			t.Errorf("readInputLines(%q) = %q, want %q", c.in, gs, c.want)
+		}
+	}
+}
+
+func TestReadInputDir(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("b.txt", "bee")
+	write("a.txt", "ay")
+	write("10.txt", "ten")
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write("sub/inner", "skipped")
+	if err := os.Symlink("a.txt", filepath.Join(dir, "c-link")); err != nil {
+		t.Fatal(err)
+	}
+	in, names, err := readInputDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"10.txt", "a.txt", "b.txt", "c-link"}; !slices.Equal(names, want) {
+		t.Fatalf("names %v, want %v (name order, regular files and links to them only)", names, want)
+	}
+	var got []string
+	for _, b := range in {
+		got = append(got, string(b))
+	}
+	if want := []string{"ten", "ay", "bee", "ay"}; !slices.Equal(got, want) {
+		t.Fatalf("inputs %q, want %q", got, want)
+	}
+}
+
+func TestParseDays(t *testing.T) {
+	for in, want := range map[string]time.Duration{"0": 0, "90m": 90 * time.Minute, "7d": 7 * 24 * time.Hour,
+		"1d12h": 36 * time.Hour, "36h": 36 * time.Hour} {
+		if got, err := parseDays(in); err != nil || got != want {
+			t.Errorf("parseDays(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "d", "7days", "-1h", "xd", "1d-1h"} {
+		if _, err := parseDays(bad); err == nil {
+			t.Errorf("parseDays(%q) accepted", bad)
+		}
+	}
+	for ms, want := range map[int64]string{86_400_000: "24h", 7 * 86_400_000: "7d", 5_400_000: "1h30m", 3*86_400_000 + 43_200_000: "3d12h"} {
+		if got := days(ms); got != want {
+			t.Errorf("days(%d) = %q, want %q", ms, got, want)
+		}
+	}
+}
+
+// A job array from --inputs runs every line; --wait prints the outputs in
+// task order, one per line, and exits 0; --json gives array and tasks;
+// job get and job list --array show it.
+func TestArrayInputsWait(t *testing.T) {
+	c := startNode(t)
+	dir := t.TempDir()
+	lines := filepath.Join(dir, "words.txt")
+	os.WriteFile(lines, []byte("abc\nhello\r\n\nxyz\n"), 0o600)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--inputs", lines, "--wait")
+	if r.code != 0 || r.stdout != "cba\nolleh\nzyx\n" {
+		t.Fatalf("submit --inputs --wait: %+v", r)
+	}
+	if !strings.Contains(r.stderr, "4/4 ended (4 completed)") {
+		t.Fatalf("no progress line on stderr: %q", r.stderr)
+	}
+	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--inputs", lines, "--wait", "--json")
+	var doc struct {
+		Array arrayJSON `json:"array"`
+		Tasks []jobJSON `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || r.code != 0 {
+		t.Fatalf("--wait --json: %v %+v", err, r)
+	}
+	if doc.Array.Size != 4 || !doc.Array.Done || doc.Array.Counts["completed"] != 4 || len(doc.Tasks) != 4 {
+		t.Fatalf("--json document: %+v", doc)
+	}
+	for i, task := range doc.Tasks {
+		if task.ArrayID != doc.Array.ID || task.ArrayIndex == nil || *task.ArrayIndex != uint32(i) {
+			t.Fatalf("task %d: %+v", i, task)
+		}
+	}
+	if doc.Tasks[1].Output != "olleh" || doc.Tasks[2].Output != "" {
+		t.Fatalf("task outputs: %q %q", doc.Tasks[1].Output, doc.Tasks[2].Output)
+	}
+	id := doc.Array.ID
+	r = c.cli("job", "get", id)
+	if r.code != 0 || !strings.Contains(r.stdout, "4: 4 completed") || !strings.Contains(r.stdout, "palyra job list --array "+id) {
+		t.Fatalf("job get on an array: %+v", r)
+	}
+	r = c.cli("job", "list", "--array", id, "--limit", "3")
+	if r.code != 0 || !strings.Contains(r.stdout, id+".0") || strings.Contains(r.stdout, id+".3") ||
+		!strings.Contains(r.stderr, "more jobs: palyra job list --array "+id+" --limit 3 --after "+id+".2") {
+		t.Fatalf("job list --array: %+v", r)
+	}
+	// job watch on an ended array prints its outputs as --wait does.
+	if r := c.cli("job", "watch", id); r.code != 0 || r.stdout != "cba\nolleh\nzyx\n" {
+		t.Fatalf("job watch on an array: %+v", r)
+	}
+}
+
+// --input-dir runs one task per file; --output-dir writes one file per
+// task; a failing task is reported with its index and makes the command
+// fail.
+func TestArrayInputDirOutputDirAndFailure(t *testing.T) {
+	c := startNode(t)
+	in := t.TempDir()
+	for name, data := range map[string]string{"a": "1ms", "b": "bogus", "c": "2ms"} {
+		os.WriteFile(filepath.Join(in, name), []byte(data), 0o600)
+	}
+	out := filepath.Join(t.TempDir(), "results")
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "sleep"), "--input-dir", in, "--wait", "--output-dir", out)
+	if r.code != 1 || r.stdout != "" {
+		t.Fatalf("want exit 1 and nothing on stdout: %+v", r)
+	}
+	if !strings.Contains(r.stderr, "task 1 (") || !strings.Contains(r.stderr, ") failed:") ||
+		!strings.Contains(r.stderr, "1 of 3 tasks did not complete") {
+		t.Fatalf("failure report: %q", r.stderr)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if read("000000.out") != "slept 1ms" || read("000002.out") != "slept 2ms" || !strings.Contains(read("000001.err"), "bad duration") {
+		t.Fatalf("output files wrong")
+	}
+	if _, err := os.Stat(filepath.Join(out, "000000.err")); !os.IsNotExist(err) {
+		t.Fatalf("an .err file for a task with no stderr: %v", err)
+	}
+}
+
+func TestArrayUsageErrors(t *testing.T) {
+	c := startNode(t)
+	dir := t.TempDir()
+	lines := filepath.Join(dir, "in.txt")
+	os.WriteFile(lines, []byte("a\n"), 0o600)
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, nil, 0o600)
+	emptyDir := t.TempDir()
+	mod := testwasm.Path(t, "reverse")
+	for _, tc := range []struct {
+		args  []string
+		code  int
+		inErr string
+	}{
+		{[]string{"--inputs", lines, "--input", "x"}, 2, "drop --input"},
+		{[]string{"--inputs", lines, "--input-dir", dir}, 2, "either --inputs or --input-dir"},
+		{[]string{"--inputs", empty}, 2, "is empty"},
+		{[]string{"--input-dir", emptyDir}, 2, "holds no regular files"},
+		{[]string{"--inputs", lines, "--output-dir", dir}, 2, "--output-dir"},
+		{[]string{"--input", "x", "--wait", "--output-dir", dir}, 2, "--output-dir"},
+		{[]string{"--inputs", filepath.Join(dir, "missing")}, 1, "cannot read --inputs"},
+	} {
+		r := c.cli(append([]string{"job", "submit", "--wasm", mod}, tc.args...)...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.inErr) {
+			t.Errorf("%v: want exit %d and %q, got %+v", tc.args, tc.code, tc.inErr, r)
+		}
+	}
+}
+
+// Cancel an array; list newest first with a next-page hint; prune, after
+// which job get says the job may have been pruned; retention shown and set.
+func TestCancelArrayPruneRetention(t *testing.T) {
+	c := startNode(t)
+	lines := filepath.Join(t.TempDir(), "in.txt")
+	os.WriteFile(lines, []byte("5m\n5m\n5m\n"), 0o600)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "sleep"), "--inputs", lines, "--timeout", "10m")
+	arr := strings.TrimSpace(r.stdout)
+	if r.code != 0 || arr == "" {
+		t.Fatalf("submit: %+v", r)
+	}
+	if r := c.cli("job", "cancel", arr); r.code != 0 || r.stdout != arr+" cancelled: 3 aborted\n" {
+		t.Fatalf("cancel array: %+v", r)
+	}
+	var ids []string
+	for _, in := range []string{"one", "two"} {
+		r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", in)
+		ids = append(ids, strings.TrimSpace(r.stdout))
+		c.waitTerminal(ids[len(ids)-1])
+	}
+	r = c.cli("job", "list", "--limit", "1")
+	if r.code != 0 || !strings.Contains(r.stdout, ids[1]) || !strings.Contains(r.stderr, "more jobs: palyra job list --limit 1 --after "+ids[1]) {
+		t.Fatalf("newest first with a hint: %+v", r)
+	}
+	r = c.cli("job", "list", "--json")
+	var list struct{ Jobs []jobJSON }
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list.Jobs) != 5 || list.Jobs[0].ID != ids[1] {
+		t.Fatalf("list --json: %v %+v", err, r)
+	}
+	for _, j := range list.Jobs {
+		if j.Output != "" || (j.ArrayID == "" && j.OutputSize == 0) {
+			t.Fatalf("a list entry carries output or lost its size: %+v", j)
+		}
+	}
+	if r := c.cli("job", "retention"); r.code != 0 || r.stdout != "ended jobs are kept for 24h\n" {
+		t.Fatalf("retention: %+v", r)
+	}
+	if r := c.cli("job", "prune", "--older-than", "0"); r.code != 0 || r.stdout == "" || !strings.HasPrefix(r.stdout, "pruned 5 jobs that ended before ") {
+		t.Fatalf("prune: %+v", r)
+	}
+	r = c.cli("job", "get", ids[0])
+	if r.code != 1 || !strings.Contains(r.stderr, "were pruned (retention 24h)") || !strings.Contains(r.stderr, "hint: ") {
+		t.Fatalf("get after prune: %+v", r)
+	}
+	if r := c.cli("job", "retention", "7d"); r.code != 0 || r.stdout != "ended jobs are now kept for 7d\n" {
+		t.Fatalf("set retention: %+v", r)
+	}
+	r = c.cli("status", "--json")
+	var st map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st["retention_ms"] != float64(7*86_400_000) || st["pruned_before"] == "" {
+		t.Fatalf("status --json: %v %v", err, st)
+	}
+	if r := c.cli("status"); !strings.Contains(r.stdout, "ended jobs kept 7d; jobs that ended before") {
+		t.Fatalf("status: %+v", r)
+	}
+	if r := c.cli("job", "retention", "1s"); r.code != 1 || !strings.Contains(r.stderr, "out of range") {
+		t.Fatalf("1s retention: %+v", r)
+	}
+}
+
+// A plain device may not prune or set the retention (job.prune is an
+// operator's), may read it, and lists only its own jobs.
+func TestDeviceCannotPruneAndListsItsOwn(t *testing.T) {
+	c := startNode(t)
+	cfg := filepath.Join(t.TempDir(), "dev")
+	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr(), "--name", "ci"); r.code != 0 {
+		t.Fatalf("pair: %+v", r)
+	}
+	if r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "operator's", "--wait"); r.code != 0 {
+		t.Fatalf("operator submit: %+v", r)
+	}
+	r := device(t, cfg, "job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--inputs", "-", "--wait")
+	if r.code != 2 || !strings.Contains(r.stderr, "is empty") {
+		t.Fatalf("device submit with empty stdin: %+v", r)
+	}
+	r = device(t, cfg, "job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "mine", "--wait")
+	if r.code != 0 || r.stdout != "enim" {
+		t.Fatalf("device submit: %+v", r)
+	}
+	r = device(t, cfg, "job", "list", "--json")
+	var list struct{ Jobs []jobJSON }
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list.Jobs) != 1 || !strings.HasPrefix(list.Jobs[0].Submitter, "device:") {
+		t.Fatalf("device list: %v %+v", err, r)
+	}
+	for _, args := range [][]string{{"job", "prune", "--older-than", "0"}, {"job", "retention", "7d"}} {
+		r := device(t, cfg, args...)
+		if r.code != 1 || !strings.Contains(r.stderr, "job.prune") || !strings.Contains(r.stderr, "hint: ") {
+			t.Fatalf("%v by a device: %+v", args, r)
+		}
+	}
+	if r := device(t, cfg, "job", "retention"); r.code != 0 || !strings.Contains(r.stdout, "24h") {
+		t.Fatalf("device reads the retention: %+v", r)
+	}
+}

@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+func pruneCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "prune",
+		Usage:     "remove jobs (and job arrays) that ended more than a while ago, with their results",
+		ArgsUsage: " ",
+		Description: `Removes every job that ended (completed, failed, aborted, expired) more than
+   --older-than ago, results and all; queued and running jobs are never removed,
+   and a job array goes only once all its tasks have ended. The cluster also
+   prunes by itself after the retention ('palyra job retention').
+   Needs the job.prune permission (operators have it).
+
+   Examples:
+     palyra job prune --older-than 7d
+     palyra job prune --older-than 0      # every ended job`,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "older-than", Usage: "remove jobs that ended more than `DURATION` ago, e.g. 12h, 7d, 0", Required: true},
+			jsonFlag,
+		},
+		Action: func(c *ucli.Context) error {
+			if c.NArg() > 0 {
+				return usageErr("unexpected argument %q; give the age with --older-than", c.Args().First())
+			}
+			d, err := parseDays(c.String("older-than"))
+			if err != nil {
+				return usageErr("--older-than: %v", err)
+			}
+			cl, err := dial(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			resp, err := cl.Jobs.PruneJobs(c.Context, connect.NewRequest(&palyrav1.PruneJobsRequest{OlderThanMs: d.Milliseconds()}))
+			if err != nil {
+				return fail(c, cl.Explain(err))
+			}
+			r := resp.Msg
+			if c.Bool("json") {
+				return writeJSON(c.App.Writer, map[string]any{"pruned": r.Pruned, "before": msTime(r.BeforeMs)})
+			}
+			if r.Pruned == 0 {
+				fmt.Fprintf(c.App.Writer, "no job ended before %s; nothing pruned\n", msTime(r.BeforeMs))
+				return nil
+			}
+			fmt.Fprintf(c.App.Writer, "pruned %d jobs that ended before %s\n", r.Pruned, msTime(r.BeforeMs))
+			return nil
+		},
+	}
+}
+
+func retentionCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "retention",
+		Usage:     "show, or set, how long ended jobs are kept before the cluster prunes them",
+		ArgsUsage: "[DURATION]",
+		Description: `Without an argument, shows the retention. With one (e.g. 12h, 7d, 30d;
+   "default" restores the default, 24h), sets it for the whole cluster: the
+   leader then prunes jobs that ended longer ago than that, results included.
+   Setting it needs the job.prune permission (operators have it).`,
+		Flags: []ucli.Flag{jsonFlag},
+		Action: func(c *ucli.Context) error {
+			if c.NArg() > 1 {
+				return usageErr("%s takes at most one argument, the retention (got %d)", c.Command.HelpName, c.NArg())
+			}
+			var set *time.Duration
+			if c.NArg() == 1 {
+				var d time.Duration
+				if a := c.Args().First(); a != "default" {
+					var err error
+					if d, err = parseDays(a); err != nil {
+						return usageErr("retention: %v", err)
+					}
+					if d <= 0 {
+						return usageErr("retention must be positive, e.g. 7d (or 'default')")
+					}
+				}
+				set = &d
+			}
+			cl, err := dial(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			if set != nil {
+				resp, err := cl.Jobs.SetRetention(c.Context, connect.NewRequest(&palyrav1.SetRetentionRequest{RetentionMs: set.Milliseconds()}))
+				if err != nil {
+					return fail(c, cl.Explain(err))
+				}
+				ms := resp.Msg.RetentionMs
+				if c.Bool("json") {
+					return writeJSON(c.App.Writer, map[string]any{"retention_ms": ms, "retention": days(ms)})
+				}
+				fmt.Fprintf(c.App.Writer, "ended jobs are now kept for %s\n", days(ms))
+				return nil
+			}
+			resp, err := cl.Node.Status(c.Context, connect.NewRequest(&palyrav1.StatusRequest{}))
+			if err != nil {
+				return fail(c, cl.Explain(err))
+			}
+			s := resp.Msg
+			if c.Bool("json") {
+				return writeJSON(c.App.Writer, map[string]any{"retention_ms": s.RetentionMs, "retention": days(s.RetentionMs),
+					"pruned_before": msTime(s.PrunedBeforeMs)})
+			}
+			fmt.Fprintf(c.App.Writer, "ended jobs are kept for %s%s\n", days(s.RetentionMs), prunedNote(s.PrunedBeforeMs))
+			return nil
+		},
+	}
+}
+
+// prunedNote is "; jobs that ended before T were pruned", if any were.
+func prunedNote(ms int64) string {
+	if ms <= 0 {
+		return ""
+	}
+	return "; jobs that ended before " + msTime(ms) + " were pruned"
+}
+
+// parseDays parses a duration as time.ParseDuration does, plus a leading
+// count of days: "7d", "1d12h", "36h", "0".
+func parseDays(s string) (time.Duration, error) {
+	t := strings.TrimSpace(s)
+	var d time.Duration
+	if i := strings.IndexByte(t, 'd'); i >= 0 {
+		n, err := strconv.ParseUint(t[:i], 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a duration; use e.g. 90m, 12h, 7d", s)
+		}
+		d, t = time.Duration(n)*24*time.Hour, t[i+1:]
+		if t == "" {
+			return d, nil
+		}
+	}
+	rest, err := time.ParseDuration(t)
+	if err != nil || rest < 0 {
+		return 0, fmt.Errorf("%q is not a duration; use e.g. 90m, 12h, 7d", s)
+	}
+	return d + rest, nil
+}
+
+// days writes ms as people say retention: "7d", "3d12h", "36h", "1h30m".
+func days(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	if d <= 0 || d%time.Second != 0 {
+		return d.String()
+	}
+	out := ""
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if u.name == "d" && d < 48*time.Hour {
+			continue // "24h", "36h" read better than "1d", "1d12h"
+		}
+		if n := d / u.d; n > 0 {
+			out += strconv.FormatInt(int64(n), 10) + u.name
+			d -= n * u.d
+		}
+	}
+	return out
+}
