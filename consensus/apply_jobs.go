@@ -40,6 +40,10 @@ func (s *State) applySubmit(index uint64, c *raftpb.SubmitJob) ApplyResult {
 	}
 	if key := c.Job.IdempotencyKey; key != "" {
 		if id, ok := s.idempotency[key]; ok {
+			if a, ok := s.arrays[id]; ok {
+				return ApplyResult{Job: a.Template, Err: errf(ErrConflict, "use a new idempotency key for a different job",
+					"idempotency key %q was used for job array %s", key, id)}
+			}
 			if prev, ok := s.jobs[id]; ok {
 				if subtle.ConstantTimeCompare(prev.PayloadHash, c.Job.PayloadHash) == 1 {
 					return ApplyResult{Job: *prev} // replay: the original job

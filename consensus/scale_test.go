@@ -354,3 +354,19 @@ func TestPrefetchOnlyForArrayTasks(t *testing.T) {
 		t.Fatalf("phases %v: want the single job kept queued past the node's one slot, the tasks prefetched up to 3", phases)
 	}
 }
+
+// An idempotency key used by an array is not taken over by a single job.
+func TestArrayKeyNotTakenBySingleJob(t *testing.T) {
+	f := NewFSM()
+	arr := array("arr", "x")
+	arr.GetSubmitArray().Template.IdempotencyKey = "k"
+	arr.GetSubmitArray().Template.PayloadHash = hash("p")
+	single := submitWith("j", func(r *raftpb.JobRecord) { r.IdempotencyKey = "k"; r.PayloadHash = hash("p") })
+	r := applyAll(t, f, arr, single)
+	if r[1].Err == nil {
+		t.Fatal("a single job reused an array's idempotency key")
+	}
+	if _, ok := f.State().Job("j"); ok {
+		t.Fatal("the conflicting job was accepted")
+	}
+}
