@@ -177,42 +177,6 @@ func moduleNotFound(hash string) error {
 		"send the module bytes (the CLI does this by itself)")
 }
 
-<<<<<<< HEAD
-// commitSubmit commits a validated, stored submission.
-func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequest, hash string) (*connect.Response[palyrav1.SubmitJobResponse], error) {
-	if len(m.Inputs) > 0 {
-		return js.commitArray(ctx, m, hash)
-	}
-	s := js.s
-	kind := "wasm"
-	if len(m.BrowserScript) > 0 {
-		kind = "browser"
-	}
-	rec := s.jobRecord(ctx, m, hash)
-	in, err := s.storeInputs(ctx, [][]byte{m.Input})
-	if err != nil {
-		return nil, err
-	}
-	rec.Input, rec.InputSha256, rec.InputSize = in[0].Input, in[0].InputSha256, in[0].InputSize
-	cmd := &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: rec}}}
-	job, err := s.control.Apply(ctx, cmd)
-	// A submission whose outcome is unknown (leader lost mid-commit, reply
-	// lost) is safe to send again: the FSM answers a resubmitted id with
-	// the job it already holds. The caller hears "accepted" only once it
-	// is known to be committed.
-	for retry := 0; retry < 3 && errors.Is(err, consensus.ErrUnknownOutcome); retry++ {
-		job, err = s.control.Apply(ctx, cmd)
-	}
-	if err != nil {
-		return nil, fromErr(err)
-	}
-	replayed := job.ID != rec.Id
-	s.log.Debug("job accepted", "job", job.ID, "kind", kind, "module", short(hash), "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
-	return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job), Replayed: replayed}), nil
-}
-
-=======
->>>>>>> api-arrays
 // jobRecord builds the log record of a validated submission (for an
 // array: the template its tasks share), input left out.
 func (s *Server) jobRecord(ctx context.Context, m *palyrav1.SubmitJobRequest, hash string) *raftpb.JobRecord {
@@ -277,7 +241,7 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 		return nil, fromErr(err)
 	}
 	replayed := job.ID != rec.Id
-	s.log.Info("job accepted", "job", job.ID, "kind", kind, "module", short(hash), "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
+	s.log.Debug("job accepted", "job", job.ID, "kind", kind, "module", short(hash), "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
 	return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job), Replayed: replayed}), nil
 }
 
