@@ -26,6 +26,9 @@ var codeMap = map[string]connect.Code{
 	consensus.ErrInvalid.Code:      connect.CodeInvalidArgument,
 	consensus.ErrNoQuorum.Code:     connect.CodeUnavailable,
 	consensus.ErrNotLeader.Code:    connect.CodeUnavailable,
+	// Unknown outcome (leadership lost mid-commit, a forwarded write with
+	// no reply): retryable with the same idempotency key.
+	consensus.ErrUnknownOutcome.Code: connect.CodeUnavailable,
 }
 
 // fromErr maps internal errors onto API errors.
