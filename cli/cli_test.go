@@ -23,12 +23,17 @@ type cluster struct {
 	dir  string
 }
 
+// sharedWasmCache is the compilation cache of every node these tests
+// start: a Go guest compiles once per machine, not once per test (a cold
+// compile takes ~15 s under -race).
+var sharedWasmCache = filepath.Join(os.TempDir(), "palyra-cli-test-compile-cache")
+
 func startNode(t *testing.T) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	n, err := node.Start(context.Background(), node.Config{
 		DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 2, BrowserSlots: -1,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WasmCacheDir: sharedWasmCache,
 	})
 	if err != nil {
 		t.Fatal(err)
