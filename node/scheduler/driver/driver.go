@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -73,10 +74,11 @@ type Config struct {
 // Limits on one round's work, so a round stays small and quick however
 // deep the queue is.
 const (
-	maxScanExtra      = 256  // queued jobs examined beyond the free slots
-	maxReasonUpdates  = 256  // pending-reason changes per round
-	maxRoundRequeues  = 4096 // requeues per round
-	maxRoundExpiries  = 4096 // expiries per round
+	maxScanExtra      = 256     // unplaceable queued jobs sent to the planner for their pending reason
+	maxExamine        = 1 << 16 // queued jobs looked at per round, at most
+	maxReasonUpdates  = 256     // pending-reason changes per round
+	maxRoundRequeues  = 4096    // requeues per round
+	maxRoundExpiries  = 4096    // expiries per round
 	pruneBatch        = 10_000
 	pruneEvery        = time.Second
 	defaultTick       = 500 * time.Millisecond
@@ -257,22 +259,53 @@ func (d *Driver) Round(ctx context.Context) {
 		}
 		nodes = append(nodes, scheduler.Node{ID: w.ID, Eligible: eligible, Slots: slots, Running: busy, Labels: w.Labels})
 	}
+	// The queue is read from its head. A job whose shape (kind and
+	// constraints) has no free capacity cannot be placed this round: it
+	// does not use up the scan (or an old, unplaceable job at the head
+	// would starve every job behind it); a few of them still go to the
+	// planner so their pending reason is kept current. The walk stops once
+	// the free capacity is spoken for, or at maxExamine jobs.
 	var jobs []scheduler.Job
 	reasons := map[string]string{}
-	scan := free + maxScanExtra
-	st.Queued(func(j consensus.Job) bool {
-		if j.NotBeforeMS > nowMS || inflight[j.ID] {
-			return true // retry backoff, or placed by a round still committing
+	shapeFree := map[string]int{}
+	freeFor := func(kind string, cons map[string]string) (string, int) {
+		key := kind + "\x00" + shapeKey(cons)
+		if v, ok := shapeFree[key]; ok {
+			return key, v
 		}
-		reasons[j.ID] = j.PendingReason
+		n := 0
+		for _, nd := range nodes {
+			if nd.Eligible && labelsMatch(nd.Labels, cons) {
+				n += max(nd.Slots[kind]-nd.Running[kind], 0)
+			}
+		}
+		shapeFree[key] = n
+		return key, n
+	}
+	placeable, waiting, examined := 0, 0, 0
+	st.Queued(func(j consensus.Job) bool {
+		examined++
+		if j.NotBeforeMS > nowMS || inflight[j.ID] {
+			return examined < maxExamine // retry backoff, or placed by a round still committing
+		}
 		kind := j.Kind
 		if j.ArrayID != "" && d.cfg.ArrayPrefetch[kind] > 0 {
 			kind += consensus.PrefetchSuffix
 		}
+		key, f := freeFor(kind, j.Constraints)
+		switch {
+		case f > 0:
+			shapeFree[key] = f - 1
+			placeable++
+		case waiting < maxScanExtra:
+			waiting++
+		default:
+			return examined < maxExamine
+		}
+		reasons[j.ID] = j.PendingReason
 		jobs = append(jobs, scheduler.Job{ID: j.ID, Kind: kind, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
 			Priority: int(j.Priority), Constraints: j.Constraints})
-		scan--
-		return scan > 0
+		return examined < maxExamine && (placeable < free || waiting < maxScanExtra)
 	})
 	plan, unplaced := scheduler.Plan(nodes, jobs)
 	for _, p := range plan {
@@ -345,4 +378,34 @@ func (d *Driver) prune(ctx context.Context, now time.Time) {
 	if err := d.cfg.Apply(ctx, cmd); err != nil {
 		d.log.Warn("pruning not committed", "err", err)
 	}
+}
+
+// shapeKey is a canonical form of a job's constraints.
+func shapeKey(c map[string]string) string {
+	if len(c) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(c[k])
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// labelsMatch reports whether labels satisfy every constraint.
+func labelsMatch(labels, constraints map[string]string) bool {
+	for k, v := range constraints {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,77 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// fakeState is an in-memory State for the driver (the FSM's indexes are
+// tested in consensus; here only what the driver reads matters).
+type fakeState struct {
+	queued []consensus.Job
+}
+
+func (f *fakeState) Watch(string) <-chan struct{} { return make(chan struct{}) }
+func (f *fakeState) Queued(fn func(consensus.Job) bool) {
+	for _, j := range f.queued {
+		if !fn(j) {
+			return
+		}
+	}
+}
+func (f *fakeState) RunningCounts() map[string]map[string]int { return map[string]map[string]int{} }
+func (f *fakeState) RunningOn(string) []consensus.Job         { return nil }
+func (f *fakeState) RunningNodes() []string                   { return nil }
+func (f *fakeState) DeadlinesBefore(int64, int) []consensus.Job {
+	return nil
+}
+func (f *fakeState) Member(kind, id string) (consensus.Member, bool) {
+	return consensus.Member{Kind: kind, ID: id}, true
+}
+func (f *fakeState) OldestEnded() (int64, bool) { return 0, false }
+func (f *fakeState) Retention() int64           { return consensus.DefaultRetentionMS }
+
+// Jobs that cannot be placed (no node matches their constraint) at the
+// head of the queue do not starve the placeable ones behind them, however
+// many there are; the unplaceable ones still get a pending reason.
+func TestUnplaceableHeadDoesNotStarveTheQueue(t *testing.T) {
+	st := &fakeState{}
+	for i := range 5000 {
+		st.queued = append(st.queued, consensus.Job{ID: fmt.Sprint("stuck-", i), Kind: "wasm", CommitIndex: uint64(i + 1),
+			Constraints: map[string]string{"zone": "nowhere"}})
+	}
+	st.queued = append(st.queued, consensus.Job{ID: "free", Kind: "wasm", CommitIndex: 9999})
+	var mu sync.Mutex
+	var rounds []*raftpb.SchedulerRound
+	d := New(Config{
+		State: st,
+		Apply: func(_ context.Context, c *raftpb.Command) error {
+			mu.Lock()
+			defer mu.Unlock()
+			rounds = append(rounds, c.GetSchedulerRound())
+			return nil
+		},
+		Workers: func() []Worker {
+			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 2}}}
+		},
+		Now: func() time.Time { return time.UnixMilli(1_000_000) },
+	})
+	d.Round(context.Background())
+	d.Wait()
+	if len(rounds) != 1 {
+		t.Fatalf("%d rounds committed, want 1", len(rounds))
+	}
+	r := rounds[0]
+	if len(r.Placements) != 1 || r.Placements[0].Id != "free" || r.Placements[0].NodeId != "n1" {
+		t.Fatalf("placements %v: want the one placeable job on n1", r.Placements)
+	}
+	if len(r.Pending) == 0 || len(r.Pending) > maxReasonUpdates {
+		t.Fatalf("%d pending reasons; want some, at most %d", len(r.Pending), maxReasonUpdates)
+	}
+}
