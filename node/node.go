@@ -293,7 +293,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential) {
 	info := api.Info{NodeID: n.state.NodeID, Address: addr, ClusterName: n.state.ClusterName,
 		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now()}
-	opts := api.Options{Control: n.cluster, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
+	opts := api.Options{Control: apiControl{n.cluster}, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Leave: n.leave,
 		Peers: n.peerAddrs, Forward: n.forwardAPI, Seal: n.sealSecret, DataKey: n.dataKey}
 	if n.ca != nil {
@@ -517,3 +517,8 @@ func (n *Node) resetKey() *quic.StatelessResetKey {
 	copy(k[:], h.Sum(nil))
 	return &k
 }
+
+// apiControl gives the API the cluster with a narrow view of the state.
+type apiControl struct{ *cluster.Cluster }
+
+func (c apiControl) State() api.State { return c.Cluster.State() }

@@ -56,7 +56,7 @@ const (
 
 // Control is the control-plane surface the API needs.
 type Control interface {
-	State() *consensus.State
+	State() State
 	Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error)
 	// VerifyRead makes the local replica linearizable for a read that follows.
 	VerifyRead(ctx context.Context) error

@@ -17,13 +17,13 @@ import (
 // every node when it changes.
 type Authorizer struct {
 	engine  *policy.Engine
-	state   *consensus.State
+	state   AuthzState
 	version uint64
 	log     *slog.Logger
 }
 
 // NewAuthorizer starts from the stored policy, else the default.
-func NewAuthorizer(state *consensus.State, log *slog.Logger) (*Authorizer, error) {
+func NewAuthorizer(state AuthzState, log *slog.Logger) (*Authorizer, error) {
 	def, err := policy.Parse(policy.DefaultPolicy())
 	if err != nil {
 		return nil, fmt.Errorf("default policy does not parse: %w", err)

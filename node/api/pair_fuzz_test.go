@@ -30,7 +30,7 @@ type fakeControl struct {
 	idx uint64
 }
 
-func (f *fakeControl) State() *consensus.State { return f.fsm.State() }
+func (f *fakeControl) State() State { return f.fsm.State() }
 func (f *fakeControl) Apply(_ context.Context, cmd *raftpb.Command) (consensus.Job, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -1,0 +1,40 @@
+package api
+
+import "github.com/palyra-mesh/palyra/consensus"
+
+// State is what the API reads of the local replica. Every method is
+// served from an index or a small plane of the FSM: no request walks the
+// jobs ever submitted. *consensus.State implements it.
+type State interface {
+	AuthzState
+
+	// Jobs and arrays.
+	Job(id string) (consensus.Job, bool)
+	Jobs(f consensus.JobFilter) []consensus.Job
+	Array(id string) (consensus.Array, bool)
+	Count(p consensus.Phase) uint64
+	CountByPhase() map[consensus.Phase]uint64
+	Retention() int64
+	PrunedBefore() int64
+	AppliedIndex() uint64
+
+	// Identity plane.
+	Pairings() []consensus.Pairing
+	Members(kind string) []consensus.Member
+	IsRevoked(kind, id string) bool
+	IsSerialRevoked(serial string) bool
+
+	// Secrets (sealed).
+	Secret(name string) (consensus.Secret, bool)
+	Secrets() []consensus.Secret
+}
+
+// AuthzState is what the authorizer reads: the stored policy, members,
+// and a wake-up when the policy changes.
+type AuthzState interface {
+	Watch(topic string) <-chan struct{}
+	Policy() consensus.Policy
+	Member(kind, id string) (consensus.Member, bool)
+}
+
+var _ State = (*consensus.State)(nil)
