@@ -101,9 +101,9 @@ func retentionCommand() *ucli.Command {
 				}
 				ms := resp.Msg.RetentionMs
 				if c.Bool("json") {
-					return writeJSON(c.App.Writer, map[string]any{"retention_ms": ms, "retention": days(ms)})
+					return writeJSON(c.App.Writer, map[string]any{"retention_ms": ms, "retention": palyrav1.FormatRetention(ms)})
 				}
-				fmt.Fprintf(c.App.Writer, "ended jobs are now kept for %s\n", days(ms))
+				fmt.Fprintf(c.App.Writer, "ended jobs are now kept for %s\n", palyrav1.FormatRetention(ms))
 				return nil
 			}
 			resp, err := cl.Node.Status(c.Context, connect.NewRequest(&palyrav1.StatusRequest{}))
@@ -112,10 +112,10 @@ func retentionCommand() *ucli.Command {
 			}
 			s := resp.Msg
 			if c.Bool("json") {
-				return writeJSON(c.App.Writer, map[string]any{"retention_ms": s.RetentionMs, "retention": days(s.RetentionMs),
+				return writeJSON(c.App.Writer, map[string]any{"retention_ms": s.RetentionMs, "retention": palyrav1.FormatRetention(s.RetentionMs),
 					"pruned_before": msTime(s.PrunedBeforeMs)})
 			}
-			fmt.Fprintf(c.App.Writer, "ended jobs are kept for %s%s\n", days(s.RetentionMs), prunedNote(s.PrunedBeforeMs))
+			fmt.Fprintf(c.App.Writer, "ended jobs are kept for %s%s\n", palyrav1.FormatRetention(s.RetentionMs), prunedNote(s.PrunedBeforeMs))
 			return nil
 		},
 	}
@@ -149,26 +149,4 @@ func parseDays(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q is not a duration; use e.g. 90m, 12h, 7d", s)
 	}
 	return d + rest, nil
-}
-
-// days writes ms as people say retention: "7d", "3d12h", "36h", "1h30m".
-func days(ms int64) string {
-	d := time.Duration(ms) * time.Millisecond
-	if d <= 0 || d%time.Second != 0 {
-		return d.String()
-	}
-	out := ""
-	for _, u := range []struct {
-		d    time.Duration
-		name string
-	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
-		if u.name == "d" && d < 48*time.Hour {
-			continue // "24h", "36h" read better than "1d", "1d12h"
-		}
-		if n := d / u.d; n > 0 {
-			out += strconv.FormatInt(int64(n), 10) + u.name
-			d -= n * u.d
-		}
-	}
-	return out
 }

@@ -52,7 +52,7 @@ func statusCommand() *ucli.Command {
 				fmt.Fprintf(tw, "%s %d", p.WireName(), s.JobsByPhase[p.WireName()])
 			}
 			fmt.Fprintln(tw)
-			fmt.Fprintf(tw, "retention\tended jobs kept %s%s\n", days(s.RetentionMs), prunedNote(s.PrunedBeforeMs))
+			fmt.Fprintf(tw, "retention\tended jobs kept %s%s\n", palyrav1.FormatRetention(s.RetentionMs), prunedNote(s.PrunedBeforeMs))
 			return tw.Flush()
 		},
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/identity"
-	"github.com/palyra-mesh/palyra/identity/pairing"
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/node/cluster"
@@ -35,23 +34,7 @@ func operator(t *testing.T, first *node.Node, addr string) *client.Client {
 // join pairs a new node through peer with a fresh node code and starts it.
 func join(t *testing.T, op *client.Client, peer string, dataDir string) *node.Node {
 	t.Helper()
-	ctx := context.Background()
-	resp, err := op.Identity.CreatePairing(ctx, connect.NewRequest(&palyrav1.CreatePairingRequest{Kind: "node"}))
-	if err != nil {
-		t.Fatal(op.Explain(err))
-	}
-	code, err := pairing.Parse(resp.Msg.Code)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cred, pr, err := client.Pair(ctx, peer, code, client.PairOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := node.PrepareJoin(dataDir, cred, pr.ClusterName, append([]string{peer}, pr.Peers...), pr.DataKey); err != nil {
-		t.Fatal(err)
-	}
-	return start(t, node.Config{DataDir: dataDir})
+	return joinWith(t, op, peer, node.Config{DataDir: dataDir})
 }
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {

@@ -34,25 +34,11 @@ var unplaceable = map[string]string{"bench-no-such-label": "1"}
 // SIGKILL (restarting the killed node on its data dir after each), then
 // commit latency beside the fsync floor.
 func runCluster(ctx context.Context, bin string, trials, commits int) error {
-	if _, err := os.Stat(bin); err != nil {
-		return fmt.Errorf("%w (run 'make build' first)", err)
-	}
-	root, err := os.MkdirTemp("", "palyra-bench-cluster-")
+	c, done, err := formCluster(ctx, bin, "palyra-bench-cluster-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(root)
-	c := &procCluster{bin: bin, root: root}
-	defer c.close()
-
-	if err := c.startFirst(ctx); err != nil {
-		return err
-	}
-	for range 2 {
-		if _, err := c.join(ctx); err != nil {
-			return err
-		}
-	}
+	defer done()
 	fmt.Printf("cluster: 3 palyra processes on 127.0.0.1, production timers (gossip probe 500ms, raft heartbeat 1s), fsync on\n\n")
 
 	var failover, detect, rejoin []time.Duration

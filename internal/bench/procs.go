@@ -286,3 +286,32 @@ func (c *procCluster) healthy(ctx context.Context, want int, d time.Duration) (*
 	}
 	return nil, fmt.Errorf("cluster not healthy within %s: %s", d, why)
 }
+
+// formCluster starts three palyra processes in a fresh temp dir, the
+// first creating the cluster and the others joining by pairing; done
+// kills them and removes the dir.
+func formCluster(ctx context.Context, bin, prefix string) (c *procCluster, done func(), err error) {
+	if _, err := os.Stat(bin); err != nil {
+		return nil, nil, fmt.Errorf("%w (run 'make build' first)", err)
+	}
+	root, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	c = &procCluster{bin: bin, root: root}
+	done = func() { c.close(); os.RemoveAll(root) }
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
+	if err = c.startFirst(ctx); err != nil {
+		return nil, nil, err
+	}
+	for range 2 {
+		if _, err = c.join(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	return c, done, nil
+}

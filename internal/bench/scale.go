@@ -165,21 +165,12 @@ func catModule(dir string) ([]byte, error) {
 // cluster: closed loops at 16 and 64 submitters against etcd's puts/s,
 // latency at a tenth of the maximum.
 func runScale(ctx context.Context, bin string, loop time.Duration) error {
-	root, err := os.MkdirTemp("", "palyra-bench-scale-")
+	c, done, err := formCluster(ctx, bin, "palyra-bench-scale-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(root)
-	c := &procCluster{bin: bin, root: root}
-	defer c.close()
-	if err := c.startFirst(ctx); err != nil {
-		return err
-	}
-	for range 2 {
-		if _, err := c.join(ctx); err != nil {
-			return err
-		}
-	}
+	defer done()
+	root := c.root
 	if _, err := c.healthy(ctx, 3, 2*time.Minute); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/node/blob"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
@@ -119,6 +120,6 @@ func (s *Server) notFound(id string) error {
 	}
 	return apiError(connect.CodeNotFound, "not_found",
 		fmt.Sprintf("no job with id %q; jobs that ended before %s were pruned (retention %s), so it may have been one of them",
-			id, rfc3339(pb), humanDuration(st.Retention())),
+			id, rfc3339(pb), palyrav1.FormatRetention(st.Retention())),
 		"list current jobs with 'palyra job list'; keep ended jobs longer with 'palyra job retention DURATION'")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -77,9 +76,9 @@ func (js jobService) SetRetention(ctx context.Context, req *connect.Request[paly
 	ms := req.Msg.RetentionMs
 	d := time.Duration(ms) * time.Millisecond
 	if ms != 0 && (ms < 0 || d < MinRetention || d > MaxRetention) {
-		return nil, invalid(fmt.Sprintf("retention %s is out of range", humanDuration(ms)),
+		return nil, invalid(fmt.Sprintf("retention %s is out of range", palyrav1.FormatRetention(ms)),
 			fmt.Sprintf("use between %s and %s, e.g. 7d (0 restores the default, %s)",
-				humanDuration(MinRetention.Milliseconds()), humanDuration(MaxRetention.Milliseconds()), humanDuration(consensus.DefaultRetentionMS)))
+				palyrav1.FormatRetention(MinRetention.Milliseconds()), palyrav1.FormatRetention(MaxRetention.Milliseconds()), palyrav1.FormatRetention(consensus.DefaultRetentionMS)))
 	}
 	caller, _ := PrincipalFrom(ctx)
 	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SetRetention{SetRetention: &raftpb.SetRetention{
@@ -89,31 +88,8 @@ func (js jobService) SetRetention(ctx context.Context, req *connect.Request[paly
 	if ms == 0 {
 		ms = consensus.DefaultRetentionMS
 	}
-	s.log.Info("retention set", "retention", humanDuration(ms), "by", caller.String())
+	s.log.Info("retention set", "retention", palyrav1.FormatRetention(ms), "by", caller.String())
 	return connect.NewResponse(&palyrav1.SetRetentionResponse{RetentionMs: ms}), nil
 }
 
 func rfc3339(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
-
-// humanDuration writes ms the way people say retention: "7d", "3d12h",
-// "36h", "90m" as "1h30m", "45s".
-func humanDuration(ms int64) string {
-	d := time.Duration(ms) * time.Millisecond
-	if d <= 0 || d%time.Second != 0 {
-		return d.String()
-	}
-	out := ""
-	for _, u := range []struct {
-		d    time.Duration
-		name string
-	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
-		if u.name == "d" && d < 48*time.Hour {
-			continue // "24h", "36h" read better than "1d", "1d12h"
-		}
-		if n := d / u.d; n > 0 {
-			out += strconv.FormatInt(int64(n), 10) + u.name
-			d -= n * u.d
-		}
-	}
-	return out
-}

@@ -45,7 +45,7 @@ func TestPlanProperties(t *testing.T) {
 				t.Fatalf("round %d: %s placed twice", round, p.JobID)
 			}
 			placedJob[p.JobID] = true
-			if !n.Eligible || !matches(n.Labels, j.Constraints) || n.Slots[j.Kind] == 0 {
+			if !n.Eligible || !Matches(n.Labels, j.Constraints) || n.Slots[j.Kind] == 0 {
 				t.Fatalf("round %d: %s on ineligible or non-matching %s", round, j.ID, n.ID)
 			}
 			if used[n.ID] == nil {
@@ -63,7 +63,7 @@ func TestPlanProperties(t *testing.T) {
 			j := jobByID[u.JobID]
 			for i := range nodes {
 				n := &nodes[i]
-				if n.Eligible && n.Slots[j.Kind] > 0 && matches(n.Labels, j.Constraints) && n.free(j.Kind)-used[n.ID][j.Kind] > 0 {
+				if n.Eligible && n.Slots[j.Kind] > 0 && Matches(n.Labels, j.Constraints) && n.free(j.Kind)-used[n.ID][j.Kind] > 0 {
 					t.Fatalf("round %d: %s unplaced (%s) while %s has a free %s slot", round, j.ID, u.Reason, n.ID, j.Kind)
 				}
 			}

@@ -109,7 +109,7 @@ func (p *planner) group(kind string, constraints map[string]string) *group {
 	g := &group{buckets: map[int][]int{}}
 	for i := range p.nodes {
 		n := &p.nodes[i]
-		if !n.Eligible || n.Slots[kind] == 0 || !matches(n.Labels, constraints) {
+		if !n.Eligible || n.Slots[kind] == 0 || !Matches(n.Labels, constraints) {
 			continue
 		}
 		g.matching++
@@ -177,7 +177,8 @@ func affinity(job, node string) uint64 {
 	return h
 }
 
-func matches(labels, constraints map[string]string) bool {
+// Matches reports whether node labels satisfy every constraint.
+func Matches(labels, constraints map[string]string) bool {
 	for k, v := range constraints {
 		if labels[k] != v {
 			return false

@@ -176,6 +176,19 @@ func (d *Driver) Round(ctx context.Context) {
 
 	workers := d.cfg.Workers()
 	alive := make(map[string]bool, len(workers))
+	known := make(map[string]bool, len(workers))
+	for _, w := range workers {
+		known[w.ID] = true
+	}
+	runningNodes := st.RunningNodes()
+	for _, n := range runningNodes {
+		known[n] = true
+	}
+	for id := range d.deadSince { // forget nodes that are gone and hold no work
+		if !known[id] {
+			delete(d.deadSince, id)
+		}
+	}
 	for _, w := range workers {
 		if w.Alive {
 			alive[w.ID] = true
@@ -186,7 +199,7 @@ func (d *Driver) Round(ctx context.Context) {
 	}
 
 	// Work on dead workers, and on drained ones past their deadline.
-	for _, node := range st.RunningNodes() {
+	for _, node := range runningNodes {
 		if len(round.Requeues) >= maxRoundRequeues {
 			break
 		}
@@ -275,7 +288,7 @@ func (d *Driver) Round(ctx context.Context) {
 		}
 		n := 0
 		for _, nd := range nodes {
-			if nd.Eligible && labelsMatch(nd.Labels, cons) {
+			if nd.Eligible && scheduler.Matches(nd.Labels, cons) {
 				n += max(nd.Slots[kind]-nd.Running[kind], 0)
 			}
 		}
@@ -398,14 +411,4 @@ func shapeKey(c map[string]string) string {
 		b.WriteByte(0)
 	}
 	return b.String()
-}
-
-// labelsMatch reports whether labels satisfy every constraint.
-func labelsMatch(labels, constraints map[string]string) bool {
-	for k, v := range constraints {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
 }
