@@ -213,6 +213,11 @@ func jobSubmit(c *ucli.Context) error {
 		DeadlineMs: c.Duration("deadline").Milliseconds(), IdempotencyKey: c.String("idempotency-key"),
 		Inputs: inputs,
 	}
+	// One call submits and waits; a keyed submission keeps Submit's
+	// resends and its "replayed" notice.
+	if c.Bool("wait") && len(script) == 0 && len(inputs) == 0 && req.IdempotencyKey == "" {
+		return runAndWait(c, cl, req)
+	}
 	var resp *palyrav1.SubmitJobResponse
 	if len(script) > 0 {
 		var r *connect.Response[palyrav1.SubmitJobResponse]
@@ -256,6 +261,32 @@ func jobSubmit(c *ucli.Context) error {
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}
+	return printEnded(c, job)
+}
+
+// runAndWait submits one wasm job and follows it to its end in one call.
+func runAndWait(c *ucli.Context, cl *client.Client, req *palyrav1.SubmitJobRequest) error {
+	tty := isTerminal(c.App.ErrWriter)
+	var last *palyrav1.Job
+	job, err := cl.Run(c.Context, req, func(j *palyrav1.Job) {
+		if tty && (last == nil || last.Phase != j.Phase || last.Attempt != j.Attempt) {
+			if last == nil {
+				fmt.Fprintf(c.App.ErrWriter, "job %s accepted; waiting…\n", j.Id)
+			} else {
+				fmt.Fprintf(c.App.ErrWriter, "job %s %s (attempt %d)\n", j.Id, j.Phase.WireName(), j.Attempt)
+			}
+		}
+		last = j
+	})
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	return printEnded(c, job)
+}
+
+// printEnded prints an ended job's output (or --json) and fails unless it
+// completed.
+func printEnded(c *ucli.Context, job *palyrav1.Job) error {
 	if c.Bool("json") {
 		if err := writeJSON(c.App.Writer, toJobJSON(job)); err != nil {
 			return err

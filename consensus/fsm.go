@@ -45,6 +45,11 @@ func (f *FSM) Apply(l *raft.Log) any {
 	s := f.state
 	s.mu.Lock()
 	res := s.apply(l.Index, &cmd)
+	if r := cmd.GetRound(); r != nil {
+		// Placements the leader attached to the command: after it, so a
+		// submitted job exists and a batch's results have freed their slots.
+		s.applyRound(r)
+	}
 	switch cmd.Cmd.(type) {
 	case *raftpb.Command_AddMember, *raftpb.Command_RevokeMember, *raftpb.Command_ConsumePairing, *raftpb.Command_SetNodeSchedulable,
 		*raftpb.Command_RevokeCert:

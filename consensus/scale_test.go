@@ -370,3 +370,32 @@ func TestArrayKeyNotTakenBySingleJob(t *testing.T) {
 		t.Fatal("the conflicting job was accepted")
 	}
 }
+
+// A round the leader attached to a command applies after it, in the same
+// entry: a submitted job is running once its submit commits, and a batch
+// of results hands the slots it frees on to queued jobs.
+func TestAttachedRoundAppliesAfterItsCommand(t *testing.T) {
+	f := NewFSM()
+	applyAll(t, f, addNode("n1"))
+	withRound := func(c *raftpb.Command, r *raftpb.Command) *raftpb.Command {
+		c.Round = r.GetSchedulerRound()
+		return c
+	}
+	applyAll(t, f, withRound(submit("a"), round(1, map[string]uint32{"n1": 1}, place("a", 1, "n1"))))
+	st := f.State()
+	if a, _ := st.Job("a"); a.Phase != PhaseRunning || a.NodeID != "n1" || a.Attempt != 1 {
+		t.Fatalf("a after its submit with a placement attached: %+v", a)
+	}
+	// n1 is full: b's attached placement is refused and b stays queued.
+	applyAll(t, f, withRound(submit("b"), round(2, map[string]uint32{"n1": 1}, place("b", 1, "n1"))))
+	if b, _ := st.Job("b"); b.Phase != PhaseQueued {
+		t.Fatalf("b placed beyond n1's one slot: %+v", b)
+	}
+	// a's result frees the slot before the attached round places b on it.
+	applyAll(t, f, withRound(batch(finishAt("a", 1, "n1", 3)), round(3, map[string]uint32{"n1": 1}, place("b", 1, "n1"))))
+	a, _ := st.Job("a")
+	b, _ := st.Job("b")
+	if a.Phase != PhaseCompleted || b.Phase != PhaseRunning || b.NodeID != "n1" {
+		t.Fatalf("after a's result with b's placement attached: a %s, b %s on %q", a.Phase, b.Phase, b.NodeID)
+	}
+}

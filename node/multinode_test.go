@@ -3,12 +3,14 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/node"
@@ -131,6 +133,30 @@ func TestThreeNodesFailover(t *testing.T) {
 			}
 		}
 	}
+	// RunJob submits and follows in one call, through leader and
+	// followers alike (a follower waits for its replica, no quorum read);
+	// a large output arrives whole in the last message.
+	for i, n := range nodes {
+		cl := operator(t, first, n.Addr())
+		in := fmt.Sprintf("run-%d-%s", i, strings.Repeat("x", consensus.InlineLimit*i))
+		var seen []*palyrav1.Job
+		j, err := cl.Run(context.Background(), &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "reverse"), Input: []byte(in)},
+			func(j *palyrav1.Job) { seen = append(seen, j) })
+		if err != nil {
+			t.Fatalf("Run through %s: %v", n.ID(), cl.Explain(err))
+		}
+		if j.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED || string(j.Stdout) != reverse(in) {
+			t.Fatalf("Run through %s: %s, output %d bytes, want %d", n.ID(), j.Phase.WireName(), len(j.Stdout), len(in))
+		}
+		if len(seen) == 0 || seen[0].Id != j.Id || seen[0].SubmittedAtMs == 0 || seen[len(seen)-1] != j {
+			t.Fatalf("Run through %s: updates %v; want the accepted job first and the ended one last", n.ID(), seen)
+		}
+	}
+	arr := &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "reverse"), Inputs: [][]byte{[]byte("a")}}
+	if _, err := op1.Run(context.Background(), arr, nil); op1.Explain(err).Code != "invalid_argument" {
+		t.Fatalf("Run with an array: %v; want invalid_argument", op1.Explain(err))
+	}
+
 	if len(ran) < 2 {
 		t.Errorf("12 jobs all ran on %v; want them spread over the workers", ran)
 	}

@@ -47,6 +47,8 @@ func (n *Node) runScheduler(ctx context.Context) {
 		Prefetch:      map[string]int{"wasm": orDefault(n.cfg.Prefetch, defaultPrefetch)},
 		ArrayPrefetch: map[string]int{"wasm": orDefault(n.cfg.ArrayPrefetch, defaultArrayPrefetch)},
 	})
+	n.cluster.SetPiggyback(d.Piggyback)
+	defer n.cluster.SetPiggyback(nil)
 	d.Run(ctx)
 }
 

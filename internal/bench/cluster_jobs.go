@@ -13,14 +13,18 @@ import (
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
-// runToCompletion submits one job through cl and waits for its end.
+// runToCompletion submits one job through cl and waits for its end (one
+// RunJob call: what 'job submit --wait' does).
 func runToCompletion(ctx context.Context, cl *client.Client, mod []byte, input string) (time.Duration, *palyrav1.Job, error) {
 	t0 := time.Now()
-	resp, err := cl.Submit(ctx, &palyrav1.SubmitJobRequest{WasmModule: mod, Input: []byte(input)})
+	j, err := cl.Run(ctx, &palyrav1.SubmitJobRequest{WasmModule: mod, Input: []byte(input)}, nil)
 	if err != nil {
 		return 0, nil, cl.Explain(err)
 	}
-	return watchToEnd(ctx, cl, resp.Job.Id, t0)
+	if j.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+		return 0, j, fmt.Errorf("job %s %s: %v", j.Id, j.Phase.WireName(), j.Error)
+	}
+	return time.Since(t0), j, nil
 }
 
 // watchToEnd watches job id until it ends; the duration is from t0.

@@ -178,6 +178,32 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 		j.completed = f.Ok
 		j.output, j.outHash = f.Stdout, f.StdoutSha256
 	}
+	round := func(rd *raftpb.SchedulerRound) {
+		for _, id := range rd.Expire {
+			end(id)
+		}
+		for _, q := range rd.Requeues {
+			requeue(q)
+		}
+		slots := map[[2]string]uint32{}
+		for _, ns := range rd.Slots {
+			slots[[2]string{ns.NodeId, ns.Kind}] = ns.Slots
+		}
+		for _, a := range rd.Placements {
+			j, n := jobs[a.Id], node(a.NodeId)
+			if j == nil || n.revoked || n.ineligible || n.draining {
+				continue
+			}
+			limit := slots[[2]string{a.NodeId, j.kind}]
+			if l, ok := slots[[2]string{a.NodeId, j.kind + consensus.PrefetchSuffix}]; ok && j.task {
+				limit = l
+			}
+			if busy[[2]string{a.NodeId, j.kind}] >= limit {
+				continue
+			}
+			assign(a)
+		}
+	}
 	for _, c := range log {
 		switch x := c.Cmd.(type) {
 		case *raftpb.Command_SubmitJob:
@@ -198,31 +224,7 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 				assign(a)
 			}
 		case *raftpb.Command_SchedulerRound:
-			rd := x.SchedulerRound
-			for _, id := range rd.Expire {
-				end(id)
-			}
-			for _, q := range rd.Requeues {
-				requeue(q)
-			}
-			slots := map[[2]string]uint32{}
-			for _, ns := range rd.Slots {
-				slots[[2]string{ns.NodeId, ns.Kind}] = ns.Slots
-			}
-			for _, a := range rd.Placements {
-				j, n := jobs[a.Id], node(a.NodeId)
-				if j == nil || n.revoked || n.ineligible || n.draining {
-					continue
-				}
-				limit := slots[[2]string{a.NodeId, j.kind}]
-				if l, ok := slots[[2]string{a.NodeId, j.kind + consensus.PrefetchSuffix}]; ok && j.task {
-					limit = l
-				}
-				if busy[[2]string{a.NodeId, j.kind}] >= limit {
-					continue
-				}
-				assign(a)
-			}
+			round(x.SchedulerRound)
 		case *raftpb.Command_RequeueJob:
 			requeue(x.RequeueJob)
 		case *raftpb.Command_FinishJob:
@@ -252,6 +254,9 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 		case *raftpb.Command_SetNodeSchedulable:
 			n := node(x.SetNodeSchedulable.Id)
 			n.ineligible, n.draining = !x.SetNodeSchedulable.Eligible, x.SetNodeSchedulable.Draining
+		}
+		if rd := c.GetRound(); rd != nil { // placements the leader attached: after the command
+			round(rd)
 		}
 	}
 	ids := make([]string, 0, len(jobs))

@@ -336,12 +336,54 @@ func (js jobService) WatchJob(ctx context.Context, req *connect.Request[palyrav1
 	if _, err := js.authorizedJob(ctx, policy.ActionJobWatch, req.Msg.Id); err != nil {
 		return err
 	}
-	var last *consensus.Job
+	return js.follow(ctx, req.Msg.Id, nil, stream)
+}
+
+// RunJob submits one job, then follows it as WatchJob does: one round trip
+// where a submit and a watch take two, and no quorum read to find the job
+// (this node proposed it; its replica applies it in a moment).
+func (js jobService) RunJob(ctx context.Context, req *connect.Request[palyrav1.SubmitJobRequest], stream *connect.ServerStream[palyrav1.WatchJobResponse]) error {
+	if len(req.Msg.Inputs) > 0 {
+		return invalid("RunJob runs one job; this request is a job array", "submit an array with SubmitJob and follow it with WatchJob ('palyra job submit --inputs … --wait' does)")
+	}
+	resp, err := js.SubmitJob(ctx, req)
+	if err != nil {
+		return err
+	}
+	id := resp.Msg.Job.Id
+	if err := js.s.authz.Check(ctx, policy.ActionJobWatch, policy.JobResource(id, resp.Msg.Job.Submitter, resp.Msg.Job.Kind), nil); err != nil {
+		return err
+	}
+	if err := stream.Send(&palyrav1.WatchJobResponse{Job: resp.Msg.Job}); err != nil {
+		return err
+	}
+	st := js.s.control.State()
+	for { // committed: wait for this replica to apply it
+		changed := st.Watch(consensus.TopicJob(id))
+		if _, ok := st.Job(id); ok {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fromErr(errCanceled)
+		}
+	}
+	a := resp.Msg.Job
+	sent := consensus.Job{Phase: consensus.Phase(a.Phase), Attempt: a.Attempt, NodeID: a.NodeId, PendingReason: a.PendingReason}
+	return js.follow(ctx, id, &sent, stream)
+}
+
+// follow streams job id's changes until it ends (the last message carries
+// the whole result). last is what the caller has already been sent.
+func (js jobService) follow(ctx context.Context, id string, last *consensus.Job, stream *connect.ServerStream[palyrav1.WatchJobResponse]) error {
+	s := js.s
+	st := s.control.State()
 	for {
-		changed := st.Watch(consensus.TopicJob(req.Msg.Id))
-		j, ok := st.Job(req.Msg.Id)
+		changed := st.Watch(consensus.TopicJob(id))
+		j, ok := st.Job(id)
 		if !ok { // pruned while watched
-			return s.notFound(req.Msg.Id)
+			return s.notFound(id)
 		}
 		if last == nil || j.Phase != last.Phase || j.Attempt != last.Attempt || j.NodeID != last.NodeID || j.PendingReason != last.PendingReason {
 			last = &j

@@ -29,7 +29,7 @@ func (c *Cluster) Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job
 	var job consensus.Job
 	err := c.onLeader(ctx, false, func(ctx context.Context) error {
 		var err error
-		job, err = c.store.Apply(ctx, cmd)
+		job, err = c.applyLocal(ctx, cmd)
 		return err
 	}, req, func(resp *peerpb.Response) error {
 		fa := resp.GetForwardApply()
@@ -221,4 +221,41 @@ func (c *Cluster) setVerifyLeader(f func(context.Context) error) {
 		return
 	}
 	c.verifyHook.Store(&f)
+}
+
+// Piggyback plans a scheduling round to commit in the same entry as a
+// command the leader is about to propose (see driver.Piggyback); done is
+// called once the command committed or failed. It returns a nil round
+// when there is nothing to place.
+type Piggyback func(cmd *raftpb.Command) (round *raftpb.SchedulerRound, done func())
+
+// SetPiggyback installs (or, with nil, removes) the leader's piggyback
+// planner.
+func (c *Cluster) SetPiggyback(p Piggyback) {
+	if p == nil {
+		c.piggyback.Store(nil)
+		return
+	}
+	c.piggyback.Store(&p)
+}
+
+// applyLocal commits cmd through this node's store, which leads: the
+// command entered the cluster here or was forwarded here. A scheduling
+// round the piggyback planner attaches rides in the same entry (on a
+// shallow copy: cmd may be sent again, elsewhere, on a retry); a round
+// that came with cmd is dropped.
+func (c *Cluster) applyLocal(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error) {
+	var round *raftpb.SchedulerRound
+	if p := c.piggyback.Load(); p != nil {
+		var done func()
+		if round, done = (*p)(cmd); round != nil {
+			defer done()
+		}
+	}
+	if round != nil || cmd.Round != nil {
+		// Only this leader's planner attaches a round: one a forwarding
+		// node set is dropped.
+		cmd = &raftpb.Command{Cmd: cmd.Cmd, Round: round}
+	}
+	return c.store.Apply(ctx, cmd)
 }

@@ -55,6 +55,8 @@ type Cluster struct {
 	obs          *raft.Observer
 	// verifyHook replaces store.VerifyLeader when set (a test seam).
 	verifyHook atomic.Pointer[func(context.Context) error]
+	// piggyback plans placements to ride on commands this leader proposes.
+	piggyback atomic.Pointer[Piggyback]
 }
 
 type leaderInfo struct{ id, addr string }

@@ -109,7 +109,7 @@ func (c *Cluster) handleForwardApply(ctx context.Context, r *peerpb.ForwardApply
 	if !c.store.IsLeader() {
 		return c.notLeaderResp()
 	}
-	job, err := c.store.Apply(ctx, r.Command)
+	job, err := c.applyLocal(ctx, r.Command)
 	if err != nil {
 		if errors.Is(err, consensus.ErrNotLeader) {
 			return c.notLeaderResp()

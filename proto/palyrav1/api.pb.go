@@ -2968,14 +2968,15 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x13JOB_PHASE_COMPLETED\x10\x05\x12\x14\n" +
 	"\x10JOB_PHASE_FAILED\x10\x06\x12\x15\n" +
 	"\x11JOB_PHASE_ABORTED\x10\a\x12\x15\n" +
-	"\x11JOB_PHASE_EXPIRED\x10\b2\xce\x04\n" +
+	"\x11JOB_PHASE_EXPIRED\x10\b2\x94\x05\n" +
 	"\n" +
 	"JobService\x12F\n" +
 	"\tSubmitJob\x12\x1b.palyra.v1.SubmitJobRequest\x1a\x1c.palyra.v1.SubmitJobResponse\x12=\n" +
 	"\x06GetJob\x12\x18.palyra.v1.GetJobRequest\x1a\x19.palyra.v1.GetJobResponse\x12C\n" +
 	"\bListJobs\x12\x1a.palyra.v1.ListJobsRequest\x1a\x1b.palyra.v1.ListJobsResponse\x12F\n" +
 	"\tCancelJob\x12\x1b.palyra.v1.CancelJobRequest\x1a\x1c.palyra.v1.CancelJobResponse\x12E\n" +
-	"\bWatchJob\x12\x1a.palyra.v1.WatchJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x01\x12L\n" +
+	"\bWatchJob\x12\x1a.palyra.v1.WatchJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x01\x12D\n" +
+	"\x06RunJob\x12\x1b.palyra.v1.SubmitJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x01\x12L\n" +
 	"\vGetArtifact\x12\x1d.palyra.v1.GetArtifactRequest\x1a\x1e.palyra.v1.GetArtifactResponse\x12F\n" +
 	"\tPruneJobs\x12\x1b.palyra.v1.PruneJobsRequest\x1a\x1c.palyra.v1.PruneJobsResponse\x12O\n" +
 	"\fSetRetention\x12\x1e.palyra.v1.SetRetentionRequest\x1a\x1f.palyra.v1.SetRetentionResponse2\xa7\x02\n" +
@@ -3083,33 +3084,35 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	12, // 29: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
 	14, // 30: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
 	16, // 31: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	6,  // 32: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	18, // 33: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	20, // 34: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	23, // 35: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	26, // 36: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	30, // 37: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	28, // 38: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	33, // 39: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	35, // 40: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	37, // 41: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	9,  // 42: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11, // 43: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13, // 44: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15, // 45: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	17, // 46: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	7,  // 47: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	19, // 48: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	21, // 49: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	24, // 50: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	27, // 51: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	31, // 52: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	29, // 53: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	34, // 54: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	36, // 55: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	38, // 56: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	42, // [42:57] is the sub-list for method output_type
-	27, // [27:42] is the sub-list for method input_type
+	8,  // 32: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
+	6,  // 33: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	18, // 34: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	20, // 35: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	23, // 36: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	26, // 37: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	30, // 38: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	28, // 39: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	33, // 40: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	35, // 41: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	37, // 42: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	9,  // 43: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11, // 44: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13, // 45: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15, // 46: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	17, // 47: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	17, // 48: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,  // 49: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	19, // 50: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	21, // 51: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	24, // 52: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	27, // 53: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	31, // 54: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	29, // 55: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	34, // 56: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	36, // 57: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	38, // 58: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	43, // [43:59] is the sub-list for method output_type
+	27, // [27:43] is the sub-list for method input_type
 	27, // [27:27] is the sub-list for extension type_name
 	27, // [27:27] is the sub-list for extension extendee
 	0,  // [0:27] is the sub-list for field type_name

@@ -2590,7 +2590,12 @@ type Command struct {
 	//	*Command_SubmitArray
 	//	*Command_PruneJobs
 	//	*Command_SetRetention
-	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
+	Cmd isCommand_Cmd `protobuf_oneof:"cmd"`
+	// round is a scheduling round the leader attached to this command when
+	// it proposed it (a submit places its job in the same entry when a slot
+	// is free; a batch of results hands the freed slots on). It applies
+	// after cmd, each placement checked as in a SchedulerRound.
+	Round         *SchedulerRound `protobuf:"bytes,100,opt,name=round,proto3" json:"round,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2862,6 +2867,13 @@ func (x *Command) GetSetRetention() *SetRetention {
 		if x, ok := x.Cmd.(*Command_SetRetention); ok {
 			return x.SetRetention
 		}
+	}
+	return nil
+}
+
+func (x *Command) GetRound() *SchedulerRound {
+	if x != nil {
+		return x.Round
 	}
 	return nil
 }
@@ -3589,7 +3601,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"\x1c\n" +
 	"\bKVDelete\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"\xb1\r\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\xe7\r\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -3628,7 +3640,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\fsubmit_array\x18\x18 \x01(\v2\x1b.palyra.raft.v1.SubmitArrayH\x00R\vsubmitArray\x12:\n" +
 	"\n" +
 	"prune_jobs\x18\x19 \x01(\v2\x19.palyra.raft.v1.PruneJobsH\x00R\tpruneJobs\x12C\n" +
-	"\rset_retention\x18\x1a \x01(\v2\x1c.palyra.raft.v1.SetRetentionH\x00R\fsetRetentionB\x05\n" +
+	"\rset_retention\x18\x1a \x01(\v2\x1c.palyra.raft.v1.SetRetentionH\x00R\fsetRetention\x124\n" +
+	"\x05round\x18d \x01(\v2\x1e.palyra.raft.v1.SchedulerRoundR\x05roundB\x05\n" +
 	"\x03cmd\"0\n" +
 	"\tUsedToken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
@@ -3761,19 +3774,20 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	11, // 41: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
 	12, // 42: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
 	13, // 43: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
-	1,  // 44: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	19, // 45: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	20, // 46: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	34, // 47: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	35, // 48: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	29, // 49: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	31, // 50: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	1,  // 51: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	9,  // 44: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
+	1,  // 45: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	19, // 46: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	20, // 47: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	34, // 48: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	35, // 49: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	29, // 50: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	31, // 51: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	1,  // 52: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }

@@ -12,10 +12,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/palyra-mesh/palyra/consensus"
-	"github.com/palyra-mesh/palyra/node/scheduler"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
@@ -29,6 +29,7 @@ type State interface {
 	RunningNodes() []string
 	DeadlinesBefore(ms int64, limit int) []consensus.Job
 	Member(kind, id string) (consensus.Member, bool)
+	Job(id string) (consensus.Job, bool)
 	OldestEnded() (int64, bool)
 	Retention() int64
 }
@@ -96,6 +97,10 @@ type Driver struct {
 	// Rounds are pipelined: the next is planned while earlier ones
 	// commit. inflight holds the placements of uncommitted rounds, so
 	// they are neither planned twice nor their capacity given away.
+	// planMu serialises planning (rounds and piggybacked rounds) from
+	// reading the state to reserving the placements.
+	planMu    sync.Mutex
+	leading   atomic.Bool
 	mu        sync.Mutex
 	inflight  map[string]inflightPlacement // job id → placement
 	rounds    int                          // rounds committing now
@@ -122,8 +127,10 @@ func New(cfg Config) *Driver {
 	if cfg.DeadWorkerGrace <= 0 {
 		cfg.DeadWorkerGrace = defaultDeadWorker
 	}
-	return &Driver{cfg: cfg, log: cfg.Logger.With("component", "scheduler"), deadSince: map[string]time.Time{},
+	d := &Driver{cfg: cfg, log: cfg.Logger.With("component", "scheduler"), deadSince: map[string]time.Time{},
 		inflight: map[string]inflightPlacement{}, roundDone: make(chan struct{}, 1)}
+	d.leading.Store(cfg.IsLeader)
+	return d
 }
 
 // Run schedules while this node leads, until ctx ends. A round runs when
@@ -131,6 +138,8 @@ func New(cfg Config) *Driver {
 // at least every Tick (timers: backoff, deadlines, dead-worker grace).
 func (d *Driver) Run(ctx context.Context) {
 	isLeader := d.cfg.IsLeader
+	d.leading.Store(isLeader)
+	defer d.leading.Store(false)
 	d.leaderSince = d.cfg.Now()
 	tick := time.NewTicker(d.cfg.Tick)
 	defer tick.Stop()
@@ -150,6 +159,7 @@ func (d *Driver) Run(ctx context.Context) {
 				d.leaderSince, d.deadSince = d.cfg.Now(), map[string]time.Time{}
 			}
 			isLeader = l
+			d.leading.Store(l)
 		case <-queue:
 		case <-d.roundDone:
 		case <-members:
@@ -231,98 +241,11 @@ func (d *Driver) Round(ctx context.Context) {
 		round.Expire = append(round.Expire, j.ID)
 	}
 
-	// Placement: nodes with their capacity (slots plus prefetch), and the
-	// head of the queue, as deep as the free capacity can use. Placements
-	// of rounds still committing count as running.
-	running := st.RunningCounts()
-	d.mu.Lock()
-	inflight := make(map[string]bool, len(d.inflight))
-	for id, p := range d.inflight {
-		inflight[id] = true
-		if running[p.node] == nil {
-			running[p.node] = map[string]int{}
-		}
-		running[p.node][p.kind]++
-	}
-	d.mu.Unlock()
-	var nodes []scheduler.Node
-	free := 0
-	for _, w := range workers {
-		if !w.Alive {
-			continue
-		}
-		eligible := true
-		if m, ok := st.Member("node", w.ID); !ok || m.Ineligible || m.Draining || m.Revoked {
-			eligible = false
-		}
-		slots := make(map[string]int, 2*len(w.Slots))
-		busy := make(map[string]int, 2*len(w.Slots))
-		for kind, n := range w.Slots {
-			slots[kind], busy[kind] = n*(1+d.cfg.Prefetch[kind]), running[w.ID][kind]
-			if p := d.cfg.ArrayPrefetch[kind]; p > 0 {
-				pk := kind + consensus.PrefetchSuffix
-				slots[pk], busy[pk] = n*(1+p), running[w.ID][kind]
-			}
-		}
-		for kind, n := range slots {
-			round.Slots = append(round.Slots, &raftpb.NodeSlots{NodeId: w.ID, Kind: kind, Slots: uint32(n)})
-			if eligible {
-				free += max(n-busy[kind], 0)
-			}
-		}
-		nodes = append(nodes, scheduler.Node{ID: w.ID, Eligible: eligible, Slots: slots, Running: busy, Labels: w.Labels})
-	}
-	// The queue is read from its head. A job whose shape (kind and
-	// constraints) has no free capacity cannot be placed this round: it
-	// does not use up the scan (or an old, unplaceable job at the head
-	// would starve every job behind it); a few of them still go to the
-	// planner so their pending reason is kept current. The walk stops once
-	// the free capacity is spoken for, or at maxExamine jobs.
-	var jobs []scheduler.Job
-	reasons := map[string]string{}
-	shapeFree := map[string]int{}
-	freeFor := func(kind string, cons map[string]string) (string, int) {
-		key := kind + "\x00" + shapeKey(cons)
-		if v, ok := shapeFree[key]; ok {
-			return key, v
-		}
-		n := 0
-		for _, nd := range nodes {
-			if nd.Eligible && scheduler.Matches(nd.Labels, cons) {
-				n += max(nd.Slots[kind]-nd.Running[kind], 0)
-			}
-		}
-		shapeFree[key] = n
-		return key, n
-	}
-	placeable, waiting, examined := 0, 0, 0
-	st.Queued(func(j consensus.Job) bool {
-		examined++
-		if j.NotBeforeMS > nowMS || inflight[j.ID] {
-			return examined < maxExamine // retry backoff, or placed by a round still committing
-		}
-		kind := j.Kind
-		if j.ArrayID != "" && d.cfg.ArrayPrefetch[kind] > 0 {
-			kind += consensus.PrefetchSuffix
-		}
-		key, f := freeFor(kind, j.Constraints)
-		switch {
-		case f > 0:
-			shapeFree[key] = f - 1
-			placeable++
-		case waiting < maxScanExtra:
-			waiting++
-		default:
-			return examined < maxExamine
-		}
-		reasons[j.ID] = j.PendingReason
-		jobs = append(jobs, scheduler.Job{ID: j.ID, Kind: kind, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
-			Priority: int(j.Priority), Constraints: j.Constraints})
-		return examined < maxExamine && (placeable < free || waiting < maxScanExtra)
-	})
-	plan, unplaced := scheduler.Plan(nodes, jobs)
-	for _, p := range plan {
-		round.Placements = append(round.Placements, &raftpb.AssignJob{Id: p.JobID, Attempt: p.Attempt, NodeId: p.NodeID, AtMs: nowMS})
+	d.planMu.Lock() // until the placements are reserved
+	jobs, unplaced := d.place(round, workers, nil, nil, maxExamine, maxScanExtra)
+	reasons := make(map[string]string, len(jobs))
+	for _, j := range jobs {
+		reasons[j.ID] = j.reason
 	}
 	for _, u := range unplaced {
 		if reasons[u.JobID] == u.Reason || len(round.Pending) >= maxReasonUpdates {
@@ -332,23 +255,12 @@ func (d *Driver) Round(ctx context.Context) {
 	}
 
 	if len(round.Placements)+len(round.Pending)+len(round.Requeues)+len(round.Expire) > 0 {
-		if len(round.Placements) == 0 {
-			round.Slots = nil
-		}
-		kinds := make(map[string]string, len(jobs))
-		for _, j := range jobs {
-			kinds[j.ID] = j.Kind
-		}
+		trimSlots(round)
 		d.mu.Lock()
-		for _, p := range round.Placements {
-			k := kinds[p.Id]
-			if i := strings.Index(k, consensus.PrefetchSuffix); i >= 0 {
-				k = k[:i]
-			}
-			d.inflight[p.Id] = inflightPlacement{node: p.NodeId, kind: k}
-		}
+		d.reserve(round, jobs)
 		d.rounds++
 		d.mu.Unlock()
+		d.planMu.Unlock()
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
@@ -357,9 +269,7 @@ func (d *Driver) Round(ctx context.Context) {
 				d.log.Warn("scheduling round not committed", "placements", len(round.Placements), "err", err)
 			}
 			d.mu.Lock()
-			for _, p := range round.Placements {
-				delete(d.inflight, p.Id)
-			}
+			d.release(round)
 			d.rounds--
 			d.mu.Unlock()
 			select {
@@ -367,6 +277,8 @@ func (d *Driver) Round(ctx context.Context) {
 			default:
 			}
 		}()
+	} else {
+		d.planMu.Unlock()
 	}
 	d.prune(ctx, now)
 }

@@ -34,6 +34,14 @@ func (f *fakeState) DeadlinesBefore(int64, int) []consensus.Job {
 func (f *fakeState) Member(kind, id string) (consensus.Member, bool) {
 	return consensus.Member{Kind: kind, ID: id}, true
 }
+func (f *fakeState) Job(id string) (consensus.Job, bool) {
+	for _, j := range f.queued {
+		if j.ID == id {
+			return j, true
+		}
+	}
+	return consensus.Job{}, false
+}
 func (f *fakeState) OldestEnded() (int64, bool) { return 0, false }
 func (f *fakeState) Retention() int64           { return consensus.DefaultRetentionMS }
 

@@ -50,6 +50,8 @@ const (
 	JobServiceCancelJobProcedure = "/palyra.v1.JobService/CancelJob"
 	// JobServiceWatchJobProcedure is the fully-qualified name of the JobService's WatchJob RPC.
 	JobServiceWatchJobProcedure = "/palyra.v1.JobService/WatchJob"
+	// JobServiceRunJobProcedure is the fully-qualified name of the JobService's RunJob RPC.
+	JobServiceRunJobProcedure = "/palyra.v1.JobService/RunJob"
 	// JobServiceGetArtifactProcedure is the fully-qualified name of the JobService's GetArtifact RPC.
 	JobServiceGetArtifactProcedure = "/palyra.v1.JobService/GetArtifact"
 	// JobServicePruneJobsProcedure is the fully-qualified name of the JobService's PruneJobs RPC.
@@ -82,6 +84,10 @@ type JobServiceClient interface {
 	ListJobs(context.Context, *connect.Request[palyrav1.ListJobsRequest]) (*connect.Response[palyrav1.ListJobsResponse], error)
 	CancelJob(context.Context, *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error)
 	WatchJob(context.Context, *connect.Request[palyrav1.WatchJobRequest]) (*connect.ServerStreamForClient[palyrav1.WatchJobResponse], error)
+	// RunJob submits one job and follows it to its end in one call (what
+	// `job submit --wait` does): the first message is the accepted job, the
+	// last carries its result. Arrays are submitted with SubmitJob.
+	RunJob(context.Context, *connect.Request[palyrav1.SubmitJobRequest]) (*connect.ServerStreamForClient[palyrav1.WatchJobResponse], error)
 	GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error)
 	PruneJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error)
 	SetRetention(context.Context, *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error)
@@ -128,6 +134,12 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("WatchJob")),
 			connect.WithClientOptions(opts...),
 		),
+		runJob: connect.NewClient[palyrav1.SubmitJobRequest, palyrav1.WatchJobResponse](
+			httpClient,
+			baseURL+JobServiceRunJobProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("RunJob")),
+			connect.WithClientOptions(opts...),
+		),
 		getArtifact: connect.NewClient[palyrav1.GetArtifactRequest, palyrav1.GetArtifactResponse](
 			httpClient,
 			baseURL+JobServiceGetArtifactProcedure,
@@ -156,6 +168,7 @@ type jobServiceClient struct {
 	listJobs     *connect.Client[palyrav1.ListJobsRequest, palyrav1.ListJobsResponse]
 	cancelJob    *connect.Client[palyrav1.CancelJobRequest, palyrav1.CancelJobResponse]
 	watchJob     *connect.Client[palyrav1.WatchJobRequest, palyrav1.WatchJobResponse]
+	runJob       *connect.Client[palyrav1.SubmitJobRequest, palyrav1.WatchJobResponse]
 	getArtifact  *connect.Client[palyrav1.GetArtifactRequest, palyrav1.GetArtifactResponse]
 	pruneJobs    *connect.Client[palyrav1.PruneJobsRequest, palyrav1.PruneJobsResponse]
 	setRetention *connect.Client[palyrav1.SetRetentionRequest, palyrav1.SetRetentionResponse]
@@ -186,6 +199,11 @@ func (c *jobServiceClient) WatchJob(ctx context.Context, req *connect.Request[pa
 	return c.watchJob.CallServerStream(ctx, req)
 }
 
+// RunJob calls palyra.v1.JobService.RunJob.
+func (c *jobServiceClient) RunJob(ctx context.Context, req *connect.Request[palyrav1.SubmitJobRequest]) (*connect.ServerStreamForClient[palyrav1.WatchJobResponse], error) {
+	return c.runJob.CallServerStream(ctx, req)
+}
+
 // GetArtifact calls palyra.v1.JobService.GetArtifact.
 func (c *jobServiceClient) GetArtifact(ctx context.Context, req *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error) {
 	return c.getArtifact.CallUnary(ctx, req)
@@ -208,6 +226,10 @@ type JobServiceHandler interface {
 	ListJobs(context.Context, *connect.Request[palyrav1.ListJobsRequest]) (*connect.Response[palyrav1.ListJobsResponse], error)
 	CancelJob(context.Context, *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error)
 	WatchJob(context.Context, *connect.Request[palyrav1.WatchJobRequest], *connect.ServerStream[palyrav1.WatchJobResponse]) error
+	// RunJob submits one job and follows it to its end in one call (what
+	// `job submit --wait` does): the first message is the accepted job, the
+	// last carries its result. Arrays are submitted with SubmitJob.
+	RunJob(context.Context, *connect.Request[palyrav1.SubmitJobRequest], *connect.ServerStream[palyrav1.WatchJobResponse]) error
 	GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error)
 	PruneJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error)
 	SetRetention(context.Context, *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error)
@@ -250,6 +272,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("WatchJob")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceRunJobHandler := connect.NewServerStreamHandler(
+		JobServiceRunJobProcedure,
+		svc.RunJob,
+		connect.WithSchema(jobServiceMethods.ByName("RunJob")),
+		connect.WithHandlerOptions(opts...),
+	)
 	jobServiceGetArtifactHandler := connect.NewUnaryHandler(
 		JobServiceGetArtifactProcedure,
 		svc.GetArtifact,
@@ -280,6 +308,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceCancelJobHandler.ServeHTTP(w, r)
 		case JobServiceWatchJobProcedure:
 			jobServiceWatchJobHandler.ServeHTTP(w, r)
+		case JobServiceRunJobProcedure:
+			jobServiceRunJobHandler.ServeHTTP(w, r)
 		case JobServiceGetArtifactProcedure:
 			jobServiceGetArtifactHandler.ServeHTTP(w, r)
 		case JobServicePruneJobsProcedure:
@@ -313,6 +343,10 @@ func (UnimplementedJobServiceHandler) CancelJob(context.Context, *connect.Reques
 
 func (UnimplementedJobServiceHandler) WatchJob(context.Context, *connect.Request[palyrav1.WatchJobRequest], *connect.ServerStream[palyrav1.WatchJobResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.WatchJob is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) RunJob(context.Context, *connect.Request[palyrav1.SubmitJobRequest], *connect.ServerStream[palyrav1.WatchJobResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.RunJob is not implemented"))
 }
 
 func (UnimplementedJobServiceHandler) GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error) {

@@ -1,0 +1,292 @@
+package driver
+
+import (
+	"strings"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/node/scheduler"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// planned is a job handed to the planner, with the pending reason it has
+// now (empty for jobs not yet in the queue).
+type planned struct {
+	scheduler.Job
+	reason string
+}
+
+// maxPiggyExamine bounds the queued jobs a piggybacked round looks at
+// (placements of other rounds still committing are skipped for free), and
+// maxPiggyExtra the tasks of a new array it offers the planner.
+const (
+	maxPiggyExamine = 256
+	maxPiggyExtra   = 1024
+)
+
+// planKind is the capacity a job draws on: array tasks have their own,
+// deeper prefetch.
+func (d *Driver) planKind(kind string, task bool) string {
+	if task && d.cfg.ArrayPrefetch[kind] > 0 {
+		return kind + consensus.PrefetchSuffix
+	}
+	return kind
+}
+
+// place plans placements from the head of the queue, then the extra jobs
+// (not in the queue yet: they come after it), onto the capacity of the
+// live workers: their slots plus prefetch, less the jobs running there by
+// the state and the placements of rounds still committing, plus freed
+// (node → kind → slots the command this round rides on frees before the
+// round applies). It appends the placements and the capacity they were
+// checked against to round, and returns the jobs it offered the planner
+// and those left unplaced. At most examine queued jobs are looked at, and
+// at most waitMax of those with no free capacity for their shape are
+// offered anyway (for their pending reason). d.planMu is held.
+func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map[string]map[string]int,
+	extra []scheduler.Job, examine, waitMax int) ([]planned, []scheduler.Unplaced) {
+	st := d.cfg.State
+	running := st.RunningCounts()
+	d.mu.Lock()
+	inflight := make(map[string]bool, len(d.inflight))
+	for id, p := range d.inflight {
+		inflight[id] = true
+		if running[p.node] == nil {
+			running[p.node] = map[string]int{}
+		}
+		running[p.node][p.kind]++
+	}
+	d.mu.Unlock()
+	for node, kinds := range freed {
+		for kind, n := range kinds {
+			if running[node] != nil {
+				running[node][kind] = max(running[node][kind]-n, 0)
+			}
+		}
+	}
+	var nodes []scheduler.Node
+	free := 0
+	for _, w := range workers {
+		if !w.Alive {
+			continue
+		}
+		eligible := true
+		if m, ok := st.Member("node", w.ID); !ok || m.Ineligible || m.Draining || m.Revoked {
+			eligible = false
+		}
+		slots := make(map[string]int, 2*len(w.Slots))
+		busy := make(map[string]int, 2*len(w.Slots))
+		for kind, n := range w.Slots {
+			slots[kind], busy[kind] = n*(1+d.cfg.Prefetch[kind]), running[w.ID][kind]
+			if p := d.cfg.ArrayPrefetch[kind]; p > 0 {
+				pk := kind + consensus.PrefetchSuffix
+				slots[pk], busy[pk] = n*(1+p), running[w.ID][kind]
+			}
+		}
+		for kind, n := range slots {
+			round.Slots = append(round.Slots, &raftpb.NodeSlots{NodeId: w.ID, Kind: kind, Slots: uint32(n)})
+			if eligible {
+				free += max(n-busy[kind], 0)
+			}
+		}
+		nodes = append(nodes, scheduler.Node{ID: w.ID, Eligible: eligible, Slots: slots, Running: busy, Labels: w.Labels})
+	}
+	if free == 0 && waitMax == 0 {
+		return nil, nil
+	}
+	// The queue is read from its head. A job whose shape (kind and
+	// constraints) has no free capacity cannot be placed this round: it
+	// does not use up the scan (or an old, unplaceable job at the head
+	// would starve every job behind it); a few of them still go to the
+	// planner so their pending reason is kept current. The walk stops once
+	// the free capacity is spoken for, or at examine jobs.
+	var jobs []planned
+	shapeFree := map[string]int{}
+	freeFor := func(kind string, cons map[string]string) (string, int) {
+		key := kind + "\x00" + shapeKey(cons)
+		if v, ok := shapeFree[key]; ok {
+			return key, v
+		}
+		n := 0
+		for _, nd := range nodes {
+			if nd.Eligible && scheduler.Matches(nd.Labels, cons) {
+				n += max(nd.Slots[kind]-nd.Running[kind], 0)
+			}
+		}
+		shapeFree[key] = n
+		return key, n
+	}
+	nowMS := round.AtMs
+	placeable, waiting, examined := 0, 0, 0
+	if free > 0 || waitMax > 0 {
+		st.Queued(func(j consensus.Job) bool {
+			if inflight[j.ID] {
+				return true // placed by a round still committing; bounded by the in-flight map
+			}
+			examined++
+			if j.NotBeforeMS > nowMS {
+				return examined < examine // retry backoff
+			}
+			kind := d.planKind(j.Kind, j.ArrayID != "")
+			key, f := freeFor(kind, j.Constraints)
+			switch {
+			case f > 0:
+				shapeFree[key] = f - 1
+				placeable++
+			case waiting < waitMax:
+				waiting++
+			default:
+				return examined < examine
+			}
+			jobs = append(jobs, planned{Job: scheduler.Job{ID: j.ID, Kind: kind, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
+				Priority: int(j.Priority), Constraints: j.Constraints}, reason: j.PendingReason})
+			return examined < examine && (placeable < free || waiting < waitMax)
+		})
+	}
+	for _, e := range extra {
+		if placeable >= free {
+			break
+		}
+		if key, f := freeFor(e.Kind, e.Constraints); f > 0 {
+			shapeFree[key] = f - 1
+			placeable++
+			e.Order = ^uint64(0) // after every queued job of its priority
+			jobs = append(jobs, planned{Job: e})
+		}
+	}
+	if placeable == 0 && waiting == 0 {
+		return nil, nil
+	}
+	sj := make([]scheduler.Job, len(jobs))
+	for i, j := range jobs {
+		sj[i] = j.Job
+	}
+	plan, unplaced := scheduler.Plan(nodes, sj)
+	for _, p := range plan {
+		round.Placements = append(round.Placements, &raftpb.AssignJob{Id: p.JobID, Attempt: p.Attempt, NodeId: p.NodeID, AtMs: nowMS})
+	}
+	return jobs, unplaced
+}
+
+// reserve records round's placements as in flight, so later rounds
+// neither place those jobs again nor give their capacity away. d.mu is
+// held.
+func (d *Driver) reserve(round *raftpb.SchedulerRound, jobs []planned) {
+	if len(round.Placements) == 0 {
+		return
+	}
+	kinds := make(map[string]string, len(jobs))
+	for _, j := range jobs {
+		kinds[j.ID] = j.Kind
+	}
+	for _, p := range round.Placements {
+		k := kinds[p.Id]
+		if i := strings.Index(k, consensus.PrefetchSuffix); i >= 0 {
+			k = k[:i]
+		}
+		d.inflight[p.Id] = inflightPlacement{node: p.NodeId, kind: k}
+	}
+}
+
+// release forgets round's placements once its commit ended (applied or
+// failed). d.mu is held.
+func (d *Driver) release(round *raftpb.SchedulerRound) {
+	for _, p := range round.Placements {
+		delete(d.inflight, p.Id)
+	}
+}
+
+// Piggyback plans placements to commit in the same entry as cmd, a
+// command this leader is about to propose:
+//   - a submitted job, or the first tasks of a submitted array, placed at
+//     once when a slot is free and no queued job has a better claim on it
+//     (so a job on an idle cluster takes one commit to be running, not
+//     two);
+//   - a worker's batch of results handing the slots it frees to the head
+//     of the queue (so a busy worker is fed in the commit that frees it,
+//     not one round later).
+//
+// It returns nil when there is nothing to place, or when this node does
+// not lead. The placements count as in flight until done is called, after
+// the command committed or failed. The FSM applies the round after cmd,
+// checking each placement as it checks a SchedulerRound's.
+func (d *Driver) Piggyback(cmd *raftpb.Command) (round *raftpb.SchedulerRound, done func()) {
+	if !d.leading.Load() {
+		return nil, nil
+	}
+	var extra []scheduler.Job
+	var freed map[string]map[string]int
+	switch c := cmd.Cmd.(type) {
+	case *raftpb.Command_SubmitJob:
+		j := c.SubmitJob.GetJob()
+		if j == nil || j.Id == "" {
+			return nil, nil
+		}
+		extra = []scheduler.Job{{ID: j.Id, Kind: j.Kind, Priority: int(j.Priority), Constraints: j.Constraints}}
+	case *raftpb.Command_SubmitArray:
+		t := c.SubmitArray.GetTemplate()
+		if t == nil || t.Id == "" {
+			return nil, nil
+		}
+		kind := d.planKind(t.Kind, true)
+		for i := range min(len(c.SubmitArray.Tasks), maxPiggyExtra) {
+			extra = append(extra, scheduler.Job{ID: consensus.TaskID(t.Id, uint32(i)), Kind: kind, Priority: int(t.Priority), Constraints: t.Constraints})
+		}
+	case *raftpb.Command_FinishBatch:
+		freed = map[string]map[string]int{}
+		for _, r := range c.FinishBatch.Results {
+			j, ok := d.cfg.State.Job(r.Id)
+			if !ok || j.Phase != consensus.PhaseRunning || j.Attempt != r.Attempt || j.NodeID != r.NodeId {
+				continue // a stale result frees nothing
+			}
+			if freed[j.NodeID] == nil {
+				freed[j.NodeID] = map[string]int{}
+			}
+			freed[j.NodeID][j.Kind]++
+		}
+		if len(freed) == 0 {
+			return nil, nil
+		}
+	default:
+		return nil, nil
+	}
+	workers := d.cfg.Workers()
+	round = &raftpb.SchedulerRound{AtMs: d.cfg.Now().UnixMilli()}
+	d.planMu.Lock()
+	defer d.planMu.Unlock()
+	jobs, _ := d.place(round, workers, freed, extra, maxPiggyExamine, 0)
+	if len(round.Placements) == 0 {
+		return nil, nil
+	}
+	trimSlots(round)
+	d.mu.Lock()
+	d.reserve(round, jobs)
+	d.mu.Unlock()
+	return round, func() {
+		d.mu.Lock()
+		d.release(round)
+		d.mu.Unlock()
+		select { // capacity this round reserved but did not use is free again
+		case d.roundDone <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// trimSlots keeps in round only the capacity of nodes it places jobs on:
+// the FSM checks nothing else.
+func trimSlots(round *raftpb.SchedulerRound) {
+	used := make(map[string]bool, len(round.Placements))
+	for _, p := range round.Placements {
+		used[p.NodeId] = true
+	}
+	kept := round.Slots[:0]
+	for _, s := range round.Slots {
+		if used[s.NodeId] {
+			kept = append(kept, s)
+		}
+	}
+	round.Slots = kept
+	if len(kept) == 0 {
+		round.Slots = nil
+	}
+}
