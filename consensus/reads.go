@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"github.com/google/btree"
+	"sort"
 )
 
 // Array is a job array as the cluster keeps it: the template its tasks
@@ -169,12 +170,26 @@ func (s *State) Count(p Phase) uint64 {
 	return s.idx.phases[p]
 }
 
-// Queued calls fn for queued jobs in placement order (priority, then
-// acceptance) until fn returns false.
-func (s *State) Queued(fn func(Job) bool) {
+// Queued calls fn for the queued jobs of kind in placement order
+// (priority, then acceptance) until fn returns false.
+func (s *State) Queued(kind string, fn func(Job) bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	s.idx.queue.Ascend(func(j *Job) bool { return fn(*j) })
+	if q := s.idx.queue[kind]; q != nil {
+		q.Ascend(func(j *Job) bool { return fn(*j) })
+	}
+}
+
+// QueuedKinds lists the kinds that have queued jobs, sorted.
+func (s *State) QueuedKinds() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]string, 0, len(s.idx.queue))
+	for k := range s.idx.queue {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // RunningOn returns the jobs running on node (in no particular order).

@@ -63,7 +63,7 @@ func TestIndexesFollowTransitions(t *testing.T) {
 	applyAll(t, f, addNode("n1"), addNode("n2"), submit("a"), submit("b"), submitWith("c", func(r *raftpb.JobRecord) { r.Priority = 5 }))
 	st := f.State()
 	var queued []string
-	st.Queued(func(j Job) bool { queued = append(queued, j.ID); return true })
+	st.Queued("wasm", func(j Job) bool { queued = append(queued, j.ID); return true })
 	if fmt.Sprint(queued) != "[c a b]" {
 		t.Fatalf("placement order %v, want priority first then acceptance", queued)
 	}

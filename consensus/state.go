@@ -38,7 +38,7 @@ type indexes struct {
 	order     *btree.BTreeG[*Job]            // every job, acceptance order
 	byPhase   map[Phase]*btree.BTreeG[*Job]  // per phase, acceptance order
 	byNode    map[string]*btree.BTreeG[*Job] // jobs placed on a node (last placement), acceptance order
-	queue     *btree.BTreeG[*Job]            // queued jobs in placement order
+	queue     map[string]*btree.BTreeG[*Job] // kind → queued jobs in placement order
 	running   map[string]map[string]*Job     // node → running job id → job
 	deadlines *btree.BTreeG[timeKey]         // unfinished jobs with a deadline
 	ended     *btree.BTreeG[timeKey]         // prunable units: terminal jobs outside arrays, finished arrays
@@ -85,7 +85,7 @@ func newIndexes() indexes {
 		order:     btree.NewWithFreeListG(btreeDegree, orderLess, free),
 		byPhase:   map[Phase]*btree.BTreeG[*Job]{},
 		byNode:    map[string]*btree.BTreeG[*Job]{},
-		queue:     btree.NewWithFreeListG(btreeDegree, queueLess, free),
+		queue:     map[string]*btree.BTreeG[*Job]{},
 		running:   map[string]map[string]*Job{},
 		deadlines: btree.NewG(btreeDegree, timeLess),
 		ended:     btree.NewG(btreeDegree, timeLess),
@@ -204,7 +204,12 @@ func (s *State) put(old, nw *Job) {
 		}
 		switch old.Phase {
 		case PhaseQueued:
-			x.queue.Delete(old)
+			if q := x.queue[old.Kind]; q != nil {
+				q.Delete(old)
+				if q.Len() == 0 {
+					delete(x.queue, old.Kind)
+				}
+			}
 		case PhaseRunning:
 			if m := x.running[old.NodeID]; m != nil {
 				delete(m, old.ID)
@@ -245,7 +250,12 @@ func (s *State) put(old, nw *Job) {
 		}
 		switch nw.Phase {
 		case PhaseQueued:
-			x.queue.ReplaceOrInsert(nw)
+			q := x.queue[nw.Kind]
+			if q == nil {
+				q = btree.NewWithFreeListG(btreeDegree, queueLess, x.free)
+				x.queue[nw.Kind] = q
+			}
+			q.ReplaceOrInsert(nw)
 		case PhaseRunning:
 			m := x.running[nw.NodeID]
 			if m == nil {

@@ -23,13 +23,14 @@ import (
 // served from an index: none walks the jobs ever submitted.
 type State interface {
 	Watch(topic string) <-chan struct{}
-	Queued(fn func(consensus.Job) bool)
+	Queued(kind string, fn func(consensus.Job) bool)
 	RunningCounts() map[string]map[string]int
 	RunningOn(node string) []consensus.Job
 	RunningNodes() []string
 	DeadlinesBefore(ms int64, limit int) []consensus.Job
 	Member(kind, id string) (consensus.Member, bool)
 	Job(id string) (consensus.Job, bool)
+	QueuedKinds() []string
 	OldestEnded() (int64, bool)
 	Retention() int64
 }
@@ -80,6 +81,7 @@ const (
 	maxReasonUpdates  = 256     // pending-reason changes per round
 	maxRoundRequeues  = 4096    // requeues per round
 	maxRoundExpiries  = 4096    // expiries per round
+	reasonEvery       = time.Second // pending reasons refreshed at most this often
 	pruneBatch        = 10_000
 	pruneEvery        = time.Second
 	defaultTick       = 500 * time.Millisecond
@@ -101,6 +103,11 @@ type Driver struct {
 	// reading the state to reserving the placements.
 	planMu    sync.Mutex
 	leading   atomic.Bool
+	taskKinds map[string]string // kind → the capacity its array tasks draw on
+	// lastReasons is when a round last offered the planner jobs it had no
+	// capacity for, to refresh their pending reasons (at most every
+	// reasonEvery: walking the queue for them costs).
+	lastReasons time.Time
 	mu        sync.Mutex
 	inflight  map[string]inflightPlacement // job id → placement
 	rounds    int                          // rounds committing now
@@ -130,6 +137,12 @@ func New(cfg Config) *Driver {
 	d := &Driver{cfg: cfg, log: cfg.Logger.With("component", "scheduler"), deadSince: map[string]time.Time{},
 		inflight: map[string]inflightPlacement{}, roundDone: make(chan struct{}, 1)}
 	d.leading.Store(cfg.IsLeader)
+	d.taskKinds = map[string]string{}
+	for k, n := range cfg.ArrayPrefetch {
+		if n > 0 {
+			d.taskKinds[k] = k + consensus.PrefetchSuffix
+		}
+	}
 	return d
 }
 
@@ -242,7 +255,11 @@ func (d *Driver) Round(ctx context.Context) {
 	}
 
 	d.planMu.Lock() // until the placements are reserved
-	jobs, unplaced := d.place(round, workers, nil, nil, maxExamine, maxScanExtra)
+	waitMax := 0
+	if now.Sub(d.lastReasons) >= reasonEvery {
+		waitMax, d.lastReasons = maxScanExtra, now
+	}
+	jobs, unplaced := d.place(round, workers, nil, nil, maxExamine, waitMax)
 	reasons := make(map[string]string, len(jobs))
 	for _, j := range jobs {
 		reasons[j.ID] = j.reason

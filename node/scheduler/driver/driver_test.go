@@ -18,13 +18,14 @@ type fakeState struct {
 }
 
 func (f *fakeState) Watch(string) <-chan struct{} { return make(chan struct{}) }
-func (f *fakeState) Queued(fn func(consensus.Job) bool) {
+func (f *fakeState) Queued(kind string, fn func(consensus.Job) bool) {
 	for _, j := range f.queued {
-		if !fn(j) {
+		if j.Kind == kind && !fn(j) {
 			return
 		}
 	}
 }
+func (f *fakeState) QueuedKinds() []string { return []string{"wasm"} }
 func (f *fakeState) RunningCounts() map[string]map[string]int { return map[string]map[string]int{} }
 func (f *fakeState) RunningOn(string) []consensus.Job         { return nil }
 func (f *fakeState) RunningNodes() []string                   { return nil }
@@ -83,3 +84,40 @@ func TestUnplaceableHeadDoesNotStarveTheQueue(t *testing.T) {
 		t.Fatalf("%d pending reasons; want some, at most %d", len(r.Pending), maxReasonUpdates)
 	}
 }
+
+// Each kind is its own queue: a browser job behind more wasm jobs than a
+// round examines is placed as soon as browser capacity is free, though no
+// wasm job can be.
+func TestEachKindQueuesOnItsOwn(t *testing.T) {
+	st := &fakeState{}
+	for i := range maxExamine + 5000 {
+		st.queued = append(st.queued, consensus.Job{ID: fmt.Sprint("w-", i), Kind: "wasm", CommitIndex: uint64(i + 1)})
+	}
+	st.queued = append(st.queued, consensus.Job{ID: "page", Kind: "browser", CommitIndex: 1 << 30})
+	kinds := func() []string { return []string{"browser", "wasm"} }
+	var rounds []*raftpb.SchedulerRound
+	d := New(Config{
+		State: &kindState{fakeState: st, kinds: kinds},
+		Apply: func(_ context.Context, c *raftpb.Command) error {
+			rounds = append(rounds, c.GetSchedulerRound())
+			return nil
+		},
+		Workers: func() []Worker {
+			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"browser": 1}}}
+		},
+		Now: func() time.Time { return time.UnixMilli(1_000_000) },
+	})
+	d.Round(context.Background())
+	d.Wait()
+	if len(rounds) != 1 || len(rounds[0].Placements) != 1 || rounds[0].Placements[0].Id != "page" {
+		t.Fatalf("rounds %v: want the browser job placed", rounds)
+	}
+}
+
+// kindState reports the kinds its queue holds.
+type kindState struct {
+	*fakeState
+	kinds func() []string
+}
+
+func (k *kindState) QueuedKinds() []string { return k.kinds() }

@@ -26,8 +26,10 @@ const (
 // planKind is the capacity a job draws on: array tasks have their own,
 // deeper prefetch.
 func (d *Driver) planKind(kind string, task bool) string {
-	if task && d.cfg.ArrayPrefetch[kind] > 0 {
-		return kind + consensus.PrefetchSuffix
+	if task {
+		if k, ok := d.taskKinds[kind]; ok {
+			return k
+		}
 	}
 	return kind
 }
@@ -90,7 +92,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 		}
 		nodes = append(nodes, scheduler.Node{ID: w.ID, Eligible: eligible, Slots: slots, Running: busy, Labels: w.Labels})
 	}
-	if free == 0 && waitMax == 0 {
+	if free == 0 && waitMax == 0 && len(extra) == 0 {
 		return nil, nil
 	}
 	// The queue is read from its head. A job whose shape (kind and
@@ -116,9 +118,26 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 		return key, n
 	}
 	nowMS := round.AtMs
-	placeable, waiting, examined := 0, 0, 0
-	if free > 0 || waitMax > 0 {
-		st.Queued(func(j consensus.Job) bool {
+	// Each kind has its own queue and capacity: a kind with nothing free
+	// is not walked at all (unless pending reasons are due).
+	kindFree := map[string]int{}
+	for _, nd := range nodes {
+		if !nd.Eligible {
+			continue
+		}
+		for k, n := range nd.Slots {
+			kindFree[strings.TrimSuffix(k, consensus.PrefetchSuffix)] += max(n-nd.Running[k], 0)
+		}
+	}
+	kinds := st.QueuedKinds()
+	placeable, waiting := 0, 0
+	for _, kind := range kinds {
+		kFree := kindFree[kind]
+		if kFree == 0 && waitMax == 0 {
+			continue
+		}
+		kPlaceable, kWaiting, examined := 0, 0, 0
+		st.Queued(kind, func(j consensus.Job) bool {
 			if inflight[j.ID] {
 				return true // placed by a round still committing; bounded by the in-flight map
 			}
@@ -126,21 +145,23 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 			if j.NotBeforeMS > nowMS {
 				return examined < examine // retry backoff
 			}
-			kind := d.planKind(j.Kind, j.ArrayID != "")
-			key, f := freeFor(kind, j.Constraints)
+			pk := d.planKind(j.Kind, j.ArrayID != "")
+			key, f := freeFor(pk, j.Constraints)
 			switch {
 			case f > 0:
 				shapeFree[key] = f - 1
-				placeable++
-			case waiting < waitMax:
-				waiting++
+				kPlaceable++
+			case kWaiting < waitMax:
+				kWaiting++
 			default:
 				return examined < examine
 			}
-			jobs = append(jobs, planned{Job: scheduler.Job{ID: j.ID, Kind: kind, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
+			jobs = append(jobs, planned{Job: scheduler.Job{ID: j.ID, Kind: pk, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
 				Priority: int(j.Priority), Constraints: j.Constraints}, reason: j.PendingReason})
-			return examined < examine && (placeable < free || waiting < waitMax)
+			return examined < examine && (kPlaceable < kFree || kWaiting < waitMax)
 		})
+		placeable += kPlaceable
+		waiting += kWaiting
 	}
 	for _, e := range extra {
 		if placeable >= free {
