@@ -76,11 +76,11 @@ type Config struct {
 // Limits on one round's work, so a round stays small and quick however
 // deep the queue is.
 const (
-	maxScanExtra      = 256     // unplaceable queued jobs sent to the planner for their pending reason
-	maxExamine        = 1 << 16 // queued jobs looked at per round, at most
-	maxReasonUpdates  = 256     // pending-reason changes per round
-	maxRoundRequeues  = 4096    // requeues per round
-	maxRoundExpiries  = 4096    // expiries per round
+	maxScanExtra      = 256         // unplaceable queued jobs sent to the planner for their pending reason
+	maxExamine        = 1 << 16     // queued jobs looked at per round, at most
+	maxReasonUpdates  = 256         // pending-reason changes per round
+	maxRoundRequeues  = 4096        // requeues per round
+	maxRoundExpiries  = 4096        // expiries per round
 	reasonEvery       = time.Second // pending reasons refreshed at most this often
 	pruneBatch        = 10_000
 	pruneEvery        = time.Second
@@ -108,11 +108,11 @@ type Driver struct {
 	// capacity for, to refresh their pending reasons (at most every
 	// reasonEvery: walking the queue for them costs).
 	lastReasons time.Time
-	mu        sync.Mutex
-	inflight  map[string]inflightPlacement // job id → placement
-	rounds    int                          // rounds committing now
-	roundDone chan struct{}                // a round finished committing
-	wg        sync.WaitGroup
+	mu          sync.Mutex
+	inflight    map[string]inflightPlacement // job id → placement
+	rounds      int                          // rounds committing now
+	roundDone   chan struct{}                // a round finished committing
+	wg          sync.WaitGroup
 }
 
 type inflightPlacement struct{ node, kind string }

@@ -25,7 +25,7 @@ func (f *fakeState) Queued(kind string, fn func(consensus.Job) bool) {
 		}
 	}
 }
-func (f *fakeState) QueuedKinds() []string { return []string{"wasm"} }
+func (f *fakeState) QueuedKinds() []string                    { return []string{"wasm"} }
 func (f *fakeState) RunningCounts() map[string]map[string]int { return map[string]map[string]int{} }
 func (f *fakeState) RunningOn(string) []consensus.Job         { return nil }
 func (f *fakeState) RunningNodes() []string                   { return nil }
