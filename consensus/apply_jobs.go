@@ -341,8 +341,8 @@ func (s *State) applyRequeue(c *raftpb.RequeueJob) ApplyResult {
 	if err != nil {
 		return ApplyResult{Err: err}
 	}
-	if j.Phase != PhaseRunning || j.Attempt != c.Attempt {
-		return ApplyResult{Job: *j, Err: errf(ErrStaleAttempt, "", "job %s attempt %d is not running (job is %s at attempt %d)", j.ID, c.Attempt, j.Phase, j.Attempt)}
+	if j.Phase != PhaseRunning || j.Attempt != c.Attempt || (c.NodeId != "" && c.NodeId != j.NodeID) {
+		return ApplyResult{Job: *j, Err: errf(ErrStaleAttempt, "", "job %s attempt %d is not running (job is %s at attempt %d on %q)", j.ID, c.Attempt, j.Phase, j.Attempt, j.NodeID)}
 	}
 	n := *j
 	n.Phase = PhaseQueued

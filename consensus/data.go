@@ -62,6 +62,9 @@ func (s *State) applyKVPut(c *raftpb.KVPut) ApplyResult {
 	case len(c.Value) > MaxKVValue:
 		return ApplyResult{Err: errf(ErrInvalid, "", "key-value values are at most %d bytes", MaxKVValue)}
 	}
+	if err := s.fenceWrite(c.JobId, c.Attempt, c.NodeId); err != nil {
+		return ApplyResult{Err: err}
+	}
 	if _, ok := s.data.kv[c.Key]; !ok && len(s.data.kv) >= MaxKVEntries {
 		return ApplyResult{Err: errf(ErrInvalid, "delete unused keys", "the key-value store holds %d entries, its limit", MaxKVEntries)}
 	}
@@ -70,8 +73,27 @@ func (s *State) applyKVPut(c *raftpb.KVPut) ApplyResult {
 }
 
 func (s *State) applyKVDelete(c *raftpb.KVDelete) ApplyResult {
+	if err := s.fenceWrite(c.JobId, c.Attempt, c.NodeId); err != nil {
+		return ApplyResult{Err: err}
+	}
 	delete(s.data.kv, c.Key)
 	return ApplyResult{}
+}
+
+// fenceWrite refuses a job's write unless the job is running at attempt
+// on node: a write from a superseded attempt (re-queued, re-placed,
+// cancelled, ended) changes nothing, as its result would not. A write
+// that names no job is an operator's.
+func (s *State) fenceWrite(job string, attempt uint32, node string) error {
+	if job == "" {
+		return nil
+	}
+	j, ok := s.jobs[job]
+	if !ok || j.Phase != PhaseRunning || j.Attempt != attempt || j.NodeID != node {
+		s.staleResults++
+		return errf(ErrStaleAttempt, "", "write of job %s attempt %d from %q refused: the attempt is no longer current", job, attempt, node)
+	}
+	return nil
 }
 
 // Secret returns a stored secret (sealed).

@@ -78,3 +78,43 @@ func TestIdempotencyKeys(t *testing.T) {
 		t.Fatalf("replay after restore: %+v", r[0])
 	}
 }
+
+// A job's key-value writes are fenced like its result: only the attempt
+// running now, on its node, writes; a requeue a worker sends names its
+// node and cannot return another node's job.
+func TestWritesFencedByAttempt(t *testing.T) {
+	f := NewFSM()
+	applyAll(t, f, addNode("n1"), addNode("n2"), submit("a"), round(1, map[string]uint32{"n1": 1}, place("a", 1, "n1")))
+	put := func(attempt uint32, node string) error {
+		return applyAll(t, f, &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k", Value: []byte(node), JobId: "a", Attempt: attempt, NodeId: node}}})[0].Err
+	}
+	if err := put(1, "n1"); err != nil {
+		t.Fatalf("the current attempt's write: %v", err)
+	}
+	for _, tc := range []struct {
+		attempt uint32
+		node    string
+	}{{2, "n1"}, {1, "n2"}} {
+		if err := put(tc.attempt, tc.node); !errors.Is(err, ErrStaleAttempt) {
+			t.Fatalf("write from attempt %d on %s: %v; want stale_attempt", tc.attempt, tc.node, err)
+		}
+	}
+	del := applyAll(t, f, &raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: "k", JobId: "a", Attempt: 1, NodeId: "n2"}}})[0].Err
+	if !errors.Is(del, ErrStaleAttempt) {
+		t.Fatalf("delete from another node: %v", del)
+	}
+	if v, ok := f.State().KV("k"); !ok || string(v) != "n1" {
+		t.Fatalf("k = %q, %v; want the current attempt's write only", v, ok)
+	}
+	rq := applyAll(t, f, &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{Id: "a", Attempt: 1, NodeId: "n2"}}})[0].Err
+	if !errors.Is(rq, ErrStaleAttempt) {
+		t.Fatalf("n2 returning n1's job: %v", rq)
+	}
+	applyAll(t, f, &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{Id: "a", Attempt: 1, NodeId: "n1"}}})
+	if a, _ := f.State().Job("a"); a.Phase != PhaseQueued {
+		t.Fatalf("a after n1 returned it: %s", a.Phase)
+	}
+	if err := put(1, "n1"); !errors.Is(err, ErrStaleAttempt) {
+		t.Fatalf("write after the job was re-queued: %v", err)
+	}
+}

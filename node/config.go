@@ -38,6 +38,9 @@ type Config struct {
 	// none); ArrayPrefetch the same for array tasks (0: 4).
 	Prefetch      int
 	ArrayPrefetch int
+	// LeaseTTL is how long a placement lives without its worker renewing
+	// it (0: driver.DefaultLeaseTTL).
+	LeaseTTL time.Duration
 	// BlobGCInterval is how often unreferenced blobs are collected (0:
 	// every minute); BlobGCGrace is how old an unreferenced blob must be
 	// to go (0: 10 minutes).

@@ -25,8 +25,19 @@ func (s nodeSecrets) Get(ctx context.Context, name string) ([]byte, error) {
 }
 
 // nodeKV serves the granted key-value prefix from the replicated store:
-// reads are linearizable, writes commit through Raft.
-type nodeKV struct{ n *Node }
+// reads are linearizable, writes commit through Raft, fenced by the
+// attempt of the job that writes (see ForAttempt).
+type nodeKV struct {
+	n       *Node
+	job     string
+	attempt uint32
+}
+
+// ForAttempt is the store as attempt of job sees it: its writes are
+// refused once the attempt is superseded.
+func (k nodeKV) ForAttempt(job string, attempt uint32) runtime.KV {
+	return nodeKV{n: k.n, job: job, attempt: attempt}
+}
 
 var _ runtime.KV = nodeKV{}
 
@@ -39,12 +50,12 @@ func (k nodeKV) Get(ctx context.Context, key string) ([]byte, bool, error) {
 }
 
 func (k nodeKV) Put(ctx context.Context, key string, val []byte) error {
-	_, err := k.n.cluster.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: key, Value: val}}})
+	_, err := k.n.cluster.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: key, Value: val, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID()}}})
 	return err
 }
 
 func (k nodeKV) Delete(ctx context.Context, key string) error {
-	_, err := k.n.cluster.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: key}}})
+	_, err := k.n.cluster.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: key, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID()}}})
 	return err
 }
 

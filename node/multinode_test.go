@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
 // operator returns an API client for n using the first node's operator.
@@ -159,6 +161,37 @@ func TestThreeNodesFailover(t *testing.T) {
 
 	if len(ran) < 2 {
 		t.Errorf("12 jobs all ran on %v; want them spread over the workers", ran)
+	}
+
+	// A node cannot report another node's work: the leader checks what a
+	// follower forwards against its certificate. Forged results, writes
+	// and placements are refused, and the job keeps its real result.
+	var follower, victim *node.Node
+	for _, n := range nodes {
+		if n.ID() != leader && follower == nil {
+			follower = n
+		} else if n.ID() != leader {
+			victim = n
+		}
+	}
+	done := waitCompleted(t, op1, submit(t, op1, "forge me"))
+	forged := []*raftpb.Command{
+		{Cmd: &raftpb.Command_FinishJob{FinishJob: &raftpb.FinishJob{Id: done.Id, Attempt: done.Attempt, NodeId: victim.ID(), Ok: true, Stdout: []byte("forged")}}},
+		{Cmd: &raftpb.Command_FinishBatch{FinishBatch: &raftpb.FinishBatch{Results: []*raftpb.FinishJob{{Id: done.Id, Attempt: done.Attempt, NodeId: victim.ID(), Ok: true}}}}},
+		{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k", Value: []byte("v")}}},
+		{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k", Value: []byte("v"), JobId: done.Id, Attempt: done.Attempt, NodeId: victim.ID()}}},
+		{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{Id: done.Id, Attempt: done.Attempt, NodeId: victim.ID()}}},
+		{Cmd: &raftpb.Command_SchedulerRound{SchedulerRound: &raftpb.SchedulerRound{Placements: []*raftpb.AssignJob{{Id: done.Id, Attempt: 9, NodeId: follower.ID()}}}}},
+	}
+	for i, cmd := range forged {
+		_, err := follower.Cluster().Apply(context.Background(), cmd)
+		var ce *consensus.Error
+		if !errors.As(err, &ce) || ce.Code != "permission_denied" {
+			t.Fatalf("forged command %d from %s: %v; want permission_denied", i, follower.ID(), err)
+		}
+	}
+	if j := getJob(t, op1, done.Id); string(j.Stdout) != reverse("forge me") || j.Attempt != done.Attempt {
+		t.Fatalf("after forgeries: output %q attempt %d", j.Stdout, j.Attempt)
 	}
 
 	// Kill the leader: a new one is elected among the survivors, and a

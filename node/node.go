@@ -160,7 +160,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.worker = worker.New(worker.Config{
 		NodeID: st.NodeID, State: n.store.State(), Control: n.cluster, Blobs: n.blobNet,
 		Executors: n.executors(), Logger: n.log,
-		Secrets: nodeSecrets{n}, KV: nodeKV{n},
+		Secrets: nodeSecrets{n}, KV: nodeKV{n: n}, Leases: nodeLeases{n},
 	})
 	// Catch up with the log before Recover, so it sees every placement made
 	// on this node before it stopped, before anything new is placed here.

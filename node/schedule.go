@@ -2,9 +2,12 @@ package node
 
 import (
 	"context"
+	"time"
 
 	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/node/scheduler/driver"
+	"github.com/palyra-mesh/palyra/node/worker"
+	"github.com/palyra-mesh/palyra/proto/peerpb"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
@@ -46,9 +49,22 @@ func (n *Node) runScheduler(ctx context.Context) {
 		Logger:        n.log,
 		Prefetch:      map[string]int{"wasm": orDefault(n.cfg.Prefetch, defaultPrefetch)},
 		ArrayPrefetch: map[string]int{"wasm": orDefault(n.cfg.ArrayPrefetch, defaultArrayPrefetch)},
+		LeaseTTL:      n.cfg.LeaseTTL,
 	})
 	n.cluster.SetPiggyback(d.Piggyback)
 	defer n.cluster.SetPiggyback(nil)
+	n.cluster.SetLeaseKeeper(func(node string, held []*peerpb.LeaseRef) ([]*peerpb.LeaseRef, time.Duration) {
+		ls := make([]driver.Lease, len(held))
+		for i, h := range held {
+			ls[i] = driver.Lease{JobID: h.JobId, Attempt: h.Attempt}
+		}
+		var lost []*peerpb.LeaseRef
+		for _, l := range d.Renew(node, ls) {
+			lost = append(lost, &peerpb.LeaseRef{JobId: l.JobID, Attempt: l.Attempt})
+		}
+		return lost, d.LeaseTTL()
+	})
+	defer n.cluster.SetLeaseKeeper(nil)
 	d.Run(ctx)
 }
 
@@ -60,4 +76,22 @@ func (n *Node) workers() []driver.Worker {
 		out = append(out, driver.Worker{ID: m.ID, Alive: m.State == cluster.StateAlive, Slots: m.Capacity, Labels: m.Labels})
 	}
 	return out
+}
+
+// nodeLeases renews the worker's leases with the leader.
+type nodeLeases struct{ n *Node }
+
+func (l nodeLeases) RenewLeases(ctx context.Context, held []worker.Lease) ([]worker.Lease, time.Duration, error) {
+	refs := make([]*peerpb.LeaseRef, len(held))
+	for i, h := range held {
+		refs[i] = &peerpb.LeaseRef{JobId: h.JobID, Attempt: h.Attempt}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lost, ttl, err := l.n.cluster.RenewLeases(ctx, refs)
+	out := make([]worker.Lease, len(lost))
+	for i, r := range lost {
+		out[i] = worker.Lease{JobID: r.JobId, Attempt: r.Attempt}
+	}
+	return out, ttl, err
 }

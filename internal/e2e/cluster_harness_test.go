@@ -14,6 +14,7 @@ import (
 type testCluster struct {
 	t       *testing.T
 	members []*member
+	extra   []string // flags every member's node start/join gets
 }
 
 // newCluster prepares (does not start) one member per address; netns, if
@@ -60,10 +61,10 @@ func newLoopbackCluster(t *testing.T, n int) *testCluster {
 func (c *testCluster) form() {
 	c.t.Helper()
 	first := c.members[0]
-	first.startNode()
+	first.startNode(c.extra...)
 	first.waitUp(60 * time.Second)
 	for _, m := range c.members[1:] {
-		m.joinNode(c.pairCode(first), first.addr)
+		m.joinNode(c.pairCode(first), first.addr, c.extra...)
 		m.waitUp(90 * time.Second)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/proto/peerpb"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
@@ -24,6 +25,11 @@ const defaultApplyTimeout = 10 * time.Second
 func (c *Cluster) Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error) {
 	if cmd == nil || cmd.Cmd == nil {
 		return consensus.Job{}, &consensus.Error{Code: consensus.ErrInvalid.Code, Message: "empty command", Hint: "set one of the Command fields"}
+	}
+	// The leader checks what a follower forwards against its certificate;
+	// this node holds itself to the same rule wherever the leader is.
+	if err := mayForward(identity.Principal{Kind: identity.KindNode, ID: c.cfg.NodeID}, cmd); err != nil {
+		return consensus.Job{}, &consensus.Error{Code: codePermissionDenied, Message: err.Error(), Hint: "a node may report only its own work"}
 	}
 	req := &peerpb.Request{Body: &peerpb.Request_ForwardApply{ForwardApply: &peerpb.ForwardApplyRequest{Command: cmd}}}
 	var job consensus.Job

@@ -57,6 +57,8 @@ type Cluster struct {
 	verifyHook atomic.Pointer[func(context.Context) error]
 	// piggyback plans placements to ride on commands this leader proposes.
 	piggyback atomic.Pointer[Piggyback]
+	// leases renews workers' leases on the leader.
+	leases atomic.Pointer[LeaseKeeper]
 }
 
 type leaderInfo struct{ id, addr string }

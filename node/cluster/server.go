@@ -61,7 +61,9 @@ func (c *Cluster) serveRPC(conn net.Conn, p mesh.PeerInfo) {
 func (c *Cluster) handle(ctx context.Context, pr identity.Principal, req *peerpb.Request) *peerpb.Response {
 	switch b := req.Body.(type) {
 	case *peerpb.Request_ForwardApply:
-		return c.handleForwardApply(ctx, b.ForwardApply)
+		return c.handleForwardApply(ctx, pr, b.ForwardApply)
+	case *peerpb.Request_RenewLeases:
+		return c.handleRenewLeases(pr, b.RenewLeases)
 	case *peerpb.Request_RaftJoin:
 		return c.handleRaftJoin(pr, b.RaftJoin)
 	case *peerpb.Request_RaftStats:
@@ -102,9 +104,13 @@ func toPBError(err error) *peerpb.Error {
 	return &peerpb.Error{Code: codeInternal, Message: err.Error()}
 }
 
-func (c *Cluster) handleForwardApply(ctx context.Context, r *peerpb.ForwardApplyRequest) *peerpb.Response {
+func (c *Cluster) handleForwardApply(ctx context.Context, pr identity.Principal, r *peerpb.ForwardApplyRequest) *peerpb.Response {
 	if r.GetCommand() == nil {
 		return errResp(codeInvalid, "forwarded apply carries no command", "")
+	}
+	if err := mayForward(pr, r.Command); err != nil {
+		c.log.Warn("refused a forwarded command", "peer", pr.String(), "err", err)
+		return errResp(codePermissionDenied, err.Error(), "a node may report only its own work")
 	}
 	if !c.store.IsLeader() {
 		return c.notLeaderResp()

@@ -38,6 +38,13 @@ type Blobs interface {
 	Put(data []byte) (string, error)
 }
 
+// FencedKV is a key-value store whose writes can be fenced by a job's
+// attempt, as results are: a superseded attempt's writes are refused.
+type FencedKV interface {
+	runtime.KV
+	ForAttempt(job string, attempt uint32) runtime.KV
+}
+
 // Config configures a Worker.
 type Config struct {
 	NodeID    string
@@ -50,7 +57,27 @@ type Config struct {
 	// Secrets and KV serve capability grants (replicated services).
 	Secrets runtime.Secrets
 	KV      runtime.KV
+	// Leases renews the leases of the placements this worker holds; nil
+	// renews none (the leader then re-queues them when they lapse).
+	Leases Leases
 }
+
+// Lease names one placement: a job and the attempt given to this worker.
+type Lease struct {
+	JobID   string
+	Attempt uint32
+}
+
+// Leases renews a worker's leases with the leader: one call for all the
+// placements it holds. It returns those that are not the worker's any more,
+// and the leases' time to live.
+type Leases interface {
+	RenewLeases(ctx context.Context, held []Lease) (lost []Lease, ttl time.Duration, err error)
+}
+
+// firstRenewal is how soon a worker renews before it has heard the
+// leases' time to live; it then renews three times per TTL.
+const firstRenewal = time.Second
 
 // Worker executes placements addressed to Config.NodeID.
 type Worker struct {
@@ -112,7 +139,7 @@ func (w *Worker) Recover(ctx context.Context) error {
 		w.orphans[j.ID] = j.Attempt
 		w.mu.Unlock()
 		cmd := &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{
-			Id: j.ID, Attempt: j.Attempt, Reason: "worker restarted"}}}
+			Id: j.ID, Attempt: j.Attempt, Reason: "worker restarted", NodeId: w.cfg.NodeID}}}
 		if err := w.applyRetry(ctx, cmd); err != nil && !errors.Is(err, consensus.ErrStaleAttempt) {
 			return fmt.Errorf("requeue orphaned job %s: %w", j.ID, err)
 		}
@@ -126,8 +153,9 @@ func (w *Worker) Recover(ctx context.Context) error {
 // keeps them running and the next process's Recover requeues them.
 func (w *Worker) Run(ctx context.Context) error {
 	st := w.cfg.State
-	w.wg.Add(1)
+	w.wg.Add(2)
 	go func() { defer w.wg.Done(); w.report(ctx) }()
+	go func() { defer w.wg.Done(); w.renew(ctx) }()
 	for {
 		changed := st.Watch(consensus.TopicNode(w.cfg.NodeID))
 		w.reconcile(ctx)
@@ -290,7 +318,11 @@ func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 		MaxOutput: int(j.MaxOutput), AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate,
 	}
 	if len(j.SecretNames) > 0 || j.KVPrefix != "" {
-		spec.Grants = &runtime.Grants{SecretNames: j.SecretNames, KVPrefix: j.KVPrefix, Secrets: w.cfg.Secrets, KV: w.cfg.KV}
+		kv := w.cfg.KV
+		if f, ok := kv.(FencedKV); ok {
+			kv = f.ForAttempt(j.ID, j.Attempt)
+		}
+		spec.Grants = &runtime.Grants{SecretNames: j.SecretNames, KVPrefix: j.KVPrefix, Secrets: w.cfg.Secrets, KV: kv}
 	}
 	if j.InputHash != "" {
 		in, err := w.cfg.Blobs.Get(j.InputHash)
@@ -313,6 +345,55 @@ func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 		spec.Module = mod
 	}
 	return ex.Run(ctx, spec)
+}
+
+// renew keeps the leases of the placements this worker holds (running,
+// waiting for a slot, or reporting) alive, and stops those the leader
+// says are not this worker's any more. A placement it gave up on (its
+// result could not be recorded) is no longer renewed, so the leader
+// re-queues it when its lease lapses.
+func (w *Worker) renew(ctx context.Context) {
+	if w.cfg.Leases == nil {
+		return
+	}
+	every := firstRenewal
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+		w.mu.Lock()
+		held := make([]Lease, 0, len(w.running))
+		for id, r := range w.running {
+			held = append(held, Lease{JobID: id, Attempt: r.attempt})
+		}
+		w.mu.Unlock()
+		// Renewed even when it holds nothing: a worker whose leases once
+		// lapsed gets new work only after it renews again.
+		lost, ttl, err := w.cfg.Leases.RenewLeases(ctx, held)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("could not renew leases; retrying", "held", len(held), "err", err)
+			}
+			every = firstRenewal / 4
+			continue
+		}
+		if ttl > 0 {
+			every = ttl / 3
+		}
+		w.mu.Lock()
+		for _, l := range lost {
+			if r, ok := w.running[l.JobID]; ok && r.attempt == l.Attempt {
+				w.log.Info("placement is no longer this worker's; stopping it", "job", l.JobID, "attempt", l.Attempt)
+				// Never start this attempt again, whatever a lagging
+				// replica says.
+				w.finished[l.JobID] = l.Attempt
+				r.cancel(errSuperseded)
+			}
+		}
+		w.mu.Unlock()
+	}
 }
 
 // report sends finished runs' results to the leader, as many as are

@@ -115,6 +115,7 @@ type Request struct {
 	//	*Request_RaftStats
 	//	*Request_Leave
 	//	*Request_ReadIndex
+	//	*Request_RenewLeases
 	Body          isRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -202,6 +203,15 @@ func (x *Request) GetReadIndex() *ReadIndexRequest {
 	return nil
 }
 
+func (x *Request) GetRenewLeases() *RenewLeasesRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Request_RenewLeases); ok {
+			return x.RenewLeases
+		}
+	}
+	return nil
+}
+
 type isRequest_Body interface {
 	isRequest_Body()
 }
@@ -226,6 +236,10 @@ type Request_ReadIndex struct {
 	ReadIndex *ReadIndexRequest `protobuf:"bytes,5,opt,name=read_index,json=readIndex,proto3,oneof"`
 }
 
+type Request_RenewLeases struct {
+	RenewLeases *RenewLeasesRequest `protobuf:"bytes,20,opt,name=renew_leases,json=renewLeases,proto3,oneof"`
+}
+
 func (*Request_ForwardApply) isRequest_Body() {}
 
 func (*Request_RaftJoin) isRequest_Body() {}
@@ -235,6 +249,8 @@ func (*Request_RaftStats) isRequest_Body() {}
 func (*Request_Leave) isRequest_Body() {}
 
 func (*Request_ReadIndex) isRequest_Body() {}
+
+func (*Request_RenewLeases) isRequest_Body() {}
 
 type Response struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -246,6 +262,7 @@ type Response struct {
 	//	*Response_RaftStats
 	//	*Response_Leave
 	//	*Response_ReadIndex
+	//	*Response_RenewLeases
 	Body          isResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -340,6 +357,15 @@ func (x *Response) GetReadIndex() *ReadIndexResponse {
 	return nil
 }
 
+func (x *Response) GetRenewLeases() *RenewLeasesResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Response_RenewLeases); ok {
+			return x.RenewLeases
+		}
+	}
+	return nil
+}
+
 type isResponse_Body interface {
 	isResponse_Body()
 }
@@ -364,6 +390,10 @@ type Response_ReadIndex struct {
 	ReadIndex *ReadIndexResponse `protobuf:"bytes,6,opt,name=read_index,json=readIndex,proto3,oneof"`
 }
 
+type Response_RenewLeases struct {
+	RenewLeases *RenewLeasesResponse `protobuf:"bytes,20,opt,name=renew_leases,json=renewLeases,proto3,oneof"`
+}
+
 func (*Response_ForwardApply) isResponse_Body() {}
 
 func (*Response_RaftJoin) isResponse_Body() {}
@@ -373,6 +403,162 @@ func (*Response_RaftStats) isResponse_Body() {}
 func (*Response_Leave) isResponse_Body() {}
 
 func (*Response_ReadIndex) isResponse_Body() {}
+
+func (*Response_RenewLeases) isResponse_Body() {}
+
+// RenewLeasesRequest renews the leases of the placements the calling
+// worker still holds (running, waiting for a slot, or reporting): one call
+// per worker for all of them, to the leader, which keeps leases in memory
+// (no commit). A placement whose lease lapses is re-queued.
+type RenewLeasesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Held          []*LeaseRef            `protobuf:"bytes,1,rep,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLeasesRequest) Reset() {
+	*x = RenewLeasesRequest{}
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLeasesRequest) ProtoMessage() {}
+
+func (x *RenewLeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLeasesRequest.ProtoReflect.Descriptor instead.
+func (*RenewLeasesRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RenewLeasesRequest) GetHeld() []*LeaseRef {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+type LeaseRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt       uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRef) Reset() {
+	*x = LeaseRef{}
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRef) ProtoMessage() {}
+
+func (x *LeaseRef) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
+func (*LeaseRef) Descriptor() ([]byte, []int) {
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LeaseRef) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *LeaseRef) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+// lost lists the held placements that are not the caller's any more
+// (re-queued, re-placed, cancelled, ended): the worker stops them.
+type RenewLeasesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lost          []*LeaseRef            `protobuf:"bytes,1,rep,name=lost,proto3" json:"lost,omitempty"`
+	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLeasesResponse) Reset() {
+	*x = RenewLeasesResponse{}
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLeasesResponse) ProtoMessage() {}
+
+func (x *RenewLeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLeasesResponse.ProtoReflect.Descriptor instead.
+func (*RenewLeasesResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RenewLeasesResponse) GetLost() []*LeaseRef {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
+func (x *RenewLeasesResponse) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
 
 // ForwardApplyRequest asks the leader to commit a command on behalf of a
 // follower that already authorised it.
@@ -385,7 +571,7 @@ type ForwardApplyRequest struct {
 
 func (x *ForwardApplyRequest) Reset() {
 	*x = ForwardApplyRequest{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[3]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -397,7 +583,7 @@ func (x *ForwardApplyRequest) String() string {
 func (*ForwardApplyRequest) ProtoMessage() {}
 
 func (x *ForwardApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[3]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -410,7 +596,7 @@ func (x *ForwardApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardApplyRequest.ProtoReflect.Descriptor instead.
 func (*ForwardApplyRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ForwardApplyRequest) GetCommand() *raftpb.Command {
@@ -429,7 +615,7 @@ type ForwardApplyResponse struct {
 
 func (x *ForwardApplyResponse) Reset() {
 	*x = ForwardApplyResponse{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[4]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +627,7 @@ func (x *ForwardApplyResponse) String() string {
 func (*ForwardApplyResponse) ProtoMessage() {}
 
 func (x *ForwardApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[4]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +640,7 @@ func (x *ForwardApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardApplyResponse.ProtoReflect.Descriptor instead.
 func (*ForwardApplyResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ForwardApplyResponse) GetJob() *raftpb.JobRecord {
@@ -476,7 +662,7 @@ type RaftJoinRequest struct {
 
 func (x *RaftJoinRequest) Reset() {
 	*x = RaftJoinRequest{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[5]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +674,7 @@ func (x *RaftJoinRequest) String() string {
 func (*RaftJoinRequest) ProtoMessage() {}
 
 func (x *RaftJoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[5]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +687,7 @@ func (x *RaftJoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftJoinRequest.ProtoReflect.Descriptor instead.
 func (*RaftJoinRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RaftJoinRequest) GetId() string {
@@ -527,7 +713,7 @@ type RaftJoinResponse struct {
 
 func (x *RaftJoinResponse) Reset() {
 	*x = RaftJoinResponse{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[6]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +725,7 @@ func (x *RaftJoinResponse) String() string {
 func (*RaftJoinResponse) ProtoMessage() {}
 
 func (x *RaftJoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[6]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +738,7 @@ func (x *RaftJoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftJoinResponse.ProtoReflect.Descriptor instead.
 func (*RaftJoinResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RaftJoinResponse) GetAlreadyMember() bool {
@@ -571,7 +757,7 @@ type RaftStatsRequest struct {
 
 func (x *RaftStatsRequest) Reset() {
 	*x = RaftStatsRequest{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[7]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +769,7 @@ func (x *RaftStatsRequest) String() string {
 func (*RaftStatsRequest) ProtoMessage() {}
 
 func (x *RaftStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[7]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +782,7 @@ func (x *RaftStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftStatsRequest.ProtoReflect.Descriptor instead.
 func (*RaftStatsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 type RaftStatsResponse struct {
@@ -611,7 +797,7 @@ type RaftStatsResponse struct {
 
 func (x *RaftStatsResponse) Reset() {
 	*x = RaftStatsResponse{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +809,7 @@ func (x *RaftStatsResponse) String() string {
 func (*RaftStatsResponse) ProtoMessage() {}
 
 func (x *RaftStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +822,7 @@ func (x *RaftStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftStatsResponse.ProtoReflect.Descriptor instead.
 func (*RaftStatsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RaftStatsResponse) GetId() string {
@@ -678,7 +864,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +876,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +889,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LeaveRequest) GetId() string {
@@ -721,7 +907,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +919,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +932,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 // ReadIndexRequest asks the leader for the index a linearizable read must
@@ -759,7 +945,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +957,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +970,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 type ReadIndexResponse struct {
@@ -796,7 +982,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +994,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +1007,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -845,7 +1031,7 @@ type NodeMeta struct {
 
 func (x *NodeMeta) Reset() {
 	*x = NodeMeta{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +1043,7 @@ func (x *NodeMeta) String() string {
 func (*NodeMeta) ProtoMessage() {}
 
 func (x *NodeMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1056,7 @@ func (x *NodeMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMeta.ProtoReflect.Descriptor instead.
 func (*NodeMeta) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeMeta) GetLabels() map[string]string {
@@ -911,7 +1097,7 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
 	"\x04hint\x18\x03 \x01(\tR\x04hint\x12\x1b\n" +
 	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12%\n" +
-	"\x0eleader_address\x18\x05 \x01(\tR\rleaderAddress\"\xd9\x02\n" +
+	"\x0eleader_address\x18\x05 \x01(\tR\rleaderAddress\"\xa2\x03\n" +
 	"\aRequest\x12J\n" +
 	"\rforward_apply\x18\x01 \x01(\v2#.palyra.peer.v1.ForwardApplyRequestH\x00R\fforwardApply\x12>\n" +
 	"\traft_join\x18\x02 \x01(\v2\x1f.palyra.peer.v1.RaftJoinRequestH\x00R\braftJoin\x12A\n" +
@@ -919,8 +1105,9 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"raft_stats\x18\x03 \x01(\v2 .palyra.peer.v1.RaftStatsRequestH\x00R\traftStats\x124\n" +
 	"\x05leave\x18\x04 \x01(\v2\x1c.palyra.peer.v1.LeaveRequestH\x00R\x05leave\x12A\n" +
 	"\n" +
-	"read_index\x18\x05 \x01(\v2 .palyra.peer.v1.ReadIndexRequestH\x00R\treadIndexB\x06\n" +
-	"\x04body\"\x8c\x03\n" +
+	"read_index\x18\x05 \x01(\v2 .palyra.peer.v1.ReadIndexRequestH\x00R\treadIndex\x12G\n" +
+	"\frenew_leases\x18\x14 \x01(\v2\".palyra.peer.v1.RenewLeasesRequestH\x00R\vrenewLeasesB\x06\n" +
+	"\x04body\"\xd6\x03\n" +
 	"\bResponse\x12+\n" +
 	"\x05error\x18\x01 \x01(\v2\x15.palyra.peer.v1.ErrorR\x05error\x12K\n" +
 	"\rforward_apply\x18\x02 \x01(\v2$.palyra.peer.v1.ForwardApplyResponseH\x00R\fforwardApply\x12?\n" +
@@ -929,8 +1116,17 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"raft_stats\x18\x04 \x01(\v2!.palyra.peer.v1.RaftStatsResponseH\x00R\traftStats\x125\n" +
 	"\x05leave\x18\x05 \x01(\v2\x1d.palyra.peer.v1.LeaveResponseH\x00R\x05leave\x12B\n" +
 	"\n" +
-	"read_index\x18\x06 \x01(\v2!.palyra.peer.v1.ReadIndexResponseH\x00R\treadIndexB\x06\n" +
-	"\x04body\"H\n" +
+	"read_index\x18\x06 \x01(\v2!.palyra.peer.v1.ReadIndexResponseH\x00R\treadIndex\x12H\n" +
+	"\frenew_leases\x18\x14 \x01(\v2#.palyra.peer.v1.RenewLeasesResponseH\x00R\vrenewLeasesB\x06\n" +
+	"\x04body\"B\n" +
+	"\x12RenewLeasesRequest\x12,\n" +
+	"\x04held\x18\x01 \x03(\v2\x18.palyra.peer.v1.LeaseRefR\x04held\";\n" +
+	"\bLeaseRef\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\"Z\n" +
+	"\x13RenewLeasesResponse\x12,\n" +
+	"\x04lost\x18\x01 \x03(\v2\x18.palyra.peer.v1.LeaseRefR\x04lost\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"H\n" +
 	"\x13ForwardApplyRequest\x121\n" +
 	"\acommand\x18\x01 \x01(\v2\x17.palyra.raft.v1.CommandR\acommand\"C\n" +
 	"\x14ForwardApplyResponse\x12+\n" +
@@ -977,48 +1173,55 @@ func file_palyra_peer_v1_peer_proto_rawDescGZIP() []byte {
 	return file_palyra_peer_v1_peer_proto_rawDescData
 }
 
-var file_palyra_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_palyra_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_palyra_peer_v1_peer_proto_goTypes = []any{
 	(*Error)(nil),                // 0: palyra.peer.v1.Error
 	(*Request)(nil),              // 1: palyra.peer.v1.Request
 	(*Response)(nil),             // 2: palyra.peer.v1.Response
-	(*ForwardApplyRequest)(nil),  // 3: palyra.peer.v1.ForwardApplyRequest
-	(*ForwardApplyResponse)(nil), // 4: palyra.peer.v1.ForwardApplyResponse
-	(*RaftJoinRequest)(nil),      // 5: palyra.peer.v1.RaftJoinRequest
-	(*RaftJoinResponse)(nil),     // 6: palyra.peer.v1.RaftJoinResponse
-	(*RaftStatsRequest)(nil),     // 7: palyra.peer.v1.RaftStatsRequest
-	(*RaftStatsResponse)(nil),    // 8: palyra.peer.v1.RaftStatsResponse
-	(*LeaveRequest)(nil),         // 9: palyra.peer.v1.LeaveRequest
-	(*LeaveResponse)(nil),        // 10: palyra.peer.v1.LeaveResponse
-	(*ReadIndexRequest)(nil),     // 11: palyra.peer.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),    // 12: palyra.peer.v1.ReadIndexResponse
-	(*NodeMeta)(nil),             // 13: palyra.peer.v1.NodeMeta
-	nil,                          // 14: palyra.peer.v1.NodeMeta.LabelsEntry
-	nil,                          // 15: palyra.peer.v1.NodeMeta.CapacityEntry
-	(*raftpb.Command)(nil),       // 16: palyra.raft.v1.Command
-	(*raftpb.JobRecord)(nil),     // 17: palyra.raft.v1.JobRecord
+	(*RenewLeasesRequest)(nil),   // 3: palyra.peer.v1.RenewLeasesRequest
+	(*LeaseRef)(nil),             // 4: palyra.peer.v1.LeaseRef
+	(*RenewLeasesResponse)(nil),  // 5: palyra.peer.v1.RenewLeasesResponse
+	(*ForwardApplyRequest)(nil),  // 6: palyra.peer.v1.ForwardApplyRequest
+	(*ForwardApplyResponse)(nil), // 7: palyra.peer.v1.ForwardApplyResponse
+	(*RaftJoinRequest)(nil),      // 8: palyra.peer.v1.RaftJoinRequest
+	(*RaftJoinResponse)(nil),     // 9: palyra.peer.v1.RaftJoinResponse
+	(*RaftStatsRequest)(nil),     // 10: palyra.peer.v1.RaftStatsRequest
+	(*RaftStatsResponse)(nil),    // 11: palyra.peer.v1.RaftStatsResponse
+	(*LeaveRequest)(nil),         // 12: palyra.peer.v1.LeaveRequest
+	(*LeaveResponse)(nil),        // 13: palyra.peer.v1.LeaveResponse
+	(*ReadIndexRequest)(nil),     // 14: palyra.peer.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),    // 15: palyra.peer.v1.ReadIndexResponse
+	(*NodeMeta)(nil),             // 16: palyra.peer.v1.NodeMeta
+	nil,                          // 17: palyra.peer.v1.NodeMeta.LabelsEntry
+	nil,                          // 18: palyra.peer.v1.NodeMeta.CapacityEntry
+	(*raftpb.Command)(nil),       // 19: palyra.raft.v1.Command
+	(*raftpb.JobRecord)(nil),     // 20: palyra.raft.v1.JobRecord
 }
 var file_palyra_peer_v1_peer_proto_depIdxs = []int32{
-	3,  // 0: palyra.peer.v1.Request.forward_apply:type_name -> palyra.peer.v1.ForwardApplyRequest
-	5,  // 1: palyra.peer.v1.Request.raft_join:type_name -> palyra.peer.v1.RaftJoinRequest
-	7,  // 2: palyra.peer.v1.Request.raft_stats:type_name -> palyra.peer.v1.RaftStatsRequest
-	9,  // 3: palyra.peer.v1.Request.leave:type_name -> palyra.peer.v1.LeaveRequest
-	11, // 4: palyra.peer.v1.Request.read_index:type_name -> palyra.peer.v1.ReadIndexRequest
-	0,  // 5: palyra.peer.v1.Response.error:type_name -> palyra.peer.v1.Error
-	4,  // 6: palyra.peer.v1.Response.forward_apply:type_name -> palyra.peer.v1.ForwardApplyResponse
-	6,  // 7: palyra.peer.v1.Response.raft_join:type_name -> palyra.peer.v1.RaftJoinResponse
-	8,  // 8: palyra.peer.v1.Response.raft_stats:type_name -> palyra.peer.v1.RaftStatsResponse
-	10, // 9: palyra.peer.v1.Response.leave:type_name -> palyra.peer.v1.LeaveResponse
-	12, // 10: palyra.peer.v1.Response.read_index:type_name -> palyra.peer.v1.ReadIndexResponse
-	16, // 11: palyra.peer.v1.ForwardApplyRequest.command:type_name -> palyra.raft.v1.Command
-	17, // 12: palyra.peer.v1.ForwardApplyResponse.job:type_name -> palyra.raft.v1.JobRecord
-	14, // 13: palyra.peer.v1.NodeMeta.labels:type_name -> palyra.peer.v1.NodeMeta.LabelsEntry
-	15, // 14: palyra.peer.v1.NodeMeta.capacity:type_name -> palyra.peer.v1.NodeMeta.CapacityEntry
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	6,  // 0: palyra.peer.v1.Request.forward_apply:type_name -> palyra.peer.v1.ForwardApplyRequest
+	8,  // 1: palyra.peer.v1.Request.raft_join:type_name -> palyra.peer.v1.RaftJoinRequest
+	10, // 2: palyra.peer.v1.Request.raft_stats:type_name -> palyra.peer.v1.RaftStatsRequest
+	12, // 3: palyra.peer.v1.Request.leave:type_name -> palyra.peer.v1.LeaveRequest
+	14, // 4: palyra.peer.v1.Request.read_index:type_name -> palyra.peer.v1.ReadIndexRequest
+	3,  // 5: palyra.peer.v1.Request.renew_leases:type_name -> palyra.peer.v1.RenewLeasesRequest
+	0,  // 6: palyra.peer.v1.Response.error:type_name -> palyra.peer.v1.Error
+	7,  // 7: palyra.peer.v1.Response.forward_apply:type_name -> palyra.peer.v1.ForwardApplyResponse
+	9,  // 8: palyra.peer.v1.Response.raft_join:type_name -> palyra.peer.v1.RaftJoinResponse
+	11, // 9: palyra.peer.v1.Response.raft_stats:type_name -> palyra.peer.v1.RaftStatsResponse
+	13, // 10: palyra.peer.v1.Response.leave:type_name -> palyra.peer.v1.LeaveResponse
+	15, // 11: palyra.peer.v1.Response.read_index:type_name -> palyra.peer.v1.ReadIndexResponse
+	5,  // 12: palyra.peer.v1.Response.renew_leases:type_name -> palyra.peer.v1.RenewLeasesResponse
+	4,  // 13: palyra.peer.v1.RenewLeasesRequest.held:type_name -> palyra.peer.v1.LeaseRef
+	4,  // 14: palyra.peer.v1.RenewLeasesResponse.lost:type_name -> palyra.peer.v1.LeaseRef
+	19, // 15: palyra.peer.v1.ForwardApplyRequest.command:type_name -> palyra.raft.v1.Command
+	20, // 16: palyra.peer.v1.ForwardApplyResponse.job:type_name -> palyra.raft.v1.JobRecord
+	17, // 17: palyra.peer.v1.NodeMeta.labels:type_name -> palyra.peer.v1.NodeMeta.LabelsEntry
+	18, // 18: palyra.peer.v1.NodeMeta.capacity:type_name -> palyra.peer.v1.NodeMeta.CapacityEntry
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_palyra_peer_v1_peer_proto_init() }
@@ -1032,6 +1235,7 @@ func file_palyra_peer_v1_peer_proto_init() {
 		(*Request_RaftStats)(nil),
 		(*Request_Leave)(nil),
 		(*Request_ReadIndex)(nil),
+		(*Request_RenewLeases)(nil),
 	}
 	file_palyra_peer_v1_peer_proto_msgTypes[2].OneofWrappers = []any{
 		(*Response_ForwardApply)(nil),
@@ -1039,6 +1243,7 @@ func file_palyra_peer_v1_peer_proto_init() {
 		(*Response_RaftStats)(nil),
 		(*Response_Leave)(nil),
 		(*Response_ReadIndex)(nil),
+		(*Response_RenewLeases)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1046,7 +1251,7 @@ func file_palyra_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_peer_v1_peer_proto_rawDesc), len(file_palyra_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1556,11 +1556,14 @@ func (x *SetNodeSchedulable) GetAtMs() int64 {
 
 // RequeueJob returns a running attempt to the queue (its worker died or
 // restarted); the next placement gets attempt + 1.
+// RequeueJob returns a running job to the queue. node_id, when set (a
+// worker giving back its own placement), must be the job's node.
 type RequeueJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Attempt       uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1612,6 +1615,13 @@ func (x *RequeueJob) GetAttempt() uint32 {
 func (x *RequeueJob) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *RequeueJob) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
 	}
 	return ""
 }
@@ -2464,10 +2474,15 @@ func (x *DeleteSecret) GetName() string {
 	return ""
 }
 
+// KV writes come from a job's granted prefix and are fenced like its
+// result: refused unless job_id is running at attempt on node_id.
 type KVPut struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	JobId         string                 `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt       uint32                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	NodeId        string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2516,9 +2531,33 @@ func (x *KVPut) GetValue() []byte {
 	return nil
 }
 
+func (x *KVPut) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *KVPut) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *KVPut) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 type KVDelete struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt       uint32                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2556,6 +2595,27 @@ func (*KVDelete) Descriptor() ([]byte, []int) {
 func (x *KVDelete) GetKey() string {
 	if x != nil {
 		return x.Key
+	}
+	return ""
+}
+
+func (x *KVDelete) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *KVDelete) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *KVDelete) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
 	}
 	return ""
 }
@@ -3516,12 +3576,13 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\beligible\x18\x02 \x01(\bR\beligible\x12\x1a\n" +
 	"\bdraining\x18\x03 \x01(\bR\bdraining\x12*\n" +
 	"\x11drain_deadline_ms\x18\x04 \x01(\x03R\x0fdrainDeadlineMs\x12\x13\n" +
-	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"N\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"g\n" +
 	"\n" +
 	"RequeueJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xd4\x02\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\xd4\x02\n" +
 	"\rPairingRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vsecret_hash\x18\x02 \x01(\fR\n" +
@@ -3596,12 +3657,18 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
 	"\x02by\x18\x04 \x01(\tR\x02by\"\"\n" +
 	"\fDeleteSecret\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"/\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"y\n" +
 	"\x05KVPut\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"\x1c\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x15\n" +
+	"\x06job_id\x18\x03 \x01(\tR\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\rR\aattempt\x12\x17\n" +
+	"\anode_id\x18\x05 \x01(\tR\x06nodeId\"f\n" +
 	"\bKVDelete\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"\xe7\r\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\xe7\r\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +

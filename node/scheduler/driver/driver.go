@@ -71,6 +71,9 @@ type Config struct {
 	// Tick bounds how long timers (backoff, deadlines, grace) wait for a
 	// round when nothing else wakes the driver.
 	Tick time.Duration
+	// LeaseTTL is how long a placement lives without its worker renewing
+	// it (DefaultLeaseTTL if zero); then it is re-queued.
+	LeaseTTL time.Duration
 }
 
 // Limits on one round's work, so a round stays small and quick however
@@ -108,6 +111,11 @@ type Driver struct {
 	// capacity for, to refresh their pending reasons (at most every
 	// reasonEvery: walking the queue for them costs).
 	lastReasons time.Time
+
+	leaseMu        sync.Mutex
+	leases         map[string]lease // job id → the lease of its current placement
+	silent         map[string]bool  // nodes whose leases lapsed, until they renew
+	lastLeaseCheck time.Time
 	mu          sync.Mutex
 	inflight    map[string]inflightPlacement // job id → placement
 	rounds      int                          // rounds committing now
@@ -131,11 +139,14 @@ func New(cfg Config) *Driver {
 	if cfg.Tick <= 0 {
 		cfg.Tick = defaultTick
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
 	if cfg.DeadWorkerGrace <= 0 {
 		cfg.DeadWorkerGrace = defaultDeadWorker
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger.With("component", "scheduler"), deadSince: map[string]time.Time{},
-		inflight: map[string]inflightPlacement{}, roundDone: make(chan struct{}, 1)}
+		inflight: map[string]inflightPlacement{}, roundDone: make(chan struct{}, 1), leases: map[string]lease{}, silent: map[string]bool{}}
 	d.leading.Store(cfg.IsLeader)
 	d.taskKinds = map[string]string{}
 	for k, n := range cfg.ArrayPrefetch {
@@ -170,6 +181,9 @@ func (d *Driver) Run(ctx context.Context) {
 		case l := <-d.cfg.Leadership:
 			if l && !isLeader {
 				d.leaderSince, d.deadSince = d.cfg.Now(), map[string]time.Time{}
+				d.leaseMu.Lock()
+				d.leases, d.silent = map[string]lease{}, map[string]bool{} // every lease starts afresh under this leader
+				d.leaseMu.Unlock()
 			}
 			isLeader = l
 			d.leading.Store(l)
@@ -249,6 +263,8 @@ func (d *Driver) Round(ctx context.Context) {
 			round.Requeues = append(round.Requeues, &raftpb.RequeueJob{Id: j.ID, Attempt: j.Attempt, Reason: reason})
 		}
 	}
+
+	d.lapsed(round, now, runningNodes)
 
 	for _, j := range st.DeadlinesBefore(nowMS, maxRoundExpiries) {
 		round.Expire = append(round.Expire, j.ID)

@@ -71,7 +71,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 		if !w.Alive {
 			continue
 		}
-		eligible := true
+		eligible := !d.isSilent(w.ID)
 		if m, ok := st.Member("node", w.ID); !ok || m.Ineligible || m.Draining || m.Revoked {
 			eligible = false
 		}

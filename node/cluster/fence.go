@@ -1,0 +1,105 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/proto/peerpb"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// mayForward checks a command a node forwarded against that node's
+// certificate identity, where it enters the cluster. Commands on behalf of
+// API callers were authorised by the forwarding node; the commands of a
+// worker (results, key-value writes, giving work back) must name the
+// caller as the node the attempt was given to, so one node cannot record
+// another's result; scheduling is the leader's own and is never forwarded.
+// The FSM then checks that the attempt is current.
+func mayForward(pr identity.Principal, cmd *raftpb.Command) error {
+	mine := func(what, node string) error {
+		if node != pr.ID {
+			return fmt.Errorf("%s sent %s for node %q: a node reports only its own work", pr, what, node)
+		}
+		return nil
+	}
+	switch c := cmd.Cmd.(type) {
+	case *raftpb.Command_FinishJob:
+		return mine("a result", c.FinishJob.NodeId)
+	case *raftpb.Command_FinishBatch:
+		for _, r := range c.FinishBatch.Results {
+			if err := mine("a result", r.NodeId); err != nil {
+				return err
+			}
+		}
+	case *raftpb.Command_RequeueJob:
+		return mine("a requeue", c.RequeueJob.NodeId)
+	case *raftpb.Command_KvPut:
+		if c.KvPut.JobId == "" {
+			return fmt.Errorf("%s sent a key-value write for no job: only jobs write there", pr)
+		}
+		return mine("a key-value write", c.KvPut.NodeId)
+	case *raftpb.Command_KvDelete:
+		if c.KvDelete.JobId == "" {
+			return fmt.Errorf("%s sent a key-value delete for no job: only jobs write there", pr)
+		}
+		return mine("a key-value delete", c.KvDelete.NodeId)
+	case *raftpb.Command_SchedulerRound, *raftpb.Command_AssignJob, *raftpb.Command_AssignBatch:
+		return fmt.Errorf("%s sent a placement: only the leader schedules", pr)
+	}
+	return nil
+}
+
+// LeaseKeeper renews, on the leader, the leases of the placements node
+// says it holds. It returns those that are not node's any more (the
+// worker stops them) and the leases' time to live.
+type LeaseKeeper func(node string, held []*peerpb.LeaseRef) (lost []*peerpb.LeaseRef, ttl time.Duration)
+
+// SetLeaseKeeper installs (or, with nil, removes) the leader's lease
+// keeper.
+func (c *Cluster) SetLeaseKeeper(k LeaseKeeper) {
+	if k == nil {
+		c.leases.Store(nil)
+		return
+	}
+	c.leases.Store(&k)
+}
+
+// handleRenewLeases renews the calling node's leases: the caller's
+// certificate names the node, so no node renews another's.
+func (c *Cluster) handleRenewLeases(pr identity.Principal, r *peerpb.RenewLeasesRequest) *peerpb.Response {
+	if !c.store.IsLeader() {
+		return c.notLeaderResp()
+	}
+	k := c.leases.Load()
+	if k == nil {
+		return errResp(codeUnavailable, "the leader is not scheduling yet", "retry in a moment")
+	}
+	lost, ttl := (*k)(pr.ID, r.Held)
+	return &peerpb.Response{Body: &peerpb.Response_RenewLeases{RenewLeases: &peerpb.RenewLeasesResponse{Lost: lost, TtlMs: ttl.Milliseconds()}}}
+}
+
+// RenewLeases renews this node's leases with the leader (wherever it is)
+// and returns the placements that are not this node's any more, and the
+// leases' time to live.
+func (c *Cluster) RenewLeases(ctx context.Context, held []*peerpb.LeaseRef) (lost []*peerpb.LeaseRef, ttl time.Duration, err error) {
+	req := &peerpb.Request{Body: &peerpb.Request_RenewLeases{RenewLeases: &peerpb.RenewLeasesRequest{Held: held}}}
+	err = c.onLeader(ctx, true, func(context.Context) error {
+		k := c.leases.Load()
+		if k == nil {
+			return &consensus.Error{Code: codeUnavailable, Message: "the leader is not scheduling yet", Hint: "retry in a moment"}
+		}
+		lost, ttl = (*k)(c.cfg.NodeID, held)
+		return nil
+	}, req, func(resp *peerpb.Response) error {
+		r := resp.GetRenewLeases()
+		if r == nil {
+			return fmt.Errorf("cluster: leader answered a lease renewal without leases")
+		}
+		lost, ttl = r.Lost, time.Duration(r.TtlMs)*time.Millisecond
+		return nil
+	})
+	return lost, ttl, err
+}

@@ -1,0 +1,93 @@
+package driver
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// A placement is a lease: renewed by its worker it lives on; not renewed
+// for a TTL it is re-queued; a renewal for a placement that is not the
+// caller's is answered "lost" (against the real FSM).
+func TestLeasesLapseUnlessRenewed(t *testing.T) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	for _, id := range []string{"n1", "n2"} {
+		l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: id}}}})
+	}
+	l.apply(submitCmd("a"))
+	l.apply(submitCmd("b"))
+	var mu sync.Mutex
+	now := time.UnixMilli(1_000_000)
+	var requeued []string
+	d := New(Config{
+		State:    l.fsm.State(),
+		IsLeader: true,
+		LeaseTTL: 10 * time.Second,
+		Apply: func(_ context.Context, c *raftpb.Command) error {
+			for _, r := range c.GetSchedulerRound().GetRequeues() {
+				requeued = append(requeued, r.Id)
+			}
+			l.apply(c)
+			return nil
+		},
+		Workers: func() []Worker {
+			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}}, {ID: "n2", Alive: true, Slots: map[string]int{"wasm": 1}}}
+		},
+		Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
+	})
+	advance := func(dt time.Duration) {
+		mu.Lock()
+		now = now.Add(dt)
+		mu.Unlock()
+		d.Round(context.Background())
+		d.Wait()
+	}
+	advance(0) // places a and b, one per node; their leases start
+	advance(time.Second)
+	st := l.fsm.State()
+	a, _ := st.Job("a")
+	b, _ := st.Job("b")
+	if a.Phase != consensus.PhaseRunning || b.Phase != consensus.PhaseRunning || a.NodeID == b.NodeID {
+		t.Fatalf("a %s on %q, b %s on %q: want both running, on different nodes", a.Phase, a.NodeID, b.Phase, b.NodeID)
+	}
+	// a's worker renews; b's says nothing (paused, stuck, cut off).
+	for range 3 {
+		advance(4 * time.Second)
+		if lost := d.Renew(a.NodeID, []Lease{{JobID: "a", Attempt: 1}}); len(lost) != 0 {
+			t.Fatalf("renewing a: lost %v", lost)
+		}
+	}
+	if len(requeued) != 1 || requeued[0] != "b" {
+		t.Fatalf("requeued %v after b went 12s unrenewed with a 10s TTL; want [b]", requeued)
+	}
+	if a, _ = st.Job("a"); a.Phase != consensus.PhaseRunning || a.Attempt != 1 {
+		t.Fatalf("a, renewed all along: %s attempt %d", a.Phase, a.Attempt)
+	}
+	// b is placed again as attempt 2, not on the silent node; its old
+	// worker's renewal of attempt
+	// 1 is answered "lost", and so is a renewal from a node that was never
+	// given a.
+	advance(time.Second)
+	silent := b.NodeID
+	if b, _ = st.Job("b"); b.Phase != consensus.PhaseQueued {
+		t.Fatalf("b after its lease lapsed: %s attempt %d on %s; want queued (the only free slot is on the silent node)", b.Phase, b.Attempt, b.NodeID)
+	}
+	// The silent node renews again (nothing: it lost b): it takes work.
+	d.Renew(silent, nil)
+	advance(time.Second)
+	if b, _ = st.Job("b"); b.Attempt != 2 || b.Phase != consensus.PhaseRunning {
+		t.Fatalf("b after its node renewed: %s attempt %d; want running as attempt 2", b.Phase, b.Attempt)
+	}
+	other := "n1"
+	if a.NodeID == "n1" {
+		other = "n2"
+	}
+	lost := d.Renew(other, []Lease{{JobID: "b", Attempt: 1}, {JobID: "a", Attempt: 1}})
+	if len(lost) != 2 {
+		t.Fatalf("stale and foreign renewals: lost %v; want both", lost)
+	}
+}
