@@ -116,11 +116,11 @@ type Driver struct {
 	leases         map[string]lease // job id → the lease of its current placement
 	silent         map[string]bool  // nodes whose leases lapsed, until they renew
 	lastLeaseCheck time.Time
-	mu          sync.Mutex
-	inflight    map[string]inflightPlacement // job id → placement
-	rounds      int                          // rounds committing now
-	roundDone   chan struct{}                // a round finished committing
-	wg          sync.WaitGroup
+	mu             sync.Mutex
+	inflight       map[string]inflightPlacement // job id → placement
+	rounds         int                          // rounds committing now
+	roundDone      chan struct{}                // a round finished committing
+	wg             sync.WaitGroup
 }
 
 type inflightPlacement struct{ node, kind string }
