@@ -35,6 +35,13 @@ type Config struct {
 // it holds was committed, when no further entries flow.
 var commitTimeout = 2 * time.Millisecond
 
+// The log cache in front of bbolt (see logcache.go): the most recent
+// entries, up to this many and this many bytes of commands.
+const (
+	logCacheEntries = 4096
+	logCacheBytes   = 64 << 20
+)
+
 // Store is one server of the replicated control plane.
 type Store struct {
 	cfg       Config
@@ -114,7 +121,7 @@ func Open(cfg Config) (*Store, error) {
 			lg.Info("bootstrapped a new single-voter cluster", "id", cfg.NodeID)
 		}
 	}
-	r, err := raft.NewRaft(rc, fsm, bolt, bolt, snaps, transport)
+	r, err := raft.NewRaft(rc, fsm, newLogCache(bolt, logCacheEntries, logCacheBytes), bolt, snaps, transport)
 	if err != nil {
 		transport.Close()
 		bolt.Close()

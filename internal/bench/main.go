@@ -44,6 +44,7 @@ func main() {
 	commits := flag.Int("commits", 200, "sequential commits per series")
 	scale := flag.Bool("scale", true, "run the control-plane-at-scale benchmarks (3 processes)")
 	loop := flag.Duration("loop", 10*time.Second, "duration of each closed-loop run at scale")
+	arrayOnly := flag.Bool("array-only", false, "at scale, run only the 100,000-task array (for profiling)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -56,7 +57,7 @@ func main() {
 		fmt.Println()
 	}
 	if *scale {
-		if err := runScale(ctx, *bin, *loop); err != nil {
+		if err := runScale(ctx, *bin, *loop, *arrayOnly); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: scale:", err)
 			os.Exit(1)
 		}

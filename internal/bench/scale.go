@@ -164,7 +164,7 @@ func catModule(dir string) ([]byte, error) {
 // runScale measures the control plane at scale on a fresh 3-process
 // cluster: closed loops at 16 and 64 submitters against etcd's puts/s,
 // latency at a tenth of the maximum.
-func runScale(ctx context.Context, bin string, loop time.Duration) error {
+func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly bool) error {
 	c, done, err := formCluster(ctx, bin, "palyra-bench-scale-")
 	if err != nil {
 		return err
@@ -182,6 +182,9 @@ func runScale(ctx context.Context, bin string, loop time.Duration) error {
 		if _, _, err := runToCompletion(ctx, n.cl, mod, "warm"); err != nil {
 			return err
 		}
+	}
+	if arrayOnly {
+		return arrayRun(ctx, c, mod, arrayTasks)
 	}
 	etcd := readEtcd()
 	leader, err := c.healthy(ctx, 3, time.Minute)

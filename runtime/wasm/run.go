@@ -184,6 +184,7 @@ func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, 
 		budget = -1
 	}
 	instantiated, remaining, callErr := callStart(callCtx, e.rt, compiled, modCfg, budget)
+	alloc.recycle() // the guest's call returned: its memory may serve another run
 
 	var res runtime.Result
 	if instantiated && budget >= 0 {
