@@ -295,7 +295,7 @@ func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential
 		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now()}
 	opts := api.Options{Control: apiControl{n.cluster}, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Leave: n.leave,
-		Peers: n.peerAddrs, Forward: n.forwardAPI, Seal: n.sealSecret, DataKey: n.dataKey}
+		Peers: n.peerAddrs, Forward: n.forwardAPI, Seal: n.sealSecret, DataKey: n.dataKey, Snapshots: n}
 	if n.ca != nil {
 		opts.Issuer = n.ca
 	}

@@ -74,7 +74,7 @@ func Read(src io.Reader, v Visitor) (Header, Summary, error) {
 			break
 		}
 		if typ != frameBlob {
-			return h, s, r.corrupt("expected a blob or the summary, found a %q record", typ)
+			return h, s, r.corrupt("expected a blob or the summary, found a %s record", frameName(typ))
 		}
 		if len(payload) != sha256.Size+8 {
 			return h, s, r.corrupt("blob record of %d bytes, want %d", len(payload), sha256.Size+8)
@@ -100,7 +100,7 @@ func Read(src io.Reader, v Visitor) (Header, Summary, error) {
 		return h, s, err
 	}
 	if typ != frameChecksum || len(payload) != sha256.Size {
-		return h, s, r.corrupt("expected the checksum, found a %q record of %d bytes", typ, len(payload))
+		return h, s, r.corrupt("expected the checksum, found a %s record of %d bytes", frameName(typ), len(payload))
 	}
 	if !bytes.Equal(payload, want) {
 		return h, s, r.corrupt("checksum mismatch: the file's content does not match the sha256 it was saved with")
@@ -112,6 +112,29 @@ func Read(src io.Reader, v Visitor) (Header, Summary, error) {
 		return h, s, r.corrupt("data follows the checksum")
 	}
 	return h, s, nil
+}
+
+// frameName names a record type in messages.
+func frameName(typ byte) string {
+	switch typ {
+	case frameHeader:
+		return "header"
+	case frameKeys:
+		return "keys"
+	case frameState:
+		return "state"
+	case frameStateEnd:
+		return "end-of-state"
+	case frameBlob:
+		return "blob"
+	case frameBlobData:
+		return "blob data"
+	case frameEnd:
+		return "summary"
+	case frameChecksum:
+		return "checksum"
+	}
+	return fmt.Sprintf("unknown (%#x)", typ)
 }
 
 // reader reads frames, counting and hashing them.
@@ -181,13 +204,13 @@ func (r *reader) next() (byte, []byte, error) {
 	}
 	n := binary.BigEndian.Uint32(h[1:])
 	if n > maxFrame {
-		return 0, nil, r.corrupt("a %q record claims %d bytes (at most %d)", h[0], n, maxFrame)
+		return 0, nil, r.corrupt("a %s record claims %d bytes (at most %d)", frameName(h[0]), n, maxFrame)
 	}
 	if cap(r.buf) < int(n) {
 		r.buf = make([]byte, 0, n)
 	}
 	payload := r.buf[:n]
-	if err := r.readFull(payload, fmt.Sprintf("a %q record", h[0])); err != nil {
+	if err := r.readFull(payload, "a "+frameName(h[0])+" record"); err != nil {
 		return 0, nil, err
 	}
 	if h[0] != frameChecksum {
@@ -203,7 +226,7 @@ func (r *reader) expect(typ byte, what string) ([]byte, error) {
 		return nil, err
 	}
 	if t != typ {
-		return nil, r.corrupt("expected %s, found a %q record", what, t)
+		return nil, r.corrupt("expected %s, found a %s record", what, frameName(t))
 	}
 	return payload, nil
 }
@@ -268,7 +291,7 @@ func (s *stateReader) Read(p []byte) (int, error) {
 			}
 			s.done = true
 		default:
-			s.r.err = s.r.corrupt("expected state, found a %q record", typ)
+			s.r.err = s.r.corrupt("expected state, found a %s record", frameName(typ))
 			return 0, s.r.err
 		}
 	}
