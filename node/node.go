@@ -180,8 +180,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Serve the API once the replica is current and the init members are
 	// registered, so the first answers are right (no spurious denials).
 	n.serve(runCtx, addr, cred)
-	n.wg.Add(7)
+	n.wg.Add(8)
 	go func() { defer n.wg.Done(); n.runBlobGC(runCtx) }()
+	go func() { defer n.wg.Done(); n.replicateHeldBlobs(runCtx) }()
 	go func() { defer n.wg.Done(); n.releaseMemory(runCtx) }()
 	go func() { defer n.wg.Done(); n.authz.Watch(runCtx) }()
 	go func() { defer n.wg.Done(); n.watchRevocations(runCtx) }()

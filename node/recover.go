@@ -95,6 +95,7 @@ func Recover(cfg RecoverConfig) (RecoverResult, error) {
 	// A joined node contacts its seeds at start to join; it is now a
 	// cluster of its own, and Join would refuse.
 	st.Seeds = nil
+	st.ReplicateBlobs = true // the lost nodes held copies; make new ones as nodes join
 	if err := l.WriteState(st); err != nil {
 		return res, fmt.Errorf("raft was recovered, but node.json could not be updated (remove its \"seeds\" by hand): %w", err)
 	}

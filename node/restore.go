@@ -259,7 +259,8 @@ func Restore(ctx context.Context, src io.Reader, cfg RestoreConfig) (_ RestoreIn
 	if err != nil {
 		return info, err
 	}
-	st := State{NodeID: nodeP.ID, ClusterName: hdr.ClusterName, Address: addr, Version: 1, OperatorID: opP.ID}
+	st := State{NodeID: nodeP.ID, ClusterName: hdr.ClusterName, Address: addr, Version: 1, OperatorID: opP.ID,
+		ReplicateBlobs: true}
 	if err := l.WriteState(st); err != nil {
 		return info, fmt.Errorf("write node state: %w", err)
 	}

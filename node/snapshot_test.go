@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -169,6 +170,13 @@ func TestSnapshotSaveAndRestore(t *testing.T) {
 	if j.NodeId != r.ID() || j.CommitIndex <= info.Header.RaftIndex {
 		t.Fatalf("new job %+v: want it on %s after index %d", j, r.ID(), info.Header.RaftIndex)
 	}
+
+	// The restored node held the only copies of the blobs: they reach the
+	// first node that joins, without any job asking for them.
+	r2 := join(t, old, r.Addr(), t.TempDir())
+	waitFor(t, "the restored blobs to reach the joined node", 2*time.Minute, func() bool {
+		return r2.HoldsBlob(jBig.InputSha256) && r2.HoldsBlob(jBig.StdoutSha256) && r2.HoldsBlob(jBig.Wasm.ModuleSha256)
+	})
 }
 
 func sorted(s ...string) []string {
