@@ -63,6 +63,9 @@ func (s *Store) TakeSnapshot() (SnapshotMeta, io.ReadCloser, error) {
 	return SnapshotMeta{Index: meta.Index, Term: meta.Term, Size: meta.Size, Servers: confServers(meta.Configuration)}, rc, nil
 }
 
+// ErrDamagedSnapshot marks a snapshot stream that does not decode.
+var ErrDamagedSnapshot = errors.New("damaged state snapshot")
+
 // SnapshotContents is what a snapshot stream holds, as ScanSnapshot
 // counts it.
 type SnapshotContents struct {
@@ -81,12 +84,46 @@ type SnapshotContents struct {
 // ScanSnapshot reads a snapshot stream (the format Persist writes) to its
 // end, decoding every record as Restore would, without building a state:
 // it needs memory for one record and the set of blob names. A stream
-// Restore would refuse, ScanSnapshot refuses.
+// Restore would refuse, ScanSnapshot refuses: with an error wrapping
+// ErrDamagedSnapshot, or the reader's own error.
 func ScanSnapshot(r io.Reader) (SnapshotContents, error) {
+	c, err := scanSnapshot(r)
+	if err != nil && !errors.Is(err, ErrDamagedSnapshot) {
+		var rerr readError
+		if errors.As(err, &rerr) {
+			return c, rerr.err
+		}
+		err = fmt.Errorf("%w: %w", ErrDamagedSnapshot, err)
+	}
+	return c, err
+}
+
+// readError carries a failure of the underlying reader through the
+// decoder, so it is not mistaken for damage.
+type readError struct{ err error }
+
+func (e readError) Error() string { return e.err.Error() }
+func (e readError) Unwrap() error { return e.err }
+
+type errReader struct{ r io.Reader }
+
+func (e errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = readError{err}
+	}
+	return n, err
+}
+
+func scanSnapshot(r io.Reader) (SnapshotContents, error) {
 	var c SnapshotContents
+	r = errReader{r}
 	br := bufio.NewReaderSize(r, 256<<10)
 	head, err := br.Peek(len(snapshotMagic))
-	if err != nil || !bytes.Equal(head, snapshotMagic) {
+	if err != nil && !errors.Is(err, io.EOF) {
+		return c, err
+	}
+	if !bytes.Equal(head, snapshotMagic) {
 		return c, errors.New("the state is not a version-2 palyra state snapshot (no magic)")
 	}
 	_, _ = br.Discard(len(snapshotMagic))

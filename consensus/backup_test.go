@@ -3,6 +3,7 @@ package consensus
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -101,14 +103,22 @@ func TestSnapshotScanAndSeed(t *testing.T) {
 		t.Fatalf("contents %+v", c)
 	}
 
-	// Every truncation of the stream is refused.
+	// Every truncation of the stream is refused as damage; a failing
+	// reader's error comes back as itself.
 	for _, n := range []int{0, 10, len(data) / 2, len(data) - 1} {
-		if _, err := ScanSnapshot(bytes.NewReader(data[:n])); err == nil {
-			t.Fatalf("stream cut at %d/%d accepted", n, len(data))
+		if _, err := ScanSnapshot(bytes.NewReader(data[:n])); !errors.Is(err, ErrDamagedSnapshot) {
+			t.Fatalf("stream cut at %d/%d: %v", n, len(data), err)
 		}
 	}
-	if _, err := ScanSnapshot(bytes.NewReader(append(bytes.Clone(data), 1))); err == nil {
-		t.Fatal("trailing data accepted")
+	if _, err := ScanSnapshot(bytes.NewReader(append(bytes.Clone(data), 1))); !errors.Is(err, ErrDamagedSnapshot) {
+		t.Fatalf("trailing data: %v", err)
+	}
+	for _, n := range []int{0, 20, len(data) - 1} {
+		boom := errors.New("disk on fire")
+		_, err := ScanSnapshot(io.MultiReader(bytes.NewReader(data[:n]), iotest.ErrReader(boom)))
+		if !errors.Is(err, boom) || errors.Is(err, ErrDamagedSnapshot) {
+			t.Fatalf("reader failing after %d bytes: %v", n, err)
+		}
 	}
 
 	// A truncated stream leaves the directory seedable.

@@ -121,13 +121,11 @@ func (info *SnapshotInfo) fill(h backup.Header, s backup.Summary, c consensus.Sn
 	}
 }
 
-// stateErr marks an undecodable state as damage of the file.
+// stateErr marks an undecodable state as damage of the file; other
+// errors (a full disk) stay what they are.
 func stateErr(err error) error {
-	if err == nil {
-		return nil
-	}
 	var fe *backup.FormatError
-	if errors.As(err, &fe) {
+	if err == nil || errors.As(err, &fe) || !errors.Is(err, consensus.ErrDamagedSnapshot) {
 		return err
 	}
 	return &backup.FormatError{Msg: "the state section does not decode: " + err.Error()}
