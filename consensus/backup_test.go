@@ -19,6 +19,13 @@ import (
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
+// steady is fast's timers made long enough that a loaded machine does
+// not depose leaders mid-test.
+func steady(c *raft.Config) {
+	fast(c)
+	c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
+}
+
 func hashN(i int) string { return strings.Repeat(fmt.Sprintf("%x", i%16), 64) }
 
 // populate applies a little of everything: jobs naming blobs (module,
@@ -208,7 +215,7 @@ func TestRecoverOneSurvivor(t *testing.T) {
 	var stores []*Store
 	for i, l := range layers {
 		s, err := Open(Config{Dir: dirs[i], NodeID: fmt.Sprintf("n%d", i), Advertise: l.Addr().String(), Layer: l,
-			Logger: slog.New(slog.DiscardHandler), Tune: fast})
+			Logger: slog.New(slog.DiscardHandler), Tune: steady})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,29 +224,32 @@ func TestRecoverOneSurvivor(t *testing.T) {
 	if err := stores[0].raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
 		t.Fatal(err)
 	}
-	var leader *Store
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for i := 0; i < 1000 && !cond(); i++ {
+		for i := 0; i < 3000 && !cond(); i++ {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if !cond() {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
-	waitFor("a leader", func() bool {
-		for _, s := range stores {
-			if s.IsLeader() {
-				leader = s
-				return true
+	// Submit through whoever leads, again after a lost leadership (a
+	// loaded machine can cost an election): resubmitting a job replays it.
+	applyOnLeader := func(cmd *raftpb.Command) {
+		t.Helper()
+		var err error
+		waitFor("a commit", func() bool {
+			for _, s := range stores {
+				if s.IsLeader() {
+					_, err = s.Apply(context.Background(), cmd)
+					return err == nil
+				}
 			}
-		}
-		return false
-	})
+			return false
+		})
+	}
 	for i := 0; i < 30; i++ {
-		if _, err := leader.Apply(context.Background(), submit(fmt.Sprintf("j%02d", i))); err != nil {
-			t.Fatal(err)
-		}
+		applyOnLeader(submit(fmt.Sprintf("j%02d", i)))
 		if i == 20 {
 			if err := stores[0].raft.Snapshot().Error(); err != nil {
 				t.Fatal(err)
@@ -280,7 +290,7 @@ func TestRecoverOneSurvivor(t *testing.T) {
 	}
 
 	s, err := Open(Config{Dir: dirs[0], NodeID: "n0", Advertise: layers[0].Addr().String(), Layer: layers[0],
-		Logger: slog.New(slog.DiscardHandler), Tune: fast})
+		Logger: slog.New(slog.DiscardHandler), Tune: steady})
 	if err != nil {
 		t.Fatal(err)
 	}
