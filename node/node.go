@@ -180,15 +180,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Serve the API once the replica is current and the init members are
 	// registered, so the first answers are right (no spurious denials).
 	n.serve(runCtx, addr, cred)
-	n.wg.Add(8)
+	n.wg.Add(7)
 	go func() { defer n.wg.Done(); n.runBlobGC(runCtx) }()
-	go func() { defer n.wg.Done(); n.replicateHeldBlobs(runCtx) }()
 	go func() { defer n.wg.Done(); n.releaseMemory(runCtx) }()
 	go func() { defer n.wg.Done(); n.authz.Watch(runCtx) }()
 	go func() { defer n.wg.Done(); n.watchRevocations(runCtx) }()
 	go func() { defer n.wg.Done(); n.renewLoop(runCtx) }()
 	go func() { defer n.wg.Done(); n.worker.Run(runCtx) }()
 	go func() { defer n.wg.Done(); n.runScheduler(runCtx) }()
+	n.wg.Add(1) // after a restore or recovery only (node.json replicate_blobs)
+	go func() { defer n.wg.Done(); n.replicateHeldBlobs(runCtx) }()
 
 	n.log.Info("node ready", "address", addr, "data_dir", l.Dir, "cluster", st.ClusterName,
 		"wasm_slots", n.slots, "raft", n.store.Stats().State, "ca", n.ca != nil)
