@@ -124,6 +124,7 @@ func nodeCommand() *ucli.Command {
 				),
 				Action: nodeJoin,
 			},
+			nodeRecoverCommand(),
 			{
 				Name:      "drain",
 				Usage:     "stop placing new work on a node; its running work finishes (or moves at --deadline)",

@@ -48,6 +48,10 @@ type State struct {
 	// Joined marks a node that joined an existing cluster (it must not
 	// bootstrap one of its own).
 	Joined bool `json:"joined,omitempty"`
+	// ReplicateBlobs asks the node to push the blobs it holds to its
+	// peers once it has some (set by a snapshot restore and an outage
+	// recovery, when it may hold the only copies).
+	ReplicateBlobs bool `json:"replicate_blobs,omitempty"`
 }
 
 // ErrNoState means the data dir holds no initialised node.

@@ -188,6 +188,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go func() { defer n.wg.Done(); n.renewLoop(runCtx) }()
 	go func() { defer n.wg.Done(); n.worker.Run(runCtx) }()
 	go func() { defer n.wg.Done(); n.runScheduler(runCtx) }()
+	n.wg.Add(1) // after a restore or recovery only (node.json replicate_blobs)
+	go func() { defer n.wg.Done(); n.replicateHeldBlobs(runCtx) }()
 
 	n.log.Info("node ready", "address", addr, "data_dir", l.Dir, "cluster", st.ClusterName,
 		"wasm_slots", n.slots, "raft", n.store.Stats().State, "ca", n.ca != nil)
@@ -295,7 +297,7 @@ func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential
 		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now()}
 	opts := api.Options{Control: apiControl{n.cluster}, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Leave: n.leave,
-		Peers: n.peerAddrs, Forward: n.forwardAPI, Seal: n.sealSecret, DataKey: n.dataKey}
+		Peers: n.peerAddrs, Forward: n.forwardAPI, Seal: n.sealSecret, DataKey: n.dataKey, Snapshots: n}
 	if n.ca != nil {
 		opts.Issuer = n.ca
 	}

@@ -33,7 +33,9 @@ type Client struct {
 	Identity palyrav1connect.IdentityServiceClient
 	Policy   palyrav1connect.PolicyServiceClient
 	Secrets  palyrav1connect.SecretServiceClient
-	tr       *http3.Transport
+	// Snapshots streams cluster snapshots (palyra snapshot save).
+	Snapshots palyrav1connect.SnapshotServiceClient
+	tr        *http3.Transport
 }
 
 // New returns a client for the node at addr using cred. No connection is
@@ -57,13 +59,14 @@ func New(addr string, cred *identity.Credential) (*Client, error) {
 	// go uncompressed (gzip costs more CPU than it saves on small messages).
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(64 << 20), connect.WithSendMaxBytes(96 << 20), connect.WithCompressMinBytes(64 << 10)}
 	return &Client{
-		Addr:     addr,
-		Jobs:     palyrav1connect.NewJobServiceClient(hc, base, opts...),
-		Node:     palyrav1connect.NewNodeServiceClient(hc, base, opts...),
-		Identity: palyrav1connect.NewIdentityServiceClient(hc, base, opts...),
-		Policy:   palyrav1connect.NewPolicyServiceClient(hc, base, opts...),
-		Secrets:  palyrav1connect.NewSecretServiceClient(hc, base, opts...),
-		tr:       tr,
+		Addr:      addr,
+		Jobs:      palyrav1connect.NewJobServiceClient(hc, base, opts...),
+		Node:      palyrav1connect.NewNodeServiceClient(hc, base, opts...),
+		Identity:  palyrav1connect.NewIdentityServiceClient(hc, base, opts...),
+		Policy:    palyrav1connect.NewPolicyServiceClient(hc, base, opts...),
+		Secrets:   palyrav1connect.NewSecretServiceClient(hc, base, opts...),
+		Snapshots: palyrav1connect.NewSnapshotServiceClient(hc, base, opts...),
+		tr:        tr,
 	}, nil
 }
 

@@ -33,6 +33,10 @@ const (
 	ActionSecretList   = "secret.list"
 	ActionSecretDelete = "secret.delete"
 
+	// ActionSnapshotSave copies the whole cluster out (every job's data,
+	// the sealed secrets, the CA key and the data key): an admin action.
+	ActionSnapshotSave = "snapshot.save"
+
 	// Node work: only nodes do it under the default policy.
 	ActionWorkerHeartbeat = "worker.heartbeat"
 	ActionWorkerReport    = "worker.report"
@@ -74,7 +78,7 @@ func Actions() []string {
 		ActionNodeStatus, ActionNodeList, ActionNodeJoin, ActionNodeLeave, ActionNodeDrain,
 		ActionPairCreate, ActionPairList, ActionPairRevoke, ActionDeviceList, ActionDeviceRevoke,
 		ActionPolicyGet, ActionPolicySet, ActionPolicyCheck,
-		ActionSecretSet, ActionSecretList, ActionSecretDelete,
+		ActionSecretSet, ActionSecretList, ActionSecretDelete, ActionSnapshotSave,
 		ActionWorkerHeartbeat, ActionWorkerReport, ActionRaftJoin, ActionBlobFetch,
 		ActionGrantHTTP, ActionGrantSecret, ActionGrantKV,
 	}

@@ -25,6 +25,7 @@ func TestDefaultPolicyIntent(t *testing.T) {
 		{"operator cancels any job", opDevice, ActionJobCancel, othersJob, true, "operators"},
 		{"operator grants http", opDevice, ActionGrantHTTP, GrantResource(GrantHTTP, "example.com"), true, "operators"},
 		{"operator prunes jobs", opDevice, ActionJobPrune, ClusterResource(), true, "operators"},
+		{"operator saves snapshots", opDevice, ActionSnapshotSave, ClusterResource(), true, "operators"},
 		{"operator cannot do node work", opDevice, ActionWorkerReport, ownJob, false, ""},
 		{"operator cannot join raft", opDevice, ActionRaftJoin, ClusterResource(), false, ""},
 
@@ -37,6 +38,7 @@ func TestDefaultPolicyIntent(t *testing.T) {
 		{"device cannot pair", plainDevice, ActionPairCreate, ClusterResource(), false, ""},
 		{"device cannot read secrets", plainDevice, ActionSecretList, ClusterResource(), false, ""},
 		{"device cannot prune jobs", plainDevice, ActionJobPrune, ClusterResource(), false, ""},
+		{"device cannot save snapshots", plainDevice, ActionSnapshotSave, ClusterResource(), false, ""},
 		{"device gets no grants", plainDevice, ActionGrantHTTP, GrantResource(GrantHTTP, "example.com"), false, ""},
 
 		{"node reports", node, ActionWorkerReport, ownJob, true, "nodes"},
@@ -45,6 +47,7 @@ func TestDefaultPolicyIntent(t *testing.T) {
 		{"node cannot set policy", node, ActionPolicySet, ClusterResource(), false, ""},
 		{"node cannot cancel", node, ActionJobCancel, othersJob, false, ""},
 		{"node cannot prune jobs", node, ActionJobPrune, ClusterResource(), false, ""},
+		{"node cannot save snapshots", node, ActionSnapshotSave, ClusterResource(), false, ""},
 		{"operator flag means nothing on a node", Principal{Kind: KindNode, ID: "n-2", Operator: true}, ActionPolicySet, ClusterResource(), false, ""},
 	}
 	for _, c := range cases {

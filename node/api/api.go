@@ -125,7 +125,9 @@ type Options struct {
 	Seal func(name string, value []byte) ([]byte, error)
 	// DataKey is given to nodes that pair (never to devices).
 	DataKey []byte
-	CertTTL time.Duration
+	// Snapshots makes cluster snapshots (nil: SaveSnapshot is refused).
+	Snapshots Snapshotter
+	CertTTL   time.Duration
 	// MaxQueued bounds queued jobs (default DefaultMaxQueued).
 	MaxQueued int
 	Info      Info
@@ -178,6 +180,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(palyrav1connect.NewIdentityServiceHandler(identityService{s}, opts...))
 	mux.Handle(palyrav1connect.NewPolicyServiceHandler(policyService{s}, opts...))
 	mux.Handle(palyrav1connect.NewSecretServiceHandler(secretService{s}, opts...))
+	mux.Handle(palyrav1connect.NewSnapshotServiceHandler(snapshotService{s}, opts...))
 	return s.authenticate(mux)
 }
 

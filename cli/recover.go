@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/node"
+)
+
+func nodeRecoverCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "recover",
+		Usage: "make this stopped node a cluster of one, keeping every job it holds, after a quorum of voters is lost for good",
+		Description: `Outage recovery, the last resort (as Consul's and Nomad's peers.json): when so
+   many voters are gone for good that the cluster can never again elect a
+   leader, run this on ONE survivor, the most up to date ('palyra node recover
+   --dry-run' on each shows its last raft index). The node must be stopped.
+
+   It keeps everything this node's raft log holds, entries it did not know to
+   be committed included, makes it the only voter, and revokes the other
+   voters of its last configuration: they hold a history that would fight
+   this one, so they must never start again on their old data. Jobs that ran
+   on lost nodes are run again. Non-voting nodes stay members and follow.
+
+     palyra node recover --data-dir /var/lib/palyra --dry-run   # what it would do
+     palyra node recover --data-dir /var/lib/palyra --yes
+     palyra node start --data-dir /var/lib/palyra
+     palyra --data-dir /var/lib/palyra pair create --kind node  # rebuild: join new nodes`,
+		Flags: []ucli.Flag{
+			&ucli.BoolFlag{Name: "yes", Usage: "recover (without it, nothing changes)"},
+			&ucli.BoolFlag{Name: "dry-run", Usage: "only show what recovering would do"},
+			jsonFlag,
+		},
+		Action: nodeRecover,
+	}
+}
+
+func nodeRecover(c *ucli.Context) error {
+	if c.NArg() > 0 {
+		return usageErr("unexpected argument %q; name the node with --data-dir", c.Args().First())
+	}
+	if c.Bool("yes") && c.Bool("dry-run") {
+		return usageErr("give --yes or --dry-run, not both")
+	}
+	dataDir := c.String("data-dir")
+	if dataDir == "" {
+		dataDir = "palyra-data"
+	}
+	dry := !c.Bool("yes")
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	res, err := node.Recover(node.RecoverConfig{DataDir: dataDir, DryRun: dry, Logger: logger})
+	if err != nil {
+		return fail(c, &client.Error{Code: "recover_failed", Message: err.Error(),
+			Hint: "name a stopped node's data dir with --data-dir"})
+	}
+	if c.Bool("json") {
+		var servers []map[string]any
+		for _, s := range res.Servers {
+			servers = append(servers, map[string]any{"id": s.ID, "address": s.Address, "voter": s.Voter})
+		}
+		err := writeJSON(c.App.Writer, map[string]any{
+			"recovered": !dry, "data_dir": dataDir, "node_id": res.NodeID, "address": res.Address,
+			"last_index": res.LastIndex, "last_term": res.LastTerm, "applied_index": res.AppliedIndex,
+			"jobs": res.Jobs, "servers": servers, "was_voter": res.WasVoter, "holds_ca": res.HoldsCA,
+			"revoked_nodes": nonNil(res.Revoked),
+		})
+		if err == nil && dry && !c.Bool("dry-run") {
+			return ucli.Exit("", exitFailure)
+		}
+		return err
+	}
+	w := c.App.ErrWriter
+	var servers []string
+	for _, s := range res.Servers {
+		role := "non-voter"
+		if s.Voter {
+			role = "voter"
+		}
+		if s.ID == res.NodeID {
+			role += ", this node"
+		}
+		servers = append(servers, fmt.Sprintf("%s (%s)", s.ID, role))
+	}
+	fmt.Fprintf(w, "node %s (data dir %s, address %s)\n", res.NodeID, dataDir, res.Address)
+	fmt.Fprintf(w, "  its raft log ends at index %d, term %d; %d jobs; state applied to index %d\n", res.LastIndex, res.LastTerm, res.Jobs, res.AppliedIndex)
+	fmt.Fprintf(w, "  last configuration: %s\n", strings.Join(servers, ", "))
+	if !res.WasVoter {
+		fmt.Fprintln(w, "  WARNING: this node was not a voter; a voter that survived is likely more up to date")
+	}
+	if !res.HoldsCA {
+		fmt.Fprintln(w, "  WARNING: this node does not hold the cluster CA; the recovered cluster cannot pair nodes or renew certificates without it")
+	}
+	verb := "would revoke"
+	if !dry {
+		verb = "revoked"
+	}
+	if len(res.Revoked) > 0 {
+		fmt.Fprintf(w, "  %s the other voters %s: never start them again on their old data; wipe them and join them with new codes\n",
+			verb, strings.Join(res.Revoked, ", "))
+	}
+	if dry {
+		fmt.Fprintln(w, "nothing changed. Recovering makes this node the only voter of a cluster of one, keeping every job its log holds.")
+		fmt.Fprintln(w, "Do it on one survivor only, when the lost voters can never come back: palyra node recover --data-dir "+dataDir+" --yes")
+		if !c.Bool("dry-run") {
+			return ucli.Exit("error: refusing to recover without --yes", exitFailure)
+		}
+		return nil
+	}
+	fmt.Fprintf(c.App.Writer, "recovered: node %s is now the only voter of its cluster, with %d jobs\n", res.NodeID, res.Jobs)
+	fmt.Fprintf(c.App.Writer, "next:\n  palyra node start --data-dir %s\n  palyra --data-dir %s pair create --kind node    # then 'palyra node join' on each new machine\n", dataDir, dataDir)
+	return nil
+}

@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/node"
+)
+
+// The snapshot commands as an operator uses them: save (to a file, mode
+// 0600, and to stdout), inspect, refusals of a damaged file, of a used
+// data dir, of a device that is not an operator, and of recovering a
+// node that runs.
+func TestSnapshotCommands(t *testing.T) {
+	c := startNode(t)
+	if r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "hello", "--wait"); r.code != 0 || r.stdout != "olleh" {
+		t.Fatalf("submit: %+v", r)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.snap")
+	r := c.cli("snapshot", "save", file, "--json")
+	var saved struct {
+		Jobs      int    `json:"jobs"`
+		Blobs     int    `json:"blobs"`
+		RaftIndex uint64 `json:"raft_index"`
+		SHA256    string `json:"sha256"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &saved) != nil || saved.Jobs != 1 || saved.Blobs != 1 || saved.RaftIndex == 0 || len(saved.SHA256) != 64 {
+		t.Fatalf("snapshot save: %+v", r)
+	}
+	if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("snapshot file: %v %v", st.Mode(), err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("the save left temporary files: %v", entries)
+	}
+	if r := runCLI(t, "snapshot", "inspect", file); r.code != 0 || !strings.Contains(r.stdout, "intact") || !strings.Contains(r.stdout, saved.SHA256) {
+		t.Fatalf("snapshot inspect: %+v", r)
+	}
+
+	data, _ := os.ReadFile(file)
+	data[len(data)/2] ^= 1
+	bad := filepath.Join(dir, "bad.snap")
+	os.WriteFile(bad, data, 0o600)
+	r = runCLI(t, "snapshot", "inspect", bad, "--json")
+	var e struct {
+		Error struct{ Code, Hint string } `json:"error"`
+	}
+	if r.code != 1 || json.Unmarshal([]byte(r.stderr), &e) != nil || e.Error.Code != "corrupt_snapshot" || e.Error.Hint == "" {
+		t.Fatalf("inspect of a damaged file: %+v", r)
+	}
+	if r := runCLI(t, "--data-dir", c.dir, "snapshot", "restore", file, "--listen", "127.0.0.1:7"); r.code != 1 || !strings.Contains(r.stderr, "not empty") {
+		t.Fatalf("restore into the live node's data dir: %+v", r)
+	}
+	if r := runCLI(t, "--data-dir", c.dir, "snapshot", "restore", file, "--listen", "127.0.0.1:7", "--force"); r.code != 1 || !strings.Contains(r.stderr, "in use") {
+		t.Fatalf("forced restore into the live node's data dir: %+v", r)
+	}
+
+	r = c.cli("snapshot", "save", "-")
+	if r.code != 0 {
+		t.Fatalf("snapshot save -: %+v", r)
+	}
+	if info, err := node.InspectSnapshot(strings.NewReader(r.stdout)); err != nil || info.Jobs != 1 {
+		t.Fatalf("snapshot streamed to stdout: %+v %v", info, err)
+	}
+	if r := c.cli("snapshot", "save", "-", "--json"); r.code != 2 {
+		t.Fatalf("--json with '-': %+v", r)
+	}
+
+	cfg := filepath.Join(t.TempDir(), "device")
+	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr()); r.code != 0 {
+		t.Fatalf("device pair: %+v", r)
+	}
+	other := filepath.Join(dir, "device.snap")
+	if r := device(t, cfg, "snapshot", "save", other); r.code != 1 || !strings.Contains(r.stderr, "snapshot.save") {
+		t.Fatalf("a plain device saved a snapshot: %+v", r)
+	}
+	if _, err := os.Stat(other); !os.IsNotExist(err) {
+		t.Fatalf("a refused save left %s", other)
+	}
+
+	if r := runCLI(t, "--data-dir", c.dir, "node", "recover", "--yes"); r.code != 1 || !strings.Contains(r.stderr, "in use") {
+		t.Fatalf("recovering a running node: %+v", r)
+	}
+}

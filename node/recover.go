@@ -1,0 +1,105 @@
+package node
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// RecoverConfig says which stopped node to recover.
+type RecoverConfig struct {
+	DataDir string
+	DryRun  bool // report what would happen; change nothing
+	Logger  *slog.Logger
+}
+
+// RecoverResult says what a recovery found and did.
+type RecoverResult struct {
+	consensus.RecoverInfo
+	NodeID   string
+	Address  string
+	WasVoter bool // this node voted in the configuration it last knew
+	HoldsCA  bool // this node holds the cluster CA
+	// Revoked are the other voters of the old configuration: revoked so
+	// they can never rejoin with the history they hold (with DryRun:
+	// those that would be).
+	Revoked []string
+}
+
+// Recover makes the stopped node in cfg.DataDir a cluster of one, its
+// only voter, keeping every job its log holds: the way out when a
+// quorum of voters is lost for good. The other voters of its last
+// configuration are revoked in the recovered cluster: were they to come
+// back with their old data they could elect a leader of their own and
+// overwrite this one's log. Non-voters keep their identities and rejoin
+// by themselves. Start the node afterwards with 'palyra node start';
+// join new nodes by pairing. See backup/DESIGN.md.
+func Recover(cfg RecoverConfig) (RecoverResult, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	l := Layout{Dir: cfg.DataDir}
+	st, err := l.ReadState()
+	if err != nil {
+		return RecoverResult{}, err
+	}
+	unlock, err := l.lock()
+	if err != nil {
+		return RecoverResult{}, fmt.Errorf("%w; stop the node before recovering it", err)
+	}
+	defer unlock()
+	res := RecoverResult{NodeID: st.NodeID, Address: st.Address}
+	if _, err := os.Stat(l.CADir()); err == nil {
+		res.HoldsCA = true
+	}
+	var revoked []string
+	info, err := consensus.Recover(consensus.RecoverConfig{
+		Dir: l.RaftDir(), NodeID: st.NodeID, Address: st.Address, DryRun: cfg.DryRun, Logger: cfg.Logger,
+		Commands: func(s *consensus.State, old []consensus.ConfServer) []*raftpb.Command {
+			var cmds []*raftpb.Command
+			at := time.Now().UnixMilli()
+			for _, srv := range old {
+				if !srv.Voter || srv.ID == st.NodeID {
+					continue
+				}
+				if m, ok := s.Member("node", srv.ID); !ok || m.Revoked {
+					continue
+				}
+				revoked = append(revoked, srv.ID)
+				cmds = append(cmds, &raftpb.Command{Cmd: &raftpb.Command_RevokeMember{RevokeMember: &raftpb.RevokeMember{
+					Kind: "node", Id: srv.ID, AtMs: at, By: "node recover on " + st.NodeID}}})
+			}
+			return cmds
+		},
+	})
+	res.RecoverInfo = info
+	if err != nil {
+		return res, err
+	}
+	for _, srv := range info.Servers {
+		switch {
+		case srv.ID == st.NodeID:
+			res.WasVoter = srv.Voter
+		case srv.Voter && cfg.DryRun:
+			res.Revoked = append(res.Revoked, srv.ID)
+		}
+	}
+	if cfg.DryRun {
+		return res, nil
+	}
+	res.Revoked = revoked
+	// A joined node contacts its seeds at start to join; it is now a
+	// cluster of its own, and Join would refuse.
+	st.Seeds = nil
+	st.ReplicateBlobs = true // the lost nodes held copies; make new ones as nodes join
+	if err := l.WriteState(st); err != nil {
+		return res, fmt.Errorf("raft was recovered, but node.json could not be updated (remove its \"seeds\" by hand): %w", err)
+	}
+	cfg.Logger.Warn("recovered this node as a cluster of one", "node", st.NodeID, "last_index", info.LastIndex,
+		"jobs", info.Jobs, "revoked", res.Revoked)
+	return res, nil
+}

@@ -1,0 +1,185 @@
+package node_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/identity/policy"
+	"github.com/palyra-mesh/palyra/node"
+	"github.com/palyra-mesh/palyra/node/backup"
+	"github.com/palyra-mesh/palyra/node/blob"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// saveSnapshot streams a snapshot through cl; redirect is set instead
+// when the node sent the caller elsewhere.
+func saveSnapshot(t *testing.T, cl *client.Client) (file []byte, redirect string, phases []string) {
+	t.Helper()
+	stream, err := cl.Snapshots.SaveSnapshot(context.Background(), connect.NewRequest(&palyrav1.SaveSnapshotRequest{}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	defer stream.Close()
+	var buf bytes.Buffer
+	for stream.Receive() {
+		m := stream.Msg()
+		if m.RedirectAddress != "" {
+			return nil, m.RedirectAddress, nil
+		}
+		buf.Write(m.Chunk)
+		if m.Progress != nil {
+			phases = append(phases, m.Progress.Phase)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	return buf.Bytes(), "", phases
+}
+
+func freeUDP(t *testing.T) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	return pc.LocalAddr().String()
+}
+
+// A snapshot saved from a two-node cluster (through the node without the
+// CA: redirected; with a blob only the peer holds: fetched from it) and
+// restored into a fresh data dir brings back the same cluster: every
+// job with its blob-held payloads, the secret, the policy, the old
+// operator's access with its old credential; the old nodes are revoked
+// and the restored node takes new work. A truncated file restores
+// nothing; a used data dir is refused.
+func TestSnapshotSaveAndRestore(t *testing.T) {
+	ctx := context.Background()
+	first := start(t, node.Config{})
+	op := operator(t, first, first.Addr())
+	n2 := join(t, op, first.Addr(), t.TempDir())
+	op2 := operator(t, first, n2.Addr())
+
+	big := strings.Repeat("0123456789", 1000) // input and output above the inline limit: blobs
+	jBig := waitCompleted(t, op, submit(t, op, big))
+	jSmall := waitCompleted(t, op, submit(t, op, "small"))
+	if jBig.StdoutSha256 == "" || jBig.InputSha256 == "" {
+		t.Fatalf("the big job's payloads are not blobs: %+v", jBig)
+	}
+	if _, err := op.Secrets.SetSecret(ctx, connect.NewRequest(&palyrav1.SetSecretRequest{Name: "tok", Value: []byte("s3cr3t")})); err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	src := string(policy.DefaultPolicy()) + "\n// restored with the cluster\n"
+	if _, err := op.Policy.SetPolicy(ctx, connect.NewRequest(&palyrav1.SetPolicyRequest{Source: src})); err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	// The big job's output now lives on n2 only.
+	bs, err := blob.Open(first.Layout().BlobDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bs.Delete(jBig.StdoutSha256); err != nil || first.HoldsBlob(jBig.StdoutSha256) || !n2.HoldsBlob(jBig.StdoutSha256) {
+		t.Fatalf("could not leave the output blob on n2 only: %v", err)
+	}
+
+	if _, redirect, _ := saveSnapshot(t, op2); redirect != first.Addr() {
+		t.Fatalf("n2 (no CA) redirected to %q, want the CA node %s", redirect, first.Addr())
+	}
+	file, _, phases := saveSnapshot(t, op)
+	if !slices.Contains(phases, "done") {
+		t.Fatalf("progress phases %v, want a final done", phases)
+	}
+	if first.HoldsBlob(jBig.StdoutSha256) {
+		t.Fatal("saving a snapshot copied a peer's blob onto the saving node")
+	}
+	info, err := node.InspectSnapshot(bytes.NewReader(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Jobs != 2 || info.Blobs != 3 || info.BlobsNamed != 3 || len(info.Summary.MissingBlobs) != 0 || info.Secrets != 1 ||
+		info.Header.RaftIndex == 0 || info.Bytes != int64(len(file)) {
+		t.Fatalf("inspect: %+v", info)
+	}
+
+	addr := freeUDP(t)
+	dir := filepath.Join(t.TempDir(), "restored")
+	cfg := node.RestoreConfig{DataDir: dir, Listen: addr}
+	_, err = node.Restore(ctx, bytes.NewReader(file[:len(file)-100]), cfg)
+	var fe *backup.FormatError
+	if !errors.As(err, &fe) || !fe.Truncated {
+		t.Fatalf("restore of a truncated file: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a failed restore left %s behind: %v", dir, err)
+	}
+	res, err := node.Restore(ctx, bytes.NewReader(file), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Sort(res.Revoked); !slices.Equal(res.Revoked, sorted(first.ID(), n2.ID())) {
+		t.Fatalf("revoked %v, want the old nodes %s and %s", res.Revoked, first.ID(), n2.ID())
+	}
+	if _, err := node.Restore(ctx, bytes.NewReader(file), cfg); !errors.Is(err, node.ErrDataDirNotEmpty) {
+		t.Fatalf("restore over a restored dir: %v", err)
+	}
+
+	n2.Close()
+	first.Close()
+	r := start(t, node.Config{DataDir: dir, Listen: addr})
+	if r.ID() != res.NodeID {
+		t.Fatalf("restored node is %s, restore said %s", r.ID(), res.NodeID)
+	}
+	// The operator of the old cluster works with its old credential.
+	old := operator(t, first, r.Addr())
+	for _, want := range []*palyrav1.Job{jBig, jSmall} {
+		got := waitCompleted(t, old, want.Id)
+		if string(got.Stdout) != string(want.Stdout) || string(got.Input) != string(want.Input) || got.CommitIndex != want.CommitIndex {
+			t.Fatalf("job %s after restore: %d bytes out, %d in; want %d, %d", want.Id, len(got.Stdout), len(got.Input), len(want.Stdout), len(want.Input))
+		}
+	}
+	secrets, err := old.Secrets.ListSecrets(ctx, connect.NewRequest(&palyrav1.ListSecretsRequest{}))
+	if err != nil || len(secrets.Msg.Secrets) != 1 || secrets.Msg.Secrets[0].Name != "tok" {
+		t.Fatalf("secrets after restore: %v %v", secrets, err)
+	}
+	pol, err := old.Policy.GetPolicy(ctx, connect.NewRequest(&palyrav1.GetPolicyRequest{}))
+	if err != nil || pol.Msg.Source != src {
+		t.Fatalf("policy after restore: %v", err)
+	}
+	st := r.StateForTest()
+	for _, id := range []string{first.ID(), n2.ID()} {
+		if !st.IsRevoked("node", id) {
+			t.Fatalf("old node %s is not revoked in the restored cluster", id)
+		}
+	}
+	if _, ok := st.Member("node", r.ID()); !ok {
+		t.Fatal("the restored node did not register itself")
+	}
+	j := waitCompleted(t, old, submit(t, old, "after restore"))
+	if j.NodeId != r.ID() || j.CommitIndex <= info.Header.RaftIndex {
+		t.Fatalf("new job %+v: want it on %s after index %d", j, r.ID(), info.Header.RaftIndex)
+	}
+
+	// The restored node held the only copies of the blobs: they reach the
+	// first node that joins, without any job asking for them.
+	r2 := join(t, old, r.Addr(), t.TempDir())
+	waitFor(t, "the restored blobs to reach the joined node", 2*time.Minute, func() bool {
+		return r2.HoldsBlob(jBig.InputSha256) && r2.HoldsBlob(jBig.StdoutSha256) && r2.HoldsBlob(jBig.Wasm.ModuleSha256)
+	})
+}
+
+func sorted(s ...string) []string {
+	slices.Sort(s)
+	return s
+}
