@@ -127,7 +127,7 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 				"too many pairing attempts from this address", fmt.Sprintf("wait %s and try again", retry.Round(time.Second)))
 		}
 	}
-	if !s.Issuer.CanSign() {
+	if !s.canSign() {
 		if caller, ok := PrincipalFrom(ctx); ok && caller.Kind == identity.KindNode {
 			// Relayed here by a node that believed this one signs: one hop only.
 			return nil, apiError(connect.CodeUnavailable, "no_signer", "this node holds no key of the cluster's active CA root either", "try again")
@@ -221,8 +221,10 @@ func (is identityService) Renew(ctx context.Context, req *connect.Request[palyra
 			return nil, apiError(connect.CodePermissionDenied, "permission_denied", "only nodes relay renewals", "renew your own certificate: send no relay_chain_der")
 		}
 		pool := x509.NewCertPool()
-		for _, r := range s.Issuer.Roots() {
-			pool.AddCert(r)
+		if s.Issuer != nil {
+			for _, r := range s.Issuer.Roots() {
+				pool.AddCert(r)
+			}
 		}
 		p, err := identity.VerifyRenewal(m.RelayChainDer, pool, m.CsrDer, m.Proof, s.revocationCheck)
 		if err != nil {
@@ -230,7 +232,7 @@ func (is identityService) Renew(ctx context.Context, req *connect.Request[palyra
 		}
 		subject = p
 	}
-	if !s.Issuer.CanSign() {
+	if !s.canSign() {
 		if relayed {
 			return nil, apiError(connect.CodeUnavailable, "no_signer", "this node holds no key of the cluster's active CA root either", "retry: renewals go to a voter")
 		}
@@ -275,6 +277,9 @@ func (is identityService) Renew(ctx context.Context, req *connect.Request[palyra
 	}
 	return connect.NewResponse(resp), nil
 }
+
+// canSign reports whether this node signs certificates itself.
+func (s *Server) canSign() bool { return s.Issuer != nil && s.Issuer.CanSign() }
 
 // forward relays a call to a node that can sign.
 func (is identityService) forward(ctx context.Context, fn func(palyrav1connect.IdentityServiceClient) error) error {
