@@ -172,6 +172,28 @@ func (l *callLoop) finish(t *testing.T) {
 	t.Logf("%d calls, none failed", l.calls)
 }
 
+// waitVotersHoldKey waits until, as via sees it, exactly the live voters
+// hold the active root's key.
+func waitVotersHoldKey(t *testing.T, via *member) {
+	t.Helper()
+	waitUntil(t, "every voter (and no other node) to hold the CA key", time.Minute, func() error {
+		st, err := via.caStatus()
+		if err != nil {
+			return err
+		}
+		if len(st.Roots) != 1 {
+			return fmt.Errorf("roots %+v", st.Roots)
+		}
+		want := st.Roots[0].Fingerprint[:12]
+		for _, n := range st.Nodes {
+			if n.State == "alive" && n.Voter != slices.Contains(n.Holds, want) {
+				return fmt.Errorf("node %s voter=%v holds %v", n.ID, n.Voter, n.Holds)
+			}
+		}
+		return nil
+	})
+}
+
 // The node that created the cluster is SIGKILLed and its data dir deleted.
 // Afterwards a new node pairs through another node (and becomes a voter,
 // taking the CA key), a device pairs through the new node, every survivor
@@ -190,6 +212,10 @@ func TestFirstNodeLostWithItsDataDir(t *testing.T) {
 		m.waitUp(90 * time.Second)
 	}
 	c.waitViews("3 alive voters", 90*time.Second, []*member{n1, n2, n3}, agree(3, 3))
+	// Settled: every voter holds the CA key (a voter fetches it within a
+	// second or so of its promotion; losing the only holder before that
+	// would lose the key).
+	waitVotersHoldKey(t, n1)
 
 	// The operator's laptop, paired before the loss, makes every call from
 	// now on; a background caller uses it through the survivors throughout.
@@ -235,22 +261,7 @@ func TestFirstNodeLostWithItsDataDir(t *testing.T) {
 	survivors = append(survivors, n4)
 	survMu.Unlock()
 	c.waitViews("the new node a voter", 90*time.Second, survivors, agree(3, 3))
-	waitUntil(t, "every voter to hold the CA key", time.Minute, func() error {
-		st, err := n4.caStatus()
-		if err != nil {
-			return err
-		}
-		if len(st.Roots) != 1 {
-			return fmt.Errorf("roots %+v", st.Roots)
-		}
-		want := st.Roots[0].Fingerprint[:12]
-		for _, n := range st.Nodes {
-			if n.State == "alive" && n.Voter != slices.Contains(n.Holds, want) {
-				return fmt.Errorf("node %s voter=%v holds %v", n.ID, n.Voter, n.Holds)
-			}
-		}
-		return nil
-	})
+	waitVotersHoldKey(t, n4)
 
 	// A device pairs through the newest node and works through another.
 	dev := pairDevice(t, n3, n4, false)
