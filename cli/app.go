@@ -70,7 +70,10 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 		Suggest:              true,
 		Flags:                globalFlags(),
 		Commands: []*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
-			policyCommand(), secretCommand(), doctorCommand(), snapshotCommand()},
+			caCommand(), policyCommand(), secretCommand(), doctorCommand(), snapshotCommand()},
+		// A paired device's certificate renews after the command that
+		// found it due (see renewAfter).
+		After:          renewAfter,
 		ExitErrHandler: func(*ucli.Context, error) {}, // Main prints and exits
 		OnUsageError: func(c *ucli.Context, err error, _ bool) error {
 			return ucli.Exit(fmt.Sprintf("error: %v\nrun '%s --help' for usage", err, c.Command.HelpName), exitUsage)

@@ -30,10 +30,17 @@ var sharedWasmCache = filepath.Join(os.TempDir(), "palyra-cli-test-compile-cache
 
 func startNode(t *testing.T) *cluster {
 	t.Helper()
+	return startNodeWith(t, node.Config{})
+}
+
+// startNodeWith starts a one-node cluster with cfg's CertTTL.
+func startNodeWith(t *testing.T, cfg node.Config) *cluster {
+	t.Helper()
 	dir := t.TempDir()
 	n, err := node.Start(context.Background(), node.Config{
 		DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 2, BrowserSlots: -1,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WasmCacheDir: sharedWasmCache,
+		CertTTL: cfg.CertTTL,
 	})
 	if err != nil {
 		t.Fatal(err)

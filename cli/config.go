@@ -65,6 +65,9 @@ type credentialSource struct {
 	dir  string // where it is stored (for renewal)
 	addr string // address recorded with it
 	desc string
+	// device: a paired device's credential in the config dir, which the
+	// CLI renews itself (a data dir's operator credential is the node's).
+	device bool
 }
 
 // resolveCredential picks the caller's credential: the data dir's local
@@ -96,7 +99,7 @@ func resolveCredential(c *ucli.Context) (credentialSource, error) {
 	if err != nil {
 		return credentialSource{}, err
 	}
-	src := credentialSource{cred: cred, dir: deviceCredDir(dir), desc: "device config " + dir}
+	src := credentialSource{cred: cred, dir: deviceCredDir(dir), desc: "device config " + dir, device: true}
 	if dc, err := readDeviceConfig(dir); err == nil {
 		src.addr = dc.Addr
 	}

@@ -34,5 +34,6 @@ func dial(c *ucli.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, fail(c, &client.Error{Code: "invalid_argument", Message: err.Error(), Hint: "set --addr HOST:PORT"})
 	}
+	watchRenewal(c, cl, src)
 	return cl, nil
 }

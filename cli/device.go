@@ -27,7 +27,13 @@ func deviceCommand() *ucli.Command {
 				Description: `Makes a key on this machine (it never leaves it), proves the code to the node
    at --peer after checking that node against the CA pinned in the code, and
    stores the device credential in --config-dir/PALYRA_CONFIG_DIR
-   (~/.config/palyra). Afterwards every palyra command on this machine uses it.`,
+   (~/.config/palyra). Afterwards every palyra command on this machine uses it,
+   and renews its certificate after the command when it is due: two thirds
+   into its lifetime, or when the cluster moved to a new CA root ('palyra ca
+   rotate'). A certificate left to expire cannot be renewed: pair again.
+
+   --peer may be any node of the cluster; one that holds no CA key relays
+   the request to a voter.`,
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "code", Required: true, Usage: "the code printed by 'palyra pair create --kind device'"},
 					&ucli.StringFlag{Name: "peer", Required: true, Usage: "a node's address HOST:PORT"},

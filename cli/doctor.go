@@ -104,9 +104,9 @@ func certCheck(name, dir string) check {
 	detail := fmt.Sprintf("%s expires %s (in %s)", cred.Principal, cred.Leaf.NotAfter.UTC().Format(time.RFC3339), left.Round(time.Minute))
 	switch {
 	case left <= 0:
-		return check{Name: name, Status: "fail", Detail: detail, Fix: "the certificate expired: renew it from a running node, or pair again"}
+		return check{Name: name, Status: "fail", Detail: detail, Fix: "the certificate expired and can no longer be renewed: pair again with a new code ('palyra pair create' on an operator machine)"}
 	case time.Now().After(identity.RenewAt(cred.Leaf)):
-		return check{Name: name, Status: "warn", Detail: detail + "; renewal is overdue", Fix: "check that the node holding the CA is up; nodes renew automatically"}
+		return check{Name: name, Status: "warn", Detail: detail + "; renewal is overdue", Fix: "nodes renew themselves, and a paired device after any palyra command; check that the cluster has a leader ('palyra status')"}
 	}
 	return check{Name: name, Status: "ok", Detail: detail}
 }

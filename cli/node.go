@@ -10,6 +10,7 @@ import (
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"log/slog"
 	"strings"
+	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -27,6 +28,7 @@ func nodeFlags() []ucli.Flag {
 		&ucli.IntFlag{Name: "prefetch", Value: 1, Usage: "wasm jobs per slot a worker may hold waiting for a slot, so short jobs do not wait for the next scheduling round (0: none; applies while this node leads)", EnvVars: []string{"PALYRA_PREFETCH"}},
 		&ucli.IntFlag{Name: "array-prefetch", Value: 8, Usage: "the same for job-array tasks (0: none)", EnvVars: []string{"PALYRA_ARRAY_PREFETCH"}},
 		&ucli.DurationFlag{Name: "lease-ttl", Value: driver.DefaultLeaseTTL, Usage: "how long a placement lives without its worker renewing it (workers renew 3 times per TTL); a worker that is stuck, paused or cut off loses its jobs to the queue after this (applies while this node leads)", EnvVars: []string{"PALYRA_LEASE_TTL"}},
+		&ucli.DurationFlag{Name: "cert-ttl", Usage: "lifetime of the certificates this node signs while it is a voter (5s to 90 days); every node and device renews at two thirds of it", DefaultText: "24h", EnvVars: []string{"PALYRA_CERT_TTL"}},
 		&ucli.IntFlag{Name: "target-voters", Usage: "raft voters the cluster keeps: 1, 3 or 5 (default 3; the leader's setting applies)", EnvVars: []string{"PALYRA_TARGET_VOTERS"}},
 		&ucli.StringFlag{Name: "log-format", Usage: "log format: text or json", Value: "text", EnvVars: []string{"PALYRA_LOG_FORMAT"}},
 		&ucli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"PALYRA_LOG_LEVEL"}},
@@ -62,6 +64,9 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 	if tv != 0 && tv != 1 && tv != 3 && tv != 5 {
 		return node.Config{}, usageErr("--target-voters must be 1, 3 or 5")
 	}
+	if ttl := c.Duration("cert-ttl"); ttl != 0 && (ttl < 5*time.Second || ttl > 90*24*time.Hour) {
+		return node.Config{}, usageErr("--cert-ttl must be between 5s and 2160h (90 days)")
+	}
 	dataDir := c.String("data-dir")
 	if dataDir == "" {
 		dataDir = "palyra-data"
@@ -71,6 +76,7 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 		ClusterName: c.String("cluster-name"), Logger: logger, Version: Version,
 		WasmSlots: c.Int("wasm-slots"), BrowserSlots: c.Int("browser-slots"), Labels: labels, TargetVoters: tv,
 		Prefetch: prefetchFlag(c, "prefetch"), ArrayPrefetch: prefetchFlag(c, "array-prefetch"), LeaseTTL: c.Duration("lease-ttl"),
+		CertTTL: c.Duration("cert-ttl"),
 	}, nil
 }
 

@@ -23,9 +23,12 @@ func pairCommand() *ucli.Command {
    checks the node it talks to before sending anything), carries a secret, works
    once cluster-wide and expires after --ttl.
 
-   Use it on the joining machine:
-     palyra node join --code CODE --peer THIS_NODE_ADDR     (a new node)
-     palyra device pair --code CODE --peer THIS_NODE_ADDR   (an operator laptop)`,
+   Use it on the joining machine, with the address of any node of the cluster:
+     palyra node join --code CODE --peer NODE_ADDR     (a new node)
+     palyra device pair --code CODE --peer NODE_ADDR   (an operator laptop)
+
+   Every voter signs certificates, so pairing works through any node and
+   survives the loss of any node, the one that created the cluster included.`,
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "kind", Value: "device", Usage: "what may join with it: node or device"},
 					&ucli.DurationFlag{Name: "ttl", Value: 10 * time.Minute, Usage: "how long the code is valid (30s to 24h)"},

@@ -313,13 +313,6 @@ func snapshotJSON(path, digest string, size int64, info *node.SnapshotInfo) map[
 	return out
 }
 
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
 // openSnapshot opens FILE ('-': stdin) and says how big it is (0 if unknown).
 func openSnapshot(c *ucli.Context, path string) (io.ReadCloser, int64, error) {
 	if path == "-" {

@@ -141,6 +141,8 @@ func (s *State) apply(index uint64, cmd *raftpb.Command) ApplyResult {
 		return s.applyPrune(c.PruneJobs)
 	case *raftpb.Command_SetRetention:
 		return s.applySetRetention(c.SetRetention)
+	case *raftpb.Command_CaTrust:
+		return s.applyCATrust(c.CaTrust)
 	default:
 		return ApplyResult{Err: errf(ErrInvalid, "upgrade this node to the cluster's version", "unknown raft command %T at index %d", cmd.Cmd, index)}
 	}

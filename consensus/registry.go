@@ -91,6 +91,7 @@ type identityState struct {
 	usedTokens     map[string]int64   // token id → at ms
 	revokedSerials map[string]bool
 	policy         Policy
+	trust          trustState
 }
 
 func newIdentityState() identityState {
@@ -181,6 +182,7 @@ func (s *State) applyConsumePairing(c *raftpb.ConsumePairing) ApplyResult {
 		return ApplyResult{Err: errf(ErrConflict, createHint, "pairing code %s expired %s ago", p.ID, ago(c.AtMs-p.ExpiresAtMS))}
 	}
 	if subtle.ConstantTimeCompare(c.PresentedSecretHash, p.SecretHash) != 1 {
+		// A wrong secret counts even in a dry run: that is the attempt.
 		p.Failures++
 		if p.Failures >= maxPairingFailures {
 			p.State = PairingRevoked
@@ -195,6 +197,9 @@ func (s *State) applyConsumePairing(c *raftpb.ConsumePairing) ApplyResult {
 	key := m.Kind + ":" + m.Id
 	if _, exists := s.id.members[key]; exists {
 		return ApplyResult{Err: errf(ErrConflict, "retry: a fresh id is generated on each attempt", "%s is already a member", key)}
+	}
+	if c.DryRun {
+		return ApplyResult{}
 	}
 	p.State = PairingUsed
 	p.UsedBy = key
@@ -377,6 +382,7 @@ func (s *State) snapshotIdentity(snap *raftpb.Snapshot) {
 		p := s.id.policy
 		snap.Policy = &raftpb.PolicyRecord{Source: p.Source, Version: p.Version, SetAtMs: p.SetAtMS, SetBy: p.SetBy}
 	}
+	s.snapshotTrust(snap)
 }
 
 func (s *State) restoreIdentity(snap *raftpb.Snapshot) {
@@ -398,6 +404,7 @@ func (s *State) restoreIdentity(snap *raftpb.Snapshot) {
 	if p := snap.Policy; p != nil {
 		s.id.policy = Policy{Source: p.Source, Version: p.Version, SetAtMS: p.SetAtMs, SetBy: p.SetBy}
 	}
+	s.restoreTrust(snap)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

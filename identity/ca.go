@@ -39,6 +39,7 @@ const (
 type CA struct {
 	dir         string
 	root        *x509.Certificate
+	key         crypto.Signer
 	fingerprint string
 	clusterName string
 	step        *stepAuthority
@@ -67,30 +68,39 @@ func InitCA(dir string, clusterName string) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generate root key: %w", err)
 	}
-	root, err := newRootCert(key, clusterName)
+	root, err := newRootCert(key, clusterName, clusterName+" root CA")
 	if err != nil {
 		return nil, err
 	}
-	keyPEM, err := encodeKeyPEM(key)
-	if err != nil {
-		return nil, err
-	}
-	// ca.crt is written last and never overwritten: it marks a complete CA.
-	// A ca.key without ca.crt is left over from an interrupted InitCA.
-	if err := writeFileAtomic(filepath.Join(dir, caKeyFile), keyPEM, 0o600); err != nil {
-		return nil, err
-	}
-	if err := writeFileExclusive(certPath, encodeCertsPEM(root), 0o644); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("%w in %s: another process created it just now", ErrCAExists, dir)
-		}
+	if err := writeCAFiles(dir, root, key); err != nil {
 		return nil, err
 	}
 	return LoadCA(dir)
 }
 
-// newRootCert self-signs the cluster root for key.
-func newRootCert(key *ecdsa.PrivateKey, clusterName string) (*x509.Certificate, error) {
+// writeCAFiles writes key (ca.key, 0600) and then root (ca.crt) into dir.
+// ca.crt is written last and never overwritten: it marks a complete CA. A
+// ca.key without ca.crt is left over from an interrupted write.
+func writeCAFiles(dir string, root *x509.Certificate, key crypto.Signer) error {
+	keyPEM, err := encodeKeyPEM(key)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, caKeyFile), keyPEM, 0o600); err != nil {
+		return err
+	}
+	if err := writeFileExclusive(filepath.Join(dir, caCertFile), encodeCertsPEM(root), 0o644); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%w in %s: another process created it just now", ErrCAExists, dir)
+		}
+		return err
+	}
+	return nil
+}
+
+// newRootCert self-signs a cluster root for key. Its Organization is the
+// cluster name; commonName tells roots of one cluster apart after a rotation.
+func newRootCert(key *ecdsa.PrivateKey, clusterName, commonName string) (*x509.Certificate, error) {
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
 		return nil, fmt.Errorf("root serial: %w", err)
@@ -98,7 +108,7 @@ func newRootCert(key *ecdsa.PrivateKey, clusterName string) (*x509.Certificate, 
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: clusterName + " root CA", Organization: []string{clusterName}},
+		Subject:               pkix.Name{CommonName: commonName, Organization: []string{clusterName}},
 		NotBefore:             now.Add(-certBackdate),
 		NotAfter:              now.Add(rootLifetime),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
@@ -137,6 +147,7 @@ func LoadCA(dir string, opts ...CAOption) (*CA, error) {
 	return &CA{
 		dir:         dir,
 		root:        root,
+		key:         key,
 		fingerprint: hex.EncodeToString(sum[:]),
 		clusterName: name,
 		step:        step,
@@ -281,6 +292,51 @@ func extKeyUsages(kind Kind) []x509.ExtKeyUsage {
 		return []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	}
 	return []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+}
+
+// CrossSign certifies newRoot's subject and key under this CA: a peer that
+// trusts only this CA's root accepts leaves issued by newRoot when they come
+// with the returned certificate as an intermediate. It is what lets a CA
+// rotation go without a failed handshake. It is valid until the earlier of
+// the two roots' expiry, and allows no further intermediate below it.
+func (c *CA) CrossSign(newRoot *x509.Certificate) (*x509.Certificate, error) {
+	if newRoot == nil || !newRoot.IsCA || newRoot.CheckSignatureFrom(newRoot) != nil {
+		return nil, errors.New("cross-sign: not a self-signed CA certificate")
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, fmt.Errorf("cross-sign serial: %w", err)
+	}
+	notAfter := c.root.NotAfter
+	if newRoot.NotAfter.Before(notAfter) {
+		notAfter = newRoot.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               newRoot.Subject,
+		SubjectKeyId:          newRoot.SubjectKeyId,
+		NotBefore:             time.Now().Add(-certBackdate),
+		NotAfter:              notAfter,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.root, newRoot.PublicKey, c.key)
+	if err != nil {
+		return nil, fmt.Errorf("cross-sign %q: %w", newRoot.Subject.CommonName, err)
+	}
+	return x509.ParseCertificate(der)
+}
+
+// keyDER returns the CA's private key as PKCS#8 DER, for a hand-off to
+// another voter.
+func (c *CA) keyDER() ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(c.key)
+	if err != nil {
+		return nil, fmt.Errorf("encode CA key: %w", err)
+	}
+	return der, nil
 }
 
 // Close stops the embedded authority. A database given with WithAuthDB is

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // Credential is a node's or device's identity: its certificate, the key that
@@ -126,7 +127,33 @@ func SaveCredential(dir string, c *Credential) error {
 // LoadCredential reads the credential SaveCredential wrote to dir, finishing
 // an interrupted save first. It fails with ErrNoCredential if there is none
 // and with ErrInsecureKeyFile if key.pem is readable by group or others.
+//
+// A save by another process (a node renewing the local operator's
+// credential, another palyra command renewing a device's) may rename the
+// files while they are being read; a read whose files do not belong
+// together is read again.
 func LoadCredential(dir string) (*Credential, error) {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var c *Credential
+		c, err = loadCredentialOnce(dir)
+		var torn *tornReadError
+		if !errors.As(err, &torn) {
+			return c, err
+		}
+		time.Sleep(time.Duration(attempt+1) * 10 * time.Millisecond)
+	}
+	return nil, err
+}
+
+// tornReadError marks a credential whose files did not belong together,
+// which a concurrent save can cause.
+type tornReadError struct{ err error }
+
+func (e *tornReadError) Error() string { return e.err.Error() }
+func (e *tornReadError) Unwrap() error { return e.err }
+
+func loadCredentialOnce(dir string) (*Credential, error) {
 	// Read-only for saves in progress: only a committed save is rolled
 	// forward (idempotent, safe while its writer commits too). Uncommitted
 	// staged files may belong to a save another process is making right
@@ -168,7 +195,7 @@ func LoadCredential(dir string) (*Credential, error) {
 		return nil, fmt.Errorf("credential in %s: %w", dir, err)
 	}
 	if err := c.check(); err != nil {
-		return nil, fmt.Errorf("credential in %s: %w", dir, err)
+		return nil, &tornReadError{fmt.Errorf("credential in %s: %w", dir, err)}
 	}
 	return c, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestCredentialSaveLoadRoundTrip(t *testing.T) {
@@ -252,4 +253,49 @@ func TestInterruptedSave(t *testing.T) {
 			t.Fatalf("LoadCredential = %v", err)
 		}
 	})
+}
+
+// A reader never gets an error from a save in progress: while one writer
+// keeps replacing a credential (as a node renewing the local operator's,
+// or another palyra command renewing a device's), every load returns one
+// of the saved credentials whole.
+func TestLoadCredentialDuringSaves(t *testing.T) {
+	ca, _ := newTestCA(t, "lab")
+	dir := filepath.Join(t.TempDir(), "cred")
+	creds := []*Credential{issue(t, ca, Principal{KindDevice, "d-00000001"}), issue(t, ca, Principal{KindDevice, "d-00000001"})}
+	if err := SaveCredential(dir, creds[0]); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	saved := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				saved <- nil
+				return
+			default:
+			}
+			if err := SaveCredential(dir, creds[i%2]); err != nil {
+				saved <- err
+				return
+			}
+		}
+	}()
+	// As many loads as fit in two seconds (a torn read, without the
+	// retry, shows up every few thousand).
+	for i, end := 0, time.Now().Add(2*time.Second); i < 20000 && time.Now().Before(end); i++ {
+		c, err := LoadCredential(dir)
+		if err != nil {
+			close(stop)
+			t.Fatalf("load %d during saves: %v", i, err)
+		}
+		if !c.Leaf.Equal(creds[0].Leaf) && !c.Leaf.Equal(creds[1].Leaf) {
+			t.Fatalf("load %d returned a certificate never saved", i)
+		}
+	}
+	close(stop)
+	if err := <-saved; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -21,6 +21,9 @@ var (
 	// ErrUntrustedPeer: a TLS peer's certificate did not verify against the
 	// cluster root, or named no valid principal.
 	ErrUntrustedPeer = errors.New("untrusted peer")
+	// ErrNoSigner: this node holds no key of the cluster's active CA root;
+	// the request goes to a node that does (a voter).
+	ErrNoSigner = errors.New("this node holds no key of the cluster's active CA root")
 	// ErrPeerRejected: a PeerCheck hook refused an otherwise valid peer.
 	ErrPeerRejected = errors.New("peer rejected")
 )

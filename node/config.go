@@ -29,7 +29,8 @@ type Config struct {
 	// BrowserSlots is how many browser jobs run at once (default 2 when
 	// Chromium is installed; -1 disables browser jobs on this node).
 	BrowserSlots int
-	// CertTTL is the lifetime of certificates this node's CA issues at init.
+	// CertTTL is the lifetime of the certificates this node signs while it
+	// holds the CA key (a voter), and the default CA rotation overlap.
 	CertTTL time.Duration
 	// Labels describe this node to the scheduler and to policy (k=v).
 	Labels map[string]string

@@ -14,7 +14,7 @@ import (
 //
 //	node.json      who this node is (written last on first start: its presence marks a complete init)
 //	LOCK           flock held while a node process runs on the directory
-//	ca/            the cluster CA key and root (first node only)
+//	ca/            the cluster CA keys and roots (voters only; see identity/DESIGN.md)
 //	node/          this node's key, certificate and the cluster root
 //	operator/      the local operator's device credential, for the CLI on this machine
 //	raft/          raft log (bbolt) and snapshots

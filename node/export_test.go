@@ -1,6 +1,9 @@
 package node
 
-import "github.com/palyra-mesh/palyra/consensus"
+import (
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity"
+)
 
 // BlobPushes reports how many times this node offered a blob to a peer
 // (asked whether it holds it and, if not, sent it): the cost of replicating.
@@ -14,3 +17,9 @@ func (n *Node) SnapshotForTest() error { return n.store.Raft().Snapshot().Error(
 
 // HoldsBlob reports whether this node's blob store holds h.
 func (n *Node) HoldsBlob(h string) bool { return n.blobs.Has(h) }
+
+// CAKeysForTest lists the fingerprints of the CA roots whose keys this node holds.
+func (n *Node) CAKeysForTest() []string { return n.keeper.kr.Fingerprints() }
+
+// CredentialForTest is the credential this node presents now.
+func (n *Node) CredentialForTest() *identity.Credential { return n.cred.Current() }

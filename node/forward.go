@@ -5,40 +5,55 @@ import (
 	"crypto/tls"
 	"errors"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 
+	"connectrpc.com/connect"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/node/api"
 	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
 )
 
-var errNoCANode = errors.New("no live node holds the cluster CA; start the cluster's first node")
+var errNoSigner = errors.New("no live node holds the key of the cluster's active CA root; voters fetch it from each other within seconds of a change, so retry shortly (if the cluster lost every voter, it has lost its quorum too)")
 
-// caClient is this node's API client to the CA node, authenticated as this
-// node, dialled over the node's own QUIC socket.
+// caClient is this node's API client to signing nodes, authenticated as
+// this node, dialled over the node's own QUIC socket.
 type caClient struct {
 	once sync.Once
 	tr   *http3.Transport
 	hc   *http.Client
 }
 
-func (n *Node) caAddr() (string, error) {
+// signerAddrs lists live nodes that say in gossip they hold the active
+// root's key, the leader first.
+func (n *Node) signerAddrs() []string {
+	fp := prefix(n.keeper.Fingerprint())
+	var out []string
 	for _, m := range n.cluster.Members() {
-		if m.State == cluster.StateAlive && m.Labels[caLabel] == "true" {
-			return m.Address, nil
+		if m.ID == n.state.NodeID || m.State != cluster.StateAlive || !slices.Contains(strings.Split(m.Labels[api.LabelCAKeys], ","), fp) {
+			continue
+		}
+		if m.Leader {
+			out = append([]string{m.Address}, out...)
+		} else {
+			out = append(out, m.Address)
 		}
 	}
-	return "", errNoCANode
+	return out
 }
 
-// forwardAPI returns an identity client connected to the CA node.
-func (n *Node) forwardAPI(ctx context.Context) (palyrav1connect.IdentityServiceClient, error) {
-	addr, err := n.caAddr()
-	if err != nil {
-		return nil, err
+// viaSigners calls fn with an identity client of each signing node in
+// turn, until one call succeeds or fails for a reason another signer would
+// repeat.
+func (n *Node) viaSigners(ctx context.Context, fn func(palyrav1connect.IdentityServiceClient) error) error {
+	addrs := n.signerAddrs()
+	if len(addrs) == 0 {
+		return errNoSigner
 	}
 	n.caCl.once.Do(func() {
 		n.caCl.tr = &http3.Transport{
@@ -49,5 +64,14 @@ func (n *Node) forwardAPI(ctx context.Context) (palyrav1connect.IdentityServiceC
 		}
 		n.caCl.hc = &http.Client{Transport: n.caCl.tr}
 	})
-	return palyrav1connect.NewIdentityServiceClient(n.caCl.hc, "https://"+addr), nil
+	var err error
+	for _, addr := range addrs {
+		err = fn(palyrav1connect.NewIdentityServiceClient(n.caCl.hc, "https://"+addr))
+		var ce *connect.Error
+		if err == nil || (errors.As(err, &ce) && ce.Code() != connect.CodeUnavailable && ce.Code() != connect.CodeUnknown && ce.Code() != connect.CodeDeadlineExceeded) {
+			return err
+		}
+		n.log.Debug("signing node did not answer; trying the next", "addr", addr, "err", err)
+	}
+	return err
 }

@@ -1,17 +1,18 @@
 package node
 
 import (
-	"connectrpc.com/connect"
 	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/palyra-mesh/palyra/proto/palyrav1"
-	"os"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
@@ -65,18 +66,6 @@ func (l tokenLedger) RevokeSerial(serial, reason string) error {
 	return err
 }
 
-// loadCA opens the cluster CA if this node holds it.
-func (n *Node) loadCA() (*identity.CA, error) {
-	if _, err := os.Stat(n.layout.CADir()); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	ca, err := identity.LoadCA(n.layout.CADir(), identity.WithTokenLedger(tokenLedger{n}), identity.WithLogger(n.log))
-	if err != nil {
-		return nil, fmt.Errorf("load cluster CA: %w", err)
-	}
-	return ca, nil
-}
-
 // registerInitMembers records the init node and its operator device in the
 // replicated registry (idempotent), so policy sees the operator flag.
 func (n *Node) registerInitMembers(ctx context.Context) error {
@@ -100,25 +89,28 @@ func (n *Node) registerInitMembers(ctx context.Context) error {
 	return nil
 }
 
-// renewLoop renews this node's certificate (and, on the CA node, the local
-// operator credential) two thirds into its lifetime, swapping it into the
-// live TLS configs and saving it to disk. Failures retry with backoff.
+// renewLoop renews this node's certificate (and, on the node that made the
+// cluster, the local operator's) two thirds into its lifetime, and at once
+// when a CA rotation activates a new root; it swaps the node's into the
+// live TLS configs and saves both to disk. Failures retry with backoff.
 func (n *Node) renewLoop(ctx context.Context) {
 	for {
-		leaf := n.cred.Current().Leaf
-		wait := time.Until(identity.RenewAt(leaf))
+		timer := time.NewTimer(max(time.Until(n.nextRenewal()), 0))
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return
-		case <-time.After(max(wait, 0)):
+		case <-timer.C:
+		case <-n.keeper.renewNow:
+			timer.Stop()
 		}
 		backoff := time.Second
 		for {
-			err := n.renew(ctx)
+			err := n.renewDue(ctx)
 			if err == nil {
 				break
 			}
-			n.log.Warn("certificate renewal failed; retrying", "err", err, "in", backoff, "expires", leaf.NotAfter)
+			n.log.Warn("certificate renewal failed; retrying", "err", err, "in", backoff, "expires", n.cred.Current().Leaf.NotAfter)
 			select {
 			case <-ctx.Done():
 				return
@@ -129,70 +121,114 @@ func (n *Node) renewLoop(ctx context.Context) {
 	}
 }
 
-func (n *Node) renew(ctx context.Context) error {
+// nextRenewal is when the next of this node's credentials is due.
+func (n *Node) nextRenewal() time.Time {
+	b := n.keeper.trust()
 	cur := n.cred.Current()
-	var fresh *identity.Credential
-	var err error
-	if n.ca != nil {
-		fresh, err = n.issueFor(ctx, cur.Principal, cur.RootCerts)
-	} else {
-		fresh, err = n.renewRemote(ctx, cur)
+	if n.keeper.due(cur, b) {
+		return time.Now()
 	}
-	if err != nil {
-		return err
-	}
-	if err := identity.SaveCredential(n.layout.NodeCredDir(), fresh); err != nil {
-		return err
-	}
-	if err := n.cred.Swap(fresh); err != nil {
-		return err
-	}
-	n.log.Info("certificate renewed", "expires", fresh.Leaf.NotAfter.UTC().Format(time.RFC3339))
-	if op, err := identity.LoadCredential(n.layout.OperatorDir()); err == nil && time.Now().After(identity.RenewAt(op.Leaf)) {
-		if nop, err := n.issueFor(ctx, op.Principal, op.RootCerts); err == nil {
-			_ = identity.SaveCredential(n.layout.OperatorDir(), nop)
+	at := identity.RenewAt(cur.Leaf)
+	if op, err := identity.LoadCredential(n.layout.OperatorDir()); err == nil {
+		if n.keeper.due(op, b) {
+			return time.Now()
+		}
+		if t := identity.RenewAt(op.Leaf); t.Before(at) {
+			at = t
 		}
 	}
-	return nil
+	return at
 }
 
-// issueFor makes a fresh key and certificate for p with the local CA.
-func (n *Node) issueFor(ctx context.Context, p identity.Principal, roots []*x509.Certificate) (*identity.Credential, error) {
-	key, csr, err := identity.NewKeyAndCSR(p)
-	if err != nil {
-		return nil, err
+// renewDue renews each of this node's credentials that is due.
+func (n *Node) renewDue(ctx context.Context) error {
+	b := n.keeper.trust()
+	if cur := n.cred.Current(); n.keeper.due(cur, b) {
+		fresh, err := n.reissue(ctx, cur, true)
+		if err != nil {
+			return fmt.Errorf("renew node certificate: %w", err)
+		}
+		n.credMu.Lock()
+		err = identity.SaveCredential(n.layout.NodeCredDir(), fresh)
+		if err == nil {
+			err = n.cred.Swap(fresh)
+		}
+		n.credMu.Unlock()
+		if err != nil {
+			return err
+		}
+		n.log.Info("certificate renewed", "expires", fresh.Leaf.NotAfter.UTC().Format(time.RFC3339),
+			"root", prefix(identity.Fingerprint(identity.IssuingRoot(fresh.Leaf, fresh.RootCerts).Raw)))
 	}
-	chain, err := n.ca.Sign(ctx, csr, p, n.cfg.CertTTL)
-	if err != nil {
-		return nil, err
+	op, err := identity.LoadCredential(n.layout.OperatorDir())
+	if err != nil || !n.keeper.due(op, b) {
+		return nil
 	}
-	return &identity.Credential{Principal: p, Leaf: chain[0], Chain: chain[1:], Key: key, RootCerts: roots}, nil
+	fresh, err := n.reissue(ctx, op, false)
+	if err != nil {
+		return fmt.Errorf("renew the local operator credential: %w", err)
+	}
+	n.credMu.Lock()
+	defer n.credMu.Unlock()
+	return identity.SaveCredential(n.layout.OperatorDir(), fresh)
 }
 
-// renewRemote has the CA node sign a fresh key's CSR for this node.
-func (n *Node) renewRemote(ctx context.Context, cur *identity.Credential) (*identity.Credential, error) {
-	ic, err := n.forwardAPI(ctx)
-	if err != nil {
-		return nil, err
-	}
+// reissue makes a fresh key for cur's principal and has it certified: by
+// this node's CA key when it holds the active one, else by a node that does
+// (asked as this node, with cur's renewal proof; cur is relayed when it is
+// not this node's own credential).
+func (n *Node) reissue(ctx context.Context, cur *identity.Credential, own bool) (*identity.Credential, error) {
 	key, csr, err := identity.NewKeyAndCSR(cur.Principal)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := ic.Renew(ctx, connect.NewRequest(&palyrav1.RenewRequest{CsrDer: csr}))
-	if err != nil {
-		return nil, err
-	}
-	if len(resp.Msg.ChainDer) == 0 {
-		return nil, errors.New("CA node returned no certificate")
-	}
 	var chain []*x509.Certificate
-	for _, der := range resp.Msg.ChainDer {
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			return nil, fmt.Errorf("renewed certificate: %w", err)
+	roots := n.keeper.Roots()
+	if n.keeper.CanSign() {
+		if chain, err = n.keeper.Sign(ctx, csr, cur.Principal, n.cfg.CertTTL); err != nil {
+			return nil, err
 		}
-		chain = append(chain, c)
+	} else {
+		proof, err := identity.RenewalProof(cur.Key, csr)
+		if err != nil {
+			return nil, err
+		}
+		req := &palyrav1.RenewRequest{CsrDer: csr, Proof: proof}
+		if !own {
+			for _, c := range append([]*x509.Certificate{cur.Leaf}, cur.Chain...) {
+				req.RelayChainDer = append(req.RelayChainDer, c.Raw)
+			}
+		}
+		var resp *palyrav1.RenewResponse
+		err = n.viaSigners(ctx, func(ic palyrav1connect.IdentityServiceClient) error {
+			r, err := ic.Renew(ctx, connect.NewRequest(req))
+			if err == nil {
+				resp = r.Msg
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(resp.ChainDer) == 0 {
+			return nil, errors.New("the signing node returned no certificate")
+		}
+		for _, der := range resp.ChainDer {
+			c, err := x509.ParseCertificate(der)
+			if err != nil {
+				return nil, fmt.Errorf("renewed certificate: %w", err)
+			}
+			chain = append(chain, c)
+		}
+		if identity.IssuingRoot(chain[0], roots) == nil {
+			// The signer is ahead of this replica: take the bundle it sent.
+			roots = nil
+			for _, der := range resp.RootsDer {
+				if c, err := x509.ParseCertificate(der); err == nil {
+					roots = append(roots, c)
+				}
+			}
+		}
 	}
-	return &identity.Credential{Principal: cur.Principal, Leaf: chain[0], Chain: chain[1:], Key: key, RootCerts: cur.RootCerts}, nil
+	return &identity.Credential{Principal: cur.Principal, Leaf: chain[0], Chain: chain[1:], Key: key, RootCerts: roots, Roots: pool(roots)}, nil
 }

@@ -30,10 +30,6 @@ import (
 	"github.com/palyra-mesh/palyra/runtime/wasm"
 )
 
-// caLabel marks, in gossip meta, the node that holds the cluster CA: the
-// one that signs certificates for pairing and renewal.
-const caLabel = "palyra.ca"
-
 // Node is a running node. Start returns once it serves; Close stops it.
 type Node struct {
 	cfg          Config
@@ -41,7 +37,10 @@ type Node struct {
 	layout       Layout
 	state        State
 	cred         *identity.Live
-	ca           *identity.CA // nil unless this node holds the cluster CA
+	credMu       sync.Mutex // serialises saving and swapping this node's credentials
+	keeper       *caKeeper  // the cluster CA keys this node holds (voters), the trust bundle
+	metaMu       sync.Mutex
+	labels       map[string]string // gossiped labels: the configured ones and the CA's
 	transport    *mesh.Transport
 	storeMu      sync.RWMutex
 	store        *consensus.Store
@@ -117,7 +116,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.dataKey, err = readDataKey(l); err != nil {
 		return nil, err
 	}
-	if n.ca, err = n.loadCA(); err != nil {
+	if n.keeper, err = n.openKeeper(); err != nil {
 		return nil, err
 	}
 	if err := n.listen(); err != nil {
@@ -172,15 +171,17 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.worker.Recover(wctx); err != nil {
 		return nil, err
 	}
-	if n.ca != nil {
+	if !n.state.Joined {
 		if err := n.registerInitMembers(wctx); err != nil {
 			return nil, err
 		}
 	}
+	n.keeper.step(wctx)
 	// Serve the API once the replica is current and the init members are
 	// registered, so the first answers are right (no spurious denials).
 	n.serve(runCtx, addr, cred)
-	n.wg.Add(7)
+	n.wg.Add(8)
+	go func() { defer n.wg.Done(); n.keeper.run(runCtx) }()
 	go func() { defer n.wg.Done(); n.runBlobGC(runCtx) }()
 	go func() { defer n.wg.Done(); n.releaseMemory(runCtx) }()
 	go func() { defer n.wg.Done(); n.authz.Watch(runCtx) }()
@@ -192,7 +193,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go func() { defer n.wg.Done(); n.replicateHeldBlobs(runCtx) }()
 
 	n.log.Info("node ready", "address", addr, "data_dir", l.Dir, "cluster", st.ClusterName,
-		"wasm_slots", n.slots, "raft", n.store.Stats().State, "ca", n.ca != nil)
+		"wasm_slots", n.slots, "raft", n.store.Stats().State, "ca_keys", len(n.keeper.kr.Fingerprints()))
 	return n, nil
 }
 
@@ -262,17 +263,12 @@ func (n *Node) openStore() error {
 
 // startCluster starts gossip and, on a joined node's first start, joins.
 func (n *Node) startCluster(ctx context.Context) error {
-	labels := map[string]string{}
-	for k, v := range n.cfg.Labels {
-		labels[k] = v
-	}
-	if n.ca != nil {
-		labels[caLabel] = "true"
-	}
+	n.labels = n.keeper.labels(n.store.State().Trust())
 	c, err := cluster.New(cluster.Config{
 		NodeID: n.state.NodeID, Advertise: n.state.Address, Transport: n.transport, Store: n.store,
-		Meta:         cluster.Meta{Labels: labels, Capacity: n.capacity(), Version: n.cfg.Version},
+		Meta:         n.meta(),
 		TargetVoters: n.cfg.TargetVoters, Fast: n.cfg.Fast, Logger: n.log,
+		CAKeys: n.keeper.handOff,
 	})
 	if err != nil {
 		return err
@@ -291,16 +287,35 @@ func (n *Node) startCluster(ctx context.Context) error {
 	return nil
 }
 
+// meta is what this node gossips: its configured labels plus the CA's
+// (n.labels), capacity and version. The caller holds metaMu or is Start.
+func (n *Node) meta() cluster.Meta {
+	labels := map[string]string{}
+	for k, v := range n.cfg.Labels {
+		labels[k] = v
+	}
+	for k, v := range n.labels {
+		labels[k] = v
+	}
+	return cluster.Meta{Labels: labels, Capacity: n.capacity(), Version: n.cfg.Version}
+}
+
+// setLabels replaces the CA's gossip labels (api.LabelCAKeys,
+// api.LabelCertRoot) and spreads them.
+func (n *Node) setLabels(ctx context.Context, l map[string]string) error {
+	n.metaMu.Lock()
+	defer n.metaMu.Unlock()
+	n.labels = l
+	return n.cluster.SetMeta(ctx, n.meta())
+}
+
 // serve starts the HTTP/3 API on the transport's API connections.
 func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential) {
 	info := api.Info{NodeID: n.state.NodeID, Address: addr, ClusterName: n.state.ClusterName,
 		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now()}
 	opts := api.Options{Control: apiControl{n.cluster}, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Leave: n.leave,
-		Peers: n.peerAddrs, Forward: n.forwardAPI, Seal: n.sealSecret, DataKey: n.dataKey, Snapshots: n}
-	if n.ca != nil {
-		opts.Issuer = n.ca
-	}
+		Peers: n.peerAddrs, Forward: n.viaSigners, Seal: n.sealSecret, DataKey: n.dataKey, Issuer: n.keeper, Snapshots: n}
 	n.http = &http3.Server{Handler: api.New(opts).Handler(), Logger: n.log}
 	conns := n.transport.APIConns()
 	n.wg.Add(1)
@@ -410,8 +425,8 @@ func (n *Node) Close() error {
 				err = errors.Join(err, <-done)
 			}
 		}
-		if n.ca != nil {
-			err = errors.Join(err, n.ca.Close())
+		if n.keeper != nil {
+			err = errors.Join(err, n.keeper.kr.Close())
 		}
 		if n.wasm != nil {
 			err = errors.Join(err, n.wasm.Close(context.Background()))

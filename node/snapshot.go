@@ -2,14 +2,16 @@ package node
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/palyra-mesh/palyra/consensus"
-	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/node/api"
 	"github.com/palyra-mesh/palyra/node/backup"
 	"github.com/palyra-mesh/palyra/node/blob"
@@ -27,13 +29,16 @@ func (n *Node) SaveSnapshot(ctx context.Context, caller string, w io.Writer, pro
 	if progress == nil {
 		progress = func(*palyrav1.SnapshotProgress) {}
 	}
-	if n.ca == nil {
+	ca := n.keeper.activeCA(n.keeper.trust())
+	if ca == nil {
 		return n.caHolder()
 	}
-	certPEM, keyPEM, err := identity.ExportCA(n.layout.CADir())
+	rootDER, keyDER, err := n.keeper.kr.Export(ca.Fingerprint())
 	if err != nil {
 		return fmt.Errorf("read the cluster CA: %w", err)
 	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: rootDER})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 	// Everything acknowledged before this call is in the local replica
 	// once the read index is applied; raft then snapshots at least that.
 	if err := n.cluster.VerifyRead(ctx); err != nil {
@@ -46,7 +51,7 @@ func (n *Node) SaveSnapshot(ctx context.Context, caller string, w io.Writer, pro
 	defer rc.Close()
 
 	bw := backup.NewWriter(w)
-	hdr := backup.Header{ClusterName: n.state.ClusterName, CAFingerprint: n.ca.Fingerprint(), CreatedAt: time.Now().UTC(),
+	hdr := backup.Header{ClusterName: n.state.ClusterName, CAFingerprint: ca.Fingerprint(), CreatedAt: time.Now().UTC(),
 		CreatedBy: caller, ServedBy: n.state.NodeID, Version: n.cfg.Version, RaftIndex: meta.Index, RaftTerm: meta.Term,
 		StateBytes: meta.Size}
 	for _, s := range meta.Servers {
@@ -117,16 +122,19 @@ func (n *Node) SaveSnapshot(ctx context.Context, caller string, w io.Writer, pro
 	return nil
 }
 
-// caHolder names a live node that holds the cluster CA.
+// caHolder names a live node that holds the key of the active CA root
+// (every voter does, once it has fetched it).
 func (n *Node) caHolder() error {
-	for _, m := range n.cluster.Members() {
-		if m.ID != n.state.NodeID && m.State == cluster.StateAlive && m.Labels[caLabel] == "true" {
-			return &api.SnapshotRedirect{NodeID: m.ID, Address: m.Address}
+	if a, ok := n.keeper.trust().Active(); ok {
+		for _, m := range n.cluster.Members() {
+			if m.ID != n.state.NodeID && m.State == cluster.StateAlive && slices.Contains(strings.Split(m.Labels[api.LabelCAKeys], ","), prefix(a.Fingerprint)) {
+				return &api.SnapshotRedirect{NodeID: m.ID, Address: m.Address}
+			}
 		}
 	}
 	return &consensus.Error{Code: "no_ca",
 		Message: fmt.Sprintf("a snapshot carries the cluster CA, and no live node holding it is known (this node, %s, does not)", n.state.NodeID),
-		Hint:    "run 'palyra nodes' and point --addr at the node labelled palyra.ca=true"}
+		Hint:    "run 'palyra nodes' and point --addr at a voter (voters hold the CA key)"}
 }
 
 // blobForSnapshot reads a blob from this node, else from a peer, without

@@ -54,14 +54,29 @@ func Pair(ctx context.Context, addr string, code pairing.Code, o PairOptions) (*
 	if err != nil {
 		return nil, nil, c.Explain(err)
 	}
-	root, err := x509.ParseCertificate(resp.Msg.RootDer)
-	if err != nil {
-		return nil, nil, fmt.Errorf("node sent a bad root certificate: %w", err)
+	// The answer's trust bundle must hold the pinned root; during a CA
+	// rotation it also holds the new root the certificate comes from.
+	bundle := resp.Msg.RootsDer
+	if len(bundle) == 0 {
+		bundle = [][]byte{resp.Msg.RootDer}
 	}
-	if !code.PinMatches(root.Raw) {
-		return nil, nil, fmt.Errorf("%w: the root in the node's answer is not the one pinned by the code", pairing.ErrPinMismatch)
+	var pinned *x509.Certificate
+	var also []*x509.Certificate
+	for _, der := range bundle {
+		root, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, nil, fmt.Errorf("node sent a bad root certificate: %w", err)
+		}
+		if pinned == nil && code.PinMatches(root.Raw) {
+			pinned = root
+		} else {
+			also = append(also, root)
+		}
 	}
-	cred, err := pairing.NewCredential(key, resp.Msg.ChainDer, root)
+	if pinned == nil {
+		return nil, nil, fmt.Errorf("%w: the roots in the node's answer do not include the one pinned by the code", pairing.ErrPinMismatch)
+	}
+	cred, err := pairing.NewCredential(key, resp.Msg.ChainDer, pinned, also...)
 	if err != nil {
 		return nil, nil, err
 	}

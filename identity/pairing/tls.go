@@ -47,10 +47,22 @@ func verifyPinned(c Code, certs []*x509.Certificate, now time.Time) (*x509.Certi
 		return nil, fmt.Errorf("%w: server presented only its own certificate, not its cluster's root, so it cannot be checked against the pairing code; is --peer a palyra node's pairing address, running the same release?",
 			identity.ErrUntrustedPeer)
 	}
-	leaf, root := certs[0], certs[len(certs)-1]
-	if !c.PinMatches(root.Raw) {
+	// The pinned root is the last certificate, or (during a CA rotation,
+	// when the node presents every trusted root) any after the leaf.
+	leaf := certs[0]
+	var root *x509.Certificate
+	var others []*x509.Certificate
+	for _, cert := range certs[1:] {
+		if root == nil && c.PinMatches(cert.Raw) {
+			root = cert
+			continue
+		}
+		others = append(others, cert)
+	}
+	if root == nil {
+		last := certs[len(certs)-1]
 		return nil, fmt.Errorf("%w; check that --peer is a node of that cluster and the code is the one it printed (this server's CA is %q, SHA-256 %x)",
-			ErrPinMismatch, root.Subject.CommonName, sha256.Sum256(root.Raw))
+			ErrPinMismatch, last.Subject.CommonName, sha256.Sum256(last.Raw))
 	}
 	if !root.BasicConstraintsValid || !root.IsCA {
 		return nil, fmt.Errorf("%w: server's root %q is not a CA certificate", identity.ErrUntrustedPeer, root.Subject.CommonName)
@@ -61,7 +73,7 @@ func verifyPinned(c Code, certs []*x509.Certificate, now time.Time) (*x509.Certi
 	roots := x509.NewCertPool()
 	roots.AddCert(root)
 	inter := x509.NewCertPool()
-	for _, ic := range certs[1 : len(certs)-1] {
+	for _, ic := range others {
 		inter.AddCert(ic)
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{
@@ -140,8 +152,11 @@ func ServerTLS(cred *identity.Credential, nextProtos []string) (*tls.Config, err
 // NewCredential assembles the joiner's credential from the key it generated,
 // the chain the cluster returned (DER, leaf first) and the root ServerRoot
 // returned. It checks that the leaf carries key's public key, verifies under
-// root for ClientAuth now, and names a valid principal.
-func NewCredential(key crypto.Signer, chainDER [][]byte, root *x509.Certificate) (*identity.Credential, error) {
+// root (or one of also) for ClientAuth now, and names a valid principal.
+// also is the rest of the cluster's trust bundle, which the credential
+// trusts as well: during a CA rotation a code pins the old root while the
+// leaf comes from the new one.
+func NewCredential(key crypto.Signer, chainDER [][]byte, root *x509.Certificate, also ...*x509.Certificate) (*identity.Credential, error) {
 	if key == nil || root == nil {
 		return nil, errors.New("pairing reply: NewCredential needs the joiner's key and the pinned root")
 	}
@@ -163,6 +178,13 @@ func NewCredential(key crypto.Signer, chainDER [][]byte, root *x509.Certificate)
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(root)
+	rootCerts := []*x509.Certificate{root}
+	for _, r := range also {
+		if r != nil && !r.Equal(root) {
+			roots.AddCert(r)
+			rootCerts = append(rootCerts, r)
+		}
+	}
 	inter := x509.NewCertPool()
 	for _, ic := range certs[1:] {
 		inter.AddCert(ic)
@@ -180,6 +202,6 @@ func NewCredential(key crypto.Signer, chainDER [][]byte, root *x509.Certificate)
 		Chain:     certs[1:],
 		Key:       key,
 		Roots:     roots,
-		RootCerts: []*x509.Certificate{root},
+		RootCerts: rootCerts,
 	}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -317,4 +318,56 @@ func readFrame(r io.Reader) ([]byte, error) {
 	b := make([]byte, n)
 	_, err := io.ReadFull(r, b)
 	return b, err
+}
+
+// During a CA rotation a node presents its new-root leaf, the
+// cross-certificate and both roots: a code made before the rotation (old
+// pin) and one made after (new pin) both verify it, a stranger's does not,
+// and the joiner's credential from such a reply trusts the whole bundle.
+func TestVerifyPinnedDuringARotation(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	old, err := identity.InitCA(dir, "lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	kr, err := identity.OpenKeyring(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kr.Close()
+	nw, err := kr.Create("lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cross, err := old.CrossSign(nw.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := issue(t, nw, identity.KindNode).Leaf
+	presented := []*x509.Certificate{leaf, cross, old.Root(), nw.Root()}
+	for _, ca := range []*identity.CA{old, nw} {
+		root, err := verifyPinned(mustNew(t, identity.KindNode, ca.Fingerprint()), presented, time.Now())
+		if err != nil || !root.Equal(ca.Root()) {
+			t.Fatalf("pin %s: %v, %v", ca.Root().Subject.CommonName, root, err)
+		}
+	}
+	_, err = verifyPinned(mustNew(t, identity.KindNode, newCA(t, "other").Fingerprint()), presented, time.Now())
+	if !errors.Is(err, ErrPinMismatch) {
+		t.Fatalf("stranger's pin: %v", err)
+	}
+
+	p := identity.Principal{Kind: identity.KindDevice, ID: "d-0000ab01"}
+	key, csr, _ := identity.NewKeyAndCSR(p)
+	chain, err := nw.Sign(context.Background(), csr, p, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := NewCredential(key, [][]byte{chain[0].Raw, cross.Raw}, old.Root(), nw.Root())
+	if err != nil {
+		t.Fatalf("credential pinned to the old root with a new-root leaf: %v", err)
+	}
+	if len(cred.RootCerts) != 2 {
+		t.Fatalf("credential trusts %d roots, want the bundle's 2", len(cred.RootCerts))
+	}
 }

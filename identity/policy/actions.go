@@ -25,6 +25,11 @@ const (
 	ActionDeviceList   = "device.list"
 	ActionDeviceRevoke = "device.revoke"
 
+	// ActionCAStatus reads the trust bundle and who holds the CA keys;
+	// ActionCARotate replaces the cluster's CA root (an admin action).
+	ActionCAStatus = "ca.status"
+	ActionCARotate = "ca.rotate"
+
 	ActionPolicyGet   = "policy.get"
 	ActionPolicySet   = "policy.set"
 	ActionPolicyCheck = "policy.check"
@@ -77,6 +82,7 @@ func Actions() []string {
 		ActionJobSubmit, ActionJobRead, ActionJobList, ActionJobCancel, ActionJobWatch, ActionJobPrune,
 		ActionNodeStatus, ActionNodeList, ActionNodeJoin, ActionNodeLeave, ActionNodeDrain,
 		ActionPairCreate, ActionPairList, ActionPairRevoke, ActionDeviceList, ActionDeviceRevoke,
+		ActionCAStatus, ActionCARotate,
 		ActionPolicyGet, ActionPolicySet, ActionPolicyCheck,
 		ActionSecretSet, ActionSecretList, ActionSecretDelete, ActionSnapshotSave,
 		ActionWorkerHeartbeat, ActionWorkerReport, ActionRaftJoin, ActionBlobFetch,

@@ -23,6 +23,7 @@ type member struct {
 	dataDir string
 	addr    string // --listen and the address the CLI dials
 	opDir   string // data dir holding the operator credential
+	cfgDir  string // if set, CLI calls use this paired device's config dir instead of opDir
 	netns   string // run the node and its CLI calls inside this namespace ("" = host)
 	id      string // node id, known once the node answered status
 
@@ -161,7 +162,11 @@ func (m *member) cli(args ...string) result {
 	m.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := m.command(ctx, append([]string{"--data-dir", m.opDir, "--addr", m.addr}, args...)...)
+	cred := []string{"--data-dir", m.opDir}
+	if m.cfgDir != "" {
+		cred = []string{"--config-dir", m.cfgDir}
+	}
+	cmd := m.command(ctx, append(append(cred, "--addr", m.addr), args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

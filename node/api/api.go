@@ -94,11 +94,18 @@ type Info struct {
 	Started       time.Time
 }
 
-// Issuer signs certificates for paired and renewing principals: the
-// cluster CA, on the node that holds it.
+// Issuer is the cluster CA as this node sees it. Every node has the trust
+// bundle; only a node holding the key of the active root (a voter) signs.
+// Elsewhere CanSign is false, Sign fails with identity.ErrNoSigner, and the
+// API relays pairing and renewal to a node that can (Options.Forward).
 type Issuer interface {
+	CanSign() bool
+	// Sign issues a certificate for p under the active root: the leaf, then
+	// any intermediate peers need (a cross-certificate during a rotation).
 	Sign(ctx context.Context, csrDER []byte, p identity.Principal, ttl time.Duration) ([]*x509.Certificate, error)
-	Root() *x509.Certificate
+	// Roots is the trust bundle, the active root first.
+	Roots() []*x509.Certificate
+	// Fingerprint names the active root (what new pairing codes pin).
 	Fingerprint() string
 }
 
@@ -113,14 +120,16 @@ type Options struct {
 		Get(hash string) ([]byte, error)
 	}
 	Authz   *Authorizer
-	Issuer  Issuer // nil when this node does not hold the CA
+	Issuer  Issuer
 	Limiter *pairing.Limiter
 	Peers   func() []string // node addresses a joiner should contact
 	Members func() []cluster.Member
 	Leave   func(ctx context.Context) error
-	// Forward returns an identity client connected to the node holding the
-	// CA, for pairing through a node that does not hold it.
-	Forward func(ctx context.Context) (palyrav1connect.IdentityServiceClient, error)
+	// Forward calls fn with identity clients of nodes that can sign (hold
+	// the active CA key), one after another until fn succeeds or fails with
+	// an error that another node would repeat; it returns fn's last error.
+	// Pairing and renewal through a node that cannot sign go this way.
+	Forward func(ctx context.Context, fn func(palyrav1connect.IdentityServiceClient) error) error
 	// Seal encrypts a secret's value with the cluster data key.
 	Seal func(name string, value []byte) ([]byte, error)
 	// DataKey is given to nodes that pair (never to devices).
@@ -186,6 +195,14 @@ func (s *Server) Handler() http.Handler {
 
 type principalKey struct{}
 
+type peerChainKey struct{}
+
+// peerChain returns the certificates the caller presented (leaf first).
+func peerChain(ctx context.Context) []*x509.Certificate {
+	c, _ := ctx.Value(peerChainKey{}).([]*x509.Certificate)
+	return c
+}
+
 // authenticate derives the caller's principal from the verified TLS state
 // and refuses revoked principals on every request (their connections may
 // predate the revocation). Callers without a certificate reach only Pair.
@@ -212,7 +229,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("unauthenticated: %s has been revoked; pair again with a new code", p), http.StatusUnauthorized)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		ctx := context.WithValue(r.Context(), principalKey{}, p)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, peerChainKey{}, r.TLS.PeerCertificates)))
 	})
 }
 
@@ -269,7 +287,7 @@ func (n nodeService) Status(ctx context.Context, _ *connect.Request[palyrav1.Sta
 		NodeId: s.info.NodeID, Address: s.info.Address, LeaderId: lid, LeaderAddress: laddr,
 		Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, RaftState: st.State,
 		JobsByPhase: counts, Version: s.info.Version, ClusterName: s.info.ClusterName,
-		CaFingerprint: s.info.CAFingerprint, Caller: caller.String(),
+		CaFingerprint: s.caFingerprint(), Caller: caller.String(),
 		UptimeMs:    s.now().Sub(s.info.Started).Milliseconds(),
 		RetentionMs: s.control.State().Retention(), PrunedBeforeMs: s.control.State().PrunedBefore(),
 	}), nil

@@ -16,6 +16,7 @@ import (
 	"github.com/palyra-mesh/palyra/identity/pairing"
 	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
@@ -54,7 +55,7 @@ func (is identityService) CreatePairing(ctx context.Context, req *connect.Reques
 	if ttl < pairing.MinTTL || ttl > pairing.MaxTTL {
 		return nil, invalid(fmt.Sprintf("ttl %s is out of range", ttl), "use --ttl between 30s and 24h")
 	}
-	fp := s.info.CAFingerprint
+	fp := s.caFingerprint()
 	caller, _ := PrincipalFrom(ctx)
 	for attempt := 0; ; attempt++ {
 		code, err := pairing.New(kind, fp)
@@ -112,8 +113,12 @@ func (is identityService) RevokePairing(ctx context.Context, req *connect.Reques
 }
 
 // Pair is the one call open to a peer without a cluster certificate. It is
-// rate-limited per source before any work, checks the CSR, consumes the
-// code through Raft (one-time cluster-wide), then signs.
+// rate-limited per source before any work and relayed to a node that can
+// sign when this one cannot. It is atomic: the code is checked through Raft
+// without being used (a wrong secret still counts against it), then the CSR
+// is signed, and only then is the code consumed and the member added, in
+// one command that refuses a code used meanwhile. A failed signature leaves
+// the code unused and no member registered.
 func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav1.PairRequest]) (*connect.Response[palyrav1.PairResponse], error) {
 	s, m := is.s, req.Msg
 	if addr, err := net.ResolveUDPAddr("udp", req.Peer().Addr); err == nil {
@@ -122,22 +127,25 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 				"too many pairing attempts from this address", fmt.Sprintf("wait %s and try again", retry.Round(time.Second)))
 		}
 	}
-	if s.Issuer == nil {
-		if s.Forward == nil {
-			return nil, apiError(connect.CodeFailedPrecondition, "no_ca", "this node does not hold the cluster CA",
-				"pair through the cluster's first node (the one that created the cluster)")
+	if !s.canSign() {
+		if caller, ok := PrincipalFrom(ctx); ok && caller.Kind == identity.KindNode {
+			// Relayed here by a node that believed this one signs: one hop only.
+			return nil, apiError(connect.CodeUnavailable, "no_signer", "this node holds no key of the cluster's active CA root either", "try again")
 		}
-		// Relay to the CA node; the code is still checked and consumed
-		// through Raft there, once, cluster-wide.
-		ic, err := s.Forward(ctx)
-		if err != nil {
-			return nil, fromErr(err)
-		}
-		resp, err := ic.Pair(ctx, connect.NewRequest(m))
+		// Relay to a node that holds the key; the code is still checked and
+		// consumed through Raft there, once, cluster-wide.
+		var out *palyrav1.PairResponse
+		err := is.forward(ctx, func(ic palyrav1connect.IdentityServiceClient) error {
+			resp, err := ic.Pair(ctx, connect.NewRequest(m))
+			if err == nil {
+				out = resp.Msg
+			}
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
-		return connect.NewResponse(resp.Msg), nil
+		return connect.NewResponse(out), nil
 	}
 	kind := identity.Kind(m.Kind)
 	p := identity.Principal{Kind: kind, ID: m.MemberId}
@@ -155,16 +163,34 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 		return nil, invalid("missing or malformed pairing secret", "type the whole code")
 	}
 	member := &raftpb.Member{Kind: string(kind), Id: p.ID, Name: m.Name, Labels: m.Labels}
-	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_ConsumePairing{ConsumePairing: &raftpb.ConsumePairing{
-		Id: strings.ToUpper(m.PairingId), PresentedSecretHash: pairing.SecretHash(m.Secret), AtMs: s.now().UnixMilli(), Member: member}}}); err != nil {
+	consume := func(dryRun bool) error {
+		_, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_ConsumePairing{ConsumePairing: &raftpb.ConsumePairing{
+			Id: strings.ToUpper(m.PairingId), PresentedSecretHash: pairing.SecretHash(m.Secret), AtMs: s.now().UnixMilli(),
+			Member: member, DryRun: dryRun}}})
+		return err
+	}
+	if err := consume(true); err != nil {
 		s.log.Warn("pairing refused", "pairing", m.PairingId, "peer", req.Peer().Addr, "err", err)
 		return nil, fromErr(err)
 	}
 	chain, err := s.Issuer.Sign(ctx, m.CsrDer, p, s.CertTTL)
 	if err != nil {
-		return nil, fromErr(fmt.Errorf("sign certificate: %w", err))
+		s.log.Warn("pairing: signing failed; the code stays unused", "pairing", m.PairingId, "err", err)
+		if errors.Is(err, identity.ErrBadCSR) {
+			return nil, invalid(err.Error(), "use the palyra CLI to pair; the code was not used")
+		}
+		return nil, apiError(connect.CodeUnavailable, "unavailable", "could not sign the certificate: "+err.Error(),
+			"try again with the same code; it was not used")
 	}
-	resp := &palyrav1.PairResponse{RootDer: s.Issuer.Root().Raw, ClusterName: s.info.ClusterName, Principal: p.String()}
+	if err := consume(false); err != nil {
+		s.log.Warn("pairing refused after signing; the certificate is discarded", "pairing", m.PairingId, "err", err)
+		return nil, fromErr(err)
+	}
+	roots := s.Issuer.Roots()
+	resp := &palyrav1.PairResponse{RootDer: roots[0].Raw, ClusterName: s.info.ClusterName, Principal: p.String()}
+	for _, r := range roots {
+		resp.RootsDer = append(resp.RootsDer, r.Raw)
+	}
 	for _, c := range chain {
 		resp.ChainDer = append(resp.ChainDer, c.Raw)
 	}
@@ -178,25 +204,109 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 	return connect.NewResponse(resp), nil
 }
 
-// Renew signs a new certificate for the caller's own principal.
+// Renew signs a new certificate for the caller's own principal. A node may
+// relay another principal's renewal (relay_chain_der): then the principal
+// is the relayed certificate's, and the request must carry that
+// certificate's proof. A node that cannot sign relays the request, with the
+// caller's certificate and proof, to one that can.
 func (is identityService) Renew(ctx context.Context, req *connect.Request[palyrav1.RenewRequest]) (*connect.Response[palyrav1.RenewResponse], error) {
-	s := is.s
+	s, m := is.s, req.Msg
 	caller, ok := PrincipalFrom(ctx)
 	if !ok {
 		return nil, apiError(connect.CodeUnauthenticated, "unauthenticated", "renewal needs the current certificate", "")
 	}
-	if s.Issuer == nil {
-		return nil, apiError(connect.CodeFailedPrecondition, "no_ca", "this node does not hold the cluster CA", "renew through the cluster's first node")
+	subject, relayed := caller, len(m.RelayChainDer) > 0
+	if relayed {
+		if caller.Kind != identity.KindNode {
+			return nil, apiError(connect.CodePermissionDenied, "permission_denied", "only nodes relay renewals", "renew your own certificate: send no relay_chain_der")
+		}
+		pool := x509.NewCertPool()
+		if s.Issuer != nil {
+			for _, r := range s.Issuer.Roots() {
+				pool.AddCert(r)
+			}
+		}
+		p, err := identity.VerifyRenewal(m.RelayChainDer, pool, m.CsrDer, m.Proof, s.revocationCheck)
+		if err != nil {
+			return nil, apiError(connect.CodePermissionDenied, "permission_denied", "relayed renewal refused: "+err.Error(), "")
+		}
+		subject = p
 	}
-	chain, err := s.Issuer.Sign(ctx, req.Msg.CsrDer, caller, s.CertTTL)
+	if !s.canSign() {
+		if relayed {
+			return nil, apiError(connect.CodeUnavailable, "no_signer", "this node holds no key of the cluster's active CA root either", "retry: renewals go to a voter")
+		}
+		if len(m.Proof) == 0 {
+			return nil, apiError(connect.CodeFailedPrecondition, "no_signer",
+				"this node holds no CA key, and relaying the renewal needs the caller's proof (sent by current palyra releases)",
+				"upgrade the client, or renew through a voter ('palyra nodes' shows them)")
+		}
+		fwd := &palyrav1.RenewRequest{CsrDer: m.CsrDer, Proof: m.Proof}
+		for _, c := range peerChain(ctx) {
+			fwd.RelayChainDer = append(fwd.RelayChainDer, c.Raw)
+		}
+		var out *palyrav1.RenewResponse
+		err := is.forward(ctx, func(ic palyrav1connect.IdentityServiceClient) error {
+			resp, err := ic.Renew(ctx, connect.NewRequest(fwd))
+			if err == nil {
+				out = resp.Msg
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(out), nil
+	}
+	chain, err := s.Issuer.Sign(ctx, m.CsrDer, subject, s.CertTTL)
 	if err != nil {
-		return nil, invalid(fmt.Sprintf("renewal refused: %v", err), "the CSR must be for the caller's own principal")
+		if errors.Is(err, identity.ErrBadCSR) {
+			return nil, invalid(fmt.Sprintf("renewal refused: %v", err), "the CSR must be for the caller's own principal")
+		}
+		return nil, apiError(connect.CodeUnavailable, "unavailable", "renewal failed: "+err.Error(), "retry")
 	}
 	resp := &palyrav1.RenewResponse{}
 	for _, c := range chain {
 		resp.ChainDer = append(resp.ChainDer, c.Raw)
 	}
+	for _, r := range s.Issuer.Roots() {
+		resp.RootsDer = append(resp.RootsDer, r.Raw)
+	}
+	if relayed {
+		s.log.Info("renewed a relayed certificate", "principal", subject, "relay", caller)
+	}
 	return connect.NewResponse(resp), nil
+}
+
+// canSign reports whether this node signs certificates itself.
+func (s *Server) canSign() bool { return s.Issuer != nil && s.Issuer.CanSign() }
+
+// forward relays a call to a node that can sign.
+func (is identityService) forward(ctx context.Context, fn func(palyrav1connect.IdentityServiceClient) error) error {
+	if is.s.Forward == nil {
+		return apiError(connect.CodeFailedPrecondition, "no_signer", "this node holds no key of the cluster CA",
+			"call a voter ('palyra nodes' shows them)")
+	}
+	if err := is.s.Forward(ctx, fn); err != nil {
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			return ce
+		}
+		return apiError(connect.CodeUnavailable, "no_signer", err.Error(), "retry in a few seconds; a voter takes over signing when one is lost")
+	}
+	return nil
+}
+
+// revocationCheck refuses revoked principals and certificates.
+func (s *Server) revocationCheck(p identity.Principal, leaf *x509.Certificate) error {
+	st := s.control.State()
+	if st.IsRevoked(string(p.Kind), p.ID) {
+		return fmt.Errorf("%s has been revoked", p)
+	}
+	if st.IsSerialRevoked(leaf.SerialNumber.String()) {
+		return fmt.Errorf("certificate %s has been revoked", leaf.SerialNumber)
+	}
+	return nil
 }
 
 func (is identityService) ListDevices(ctx context.Context, _ *connect.Request[palyrav1.ListDevicesRequest]) (*connect.Response[palyrav1.ListDevicesResponse], error) {

@@ -46,18 +46,30 @@ func (f *fakeControl) VerifyRead(context.Context) error { return nil }
 func (f *fakeControl) Leader() (string, string)         { return "", "n-fake" }
 func (f *fakeControl) Stats() consensus.Stats           { return consensus.Stats{} }
 
-// countingIssuer wraps the real CA and counts signatures.
+// countingIssuer wraps the real CA and counts the certificates it issued;
+// failNext makes the next signatures fail as a CA that cannot sign would.
 type countingIssuer struct {
 	*identity.CA
-	mu    sync.Mutex
-	signs int
+	mu       sync.Mutex
+	signs    int
+	failNext int
 }
+
+func (c *countingIssuer) CanSign() bool              { return true }
+func (c *countingIssuer) Roots() []*x509.Certificate { return []*x509.Certificate{c.CA.Root()} }
 
 func (c *countingIssuer) Sign(ctx context.Context, csr []byte, p identity.Principal, ttl time.Duration) ([]*x509.Certificate, error) {
 	c.mu.Lock()
-	c.signs++
-	c.mu.Unlock()
-	return c.CA.Sign(ctx, csr, p, ttl)
+	defer c.mu.Unlock()
+	if c.failNext > 0 {
+		c.failNext--
+		return nil, errors.New("injected signing failure")
+	}
+	chain, err := c.CA.Sign(ctx, csr, p, ttl)
+	if err == nil {
+		c.signs++
+	}
+	return chain, err
 }
 
 // FuzzPairRequest feeds arbitrary pairing requests to the Pair handler (the
@@ -120,6 +132,8 @@ func FuzzPairRequest(f *testing.F) {
 			t.Fatalf("signed a certificate for a refused request: %v", err)
 		case err == nil && used(ctl) != usedBefore+1:
 			t.Fatal("a certificate was issued without consuming a code")
+		case err != nil && used(ctl) != usedBefore:
+			t.Fatalf("a refused request consumed a code: %v", err)
 		}
 		var ce *connect.Error
 		if err != nil && !errors.As(err, &ce) {

@@ -23,6 +23,7 @@ type State interface {
 	Members(kind string) []consensus.Member
 	IsRevoked(kind, id string) bool
 	IsSerialRevoked(serial string) bool
+	Trust() consensus.TrustBundle
 
 	// Secrets (sealed).
 	Secret(name string) (consensus.Secret, bool)

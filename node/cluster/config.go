@@ -45,6 +45,9 @@ type Config struct {
 	// Logger receives cluster, gossip and autopilot events; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// CAKeys returns the cluster CA keys this node holds, to hand to a
+	// voter that asks (FetchCAKeys). nil: this node hands out none.
+	CAKeys func() []CAKey
 }
 
 // Tuning holds the timers of failure detection and voter management.

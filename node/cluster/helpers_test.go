@@ -92,6 +92,7 @@ type tnode struct {
 	meta   Meta
 	tuning *Tuning            // nil: FastTuning
 	raft   func(*raft.Config) // nil: fastRaft
+	caKeys func() []CAKey     // Config.CAKeys
 
 	mu    sync.Mutex
 	tr    *mesh.Transport
@@ -136,7 +137,7 @@ func (n *tnode) tryStart(bootstrap bool) error {
 		tr.Close()
 		return err
 	}
-	cfg := Config{NodeID: n.id, Transport: tr, Store: st, Meta: n.meta, TargetVoters: n.target, Fast: true, Logger: log}
+	cfg := Config{NodeID: n.id, Transport: tr, Store: st, Meta: n.meta, TargetVoters: n.target, Fast: true, Logger: log, CAKeys: n.caKeys}
 	if n.tuning != nil {
 		cfg.Tuning, cfg.Fast = *n.tuning, false
 	}

@@ -72,6 +72,8 @@ func (c *Cluster) handle(ctx context.Context, pr identity.Principal, req *peerpb
 		return c.handleLeave(pr, b.Leave)
 	case *peerpb.Request_ReadIndex:
 		return c.handleReadIndex(ctx)
+	case *peerpb.Request_CaKeys:
+		return c.handleCAKeys(ctx, pr)
 	default:
 		return errResp(codeInvalid, "unknown peer RPC request", "the caller runs a newer version; upgrade this node")
 	}

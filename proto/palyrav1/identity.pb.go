@@ -525,7 +525,10 @@ type PairResponse struct {
 	Peers       []string               `protobuf:"bytes,5,rep,name=peers,proto3" json:"peers,omitempty"` // node addresses to join
 	// data_key is the cluster's data key (nodes only): it seals secrets at
 	// rest in the replicated store. Sent inside the pinned TLS session.
-	DataKey       []byte `protobuf:"bytes,6,opt,name=data_key,json=dataKey,proto3" json:"data_key,omitempty"`
+	DataKey []byte `protobuf:"bytes,6,opt,name=data_key,json=dataKey,proto3" json:"data_key,omitempty"`
+	// roots_der is the cluster's trust bundle (root_der is its active root;
+	// during a CA rotation the bundle holds the old root too).
+	RootsDer      [][]byte `protobuf:"bytes,7,rep,name=roots_der,json=rootsDer,proto3" json:"roots_der,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -602,9 +605,23 @@ func (x *PairResponse) GetDataKey() []byte {
 	return nil
 }
 
+func (x *PairResponse) GetRootsDer() [][]byte {
+	if x != nil {
+		return x.RootsDer
+	}
+	return nil
+}
+
 type RenewRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CsrDer        []byte                 `protobuf:"bytes,1,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CsrDer []byte                 `protobuf:"bytes,1,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	// proof is the caller's signature, with the key of the certificate it
+	// renews, over the CSR (identity.RenewalProof). A node that holds no CA
+	// key relays the request to one that does, adding the caller's
+	// certificate chain as relay_chain_der; the signer checks the proof, so
+	// a relay cannot have certificates made for anyone else.
+	Proof         []byte   `protobuf:"bytes,2,opt,name=proof,proto3" json:"proof,omitempty"`
+	RelayChainDer [][]byte `protobuf:"bytes,3,rep,name=relay_chain_der,json=relayChainDer,proto3" json:"relay_chain_der,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -646,9 +663,24 @@ func (x *RenewRequest) GetCsrDer() []byte {
 	return nil
 }
 
+func (x *RenewRequest) GetProof() []byte {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
+func (x *RenewRequest) GetRelayChainDer() [][]byte {
+	if x != nil {
+		return x.RelayChainDer
+	}
+	return nil
+}
+
 type RenewResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ChainDer      [][]byte               `protobuf:"bytes,1,rep,name=chain_der,json=chainDer,proto3" json:"chain_der,omitempty"`
+	RootsDer      [][]byte               `protobuf:"bytes,2,rep,name=roots_der,json=rootsDer,proto3" json:"roots_der,omitempty"` // the trust bundle to trust from now on
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -690,6 +722,408 @@ func (x *RenewResponse) GetChainDer() [][]byte {
 	return nil
 }
 
+func (x *RenewResponse) GetRootsDer() [][]byte {
+	if x != nil {
+		return x.RootsDer
+	}
+	return nil
+}
+
+// CARoot is one root certificate of the cluster's trust bundle.
+type CARoot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprint   string                 `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"` // hex SHA-256 of the certificate
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`             // active, pending, retiring
+	Subject       string                 `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
+	NotAfterMs    int64                  `protobuf:"varint,4,opt,name=not_after_ms,json=notAfterMs,proto3" json:"not_after_ms,omitempty"`
+	AddedAtMs     int64                  `protobuf:"varint,5,opt,name=added_at_ms,json=addedAtMs,proto3" json:"added_at_ms,omitempty"`
+	ActivatedAtMs int64                  `protobuf:"varint,6,opt,name=activated_at_ms,json=activatedAtMs,proto3" json:"activated_at_ms,omitempty"`
+	RetireAtMs    int64                  `protobuf:"varint,7,opt,name=retire_at_ms,json=retireAtMs,proto3" json:"retire_at_ms,omitempty"` // retiring: dropped from the bundle after this
+	Holders       []string               `protobuf:"bytes,8,rep,name=holders,proto3" json:"holders,omitempty"`                            // nodes that hold its key (voters)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CARoot) Reset() {
+	*x = CARoot{}
+	mi := &file_palyra_v1_identity_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CARoot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CARoot) ProtoMessage() {}
+
+func (x *CARoot) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_identity_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CARoot.ProtoReflect.Descriptor instead.
+func (*CARoot) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CARoot) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *CARoot) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CARoot) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *CARoot) GetNotAfterMs() int64 {
+	if x != nil {
+		return x.NotAfterMs
+	}
+	return 0
+}
+
+func (x *CARoot) GetAddedAtMs() int64 {
+	if x != nil {
+		return x.AddedAtMs
+	}
+	return 0
+}
+
+func (x *CARoot) GetActivatedAtMs() int64 {
+	if x != nil {
+		return x.ActivatedAtMs
+	}
+	return 0
+}
+
+func (x *CARoot) GetRetireAtMs() int64 {
+	if x != nil {
+		return x.RetireAtMs
+	}
+	return 0
+}
+
+func (x *CARoot) GetHolders() []string {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+// CANode is one node's part in the CA: whether it votes, which roots'
+// keys it holds, and which root issued its current certificate.
+type CANode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Voter         bool                   `protobuf:"varint,2,opt,name=voter,proto3" json:"voter,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Holds         []string               `protobuf:"bytes,4,rep,name=holds,proto3" json:"holds,omitempty"`                       // fingerprint prefixes
+	CertRoot      string                 `protobuf:"bytes,5,opt,name=cert_root,json=certRoot,proto3" json:"cert_root,omitempty"` // fingerprint prefix of its certificate's root
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CANode) Reset() {
+	*x = CANode{}
+	mi := &file_palyra_v1_identity_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CANode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CANode) ProtoMessage() {}
+
+func (x *CANode) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_identity_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CANode.ProtoReflect.Descriptor instead.
+func (*CANode) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CANode) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CANode) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *CANode) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CANode) GetHolds() []string {
+	if x != nil {
+		return x.Holds
+	}
+	return nil
+}
+
+func (x *CANode) GetCertRoot() string {
+	if x != nil {
+		return x.CertRoot
+	}
+	return ""
+}
+
+type GetCARequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCARequest) Reset() {
+	*x = GetCARequest{}
+	mi := &file_palyra_v1_identity_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCARequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCARequest) ProtoMessage() {}
+
+func (x *GetCARequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_identity_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCARequest.ProtoReflect.Descriptor instead.
+func (*GetCARequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{13}
+}
+
+type GetCAResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Roots         []*CARoot              `protobuf:"bytes,1,rep,name=roots,proto3" json:"roots,omitempty"`
+	Rotating      bool                   `protobuf:"varint,2,opt,name=rotating,proto3" json:"rotating,omitempty"` // a rotation was requested and its root is not active yet
+	Nodes         []*CANode              `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCAResponse) Reset() {
+	*x = GetCAResponse{}
+	mi := &file_palyra_v1_identity_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCAResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCAResponse) ProtoMessage() {}
+
+func (x *GetCAResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_identity_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCAResponse.ProtoReflect.Descriptor instead.
+func (*GetCAResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetCAResponse) GetRoots() []*CARoot {
+	if x != nil {
+		return x.Roots
+	}
+	return nil
+}
+
+func (x *GetCAResponse) GetRotating() bool {
+	if x != nil {
+		return x.Rotating
+	}
+	return false
+}
+
+func (x *GetCAResponse) GetNodes() []*CANode {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type RotateCARequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OverlapMs     int64                  `protobuf:"varint,1,opt,name=overlap_ms,json=overlapMs,proto3" json:"overlap_ms,omitempty"` // how long the old root stays trusted; 0 = the certificate lifetime
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateCARequest) Reset() {
+	*x = RotateCARequest{}
+	mi := &file_palyra_v1_identity_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateCARequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateCARequest) ProtoMessage() {}
+
+func (x *RotateCARequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_identity_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateCARequest.ProtoReflect.Descriptor instead.
+func (*RotateCARequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RotateCARequest) GetOverlapMs() int64 {
+	if x != nil {
+		return x.OverlapMs
+	}
+	return 0
+}
+
+type RotateCAResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	OldFingerprint string                 `protobuf:"bytes,1,opt,name=old_fingerprint,json=oldFingerprint,proto3" json:"old_fingerprint,omitempty"`
+	NewFingerprint string                 `protobuf:"bytes,2,opt,name=new_fingerprint,json=newFingerprint,proto3" json:"new_fingerprint,omitempty"` // empty unless activated
+	Activated      bool                   `protobuf:"varint,3,opt,name=activated,proto3" json:"activated,omitempty"`                                // false: still waiting for the voters (see GetCA)
+	RetireAtMs     int64                  `protobuf:"varint,4,opt,name=retire_at_ms,json=retireAtMs,proto3" json:"retire_at_ms,omitempty"`
+	Roots          []*CARoot              `protobuf:"bytes,5,rep,name=roots,proto3" json:"roots,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RotateCAResponse) Reset() {
+	*x = RotateCAResponse{}
+	mi := &file_palyra_v1_identity_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateCAResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateCAResponse) ProtoMessage() {}
+
+func (x *RotateCAResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_identity_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateCAResponse.ProtoReflect.Descriptor instead.
+func (*RotateCAResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RotateCAResponse) GetOldFingerprint() string {
+	if x != nil {
+		return x.OldFingerprint
+	}
+	return ""
+}
+
+func (x *RotateCAResponse) GetNewFingerprint() string {
+	if x != nil {
+		return x.NewFingerprint
+	}
+	return ""
+}
+
+func (x *RotateCAResponse) GetActivated() bool {
+	if x != nil {
+		return x.Activated
+	}
+	return false
+}
+
+func (x *RotateCAResponse) GetRetireAtMs() int64 {
+	if x != nil {
+		return x.RetireAtMs
+	}
+	return 0
+}
+
+func (x *RotateCAResponse) GetRoots() []*CARoot {
+	if x != nil {
+		return x.Roots
+	}
+	return nil
+}
+
 type Member struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
@@ -706,7 +1140,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[11]
+	mi := &file_palyra_v1_identity_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +1152,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[11]
+	mi := &file_palyra_v1_identity_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +1165,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{11}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Member) GetKind() string {
@@ -798,7 +1232,7 @@ type ListDevicesRequest struct {
 
 func (x *ListDevicesRequest) Reset() {
 	*x = ListDevicesRequest{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[12]
+	mi := &file_palyra_v1_identity_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +1244,7 @@ func (x *ListDevicesRequest) String() string {
 func (*ListDevicesRequest) ProtoMessage() {}
 
 func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[12]
+	mi := &file_palyra_v1_identity_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +1257,7 @@ func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesRequest.ProtoReflect.Descriptor instead.
 func (*ListDevicesRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{12}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{18}
 }
 
 type ListDevicesResponse struct {
@@ -835,7 +1269,7 @@ type ListDevicesResponse struct {
 
 func (x *ListDevicesResponse) Reset() {
 	*x = ListDevicesResponse{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[13]
+	mi := &file_palyra_v1_identity_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +1281,7 @@ func (x *ListDevicesResponse) String() string {
 func (*ListDevicesResponse) ProtoMessage() {}
 
 func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[13]
+	mi := &file_palyra_v1_identity_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +1294,7 @@ func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesResponse.ProtoReflect.Descriptor instead.
 func (*ListDevicesResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{13}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListDevicesResponse) GetDevices() []*Member {
@@ -880,7 +1314,7 @@ type RevokeMemberRequest struct {
 
 func (x *RevokeMemberRequest) Reset() {
 	*x = RevokeMemberRequest{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[14]
+	mi := &file_palyra_v1_identity_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +1326,7 @@ func (x *RevokeMemberRequest) String() string {
 func (*RevokeMemberRequest) ProtoMessage() {}
 
 func (x *RevokeMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[14]
+	mi := &file_palyra_v1_identity_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1339,7 @@ func (x *RevokeMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeMemberRequest.ProtoReflect.Descriptor instead.
 func (*RevokeMemberRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{14}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevokeMemberRequest) GetKind() string {
@@ -931,7 +1365,7 @@ type RevokeMemberResponse struct {
 
 func (x *RevokeMemberResponse) Reset() {
 	*x = RevokeMemberResponse{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[15]
+	mi := &file_palyra_v1_identity_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1377,7 @@ func (x *RevokeMemberResponse) String() string {
 func (*RevokeMemberResponse) ProtoMessage() {}
 
 func (x *RevokeMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[15]
+	mi := &file_palyra_v1_identity_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1390,7 @@ func (x *RevokeMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeMemberResponse.ProtoReflect.Descriptor instead.
 func (*RevokeMemberResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{15}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokeMemberResponse) GetMember() *Member {
@@ -974,7 +1408,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[16]
+	mi := &file_palyra_v1_identity_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1420,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[16]
+	mi := &file_palyra_v1_identity_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1433,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{16}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{22}
 }
 
 type GetPolicyResponse struct {
@@ -1013,7 +1447,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[17]
+	mi := &file_palyra_v1_identity_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1459,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[17]
+	mi := &file_palyra_v1_identity_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1472,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{17}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetPolicyResponse) GetSource() string {
@@ -1071,7 +1505,7 @@ type SetPolicyRequest struct {
 
 func (x *SetPolicyRequest) Reset() {
 	*x = SetPolicyRequest{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[18]
+	mi := &file_palyra_v1_identity_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1517,7 @@ func (x *SetPolicyRequest) String() string {
 func (*SetPolicyRequest) ProtoMessage() {}
 
 func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[18]
+	mi := &file_palyra_v1_identity_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1530,7 @@ func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{18}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetPolicyRequest) GetSource() string {
@@ -1115,7 +1549,7 @@ type SetPolicyResponse struct {
 
 func (x *SetPolicyResponse) Reset() {
 	*x = SetPolicyResponse{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[19]
+	mi := &file_palyra_v1_identity_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1561,7 @@ func (x *SetPolicyResponse) String() string {
 func (*SetPolicyResponse) ProtoMessage() {}
 
 func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[19]
+	mi := &file_palyra_v1_identity_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1574,7 @@ func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{19}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetPolicyResponse) GetVersion() uint64 {
@@ -1162,7 +1596,7 @@ type CheckPolicyRequest struct {
 
 func (x *CheckPolicyRequest) Reset() {
 	*x = CheckPolicyRequest{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[20]
+	mi := &file_palyra_v1_identity_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1608,7 @@ func (x *CheckPolicyRequest) String() string {
 func (*CheckPolicyRequest) ProtoMessage() {}
 
 func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[20]
+	mi := &file_palyra_v1_identity_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1621,7 @@ func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CheckPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{20}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CheckPolicyRequest) GetPrincipal() string {
@@ -1230,7 +1664,7 @@ type CheckPolicyResponse struct {
 
 func (x *CheckPolicyResponse) Reset() {
 	*x = CheckPolicyResponse{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[21]
+	mi := &file_palyra_v1_identity_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1676,7 @@ func (x *CheckPolicyResponse) String() string {
 func (*CheckPolicyResponse) ProtoMessage() {}
 
 func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[21]
+	mi := &file_palyra_v1_identity_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1689,7 @@ func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyResponse.ProtoReflect.Descriptor instead.
 func (*CheckPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{21}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckPolicyResponse) GetAllow() bool {
@@ -1328,18 +1762,54 @@ const file_palyra_v1_identity_proto_rawDesc = "" +
 	"\x06labels\x18\a \x03(\v2\".palyra.v1.PairRequest.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb8\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x01\n" +
 	"\fPairResponse\x12\x1b\n" +
 	"\tchain_der\x18\x01 \x03(\fR\bchainDer\x12\x19\n" +
 	"\broot_der\x18\x02 \x01(\fR\arootDer\x12!\n" +
 	"\fcluster_name\x18\x03 \x01(\tR\vclusterName\x12\x1c\n" +
 	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x14\n" +
 	"\x05peers\x18\x05 \x03(\tR\x05peers\x12\x19\n" +
-	"\bdata_key\x18\x06 \x01(\fR\adataKey\"'\n" +
+	"\bdata_key\x18\x06 \x01(\fR\adataKey\x12\x1b\n" +
+	"\troots_der\x18\a \x03(\fR\brootsDer\"e\n" +
 	"\fRenewRequest\x12\x17\n" +
-	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\",\n" +
+	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\x12\x14\n" +
+	"\x05proof\x18\x02 \x01(\fR\x05proof\x12&\n" +
+	"\x0frelay_chain_der\x18\x03 \x03(\fR\rrelayChainDer\"I\n" +
 	"\rRenewResponse\x12\x1b\n" +
-	"\tchain_der\x18\x01 \x03(\fR\bchainDer\"\xd5\x01\n" +
+	"\tchain_der\x18\x01 \x03(\fR\bchainDer\x12\x1b\n" +
+	"\troots_der\x18\x02 \x03(\fR\brootsDer\"\x80\x02\n" +
+	"\x06CARoot\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x18\n" +
+	"\asubject\x18\x03 \x01(\tR\asubject\x12 \n" +
+	"\fnot_after_ms\x18\x04 \x01(\x03R\n" +
+	"notAfterMs\x12\x1e\n" +
+	"\vadded_at_ms\x18\x05 \x01(\x03R\taddedAtMs\x12&\n" +
+	"\x0factivated_at_ms\x18\x06 \x01(\x03R\ractivatedAtMs\x12 \n" +
+	"\fretire_at_ms\x18\a \x01(\x03R\n" +
+	"retireAtMs\x12\x18\n" +
+	"\aholders\x18\b \x03(\tR\aholders\"w\n" +
+	"\x06CANode\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05voter\x18\x02 \x01(\bR\x05voter\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x14\n" +
+	"\x05holds\x18\x04 \x03(\tR\x05holds\x12\x1b\n" +
+	"\tcert_root\x18\x05 \x01(\tR\bcertRoot\"\x0e\n" +
+	"\fGetCARequest\"}\n" +
+	"\rGetCAResponse\x12'\n" +
+	"\x05roots\x18\x01 \x03(\v2\x11.palyra.v1.CARootR\x05roots\x12\x1a\n" +
+	"\brotating\x18\x02 \x01(\bR\brotating\x12'\n" +
+	"\x05nodes\x18\x03 \x03(\v2\x11.palyra.v1.CANodeR\x05nodes\"0\n" +
+	"\x0fRotateCARequest\x12\x1d\n" +
+	"\n" +
+	"overlap_ms\x18\x01 \x01(\x03R\toverlapMs\"\xcd\x01\n" +
+	"\x10RotateCAResponse\x12'\n" +
+	"\x0fold_fingerprint\x18\x01 \x01(\tR\x0eoldFingerprint\x12'\n" +
+	"\x0fnew_fingerprint\x18\x02 \x01(\tR\x0enewFingerprint\x12\x1c\n" +
+	"\tactivated\x18\x03 \x01(\bR\tactivated\x12 \n" +
+	"\fretire_at_ms\x18\x04 \x01(\x03R\n" +
+	"retireAtMs\x12'\n" +
+	"\x05roots\x18\x05 \x03(\v2\x11.palyra.v1.CARootR\x05roots\"\xd5\x01\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
@@ -1376,7 +1846,7 @@ const file_palyra_v1_identity_proto_rawDesc = "" +
 	"\x05allow\x18\x01 \x01(\bR\x05allow\x12\x18\n" +
 	"\areasons\x18\x02 \x03(\tR\areasons\x12\x16\n" +
 	"\x06errors\x18\x03 \x03(\tR\x06errors\x12 \n" +
-	"\vexplanation\x18\x04 \x01(\tR\vexplanation2\x9e\x04\n" +
+	"\vexplanation\x18\x04 \x01(\tR\vexplanation2\x9f\x05\n" +
 	"\x0fIdentityService\x12R\n" +
 	"\rCreatePairing\x12\x1f.palyra.v1.CreatePairingRequest\x1a .palyra.v1.CreatePairingResponse\x12O\n" +
 	"\fListPairings\x12\x1e.palyra.v1.ListPairingsRequest\x1a\x1f.palyra.v1.ListPairingsResponse\x12R\n" +
@@ -1384,7 +1854,9 @@ const file_palyra_v1_identity_proto_rawDesc = "" +
 	"\x04Pair\x12\x16.palyra.v1.PairRequest\x1a\x17.palyra.v1.PairResponse\x12:\n" +
 	"\x05Renew\x12\x17.palyra.v1.RenewRequest\x1a\x18.palyra.v1.RenewResponse\x12L\n" +
 	"\vListDevices\x12\x1d.palyra.v1.ListDevicesRequest\x1a\x1e.palyra.v1.ListDevicesResponse\x12O\n" +
-	"\fRevokeMember\x12\x1e.palyra.v1.RevokeMemberRequest\x1a\x1f.palyra.v1.RevokeMemberResponse2\xed\x01\n" +
+	"\fRevokeMember\x12\x1e.palyra.v1.RevokeMemberRequest\x1a\x1f.palyra.v1.RevokeMemberResponse\x12:\n" +
+	"\x05GetCA\x12\x17.palyra.v1.GetCARequest\x1a\x18.palyra.v1.GetCAResponse\x12C\n" +
+	"\bRotateCA\x12\x1a.palyra.v1.RotateCARequest\x1a\x1b.palyra.v1.RotateCAResponse2\xed\x01\n" +
 	"\rPolicyService\x12F\n" +
 	"\tGetPolicy\x12\x1b.palyra.v1.GetPolicyRequest\x1a\x1c.palyra.v1.GetPolicyResponse\x12F\n" +
 	"\tSetPolicy\x12\x1b.palyra.v1.SetPolicyRequest\x1a\x1c.palyra.v1.SetPolicyResponse\x12L\n" +
@@ -1402,7 +1874,7 @@ func file_palyra_v1_identity_proto_rawDescGZIP() []byte {
 	return file_palyra_v1_identity_proto_rawDescData
 }
 
-var file_palyra_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_palyra_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_palyra_v1_identity_proto_goTypes = []any{
 	(*Pairing)(nil),               // 0: palyra.v1.Pairing
 	(*CreatePairingRequest)(nil),  // 1: palyra.v1.CreatePairingRequest
@@ -1415,51 +1887,64 @@ var file_palyra_v1_identity_proto_goTypes = []any{
 	(*PairResponse)(nil),          // 8: palyra.v1.PairResponse
 	(*RenewRequest)(nil),          // 9: palyra.v1.RenewRequest
 	(*RenewResponse)(nil),         // 10: palyra.v1.RenewResponse
-	(*Member)(nil),                // 11: palyra.v1.Member
-	(*ListDevicesRequest)(nil),    // 12: palyra.v1.ListDevicesRequest
-	(*ListDevicesResponse)(nil),   // 13: palyra.v1.ListDevicesResponse
-	(*RevokeMemberRequest)(nil),   // 14: palyra.v1.RevokeMemberRequest
-	(*RevokeMemberResponse)(nil),  // 15: palyra.v1.RevokeMemberResponse
-	(*GetPolicyRequest)(nil),      // 16: palyra.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),     // 17: palyra.v1.GetPolicyResponse
-	(*SetPolicyRequest)(nil),      // 18: palyra.v1.SetPolicyRequest
-	(*SetPolicyResponse)(nil),     // 19: palyra.v1.SetPolicyResponse
-	(*CheckPolicyRequest)(nil),    // 20: palyra.v1.CheckPolicyRequest
-	(*CheckPolicyResponse)(nil),   // 21: palyra.v1.CheckPolicyResponse
-	nil,                           // 22: palyra.v1.PairRequest.LabelsEntry
+	(*CARoot)(nil),                // 11: palyra.v1.CARoot
+	(*CANode)(nil),                // 12: palyra.v1.CANode
+	(*GetCARequest)(nil),          // 13: palyra.v1.GetCARequest
+	(*GetCAResponse)(nil),         // 14: palyra.v1.GetCAResponse
+	(*RotateCARequest)(nil),       // 15: palyra.v1.RotateCARequest
+	(*RotateCAResponse)(nil),      // 16: palyra.v1.RotateCAResponse
+	(*Member)(nil),                // 17: palyra.v1.Member
+	(*ListDevicesRequest)(nil),    // 18: palyra.v1.ListDevicesRequest
+	(*ListDevicesResponse)(nil),   // 19: palyra.v1.ListDevicesResponse
+	(*RevokeMemberRequest)(nil),   // 20: palyra.v1.RevokeMemberRequest
+	(*RevokeMemberResponse)(nil),  // 21: palyra.v1.RevokeMemberResponse
+	(*GetPolicyRequest)(nil),      // 22: palyra.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),     // 23: palyra.v1.GetPolicyResponse
+	(*SetPolicyRequest)(nil),      // 24: palyra.v1.SetPolicyRequest
+	(*SetPolicyResponse)(nil),     // 25: palyra.v1.SetPolicyResponse
+	(*CheckPolicyRequest)(nil),    // 26: palyra.v1.CheckPolicyRequest
+	(*CheckPolicyResponse)(nil),   // 27: palyra.v1.CheckPolicyResponse
+	nil,                           // 28: palyra.v1.PairRequest.LabelsEntry
 }
 var file_palyra_v1_identity_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.CreatePairingResponse.pairing:type_name -> palyra.v1.Pairing
 	0,  // 1: palyra.v1.ListPairingsResponse.pairings:type_name -> palyra.v1.Pairing
 	0,  // 2: palyra.v1.RevokePairingResponse.pairing:type_name -> palyra.v1.Pairing
-	22, // 3: palyra.v1.PairRequest.labels:type_name -> palyra.v1.PairRequest.LabelsEntry
-	11, // 4: palyra.v1.ListDevicesResponse.devices:type_name -> palyra.v1.Member
-	11, // 5: palyra.v1.RevokeMemberResponse.member:type_name -> palyra.v1.Member
-	1,  // 6: palyra.v1.IdentityService.CreatePairing:input_type -> palyra.v1.CreatePairingRequest
-	3,  // 7: palyra.v1.IdentityService.ListPairings:input_type -> palyra.v1.ListPairingsRequest
-	5,  // 8: palyra.v1.IdentityService.RevokePairing:input_type -> palyra.v1.RevokePairingRequest
-	7,  // 9: palyra.v1.IdentityService.Pair:input_type -> palyra.v1.PairRequest
-	9,  // 10: palyra.v1.IdentityService.Renew:input_type -> palyra.v1.RenewRequest
-	12, // 11: palyra.v1.IdentityService.ListDevices:input_type -> palyra.v1.ListDevicesRequest
-	14, // 12: palyra.v1.IdentityService.RevokeMember:input_type -> palyra.v1.RevokeMemberRequest
-	16, // 13: palyra.v1.PolicyService.GetPolicy:input_type -> palyra.v1.GetPolicyRequest
-	18, // 14: palyra.v1.PolicyService.SetPolicy:input_type -> palyra.v1.SetPolicyRequest
-	20, // 15: palyra.v1.PolicyService.CheckPolicy:input_type -> palyra.v1.CheckPolicyRequest
-	2,  // 16: palyra.v1.IdentityService.CreatePairing:output_type -> palyra.v1.CreatePairingResponse
-	4,  // 17: palyra.v1.IdentityService.ListPairings:output_type -> palyra.v1.ListPairingsResponse
-	6,  // 18: palyra.v1.IdentityService.RevokePairing:output_type -> palyra.v1.RevokePairingResponse
-	8,  // 19: palyra.v1.IdentityService.Pair:output_type -> palyra.v1.PairResponse
-	10, // 20: palyra.v1.IdentityService.Renew:output_type -> palyra.v1.RenewResponse
-	13, // 21: palyra.v1.IdentityService.ListDevices:output_type -> palyra.v1.ListDevicesResponse
-	15, // 22: palyra.v1.IdentityService.RevokeMember:output_type -> palyra.v1.RevokeMemberResponse
-	17, // 23: palyra.v1.PolicyService.GetPolicy:output_type -> palyra.v1.GetPolicyResponse
-	19, // 24: palyra.v1.PolicyService.SetPolicy:output_type -> palyra.v1.SetPolicyResponse
-	21, // 25: palyra.v1.PolicyService.CheckPolicy:output_type -> palyra.v1.CheckPolicyResponse
-	16, // [16:26] is the sub-list for method output_type
-	6,  // [6:16] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	28, // 3: palyra.v1.PairRequest.labels:type_name -> palyra.v1.PairRequest.LabelsEntry
+	11, // 4: palyra.v1.GetCAResponse.roots:type_name -> palyra.v1.CARoot
+	12, // 5: palyra.v1.GetCAResponse.nodes:type_name -> palyra.v1.CANode
+	11, // 6: palyra.v1.RotateCAResponse.roots:type_name -> palyra.v1.CARoot
+	17, // 7: palyra.v1.ListDevicesResponse.devices:type_name -> palyra.v1.Member
+	17, // 8: palyra.v1.RevokeMemberResponse.member:type_name -> palyra.v1.Member
+	1,  // 9: palyra.v1.IdentityService.CreatePairing:input_type -> palyra.v1.CreatePairingRequest
+	3,  // 10: palyra.v1.IdentityService.ListPairings:input_type -> palyra.v1.ListPairingsRequest
+	5,  // 11: palyra.v1.IdentityService.RevokePairing:input_type -> palyra.v1.RevokePairingRequest
+	7,  // 12: palyra.v1.IdentityService.Pair:input_type -> palyra.v1.PairRequest
+	9,  // 13: palyra.v1.IdentityService.Renew:input_type -> palyra.v1.RenewRequest
+	18, // 14: palyra.v1.IdentityService.ListDevices:input_type -> palyra.v1.ListDevicesRequest
+	20, // 15: palyra.v1.IdentityService.RevokeMember:input_type -> palyra.v1.RevokeMemberRequest
+	13, // 16: palyra.v1.IdentityService.GetCA:input_type -> palyra.v1.GetCARequest
+	15, // 17: palyra.v1.IdentityService.RotateCA:input_type -> palyra.v1.RotateCARequest
+	22, // 18: palyra.v1.PolicyService.GetPolicy:input_type -> palyra.v1.GetPolicyRequest
+	24, // 19: palyra.v1.PolicyService.SetPolicy:input_type -> palyra.v1.SetPolicyRequest
+	26, // 20: palyra.v1.PolicyService.CheckPolicy:input_type -> palyra.v1.CheckPolicyRequest
+	2,  // 21: palyra.v1.IdentityService.CreatePairing:output_type -> palyra.v1.CreatePairingResponse
+	4,  // 22: palyra.v1.IdentityService.ListPairings:output_type -> palyra.v1.ListPairingsResponse
+	6,  // 23: palyra.v1.IdentityService.RevokePairing:output_type -> palyra.v1.RevokePairingResponse
+	8,  // 24: palyra.v1.IdentityService.Pair:output_type -> palyra.v1.PairResponse
+	10, // 25: palyra.v1.IdentityService.Renew:output_type -> palyra.v1.RenewResponse
+	19, // 26: palyra.v1.IdentityService.ListDevices:output_type -> palyra.v1.ListDevicesResponse
+	21, // 27: palyra.v1.IdentityService.RevokeMember:output_type -> palyra.v1.RevokeMemberResponse
+	14, // 28: palyra.v1.IdentityService.GetCA:output_type -> palyra.v1.GetCAResponse
+	16, // 29: palyra.v1.IdentityService.RotateCA:output_type -> palyra.v1.RotateCAResponse
+	23, // 30: palyra.v1.PolicyService.GetPolicy:output_type -> palyra.v1.GetPolicyResponse
+	25, // 31: palyra.v1.PolicyService.SetPolicy:output_type -> palyra.v1.SetPolicyResponse
+	27, // 32: palyra.v1.PolicyService.CheckPolicy:output_type -> palyra.v1.CheckPolicyResponse
+	21, // [21:33] is the sub-list for method output_type
+	9,  // [9:21] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_identity_proto_init() }
@@ -1473,7 +1958,7 @@ func file_palyra_v1_identity_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_identity_proto_rawDesc), len(file_palyra_v1_identity_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

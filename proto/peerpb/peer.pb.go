@@ -115,6 +115,7 @@ type Request struct {
 	//	*Request_RaftStats
 	//	*Request_Leave
 	//	*Request_ReadIndex
+	//	*Request_CaKeys
 	//	*Request_RenewLeases
 	Body          isRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -203,6 +204,15 @@ func (x *Request) GetReadIndex() *ReadIndexRequest {
 	return nil
 }
 
+func (x *Request) GetCaKeys() *CAKeysRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Request_CaKeys); ok {
+			return x.CaKeys
+		}
+	}
+	return nil
+}
+
 func (x *Request) GetRenewLeases() *RenewLeasesRequest {
 	if x != nil {
 		if x, ok := x.Body.(*Request_RenewLeases); ok {
@@ -236,8 +246,12 @@ type Request_ReadIndex struct {
 	ReadIndex *ReadIndexRequest `protobuf:"bytes,5,opt,name=read_index,json=readIndex,proto3,oneof"`
 }
 
+type Request_CaKeys struct {
+	CaKeys *CAKeysRequest `protobuf:"bytes,20,opt,name=ca_keys,json=caKeys,proto3,oneof"`
+}
+
 type Request_RenewLeases struct {
-	RenewLeases *RenewLeasesRequest `protobuf:"bytes,20,opt,name=renew_leases,json=renewLeases,proto3,oneof"`
+	RenewLeases *RenewLeasesRequest `protobuf:"bytes,21,opt,name=renew_leases,json=renewLeases,proto3,oneof"`
 }
 
 func (*Request_ForwardApply) isRequest_Body() {}
@@ -249,6 +263,8 @@ func (*Request_RaftStats) isRequest_Body() {}
 func (*Request_Leave) isRequest_Body() {}
 
 func (*Request_ReadIndex) isRequest_Body() {}
+
+func (*Request_CaKeys) isRequest_Body() {}
 
 func (*Request_RenewLeases) isRequest_Body() {}
 
@@ -262,6 +278,7 @@ type Response struct {
 	//	*Response_RaftStats
 	//	*Response_Leave
 	//	*Response_ReadIndex
+	//	*Response_CaKeys
 	//	*Response_RenewLeases
 	Body          isResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -357,6 +374,15 @@ func (x *Response) GetReadIndex() *ReadIndexResponse {
 	return nil
 }
 
+func (x *Response) GetCaKeys() *CAKeysResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Response_CaKeys); ok {
+			return x.CaKeys
+		}
+	}
+	return nil
+}
+
 func (x *Response) GetRenewLeases() *RenewLeasesResponse {
 	if x != nil {
 		if x, ok := x.Body.(*Response_RenewLeases); ok {
@@ -390,8 +416,12 @@ type Response_ReadIndex struct {
 	ReadIndex *ReadIndexResponse `protobuf:"bytes,6,opt,name=read_index,json=readIndex,proto3,oneof"`
 }
 
+type Response_CaKeys struct {
+	CaKeys *CAKeysResponse `protobuf:"bytes,20,opt,name=ca_keys,json=caKeys,proto3,oneof"`
+}
+
 type Response_RenewLeases struct {
-	RenewLeases *RenewLeasesResponse `protobuf:"bytes,20,opt,name=renew_leases,json=renewLeases,proto3,oneof"`
+	RenewLeases *RenewLeasesResponse `protobuf:"bytes,21,opt,name=renew_leases,json=renewLeases,proto3,oneof"`
 }
 
 func (*Response_ForwardApply) isResponse_Body() {}
@@ -403,6 +433,8 @@ func (*Response_RaftStats) isResponse_Body() {}
 func (*Response_Leave) isResponse_Body() {}
 
 func (*Response_ReadIndex) isResponse_Body() {}
+
+func (*Response_CaKeys) isResponse_Body() {}
 
 func (*Response_RenewLeases) isResponse_Body() {}
 
@@ -1017,6 +1049,142 @@ func (x *ReadIndexResponse) GetIndex() uint64 {
 	return 0
 }
 
+// CAKeysRequest asks a node for the cluster CA keys it holds. It is
+// answered only to callers that are raft voters in the current
+// configuration: the keys go voter to voter, never to a non-voter.
+type CAKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CAKeysRequest) Reset() {
+	*x = CAKeysRequest{}
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CAKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CAKeysRequest) ProtoMessage() {}
+
+func (x *CAKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CAKeysRequest.ProtoReflect.Descriptor instead.
+func (*CAKeysRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{16}
+}
+
+type CAKeysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []*CAKey               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CAKeysResponse) Reset() {
+	*x = CAKeysResponse{}
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CAKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CAKeysResponse) ProtoMessage() {}
+
+func (x *CAKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CAKeysResponse.ProtoReflect.Descriptor instead.
+func (*CAKeysResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CAKeysResponse) GetKeys() []*CAKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+// CAKey is one CA: its root certificate and its private key (PKCS#8 DER).
+type CAKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RootDer       []byte                 `protobuf:"bytes,1,opt,name=root_der,json=rootDer,proto3" json:"root_der,omitempty"`
+	KeyDer        []byte                 `protobuf:"bytes,2,opt,name=key_der,json=keyDer,proto3" json:"key_der,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CAKey) Reset() {
+	*x = CAKey{}
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CAKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CAKey) ProtoMessage() {}
+
+func (x *CAKey) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CAKey.ProtoReflect.Descriptor instead.
+func (*CAKey) Descriptor() ([]byte, []int) {
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CAKey) GetRootDer() []byte {
+	if x != nil {
+		return x.RootDer
+	}
+	return nil
+}
+
+func (x *CAKey) GetKeyDer() []byte {
+	if x != nil {
+		return x.KeyDer
+	}
+	return nil
+}
+
 // NodeMeta is what a node gossips about itself (memberlist NodeMeta, at
 // most 512 bytes encoded).
 type NodeMeta struct {
@@ -1031,7 +1199,7 @@ type NodeMeta struct {
 
 func (x *NodeMeta) Reset() {
 	*x = NodeMeta{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1211,7 @@ func (x *NodeMeta) String() string {
 func (*NodeMeta) ProtoMessage() {}
 
 func (x *NodeMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1224,7 @@ func (x *NodeMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMeta.ProtoReflect.Descriptor instead.
 func (*NodeMeta) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodeMeta) GetLabels() map[string]string {
@@ -1097,7 +1265,7 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
 	"\x04hint\x18\x03 \x01(\tR\x04hint\x12\x1b\n" +
 	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12%\n" +
-	"\x0eleader_address\x18\x05 \x01(\tR\rleaderAddress\"\xa2\x03\n" +
+	"\x0eleader_address\x18\x05 \x01(\tR\rleaderAddress\"\xdc\x03\n" +
 	"\aRequest\x12J\n" +
 	"\rforward_apply\x18\x01 \x01(\v2#.palyra.peer.v1.ForwardApplyRequestH\x00R\fforwardApply\x12>\n" +
 	"\traft_join\x18\x02 \x01(\v2\x1f.palyra.peer.v1.RaftJoinRequestH\x00R\braftJoin\x12A\n" +
@@ -1105,9 +1273,10 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"raft_stats\x18\x03 \x01(\v2 .palyra.peer.v1.RaftStatsRequestH\x00R\traftStats\x124\n" +
 	"\x05leave\x18\x04 \x01(\v2\x1c.palyra.peer.v1.LeaveRequestH\x00R\x05leave\x12A\n" +
 	"\n" +
-	"read_index\x18\x05 \x01(\v2 .palyra.peer.v1.ReadIndexRequestH\x00R\treadIndex\x12G\n" +
-	"\frenew_leases\x18\x14 \x01(\v2\".palyra.peer.v1.RenewLeasesRequestH\x00R\vrenewLeasesB\x06\n" +
-	"\x04body\"\xd6\x03\n" +
+	"read_index\x18\x05 \x01(\v2 .palyra.peer.v1.ReadIndexRequestH\x00R\treadIndex\x128\n" +
+	"\aca_keys\x18\x14 \x01(\v2\x1d.palyra.peer.v1.CAKeysRequestH\x00R\x06caKeys\x12G\n" +
+	"\frenew_leases\x18\x15 \x01(\v2\".palyra.peer.v1.RenewLeasesRequestH\x00R\vrenewLeasesB\x06\n" +
+	"\x04body\"\x91\x04\n" +
 	"\bResponse\x12+\n" +
 	"\x05error\x18\x01 \x01(\v2\x15.palyra.peer.v1.ErrorR\x05error\x12K\n" +
 	"\rforward_apply\x18\x02 \x01(\v2$.palyra.peer.v1.ForwardApplyResponseH\x00R\fforwardApply\x12?\n" +
@@ -1116,8 +1285,9 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"raft_stats\x18\x04 \x01(\v2!.palyra.peer.v1.RaftStatsResponseH\x00R\traftStats\x125\n" +
 	"\x05leave\x18\x05 \x01(\v2\x1d.palyra.peer.v1.LeaveResponseH\x00R\x05leave\x12B\n" +
 	"\n" +
-	"read_index\x18\x06 \x01(\v2!.palyra.peer.v1.ReadIndexResponseH\x00R\treadIndex\x12H\n" +
-	"\frenew_leases\x18\x14 \x01(\v2#.palyra.peer.v1.RenewLeasesResponseH\x00R\vrenewLeasesB\x06\n" +
+	"read_index\x18\x06 \x01(\v2!.palyra.peer.v1.ReadIndexResponseH\x00R\treadIndex\x129\n" +
+	"\aca_keys\x18\x14 \x01(\v2\x1e.palyra.peer.v1.CAKeysResponseH\x00R\x06caKeys\x12H\n" +
+	"\frenew_leases\x18\x15 \x01(\v2#.palyra.peer.v1.RenewLeasesResponseH\x00R\vrenewLeasesB\x06\n" +
 	"\x04body\"B\n" +
 	"\x12RenewLeasesRequest\x12,\n" +
 	"\x04held\x18\x01 \x03(\v2\x18.palyra.peer.v1.LeaseRefR\x04held\";\n" +
@@ -1148,7 +1318,13 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\rLeaveResponse\"\x12\n" +
 	"\x10ReadIndexRequest\")\n" +
 	"\x11ReadIndexResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"\xb8\x02\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
+	"\rCAKeysRequest\";\n" +
+	"\x0eCAKeysResponse\x12)\n" +
+	"\x04keys\x18\x01 \x03(\v2\x15.palyra.peer.v1.CAKeyR\x04keys\";\n" +
+	"\x05CAKey\x12\x19\n" +
+	"\broot_der\x18\x01 \x01(\fR\arootDer\x12\x17\n" +
+	"\akey_der\x18\x02 \x01(\fR\x06keyDer\"\xb8\x02\n" +
 	"\bNodeMeta\x12<\n" +
 	"\x06labels\x18\x01 \x03(\v2$.palyra.peer.v1.NodeMeta.LabelsEntryR\x06labels\x12B\n" +
 	"\bcapacity\x18\x02 \x03(\v2&.palyra.peer.v1.NodeMeta.CapacityEntryR\bcapacity\x12\x18\n" +
@@ -1173,7 +1349,7 @@ func file_palyra_peer_v1_peer_proto_rawDescGZIP() []byte {
 	return file_palyra_peer_v1_peer_proto_rawDescData
 }
 
-var file_palyra_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_palyra_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_palyra_peer_v1_peer_proto_goTypes = []any{
 	(*Error)(nil),                // 0: palyra.peer.v1.Error
 	(*Request)(nil),              // 1: palyra.peer.v1.Request
@@ -1191,11 +1367,14 @@ var file_palyra_peer_v1_peer_proto_goTypes = []any{
 	(*LeaveResponse)(nil),        // 13: palyra.peer.v1.LeaveResponse
 	(*ReadIndexRequest)(nil),     // 14: palyra.peer.v1.ReadIndexRequest
 	(*ReadIndexResponse)(nil),    // 15: palyra.peer.v1.ReadIndexResponse
-	(*NodeMeta)(nil),             // 16: palyra.peer.v1.NodeMeta
-	nil,                          // 17: palyra.peer.v1.NodeMeta.LabelsEntry
-	nil,                          // 18: palyra.peer.v1.NodeMeta.CapacityEntry
-	(*raftpb.Command)(nil),       // 19: palyra.raft.v1.Command
-	(*raftpb.JobRecord)(nil),     // 20: palyra.raft.v1.JobRecord
+	(*CAKeysRequest)(nil),        // 16: palyra.peer.v1.CAKeysRequest
+	(*CAKeysResponse)(nil),       // 17: palyra.peer.v1.CAKeysResponse
+	(*CAKey)(nil),                // 18: palyra.peer.v1.CAKey
+	(*NodeMeta)(nil),             // 19: palyra.peer.v1.NodeMeta
+	nil,                          // 20: palyra.peer.v1.NodeMeta.LabelsEntry
+	nil,                          // 21: palyra.peer.v1.NodeMeta.CapacityEntry
+	(*raftpb.Command)(nil),       // 22: palyra.raft.v1.Command
+	(*raftpb.JobRecord)(nil),     // 23: palyra.raft.v1.JobRecord
 }
 var file_palyra_peer_v1_peer_proto_depIdxs = []int32{
 	6,  // 0: palyra.peer.v1.Request.forward_apply:type_name -> palyra.peer.v1.ForwardApplyRequest
@@ -1203,25 +1382,28 @@ var file_palyra_peer_v1_peer_proto_depIdxs = []int32{
 	10, // 2: palyra.peer.v1.Request.raft_stats:type_name -> palyra.peer.v1.RaftStatsRequest
 	12, // 3: palyra.peer.v1.Request.leave:type_name -> palyra.peer.v1.LeaveRequest
 	14, // 4: palyra.peer.v1.Request.read_index:type_name -> palyra.peer.v1.ReadIndexRequest
-	3,  // 5: palyra.peer.v1.Request.renew_leases:type_name -> palyra.peer.v1.RenewLeasesRequest
-	0,  // 6: palyra.peer.v1.Response.error:type_name -> palyra.peer.v1.Error
-	7,  // 7: palyra.peer.v1.Response.forward_apply:type_name -> palyra.peer.v1.ForwardApplyResponse
-	9,  // 8: palyra.peer.v1.Response.raft_join:type_name -> palyra.peer.v1.RaftJoinResponse
-	11, // 9: palyra.peer.v1.Response.raft_stats:type_name -> palyra.peer.v1.RaftStatsResponse
-	13, // 10: palyra.peer.v1.Response.leave:type_name -> palyra.peer.v1.LeaveResponse
-	15, // 11: palyra.peer.v1.Response.read_index:type_name -> palyra.peer.v1.ReadIndexResponse
-	5,  // 12: palyra.peer.v1.Response.renew_leases:type_name -> palyra.peer.v1.RenewLeasesResponse
-	4,  // 13: palyra.peer.v1.RenewLeasesRequest.held:type_name -> palyra.peer.v1.LeaseRef
-	4,  // 14: palyra.peer.v1.RenewLeasesResponse.lost:type_name -> palyra.peer.v1.LeaseRef
-	19, // 15: palyra.peer.v1.ForwardApplyRequest.command:type_name -> palyra.raft.v1.Command
-	20, // 16: palyra.peer.v1.ForwardApplyResponse.job:type_name -> palyra.raft.v1.JobRecord
-	17, // 17: palyra.peer.v1.NodeMeta.labels:type_name -> palyra.peer.v1.NodeMeta.LabelsEntry
-	18, // 18: palyra.peer.v1.NodeMeta.capacity:type_name -> palyra.peer.v1.NodeMeta.CapacityEntry
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	16, // 5: palyra.peer.v1.Request.ca_keys:type_name -> palyra.peer.v1.CAKeysRequest
+	3,  // 6: palyra.peer.v1.Request.renew_leases:type_name -> palyra.peer.v1.RenewLeasesRequest
+	0,  // 7: palyra.peer.v1.Response.error:type_name -> palyra.peer.v1.Error
+	7,  // 8: palyra.peer.v1.Response.forward_apply:type_name -> palyra.peer.v1.ForwardApplyResponse
+	9,  // 9: palyra.peer.v1.Response.raft_join:type_name -> palyra.peer.v1.RaftJoinResponse
+	11, // 10: palyra.peer.v1.Response.raft_stats:type_name -> palyra.peer.v1.RaftStatsResponse
+	13, // 11: palyra.peer.v1.Response.leave:type_name -> palyra.peer.v1.LeaveResponse
+	15, // 12: palyra.peer.v1.Response.read_index:type_name -> palyra.peer.v1.ReadIndexResponse
+	17, // 13: palyra.peer.v1.Response.ca_keys:type_name -> palyra.peer.v1.CAKeysResponse
+	5,  // 14: palyra.peer.v1.Response.renew_leases:type_name -> palyra.peer.v1.RenewLeasesResponse
+	4,  // 15: palyra.peer.v1.RenewLeasesRequest.held:type_name -> palyra.peer.v1.LeaseRef
+	4,  // 16: palyra.peer.v1.RenewLeasesResponse.lost:type_name -> palyra.peer.v1.LeaseRef
+	22, // 17: palyra.peer.v1.ForwardApplyRequest.command:type_name -> palyra.raft.v1.Command
+	23, // 18: palyra.peer.v1.ForwardApplyResponse.job:type_name -> palyra.raft.v1.JobRecord
+	18, // 19: palyra.peer.v1.CAKeysResponse.keys:type_name -> palyra.peer.v1.CAKey
+	20, // 20: palyra.peer.v1.NodeMeta.labels:type_name -> palyra.peer.v1.NodeMeta.LabelsEntry
+	21, // 21: palyra.peer.v1.NodeMeta.capacity:type_name -> palyra.peer.v1.NodeMeta.CapacityEntry
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_palyra_peer_v1_peer_proto_init() }
@@ -1235,6 +1417,7 @@ func file_palyra_peer_v1_peer_proto_init() {
 		(*Request_RaftStats)(nil),
 		(*Request_Leave)(nil),
 		(*Request_ReadIndex)(nil),
+		(*Request_CaKeys)(nil),
 		(*Request_RenewLeases)(nil),
 	}
 	file_palyra_peer_v1_peer_proto_msgTypes[2].OneofWrappers = []any{
@@ -1243,6 +1426,7 @@ func file_palyra_peer_v1_peer_proto_init() {
 		(*Response_RaftStats)(nil),
 		(*Response_Leave)(nil),
 		(*Response_ReadIndex)(nil),
+		(*Response_CaKeys)(nil),
 		(*Response_RenewLeases)(nil),
 	}
 	type x struct{}
@@ -1251,7 +1435,7 @@ func file_palyra_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_peer_v1_peer_proto_rawDesc), len(file_palyra_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

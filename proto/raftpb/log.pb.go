@@ -1952,8 +1952,13 @@ type ConsumePairing struct {
 	PresentedSecretHash []byte                 `protobuf:"bytes,2,opt,name=presented_secret_hash,json=presentedSecretHash,proto3" json:"presented_secret_hash,omitempty"`
 	AtMs                int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	Member              *Member                `protobuf:"bytes,4,opt,name=member,proto3" json:"member,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// dry_run makes every check (a wrong secret still counts as a failed
+	// attempt) but neither consumes the code nor adds the member: pairing
+	// checks the code, then signs, then consumes, so a failed signature
+	// never burns a code.
+	DryRun        bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConsumePairing) Reset() {
@@ -2012,6 +2017,13 @@ func (x *ConsumePairing) GetMember() *Member {
 		return x.Member
 	}
 	return nil
+}
+
+func (x *ConsumePairing) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type RevokePairing struct {
@@ -2650,6 +2662,7 @@ type Command struct {
 	//	*Command_SubmitArray
 	//	*Command_PruneJobs
 	//	*Command_SetRetention
+	//	*Command_CaTrust
 	Cmd isCommand_Cmd `protobuf_oneof:"cmd"`
 	// round is a scheduling round the leader attached to this command when
 	// it proposed it (a submit places its job in the same entry when a slot
@@ -2931,6 +2944,15 @@ func (x *Command) GetSetRetention() *SetRetention {
 	return nil
 }
 
+func (x *Command) GetCaTrust() *CATrust {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CaTrust); ok {
+			return x.CaTrust
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetRound() *SchedulerRound {
 	if x != nil {
 		return x.Round
@@ -3046,6 +3068,11 @@ type Command_SetRetention struct {
 	SetRetention *SetRetention `protobuf:"bytes,26,opt,name=set_retention,json=setRetention,proto3,oneof"`
 }
 
+type Command_CaTrust struct {
+	// 40+: the CA's trust bundle (kept apart from the numbers above).
+	CaTrust *CATrust `protobuf:"bytes,40,opt,name=ca_trust,json=caTrust,proto3,oneof"`
+}
+
 func (*Command_SubmitJob) isCommand_Cmd() {}
 
 func (*Command_AssignJob) isCommand_Cmd() {}
@@ -3098,6 +3125,561 @@ func (*Command_PruneJobs) isCommand_Cmd() {}
 
 func (*Command_SetRetention) isCommand_Cmd() {}
 
+func (*Command_CaTrust) isCommand_Cmd() {}
+
+// CARootRecord is one root of the cluster's trust bundle. Only public
+// material is replicated: the CA keys stay on the voters (identity/DESIGN.md).
+type CARootRecord struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprint string                 `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"` // hex SHA-256 of der
+	Der         []byte                 `protobuf:"bytes,2,opt,name=der,proto3" json:"der,omitempty"`
+	State       uint32                 `protobuf:"varint,3,opt,name=state,proto3" json:"state,omitempty"` // 1 active, 2 pending, 3 retiring
+	// cross_der certifies this root's key under the root that was active
+	// when it was made (cross_from), so peers that trust only that root
+	// accept leaves of this one during a rotation.
+	CrossDer      []byte `protobuf:"bytes,4,opt,name=cross_der,json=crossDer,proto3" json:"cross_der,omitempty"`
+	CrossFrom     string `protobuf:"bytes,5,opt,name=cross_from,json=crossFrom,proto3" json:"cross_from,omitempty"`
+	AddedAtMs     int64  `protobuf:"varint,6,opt,name=added_at_ms,json=addedAtMs,proto3" json:"added_at_ms,omitempty"`
+	ActivatedAtMs int64  `protobuf:"varint,7,opt,name=activated_at_ms,json=activatedAtMs,proto3" json:"activated_at_ms,omitempty"`
+	RetireAtMs    int64  `protobuf:"varint,8,opt,name=retire_at_ms,json=retireAtMs,proto3" json:"retire_at_ms,omitempty"` // retiring roots: dropped from the bundle after this
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CARootRecord) Reset() {
+	*x = CARootRecord{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CARootRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CARootRecord) ProtoMessage() {}
+
+func (x *CARootRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CARootRecord.ProtoReflect.Descriptor instead.
+func (*CARootRecord) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CARootRecord) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *CARootRecord) GetDer() []byte {
+	if x != nil {
+		return x.Der
+	}
+	return nil
+}
+
+func (x *CARootRecord) GetState() uint32 {
+	if x != nil {
+		return x.State
+	}
+	return 0
+}
+
+func (x *CARootRecord) GetCrossDer() []byte {
+	if x != nil {
+		return x.CrossDer
+	}
+	return nil
+}
+
+func (x *CARootRecord) GetCrossFrom() string {
+	if x != nil {
+		return x.CrossFrom
+	}
+	return ""
+}
+
+func (x *CARootRecord) GetAddedAtMs() int64 {
+	if x != nil {
+		return x.AddedAtMs
+	}
+	return 0
+}
+
+func (x *CARootRecord) GetActivatedAtMs() int64 {
+	if x != nil {
+		return x.ActivatedAtMs
+	}
+	return 0
+}
+
+func (x *CARootRecord) GetRetireAtMs() int64 {
+	if x != nil {
+		return x.RetireAtMs
+	}
+	return 0
+}
+
+// CARotationRecord is a requested CA rotation, until its new root is active.
+type CARotationRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestedAtMs int64                  `protobuf:"varint,1,opt,name=requested_at_ms,json=requestedAtMs,proto3" json:"requested_at_ms,omitempty"`
+	OverlapMs     int64                  `protobuf:"varint,2,opt,name=overlap_ms,json=overlapMs,proto3" json:"overlap_ms,omitempty"`
+	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CARotationRecord) Reset() {
+	*x = CARotationRecord{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CARotationRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CARotationRecord) ProtoMessage() {}
+
+func (x *CARotationRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CARotationRecord.ProtoReflect.Descriptor instead.
+func (*CARotationRecord) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CARotationRecord) GetRequestedAtMs() int64 {
+	if x != nil {
+		return x.RequestedAtMs
+	}
+	return 0
+}
+
+func (x *CARotationRecord) GetOverlapMs() int64 {
+	if x != nil {
+		return x.OverlapMs
+	}
+	return 0
+}
+
+func (x *CARotationRecord) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// CATrust changes the trust bundle. Rotation goes request → pending (the
+// leader made a new root, cross-signed by the active one) → activate (every
+// voter holds the new key; the old root starts retiring) → drop (after the
+// overlap, once every live node renewed onto the new root).
+type CATrust struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	AtMs  int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By    string                 `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*CATrust_Init
+	//	*CATrust_Request
+	//	*CATrust_Pending
+	//	*CATrust_Activate
+	//	*CATrust_Drop
+	Op            isCATrust_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CATrust) Reset() {
+	*x = CATrust{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CATrust) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CATrust) ProtoMessage() {}
+
+func (x *CATrust) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CATrust.ProtoReflect.Descriptor instead.
+func (*CATrust) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *CATrust) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *CATrust) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *CATrust) GetOp() isCATrust_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *CATrust) GetInit() *CAInitRoot {
+	if x != nil {
+		if x, ok := x.Op.(*CATrust_Init); ok {
+			return x.Init
+		}
+	}
+	return nil
+}
+
+func (x *CATrust) GetRequest() *CARequestRotation {
+	if x != nil {
+		if x, ok := x.Op.(*CATrust_Request); ok {
+			return x.Request
+		}
+	}
+	return nil
+}
+
+func (x *CATrust) GetPending() *CAAddPending {
+	if x != nil {
+		if x, ok := x.Op.(*CATrust_Pending); ok {
+			return x.Pending
+		}
+	}
+	return nil
+}
+
+func (x *CATrust) GetActivate() *CAActivate {
+	if x != nil {
+		if x, ok := x.Op.(*CATrust_Activate); ok {
+			return x.Activate
+		}
+	}
+	return nil
+}
+
+func (x *CATrust) GetDrop() *CADropRoot {
+	if x != nil {
+		if x, ok := x.Op.(*CATrust_Drop); ok {
+			return x.Drop
+		}
+	}
+	return nil
+}
+
+type isCATrust_Op interface {
+	isCATrust_Op()
+}
+
+type CATrust_Init struct {
+	Init *CAInitRoot `protobuf:"bytes,10,opt,name=init,proto3,oneof"`
+}
+
+type CATrust_Request struct {
+	Request *CARequestRotation `protobuf:"bytes,11,opt,name=request,proto3,oneof"`
+}
+
+type CATrust_Pending struct {
+	Pending *CAAddPending `protobuf:"bytes,12,opt,name=pending,proto3,oneof"`
+}
+
+type CATrust_Activate struct {
+	Activate *CAActivate `protobuf:"bytes,13,opt,name=activate,proto3,oneof"`
+}
+
+type CATrust_Drop struct {
+	Drop *CADropRoot `protobuf:"bytes,14,opt,name=drop,proto3,oneof"`
+}
+
+func (*CATrust_Init) isCATrust_Op() {}
+
+func (*CATrust_Request) isCATrust_Op() {}
+
+func (*CATrust_Pending) isCATrust_Op() {}
+
+func (*CATrust_Activate) isCATrust_Op() {}
+
+func (*CATrust_Drop) isCATrust_Op() {}
+
+// CAInitRoot records the cluster's first root; refused once any is recorded.
+type CAInitRoot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Der           []byte                 `protobuf:"bytes,1,opt,name=der,proto3" json:"der,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CAInitRoot) Reset() {
+	*x = CAInitRoot{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CAInitRoot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CAInitRoot) ProtoMessage() {}
+
+func (x *CAInitRoot) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CAInitRoot.ProtoReflect.Descriptor instead.
+func (*CAInitRoot) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *CAInitRoot) GetDer() []byte {
+	if x != nil {
+		return x.Der
+	}
+	return nil
+}
+
+type CARequestRotation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OverlapMs     int64                  `protobuf:"varint,1,opt,name=overlap_ms,json=overlapMs,proto3" json:"overlap_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CARequestRotation) Reset() {
+	*x = CARequestRotation{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CARequestRotation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CARequestRotation) ProtoMessage() {}
+
+func (x *CARequestRotation) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CARequestRotation.ProtoReflect.Descriptor instead.
+func (*CARequestRotation) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CARequestRotation) GetOverlapMs() int64 {
+	if x != nil {
+		return x.OverlapMs
+	}
+	return 0
+}
+
+type CAAddPending struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Der           []byte                 `protobuf:"bytes,1,opt,name=der,proto3" json:"der,omitempty"`
+	CrossDer      []byte                 `protobuf:"bytes,2,opt,name=cross_der,json=crossDer,proto3" json:"cross_der,omitempty"`
+	CrossFrom     string                 `protobuf:"bytes,3,opt,name=cross_from,json=crossFrom,proto3" json:"cross_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CAAddPending) Reset() {
+	*x = CAAddPending{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CAAddPending) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CAAddPending) ProtoMessage() {}
+
+func (x *CAAddPending) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CAAddPending.ProtoReflect.Descriptor instead.
+func (*CAAddPending) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *CAAddPending) GetDer() []byte {
+	if x != nil {
+		return x.Der
+	}
+	return nil
+}
+
+func (x *CAAddPending) GetCrossDer() []byte {
+	if x != nil {
+		return x.CrossDer
+	}
+	return nil
+}
+
+func (x *CAAddPending) GetCrossFrom() string {
+	if x != nil {
+		return x.CrossFrom
+	}
+	return ""
+}
+
+type CAActivate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprint   string                 `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CAActivate) Reset() {
+	*x = CAActivate{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CAActivate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CAActivate) ProtoMessage() {}
+
+func (x *CAActivate) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CAActivate.ProtoReflect.Descriptor instead.
+func (*CAActivate) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *CAActivate) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+type CADropRoot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprint   string                 `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CADropRoot) Reset() {
+	*x = CADropRoot{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CADropRoot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CADropRoot) ProtoMessage() {}
+
+func (x *CADropRoot) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CADropRoot.ProtoReflect.Descriptor instead.
+func (*CADropRoot) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CADropRoot) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
 type UsedToken struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3108,7 +3690,7 @@ type UsedToken struct {
 
 func (x *UsedToken) Reset() {
 	*x = UsedToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3120,7 +3702,7 @@ func (x *UsedToken) String() string {
 func (*UsedToken) ProtoMessage() {}
 
 func (x *UsedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3133,7 +3715,7 @@ func (x *UsedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsedToken.ProtoReflect.Descriptor instead.
 func (*UsedToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UsedToken) GetId() string {
@@ -3162,7 +3744,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3756,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3769,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PolicyRecord) GetSource() []byte {
@@ -3232,18 +3814,20 @@ type Snapshot struct {
 	Kv             []*KVPut               `protobuf:"bytes,10,rep,name=kv,proto3" json:"kv,omitempty"`          // sorted by key
 	// Version 2 snapshots stream: this header (jobs empty) is followed by
 	// length-delimited JobRecords in acceptance order, then ArrayRecords.
-	AppliedIndex   uint64 `protobuf:"varint,11,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	JobCount       uint64 `protobuf:"varint,12,opt,name=job_count,json=jobCount,proto3" json:"job_count,omitempty"`
-	ArrayCount     uint64 `protobuf:"varint,13,opt,name=array_count,json=arrayCount,proto3" json:"array_count,omitempty"`
-	RetentionMs    int64  `protobuf:"varint,14,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
-	PrunedBeforeMs int64  `protobuf:"varint,15,opt,name=pruned_before_ms,json=prunedBeforeMs,proto3" json:"pruned_before_ms,omitempty"` // State.PrunedBefore: the pruning horizon
+	AppliedIndex   uint64            `protobuf:"varint,11,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	JobCount       uint64            `protobuf:"varint,12,opt,name=job_count,json=jobCount,proto3" json:"job_count,omitempty"`
+	ArrayCount     uint64            `protobuf:"varint,13,opt,name=array_count,json=arrayCount,proto3" json:"array_count,omitempty"`
+	RetentionMs    int64             `protobuf:"varint,14,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	PrunedBeforeMs int64             `protobuf:"varint,15,opt,name=pruned_before_ms,json=prunedBeforeMs,proto3" json:"pruned_before_ms,omitempty"` // State.PrunedBefore: the pruning horizon
+	CaRoots        []*CARootRecord   `protobuf:"bytes,40,rep,name=ca_roots,json=caRoots,proto3" json:"ca_roots,omitempty"`                         // the trust bundle, oldest first
+	CaRotation     *CARotationRecord `protobuf:"bytes,41,opt,name=ca_rotation,json=caRotation,proto3" json:"ca_rotation,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3839,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3852,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -3376,6 +3960,20 @@ func (x *Snapshot) GetPrunedBeforeMs() int64 {
 	return 0
 }
 
+func (x *Snapshot) GetCaRoots() []*CARootRecord {
+	if x != nil {
+		return x.CaRoots
+	}
+	return nil
+}
+
+func (x *Snapshot) GetCaRotation() *CARotationRecord {
+	if x != nil {
+		return x.CaRotation
+	}
+	return nil
+}
+
 // ArrayRecord is a job array: its template (input empty) and size.
 type ArrayRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3387,7 +3985,7 @@ type ArrayRecord struct {
 
 func (x *ArrayRecord) Reset() {
 	*x = ArrayRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3399,7 +3997,7 @@ func (x *ArrayRecord) String() string {
 func (*ArrayRecord) ProtoMessage() {}
 
 func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3412,7 +4010,7 @@ func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayRecord.ProtoReflect.Descriptor instead.
 func (*ArrayRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ArrayRecord) GetTemplate() *JobRecord {
@@ -3622,12 +4220,13 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
 	"\rCreatePairing\x127\n" +
-	"\apairing\x18\x01 \x01(\v2\x1d.palyra.raft.v1.PairingRecordR\apairing\"\x99\x01\n" +
+	"\apairing\x18\x01 \x01(\v2\x1d.palyra.raft.v1.PairingRecordR\apairing\"\xb2\x01\n" +
 	"\x0eConsumePairing\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
 	"\x15presented_secret_hash\x18\x02 \x01(\fR\x13presentedSecretHash\x12\x13\n" +
 	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12.\n" +
-	"\x06member\x18\x04 \x01(\v2\x16.palyra.raft.v1.MemberR\x06member\"D\n" +
+	"\x06member\x18\x04 \x01(\v2\x16.palyra.raft.v1.MemberR\x06member\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"D\n" +
 	"\rRevokePairing\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x0e\n" +
@@ -3668,7 +4267,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x17\n" +
-	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\xe7\r\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\x9d\x0e\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -3708,8 +4307,52 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\n" +
 	"prune_jobs\x18\x19 \x01(\v2\x19.palyra.raft.v1.PruneJobsH\x00R\tpruneJobs\x12C\n" +
 	"\rset_retention\x18\x1a \x01(\v2\x1c.palyra.raft.v1.SetRetentionH\x00R\fsetRetention\x124\n" +
+	"\bca_trust\x18( \x01(\v2\x17.palyra.raft.v1.CATrustH\x00R\acaTrust\x124\n" +
 	"\x05round\x18d \x01(\v2\x1e.palyra.raft.v1.SchedulerRoundR\x05roundB\x05\n" +
-	"\x03cmd\"0\n" +
+	"\x03cmd\"\xfe\x01\n" +
+	"\fCARootRecord\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x10\n" +
+	"\x03der\x18\x02 \x01(\fR\x03der\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\rR\x05state\x12\x1b\n" +
+	"\tcross_der\x18\x04 \x01(\fR\bcrossDer\x12\x1d\n" +
+	"\n" +
+	"cross_from\x18\x05 \x01(\tR\tcrossFrom\x12\x1e\n" +
+	"\vadded_at_ms\x18\x06 \x01(\x03R\taddedAtMs\x12&\n" +
+	"\x0factivated_at_ms\x18\a \x01(\x03R\ractivatedAtMs\x12 \n" +
+	"\fretire_at_ms\x18\b \x01(\x03R\n" +
+	"retireAtMs\"i\n" +
+	"\x10CARotationRecord\x12&\n" +
+	"\x0frequested_at_ms\x18\x01 \x01(\x03R\rrequestedAtMs\x12\x1d\n" +
+	"\n" +
+	"overlap_ms\x18\x02 \x01(\x03R\toverlapMs\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\"\xcb\x02\n" +
+	"\aCATrust\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\x120\n" +
+	"\x04init\x18\n" +
+	" \x01(\v2\x1a.palyra.raft.v1.CAInitRootH\x00R\x04init\x12=\n" +
+	"\arequest\x18\v \x01(\v2!.palyra.raft.v1.CARequestRotationH\x00R\arequest\x128\n" +
+	"\apending\x18\f \x01(\v2\x1c.palyra.raft.v1.CAAddPendingH\x00R\apending\x128\n" +
+	"\bactivate\x18\r \x01(\v2\x1a.palyra.raft.v1.CAActivateH\x00R\bactivate\x120\n" +
+	"\x04drop\x18\x0e \x01(\v2\x1a.palyra.raft.v1.CADropRootH\x00R\x04dropB\x04\n" +
+	"\x02op\"\x1e\n" +
+	"\n" +
+	"CAInitRoot\x12\x10\n" +
+	"\x03der\x18\x01 \x01(\fR\x03der\"2\n" +
+	"\x11CARequestRotation\x12\x1d\n" +
+	"\n" +
+	"overlap_ms\x18\x01 \x01(\x03R\toverlapMs\"\\\n" +
+	"\fCAAddPending\x12\x10\n" +
+	"\x03der\x18\x01 \x01(\fR\x03der\x12\x1b\n" +
+	"\tcross_der\x18\x02 \x01(\fR\bcrossDer\x12\x1d\n" +
+	"\n" +
+	"cross_from\x18\x03 \x01(\tR\tcrossFrom\".\n" +
+	"\n" +
+	"CAActivate\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\".\n" +
+	"\n" +
+	"CADropRoot\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\"0\n" +
 	"\tUsedToken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\"s\n" +
@@ -3717,7 +4360,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
 	"\tset_at_ms\x18\x03 \x01(\x03R\asetAtMs\x12\x15\n" +
-	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\x8c\x05\n" +
+	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\x88\x06\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +
@@ -3736,7 +4379,10 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\varray_count\x18\r \x01(\x04R\n" +
 	"arrayCount\x12!\n" +
 	"\fretention_ms\x18\x0e \x01(\x03R\vretentionMs\x12(\n" +
-	"\x10pruned_before_ms\x18\x0f \x01(\x03R\x0eprunedBeforeMs\"X\n" +
+	"\x10pruned_before_ms\x18\x0f \x01(\x03R\x0eprunedBeforeMs\x127\n" +
+	"\bca_roots\x18( \x03(\v2\x1c.palyra.raft.v1.CARootRecordR\acaRoots\x12A\n" +
+	"\vca_rotation\x18) \x01(\v2 .palyra.raft.v1.CARotationRecordR\n" +
+	"caRotation\"X\n" +
 	"\vArrayRecord\x125\n" +
 	"\btemplate\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\btemplate\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\rR\x04sizeB3Z1github.com/palyra-mesh/palyra/proto/raftpb;raftpbb\x06proto3"
@@ -3753,7 +4399,7 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
@@ -3789,16 +4435,24 @@ var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*KVPut)(nil),              // 31: palyra.raft.v1.KVPut
 	(*KVDelete)(nil),           // 32: palyra.raft.v1.KVDelete
 	(*Command)(nil),            // 33: palyra.raft.v1.Command
-	(*UsedToken)(nil),          // 34: palyra.raft.v1.UsedToken
-	(*PolicyRecord)(nil),       // 35: palyra.raft.v1.PolicyRecord
-	(*Snapshot)(nil),           // 36: palyra.raft.v1.Snapshot
-	(*ArrayRecord)(nil),        // 37: palyra.raft.v1.ArrayRecord
-	nil,                        // 38: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 39: palyra.raft.v1.Member.LabelsEntry
+	(*CARootRecord)(nil),       // 34: palyra.raft.v1.CARootRecord
+	(*CARotationRecord)(nil),   // 35: palyra.raft.v1.CARotationRecord
+	(*CATrust)(nil),            // 36: palyra.raft.v1.CATrust
+	(*CAInitRoot)(nil),         // 37: palyra.raft.v1.CAInitRoot
+	(*CARequestRotation)(nil),  // 38: palyra.raft.v1.CARequestRotation
+	(*CAAddPending)(nil),       // 39: palyra.raft.v1.CAAddPending
+	(*CAActivate)(nil),         // 40: palyra.raft.v1.CAActivate
+	(*CADropRoot)(nil),         // 41: palyra.raft.v1.CADropRoot
+	(*UsedToken)(nil),          // 42: palyra.raft.v1.UsedToken
+	(*PolicyRecord)(nil),       // 43: palyra.raft.v1.PolicyRecord
+	(*Snapshot)(nil),           // 44: palyra.raft.v1.Snapshot
+	(*ArrayRecord)(nil),        // 45: palyra.raft.v1.ArrayRecord
+	nil,                        // 46: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 47: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	38, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	46, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
 	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
 	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
@@ -3811,7 +4465,7 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	18, // 11: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
 	1,  // 12: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
 	10, // 13: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
-	39, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	47, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
 	19, // 15: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
 	20, // 16: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
 	20, // 17: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
@@ -3841,20 +4495,28 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	11, // 41: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
 	12, // 42: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
 	13, // 43: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
-	9,  // 44: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
-	1,  // 45: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	19, // 46: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	20, // 47: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	34, // 48: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	35, // 49: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	29, // 50: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	31, // 51: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	1,  // 52: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	53, // [53:53] is the sub-list for method output_type
-	53, // [53:53] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	36, // 44: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
+	9,  // 45: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
+	37, // 46: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
+	38, // 47: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
+	39, // 48: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
+	40, // 49: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
+	41, // 50: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
+	1,  // 51: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	19, // 52: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	20, // 53: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	42, // 54: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	43, // 55: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	29, // 56: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	31, // 57: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	34, // 58: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
+	35, // 59: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
+	1,  // 60: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	61, // [61:61] is the sub-list for method output_type
+	61, // [61:61] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -3889,6 +4551,14 @@ func file_palyra_raft_v1_log_proto_init() {
 		(*Command_SubmitArray)(nil),
 		(*Command_PruneJobs)(nil),
 		(*Command_SetRetention)(nil),
+		(*Command_CaTrust)(nil),
+	}
+	file_palyra_raft_v1_log_proto_msgTypes[36].OneofWrappers = []any{
+		(*CATrust_Init)(nil),
+		(*CATrust_Request)(nil),
+		(*CATrust_Pending)(nil),
+		(*CATrust_Activate)(nil),
+		(*CATrust_Drop)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3896,7 +4566,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -58,6 +58,11 @@ const (
 	// IdentityServiceRevokeMemberProcedure is the fully-qualified name of the IdentityService's
 	// RevokeMember RPC.
 	IdentityServiceRevokeMemberProcedure = "/palyra.v1.IdentityService/RevokeMember"
+	// IdentityServiceGetCAProcedure is the fully-qualified name of the IdentityService's GetCA RPC.
+	IdentityServiceGetCAProcedure = "/palyra.v1.IdentityService/GetCA"
+	// IdentityServiceRotateCAProcedure is the fully-qualified name of the IdentityService's RotateCA
+	// RPC.
+	IdentityServiceRotateCAProcedure = "/palyra.v1.IdentityService/RotateCA"
 	// PolicyServiceGetPolicyProcedure is the fully-qualified name of the PolicyService's GetPolicy RPC.
 	PolicyServiceGetPolicyProcedure = "/palyra.v1.PolicyService/GetPolicy"
 	// PolicyServiceSetPolicyProcedure is the fully-qualified name of the PolicyService's SetPolicy RPC.
@@ -76,6 +81,8 @@ type IdentityServiceClient interface {
 	Renew(context.Context, *connect.Request[palyrav1.RenewRequest]) (*connect.Response[palyrav1.RenewResponse], error)
 	ListDevices(context.Context, *connect.Request[palyrav1.ListDevicesRequest]) (*connect.Response[palyrav1.ListDevicesResponse], error)
 	RevokeMember(context.Context, *connect.Request[palyrav1.RevokeMemberRequest]) (*connect.Response[palyrav1.RevokeMemberResponse], error)
+	GetCA(context.Context, *connect.Request[palyrav1.GetCARequest]) (*connect.Response[palyrav1.GetCAResponse], error)
+	RotateCA(context.Context, *connect.Request[palyrav1.RotateCARequest]) (*connect.Response[palyrav1.RotateCAResponse], error)
 }
 
 // NewIdentityServiceClient constructs a client for the palyra.v1.IdentityService service. By
@@ -131,6 +138,18 @@ func NewIdentityServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(identityServiceMethods.ByName("RevokeMember")),
 			connect.WithClientOptions(opts...),
 		),
+		getCA: connect.NewClient[palyrav1.GetCARequest, palyrav1.GetCAResponse](
+			httpClient,
+			baseURL+IdentityServiceGetCAProcedure,
+			connect.WithSchema(identityServiceMethods.ByName("GetCA")),
+			connect.WithClientOptions(opts...),
+		),
+		rotateCA: connect.NewClient[palyrav1.RotateCARequest, palyrav1.RotateCAResponse](
+			httpClient,
+			baseURL+IdentityServiceRotateCAProcedure,
+			connect.WithSchema(identityServiceMethods.ByName("RotateCA")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -143,6 +162,8 @@ type identityServiceClient struct {
 	renew         *connect.Client[palyrav1.RenewRequest, palyrav1.RenewResponse]
 	listDevices   *connect.Client[palyrav1.ListDevicesRequest, palyrav1.ListDevicesResponse]
 	revokeMember  *connect.Client[palyrav1.RevokeMemberRequest, palyrav1.RevokeMemberResponse]
+	getCA         *connect.Client[palyrav1.GetCARequest, palyrav1.GetCAResponse]
+	rotateCA      *connect.Client[palyrav1.RotateCARequest, palyrav1.RotateCAResponse]
 }
 
 // CreatePairing calls palyra.v1.IdentityService.CreatePairing.
@@ -180,6 +201,16 @@ func (c *identityServiceClient) RevokeMember(ctx context.Context, req *connect.R
 	return c.revokeMember.CallUnary(ctx, req)
 }
 
+// GetCA calls palyra.v1.IdentityService.GetCA.
+func (c *identityServiceClient) GetCA(ctx context.Context, req *connect.Request[palyrav1.GetCARequest]) (*connect.Response[palyrav1.GetCAResponse], error) {
+	return c.getCA.CallUnary(ctx, req)
+}
+
+// RotateCA calls palyra.v1.IdentityService.RotateCA.
+func (c *identityServiceClient) RotateCA(ctx context.Context, req *connect.Request[palyrav1.RotateCARequest]) (*connect.Response[palyrav1.RotateCAResponse], error) {
+	return c.rotateCA.CallUnary(ctx, req)
+}
+
 // IdentityServiceHandler is an implementation of the palyra.v1.IdentityService service.
 type IdentityServiceHandler interface {
 	CreatePairing(context.Context, *connect.Request[palyrav1.CreatePairingRequest]) (*connect.Response[palyrav1.CreatePairingResponse], error)
@@ -189,6 +220,8 @@ type IdentityServiceHandler interface {
 	Renew(context.Context, *connect.Request[palyrav1.RenewRequest]) (*connect.Response[palyrav1.RenewResponse], error)
 	ListDevices(context.Context, *connect.Request[palyrav1.ListDevicesRequest]) (*connect.Response[palyrav1.ListDevicesResponse], error)
 	RevokeMember(context.Context, *connect.Request[palyrav1.RevokeMemberRequest]) (*connect.Response[palyrav1.RevokeMemberResponse], error)
+	GetCA(context.Context, *connect.Request[palyrav1.GetCARequest]) (*connect.Response[palyrav1.GetCAResponse], error)
+	RotateCA(context.Context, *connect.Request[palyrav1.RotateCARequest]) (*connect.Response[palyrav1.RotateCAResponse], error)
 }
 
 // NewIdentityServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -240,6 +273,18 @@ func NewIdentityServiceHandler(svc IdentityServiceHandler, opts ...connect.Handl
 		connect.WithSchema(identityServiceMethods.ByName("RevokeMember")),
 		connect.WithHandlerOptions(opts...),
 	)
+	identityServiceGetCAHandler := connect.NewUnaryHandler(
+		IdentityServiceGetCAProcedure,
+		svc.GetCA,
+		connect.WithSchema(identityServiceMethods.ByName("GetCA")),
+		connect.WithHandlerOptions(opts...),
+	)
+	identityServiceRotateCAHandler := connect.NewUnaryHandler(
+		IdentityServiceRotateCAProcedure,
+		svc.RotateCA,
+		connect.WithSchema(identityServiceMethods.ByName("RotateCA")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/palyra.v1.IdentityService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case IdentityServiceCreatePairingProcedure:
@@ -256,6 +301,10 @@ func NewIdentityServiceHandler(svc IdentityServiceHandler, opts ...connect.Handl
 			identityServiceListDevicesHandler.ServeHTTP(w, r)
 		case IdentityServiceRevokeMemberProcedure:
 			identityServiceRevokeMemberHandler.ServeHTTP(w, r)
+		case IdentityServiceGetCAProcedure:
+			identityServiceGetCAHandler.ServeHTTP(w, r)
+		case IdentityServiceRotateCAProcedure:
+			identityServiceRotateCAHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -291,6 +340,14 @@ func (UnimplementedIdentityServiceHandler) ListDevices(context.Context, *connect
 
 func (UnimplementedIdentityServiceHandler) RevokeMember(context.Context, *connect.Request[palyrav1.RevokeMemberRequest]) (*connect.Response[palyrav1.RevokeMemberResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.IdentityService.RevokeMember is not implemented"))
+}
+
+func (UnimplementedIdentityServiceHandler) GetCA(context.Context, *connect.Request[palyrav1.GetCARequest]) (*connect.Response[palyrav1.GetCAResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.IdentityService.GetCA is not implemented"))
+}
+
+func (UnimplementedIdentityServiceHandler) RotateCA(context.Context, *connect.Request[palyrav1.RotateCARequest]) (*connect.Response[palyrav1.RotateCAResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.IdentityService.RotateCA is not implemented"))
 }
 
 // PolicyServiceClient is a client for the palyra.v1.PolicyService service.

@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+func caCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "ca",
+		Usage: "the cluster's certificate authority: its roots, who holds its key, rotation",
+		Description: `Every voter holds the CA key and signs certificates, so pairing and renewal
+   work through any node and survive the loss of any node. Non-voters and
+   devices never get the key: they relay to a voter.`,
+		Subcommands: []*ucli.Command{
+			{
+				Name:  "status",
+				Usage: "show the trusted roots, which nodes hold their keys, and which root each node's certificate comes from",
+				Flags: []ucli.Flag{jsonFlag},
+				Action: func(c *ucli.Context) error {
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					resp, err := cl.Identity.GetCA(c.Context, connect.NewRequest(&palyrav1.GetCARequest{}))
+					if err != nil {
+						return fail(c, cl.Explain(err))
+					}
+					if c.Bool("json") {
+						nodes := []map[string]any{}
+						for _, n := range resp.Msg.Nodes {
+							nodes = append(nodes, map[string]any{"id": n.Id, "voter": n.Voter, "state": n.State,
+								"holds": nonNil(n.Holds), "cert_root": n.CertRoot})
+						}
+						return writeJSON(c.App.Writer, map[string]any{"roots": rootsJSON(resp.Msg.Roots), "rotating": resp.Msg.Rotating, "nodes": nodes})
+					}
+					printRoots(c, resp.Msg.Roots)
+					if resp.Msg.Rotating {
+						fmt.Fprintln(c.App.Writer, "a rotation is in progress: the new root becomes active once every live voter holds its key")
+					}
+					fmt.Fprintln(c.App.Writer)
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+					fmt.Fprintln(tw, "NODE\tSTATE\tVOTER\tHOLDS KEYS OF\tCERTIFICATE FROM")
+					for _, n := range resp.Msg.Nodes {
+						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", n.Id, n.State, n.Voter, dash(strings.Join(n.Holds, ",")), dash(n.CertRoot))
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name:  "rotate",
+				Usage: "replace the cluster's CA root with a new one, with no restart and no failed call",
+				Description: `The leader makes a new root, cross-signed by the current one, and every voter
+   fetches its key. Once they all hold it, it becomes the active root: every
+   certificate is issued under it from then on, nodes renew onto it at once,
+   and paired devices on their next palyra command. The old root stays trusted
+   for --overlap, and is dropped after that once every live node has renewed.
+
+   A device not used during the overlap must pair again, and so must a node
+   that was down for all of it. The default overlap is the certificate
+   lifetime, after which every certificate of the old root has expired
+   anyway. Pairing codes made before the rotation work until the old root is
+   dropped.
+
+     palyra ca rotate
+     palyra ca status      # follow it`,
+				Flags: []ucli.Flag{
+					&ucli.DurationFlag{Name: "overlap", Usage: "how long the old root stays trusted (5s to 90 days)", DefaultText: "the certificate lifetime"},
+					jsonFlag,
+				},
+				Action: func(c *ucli.Context) error {
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					resp, err := cl.Identity.RotateCA(c.Context, connect.NewRequest(&palyrav1.RotateCARequest{OverlapMs: c.Duration("overlap").Milliseconds()}))
+					if err != nil {
+						return fail(c, cl.Explain(err))
+					}
+					m := resp.Msg
+					if c.Bool("json") {
+						return writeJSON(c.App.Writer, map[string]any{"old_root": m.OldFingerprint, "new_root": m.NewFingerprint,
+							"activated": m.Activated, "old_root_retires_at": msTime(m.RetireAtMs), "roots": rootsJSON(m.Roots)})
+					}
+					if !m.Activated {
+						fmt.Fprintf(c.App.Writer, "rotation requested; the new root becomes active once every live voter holds its key (follow with 'palyra ca status')\n")
+						return nil
+					}
+					fmt.Fprintf(c.App.Writer, "new CA root %s is active; old root %s stays trusted until %s\n",
+						short(m.NewFingerprint), short(m.OldFingerprint), msTime(m.RetireAtMs))
+					fmt.Fprintln(c.App.ErrWriter, "nodes renew onto it now, paired devices on their next command; follow with 'palyra ca status'")
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func rootsJSON(roots []*palyrav1.CARoot) []map[string]any {
+	out := []map[string]any{}
+	for _, r := range roots {
+		out = append(out, map[string]any{"fingerprint": r.Fingerprint, "state": r.State, "subject": r.Subject,
+			"not_after": msTime(r.NotAfterMs), "added_at": msTime(r.AddedAtMs), "activated_at": msTime(r.ActivatedAtMs),
+			"retire_at": msTime(r.RetireAtMs), "holders": nonNil(r.Holders)})
+	}
+	return out
+}
+
+func printRoots(c *ucli.Context, roots []*palyrav1.CARoot) {
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROOT\tSTATE\tSUBJECT\tEXPIRES\tRETIRES\tKEY HELD BY")
+	for _, r := range roots {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", short(r.Fingerprint), r.State, r.Subject,
+			dash(msTime(r.NotAfterMs)), dash(msTime(r.RetireAtMs)), dash(strings.Join(r.Holders, ",")))
+	}
+	tw.Flush()
+}
+
+func short(fp string) string {
+	if len(fp) > 12 {
+		return fp[:12]
+	}
+	return fp
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/node"
+)
+
+// waitDevice runs `status` as the device until its stored credential
+// satisfies ok, failing after a minute. Every run must succeed.
+func waitDevice(t *testing.T, cfg, what string, ok func(*identity.Credential) bool) *identity.Credential {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if r := device(t, cfg, "status"); r.code != 0 {
+			t.Fatalf("device call while waiting for %s: %+v", what, r)
+		}
+		cred, err := identity.LoadCredential(deviceCredDir(cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(cred) {
+			return cred
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A paired device's certificate renews by itself after a command once it
+// is two thirds into its lifetime, and again after 'palyra ca rotate' it
+// moves onto the new root; every call succeeds meanwhile.
+func TestDeviceRenewsAfterCommands(t *testing.T) {
+	c := startNodeWith(t, node.Config{CertTTL: 9 * time.Second})
+	cfg := filepath.Join(t.TempDir(), "laptop")
+	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device", "--operator"), "--peer", c.node.Addr()); r.code != 0 {
+		t.Fatalf("device pair: %+v", r)
+	}
+	first, err := identity.LoadCredential(deviceCredDir(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed := waitDevice(t, cfg, "the device certificate to renew", func(cr *identity.Credential) bool {
+		return cr.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) != 0
+	})
+	if renewed.Principal != first.Principal || !renewed.Leaf.NotAfter.After(first.Leaf.NotAfter) {
+		t.Fatalf("renewed %s until %s; was %s until %s", renewed.Principal, renewed.Leaf.NotAfter, first.Principal, first.Leaf.NotAfter)
+	}
+
+	// Rotate, as this (operator) device.
+	r := device(t, cfg, "ca", "rotate", "--overlap", "8s", "--json")
+	var rot struct {
+		OldRoot   string `json:"old_root"`
+		NewRoot   string `json:"new_root"`
+		Activated bool   `json:"activated"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rot) != nil || !rot.Activated || rot.NewRoot == rot.OldRoot {
+		t.Fatalf("ca rotate: %+v", r)
+	}
+	onNew := waitDevice(t, cfg, "the device to move onto the new root", func(cr *identity.Credential) bool {
+		root := identity.IssuingRoot(cr.Leaf, cr.RootCerts)
+		return root != nil && identity.Fingerprint(root.Raw) == rot.NewRoot
+	})
+	if len(onNew.RootCerts) != 2 {
+		t.Fatalf("during the overlap the device trusts %d roots, want both", len(onNew.RootCerts))
+	}
+	waitDevice(t, cfg, "the device to drop the old root with the cluster", func(cr *identity.Credential) bool {
+		return len(cr.RootCerts) == 1 && identity.Fingerprint(cr.RootCerts[0].Raw) == rot.NewRoot
+	})
+
+	r = c.cli("ca", "status", "--json")
+	var st struct {
+		Roots []struct {
+			Fingerprint, State string
+			Holders            []string
+		}
+		Nodes []struct {
+			ID       string
+			Holds    []string
+			CertRoot string `json:"cert_root"`
+		}
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil || len(st.Roots) != 1 || st.Roots[0].State != "active" ||
+		st.Roots[0].Fingerprint != rot.NewRoot || len(st.Nodes) != 1 || !strings.HasPrefix(rot.NewRoot, st.Nodes[0].CertRoot) ||
+		len(st.Roots[0].Holders) != 1 {
+		t.Fatalf("ca status after the rotation: %+v\n%+v", r, st)
+	}
+	if r := c.cli("ca", "rotate", "--overlap", "1s"); r.code != 1 || !strings.Contains(r.stderr, "--overlap between") {
+		t.Fatalf("rotate with a too short overlap: %+v", r)
+	}
+}
