@@ -25,7 +25,7 @@ func TestRecycledMemoryIsZeroed(t *testing.T) {
 		}
 		m.Free()
 		// Freed but not recycled: a new run must not get these buffers.
-		other := newLimitedAllocator(64 << 20).Allocate(pageSize, 64<<20)
+		other := newLimitedAllocator(64<<20).Allocate(pageSize, 64<<20)
 		if c := other.Reallocate(pageSize); bytes.IndexFunc(c, func(r rune) bool { return r != 0 }) >= 0 {
 			t.Fatalf("round %d: a buffer was reused before its run ended", round)
 		}
