@@ -3,10 +3,10 @@ package node
 import (
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
@@ -53,8 +53,9 @@ func Recover(cfg RecoverConfig) (RecoverResult, error) {
 	}
 	defer unlock()
 	res := RecoverResult{NodeID: st.NodeID, Address: st.Address}
-	if _, err := os.Stat(l.CADir()); err == nil {
-		res.HoldsCA = true
+	if kr, err := identity.OpenKeyring(l.CADir()); err == nil {
+		res.HoldsCA = len(kr.Fingerprints()) > 0 // a voter's keyring; a non-voter's is empty
+		_ = kr.Close()
 	}
 	var revoked []string
 	info, err := consensus.Recover(consensus.RecoverConfig{
