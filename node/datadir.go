@@ -99,6 +99,16 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
+		return err
+	}
+	// The rename is durable only once the directory is.
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }
