@@ -18,8 +18,8 @@ import (
 
 func nodeFlags() []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.StringFlag{Name: "listen", Usage: "UDP `HOST:PORT` for QUIC", Value: node.DefaultListen, EnvVars: []string{"PALYRA_LISTEN"}},
-		&ucli.StringFlag{Name: "advertise", Usage: "`HOST:PORT` other nodes dial (default: --listen)", EnvVars: []string{"PALYRA_ADVERTISE"}},
+		&ucli.StringFlag{Name: "listen", Usage: "UDP `HOST:PORT` for QUIC (default: the address recorded in the data dir at the last start, so a restart keeps it; " + node.DefaultListen + " on a new data dir)", EnvVars: []string{"PALYRA_LISTEN"}},
+		&ucli.StringFlag{Name: "advertise", Usage: "`HOST:PORT` other nodes dial (default: --listen; on a restart, the recorded one)", EnvVars: []string{"PALYRA_ADVERTISE"}},
 		&ucli.StringSliceFlag{Name: "label", Usage: "node label `k=v` for scheduling and policy (repeatable)"},
 		&ucli.IntFlag{Name: "wasm-slots", Usage: "wasm jobs run at once on this node (default 2 × CPUs)", EnvVars: []string{"PALYRA_WASM_SLOTS"}},
 		&ucli.IntFlag{Name: "browser-slots", Usage: "browser jobs run at once (default 2 when Chromium is installed; -1 disables)", EnvVars: []string{"PALYRA_BROWSER_SLOTS"}},
@@ -94,7 +94,10 @@ func nodeCommand() *ucli.Command {
 				Description: `The first start on an empty data dir creates a new cluster: its CA, this
    node's key and certificate, a single-voter Raft, and a local operator
    credential (data-dir/operator) for the CLI on this machine. Later starts
-   resume from disk (a joined node rejoins by itself). SIGINT/SIGTERM stop it.
+   resume from disk (a joined node rejoins by itself) on the address
+   recorded in the data dir: restart with just 'palyra node start --data-dir D'.
+   An explicit --listen moves the node; it logs the change and tells the
+   cluster its new address. SIGINT/SIGTERM stop it.
 
    Everything (API, Raft, gossip) is QUIC with mutual TLS on one UDP port.`,
 				Flags: append(nodeFlags(), &ucli.StringFlag{Name: "cluster-name", Usage: "name of a new cluster (first start only)", Value: "palyra"}),

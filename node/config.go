@@ -12,9 +12,12 @@ const DefaultListen = "127.0.0.1:7444"
 // sane default.
 type Config struct {
 	DataDir string // default "palyra-data"
-	Listen  string // UDP HOST:PORT, default DefaultListen
+	// Listen is the UDP HOST:PORT to bind. Empty means the address this
+	// node listened on last time (recorded in node.json), so a restart
+	// keeps the address its peers know it by; DefaultListen on first start.
+	Listen string
 	// Advertise is the address peers dial (default: Listen, which must then
-	// not be a wildcard).
+	// not be a wildcard; on a restart without Listen, the recorded one).
 	Advertise string
 	// TargetVoters is how many raft voters the cluster keeps (1, 3 or 5;
 	// default 3).
@@ -54,9 +57,6 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.DataDir == "" {
 		c.DataDir = "palyra-data"
-	}
-	if c.Listen == "" {
-		c.Listen = DefaultListen
 	}
 	if c.ClusterName == "" {
 		c.ClusterName = "palyra"

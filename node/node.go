@@ -109,6 +109,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.state = st
 	n.log = cfg.Logger.With("node", st.NodeID)
+	n.cfg.Listen, n.cfg.Advertise = listenAddrs(cfg, st)
 	cred, err := identity.LoadCredential(l.NodeCredDir())
 	if err != nil {
 		return nil, fmt.Errorf("load node credential: %w", err)
@@ -223,11 +224,47 @@ func (n *Node) listen() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", n.cfg.Listen, err)
 	}
-	if addr := n.transport.AdvertiseAddr(); n.state.Address != addr {
-		n.state.Address = addr
-		if err := n.layout.WriteState(n.state); err != nil {
-			return fmt.Errorf("record address: %w", err)
-		}
+	return n.recordAddress()
+}
+
+// listenAddrs picks what a node binds and advertises: the configured
+// addresses; else, on a restart, the ones recorded at the last start (so
+// the node comes back where its peers and the raft configuration know it);
+// else DefaultListen.
+func listenAddrs(cfg Config, st State) (listen, advertise string) {
+	if cfg.Listen != "" {
+		return cfg.Listen, cfg.Advertise
+	}
+	advertise = cfg.Advertise
+	if advertise == "" {
+		advertise = st.Advertise
+	}
+	switch {
+	case st.Listen != "":
+		return st.Listen, advertise
+	case st.Address != "":
+		return st.Address, advertise
+	}
+	return DefaultListen, cfg.Advertise
+}
+
+// recordAddress writes the addresses this start bound and advertises to
+// node.json, and says so when the advertised one changed: the cluster
+// knows this node by it, so a change is worth a line in the log.
+func (n *Node) recordAddress() error {
+	addr, bound := n.transport.AdvertiseAddr(), n.transport.Addr().String()
+	old := n.state
+	if old.Address == addr && old.Listen == bound && old.Advertise == n.cfg.Advertise {
+		return nil
+	}
+	if old.Address != "" && old.Address != addr {
+		n.log.Warn("this node's address changed; it tells the cluster its new one when it rejoins",
+			"old_address", old.Address, "address", addr,
+			"hint", "restart without --listen to keep the recorded address")
+	}
+	n.state.Address, n.state.Listen, n.state.Advertise = addr, bound, n.cfg.Advertise
+	if err := n.layout.WriteState(n.state); err != nil {
+		return fmt.Errorf("record address: %w", err)
 	}
 	return nil
 }
