@@ -97,7 +97,7 @@ func (d *gossipDelegate) NotifyConflict(existing, other *memberlist.Node) {
 	d.c.log.Warn("a node gossips from a new address while its old one still counts as alive",
 		"node", existing.Name, "address", existing.Address(), "new_address", other.Address(),
 		"hint", fmt.Sprintf("if it restarted on a new --listen, the new address is taken once the old one is declared dead (within about %s); if it stays, two running nodes share one id: one was made from a copy of the other's data dir, so stop it and join it afresh with an empty data dir",
-			(t.ProbeInterval*time.Duration(2*t.SuspicionMult) + 2*t.ReconnectInterval).Round(time.Second)))
+			(t.ProbeInterval*time.Duration(2*t.SuspicionMult)+2*t.ReconnectInterval).Round(time.Second)))
 }
 
 func (d *gossipDelegate) NotifyJoin(n *memberlist.Node)   { d.c.gossipAlive(n, true) }
