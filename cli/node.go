@@ -25,6 +25,7 @@ func nodeFlags() []ucli.Flag {
 		&ucli.IntFlag{Name: "browser-slots", Usage: "browser jobs run at once (default 2 when Chromium is installed; -1 disables)", EnvVars: []string{"PALYRA_BROWSER_SLOTS"}},
 		&ucli.IntFlag{Name: "prefetch", Value: 1, Usage: "wasm jobs per slot a worker may hold waiting for a slot, so short jobs do not wait for the next scheduling round (0: none; applies while this node leads)", EnvVars: []string{"PALYRA_PREFETCH"}},
 		&ucli.IntFlag{Name: "array-prefetch", Value: 8, Usage: "the same for job-array tasks (0: none)", EnvVars: []string{"PALYRA_ARRAY_PREFETCH"}},
+		&ucli.StringFlag{Name: "network", Usage: "tune failure detection for `lan` (one site: a dead leader replaced in under a second) or wan (sites apart: slower, tolerant of slow links); default: the one recorded in the data dir, else lan", EnvVars: []string{"PALYRA_NETWORK"}},
 		&ucli.IntFlag{Name: "target-voters", Usage: "raft voters the cluster keeps: 1, 3 or 5 (default 3; the leader's setting applies)", EnvVars: []string{"PALYRA_TARGET_VOTERS"}},
 		&ucli.StringFlag{Name: "log-format", Usage: "log format: text or json", Value: "text", EnvVars: []string{"PALYRA_LOG_FORMAT"}},
 		&ucli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"PALYRA_LOG_LEVEL"}},
@@ -60,6 +61,10 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 	if tv != 0 && tv != 1 && tv != 3 && tv != 5 {
 		return node.Config{}, usageErr("--target-voters must be 1, 3 or 5")
 	}
+	network := strings.ToLower(c.String("network"))
+	if _, err := node.TimersFor(network); err != nil {
+		return node.Config{}, usageErr("--network: %v", err)
+	}
 	dataDir := c.String("data-dir")
 	if dataDir == "" {
 		dataDir = "palyra-data"
@@ -68,7 +73,7 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 		DataDir: dataDir, Listen: c.String("listen"), Advertise: c.String("advertise"),
 		ClusterName: c.String("cluster-name"), Logger: logger, Version: Version,
 		WasmSlots: c.Int("wasm-slots"), BrowserSlots: c.Int("browser-slots"), Labels: labels, TargetVoters: tv,
-		Prefetch: prefetchFlag(c, "prefetch"), ArrayPrefetch: prefetchFlag(c, "array-prefetch"),
+		Prefetch: prefetchFlag(c, "prefetch"), ArrayPrefetch: prefetchFlag(c, "array-prefetch"), Network: network,
 	}, nil
 }
 

@@ -46,6 +46,10 @@ type Config struct {
 	// to go (0: 10 minutes).
 	BlobGCInterval time.Duration
 	BlobGCGrace    time.Duration
+	// Network tunes the failure-detection timers (raft, gossip, the
+	// dead-worker grace) for NetworkLAN or NetworkWAN; empty means the one
+	// recorded at the last start, else NetworkLAN.
+	Network string
 	// Fast shortens raft timers; for tests only.
 	Fast bool
 	// WasmCacheDir holds the on-disk compilation cache (default: the data

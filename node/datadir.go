@@ -45,7 +45,9 @@ type State struct {
 	// without --listen binds them again.
 	Listen    string `json:"listen,omitempty"`
 	Advertise string `json:"advertise,omitempty"`
-	Version   int    `json:"version"`
+	// Network is the timer set the node runs with (lan or wan).
+	Network string `json:"network,omitempty"`
+	Version int    `json:"version"`
 	// OperatorID is the local operator device created at init (first node).
 	OperatorID string `json:"operator_id,omitempty"`
 	// Seeds are node addresses to contact at start (set by node join).

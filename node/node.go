@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
@@ -56,6 +55,7 @@ type Node struct {
 	unlock       func()
 	slots        int
 	browserSlots int
+	timers       Timers
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -110,6 +110,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.state = st
 	n.log = cfg.Logger.With("node", st.NodeID)
 	n.cfg.Listen, n.cfg.Advertise = listenAddrs(cfg, st)
+	if n.timers, err = n.pickTimers(); err != nil {
+		return nil, err
+	}
 	cred, err := identity.LoadCredential(l.NodeCredDir())
 	if err != nil {
 		return nil, fmt.Errorf("load node credential: %w", err)
@@ -191,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go func() { defer n.wg.Done(); n.runScheduler(runCtx) }()
 
 	n.log.Info("node ready", "address", addr, "data_dir", l.Dir, "cluster", st.ClusterName,
-		"wasm_slots", n.slots, "raft", n.store.Stats().State, "ca", n.ca != nil)
+		"wasm_slots", n.slots, "raft", n.store.Stats().State, "ca", n.ca != nil, "timers", n.timers.String())
 	return n, nil
 }
 
@@ -277,14 +280,7 @@ func (n *Node) openStore() error {
 		Layer:     cluster.NodeOnlyLayer(n.transport.RaftLayer(), n.log),
 		Bootstrap: !n.state.Joined, Logger: n.log,
 	}
-	if n.cfg.Fast {
-		sc.Tune = func(c *raft.Config) {
-			// Shorter than production, but not so short that a loaded
-			// 2-core CI machine (and -race) causes spurious elections.
-			c.HeartbeatTimeout, c.ElectionTimeout = 500*time.Millisecond, 500*time.Millisecond
-			c.LeaderLeaseTimeout = 250 * time.Millisecond
-		}
-	}
+	sc.Tune = n.timers.tuneRaft
 	store, err := consensus.Open(sc)
 	if err != nil {
 		return err
@@ -307,7 +303,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 	c, err := cluster.New(cluster.Config{
 		NodeID: n.state.NodeID, Advertise: n.state.Address, Transport: n.transport, Store: n.store,
 		Meta:         cluster.Meta{Labels: labels, Capacity: n.capacity(), Version: n.cfg.Version},
-		TargetVoters: n.cfg.TargetVoters, Fast: n.cfg.Fast, Logger: n.log,
+		TargetVoters: n.cfg.TargetVoters, Fast: n.cfg.Fast, Tuning: n.timers.Gossip, Logger: n.log,
 	})
 	if err != nil {
 		return err

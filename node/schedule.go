@@ -46,6 +46,10 @@ func (n *Node) runScheduler(ctx context.Context) {
 		Logger:        n.log,
 		Prefetch:      map[string]int{"wasm": orDefault(n.cfg.Prefetch, defaultPrefetch)},
 		ArrayPrefetch: map[string]int{"wasm": orDefault(n.cfg.ArrayPrefetch, defaultArrayPrefetch)},
+		// Re-queueing a worker that is not dead after all is safe: its
+		// results carry a stale attempt and are refused.
+		DeadWorkerGrace: n.timers.DeadWorkerGrace,
+		Tick:            n.timers.SchedulerTick,
 	})
 	d.Run(ctx)
 }

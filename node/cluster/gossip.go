@@ -36,7 +36,7 @@ func (c *Cluster) memberlistConfig() *memberlist.Config {
 	mc.UDPBufferSize = mesh.GossipPacketSize
 	mc.ProbeInterval, mc.ProbeTimeout = t.ProbeInterval, t.ProbeTimeout
 	mc.GossipInterval, mc.PushPullInterval = t.GossipInterval, t.PushPullInterval
-	mc.SuspicionMult = t.SuspicionMult
+	mc.SuspicionMult, mc.SuspicionMaxTimeoutMult = t.SuspicionMult, t.SuspicionMaxTimeoutMult
 	mc.TCPTimeout = max(time.Second, 4*t.ProbeInterval)
 	mc.GossipToTheDeadTime = max(10*time.Second, 20*t.ProbeInterval)
 	// A node that comes back on a new address after a while may take its
