@@ -155,11 +155,39 @@ func nodeCommand() *ucli.Command {
 				},
 			},
 			{
+				Name:      "remove",
+				Usage:     "take a node that is gone for good out of the cluster (raft, membership, its jobs re-queued)",
+				ArgsUsage: "NODE_ID",
+				Description: `For a node whose machine died or was retired without 'node leave'. The
+   node is dropped from the raft configuration (autopilot promotes a spare if
+   voters fall short), its certificate is revoked (every node refuses it; to
+   bring that machine back, join it again with a new code and an empty data
+   dir), and the jobs it was running are queued again to run elsewhere.
+
+   A node that gossip still reports alive is refused: a running node should
+   leave with 'palyra --addr ADDR node leave', which moves its work first.
+   --force removes it anyway (it is cut off at once). The leader is always
+   refused: stop it first, and remove it once another node leads. So is the
+   node holding the cluster CA (the first node) without --force: pairing and
+   certificate renewal need it.
+
+   Find the id with 'palyra nodes'. Needs the node.remove permission
+   (operators have it by default).`,
+				Flags: []ucli.Flag{
+					&ucli.BoolFlag{Name: "force", Usage: "remove the node even though gossip reports it alive (it is cut off)"},
+					jsonFlag,
+				},
+				Action: nodeRemove,
+			},
+			{
 				Name:  "leave",
 				Usage: "make the node at --addr leave the cluster gracefully (leadership handed off first), then stop",
+				Description: `Asks exactly one node, the one at --addr (default: this data dir's node),
+   to leave; it never fails over to another. For a node that is gone already,
+   use 'palyra node remove ID'.`,
 				Flags: []ucli.Flag{jsonFlag},
 				Action: func(c *ucli.Context) error {
-					cl, err := dial(c)
+					cl, err := dialOne(c)
 					if err != nil {
 						return err
 					}
@@ -257,4 +285,44 @@ func prefetchFlag(c *ucli.Context, name string) int {
 		return v
 	}
 	return -1
+}
+
+func nodeRemove(c *ucli.Context) error {
+	id, err := oneArg(c, "node id (see 'palyra nodes')")
+	if err != nil {
+		return err
+	}
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := cl.Node.RemoveNode(c.Context, connect.NewRequest(&palyrav1.RemoveNodeRequest{NodeId: id, Force: c.Bool("force")}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	r := resp.Msg
+	if c.Bool("json") {
+		requeued := r.Requeued
+		if requeued == nil {
+			requeued = []string{}
+		}
+		return writeJSON(c.App.Writer, map[string]any{"node_id": r.NodeId, "removed": true, "was_alive": r.WasAlive,
+			"was_voter": r.WasVoter, "in_raft": r.InRaft, "requeued": requeued, "held_ca": r.HeldCa, "already_removed": r.AlreadyRemoved})
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "node %s removed: its certificate is revoked", r.NodeId)
+	if r.InRaft {
+		fmt.Fprintf(w, "; the leader is taking it out of raft")
+	} else {
+		fmt.Fprintf(w, " and it is out of raft")
+	}
+	fmt.Fprintf(w, "; %d running job(s) queued again\n", len(r.Requeued))
+	if r.WasVoter {
+		fmt.Fprintln(w, "it was a voter: a spare is promoted if the cluster has one ('palyra nodes')")
+	}
+	if r.HeldCa {
+		fmt.Fprintln(c.App.ErrWriter, "warning: it held the cluster CA: no node or device can pair, and certificates cannot be renewed, from now on")
+	}
+	return nil
 }

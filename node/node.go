@@ -31,7 +31,7 @@ import (
 
 // caLabel marks, in gossip meta, the node that holds the cluster CA: the
 // one that signs certificates for pairing and renewal.
-const caLabel = "palyra.ca"
+const caLabel = cluster.LabelCA
 
 // Node is a running node. Start returns once it serves; Close stops it.
 type Node struct {

@@ -14,6 +14,10 @@ import (
 // carries it in every alive message.
 const MaxMetaSize = memberlist.MetaMaxSize
 
+// LabelCA marks, in a node's gossip labels, the node that holds the
+// cluster CA (the one that signs certificates for pairing and renewal).
+const LabelCA = "palyra.ca"
+
 // Meta is what a node tells every other member about itself through gossip,
 // for placement decisions: labels (e.g. "zone": "a"), capacity per job kind
 // (e.g. "wasm": 8) and the software version.
