@@ -44,6 +44,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	s := f.state
 	s.mu.Lock()
+	s.clockMS = clampTimes(&cmd, s.clockMS)
 	res := s.apply(l.Index, &cmd)
 	switch cmd.Cmd.(type) {
 	case *raftpb.Command_AddMember, *raftpb.Command_RevokeMember, *raftpb.Command_ConsumePairing, *raftpb.Command_SetNodeSchedulable,

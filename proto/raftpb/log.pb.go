@@ -3165,6 +3165,7 @@ type Snapshot struct {
 	ArrayCount     uint64 `protobuf:"varint,13,opt,name=array_count,json=arrayCount,proto3" json:"array_count,omitempty"`
 	RetentionMs    int64  `protobuf:"varint,14,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
 	PrunedBeforeMs int64  `protobuf:"varint,15,opt,name=pruned_before_ms,json=prunedBeforeMs,proto3" json:"pruned_before_ms,omitempty"` // State.PrunedBefore: the pruning horizon
+	ClockMs        int64  `protobuf:"varint,16,opt,name=clock_ms,json=clockMs,proto3" json:"clock_ms,omitempty"`                        // the cluster clock: latest proposal time applied
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -3300,6 +3301,13 @@ func (x *Snapshot) GetRetentionMs() int64 {
 func (x *Snapshot) GetPrunedBeforeMs() int64 {
 	if x != nil {
 		return x.PrunedBeforeMs
+	}
+	return 0
+}
+
+func (x *Snapshot) GetClockMs() int64 {
+	if x != nil {
+		return x.ClockMs
 	}
 	return 0
 }
@@ -3637,7 +3645,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
 	"\tset_at_ms\x18\x03 \x01(\x03R\asetAtMs\x12\x15\n" +
-	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\x8c\x05\n" +
+	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\xa7\x05\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +
@@ -3656,7 +3664,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\varray_count\x18\r \x01(\x04R\n" +
 	"arrayCount\x12!\n" +
 	"\fretention_ms\x18\x0e \x01(\x03R\vretentionMs\x12(\n" +
-	"\x10pruned_before_ms\x18\x0f \x01(\x03R\x0eprunedBeforeMs\"X\n" +
+	"\x10pruned_before_ms\x18\x0f \x01(\x03R\x0eprunedBeforeMs\x12\x19\n" +
+	"\bclock_ms\x18\x10 \x01(\x03R\aclockMs\"X\n" +
 	"\vArrayRecord\x125\n" +
 	"\btemplate\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\btemplate\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\rR\x04sizeB3Z1github.com/palyra-mesh/palyra/proto/raftpb;raftpbb\x06proto3"
