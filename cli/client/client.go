@@ -165,6 +165,15 @@ func (c *Client) Peers(ctx context.Context) ([]string, error) {
 	return dedup(append([]string{c.Answered()}, resp.Msg.Peers...)), nil
 }
 
+// Reached is the address of the node the client reached, or (before any
+// connection) the first it would try.
+func (c *Client) Reached() string {
+	if a := c.Answered(); a != "" {
+		return a
+	}
+	return c.Addr
+}
+
 // Close releases the client's QUIC connection and socket.
 func (c *Client) Close() error {
 	c.mu.Lock()
@@ -348,11 +357,7 @@ func (c *Client) Explain(err error) *Error {
 	if errors.As(err, &ue) {
 		return c.unreachable(ue)
 	}
-	addr := c.Answered()
-	if addr == "" {
-		addr = c.Addr
-	}
-	return c.transportError(addr, err)
+	return c.transportError(c.Reached(), err)
 }
 
 // noAnswer reports whether a dial error means nothing answered (rather
