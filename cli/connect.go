@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"time"
 
@@ -84,7 +85,9 @@ func learnMembers(c *ucli.Context, cl *client.Client, learn func(answered string
 		select {
 		case a := <-got:
 			if a.err == nil && len(a.peers) > 0 {
-				if err := learn(cl.Answered(), a.peers); err != nil {
+				// A node's data dir may belong to the node's user: not
+				// being allowed to write there is no news on every call.
+				if err := learn(cl.Answered(), a.peers); err != nil && !errors.Is(err, fs.ErrPermission) {
 					fmt.Fprintf(c.App.ErrWriter, "warning: could not record the cluster's nodes: %v\n", err)
 				}
 			}

@@ -72,9 +72,9 @@ func (t Timers) tuneRaft(c *raft.Config) {
 // String describes the timers in one line, for logs and benchmarks.
 func (t Timers) String() string {
 	g := t.Gossip
-	return fmt.Sprintf("%s: raft heartbeat %s, election %s, leader lease %s, pre-vote on; gossip probe %s, ack timeout %s, suspicion ×%d (×%d unconfirmed); dead-worker grace %s",
+	return fmt.Sprintf("%s: raft heartbeat %s, election %s, leader lease %s, pre-vote on; gossip probe %s, ack timeout %s, suspicion ×%d (×%d unconfirmed); dead-worker grace %s, scheduler tick %s",
 		t.Network, t.RaftHeartbeat, t.RaftElection, t.RaftLeaderLease, g.ProbeInterval, g.ProbeTimeout,
-		g.SuspicionMult, g.SuspicionMult*g.SuspicionMaxTimeoutMult, t.DeadWorkerGrace)
+		g.SuspicionMult, g.SuspicionMult*g.SuspicionMaxTimeoutMult, t.DeadWorkerGrace, t.SchedulerTick)
 }
 
 // pickTimers chooses the node's timers: the configured network, else the
@@ -103,3 +103,6 @@ func (n *Node) pickTimers() (Timers, error) {
 	}
 	return t, nil
 }
+
+// Timers are the failure-detection timers this node runs with.
+func (n *Node) Timers() Timers { return n.timers }
