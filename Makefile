@@ -38,6 +38,12 @@ test-short: vet
 bench: build examples
 	@GO=$(GO) bash scripts/bench.sh
 
+# bench-failover runs only the failover figures of 'make bench' (leader
+# and worker SIGKILL, failure detection; 3 processes, production timers).
+.PHONY: bench-failover
+bench-failover: build examples
+	$(GO) run ./internal/bench -single=false -scale=false -throughput=false
+
 # demo runs a three-node cluster on loopback, kills its leader mid-job and
 # narrates what happens (scripts/demo.sh); it cleans up after itself.
 .PHONY: demo

@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/cli/client"
 )
 
 // Version is the palyra version, set at build time with -ldflags.
@@ -60,9 +62,13 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
    Run a job:         palyra job submit --wasm reverse.wasm --input hello --wait
    Inspect:           palyra status · palyra job list · palyra job get ID
 
-   The CLI finds the node through --addr/PALYRA_ADDR (default: the address
-   recorded in the data dir, else 127.0.0.1:7444) and authenticates with the
-   local operator credential in --data-dir/PALYRA_DATA_DIR (./palyra-data).`,
+   The CLI authenticates with the local operator credential in
+   --data-dir/PALYRA_DATA_DIR (./palyra-data), or else with this device's
+   paired credential (--config-dir, ~/.config/palyra). It reaches the
+   cluster through any node that answers: --addr/PALYRA_ADDR when given,
+   else every node recorded with the credential (refreshed from the
+   cluster's member list after each successful call), so commands keep
+   working while any one node is down.`,
 		Reader:               stdin,
 		Writer:               stdout,
 		ErrWriter:            stderr,
@@ -86,6 +92,7 @@ func globalFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "data-dir", Usage: "node data directory (holds the local operator credential)", EnvVars: []string{"PALYRA_DATA_DIR"}, Value: "palyra-data"},
 		&ucli.StringFlag{Name: "config-dir", Usage: "where a paired device keeps its credential (default ~/.config/palyra)", EnvVars: []string{"PALYRA_CONFIG_DIR"}},
 		&ucli.BoolFlag{Name: "stale", Usage: "read the serving node's replica without a quorum round trip (may lag; works without a leader)", EnvVars: []string{"PALYRA_STALE"}},
-		&ucli.StringFlag{Name: "addr", Usage: "node API address HOST:PORT (default: recorded in the data dir, else 127.0.0.1:7444)", EnvVars: []string{"PALYRA_ADDR"}},
+		&ucli.StringFlag{Name: "addr", Usage: "node API address `HOST:PORT`, or several separated by commas, tried in turn (default: every node recorded with the credential, learned on each successful call; else 127.0.0.1:7444)", EnvVars: []string{"PALYRA_ADDR"}},
+		&ucli.DurationFlag{Name: "dial-timeout", Value: client.DefaultDialTimeout, Usage: "how long to wait for one node to answer before giving up on it (the next is tried after 250ms already)", EnvVars: []string{"PALYRA_DIAL_TIMEOUT"}},
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -15,7 +16,9 @@ import (
 )
 
 // deviceConfig is what `palyra device pair` stores beside the device
-// credential in the config dir.
+// credential in the config dir. Addr is tried first (the node that
+// answered last), then Peers; both are refreshed from the cluster's member
+// list after a successful call, so the device follows the membership.
 type deviceConfig struct {
 	Addr        string   `json:"addr"`
 	Peers       []string `json:"peers,omitempty"`
@@ -52,22 +55,68 @@ func writeDeviceConfig(dir string, dc deviceConfig) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, ".config.json.tmp")
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, "config.json"))
+	return writeFileSynced(filepath.Join(dir, "config.json"), append(data, '\n'))
 }
 
-// credentialSource is where the CLI's identity comes from.
+// writeFileSynced replaces path with data atomically and durably (temp
+// file, fsync, rename, fsync of the directory).
+func writeFileSynced(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o600)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// credentialSource is where the CLI's identity comes from, and where it
+// finds the cluster.
 type credentialSource struct {
 	cred *identity.Credential
 	dir  string // where it is stored (for renewal)
-	addr string // address recorded with it
 	desc string
 	// device: a paired device's credential in the config dir, which the
 	// CLI renews itself (a data dir's operator credential is the node's).
 	device bool
+	// addrs are the node addresses to try, in order; hint is what to do
+	// when none answers; learn records what a successful call taught
+	// about the cluster's nodes (the address that answered, and all).
+	addrs []string
+	hint  string
+	learn func(answered string, peers []string) error
+}
+
+// learnedPeers is the file in a node's data dir where the CLI keeps the
+// cluster's node addresses it learned (the node owns node.json).
+func learnedPeersFile(l node.Layout) string { return filepath.Join(l.Dir, "cli-peers.json") }
+
+type learnedPeers struct {
+	Peers []string `json:"peers"`
 }
 
 // resolveCredential picks the caller's credential: the data dir's local
@@ -85,9 +134,25 @@ func resolveCredential(c *ucli.Context) (credentialSource, error) {
 		if err != nil {
 			return credentialSource{}, err
 		}
-		src := credentialSource{cred: cred, dir: layout.OperatorDir(), desc: "data dir " + layout.Dir}
+		src := credentialSource{cred: cred, dir: layout.OperatorDir(), desc: "data dir " + layout.Dir,
+			hint: fmt.Sprintf("start this machine's node with 'palyra node start --data-dir %s' (it resumes its cluster), or pass --addr HOST:PORT of another running node", layout.Dir)}
 		if st, err := layout.ReadState(); err == nil {
-			src.addr = st.Address
+			src.addrs = append(src.addrs, st.Address)
+			src.addrs = append(src.addrs, st.Seeds...)
+		}
+		var lp learnedPeers
+		if data, err := os.ReadFile(learnedPeersFile(layout)); err == nil && json.Unmarshal(data, &lp) == nil {
+			src.addrs = append(src.addrs, lp.Peers...)
+		}
+		src.learn = func(_ string, peers []string) error {
+			if slices.Equal(peers, lp.Peers) {
+				return nil
+			}
+			data, err := json.MarshalIndent(learnedPeers{Peers: peers}, "", "  ")
+			if err != nil {
+				return err
+			}
+			return writeFileSynced(learnedPeersFile(layout), append(data, '\n'))
 		}
 		return src, nil
 	}
@@ -99,9 +164,18 @@ func resolveCredential(c *ucli.Context) (credentialSource, error) {
 	if err != nil {
 		return credentialSource{}, err
 	}
-	src := credentialSource{cred: cred, dir: deviceCredDir(dir), desc: "device config " + dir, device: true}
-	if dc, err := readDeviceConfig(dir); err == nil {
-		src.addr = dc.Addr
+	src := credentialSource{cred: cred, dir: deviceCredDir(dir), desc: "device config " + dir, device: true,
+		hint: "check that the cluster's nodes are running and that UDP to them is not blocked from here, or pass --addr HOST:PORT of a running node (this device tries every node it knows, and learns them anew on each successful call)"}
+	dc, err := readDeviceConfig(dir)
+	if err == nil {
+		src.addrs = append([]string{dc.Addr}, dc.Peers...)
+		src.learn = func(answered string, peers []string) error {
+			if answered == dc.Addr && slices.Equal(peers, dc.Peers) {
+				return nil
+			}
+			dc.Addr, dc.Peers = answered, peers
+			return writeDeviceConfig(dir, dc)
+		}
 	}
 	return src, nil
 }

@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"strings"
+	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -10,11 +14,25 @@ import (
 	"github.com/palyra-mesh/palyra/identity"
 )
 
-// dial resolves the node address and the caller's credential (see
-// resolveCredential), and returns a client. The address comes from
-// --addr/PALYRA_ADDR, else the one recorded with the credential, else the
-// default.
-func dial(c *ucli.Context) (*client.Client, error) {
+// learnWait bounds how long a command, once done, waits for the member
+// list it asked for alongside (it is usually there already: both calls
+// share one connection).
+const learnWait = 2 * time.Second
+
+// dial resolves the caller's credential and the nodes to try (see
+// resolveCredential), and returns a client that connects to the first of
+// them that answers. The nodes are --addr/PALYRA_ADDR (one, or several
+// separated by commas) when given; else every node recorded with the
+// credential, the one that answered last first, and then the client also
+// fetches the cluster's current member list and records it when the
+// command is done, so the next command knows every node.
+func dial(c *ucli.Context) (*client.Client, error) { return dialNodes(c, true) }
+
+// dialOne is dial for commands aimed at one particular node (node leave):
+// --addr, else the first recorded address, and no failover.
+func dialOne(c *ucli.Context) (*client.Client, error) { return dialNodes(c, false) }
+
+func dialNodes(c *ucli.Context, failover bool) (*client.Client, error) {
 	src, err := resolveCredential(c)
 	if err != nil {
 		hint := "on a node's machine pass --data-dir (the node's data dir); elsewhere pair this device: palyra device pair --code CODE --peer HOST:PORT"
@@ -23,17 +41,58 @@ func dial(c *ucli.Context) (*client.Client, error) {
 		}
 		return nil, fail(c, &client.Error{Code: "no_credential", Message: fmt.Sprintf("no operator credential: %v", err), Hint: hint})
 	}
-	addr := c.String("addr")
-	if addr == "" {
-		addr = src.addr
+	opts := client.Options{DialTimeout: c.Duration("dial-timeout"), UnreachableHint: src.hint}
+	addrs := src.addrs
+	explicit := c.String("addr") != ""
+	if explicit {
+		addrs = strings.Split(c.String("addr"), ",")
+		opts.UnreachableHint = "check that a palyra node runs at --addr and that UDP to it is not blocked"
 	}
-	if addr == "" {
-		addr = client.DefaultAddr
+	if len(addrs) == 0 || strings.TrimSpace(addrs[0]) == "" {
+		addrs = []string{client.DefaultAddr}
 	}
-	cl, err := client.New(addr, src.cred)
+	if !failover {
+		addrs = addrs[:1]
+	}
+	cl, err := client.NewCluster(addrs, src.cred, opts)
 	if err != nil {
 		return nil, fail(c, &client.Error{Code: "invalid_argument", Message: err.Error(), Hint: "set --addr HOST:PORT"})
 	}
 	watchRenewal(c, cl, src)
+	if failover && !explicit && src.learn != nil {
+		learnMembers(c, cl, src.learn)
+	}
 	return cl, nil
+}
+
+// learnMembers asks the cluster for its node addresses alongside the
+// command's own calls and, when the command closes the client, records
+// them with the credential (if they arrived in time and changed).
+func learnMembers(c *ucli.Context, cl *client.Client, learn func(answered string, peers []string) error) {
+	ctx, cancel := context.WithCancel(c.Context)
+	type answer struct {
+		peers []string
+		err   error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		peers, err := cl.Peers(ctx)
+		got <- answer{peers, err}
+	}()
+	cl.OnClose(func() {
+		defer cancel()
+		t := time.NewTimer(learnWait)
+		defer t.Stop()
+		select {
+		case a := <-got:
+			if a.err == nil && len(a.peers) > 0 {
+				// A node's data dir may belong to the node's user: not
+				// being allowed to write there is no news on every call.
+				if err := learn(cl.Answered(), a.peers); err != nil && !errors.Is(err, fs.ErrPermission) {
+					fmt.Fprintf(c.App.ErrWriter, "warning: could not record the cluster's nodes: %v\n", err)
+				}
+			}
+		case <-t.C:
+		}
+	})
 }

@@ -124,7 +124,7 @@ func reachCheck(c *ucli.Context) check {
 		return check{Name: "node reachable", Status: "fail", Detail: e.Message, Fix: e.Hint}
 	}
 	return check{Name: "node reachable", Status: "ok", Detail: fmt.Sprintf("%s at %s answered in %s (raft %s, leader %s)",
-		resp.Msg.NodeId, cl.Addr, time.Since(t0).Round(time.Millisecond), resp.Msg.RaftState, resp.Msg.LeaderId)}
+		resp.Msg.NodeId, cl.Reached(), time.Since(t0).Round(time.Millisecond), resp.Msg.RaftState, resp.Msg.LeaderId)}
 }
 
 // clockCheck asks the kernel whether the clock is NTP-synchronised:

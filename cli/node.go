@@ -20,8 +20,8 @@ import (
 
 func nodeFlags() []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.StringFlag{Name: "listen", Usage: "UDP `HOST:PORT` for QUIC", Value: node.DefaultListen, EnvVars: []string{"PALYRA_LISTEN"}},
-		&ucli.StringFlag{Name: "advertise", Usage: "`HOST:PORT` other nodes dial (default: --listen)", EnvVars: []string{"PALYRA_ADVERTISE"}},
+		&ucli.StringFlag{Name: "listen", Usage: "UDP `HOST:PORT` for QUIC (default: the address recorded in the data dir at the last start, so a restart keeps it; " + node.DefaultListen + " on a new data dir)", EnvVars: []string{"PALYRA_LISTEN"}},
+		&ucli.StringFlag{Name: "advertise", Usage: "`HOST:PORT` other nodes dial (default: --listen; on a restart, the recorded one)", EnvVars: []string{"PALYRA_ADVERTISE"}},
 		&ucli.StringSliceFlag{Name: "label", Usage: "node label `k=v` for scheduling and policy (repeatable)"},
 		&ucli.IntFlag{Name: "wasm-slots", Usage: "wasm jobs run at once on this node (default 2 × CPUs)", EnvVars: []string{"PALYRA_WASM_SLOTS"}},
 		&ucli.IntFlag{Name: "browser-slots", Usage: "browser jobs run at once (default 2 when Chromium is installed; -1 disables)", EnvVars: []string{"PALYRA_BROWSER_SLOTS"}},
@@ -29,6 +29,7 @@ func nodeFlags() []ucli.Flag {
 		&ucli.IntFlag{Name: "array-prefetch", Value: 8, Usage: "the same for job-array tasks (0: none)", EnvVars: []string{"PALYRA_ARRAY_PREFETCH"}},
 		&ucli.DurationFlag{Name: "lease-ttl", Value: driver.DefaultLeaseTTL, Usage: "how long a placement lives without its worker renewing it (workers renew 3 times per TTL); a worker that is stuck, paused or cut off loses its jobs to the queue after this (applies while this node leads)", EnvVars: []string{"PALYRA_LEASE_TTL"}},
 		&ucli.DurationFlag{Name: "cert-ttl", Usage: "lifetime of the certificates this node signs while it is a voter (5s to 90 days); every node and device renews at two thirds of it", DefaultText: "24h", EnvVars: []string{"PALYRA_CERT_TTL"}},
+		&ucli.StringFlag{Name: "network", Usage: "tune failure detection for `lan` (one site: a dead leader replaced in under a second) or wan (sites apart: slower, tolerant of slow links); default: the one recorded in the data dir, else lan", EnvVars: []string{"PALYRA_NETWORK"}},
 		&ucli.IntFlag{Name: "target-voters", Usage: "raft voters the cluster keeps: 1, 3 or 5 (default 3; the leader's setting applies)", EnvVars: []string{"PALYRA_TARGET_VOTERS"}},
 		&ucli.StringFlag{Name: "log-format", Usage: "log format: text or json", Value: "text", EnvVars: []string{"PALYRA_LOG_FORMAT"}},
 		&ucli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"PALYRA_LOG_LEVEL"}},
@@ -67,6 +68,10 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 	if ttl := c.Duration("cert-ttl"); ttl != 0 && (ttl < 5*time.Second || ttl > 90*24*time.Hour) {
 		return node.Config{}, usageErr("--cert-ttl must be between 5s and 2160h (90 days)")
 	}
+	network := strings.ToLower(c.String("network"))
+	if _, err := node.TimersFor(network); err != nil {
+		return node.Config{}, usageErr("--network: %v", err)
+	}
 	dataDir := c.String("data-dir")
 	if dataDir == "" {
 		dataDir = "palyra-data"
@@ -76,7 +81,7 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 		ClusterName: c.String("cluster-name"), Logger: logger, Version: Version,
 		WasmSlots: c.Int("wasm-slots"), BrowserSlots: c.Int("browser-slots"), Labels: labels, TargetVoters: tv,
 		Prefetch: prefetchFlag(c, "prefetch"), ArrayPrefetch: prefetchFlag(c, "array-prefetch"), LeaseTTL: c.Duration("lease-ttl"),
-		CertTTL: c.Duration("cert-ttl"),
+		CertTTL: c.Duration("cert-ttl"), Network: network,
 	}, nil
 }
 
@@ -102,7 +107,10 @@ func nodeCommand() *ucli.Command {
 				Description: `The first start on an empty data dir creates a new cluster: its CA, this
    node's key and certificate, a single-voter Raft, and a local operator
    credential (data-dir/operator) for the CLI on this machine. Later starts
-   resume from disk (a joined node rejoins by itself). SIGINT/SIGTERM stop it.
+   resume from disk (a joined node rejoins by itself) on the address
+   recorded in the data dir: restart with just 'palyra node start --data-dir D'.
+   An explicit --listen moves the node; it logs the change and tells the
+   cluster its new address. SIGINT/SIGTERM stop it.
 
    Everything (API, Raft, gossip) is QUIC with mutual TLS on one UDP port.`,
 				Flags: append(nodeFlags(), &ucli.StringFlag{Name: "cluster-name", Usage: "name of a new cluster (first start only)", Value: "palyra"}),
@@ -156,11 +164,39 @@ func nodeCommand() *ucli.Command {
 				},
 			},
 			{
+				Name:      "remove",
+				Usage:     "take a node that is gone for good out of the cluster (raft, membership, its jobs re-queued)",
+				ArgsUsage: "NODE_ID",
+				Description: `For a node whose machine died or was retired without 'node leave'. The
+   node is dropped from the raft configuration (autopilot promotes a spare if
+   voters fall short), its certificate is revoked (every node refuses it; to
+   bring that machine back, join it again with a new code and an empty data
+   dir), and the jobs it was running are queued again to run elsewhere.
+
+   A node that gossip still reports alive is refused: a running node should
+   leave with 'palyra --addr ADDR node leave', which moves its work first.
+   --force removes it anyway (it is cut off at once). The leader is always
+   refused: stop it first, and remove it once another node leads. So is the
+   node holding the cluster CA (the first node) without --force: pairing and
+   certificate renewal need it.
+
+   Find the id with 'palyra nodes'. Needs the node.remove permission
+   (operators have it by default).`,
+				Flags: []ucli.Flag{
+					&ucli.BoolFlag{Name: "force", Usage: "remove the node even though gossip reports it alive (it is cut off)"},
+					jsonFlag,
+				},
+				Action: nodeRemove,
+			},
+			{
 				Name:  "leave",
 				Usage: "make the node at --addr leave the cluster gracefully (leadership handed off first), then stop",
+				Description: `Asks exactly one node, the one at --addr (default: this data dir's node),
+   to leave; it never fails over to another. For a node that is gone already,
+   use 'palyra node remove ID'.`,
 				Flags: []ucli.Flag{jsonFlag},
 				Action: func(c *ucli.Context) error {
-					cl, err := dial(c)
+					cl, err := dialOne(c)
 					if err != nil {
 						return err
 					}
@@ -258,4 +294,44 @@ func prefetchFlag(c *ucli.Context, name string) int {
 		return v
 	}
 	return -1
+}
+
+func nodeRemove(c *ucli.Context) error {
+	id, err := oneArg(c, "node id (see 'palyra nodes')")
+	if err != nil {
+		return err
+	}
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := cl.Node.RemoveNode(c.Context, connect.NewRequest(&palyrav1.RemoveNodeRequest{NodeId: id, Force: c.Bool("force")}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	r := resp.Msg
+	if c.Bool("json") {
+		requeued := r.Requeued
+		if requeued == nil {
+			requeued = []string{}
+		}
+		return writeJSON(c.App.Writer, map[string]any{"node_id": r.NodeId, "removed": true, "was_alive": r.WasAlive,
+			"was_voter": r.WasVoter, "in_raft": r.InRaft, "requeued": requeued, "held_ca": r.HeldCa, "already_removed": r.AlreadyRemoved})
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "node %s removed: its certificate is revoked", r.NodeId)
+	if r.InRaft {
+		fmt.Fprintf(w, "; the leader is taking it out of raft")
+	} else {
+		fmt.Fprintf(w, " and it is out of raft")
+	}
+	fmt.Fprintf(w, "; %d running job(s) queued again\n", len(r.Requeued))
+	if r.WasVoter {
+		fmt.Fprintln(w, "it was a voter: a spare is promoted if the cluster has one ('palyra nodes')")
+	}
+	if r.HeldCa {
+		fmt.Fprintln(c.App.ErrWriter, "warning: it held the cluster CA: no node or device can pair, and certificates cannot be renewed, from now on")
+	}
+	return nil
 }

@@ -54,7 +54,7 @@ func pairCommand() *ucli.Command {
 					}
 					fmt.Fprintln(c.App.Writer, resp.Msg.Code)
 					fmt.Fprintf(c.App.ErrWriter, "%s code %s, valid until %s; use it once with 'palyra %s --code CODE --peer %s'\n",
-						p.Kind, p.Id, msTime(p.ExpiresAtMs), map[string]string{"node": "node join", "device": "device pair"}[p.Kind], cl.Addr)
+						p.Kind, p.Id, msTime(p.ExpiresAtMs), map[string]string{"node": "node join", "device": "device pair"}[p.Kind], cl.Reached())
 					return nil
 				},
 			},

@@ -44,6 +44,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	s := f.state
 	s.mu.Lock()
+	s.clockMS = clampTimes(&cmd, s.clockMS)
 	res := s.apply(l.Index, &cmd)
 	if r := cmd.GetRound(); r != nil {
 		// Placements the leader attached to the command: after it, so a

@@ -49,8 +49,10 @@ func TestPairingIsOneTimeAndExpires(t *testing.T) {
 		consume("p1", "s3cret", 2000, "node", "n-1"), // code is for a device
 		consume("p1", "s3cret", 2000, "device", "d-1"),
 		consume("p1", "s3cret", 2000, "device", "d-2"), // reuse
+		// Proposed at 1000 after the cluster clock reached 2000: the FSM
+		// moves it (and its expiry, to 6000) to the clock.
 		createPairing("p2", "node", "x", 5_000),
-		consume("p2", "x", 5_000+3*60_000, "node", "n-2"), // expired 3m ago
+		consume("p2", "x", 6_000+3*60_000, "node", "n-2"), // expired 3m ago
 		consume("nope", "x", 1, "node", "n-3"),
 	)
 	want := []string{"", "wrong secret", "is for a device", "", "already used", "", "expired 3m ago", "no pairing code"}

@@ -36,7 +36,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	defer s.mu.RUnlock()
 	hdr := &raftpb.Snapshot{Version: snapshotVersion, StaleResults: s.staleResults, AppliedIndex: s.applied,
 		JobCount: uint64(s.idx.order.Len()), ArrayCount: uint64(len(s.arrays)), RetentionMs: s.retentionMS,
-		PrunedBeforeMs: s.prunedBefore}
+		PrunedBeforeMs: s.prunedBefore, ClockMs: s.clockMS}
 	s.snapshotIdentity(hdr)
 	s.snapshotData(hdr)
 	arrays := make([]*raftpb.ArrayRecord, 0, len(s.arrays))
@@ -110,7 +110,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	s.mu.Lock()
 	s.jobs, s.staleResults, s.id, s.idempotency, s.data = ns.jobs, ns.staleResults, ns.id, ns.idempotency, ns.data
 	s.idx, s.arrays, s.retentionMS, s.applied = ns.idx, ns.arrays, ns.retentionMS, ns.applied
-	s.prunedBefore = ns.prunedBefore
+	s.prunedBefore, s.clockMS = ns.prunedBefore, ns.clockMS
 	close(s.changed)
 	s.changed = make(chan struct{})
 	for t, ch := range s.topics { // everything may have changed
@@ -132,7 +132,7 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	}
 	ns := newState()
 	ns.staleResults, ns.applied, ns.retentionMS = hdr.StaleResults, hdr.AppliedIndex, hdr.RetentionMs
-	ns.prunedBefore = hdr.PrunedBeforeMs
+	ns.prunedBefore, ns.clockMS = hdr.PrunedBeforeMs, hdr.ClockMs
 	ns.restoreIdentity(&hdr)
 	ns.restoreData(&hdr)
 	jobs := make([]*Job, 0, hdr.JobCount)

@@ -26,6 +26,7 @@ type State struct {
 	arrays       map[string]*Array
 	retentionMS  int64 // 0 = DefaultRetention
 	prunedBefore int64 // pruning horizon: see PrunedBefore
+	clockMS      int64 // the cluster clock: latest proposal time applied (clock.go)
 
 	// changed is closed and replaced after every applied command (for
 	// waiters on an applied index); topics wake watchers of one thing.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -42,14 +43,19 @@ const (
 	logCacheBytes   = 64 << 20
 )
 
+// clockWarnMS is how far behind the cluster clock this server's clock may
+// be before its proposals say so in the log.
+const clockWarnMS = 1000
+
 // Store is one server of the replicated control plane.
 type Store struct {
-	cfg       Config
-	raft      *raft.Raft
-	fsm       *FSM
-	bolt      *raftboltdb.BoltStore
-	transport *gatedTransport
-	log       *slog.Logger
+	lastClockWarn atomic.Int64 // Unix ms of the last clock warning
+	cfg           Config
+	raft          *raft.Raft
+	fsm           *FSM
+	bolt          *raftboltdb.BoltStore
+	transport     *gatedTransport
+	log           *slog.Logger
 }
 
 // Open opens (or creates) the raft state in cfg.Dir and starts the server.
@@ -139,8 +145,16 @@ func (s *Store) Raft() *raft.Raft { return s.raft }
 // Apply commits cmd through raft and returns the FSM's result. It returns
 // only after the command is committed and applied locally, so a nil error
 // means the change is durable on a quorum.
+//
+// What is committed carries this server's clock as the command's time
+// (the leader takes the time of every command, see clock.go); cmd itself
+// is not changed.
 func (s *Store) Apply(ctx context.Context, cmd *raftpb.Command) (Job, error) {
-	data, err := proto.Marshal(cmd)
+	now := time.Now().UnixMilli()
+	if behind := s.fsm.State().ClockMS() - now; behind > clockWarnMS {
+		s.warnClock(behind)
+	}
+	data, err := proto.Marshal(stampLeaderTime(cmd, now))
 	if err != nil {
 		return Job{}, fmt.Errorf("encode command: %w", err)
 	}
@@ -309,4 +323,15 @@ func newHCLogger(l *slog.Logger) hclog.Logger {
 		DisableTime:     true,
 		IncludeLocation: false,
 	})
+}
+
+// warnClock says (at most once a minute) that this leader's clock is
+// behind the cluster clock: the times it proposes are moved forward.
+func (s *Store) warnClock(behindMS int64) {
+	now := time.Now().UnixMilli()
+	if last := s.lastClockWarn.Load(); now-last < 60_000 || !s.lastClockWarn.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("this node's clock is behind the cluster's: the times it proposes are held at the cluster's, which keeps deadlines and expiries consistent but not punctual; sync the clocks (NTP)",
+		"behind", time.Duration(behindMS)*time.Millisecond)
 }

@@ -12,9 +12,12 @@ const DefaultListen = "127.0.0.1:7444"
 // sane default.
 type Config struct {
 	DataDir string // default "palyra-data"
-	Listen  string // UDP HOST:PORT, default DefaultListen
+	// Listen is the UDP HOST:PORT to bind. Empty means the address this
+	// node listened on last time (recorded in node.json), so a restart
+	// keeps the address its peers know it by; DefaultListen on first start.
+	Listen string
 	// Advertise is the address peers dial (default: Listen, which must then
-	// not be a wildcard).
+	// not be a wildcard; on a restart without Listen, the recorded one).
 	Advertise string
 	// TargetVoters is how many raft voters the cluster keeps (1, 3 or 5;
 	// default 3).
@@ -47,6 +50,10 @@ type Config struct {
 	// to go (0: 10 minutes).
 	BlobGCInterval time.Duration
 	BlobGCGrace    time.Duration
+	// Network tunes the failure-detection timers (raft, gossip, the
+	// dead-worker grace) for NetworkLAN or NetworkWAN; empty means the one
+	// recorded at the last start, else NetworkLAN.
+	Network string
 	// Fast shortens raft timers; for tests only.
 	Fast bool
 	// WasmCacheDir holds the on-disk compilation cache (default: the data
@@ -58,9 +65,6 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.DataDir == "" {
 		c.DataDir = "palyra-data"
-	}
-	if c.Listen == "" {
-		c.Listen = DefaultListen
 	}
 	if c.ClusterName == "" {
 		c.ClusterName = "palyra"

@@ -37,9 +37,16 @@ func (l Layout) WasmCacheDir() string {
 type State struct {
 	NodeID      string `json:"node_id"`
 	ClusterName string `json:"cluster_name"`
-	// Address is the QUIC address the node last listened on; the CLI on
-	// this machine uses it when --addr is not given.
+	// Address is the QUIC address the node last advertised (the one its
+	// peers dial); the CLI on this machine uses it when --addr is not given.
 	Address string `json:"address"`
+	// Listen is the UDP address the node last bound (its port resolved),
+	// and Advertise the --advertise it was given, if any: a restart
+	// without --listen binds them again.
+	Listen    string `json:"listen,omitempty"`
+	Advertise string `json:"advertise,omitempty"`
+	// Network is the timer set the node runs with (lan or wan).
+	Network string `json:"network,omitempty"`
 	Version int    `json:"version"`
 	// OperatorID is the local operator device created at init (first node).
 	OperatorID string `json:"operator_id,omitempty"`
@@ -103,6 +110,16 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
+		return err
+	}
+	// The rename is durable only once the directory is.
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }

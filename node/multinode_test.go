@@ -234,3 +234,58 @@ func reverse(s string) string {
 	}
 	return string(r)
 }
+
+// A node restarted on a new address (an explicit, different --listen)
+// tells the cluster: the leader records the new address in raft, so the
+// others reach it there, and it is a voter again. This is the leader of
+// three, so it comes back as a follower and must ask the new leader.
+func TestRestartOnANewAddressRejoins(t *testing.T) {
+	first := start(t, node.Config{})
+	op := operator(t, first, first.Addr())
+	n2 := join(t, op, first.Addr(), t.TempDir())
+	n3 := join(t, op, first.Addr(), t.TempDir())
+	nodes := []*node.Node{first, n2, n3}
+	var leader string
+	waitFor(t, "3 alive voters and one leader everywhere", time.Minute, func() bool {
+		ok, l := healthy(first, 3, 3)
+		leader = l
+		return ok
+	})
+	var moved *node.Node
+	var others []*node.Node
+	for _, n := range nodes {
+		if n.ID() == leader {
+			moved = n
+		} else {
+			others = append(others, n)
+		}
+	}
+	dir, oldAddr := moved.Layout().Dir, moved.Addr()
+	moved.Close()
+	back := start(t, node.Config{DataDir: dir, Listen: "127.0.0.1:0"})
+	if back.Addr() == oldAddr {
+		t.Fatalf("restarted on %s, want a new port", back.Addr())
+	}
+	if st, err := back.Layout().ReadState(); err != nil || st.Address != back.Addr() {
+		t.Fatalf("node.json records %+v (%v), want address %s", st, err, back.Addr())
+	}
+	waitFor(t, "every node to list the moved node alive, a voter, at its new address in gossip and raft", 90*time.Second, func() bool {
+		for _, n := range append(others, back) {
+			if ok, _ := healthy(n, 3, 3); !ok {
+				return false
+			}
+			found := false
+			for _, m := range n.Cluster().Members() {
+				if m.ID == back.ID() {
+					found = m.Address == back.Addr() && m.RaftAddress == back.Addr() && m.Voter && m.State == cluster.StateAlive
+				}
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	})
+	cl := operator(t, first, others[0].Addr())
+	waitCompleted(t, cl, submit(t, cl, "after the move"))
+}

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
@@ -55,6 +54,7 @@ type Node struct {
 	unlock       func()
 	slots        int
 	browserSlots int
+	timers       Timers
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -108,6 +108,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.state = st
 	n.log = cfg.Logger.With("node", st.NodeID)
+	n.cfg.Listen, n.cfg.Advertise = listenAddrs(cfg, st)
+	if n.timers, err = n.pickTimers(); err != nil {
+		return nil, err
+	}
 	cred, err := identity.LoadCredential(l.NodeCredDir())
 	if err != nil {
 		return nil, fmt.Errorf("load node credential: %w", err)
@@ -193,7 +197,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go func() { defer n.wg.Done(); n.replicateHeldBlobs(runCtx) }()
 
 	n.log.Info("node ready", "address", addr, "data_dir", l.Dir, "cluster", st.ClusterName,
-		"wasm_slots", n.slots, "raft", n.store.Stats().State, "ca_keys", len(n.keeper.kr.Fingerprints()))
+		"wasm_slots", n.slots, "raft", n.store.Stats().State, "ca_keys", len(n.keeper.kr.Fingerprints()), "timers", n.timers.String())
 	return n, nil
 }
 
@@ -226,11 +230,47 @@ func (n *Node) listen() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", n.cfg.Listen, err)
 	}
-	if addr := n.transport.AdvertiseAddr(); n.state.Address != addr {
-		n.state.Address = addr
-		if err := n.layout.WriteState(n.state); err != nil {
-			return fmt.Errorf("record address: %w", err)
-		}
+	return n.recordAddress()
+}
+
+// listenAddrs picks what a node binds and advertises: the configured
+// addresses; else, on a restart, the ones recorded at the last start (so
+// the node comes back where its peers and the raft configuration know it);
+// else DefaultListen.
+func listenAddrs(cfg Config, st State) (listen, advertise string) {
+	if cfg.Listen != "" {
+		return cfg.Listen, cfg.Advertise
+	}
+	advertise = cfg.Advertise
+	if advertise == "" {
+		advertise = st.Advertise
+	}
+	switch {
+	case st.Listen != "":
+		return st.Listen, advertise
+	case st.Address != "":
+		return st.Address, advertise
+	}
+	return DefaultListen, cfg.Advertise
+}
+
+// recordAddress writes the addresses this start bound and advertises to
+// node.json, and says so when the advertised one changed: the cluster
+// knows this node by it, so a change is worth a line in the log.
+func (n *Node) recordAddress() error {
+	addr, bound := n.transport.AdvertiseAddr(), n.transport.Addr().String()
+	old := n.state
+	if old.Address == addr && old.Listen == bound && old.Advertise == n.cfg.Advertise {
+		return nil
+	}
+	if old.Address != "" && old.Address != addr {
+		n.log.Warn("this node's address changed; it tells the cluster its new one when it rejoins",
+			"old_address", old.Address, "address", addr,
+			"hint", "restart without --listen to keep the recorded address")
+	}
+	n.state.Address, n.state.Listen, n.state.Advertise = addr, bound, n.cfg.Advertise
+	if err := n.layout.WriteState(n.state); err != nil {
+		return fmt.Errorf("record address: %w", err)
 	}
 	return nil
 }
@@ -243,14 +283,7 @@ func (n *Node) openStore() error {
 		Layer:     cluster.NodeOnlyLayer(n.transport.RaftLayer(), n.log),
 		Bootstrap: !n.state.Joined, Logger: n.log,
 	}
-	if n.cfg.Fast {
-		sc.Tune = func(c *raft.Config) {
-			// Shorter than production, but not so short that a loaded
-			// 2-core CI machine (and -race) causes spurious elections.
-			c.HeartbeatTimeout, c.ElectionTimeout = 500*time.Millisecond, 500*time.Millisecond
-			c.LeaderLeaseTimeout = 250 * time.Millisecond
-		}
-	}
+	sc.Tune = n.timers.tuneRaft
 	store, err := consensus.Open(sc)
 	if err != nil {
 		return err
@@ -267,7 +300,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 	c, err := cluster.New(cluster.Config{
 		NodeID: n.state.NodeID, Advertise: n.state.Address, Transport: n.transport, Store: n.store,
 		Meta:         n.meta(),
-		TargetVoters: n.cfg.TargetVoters, Fast: n.cfg.Fast, Logger: n.log,
+		TargetVoters: n.cfg.TargetVoters, Fast: n.cfg.Fast, Tuning: n.timers.Gossip, Logger: n.log,
 		CAKeys: n.keeper.handOff,
 	})
 	if err != nil {

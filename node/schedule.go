@@ -50,6 +50,10 @@ func (n *Node) runScheduler(ctx context.Context) {
 		Prefetch:      map[string]int{"wasm": orDefault(n.cfg.Prefetch, defaultPrefetch)},
 		ArrayPrefetch: map[string]int{"wasm": orDefault(n.cfg.ArrayPrefetch, defaultArrayPrefetch)},
 		LeaseTTL:      n.cfg.LeaseTTL,
+		// Re-queueing a worker that is not dead after all is safe: its
+		// results carry a stale attempt and are refused.
+		DeadWorkerGrace: n.timers.DeadWorkerGrace,
+		Tick:            n.timers.SchedulerTick,
 	})
 	n.cluster.SetPiggyback(d.Piggyback)
 	defer n.cluster.SetPiggyback(nil)

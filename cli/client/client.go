@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -25,9 +26,37 @@ import (
 // DefaultAddr is where a local node listens by default.
 const DefaultAddr = "127.0.0.1:7444"
 
-// Client talks to one node.
+// Defaults of Options.
+const (
+	// DefaultDialTimeout bounds one address's QUIC handshake. A node on a
+	// LAN answers in milliseconds; this is generous for a WAN and short
+	// enough that a dead node costs little.
+	DefaultDialTimeout = 2 * time.Second
+	// DefaultStagger is how long a dial waits for one address before it
+	// also tries the next (the first to answer wins), so a dead first
+	// address costs a quarter of a second, not a whole timeout.
+	DefaultStagger = 250 * time.Millisecond
+)
+
+// Options tune how a Client reaches a cluster through several nodes.
+type Options struct {
+	DialTimeout time.Duration // per address (default DefaultDialTimeout)
+	Stagger     time.Duration // before trying the next address too (default DefaultStagger)
+	// UnreachableHint is the hint given when no address answers (default:
+	// check the nodes and UDP). The CLI says what fits the credential: a
+	// node's data dir or a paired device.
+	UnreachableHint string
+}
+
+// Client talks to a cluster through one of its nodes. It knows several
+// node addresses and connects to the first that answers, trying the one
+// that answered last first; when that connection fails, the next call
+// dials again, so a client outlives any one node. A call in flight when
+// its node dies fails (it may have taken effect); only connecting is
+// retried.
 type Client struct {
-	Addr     string
+	Addr     string   // the first address, as given
+	Addrs    []string // every address it may dial, in order
 	Jobs     palyrav1connect.JobServiceClient
 	Node     palyrav1connect.NodeServiceClient
 	Identity palyrav1connect.IdentityServiceClient
@@ -36,42 +65,263 @@ type Client struct {
 	// Snapshots streams cluster snapshots (palyra snapshot save).
 	Snapshots palyrav1connect.SnapshotServiceClient
 	tr        *http3.Transport
+	opts      Options
+
+	mu       sync.Mutex
+	answered string // the address of the current (or last) connection
+	qt       *quic.Transport
+	closed   bool
+	onClose  []func()
 }
 
 // New returns a client for the node at addr using cred. No connection is
 // made until the first call.
 func New(addr string, cred *identity.Credential) (*Client, error) {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return nil, fmt.Errorf("bad node address %q: want HOST:PORT, e.g. %s", addr, DefaultAddr)
+	return NewCluster([]string{addr}, cred, Options{})
+}
+
+// NewCluster returns a client that reaches the cluster through any of
+// addrs (tried in order, the one that answered last first). No connection
+// is made until the first call.
+func NewCluster(addrs []string, cred *identity.Credential, o Options) (*Client, error) {
+	addrs = dedup(addrs)
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("no node address: want HOST:PORT, e.g. %s", DefaultAddr)
 	}
-	tr := &http3.Transport{
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("bad node address %q: want HOST:PORT, e.g. %s", a, DefaultAddr)
+		}
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.Stagger <= 0 {
+		o.Stagger = DefaultStagger
+	}
+	c := &Client{Addr: addrs[0], Addrs: addrs, opts: o}
+	c.tr = &http3.Transport{
 		TLSClientConfig: identity.ClientTLSConfig(cred, []string{http3.NextProtoH3}, nil),
 		QUICConfig: &quic.Config{
-			HandshakeIdleTimeout: 3 * time.Second,
-			MaxIdleTimeout:       30 * time.Second,
-			KeepAlivePeriod:      10 * time.Second,
+			HandshakeIdleTimeout: o.DialTimeout,
+			// A node that stops answering is given up after 8 s of
+			// silence (keep-alives every 2 s), then the next call dials
+			// another.
+			MaxIdleTimeout:  8 * time.Second,
+			KeepAlivePeriod: 2 * time.Second,
 		},
+		Dial: c.dial,
 	}
-	hc := &http.Client{Transport: tr}
-	base := "https://" + addr
+	hc := &http.Client{Transport: c.tr}
+	// Every call names the first address; the dial decides which node
+	// serves it (nodes are verified by certificate, not by name).
+	base := "https://" + addrs[0]
 	// Sends are bounded by the largest request a node takes (a module plus
 	// a job array's inputs, node/api.MaxRequestBytes); requests under 64 KiB
 	// go uncompressed (gzip costs more CPU than it saves on small messages).
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(64 << 20), connect.WithSendMaxBytes(96 << 20), connect.WithCompressMinBytes(64 << 10)}
-	return &Client{
-		Addr:      addr,
-		Jobs:      palyrav1connect.NewJobServiceClient(hc, base, opts...),
-		Node:      palyrav1connect.NewNodeServiceClient(hc, base, opts...),
-		Identity:  palyrav1connect.NewIdentityServiceClient(hc, base, opts...),
-		Policy:    palyrav1connect.NewPolicyServiceClient(hc, base, opts...),
-		Secrets:   palyrav1connect.NewSecretServiceClient(hc, base, opts...),
-		Snapshots: palyrav1connect.NewSnapshotServiceClient(hc, base, opts...),
-		tr:        tr,
-	}, nil
+	c.Jobs = palyrav1connect.NewJobServiceClient(hc, base, opts...)
+	c.Node = palyrav1connect.NewNodeServiceClient(hc, base, opts...)
+	c.Identity = palyrav1connect.NewIdentityServiceClient(hc, base, opts...)
+	c.Policy = palyrav1connect.NewPolicyServiceClient(hc, base, opts...)
+	c.Secrets = palyrav1connect.NewSecretServiceClient(hc, base, opts...)
+	c.Snapshots = palyrav1connect.NewSnapshotServiceClient(hc, base, opts...)
+	return c, nil
 }
 
-// Close releases the client's QUIC connection.
-func (c *Client) Close() error { return c.tr.Close() }
+func dedup(addrs []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, a := range addrs {
+		if a = strings.TrimSpace(a); a != "" && !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Answered is the address of the node the client is (or was last)
+// connected to; "" before any connection.
+func (c *Client) Answered() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.answered
+}
+
+// OnClose registers f to run at the start of Close, while the connection
+// is still usable (the CLI records what it learned then).
+func (c *Client) OnClose(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onClose = append(c.onClose, f)
+}
+
+// Peers asks the cluster for the addresses of its nodes: the one this
+// client reached first, then every node that node knows (raft servers and
+// alive members).
+func (c *Client) Peers(ctx context.Context) ([]string, error) {
+	resp, err := c.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	return dedup(append([]string{c.Answered()}, resp.Msg.Peers...)), nil
+}
+
+// Reached is the address of the node the client reached, or (before any
+// connection) the first it would try.
+func (c *Client) Reached() string {
+	if a := c.Answered(); a != "" {
+		return a
+	}
+	return c.Addr
+}
+
+// Close releases the client's QUIC connection and socket.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	hooks := c.onClose
+	c.onClose = nil
+	c.mu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
+	err := c.tr.Close()
+	c.mu.Lock()
+	qt := c.qt
+	c.closed = true
+	c.mu.Unlock()
+	if qt != nil {
+		qt.Close()
+		qt.Conn.Close()
+	}
+	return err
+}
+
+// transport returns the client's QUIC transport on its own UDP socket,
+// made on first use.
+func (c *Client) transport() (*quic.Transport, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, http3.ErrTransportClosed
+	}
+	if c.qt == nil {
+		udp, err := net.ListenUDP("udp", nil)
+		if err != nil {
+			return nil, fmt.Errorf("open a UDP socket: %w", err)
+		}
+		c.qt = &quic.Transport{Conn: udp}
+	}
+	return c.qt, nil
+}
+
+// order is the dial order: the address that answered last, then the
+// others as given.
+func (c *Client) order() []string {
+	c.mu.Lock()
+	last := c.answered
+	c.mu.Unlock()
+	out := make([]string, 0, len(c.Addrs))
+	if last != "" {
+		out = append(out, last)
+	}
+	for _, a := range c.Addrs {
+		if a != last {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// UnreachableError says that no address answered, and why each did not.
+type UnreachableError struct {
+	Addrs []string
+	Errs  []error // Errs[i] is why Addrs[i] did not answer
+}
+
+func (e *UnreachableError) Error() string {
+	parts := make([]string, len(e.Addrs))
+	for i, a := range e.Addrs {
+		parts[i] = fmt.Sprintf("%s: %v", a, e.Errs[i])
+	}
+	return "no node answered (" + strings.Join(parts, "; ") + ")"
+}
+
+// dial connects to the first address that completes a handshake. It
+// starts with the preferred address and, every Stagger without an answer
+// (or at once when one fails), also tries the next; the first handshake
+// to complete wins and the others are abandoned. Only the handshake is
+// raced: no request has been sent yet, so this is safe for any call.
+func (c *Client) dial(ctx context.Context, _ string, tlsCfg *tls.Config, qcfg *quic.Config) (*quic.Conn, error) {
+	qt, err := c.transport()
+	if err != nil {
+		return nil, err
+	}
+	addrs := c.order()
+	type result struct {
+		i    int
+		conn *quic.Conn
+		err  error
+	}
+	results := make(chan result, len(addrs))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next, pending := 0, 0
+	start := func() {
+		i := next
+		next++
+		pending++
+		go func() {
+			dctx, dcancel := context.WithTimeout(ctx, c.opts.DialTimeout)
+			defer dcancel()
+			ua, err := net.ResolveUDPAddr("udp", addrs[i])
+			if err != nil {
+				results <- result{i: i, err: err}
+				return
+			}
+			conn, err := qt.Dial(dctx, ua, tlsCfg, qcfg)
+			results <- result{i: i, conn: conn, err: err}
+		}()
+	}
+	start()
+	stagger := time.NewTimer(c.opts.Stagger)
+	defer stagger.Stop()
+	errs := make([]error, len(addrs))
+	for pending > 0 {
+		select {
+		case r := <-results:
+			pending--
+			if r.err == nil {
+				c.mu.Lock()
+				c.answered = addrs[r.i]
+				c.mu.Unlock()
+				go func(n int) { // close the handshakes that lost the race
+					for ; n > 0; n-- {
+						if late := <-results; late.conn != nil {
+							late.conn.CloseWithError(0, "")
+						}
+					}
+				}(pending)
+				return r.conn, nil
+			}
+			errs[r.i] = r.err
+			if next < len(addrs) {
+				start()
+				stagger.Reset(c.opts.Stagger)
+			}
+		case <-stagger.C:
+			if next < len(addrs) {
+				start()
+				stagger.Reset(c.opts.Stagger)
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil && len(addrs) == 1 {
+		return nil, err
+	}
+	return nil, &UnreachableError{Addrs: addrs, Errs: errs}
+}
 
 // Error is a failure as the user should see it.
 type Error struct {
@@ -106,10 +356,49 @@ func (c *Client) Explain(err error) *Error {
 			return &Error{Code: strings.ReplaceAll(ce.Code().String(), " ", "_"), Message: ce.Message()}
 		}
 	}
-	return c.transportError(err)
+	var ue *UnreachableError
+	if errors.As(err, &ue) {
+		return c.unreachable(ue)
+	}
+	return c.transportError(c.Reached(), err)
 }
 
-func (c *Client) transportError(err error) *Error {
+// noAnswer reports whether a dial error means nothing answered (rather
+// than that a node answered and refused us).
+func noAnswer(err error) bool {
+	var idle *quic.IdleTimeoutError
+	var hs *quic.HandshakeTimeoutError
+	var op *net.OpError
+	return errors.As(err, &idle) || errors.As(err, &hs) || errors.As(err, &op) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		strings.Contains(err.Error(), "timeout: no recent network activity")
+}
+
+// unreachable explains a dial that reached no node: when a node answered
+// and refused (a credential problem), that is the news; when none
+// answered, the message names every address tried.
+func (c *Client) unreachable(ue *UnreachableError) *Error {
+	for i, e := range ue.Errs {
+		if e != nil && !noAnswer(e) {
+			return c.transportError(ue.Addrs[i], e)
+		}
+	}
+	hint := c.opts.UnreachableHint
+	if hint == "" {
+		hint = "check that the nodes are running and that UDP to them is not blocked, or point --addr / PALYRA_ADDR at a running node"
+	}
+	what := "at " + ue.Addrs[0]
+	if len(ue.Addrs) > 1 {
+		what = "at any of " + strings.Join(ue.Addrs, ", ")
+	}
+	how := "QUIC over UDP"
+	if c.opts.DialTimeout > 0 {
+		how += fmt.Sprintf(", %s each", c.opts.DialTimeout)
+	}
+	return &Error{Code: "unreachable", Message: fmt.Sprintf("no palyra node answered %s (%s)", what, how), Hint: hint}
+}
+
+func (c *Client) transportError(addr string, err error) *Error {
 	msg := err.Error()
 	var idle *quic.IdleTimeoutError
 	var hs *quic.HandshakeTimeoutError
@@ -117,21 +406,19 @@ func (c *Client) transportError(err error) *Error {
 	var certErr *tls.CertificateVerificationError
 	switch {
 	case errors.As(err, &idle), errors.As(err, &hs), strings.Contains(msg, "timeout: no recent network activity"):
-		return &Error{Code: "unreachable",
-			Message: fmt.Sprintf("no palyra node answered at %s (QUIC over UDP)", c.Addr),
-			Hint:    "start one with 'palyra node start', or point --addr / PALYRA_ADDR at a running node"}
+		return c.unreachable(&UnreachableError{Addrs: []string{addr}, Errs: []error{err}})
 	case strings.Contains(msg, "(remote): tls: bad certificate"), strings.Contains(msg, "(remote): tls: certificate required"):
 		return &Error{Code: "unauthenticated",
-			Message: fmt.Sprintf("the node at %s refused this credential: it was revoked, has expired, or belongs to another cluster", c.Addr),
+			Message: fmt.Sprintf("the node at %s refused this credential: it was revoked, has expired, or belongs to another cluster", addr),
 			Hint:    "run 'palyra doctor' to see the certificate's state; if it was revoked, pair again with a new code"}
 	case errors.As(err, &certErr), strings.Contains(msg, "certificate"), errors.As(err, &tlsAlert):
 		return &Error{Code: "unauthenticated",
-			Message: fmt.Sprintf("the node at %s and this credential do not trust each other: %v", c.Addr, err),
+			Message: fmt.Sprintf("the node at %s and this credential do not trust each other: %v", addr, err),
 			Hint:    "use the credential of this node's cluster (--data-dir), or pair this device with 'palyra device pair'"}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &Error{Code: "deadline_exceeded", Message: fmt.Sprintf("request to %s timed out", c.Addr),
+		return &Error{Code: "deadline_exceeded", Message: fmt.Sprintf("request to %s timed out", addr),
 			Hint: "check the node's health with 'palyra status'"}
 	}
-	return &Error{Code: "unavailable", Message: fmt.Sprintf("call to %s failed: %v", c.Addr, err),
+	return &Error{Code: "unavailable", Message: fmt.Sprintf("call to %s failed: %v", addr, err),
 		Hint: "check that a node runs there ('palyra status') and that UDP to it is not blocked"}
 }

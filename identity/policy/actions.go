@@ -18,6 +18,9 @@ const (
 	ActionNodeJoin   = "node.join"
 	ActionNodeLeave  = "node.leave"
 	ActionNodeDrain  = "node.drain"
+	// ActionNodeRemove takes a node that is gone for good out of the
+	// cluster (raft, registry, its work re-queued).
+	ActionNodeRemove = "node.remove"
 
 	ActionPairCreate   = "pair.create"
 	ActionPairList     = "pair.list"
@@ -80,7 +83,7 @@ const (
 func Actions() []string {
 	return []string{
 		ActionJobSubmit, ActionJobRead, ActionJobList, ActionJobCancel, ActionJobWatch, ActionJobPrune,
-		ActionNodeStatus, ActionNodeList, ActionNodeJoin, ActionNodeLeave, ActionNodeDrain,
+		ActionNodeStatus, ActionNodeList, ActionNodeJoin, ActionNodeLeave, ActionNodeDrain, ActionNodeRemove,
 		ActionPairCreate, ActionPairList, ActionPairRevoke, ActionDeviceList, ActionDeviceRevoke,
 		ActionCAStatus, ActionCARotate,
 		ActionPolicyGet, ActionPolicySet, ActionPolicyCheck,

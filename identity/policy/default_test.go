@@ -26,6 +26,7 @@ func TestDefaultPolicyIntent(t *testing.T) {
 		{"operator grants http", opDevice, ActionGrantHTTP, GrantResource(GrantHTTP, "example.com"), true, "operators"},
 		{"operator prunes jobs", opDevice, ActionJobPrune, ClusterResource(), true, "operators"},
 		{"operator saves snapshots", opDevice, ActionSnapshotSave, ClusterResource(), true, "operators"},
+		{"operator removes a node", opDevice, ActionNodeRemove, ClusterResource(), true, "operators"},
 		{"operator cannot do node work", opDevice, ActionWorkerReport, ownJob, false, ""},
 		{"operator cannot join raft", opDevice, ActionRaftJoin, ClusterResource(), false, ""},
 
@@ -39,6 +40,7 @@ func TestDefaultPolicyIntent(t *testing.T) {
 		{"device cannot read secrets", plainDevice, ActionSecretList, ClusterResource(), false, ""},
 		{"device cannot prune jobs", plainDevice, ActionJobPrune, ClusterResource(), false, ""},
 		{"device cannot save snapshots", plainDevice, ActionSnapshotSave, ClusterResource(), false, ""},
+		{"device cannot remove a node", plainDevice, ActionNodeRemove, ClusterResource(), false, ""},
 		{"device gets no grants", plainDevice, ActionGrantHTTP, GrantResource(GrantHTTP, "example.com"), false, ""},
 
 		{"node reports", node, ActionWorkerReport, ownJob, true, "nodes"},

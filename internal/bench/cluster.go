@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
@@ -32,18 +33,24 @@ var unplaceable = map[string]string{"bench-no-such-label": "1"}
 // runCluster forms a cluster of three palyra processes on loopback and
 // measures, over trials, leader failover and failure detection under
 // SIGKILL (restarting the killed node on its data dir after each), then
-// commit latency beside the fsync floor.
-func runCluster(ctx context.Context, bin string, trials, commits int) error {
+// worker SIGKILL with jobs running, over workerTrials; with throughput,
+// also commit latency beside the fsync floor and job throughput.
+func runCluster(ctx context.Context, bin string, o clusterOpts) error {
 	c, done, err := formCluster(ctx, bin, "palyra-bench-cluster-")
 	if err != nil {
 		return err
 	}
 	defer done()
-	fmt.Printf("cluster: 3 palyra processes on 127.0.0.1, production timers (gossip probe 500ms, raft heartbeat 1s), fsync on\n\n")
+	timers, err := node.TimersFor(node.NetworkLAN)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("cluster: 3 palyra processes on 127.0.0.1, production timers, fsync on\n")
+	fmt.Printf("timers in use (%s)\n\n", timers)
 
 	var failover, detect, rejoin []time.Duration
 	starts := 0
-	for i := range trials {
+	for i := range o.trials {
 		leader, f, d, err := killLeaderTrial(ctx, c)
 		if err != nil {
 			return fmt.Errorf("trial %d: %w", i+1, err)
@@ -55,29 +62,43 @@ func runCluster(ctx context.Context, bin string, trials, commits int) error {
 		failover, detect, rejoin = append(failover, f), append(detect, d), append(rejoin, r)
 		starts += n
 		fmt.Fprintf(os.Stderr, "  trial %d/%d: failover %s, detection %s, restarted node healthy after %s (%d start(s))\n",
-			i+1, trials, f.Round(time.Millisecond), d.Round(time.Millisecond), r.Round(100*time.Millisecond), n)
+			i+1, o.trials, f.Round(time.Millisecond), d.Round(time.Millisecond), r.Round(100*time.Millisecond), n)
 	}
-	if trials > 0 {
+	if o.trials > 0 {
 		printTrials(failover, detect)
 		fmt.Printf("restart of the killed node on its data dir, after the new leader is known → every node sees 3 alive voters:\n")
 		fmt.Printf("  p50 %s   p99 %s   (%d starts for %d restarts; a start that exits is retried after 1s)\n\n",
-			ms(pct(rejoin, 50)), ms(pct(rejoin, 99)), starts, trials)
+			ms(pct(rejoin, 50)), ms(pct(rejoin, 99)), starts, o.trials)
 	}
-	if err := commitLatency(ctx, c, commits); err != nil {
+	sleep, err := os.ReadFile(filepath.Join(filepath.Dir(bin), "examples", "sleep.wasm"))
+	if err != nil {
+		return fmt.Errorf("%w (run 'make examples' first)", err)
+	}
+	if o.workerTrials > 0 {
+		if err := workerKill(ctx, c, sleep, o.workerTrials, o.workerJob); err != nil {
+			return err
+		}
+	}
+	if !o.throughput {
+		return nil
+	}
+	if err := commitLatency(ctx, c, o.commits); err != nil {
 		return err
 	}
 	reverse, err := os.ReadFile(filepath.Join(filepath.Dir(bin), "examples", "reverse.wasm"))
 	if err != nil {
 		return fmt.Errorf("%w (run 'make examples' first)", err)
 	}
-	sleep, err := os.ReadFile(filepath.Join(filepath.Dir(bin), "examples", "sleep.wasm"))
-	if err != nil {
-		return fmt.Errorf("%w (run 'make examples' first)", err)
-	}
-	if err := clusterThroughput(ctx, c, reverse); err != nil {
-		return err
-	}
-	return workerKill(ctx, c, sleep)
+	return clusterThroughput(ctx, c, reverse)
+}
+
+// clusterOpts selects the 3-process cluster benchmarks.
+type clusterOpts struct {
+	trials       int           // leader SIGKILL trials
+	workerTrials int           // worker SIGKILL trials
+	workerJob    time.Duration // how long each job of a worker trial runs
+	commits      int           // sequential commits per series
+	throughput   bool          // commit latency and job throughput
 }
 
 func printTrials(failover, detect []time.Duration) {

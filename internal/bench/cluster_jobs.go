@@ -118,15 +118,40 @@ func clusterThroughput(ctx context.Context, c *procCluster, mod []byte) error {
 	return nil
 }
 
-// workerKill runs 3-second jobs on every node, SIGKILLs a worker (not the
-// leader) while its jobs run, and reports how long those jobs took to
-// complete elsewhere.
-func workerKill(ctx context.Context, c *procCluster, sleepMod []byte) error {
+// workerKill runs trials of workerKillTrial, restarting the killed worker
+// after each, and prints kill → re-placed and kill → completed elsewhere,
+// per trial the last of the killed worker's jobs.
+func workerKill(ctx context.Context, c *procCluster, sleepMod []byte, trials int, jobLen time.Duration) error {
+	var placed, done []time.Duration
+	moved := 0
+	for i := range trials {
+		victim, p, d, n, err := workerKillTrial(ctx, c, sleepMod, jobLen)
+		if err != nil {
+			return fmt.Errorf("worker trial %d: %w", i+1, err)
+		}
+		placed, done, moved = append(placed, p), append(done, d), moved+n
+		fmt.Fprintf(os.Stderr, "  worker trial %d/%d: %d jobs moved, re-placed %s, completed %s after the kill\n",
+			i+1, trials, n, p.Round(time.Millisecond), d.Round(time.Millisecond))
+		if _, _, err := restart(ctx, c, victim); err != nil {
+			return fmt.Errorf("worker trial %d: %w", i+1, err)
+		}
+	}
+	fmt.Printf("worker SIGKILL with jobs running (12 × %s jobs over the 3 nodes, a non-leader worker killed), %d trials, %d jobs moved:\n", jobLen, trials, moved)
+	fmt.Printf("  kill → its jobs re-placed elsewhere    p50 %s   p99 %s\n", ms(pct(placed, 50)), ms(pct(placed, 99)))
+	fmt.Printf("  kill → its jobs completed elsewhere    p50 %s   p99 %s   (detection + dead-worker grace + a fresh %s run)\n\n",
+		ms(pct(done, 50)), ms(pct(done, 99)), jobLen)
+	return nil
+}
+
+// workerKillTrial submits 12 jobs that each run jobLen, SIGKILLs a worker
+// that is not the leader as soon as one of them started there, and
+// returns how long after the kill the last of the jobs that had to move
+// was placed again and completed, and how many moved.
+func workerKillTrial(ctx context.Context, c *procCluster, sleepMod []byte, jobLen time.Duration) (victim *nodeProc, placed, done time.Duration, moved int, err error) {
 	leader, err := c.healthy(ctx, 3, 2*time.Minute)
 	if err != nil {
-		return err
+		return nil, 0, 0, 0, err
 	}
-	var victim *nodeProc
 	for _, p := range c.running() {
 		if p != leader {
 			victim = p
@@ -134,49 +159,84 @@ func workerKill(ctx context.Context, c *procCluster, sleepMod []byte) error {
 		}
 	}
 	type res struct {
-		j   *palyrav1.Job
-		end time.Time
-		err error
+		job          *palyrav1.Job
+		movedAt, end time.Time
+		err          error
 	}
 	const n = 12
 	results := make(chan res, n)
-	for i := 0; i < n; i++ {
-		go func(i int) {
-			_, j, err := runToCompletion(ctx, leader.cl, sleepMod, "3s")
-			results <- res{j, time.Now(), err}
-		}(i)
+	for range n {
+		go func() {
+			resp, err := leader.cl.Submit(ctx, &palyrav1.SubmitJobRequest{WasmModule: sleepMod, Input: []byte(jobLen.String())})
+			if err != nil {
+				results <- res{err: leader.cl.Explain(err)}
+				return
+			}
+			j, movedAt, err := watchMoves(ctx, leader.cl, resp.Job.Id)
+			results <- res{job: j, movedAt: movedAt, end: time.Now(), err: err}
+		}()
 	}
-	// Wait until the victim runs some of them, then kill it.
 	deadline := time.Now().Add(time.Minute)
 	for {
 		resp, err := leader.cl.Jobs.ListJobs(ctx, connect.NewRequest(&palyrav1.ListJobsRequest{
-			Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING, NodeId: victim.id}))
-		if err == nil && len(resp.Msg.Jobs) > 0 {
+			Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING, NodeId: victim.id, Stale: true}))
+		started := false
+		if err == nil {
+			for _, j := range resp.Msg.Jobs {
+				started = started || j.StartedAtMs > 0
+			}
+		}
+		if started {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no job ran on %s", victim.name)
+			return nil, 0, 0, 0, fmt.Errorf("no job started on %s", victim.name)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 	killed := time.Now()
 	victim.kill()
-	var moved []time.Duration
-	for i := 0; i < n; i++ {
+	for range n {
 		r := <-results
 		if r.err != nil {
-			return r.err
+			return nil, 0, 0, 0, r.err
 		}
-		if r.j.Attempt > 1 {
-			moved = append(moved, r.end.Sub(killed))
+		if r.job.Attempt > 1 {
+			moved++
+			placed, done = max(placed, r.movedAt.Sub(killed)), max(done, r.end.Sub(killed))
 		}
 	}
-	fmt.Printf("worker SIGKILL with jobs running (12 × 3s jobs, one non-leader worker killed):\n")
-	fmt.Printf("  %d jobs re-dispatched, all completed elsewhere; kill → completed p50 %s   p99 %s\n",
-		len(moved), ms(pct(moved, 50)), ms(pct(moved, 99)))
-	fmt.Printf("  (detection ≈ gossip suspicion + %s grace, then a fresh 3s run)\n\n", "3s")
-	if _, _, err := restart(ctx, c, victim); err != nil {
-		fmt.Fprintf(os.Stderr, "  restarting %s: %v\n", victim.name, err)
+	if moved == 0 {
+		return nil, 0, 0, 0, fmt.Errorf("every job finished before %s was killed: make -worker-job longer", victim.name)
 	}
-	return nil
+	return victim, placed, done, moved, nil
+}
+
+// watchMoves watches job id to its end and returns it, with when the watch
+// first saw it placed again as a later attempt (zero if never).
+func watchMoves(ctx context.Context, cl *client.Client, id string) (*palyrav1.Job, time.Time, error) {
+	var movedAt time.Time
+	for {
+		stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
+		if err == nil {
+			for stream.Receive() {
+				j := stream.Msg().Job
+				if j.Attempt > 1 && movedAt.IsZero() && j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING {
+					movedAt = time.Now()
+				}
+				if j.Phase.Terminal() {
+					stream.Close()
+					if j.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+						return j, movedAt, fmt.Errorf("job %s %s: %v", j.Id, j.Phase.WireName(), j.Error)
+					}
+					return j, movedAt, nil
+				}
+			}
+			stream.Close()
+		}
+		if ctx.Err() != nil {
+			return nil, movedAt, ctx.Err()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -41,7 +41,10 @@ func main() {
 	cluster := flag.Bool("cluster", true, "run the 3-process cluster benchmarks")
 	bin := flag.String("palyra", "bin/palyra", "palyra binary for the cluster benchmarks")
 	trials := flag.Int("trials", 10, "leader-kill trials")
+	workerTrials := flag.Int("worker-trials", 10, "worker-kill trials")
+	workerJob := flag.Duration("worker-job", 500*time.Millisecond, "how long each job runs in the worker-kill trials")
 	commits := flag.Int("commits", 200, "sequential commits per series")
+	throughput := flag.Bool("throughput", true, "with -cluster: also commit latency and job throughput (off: the failover figures only, as 'make bench-failover')")
 	scale := flag.Bool("scale", true, "run the control-plane-at-scale benchmarks (3 processes)")
 	loop := flag.Duration("loop", 10*time.Second, "duration of each closed-loop run at scale")
 	arrayOnly := flag.Bool("array-only", false, "at scale, run only the 100,000-task array (for profiling)")
@@ -64,7 +67,8 @@ func main() {
 		fmt.Println()
 	}
 	if *cluster {
-		if err := runCluster(ctx, *bin, *trials, *commits); err != nil {
+		o := clusterOpts{trials: *trials, workerTrials: *workerTrials, workerJob: *workerJob, commits: *commits, throughput: *throughput}
+		if err := runCluster(ctx, *bin, o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: cluster:", err)
 			os.Exit(1)
 		}

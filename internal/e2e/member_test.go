@@ -114,6 +114,13 @@ func (m *member) startNode(extra ...string) {
 	m.spawn(append([]string{"--data-dir", m.dataDir, "node", "start", "--listen", m.addr}, extra...)...)
 }
 
+// restartNode runs `palyra node start` on the member's data dir as the
+// README says, without --listen: the node binds the address it recorded.
+func (m *member) restartNode(extra ...string) {
+	m.t.Helper()
+	m.spawn(append([]string{"--data-dir", m.dataDir, "node", "start"}, extra...)...)
+}
+
 // joinNode runs `palyra node join` with code through peer.
 func (m *member) joinNode(code, peer string, extra ...string) {
 	m.t.Helper()
@@ -182,6 +189,7 @@ func (m *member) cli(args ...string) result {
 // statusJSON is the part of `palyra status --json` the tests read.
 type statusJSON struct {
 	NodeID        string `json:"node_id"`
+	Address       string `json:"address"`
 	LeaderID      string `json:"leader_id"`
 	LeaderAddress string `json:"leader_address"`
 	RaftState     string `json:"raft_state"`

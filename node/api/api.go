@@ -290,7 +290,27 @@ func (n nodeService) Status(ctx context.Context, _ *connect.Request[palyrav1.Sta
 		CaFingerprint: s.caFingerprint(), Caller: caller.String(),
 		UptimeMs:    s.now().Sub(s.info.Started).Milliseconds(),
 		RetentionMs: s.control.State().Retention(), PrunedBeforeMs: s.control.State().PrunedBefore(),
+		Peers: s.clusterPeers(),
 	}), nil
+}
+
+// clusterPeers lists the addresses a client may fail over to: raft
+// servers (a node down for now is still one) and alive members, but not
+// nodes that left or were removed.
+func (s *Server) clusterPeers() []string {
+	if s.Members == nil {
+		return []string{s.info.Address}
+	}
+	var out []string
+	for _, m := range s.Members() {
+		if m.State == cluster.StateLeft || m.Address == "" || s.control.State().IsRevoked("node", m.ID) {
+			continue
+		}
+		if m.InRaft || m.State == cluster.StateAlive {
+			out = append(out, m.Address)
+		}
+	}
+	return out
 }
 
 func (n nodeService) ListNodes(ctx context.Context, _ *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error) {
@@ -306,7 +326,10 @@ func (n nodeService) ListNodes(ctx context.Context, _ *connect.Request[palyrav1.
 		ni := &palyrav1.NodeInfo{Id: m.ID, Address: m.Address, State: m.State, Voter: m.Voter, Leader: m.Leader,
 			Labels: m.Labels, Version: m.Version, InRaft: m.InRaft, Capacity: map[string]int64{}, Eligible: true}
 		if rec, ok := s.control.State().Member("node", m.ID); ok {
-			ni.Eligible, ni.Draining = !rec.Ineligible && !rec.Draining, rec.Draining
+			ni.Eligible, ni.Draining = !rec.Ineligible && !rec.Draining && !rec.Revoked, rec.Draining
+			if rec.Revoked && m.State != cluster.StateAlive {
+				ni.State = "removed" // revoked (palyra node remove): it cannot come back
+			}
 		}
 		ni.Running = uint32(len(s.control.State().Jobs(consensus.JobFilter{Phase: consensus.PhaseRunning, NodeID: m.ID})))
 		for k, v := range m.Capacity {

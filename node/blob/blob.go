@@ -22,14 +22,50 @@ import (
 var ErrNotFound = errors.New("blob not found")
 
 // Store keeps blobs under dir/sha256/<first two hex>/<hash>.
-type Store struct{ dir string }
+type Store struct {
+	dir string
+	// syncDir fsyncs a directory; tests replace it to see which
+	// directories a store syncs and to make a sync fail.
+	syncDir func(dir string) error
+}
 
 // Open creates the store directory (0700) if needed.
 func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "sha256"), 0o700); err != nil {
 		return nil, fmt.Errorf("create blob dir: %w", err)
 	}
-	return &Store{dir: dir}, nil
+	return &Store{dir: dir, syncDir: fsyncDir}, nil
+}
+
+// fsyncDir makes the entries of dir (creations, renames) durable.
+func fsyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// shardDir returns the directory blob h goes in, creating it if needed.
+// A new directory is durable only once its parent is synced: a blob
+// renamed into a directory that a crash then loses would be lost too.
+func (s *Store) shardDir(h string) (string, error) {
+	dir := filepath.Dir(s.path(h))
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("create blob dir: %w", err)
+	}
+	if err := s.syncDir(filepath.Dir(dir)); err != nil {
+		os.Remove(dir) // so the next store creates and syncs it again
+		return "", fmt.Errorf("sync blob dir %s: %w", filepath.Dir(dir), err)
+	}
+	return dir, nil
 }
 
 // Hash returns the name data would be stored under.
@@ -72,9 +108,9 @@ func (s *Store) Put(data []byte) (string, error) {
 		_ = os.Chtimes(p, now, now)
 		return h, nil
 	}
-	dir := filepath.Dir(p)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("create blob dir: %w", err)
+	dir, err := s.shardDir(h)
+	if err != nil {
+		return "", err
 	}
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
@@ -97,12 +133,7 @@ func (s *Store) Put(data []byte) (string, error) {
 	}
 	// The rename is durable only once the directory is: a failed sync is
 	// a failed store.
-	d, err := os.Open(dir)
-	if err == nil {
-		err = d.Sync()
-		d.Close()
-	}
-	if err != nil {
+	if err := s.syncDir(dir); err != nil {
 		return "", fmt.Errorf("sync blob dir for %s: %w", h, err)
 	}
 	return h, nil

@@ -2,7 +2,10 @@ package blob
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -36,4 +39,71 @@ func TestPutGetVerify(t *testing.T) {
 	if _, err := s.Get(Hash([]byte("absent"))); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("absent: %v", err)
 	}
+}
+
+// A blob's durability rests on directory syncs: the shard directory after
+// the rename, and its parent when the shard is new. Both are made, and a
+// failed one fails the store.
+func TestPutSyncsDirectoriesAndReportsFailure(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var synced []string
+	s.syncDir = func(dir string) error {
+		synced = append(synced, dir)
+		return fsyncDir(dir)
+	}
+	h, err := s.Put([]byte("durable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := filepath.Dir(s.path(h))
+	want := []string{filepath.Dir(shard), shard}
+	if !slices.Equal(synced, want) {
+		t.Fatalf("synced %v, want %v (the new shard's parent, then the shard)", synced, want)
+	}
+
+	// A second blob in the same shard syncs only the shard.
+	synced = nil
+	for i := 0; ; i++ {
+		data := []byte(fmt.Sprintf("same-shard-%d", i))
+		if Hash(data)[:2] == h[:2] {
+			if _, err = s.Put(data); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if !slices.Equal(synced, []string{shard}) {
+		t.Fatalf("second put in %s synced %v", shard, synced)
+	}
+
+	// A failed sync is a failed store, in either place.
+	boom := errors.New("disk says no")
+	for _, failOn := range []string{"parent", "shard"} {
+		s.syncDir = func(dir string) error {
+			if (failOn == "parent") == (filepath.Base(dir) == "sha256") {
+				return boom
+			}
+			return nil
+		}
+		data := []byte("fail-" + failOn)
+		for i := 0; failOn == "parent" && dirExists(filepath.Dir(s.path(Hash(data)))); i++ {
+			data = []byte(fmt.Sprintf("fail-parent-%d", i)) // a blob in a new shard
+		}
+		if got, err := s.Put(data); !errors.Is(err, boom) {
+			t.Fatalf("sync failure on the %s: put returned %q, %v", failOn, got, err)
+		}
+		if failOn == "parent" {
+			if _, err := os.Stat(filepath.Dir(s.path(Hash(data)))); err == nil {
+				t.Fatal("a shard whose creation was not synced is kept (the next put would not sync it)")
+			}
+		}
+	}
+}
+
+func dirExists(dir string) bool {
+	_, err := os.Stat(dir)
+	return err == nil
 }

@@ -38,7 +38,8 @@ func (d *apDelegate) AutopilotConfig() *autopilot.Config {
 }
 
 // KnownServers reports every raft server with its gossip status: alive,
-// left (graceful), or failed (gossip declared it dead or never saw it).
+// left (graceful, or revoked), or failed (gossip declared it dead or never
+// saw it).
 // It also starts the grace clock for servers that are down.
 func (d *apDelegate) KnownServers() map[raft.ServerID]*autopilot.Server {
 	c := d.c
@@ -65,6 +66,10 @@ func (d *apDelegate) KnownServers() map[raft.ServerID]*autopilot.Server {
 		}
 		if id == c.cfg.NodeID {
 			status = autopilot.NodeAlive
+		} else if c.store.State().IsRevoked("node", id) {
+			// Revoked (palyra node remove, or revoke): gone for good, so
+			// removed at once, by whichever node leads now or later.
+			status = autopilot.NodeLeft
 		}
 		if status == autopilot.NodeAlive {
 			delete(c.downSince, id)

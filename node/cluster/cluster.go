@@ -48,9 +48,11 @@ type Cluster struct {
 	lastLeader leaderInfo
 	confIDs    map[string]raft.ServerSuffrage // last raft configuration seen
 	subs       []chan struct{}
+	conflicts  map[string]bool // gossip id conflicts already logged
 
 	leaderReady  atomic.Bool // leader and its barrier for this term is done
 	reconnecting atomic.Bool
+	updatingAddr atomic.Bool
 	kick         chan struct{} // asks the housekeeping loop to run now
 	obs          *raft.Observer
 	// verifyHook replaces store.VerifyLeader when set (a test seam).

@@ -54,12 +54,16 @@ type Config struct {
 type Tuning struct {
 	// Gossip (memberlist). A silent node is suspected after about
 	// ProbeInterval+ProbeTimeout and declared dead SuspicionMult probe
-	// intervals later (fewer with more confirming members).
-	ProbeInterval    time.Duration
-	ProbeTimeout     time.Duration
-	GossipInterval   time.Duration
-	PushPullInterval time.Duration
-	SuspicionMult    int
+	// intervals (× log10 of the cluster size, at least 1) later. Until
+	// other members confirm the suspicion, that wait is up to
+	// SuspicionMaxTimeoutMult times longer (memberlist's Lifeguard), so a
+	// lone prober with a bad link does not kill a healthy node.
+	ProbeInterval           time.Duration
+	ProbeTimeout            time.Duration
+	GossipInterval          time.Duration
+	PushPullInterval        time.Duration
+	SuspicionMult           int
+	SuspicionMaxTimeoutMult int
 	// ReconnectInterval is how often a node re-joins gossip with members
 	// that gossip calls dead but raft still lists (this heals partitions,
 	// which memberlist alone does not).
@@ -80,18 +84,37 @@ type Tuning struct {
 	ConfigPoll time.Duration
 }
 
-// LANTuning is the production default: a dead node is declared dead about
-// 2.5 s after it stops answering, and replaced as a voter a few seconds later.
+// LANTuning is the production default: a dead node is declared dead
+// about 1–2 s after it stops answering (probe 300 ms, 200 ms for an ack,
+// suspicion 3 probe intervals, at most 2× that unconfirmed), and replaced
+// as a voter a few seconds later. node/cluster/DESIGN.md says why this is
+// safe on a LAN and what a WAN needs instead (WANTuning).
 func LANTuning() Tuning {
 	return Tuning{
-		ProbeInterval: 500 * time.Millisecond, ProbeTimeout: 300 * time.Millisecond,
+		ProbeInterval: 300 * time.Millisecond, ProbeTimeout: 200 * time.Millisecond,
 		GossipInterval: 100 * time.Millisecond, PushPullInterval: 15 * time.Second,
-		SuspicionMult: 4, ReconnectInterval: 5 * time.Second,
+		SuspicionMult: 3, SuspicionMaxTimeoutMult: 2, ReconnectInterval: 5 * time.Second,
 		AutopilotUpdate: time.Second, AutopilotReconcile: 2 * time.Second,
 		LastContactThreshold: 2 * time.Second, StabilizationTime: 5 * time.Second,
 		DeadServerGrace: time.Minute,
 		LeaderWait:      3 * time.Second, ConfigPoll: time.Second,
 	}
+}
+
+// WANTuning is for nodes spread over sites (round trips of tens to
+// hundreds of milliseconds, lossy paths): memberlist's own WAN timers
+// (probe 5 s, 3 s for an ack, suspicion ×6), so a slow link is not a
+// death; a dead node is declared dead after about 30 s.
+func WANTuning() Tuning {
+	t := LANTuning()
+	t.ProbeInterval, t.ProbeTimeout = 5*time.Second, 3*time.Second
+	t.GossipInterval, t.PushPullInterval = 500*time.Millisecond, time.Minute
+	t.SuspicionMult, t.SuspicionMaxTimeoutMult = 6, 6
+	t.ReconnectInterval = 15 * time.Second
+	t.LastContactThreshold, t.StabilizationTime = 10*time.Second, 30*time.Second
+	t.DeadServerGrace = 5 * time.Minute
+	t.LeaderWait = 10 * time.Second
+	return t
 }
 
 // FastTuning shortens every timer for in-process tests on a loaded machine
@@ -100,7 +123,7 @@ func FastTuning() Tuning {
 	return Tuning{
 		ProbeInterval: 250 * time.Millisecond, ProbeTimeout: 200 * time.Millisecond,
 		GossipInterval: 50 * time.Millisecond, PushPullInterval: time.Second,
-		SuspicionMult: 3, ReconnectInterval: 500 * time.Millisecond,
+		SuspicionMult: 3, SuspicionMaxTimeoutMult: 6, ReconnectInterval: 500 * time.Millisecond,
 		AutopilotUpdate: 250 * time.Millisecond, AutopilotReconcile: 300 * time.Millisecond,
 		LastContactThreshold: time.Second, StabilizationTime: 500 * time.Millisecond,
 		DeadServerGrace: 2 * time.Second,
@@ -128,6 +151,9 @@ func (t Tuning) withDefaults(d Tuning) Tuning {
 	}
 	if t.SuspicionMult == 0 {
 		t.SuspicionMult = d.SuspicionMult
+	}
+	if t.SuspicionMaxTimeoutMult == 0 {
+		t.SuspicionMaxTimeoutMult = d.SuspicionMaxTimeoutMult
 	}
 	return t
 }

@@ -18,17 +18,19 @@ func TestForwardedApplyAnswersWholeJob(t *testing.T) {
 	eventually(t, 20*time.Second, "3-voter cluster", func() error { return converged(nodes, 3, 0) })
 	follower := others(nodes, leaderOf(t, nodes))[0]
 
+	submitted := time.Now().UnixMilli()
 	rec := &raftpb.JobRecord{
 		Id: "full-job", Kind: "wasm", ModuleSha256: "ab", Input: []byte("in"), MemoryBytes: 1 << 20, Fuel: 1000,
-		TimeoutMs: 5000, MaxOutputBytes: 4096, Submitter: "device:d-1", SubmittedAtMs: 1_000,
+		TimeoutMs: 5000, MaxOutputBytes: 4096, Submitter: "device:d-1", SubmittedAtMs: submitted,
 		Priority: 7, Constraints: map[string]string{"zone": "b", "gpu": "no"}, MaxRetries: 3,
-		DeadlineAtMs: 61_000, IdempotencyKey: "device:d-1/key-1", PayloadHash: []byte("cafe"),
+		DeadlineAtMs: submitted + 60_000, IdempotencyKey: "device:d-1/key-1", PayloadHash: []byte("cafe"),
 		SecretNames: []string{"api-token"}, KvPrefix: "app/", AllowHosts: []string{"example.com"}, AllowPrivate: true,
 	}
 	check := func(what string, got consensus.Job) {
 		t.Helper()
 		if got.Priority != 7 || got.Constraints["zone"] != "b" || got.Constraints["gpu"] != "no" || got.MaxRetries != 3 ||
-			got.DeadlineAtMS != 61_000 || got.IdempotencyKey != "device:d-1/key-1" || string(got.PayloadHash) != "cafe" ||
+			// The deadline (a minute) counts on the leader's clock.
+			got.DeadlineAtMS < submitted+60_000 || got.DeadlineAtMS > time.Now().UnixMilli()+60_000 || got.IdempotencyKey != "device:d-1/key-1" || string(got.PayloadHash) != "cafe" ||
 			!reflect.DeepEqual(got.SecretNames, []string{"api-token"}) || got.KVPrefix != "app/" ||
 			!reflect.DeepEqual(got.AllowHosts, []string{"example.com"}) || !got.AllowPrivate || got.MaxOutput != 4096 {
 			t.Fatalf("%s forwarded from a follower answered %+v: fields were lost on the way", what, got)

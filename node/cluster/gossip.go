@@ -36,7 +36,7 @@ func (c *Cluster) memberlistConfig() *memberlist.Config {
 	mc.UDPBufferSize = mesh.GossipPacketSize
 	mc.ProbeInterval, mc.ProbeTimeout = t.ProbeInterval, t.ProbeTimeout
 	mc.GossipInterval, mc.PushPullInterval = t.GossipInterval, t.PushPullInterval
-	mc.SuspicionMult = t.SuspicionMult
+	mc.SuspicionMult, mc.SuspicionMaxTimeoutMult = t.SuspicionMult, t.SuspicionMaxTimeoutMult
 	mc.TCPTimeout = max(time.Second, 4*t.ProbeInterval)
 	mc.GossipToTheDeadTime = max(10*time.Second, 20*t.ProbeInterval)
 	// A node that comes back on a new address after a while may take its
@@ -76,9 +76,28 @@ func (d *gossipDelegate) NotifyAlive(n *memberlist.Node) error {
 	return nil
 }
 
+// NotifyConflict is called while a node id gossips from a new address
+// before gossip has declared the old one dead: usually a node restarted
+// on another address (it is accepted once the old address is declared
+// dead and the reclaim time passed), rarely two nodes made from copies of
+// one data dir. Logged once per id and address pair.
 func (d *gossipDelegate) NotifyConflict(existing, other *memberlist.Node) {
-	d.c.log.Error("two nodes gossip the same id; one was initialised from a copy of the other's data dir",
-		"node", existing.Name, "address", existing.Address(), "other_address", other.Address())
+	key := existing.Name + " " + existing.Address() + " " + other.Address()
+	d.c.mu.Lock()
+	if d.c.conflicts == nil {
+		d.c.conflicts = map[string]bool{}
+	}
+	seen := d.c.conflicts[key]
+	d.c.conflicts[key] = true
+	d.c.mu.Unlock()
+	if seen {
+		return
+	}
+	t := d.c.cfg.Tuning
+	d.c.log.Warn("a node gossips from a new address while its old one still counts as alive",
+		"node", existing.Name, "address", existing.Address(), "new_address", other.Address(),
+		"hint", fmt.Sprintf("if it restarted on a new --listen, the new address is taken once the old one is declared dead (within about %s); if it stays, two running nodes share one id: one was made from a copy of the other's data dir, so stop it and join it afresh with an empty data dir",
+			(t.ProbeInterval*time.Duration(2*t.SuspicionMult)+2*t.ReconnectInterval).Round(time.Second)))
 }
 
 func (d *gossipDelegate) NotifyJoin(n *memberlist.Node)   { d.c.gossipAlive(n, true) }

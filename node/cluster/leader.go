@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	autopilot "github.com/hashicorp/raft-autopilot"
@@ -60,6 +61,7 @@ func (c *Cluster) housekeeping() {
 	defer poll.Stop()
 	c.pollConfig()
 	c.reconnect() // at once: a restarted node rejoins through raft's addresses
+	c.updateOwnAddress()
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -69,6 +71,7 @@ func (c *Cluster) housekeeping() {
 		case <-reconnect.C:
 			c.reconnect()
 			c.forgetDeparted()
+			c.updateOwnAddress()
 		case <-reconcile.C:
 			c.addGossipMembers()
 		case <-c.kick:
@@ -224,4 +227,51 @@ func (c *Cluster) addGossipMembers() {
 			c.log.Info("added gossip member to raft as non-voter", "node", m.id, "address", m.addr)
 		})
 	}
+}
+
+// updateOwnAddress brings this node's raft address up to date after it
+// restarted on a new one: the leader records its own new address, and a
+// follower asks the leader to (a RaftJoin with the new address, which
+// autopilot applies as an address update that keeps the suffrage). Until
+// then the others dial the old address and cannot reach it.
+func (c *Cluster) updateOwnAddress() {
+	conf, err := c.raftServers()
+	if err != nil {
+		return
+	}
+	self, ok := conf[c.cfg.NodeID]
+	if !ok || self.Address == c.cfg.Advertise || !c.updatingAddr.CompareAndSwap(false, true) {
+		return
+	}
+	c.goLoop(func() {
+		defer c.updatingAddr.Store(false)
+		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Tuning.ReconnectInterval)
+		defer cancel()
+		var err error
+		if c.store.IsLeader() {
+			if isVoter(self.Suffrage) {
+				err = c.raft.AddVoter(raftID(c.cfg.NodeID), raftAddr(c.cfg.Advertise), 0, c.cfg.Tuning.ReconnectInterval).Error()
+			} else {
+				err = c.raft.AddNonvoter(raftID(c.cfg.NodeID), raftAddr(c.cfg.Advertise), 0, c.cfg.Tuning.ReconnectInterval).Error()
+			}
+		} else {
+			var seeds []string
+			for id, s := range conf {
+				if id != c.cfg.NodeID {
+					seeds = append(seeds, s.Address)
+				}
+			}
+			if len(seeds) == 0 {
+				return
+			}
+			slices.Sort(seeds)
+			err = c.raftJoin(ctx, seeds)
+		}
+		if err != nil {
+			c.log.Info("could not record this node's new address in raft yet; retrying", "old_address", self.Address, "address", c.cfg.Advertise, "err", err)
+			return
+		}
+		c.log.Info("recorded this node's new address in raft", "old_address", self.Address, "address", c.cfg.Advertise)
+		c.kickHousekeeping()
+	})
 }

@@ -16,12 +16,15 @@ type Member struct {
 	// Voter is true for raft voters; every other raft server is a
 	// non-voter that still follows the log. Members outside the raft
 	// configuration (joining, or left) are neither.
-	Voter    bool
-	InRaft   bool
-	Leader   bool
-	Labels   map[string]string
-	Capacity map[string]int
-	Version  string
+	Voter  bool
+	InRaft bool
+	// RaftAddress is where raft reaches the node ("" outside raft); it
+	// differs from Address for a moment after a restart on a new address.
+	RaftAddress string
+	Leader      bool
+	Labels      map[string]string
+	Capacity    map[string]int
+	Version     string
 }
 
 // Members lists every node that gossip knows or raft lists, sorted by id.
@@ -53,7 +56,7 @@ func (c *Cluster) Members() []Member {
 	}
 	for i := range out {
 		s, ok := conf[out[i].ID]
-		out[i].InRaft, out[i].Voter = ok, ok && isVoter(s.Suffrage)
+		out[i].InRaft, out[i].Voter, out[i].RaftAddress = ok, ok && isVoter(s.Suffrage), s.Address
 		out[i].Leader = out[i].ID == leader
 	}
 	slices.SortFunc(out, func(a, b Member) int {

@@ -1869,8 +1869,12 @@ type StatusResponse struct {
 	UptimeMs       int64                  `protobuf:"varint,14,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
 	RetentionMs    int64                  `protobuf:"varint,15,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`            // how long ended jobs are kept
 	PrunedBeforeMs int64                  `protobuf:"varint,16,opt,name=pruned_before_ms,json=prunedBeforeMs,proto3" json:"pruned_before_ms,omitempty"` // jobs that ended before this were pruned (0 = none yet)
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// peers are the API addresses of the cluster's nodes as the serving node
+	// knows them (raft servers and alive members, removed nodes left out):
+	// clients record them to fail over when a node is down.
+	Peers         []string `protobuf:"bytes,17,rep,name=peers,proto3" json:"peers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2015,11 +2019,18 @@ func (x *StatusResponse) GetPrunedBeforeMs() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetPeers() []string {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
 type NodeInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // alive, suspect, dead, left
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // alive, dead, left, or removed (revoked: it cannot come back)
 	Voter         bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
 	Leader        bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
 	Labels        map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -2411,6 +2422,155 @@ func (*LeaveResponse) Descriptor() ([]byte, []int) {
 	return file_palyra_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
+// RemoveNodeRequest removes a node that is gone for good.
+type RemoveNodeRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// force removes a node that gossip still reports alive: it is cut off
+	// (its certificate revoked) and its work runs elsewhere.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeRequest) Reset() {
+	*x = RemoveNodeRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeRequest) ProtoMessage() {}
+
+func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
+func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RemoveNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RemoveNodeRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type RemoveNodeResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	WasAlive bool                   `protobuf:"varint,2,opt,name=was_alive,json=wasAlive,proto3" json:"was_alive,omitempty"` // gossip reported it alive (removed with force)
+	WasVoter bool                   `protobuf:"varint,3,opt,name=was_voter,json=wasVoter,proto3" json:"was_voter,omitempty"`
+	// in_raft: still in the raft configuration when the call returned (the
+	// leader removes it moments later).
+	InRaft         bool     `protobuf:"varint,4,opt,name=in_raft,json=inRaft,proto3" json:"in_raft,omitempty"`
+	Requeued       []string `protobuf:"bytes,5,rep,name=requeued,proto3" json:"requeued,omitempty"`                                    // the jobs it was running, queued again
+	HeldCa         bool     `protobuf:"varint,6,opt,name=held_ca,json=heldCa,proto3" json:"held_ca,omitempty"`                         // it held the cluster CA
+	AlreadyRemoved bool     `protobuf:"varint,7,opt,name=already_removed,json=alreadyRemoved,proto3" json:"already_removed,omitempty"` // it had been removed (or revoked) before
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RemoveNodeResponse) Reset() {
+	*x = RemoveNodeResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeResponse) ProtoMessage() {}
+
+func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
+func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RemoveNodeResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RemoveNodeResponse) GetWasAlive() bool {
+	if x != nil {
+		return x.WasAlive
+	}
+	return false
+}
+
+func (x *RemoveNodeResponse) GetWasVoter() bool {
+	if x != nil {
+		return x.WasVoter
+	}
+	return false
+}
+
+func (x *RemoveNodeResponse) GetInRaft() bool {
+	if x != nil {
+		return x.InRaft
+	}
+	return false
+}
+
+func (x *RemoveNodeResponse) GetRequeued() []string {
+	if x != nil {
+		return x.Requeued
+	}
+	return nil
+}
+
+func (x *RemoveNodeResponse) GetHeldCa() bool {
+	if x != nil {
+		return x.HeldCa
+	}
+	return false
+}
+
+func (x *RemoveNodeResponse) GetAlreadyRemoved() bool {
+	if x != nil {
+		return x.AlreadyRemoved
+	}
+	return false
+}
+
 type SecretInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2422,7 +2582,7 @@ type SecretInfo struct {
 
 func (x *SecretInfo) Reset() {
 	*x = SecretInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	mi := &file_palyra_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2594,7 @@ func (x *SecretInfo) String() string {
 func (*SecretInfo) ProtoMessage() {}
 
 func (x *SecretInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	mi := &file_palyra_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2607,7 @@ func (x *SecretInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretInfo.ProtoReflect.Descriptor instead.
 func (*SecretInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SecretInfo) GetName() string {
@@ -2481,7 +2641,7 @@ type SetSecretRequest struct {
 
 func (x *SetSecretRequest) Reset() {
 	*x = SetSecretRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	mi := &file_palyra_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2653,7 @@ func (x *SetSecretRequest) String() string {
 func (*SetSecretRequest) ProtoMessage() {}
 
 func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	mi := &file_palyra_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2666,7 @@ func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretRequest.ProtoReflect.Descriptor instead.
 func (*SetSecretRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetSecretRequest) GetName() string {
@@ -2532,7 +2692,7 @@ type SetSecretResponse struct {
 
 func (x *SetSecretResponse) Reset() {
 	*x = SetSecretResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[33]
+	mi := &file_palyra_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2704,7 @@ func (x *SetSecretResponse) String() string {
 func (*SetSecretResponse) ProtoMessage() {}
 
 func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[33]
+	mi := &file_palyra_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2717,7 @@ func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretResponse.ProtoReflect.Descriptor instead.
 func (*SetSecretResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetSecretResponse) GetSecret() *SecretInfo {
@@ -2575,7 +2735,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[34]
+	mi := &file_palyra_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2747,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[34]
+	mi := &file_palyra_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2760,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 type ListSecretsResponse struct {
@@ -2612,7 +2772,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[35]
+	mi := &file_palyra_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2624,7 +2784,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[35]
+	mi := &file_palyra_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2637,7 +2797,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*SecretInfo {
@@ -2656,7 +2816,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[36]
+	mi := &file_palyra_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2828,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[36]
+	mi := &file_palyra_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2841,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -2699,7 +2859,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[37]
+	mi := &file_palyra_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +2871,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[37]
+	mi := &file_palyra_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2724,7 +2884,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 var File_palyra_v1_api_proto protoreflect.FileDescriptor
@@ -2888,7 +3048,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\flinearizable\x18\x01 \x01(\bR\flinearizable\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x1b\n" +
 	"\tserved_by\x18\x03 \x01(\tR\bservedBy\"\x0f\n" +
-	"\rStatusRequest\"\xf8\x04\n" +
+	"\rStatusRequest\"\x8e\x05\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1b\n" +
@@ -2907,7 +3067,8 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x06caller\x18\r \x01(\tR\x06caller\x12\x1b\n" +
 	"\tuptime_ms\x18\x0e \x01(\x03R\buptimeMs\x12!\n" +
 	"\fretention_ms\x18\x0f \x01(\x03R\vretentionMs\x12(\n" +
-	"\x10pruned_before_ms\x18\x10 \x01(\x03R\x0eprunedBeforeMs\x1a>\n" +
+	"\x10pruned_before_ms\x18\x10 \x01(\x03R\x0eprunedBeforeMs\x12\x14\n" +
+	"\x05peers\x18\x11 \x03(\tR\x05peers\x1a>\n" +
 	"\x10JobsByPhaseEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xed\x03\n" +
@@ -2942,7 +3103,18 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x11drain_deadline_ms\x18\x04 \x01(\x03R\x0fdrainDeadlineMs\"\x18\n" +
 	"\x16SetSchedulableResponse\"\x0e\n" +
 	"\fLeaveRequest\"\x0f\n" +
-	"\rLeaveResponse\"S\n" +
+	"\rLeaveResponse\"B\n" +
+	"\x11RemoveNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\xde\x01\n" +
+	"\x12RemoveNodeResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\twas_alive\x18\x02 \x01(\bR\bwasAlive\x12\x1b\n" +
+	"\twas_voter\x18\x03 \x01(\bR\bwasVoter\x12\x17\n" +
+	"\ain_raft\x18\x04 \x01(\bR\x06inRaft\x12\x1a\n" +
+	"\brequeued\x18\x05 \x03(\tR\brequeued\x12\x17\n" +
+	"\aheld_ca\x18\x06 \x01(\bR\x06heldCa\x12'\n" +
+	"\x0falready_removed\x18\a \x01(\bR\x0ealreadyRemoved\"S\n" +
 	"\n" +
 	"SecretInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
@@ -2979,12 +3151,14 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x06RunJob\x12\x1b.palyra.v1.SubmitJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x01\x12L\n" +
 	"\vGetArtifact\x12\x1d.palyra.v1.GetArtifactRequest\x1a\x1e.palyra.v1.GetArtifactResponse\x12F\n" +
 	"\tPruneJobs\x12\x1b.palyra.v1.PruneJobsRequest\x1a\x1c.palyra.v1.PruneJobsResponse\x12O\n" +
-	"\fSetRetention\x12\x1e.palyra.v1.SetRetentionRequest\x1a\x1f.palyra.v1.SetRetentionResponse2\xa7\x02\n" +
+	"\fSetRetention\x12\x1e.palyra.v1.SetRetentionRequest\x1a\x1f.palyra.v1.SetRetentionResponse2\xf2\x02\n" +
 	"\vNodeService\x12=\n" +
 	"\x06Status\x12\x18.palyra.v1.StatusRequest\x1a\x19.palyra.v1.StatusResponse\x12F\n" +
 	"\tListNodes\x12\x1b.palyra.v1.ListNodesRequest\x1a\x1c.palyra.v1.ListNodesResponse\x12:\n" +
 	"\x05Leave\x12\x17.palyra.v1.LeaveRequest\x1a\x18.palyra.v1.LeaveResponse\x12U\n" +
-	"\x0eSetSchedulable\x12 .palyra.v1.SetSchedulableRequest\x1a!.palyra.v1.SetSchedulableResponse2\xf6\x01\n" +
+	"\x0eSetSchedulable\x12 .palyra.v1.SetSchedulableRequest\x1a!.palyra.v1.SetSchedulableResponse\x12I\n" +
+	"\n" +
+	"RemoveNode\x12\x1c.palyra.v1.RemoveNodeRequest\x1a\x1d.palyra.v1.RemoveNodeResponse2\xf6\x01\n" +
 	"\rSecretService\x12F\n" +
 	"\tSetSecret\x12\x1b.palyra.v1.SetSecretRequest\x1a\x1c.palyra.v1.SetSecretResponse\x12L\n" +
 	"\vListSecrets\x12\x1d.palyra.v1.ListSecretsRequest\x1a\x1e.palyra.v1.ListSecretsResponse\x12O\n" +
@@ -3003,7 +3177,7 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                  // 0: palyra.v1.JobPhase
 	(*Error)(nil),                  // 1: palyra.v1.Error
@@ -3037,30 +3211,32 @@ var file_palyra_v1_api_proto_goTypes = []any{
 	(*SetSchedulableResponse)(nil), // 29: palyra.v1.SetSchedulableResponse
 	(*LeaveRequest)(nil),           // 30: palyra.v1.LeaveRequest
 	(*LeaveResponse)(nil),          // 31: palyra.v1.LeaveResponse
-	(*SecretInfo)(nil),             // 32: palyra.v1.SecretInfo
-	(*SetSecretRequest)(nil),       // 33: palyra.v1.SetSecretRequest
-	(*SetSecretResponse)(nil),      // 34: palyra.v1.SetSecretResponse
-	(*ListSecretsRequest)(nil),     // 35: palyra.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),    // 36: palyra.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),    // 37: palyra.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),   // 38: palyra.v1.DeleteSecretResponse
-	nil,                            // 39: palyra.v1.Job.ConstraintsEntry
-	nil,                            // 40: palyra.v1.JobArray.CountsEntry
-	nil,                            // 41: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                            // 42: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                            // 43: palyra.v1.NodeInfo.LabelsEntry
-	nil,                            // 44: palyra.v1.NodeInfo.CapacityEntry
+	(*RemoveNodeRequest)(nil),      // 32: palyra.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 33: palyra.v1.RemoveNodeResponse
+	(*SecretInfo)(nil),             // 34: palyra.v1.SecretInfo
+	(*SetSecretRequest)(nil),       // 35: palyra.v1.SetSecretRequest
+	(*SetSecretResponse)(nil),      // 36: palyra.v1.SetSecretResponse
+	(*ListSecretsRequest)(nil),     // 37: palyra.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),    // 38: palyra.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),    // 39: palyra.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),   // 40: palyra.v1.DeleteSecretResponse
+	nil,                            // 41: palyra.v1.Job.ConstraintsEntry
+	nil,                            // 42: palyra.v1.JobArray.CountsEntry
+	nil,                            // 43: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                            // 44: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                            // 45: palyra.v1.NodeInfo.LabelsEntry
+	nil,                            // 46: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	39, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	41, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
 	5,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	40, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	42, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
 	3,  // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
 	5,  // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	41, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	43, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
 	3,  // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
 	3,  // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
@@ -3073,12 +3249,12 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	4,  // 18: palyra.v1.CancelJobResponse.array:type_name -> palyra.v1.JobArray
 	3,  // 19: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 20: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
-	42, // 21: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	43, // 22: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	44, // 23: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	44, // 21: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	45, // 22: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	46, // 23: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
 	25, // 24: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
-	32, // 25: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
-	32, // 26: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
+	34, // 25: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
+	34, // 26: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
 	8,  // 27: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
 	10, // 28: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
 	12, // 29: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
@@ -3092,27 +3268,29 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	26, // 37: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
 	30, // 38: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
 	28, // 39: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	33, // 40: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	35, // 41: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	37, // 42: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	9,  // 43: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11, // 44: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13, // 45: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15, // 46: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	17, // 47: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	17, // 48: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,  // 49: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	19, // 50: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	21, // 51: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	24, // 52: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	27, // 53: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	31, // 54: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	29, // 55: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	34, // 56: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	36, // 57: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	38, // 58: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	43, // [43:59] is the sub-list for method output_type
-	27, // [27:43] is the sub-list for method input_type
+	32, // 40: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	35, // 41: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	37, // 42: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	39, // 43: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	9,  // 44: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11, // 45: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13, // 46: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15, // 47: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	17, // 48: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	17, // 49: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,  // 50: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	19, // 51: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	21, // 52: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	24, // 53: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	27, // 54: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	31, // 55: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	29, // 56: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	33, // 57: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	36, // 58: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	38, // 59: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	40, // 60: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	44, // [44:61] is the sub-list for method output_type
+	27, // [27:44] is the sub-list for method input_type
 	27, // [27:27] is the sub-list for extension type_name
 	27, // [27:27] is the sub-list for extension extendee
 	0,  // [0:27] is the sub-list for field type_name
@@ -3129,7 +3307,7 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   44,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

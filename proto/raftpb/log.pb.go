@@ -3821,6 +3821,7 @@ type Snapshot struct {
 	PrunedBeforeMs int64             `protobuf:"varint,15,opt,name=pruned_before_ms,json=prunedBeforeMs,proto3" json:"pruned_before_ms,omitempty"` // State.PrunedBefore: the pruning horizon
 	CaRoots        []*CARootRecord   `protobuf:"bytes,40,rep,name=ca_roots,json=caRoots,proto3" json:"ca_roots,omitempty"`                         // the trust bundle, oldest first
 	CaRotation     *CARotationRecord `protobuf:"bytes,41,opt,name=ca_rotation,json=caRotation,proto3" json:"ca_rotation,omitempty"`
+	ClockMs        int64             `protobuf:"varint,16,opt,name=clock_ms,json=clockMs,proto3" json:"clock_ms,omitempty"` // the cluster clock: latest proposal time applied
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -3972,6 +3973,13 @@ func (x *Snapshot) GetCaRotation() *CARotationRecord {
 		return x.CaRotation
 	}
 	return nil
+}
+
+func (x *Snapshot) GetClockMs() int64 {
+	if x != nil {
+		return x.ClockMs
+	}
+	return 0
 }
 
 // ArrayRecord is a job array: its template (input empty) and size.
@@ -4360,7 +4368,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
 	"\tset_at_ms\x18\x03 \x01(\x03R\asetAtMs\x12\x15\n" +
-	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\x88\x06\n" +
+	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\xa3\x06\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +
@@ -4382,7 +4390,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x10pruned_before_ms\x18\x0f \x01(\x03R\x0eprunedBeforeMs\x127\n" +
 	"\bca_roots\x18( \x03(\v2\x1c.palyra.raft.v1.CARootRecordR\acaRoots\x12A\n" +
 	"\vca_rotation\x18) \x01(\v2 .palyra.raft.v1.CARotationRecordR\n" +
-	"caRotation\"X\n" +
+	"caRotation\x12\x19\n" +
+	"\bclock_ms\x18\x10 \x01(\x03R\aclockMs\"X\n" +
 	"\vArrayRecord\x125\n" +
 	"\btemplate\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\btemplate\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\rR\x04sizeB3Z1github.com/palyra-mesh/palyra/proto/raftpb;raftpbb\x06proto3"

@@ -241,8 +241,11 @@ func (d *Driver) Round(ctx context.Context) {
 			break
 		}
 		reason := ""
-		if alive[node] {
-			if m, ok := st.Member("node", node); ok && m.Draining && m.DrainDeadlineMS > 0 && nowMS >= m.DrainDeadlineMS {
+		m, isMember := st.Member("node", node)
+		if isMember && m.Revoked {
+			reason = "node " + node + " was removed"
+		} else if alive[node] {
+			if isMember && m.Draining && m.DrainDeadlineMS > 0 && nowMS >= m.DrainDeadlineMS {
 				reason = "drain deadline reached on " + node
 			}
 		} else {

@@ -67,6 +67,8 @@ const (
 	// NodeServiceSetSchedulableProcedure is the fully-qualified name of the NodeService's
 	// SetSchedulable RPC.
 	NodeServiceSetSchedulableProcedure = "/palyra.v1.NodeService/SetSchedulable"
+	// NodeServiceRemoveNodeProcedure is the fully-qualified name of the NodeService's RemoveNode RPC.
+	NodeServiceRemoveNodeProcedure = "/palyra.v1.NodeService/RemoveNode"
 	// SecretServiceSetSecretProcedure is the fully-qualified name of the SecretService's SetSecret RPC.
 	SecretServiceSetSecretProcedure = "/palyra.v1.SecretService/SetSecret"
 	// SecretServiceListSecretsProcedure is the fully-qualified name of the SecretService's ListSecrets
@@ -370,6 +372,11 @@ type NodeServiceClient interface {
 	Leave(context.Context, *connect.Request[palyrav1.LeaveRequest]) (*connect.Response[palyrav1.LeaveResponse], error)
 	// SetSchedulable drains a node or toggles its eligibility for new work.
 	SetSchedulable(context.Context, *connect.Request[palyrav1.SetSchedulableRequest]) (*connect.Response[palyrav1.SetSchedulableResponse], error)
+	// RemoveNode takes a node that is gone for good out of the cluster: out
+	// of the raft configuration, its certificate revoked (it cannot come
+	// back with that data dir), the jobs it ran queued again. A node gossip
+	// reports alive is refused unless force is set; the leader is refused.
+	RemoveNode(context.Context, *connect.Request[palyrav1.RemoveNodeRequest]) (*connect.Response[palyrav1.RemoveNodeResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the palyra.v1.NodeService service. By default, it
@@ -407,6 +414,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("SetSchedulable")),
 			connect.WithClientOptions(opts...),
 		),
+		removeNode: connect.NewClient[palyrav1.RemoveNodeRequest, palyrav1.RemoveNodeResponse](
+			httpClient,
+			baseURL+NodeServiceRemoveNodeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("RemoveNode")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -416,6 +429,7 @@ type nodeServiceClient struct {
 	listNodes      *connect.Client[palyrav1.ListNodesRequest, palyrav1.ListNodesResponse]
 	leave          *connect.Client[palyrav1.LeaveRequest, palyrav1.LeaveResponse]
 	setSchedulable *connect.Client[palyrav1.SetSchedulableRequest, palyrav1.SetSchedulableResponse]
+	removeNode     *connect.Client[palyrav1.RemoveNodeRequest, palyrav1.RemoveNodeResponse]
 }
 
 // Status calls palyra.v1.NodeService.Status.
@@ -438,6 +452,11 @@ func (c *nodeServiceClient) SetSchedulable(ctx context.Context, req *connect.Req
 	return c.setSchedulable.CallUnary(ctx, req)
 }
 
+// RemoveNode calls palyra.v1.NodeService.RemoveNode.
+func (c *nodeServiceClient) RemoveNode(ctx context.Context, req *connect.Request[palyrav1.RemoveNodeRequest]) (*connect.Response[palyrav1.RemoveNodeResponse], error) {
+	return c.removeNode.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the palyra.v1.NodeService service.
 type NodeServiceHandler interface {
 	Status(context.Context, *connect.Request[palyrav1.StatusRequest]) (*connect.Response[palyrav1.StatusResponse], error)
@@ -447,6 +466,11 @@ type NodeServiceHandler interface {
 	Leave(context.Context, *connect.Request[palyrav1.LeaveRequest]) (*connect.Response[palyrav1.LeaveResponse], error)
 	// SetSchedulable drains a node or toggles its eligibility for new work.
 	SetSchedulable(context.Context, *connect.Request[palyrav1.SetSchedulableRequest]) (*connect.Response[palyrav1.SetSchedulableResponse], error)
+	// RemoveNode takes a node that is gone for good out of the cluster: out
+	// of the raft configuration, its certificate revoked (it cannot come
+	// back with that data dir), the jobs it ran queued again. A node gossip
+	// reports alive is refused unless force is set; the leader is refused.
+	RemoveNode(context.Context, *connect.Request[palyrav1.RemoveNodeRequest]) (*connect.Response[palyrav1.RemoveNodeResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -480,6 +504,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("SetSchedulable")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceRemoveNodeHandler := connect.NewUnaryHandler(
+		NodeServiceRemoveNodeProcedure,
+		svc.RemoveNode,
+		connect.WithSchema(nodeServiceMethods.ByName("RemoveNode")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/palyra.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceStatusProcedure:
@@ -490,6 +520,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceLeaveHandler.ServeHTTP(w, r)
 		case NodeServiceSetSchedulableProcedure:
 			nodeServiceSetSchedulableHandler.ServeHTTP(w, r)
+		case NodeServiceRemoveNodeProcedure:
+			nodeServiceRemoveNodeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -513,6 +545,10 @@ func (UnimplementedNodeServiceHandler) Leave(context.Context, *connect.Request[p
 
 func (UnimplementedNodeServiceHandler) SetSchedulable(context.Context, *connect.Request[palyrav1.SetSchedulableRequest]) (*connect.Response[palyrav1.SetSchedulableResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.NodeService.SetSchedulable is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) RemoveNode(context.Context, *connect.Request[palyrav1.RemoveNodeRequest]) (*connect.Response[palyrav1.RemoveNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.NodeService.RemoveNode is not implemented"))
 }
 
 // SecretServiceClient is a client for the palyra.v1.SecretService service.
