@@ -14,7 +14,6 @@ import (
 // carries it in every alive message.
 const MaxMetaSize = memberlist.MetaMaxSize
 
-
 // Meta is what a node tells every other member about itself through gossip,
 // for placement decisions: labels (e.g. "zone": "a"), capacity per job kind
 // (e.g. "wasm": 8) and the software version.
