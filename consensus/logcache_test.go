@@ -65,3 +65,17 @@ func TestLogCacheAgreesWithTheStore(t *testing.T) {
 		t.Fatal("a compacted entry is still readable")
 	}
 }
+
+// Snapshots are taken less often as the state grows, so their cost per
+// entry stays flat: never more often than the base, no sooner than twice
+// the jobs held, and at least every 100,000 entries.
+func TestSnapshotThresholdFollowsTheState(t *testing.T) {
+	for _, tc := range []struct {
+		jobs int
+		want uint64
+	}{{0, 4096}, {1000, 4096}, {2048, 4096}, {30_000, 60_000}, {100_000, 100_000}, {5_000_000, 100_000}} {
+		if got := snapshotThreshold(4096, tc.jobs); got != tc.want {
+			t.Errorf("%d jobs: threshold %d, want %d", tc.jobs, got, tc.want)
+		}
+	}
+}

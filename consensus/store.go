@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +57,8 @@ type Store struct {
 	bolt          *raftboltdb.BoltStore
 	transport     *gatedTransport
 	log           *slog.Logger
+	stop          chan struct{} // closed by Close
+	stopOnce      sync.Once
 }
 
 // Open opens (or creates) the raft state in cfg.Dir and starts the server.
@@ -133,7 +136,9 @@ func Open(cfg Config) (*Store, error) {
 		bolt.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	return &Store{cfg: cfg, raft: r, fsm: fsm, bolt: bolt, transport: transport, log: lg}, nil
+	st := &Store{cfg: cfg, raft: r, fsm: fsm, bolt: bolt, transport: transport, log: lg, stop: make(chan struct{})}
+	go st.adaptSnapshots(rc.SnapshotThreshold, st.stop)
+	return st, nil
 }
 
 // State is the local replica's state (possibly stale on a follower).
@@ -300,6 +305,7 @@ func (s *Store) LeadershipChanges() <-chan bool {
 
 // Close stops raft and closes the log store. Safe to call once.
 func (s *Store) Close() error {
+	s.stopOnce.Do(func() { close(s.stop) })
 	err := s.raft.Shutdown().Error()
 	s.transport.gate.close() // no heartbeat writes the stores from here on
 	if cerr := s.transport.Close(); err == nil {
@@ -334,4 +340,50 @@ func (s *Store) warnClock(behindMS int64) {
 	}
 	s.log.Warn("this node's clock is behind the cluster's: the times it proposes are held at the cluster's, which keeps deadlines and expiries consistent but not punctual; sync the clocks (NTP)",
 		"behind", time.Duration(behindMS)*time.Millisecond)
+}
+
+// snapshotEvery is how often a Store reconsiders its snapshot threshold.
+const snapshotEvery = 5 * time.Second
+
+// snapshotThreshold is how many log entries may follow the last snapshot
+// before raft takes another: at least the configured base, and twice the
+// jobs the state holds, up to maxSnapshotThreshold. A snapshot costs in
+// proportion to the state, so tying the interval to the state keeps the
+// cost per entry flat as history grows (with a fixed 4,096, a state of
+// 100,000 jobs was written out again and again under load). The cap bounds
+// the log kept on disk between snapshots (etcd's default snapshot count is
+// the same 100,000).
+func snapshotThreshold(base uint64, jobs int) uint64 {
+	return min(max(base, 2*uint64(jobs)), max(base, maxSnapshotThreshold))
+}
+
+const maxSnapshotThreshold = 100_000
+
+// adaptSnapshots keeps raft's snapshot threshold in step with the state's
+// size until stop is closed.
+func (s *Store) adaptSnapshots(base uint64, stop <-chan struct{}) {
+	t := time.NewTicker(snapshotEvery)
+	defer t.Stop()
+	cur := base
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		want := snapshotThreshold(base, s.fsm.State().JobCount())
+		// Change it only when it moves by a quarter: a reload is cheap
+		// but not free.
+		if want == cur || (want > cur && want-cur < cur/4) || (want < cur && cur-want < cur/4) {
+			continue
+		}
+		rc := s.raft.ReloadableConfig()
+		rc.SnapshotThreshold = want
+		if err := s.raft.ReloadConfig(rc); err != nil {
+			s.log.Warn("could not change the snapshot threshold", "want", want, "err", err)
+			continue
+		}
+		s.log.Debug("snapshot threshold follows the state", "entries", want)
+		cur = want
+	}
 }
