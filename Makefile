@@ -4,12 +4,21 @@ GO ?= go
 BIN := bin/palyra
 PKGS := ./...
 
-.PHONY: all build run test test-short deps proto bench vet fmt examples clean
+.PHONY: all build install run test test-short deps proto bench vet fmt examples clean
 
 all: build
 
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/palyra-mesh/palyra/cli.Commit=$(COMMIT)
+
 build:
-	$(GO) build -o $(BIN) .
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
+
+# install puts palyra on PATH (PREFIX/bin, default /usr/local/bin).
+PREFIX ?= /usr/local
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/palyra
 
 # deps installs what the tests need on a fresh Debian machine (as root).
 deps:

@@ -55,7 +55,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 	return &ucli.App{
 		Name:    "palyra",
 		Usage:   "a self-hosted mesh of workers for sandboxed WebAssembly and browser jobs",
-		Version: Version,
+		Version: versionLine(),
 		Description: `One binary is both the node and the CLI.
 
    Start a node:      palyra node start
@@ -76,7 +76,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 		Suggest:              true,
 		Flags:                globalFlags(),
 		Commands: []*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
-			caCommand(), policyCommand(), secretCommand(), doctorCommand(), snapshotCommand()},
+			caCommand(), policyCommand(), secretCommand(), doctorCommand(), snapshotCommand(), versionCommand()},
 		// A paired device's certificate renews after the command that
 		// found it due (see renewAfter).
 		After:          renewAfter,

@@ -297,3 +297,19 @@ func TestInterspersedFlags(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+// `palyra version` names the release, the commit and the toolchain, also
+// as JSON; `--version` prints the same line.
+func TestVersion(t *testing.T) {
+	defer func(c string) { Commit = c }(Commit)
+	Commit = "0123456789abcdef0123"
+	r := runCLI(t, "version")
+	if r.code != 0 || !strings.Contains(r.stdout, Version) || !strings.Contains(r.stdout, "commit 0123456789ab") || !strings.Contains(r.stdout, "go1.") {
+		t.Fatalf("palyra version: %+v", r)
+	}
+	r = runCLI(t, "version", "--json")
+	var b buildInfo
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &b) != nil || b.Version != Version || b.Commit != Commit || b.GoVersion == "" {
+		t.Fatalf("palyra version --json: %+v", r)
+	}
+}
