@@ -313,3 +313,20 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("palyra version --json: %+v", r)
 	}
 }
+
+// `palyra completion SHELL` prints a script for bash, zsh and fish that
+// completes from palyra itself, and refuses other shells.
+func TestCompletion(t *testing.T) {
+	for shell, want := range map[string]string{
+		"bash": "complete -o default -F _palyra palyra",
+		"zsh":  "bashcompinit",
+		"fish": "complete -c palyra",
+	} {
+		if r := runCLI(t, "completion", shell); r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("completion %s: %+v; want %q in it", shell, r, want)
+		}
+	}
+	if r := runCLI(t, "completion", "tcsh"); r.code == 0 || !strings.Contains(r.stderr, "bash, zsh or fish") {
+		t.Errorf("completion tcsh: %+v", r)
+	}
+}
