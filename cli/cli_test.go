@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -328,5 +329,24 @@ func TestCompletion(t *testing.T) {
 	}
 	if r := runCLI(t, "completion", "tcsh"); r.code == 0 || !strings.Contains(r.stderr, "bash, zsh or fish") {
 		t.Errorf("completion tcsh: %+v", r)
+	}
+}
+
+// A joiner whose --peer does not answer is told to check that node (never
+// to start one), and a --peer without a port gets the default port, said.
+func TestJoinDeadPeerHints(t *testing.T) {
+	c := startNode(t)
+	r := c.cli("pair", "create", "--kind", "node")
+	code := regexp.MustCompile(`P1-[A-Z0-9-]+`).FindString(r.stdout + r.stderr)
+	if r.code != 0 || code == "" {
+		t.Fatalf("pair create: %+v", r)
+	}
+	r = runCLI(t, "--data-dir", t.TempDir(), "node", "join", "--code", code, "--peer", "127.0.0.1:1", "--listen", "127.0.0.1:0")
+	if r.code == 0 || !strings.Contains(r.stderr, "--peer takes the HOST:PORT") || strings.Contains(r.stderr, "node start") {
+		t.Fatalf("join to a dead peer: %+v", r)
+	}
+	r = runCLI(t, "--data-dir", t.TempDir(), "node", "join", "--code", code, "--peer", "127.0.0.1", "--listen", "127.0.0.1:0")
+	if !strings.Contains(r.stderr, "has no port; using 127.0.0.1:7444") {
+		t.Fatalf("join with a bare host: %+v", r)
 	}
 }

@@ -3,7 +3,9 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -124,9 +126,13 @@ func devicePair(c *ucli.Context) error {
 	if name == "" {
 		name, _ = os.Hostname()
 	}
-	cred, resp, err := client.Pair(c.Context, c.String("peer"), code, client.PairOptions{Name: name})
+	peer, err := peerFlag(c)
 	if err != nil {
-		return fail(c, explainPair(c.String("peer"), err))
+		return err
+	}
+	cred, resp, err := client.Pair(c.Context, peer, code, client.PairOptions{Name: name})
+	if err != nil {
+		return fail(c, explainPair(peer, err))
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -134,7 +140,7 @@ func devicePair(c *ucli.Context) error {
 	if err := identity.SaveCredential(deviceCredDir(dir), cred); err != nil {
 		return err
 	}
-	if err := writeDeviceConfig(dir, deviceConfig{Addr: c.String("peer"), Peers: resp.Peers, ClusterName: resp.ClusterName, Principal: resp.Principal}); err != nil {
+	if err := writeDeviceConfig(dir, deviceConfig{Addr: peer, Peers: resp.Peers, ClusterName: resp.ClusterName, Principal: resp.Principal}); err != nil {
 		return err
 	}
 	if c.Bool("json") {
@@ -145,11 +151,38 @@ func devicePair(c *ucli.Context) error {
 	return nil
 }
 
-// explainPair gives pairing failures their hint.
+// explainPair gives pairing failures their hint: a joiner reaches the
+// cluster through --peer, and never starts a cluster of its own.
 func explainPair(peer string, err error) *client.Error {
 	var ce *client.Error
-	if errors.As(err, &ce) {
-		return ce
+	if !errors.As(err, &ce) {
+		ce = (&client.Client{Addr: peer}).Explain(err)
 	}
-	return (&client.Client{Addr: peer}).Explain(err)
+	if ce.Code == "unreachable" {
+		e := *ce
+		e.Hint = "check that a node of the cluster runs at " + peer + " and that UDP to it is not blocked from here; --peer takes the HOST:PORT a node listens on ('palyra nodes' on a paired machine lists them)"
+		return &e
+	}
+	return ce
+}
+
+// peerFlag is --peer as HOST:PORT: a bare host gets the default port
+// (7444), and the user is told.
+func peerFlag(c *ucli.Context) (string, error) {
+	peer := strings.TrimSpace(c.String("peer"))
+	if peer == "" {
+		return "", ucli.Exit("error: --peer is required\ngive the HOST:PORT of a running node of the cluster", exitUsage)
+	}
+	if _, _, err := net.SplitHostPort(peer); err != nil {
+		if strings.Count(peer, ":") > 1 && !strings.HasPrefix(peer, "[") { // a bare IPv6 address
+			peer = "[" + peer + "]"
+		}
+		withPort := peer + ":7444"
+		if _, _, err := net.SplitHostPort(withPort); err != nil {
+			return "", ucli.Exit(fmt.Sprintf("error: --peer %q is not HOST:PORT\ngive the address a node listens on, e.g. 10.0.0.1:7444", c.String("peer")), exitUsage)
+		}
+		fmt.Fprintf(c.App.ErrWriter, "--peer %s has no port; using %s (the default)\n", c.String("peer"), withPort)
+		peer = withPort
+	}
+	return peer, nil
 }

@@ -229,11 +229,15 @@ func nodeJoin(c *ucli.Context) error {
 			Hint: "start it with 'palyra node start', or join with another --data-dir"})
 	}
 	labels := cfg.Labels
-	cred, resp, err := client.Pair(c.Context, c.String("peer"), code, client.PairOptions{Labels: labels})
+	peer, err := peerFlag(c)
 	if err != nil {
-		return fail(c, explainPair(c.String("peer"), err))
+		return err
 	}
-	seeds := append([]string{c.String("peer")}, resp.Peers...)
+	cred, resp, err := client.Pair(c.Context, peer, code, client.PairOptions{Labels: labels})
+	if err != nil {
+		return fail(c, explainPair(peer, err))
+	}
+	seeds := append([]string{peer}, resp.Peers...)
 	if err := node.PrepareJoin(cfg.DataDir, cred, resp.ClusterName, seeds, resp.DataKey); err != nil {
 		return fail(c, &client.Error{Code: "internal", Message: err.Error()})
 	}
