@@ -26,7 +26,17 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 			}
 		}
 		s = strings.TrimPrefix(s, "raft: ")
+		if level == slog.LevelError && expectedRaftError(s) {
+			level = slog.LevelDebug
+		}
 		w.l.Log(context.Background(), level, s)
 	}
 	return len(p), nil
+}
+
+// expectedRaftError reports a raft transport error that every clean stop
+// of a peer causes (its connections end mid-read): not an error.
+func expectedRaftError(msg string) bool {
+	return strings.Contains(msg, "failed to decode incoming command") &&
+		(strings.Contains(msg, "EOF") || strings.Contains(msg, "closed") || strings.Contains(msg, "reset"))
 }

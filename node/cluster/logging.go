@@ -41,6 +41,9 @@ func (w *levelWriter) Write(p []byte) (int, error) {
 			}
 		}
 		s = strings.TrimPrefix(s, "memberlist: ")
+		if level == slog.LevelError && expectedGossipError(s) {
+			level = slog.LevelWarn
+		}
 		w.l.Log(context.Background(), level, s)
 	}
 	return len(p), nil
@@ -124,4 +127,17 @@ func (h *hcLogger) StandardLogger(*hclog.StandardLoggerOptions) *log.Logger {
 }
 func (h *hcLogger) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
 	return &levelWriter{l: h.l}
+}
+
+// expectedGossipError reports a memberlist error that a healthy cluster
+// meets in its normal course (a probe of a peer that is stopping or busy,
+// a stream cut by a peer's clean stop): worth a warning, not an error.
+// Failure detection itself reports what matters (a member marked dead).
+func expectedGossipError(msg string) bool {
+	for _, s := range []string{"Failed fallback", "Failed to send", "Failed to receive", "Failed push/pull", "use of closed", "EOF", "Push/Pull with"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 
@@ -63,5 +65,18 @@ func TestLogAdaptersKeepLevelsAndArgs(t *testing.T) {
 	}
 	if hc.GetLevel() != hclog.Trace || !hc.IsDebug() {
 		t.Fatal("hclog level must follow the slog handler")
+	}
+}
+
+// Gossip errors a healthy cluster meets (probes of a stopping peer) are
+// warnings; other errors stay errors.
+func TestExpectedGossipErrorsAreWarnings(t *testing.T) {
+	var buf bytes.Buffer
+	l := newStdLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	l.Print("[ERR] memberlist: Failed fallback TCP ping: timeout 1s: read: EOF")
+	l.Print("[ERR] memberlist: something else broke")
+	out := buf.String()
+	if !strings.Contains(out, `level=WARN msg="Failed fallback TCP ping`) || !strings.Contains(out, `level=ERROR msg="something else broke`) {
+		t.Fatalf("levels:\n%s", out)
 	}
 }
