@@ -21,6 +21,9 @@ import (
 // job with WatchJob until ctx ends. It returns the ended job, whatever its
 // phase; an error means the job's end was not seen.
 func (c *Client) Run(ctx context.Context, req *palyrav1.SubmitJobRequest, update func(*palyrav1.Job)) (*palyrav1.Job, error) {
+	if err := checkSize(req); err != nil {
+		return nil, err
+	}
 	sum := sha256.Sum256(req.WasmModule)
 	byHash := proto.Clone(req).(*palyrav1.SubmitJobRequest)
 	byHash.WasmModule, byHash.ModuleSha256 = nil, hex.EncodeToString(sum[:])

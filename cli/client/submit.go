@@ -29,6 +29,9 @@ var retryBackoffMS = []int{100, 300, 900}
 // safe. Without a key an unknown outcome is returned to the caller, who must
 // check before submitting again: a resend could run the job twice.
 func (c *Client) Submit(ctx context.Context, req *palyrav1.SubmitJobRequest) (*palyrav1.SubmitJobResponse, error) {
+	if err := checkSize(req); err != nil {
+		return nil, err
+	}
 	resp, err := c.submitOnce(ctx, req)
 	for try := 0; err != nil && req.IdempotencyKey != "" && try < maxSubmitResends && unknownOutcome(c.Explain(err).Code); try++ {
 		t := time.NewTimer(time.Duration(retryBackoffMS[min(try, len(retryBackoffMS)-1)]) * time.Millisecond)

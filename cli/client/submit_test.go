@@ -104,3 +104,39 @@ func TestSubmitResendsUnknownOutcomeOnlyWithIdempotencyKey(t *testing.T) {
 		t.Fatalf("%d SubmitJob calls with a cancelled context, want 1", len(f.calls))
 	}
 }
+
+// A submission over the nodes' limits is refused before anything is sent,
+// with the message and hint a node gives, however far over it is (far
+// over, the transport's own limit would answer with a raw error).
+func TestOversizeRefusedBeforeSending(t *testing.T) {
+	f := &fakeJobs{outcomes: []error{nil}}
+	c := &Client{Addr: "fake:1", Jobs: f}
+	big := make([]byte, 20_000_005)
+	for _, tc := range []struct {
+		name string
+		req  *palyrav1.SubmitJobRequest
+		want string
+	}{
+		{"module", &palyrav1.SubmitJobRequest{WasmModule: big}, "module is 19.1 MiB; the limit is 16.0 MiB"},
+		{"input", &palyrav1.SubmitJobRequest{WasmModule: []byte("m"), Input: big}, "input is 19.1 MiB; the limit is 1.0 MiB"},
+		{"array total", &palyrav1.SubmitJobRequest{WasmModule: []byte("m"), Inputs: func() [][]byte {
+			out := make([][]byte, 70)
+			for i := range out {
+				out[i] = big[:1<<20]
+			}
+			return out
+		}()}, "the array's inputs total 70.0 MiB; the limit is 64.0 MiB per array"},
+	} {
+		_, err := c.Submit(context.Background(), tc.req)
+		e := c.Explain(err)
+		if e == nil || e.Code != "invalid_argument" || e.Message != tc.want || e.Hint == "" {
+			t.Errorf("%s: %+v; want %q with a hint", tc.name, e, tc.want)
+		}
+		if _, err := c.Run(context.Background(), tc.req, nil); c.Explain(err).Message != tc.want {
+			t.Errorf("%s through Run: %v", tc.name, err)
+		}
+	}
+	if len(f.calls) != 0 {
+		t.Fatalf("%d requests sent; want none", len(f.calls))
+	}
+}

@@ -29,11 +29,9 @@ import (
 
 // Limits on what a caller may submit.
 const (
-	MaxModuleBytes = 16 << 20
-	MaxInputBytes  = 1 << 20 // per job, and per task of an array
-	// MaxArrayInputBytes bounds the inputs of one array request, all
-	// tasks together; larger work is split into several arrays.
-	MaxArrayInputBytes = 64 << 20
+	MaxModuleBytes     = palyrav1.MaxModuleBytes
+	MaxInputBytes      = palyrav1.MaxInputBytes      // per job, and per task of an array
+	MaxArrayInputBytes = palyrav1.MaxArrayInputBytes // an array request's inputs, all tasks together
 	// MaxRequestBytes is the largest request: a module, an array's inputs,
 	// and the framing of up to a million inputs.
 	MaxRequestBytes = MaxModuleBytes + MaxArrayInputBytes + 8<<20
