@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -33,6 +34,7 @@ func browseCommand() *ucli.Command {
 			&ucli.StringSliceFlag{Name: "allow-host", Usage: "other `HOST`s the page may load from (repeatable)"},
 			&ucli.BoolFlag{Name: "allow-private", Usage: "allow private, loopback and link-local targets (a policy grant)"},
 			&ucli.DurationFlag{Name: "timeout", Usage: "job time limit", Value: time.Minute},
+			&ucli.DurationFlag{Name: "wait-timeout", Usage: "stop waiting after `DURATION` and cancel the job; by default browse waits for the job's end, but gives up within seconds when no node in the cluster can run browser jobs"},
 			jsonFlag,
 		},
 		Action: jobBrowse,
@@ -72,7 +74,21 @@ func jobBrowse(c *ucli.Context) error {
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}
-	job, err := waitJob(c.Context, cl, resp.Msg.Job.Id, c.App.ErrWriter)
+	ctx, cancel := withWaitTimeout(c)
+	defer cancel()
+	id := resp.Msg.Job.Id
+	job, err := waitJob(ctx, cl, id, waitOpts{progress: c.App.ErrWriter, giveUp: giveUpFor(c)})
+	var sq *stillQueuedError
+	if errors.As(err, &sq) {
+		// A one-shot browse that cannot run is withdrawn, not left queued.
+		if _, cerr := cl.Jobs.CancelJob(c.Context, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id})); cerr != nil {
+			return waitFailed(c, cl, err)
+		}
+		if sq.unplaceable {
+			return ucli.Exit(fmt.Sprintf("no node in the cluster can run browser jobs: %s (job %s cancelled)", chromiumHint, id), exitFailure)
+		}
+		return ucli.Exit(fmt.Sprintf("gave up waiting after %s: job %s was still %s; cancelled it", sq.after, id, sq.job.GetPhase().WireName()), exitFailure)
+	}
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}

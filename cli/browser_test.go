@@ -13,7 +13,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/runtime/browser"
@@ -112,5 +114,71 @@ func TestBrowserJobThroughCLI(t *testing.T) {
 	r = device(t, cfg, "job", "submit", "--browser", file, "--allow-host", "127.0.0.1", "--allow-private")
 	if r.code != 1 || !strings.Contains(r.stderr, "grant.http") {
 		t.Fatalf("grant without policy: %+v", r)
+	}
+}
+
+// With no Chromium on any node, 'job browse' ends within seconds saying
+// why and what to install, and withdraws its job; 'job submit --wait'
+// ends the same way but leaves the job queued; once Chromium appears the
+// running node finds it, without a restart, and browsing works.
+func TestBrowseWithoutChromiumFailsFastThenRedetects(t *testing.T) {
+	chromium, ok := browser.Detect()
+	if !ok {
+		if testing.Short() {
+			t.Skip("no Chromium; " + browser.InstallHint)
+		}
+		t.Fatal("no Chromium: " + browser.InstallHint + " (make deps installs it)")
+	}
+	var installed atomic.Bool
+	dir := t.TempDir()
+	n, err := node.Start(context.Background(), node.Config{DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 1, BrowserSlots: 1,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		DetectBrowser: func() (string, bool) { return chromium, installed.Load() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	c := &cluster{t: t, node: n, dir: dir}
+	site := loginSite(t)
+
+	begin := time.Now()
+	r := c.cli("job", "browse", site.URL+"/", "--text", "h1", "--allow-private")
+	if r.code != 1 || !strings.Contains(r.stderr, "no node in the cluster can run browser jobs") || !strings.Contains(r.stderr, "apt-get install") {
+		t.Fatalf("browse with no Chromium: %+v", r)
+	}
+	t.Logf("browse gave up after %s: %s", time.Since(begin).Round(time.Millisecond), strings.TrimSpace(r.stderr))
+	list := c.cli("job", "list", "--json")
+	if !strings.Contains(list.stdout, `"aborted"`) || strings.Contains(list.stdout, `"queued"`) {
+		t.Fatalf("the browse job should be aborted, not left queued: %+v", list)
+	}
+
+	script := filepath.Join(t.TempDir(), "s.json")
+	os.WriteFile(script, fmt.Appendf(nil, `{"steps":[{"action":"navigate","url":"%s/"}]}`, site.URL), 0o600)
+	r = c.cli("job", "submit", "--browser", script, "--allow-host", "127.0.0.1", "--allow-private", "--wait")
+	if r.code != 1 || !strings.Contains(r.stderr, "no eligible node offers browser capacity") || !strings.Contains(r.stderr, "palyra job cancel") {
+		t.Fatalf("submit --wait with no Chromium: %+v", r)
+	}
+	r = c.cli("job", "submit", "--browser", script, "--allow-host", "127.0.0.1", "--allow-private", "--wait", "--wait-timeout", "1500ms")
+	if r.code != 1 || !strings.Contains(r.stderr, "gave up waiting after 1.5s") {
+		t.Fatalf("submit --wait-timeout: %+v", r)
+	}
+
+	// Chromium "installed": the node notices, the queued jobs run, and
+	// browse works.
+	installed.Store(true)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l := c.cli("job", "list", "--json")
+		if !strings.Contains(l.stdout, `"queued"`) && !strings.Contains(l.stdout, `"running"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the queued browser jobs never ran after Chromium appeared: %s", l.stdout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r = c.cli("job", "browse", site.URL+"/", "--text", "h1", "--allow-private")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "Sign in" {
+		t.Fatalf("browse after Chromium appeared: %+v", r)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
+
+var waitTimeoutFlag = &ucli.DurationFlag{Name: "wait-timeout", Usage: "with --wait: stop waiting after `DURATION` (the job carries on); by default --wait waits for the job's end, but gives up within seconds on a job no node in the cluster can run"}
 
 var jsonFlag = &ucli.BoolFlag{Name: "json", Usage: "print machine-readable JSON"}
 
@@ -73,6 +76,7 @@ func jobCommand() *ucli.Command {
 					&ucli.DurationFlag{Name: "deadline", Usage: "the job expires if not completed within this time of submission"},
 					&ucli.StringFlag{Name: "idempotency-key", Usage: "retrying a submission with the same key returns the same job; a different payload is refused"},
 					&ucli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its output"},
+					waitTimeoutFlag,
 					outputDirFlag,
 					jsonFlag,
 				},
@@ -257,9 +261,11 @@ func jobSubmit(c *ucli.Context) error {
 	if isTerminal(c.App.ErrWriter) {
 		fmt.Fprintf(c.App.ErrWriter, "job %s accepted; waiting…\n", job.Id)
 	}
-	job, err = waitJob(c.Context, cl, job.Id, c.App.ErrWriter)
+	ctx, cancel := withWaitTimeout(c)
+	defer cancel()
+	job, err = waitJob(ctx, cl, job.Id, waitOpts{progress: c.App.ErrWriter, giveUp: giveUpFor(c)})
 	if err != nil {
-		return fail(c, cl.Explain(err))
+		return waitFailed(c, cl, err)
 	}
 	return printEnded(c, job)
 }
@@ -268,7 +274,16 @@ func jobSubmit(c *ucli.Context) error {
 func runAndWait(c *ucli.Context, cl *client.Client, req *palyrav1.SubmitJobRequest) error {
 	tty := isTerminal(c.App.ErrWriter)
 	var last *palyrav1.Job
-	job, err := cl.Run(c.Context, req, func(j *palyrav1.Job) {
+	tctx, tcancel := withWaitTimeout(c)
+	defer tcancel()
+	ctx, cancel := context.WithCancel(tctx)
+	defer cancel()
+	g := &giveUpTimer{d: giveUpFor(c), cancel: cancel}
+	defer g.stop()
+	reasons := &reasonPrinter{w: c.App.ErrWriter}
+	job, err := cl.Run(ctx, req, func(j *palyrav1.Job) {
+		reasons.see(j)
+		g.see(j)
 		if tty && (last == nil || last.Phase != j.Phase || last.Attempt != j.Attempt) {
 			if last == nil {
 				fmt.Fprintf(c.App.ErrWriter, "job %s accepted; waiting…\n", j.Id)
@@ -278,10 +293,29 @@ func runAndWait(c *ucli.Context, cl *client.Client, req *palyrav1.SubmitJobReque
 		}
 		last = j
 	})
+	if err != nil && last != nil && ctx.Err() != nil && c.Context.Err() == nil {
+		if g.fired.Load() {
+			err = &stillQueuedError{job: last, id: last.Id, unplaceable: true}
+		} else {
+			err = &stillQueuedError{job: last, id: last.Id, after: c.Duration("wait-timeout")}
+		}
+	}
 	if err != nil {
-		return fail(c, cl.Explain(err))
+		return waitFailed(c, cl, err)
 	}
 	return printEnded(c, job)
+}
+
+// waitFailed reports a wait that ended without the job ending.
+func waitFailed(c *ucli.Context, cl *client.Client, err error) error {
+	var sq *stillQueuedError
+	if errors.As(err, &sq) {
+		if c.Bool("json") && sq.job != nil {
+			writeJSON(c.App.Writer, toJobJSON(sq.job))
+		}
+		return ucli.Exit(sq.Error(), exitFailure)
+	}
+	return fail(c, cl.Explain(err))
 }
 
 // printEnded prints an ended job's output (or --json) and fails unless it
@@ -313,22 +347,128 @@ func jobReason(j *palyrav1.Job) string {
 	return msg
 }
 
+// waitOpts says how waitJob waits.
+type waitOpts struct {
+	// progress gets phase changes (on a terminal) and pending reasons.
+	progress io.Writer
+	// giveUp, when positive, ends the wait once the job has stayed queued
+	// that long because no node in the cluster can run it.
+	giveUp time.Duration
+}
+
+// stillQueuedError ends a wait on a job that is still queued: no node can
+// run it (unplaceable) or the caller's --wait-timeout passed.
+type stillQueuedError struct {
+	job         *palyrav1.Job // the last state seen; nil if none
+	id          string
+	unplaceable bool
+	after       time.Duration // the --wait-timeout, when that ended it
+}
+
+func (e *stillQueuedError) Error() string {
+	phase, reason := "queued", ""
+	if e.job != nil {
+		phase, reason = e.job.Phase.WireName(), e.job.PendingReason
+	}
+	msg := "job " + e.id + " is still " + phase
+	if e.after > 0 {
+		msg = fmt.Sprintf("gave up waiting after %s: %s", e.after, msg)
+	}
+	if reason != "" {
+		msg += ": " + reason
+	}
+	if e.unplaceable && e.job != nil && e.job.Kind == "browser" {
+		msg += " (" + chromiumHint + ")"
+	}
+	return msg + fmt.Sprintf(". It stays %s: follow it with 'palyra job watch %s' or cancel it with 'palyra job cancel %s'", phase, e.id, e.id)
+}
+
+// chromiumHint is what to do when no node can run browser jobs.
+const chromiumHint = "no node has Chromium; install it on a worker (Debian: apt-get install -y chromium-headless-shell): running nodes notice it within 10s, no restart needed"
+
+// unplaceable reports whether j waits because no node in the cluster can
+// run it at all (not merely because every slot is busy).
+func unplaceable(j *palyrav1.Job) bool {
+	return j != nil && j.Phase == palyrav1.JobPhase_JOB_PHASE_QUEUED && strings.HasPrefix(j.PendingReason, "no eligible node")
+}
+
+// giveUpTimer cancels a wait once a job has been unplaceable for d.
+type giveUpTimer struct {
+	d      time.Duration
+	cancel context.CancelFunc
+	t      *time.Timer
+	fired  atomic.Bool
+}
+
+// see notes the job's latest state: it arms the timer when the job turns
+// unplaceable and disarms it when it stops being so.
+func (g *giveUpTimer) see(j *palyrav1.Job) {
+	if g.d <= 0 {
+		return
+	}
+	switch {
+	case unplaceable(j) && g.t == nil:
+		g.t = time.AfterFunc(g.d, func() { g.fired.Store(true); g.cancel() })
+	case !unplaceable(j) && g.t != nil:
+		g.t.Stop()
+		g.t = nil
+	}
+}
+
+func (g *giveUpTimer) stop() {
+	if g.t != nil {
+		g.t.Stop()
+	}
+}
+
+// reasonPrinter prints a queued job's pending reason each time it changes.
+type reasonPrinter struct {
+	w    io.Writer
+	last string
+}
+
+func (r *reasonPrinter) see(j *palyrav1.Job) {
+	if j.Phase != palyrav1.JobPhase_JOB_PHASE_QUEUED || j.PendingReason == "" || j.PendingReason == r.last {
+		return
+	}
+	r.last = j.PendingReason
+	fmt.Fprintf(r.w, "job %s waiting: %s\n", j.Id, j.PendingReason)
+}
+
 // waitJob follows a job until it reaches a terminal phase, riding out a
-// restarting node for up to a minute.
-func waitJob(ctx context.Context, cl *client.Client, id string, progress io.Writer) (*palyrav1.Job, error) {
+// restarting node for up to a minute. It ends early with a
+// *stillQueuedError when opts.giveUp says so, or when ctx's deadline (a
+// --wait-timeout) passes.
+func waitJob(ctx context.Context, cl *client.Client, id string, opts waitOpts) (*palyrav1.Job, error) {
 	var lastErr error
+	var last *palyrav1.Job
 	deadline := time.Now().Add(time.Minute)
-	tty := isTerminal(progress)
+	tty := isTerminal(opts.progress)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g := &giveUpTimer{d: opts.giveUp, cancel: cancel}
+	defer g.stop()
+	reasons := &reasonPrinter{w: opts.progress}
+	ended := func() error {
+		if g.fired.Load() {
+			return &stillQueuedError{job: last, id: id, unplaceable: true}
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return &stillQueuedError{job: last, id: id, after: waitTimeoutOf(ctx)}
+		}
+		return ctx.Err()
+	}
 	for time.Now().Before(deadline) {
-		stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
+		stream, err := cl.Jobs.WatchJob(wctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
 		if err == nil {
-			var last *palyrav1.Job
 			for stream.Receive() {
 				last = stream.Msg().Job
 				deadline = time.Now().Add(time.Minute)
 				if tty {
-					fmt.Fprintf(progress, "job %s %s (attempt %d)\n", id, last.Phase.WireName(), last.Attempt)
+					fmt.Fprintf(opts.progress, "job %s %s (attempt %d)\n", id, last.Phase.WireName(), last.Attempt)
 				}
+				reasons.see(last)
+				g.see(last)
 				if last.Phase.Terminal() {
 					stream.Close()
 					return last, nil
@@ -337,8 +477,8 @@ func waitJob(ctx context.Context, cl *client.Client, id string, progress io.Writ
 			err = stream.Err()
 			stream.Close()
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		if wctx.Err() != nil {
+			return nil, ended()
 		}
 		var ce *connect.Error
 		if errors.As(err, &ce) && ce.Code() == connect.CodeNotFound {
@@ -346,12 +486,42 @@ func waitJob(ctx context.Context, cl *client.Client, id string, progress io.Writ
 		}
 		lastErr = err
 		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		case <-wctx.Done():
+			return nil, ended()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
 	return nil, lastErr
+}
+
+// waitTimeoutKey carries the --wait-timeout in the context it bounds, so
+// the error can name it.
+type waitTimeoutKey struct{}
+
+// withWaitTimeout bounds ctx by the --wait-timeout flag, if set.
+func withWaitTimeout(c *ucli.Context) (context.Context, context.CancelFunc) {
+	d := c.Duration("wait-timeout")
+	if d <= 0 {
+		return context.WithCancel(c.Context)
+	}
+	return context.WithTimeout(context.WithValue(c.Context, waitTimeoutKey{}, d), d)
+}
+
+func waitTimeoutOf(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(waitTimeoutKey{}).(time.Duration)
+	return d
+}
+
+// giveUpAfter is how long --wait waits on a job no node can run before it
+// says so, unless --wait-timeout asks to wait longer: long enough for a
+// node that just started to gossip what it offers.
+const giveUpAfter = 4 * time.Second
+
+func giveUpFor(c *ucli.Context) time.Duration {
+	if c.IsSet("wait-timeout") {
+		return 0
+	}
+	return giveUpAfter
 }
 
 func jobGet(c *ucli.Context) error {

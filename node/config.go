@@ -54,6 +54,11 @@ type Config struct {
 	// dead-worker grace) for NetworkLAN or NetworkWAN; empty means the one
 	// recorded at the last start, else NetworkLAN.
 	Network string
+	// DetectBrowser finds the Chromium binary to run browser jobs with;
+	// nil looks on this machine (browser.Detect). A node that finds none
+	// asks again every 10 s (1 s with Fast) and starts running browser
+	// jobs when it does.
+	DetectBrowser func() (path string, ok bool)
 	// Fast shortens raft timers; for tests only.
 	Fast bool
 	// WasmCacheDir holds the on-disk compilation cache (default: the data

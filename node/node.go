@@ -142,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.wasm, err = wasm.New(ctx, wasm.Config{CacheDir: cacheDir, MaxConcurrent: n.slots, Logger: n.log}); err != nil {
 		return nil, fmt.Errorf("start wasm runtime: %w", err)
 	}
-	n.startBrowser(ctx)
+	n.startBrowser(ctx, false)
 	if err := n.openStore(); err != nil {
 		return nil, err
 	}
@@ -193,6 +193,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go func() { defer n.wg.Done(); n.renewLoop(runCtx) }()
 	go func() { defer n.wg.Done(); n.worker.Run(runCtx) }()
 	go func() { defer n.wg.Done(); n.runScheduler(runCtx) }()
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.watchBrowser(runCtx) }()
 	n.wg.Add(1) // after a restore or recovery only (node.json replicate_blobs)
 	go func() { defer n.wg.Done(); n.replicateHeldBlobs(runCtx) }()
 
@@ -485,16 +487,23 @@ func (n *Node) SetFault(f mesh.FaultFunc) { n.transport.SetFault(f) }
 func (n *Node) RunningJobs() int { return n.worker.Running() }
 
 // startBrowser starts the browser executor when Chromium is installed and
-// browser jobs are not disabled. Without it the node simply advertises no
-// browser capacity.
-func (n *Node) startBrowser(ctx context.Context) {
+// browser jobs are not disabled, and reports whether it did (or need not).
+// Without it the node advertises no browser capacity until watchBrowser
+// finds Chromium.
+func (n *Node) startBrowser(ctx context.Context, quiet bool) bool {
 	if n.cfg.BrowserSlots < 0 {
-		return
+		return true
 	}
-	path, ok := browser.Detect()
+	detect := browser.Detect
+	if n.cfg.DetectBrowser != nil {
+		detect = n.cfg.DetectBrowser
+	}
+	path, ok := detect()
 	if !ok {
-		n.log.Info("no Chromium found: this node runs no browser jobs (" + browser.InstallHint + ")")
-		return
+		if !quiet {
+			n.log.Info("no Chromium found: this node runs no browser jobs until one is installed (" + browser.InstallHint + "; it is noticed within " + browserRedetect.String() + ", no restart needed)")
+		}
+		return false
 	}
 	slots := n.cfg.BrowserSlots
 	if slots == 0 {
@@ -502,11 +511,59 @@ func (n *Node) startBrowser(ctx context.Context) {
 	}
 	ex, err := browser.New(ctx, browser.Config{ExecPath: path, Slots: slots, Logger: n.log})
 	if err != nil {
-		n.log.Warn("browser executor did not start; this node runs no browser jobs", "err", err)
-		return
+		if !quiet {
+			n.log.Warn("browser executor did not start; this node runs no browser jobs", "err", err)
+		}
+		return false
 	}
+	n.metaMu.Lock()
 	n.browser = ex
 	n.browserSlots = slots
+	n.metaMu.Unlock()
+	return true
+}
+
+// browserRedetect is how often a node without Chromium looks for it again.
+const browserRedetect = 10 * time.Second
+
+// watchBrowser looks for Chromium every browserRedetect while this node has
+// no browser executor; once found, the worker runs browser jobs and the
+// node gossips its browser capacity, without a restart.
+func (n *Node) watchBrowser(ctx context.Context) {
+	n.metaMu.Lock()
+	have := n.browser != nil
+	n.metaMu.Unlock()
+	if have || n.cfg.BrowserSlots < 0 {
+		return
+	}
+	every := browserRedetect
+	if n.cfg.Fast {
+		every = time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !n.startBrowser(ctx, true) {
+			continue
+		}
+		n.metaMu.Lock()
+		ex := n.browser
+		n.metaMu.Unlock()
+		n.worker.AddExecutor(pruntime.KindBrowser, ex)
+		n.metaMu.Lock()
+		err := n.cluster.SetMeta(ctx, n.meta())
+		n.metaMu.Unlock()
+		if err != nil {
+			n.log.Warn("Chromium found, but the new browser capacity is not gossiped yet", "err", err)
+		}
+		n.log.Info("Chromium found: this node now runs browser jobs", "slots", n.browserSlots)
+		return
+	}
 }
 
 // capacity is what the node advertises to the scheduler.

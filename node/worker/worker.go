@@ -93,6 +93,9 @@ type Worker struct {
 	finished map[string]uint32
 	wg       sync.WaitGroup
 	results  chan pending // finished runs waiting to be reported
+
+	exMu      sync.RWMutex
+	executors map[runtime.Kind]runtime.Executor // Config.Executors plus those added later
 }
 
 // pending is one result on its way into a FinishBatch; done receives the
@@ -114,6 +117,15 @@ type run struct {
 	cancel  context.CancelCauseFunc
 }
 
+// AddExecutor makes the worker run jobs of kind with ex from now on: a
+// node that finds Chromium after it started (installed later) adds its
+// browser executor without a restart.
+func (w *Worker) AddExecutor(kind runtime.Kind, ex runtime.Executor) {
+	w.exMu.Lock()
+	defer w.exMu.Unlock()
+	w.executors[kind] = ex
+}
+
 // errSuperseded is the cancel cause when the job was aborted or re-placed.
 var errSuperseded = errors.New("job superseded")
 
@@ -125,7 +137,11 @@ func New(cfg Config) *Worker {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Worker{cfg: cfg, log: cfg.Logger.With("component", "worker"),
+	executors := make(map[runtime.Kind]runtime.Executor, len(cfg.Executors))
+	for k, ex := range cfg.Executors {
+		executors[k] = ex
+	}
+	return &Worker{cfg: cfg, log: cfg.Logger.With("component", "worker"), executors: executors,
 		running: make(map[string]*run), orphans: make(map[string]uint32), finished: make(map[string]uint32), results: make(chan pending, maxResultBatch)}
 }
 
@@ -308,7 +324,9 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) bool {
 }
 
 func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
-	ex, ok := w.cfg.Executors[runtime.Kind(j.Kind)]
+	w.exMu.RLock()
+	ex, ok := w.executors[runtime.Kind(j.Kind)]
+	w.exMu.RUnlock()
 	if !ok {
 		return runtime.Result{Reason: runtime.ReasonInternal, Message: fmt.Sprintf("this node has no %s executor", j.Kind)}
 	}
