@@ -36,11 +36,12 @@ func doctorCommand() *ucli.Command {
 			layout := node.Layout{Dir: c.String("data-dir")}
 			if _, err := os.Stat(layout.StateFile()); err == nil {
 				checks = append(checks, dataDirChecks(layout)...)
+				checks = append(checks, diskCheck(layout.Dir))
 				checks = append(checks, certCheck("node certificate", layout.NodeCredDir()))
 			}
 			if src, err := resolveCredential(c); err == nil {
 				checks = append(checks, certCheck("CLI credential ("+src.desc+")", src.dir))
-				checks = append(checks, reachCheck(c))
+				checks = append(checks, reachCheck(c), capacityCheck(c))
 			} else {
 				checks = append(checks, check{Name: "CLI credential", Status: "warn", Detail: err.Error(),
 					Fix: "pass --data-dir on a node's machine, or pair: palyra device pair --code CODE --peer HOST:PORT"})
@@ -162,4 +163,61 @@ func udpBufferCheck() check {
 			Fix: "sysctl -w net.core.rmem_max=7500000 net.core.wmem_max=7500000 (persist in /etc/sysctl.d/)"}
 	}
 	return check{Name: "UDP buffers", Status: "ok", Detail: "rmem_max and wmem_max are at least 7 MiB"}
+}
+
+// capacityCheck says which kinds of job the cluster can run: a cluster
+// whose workers found no Chromium runs no browser jobs.
+func capacityCheck(c *ucli.Context) check {
+	const name = "cluster capacity"
+	cl, err := dial(c)
+	if err != nil {
+		return check{Name: name, Status: "fail", Detail: err.Error()}
+	}
+	defer cl.Close()
+	resp, err := cl.Node.ListNodes(c.Context, connect.NewRequest(&palyrav1.ListNodesRequest{}))
+	if err != nil {
+		e := cl.Explain(err)
+		return check{Name: name, Status: "warn", Detail: "cannot list the nodes: " + e.Message, Fix: e.Hint}
+	}
+	slots := map[string]int{}
+	alive := 0
+	for _, n := range resp.Msg.Nodes {
+		if n.State != "alive" {
+			continue
+		}
+		alive++
+		for kind, k := range n.Capacity {
+			slots[kind] += int(k)
+		}
+	}
+	noun := "nodes"
+	if alive == 1 {
+		noun = "node"
+	}
+	detail := fmt.Sprintf("%d alive %s: %d wasm slots, %d browser slots", alive, noun, slots["wasm"], slots["browser"])
+	if slots["browser"] == 0 {
+		return check{Name: name, Status: "warn", Detail: detail + "; no node runs browser jobs",
+			Fix: "install Chromium on a worker (Debian: apt-get install -y chromium-headless-shell); running nodes find it within 10s"}
+	}
+	return check{Name: name, Status: "ok", Detail: detail}
+}
+
+// diskCheck warns when the data dir's filesystem runs low: raft, the
+// snapshots and the blobs all live there.
+func diskCheck(dir string) check {
+	const name = "disk"
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return check{Name: name, Status: "warn", Detail: "cannot read free space: " + err.Error()}
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	total := st.Blocks * uint64(st.Bsize)
+	detail := fmt.Sprintf("%s free of %s on %s's filesystem", sizeText(free), sizeText(total), dir)
+	switch {
+	case free < 256<<20:
+		return check{Name: name, Status: "fail", Detail: detail, Fix: "free space on that filesystem: below 256 MiB raft and blob writes start failing"}
+	case free < 2<<30 || free < total/20:
+		return check{Name: name, Status: "warn", Detail: detail, Fix: "free space on that filesystem, or prune old jobs sooner ('palyra job prune --older-than 1h')"}
+	}
+	return check{Name: name, Status: "ok", Detail: detail}
 }

@@ -35,3 +35,18 @@ func ParseSize(s string) (uint64, error) {
 	}
 	return uint64(v), nil
 }
+
+// sizeText renders a byte count in the largest binary unit that keeps it
+// at least 1: "512 B", "3.2 MiB", "41.0 GiB".
+func sizeText(n uint64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	v, i := float64(n), 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
+}
