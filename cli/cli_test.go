@@ -350,3 +350,35 @@ func TestJoinDeadPeerHints(t *testing.T) {
 		t.Fatalf("join with a bare host: %+v", r)
 	}
 }
+
+// doctor on a node's machine checks the data dir, disk, certificates,
+// reachability and what the cluster can run (no Chromium here: a warning
+// naming what to install).
+func TestDoctor(t *testing.T) {
+	c := startNode(t)
+	r := c.cli("doctor", "--json")
+	if r.code != 0 {
+		t.Fatalf("doctor: %+v", r)
+	}
+	var out struct {
+		Checks []struct{ Name, Status, Detail, Fix string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, ch := range out.Checks {
+		got[ch.Name] = ch.Status
+		if ch.Name == "cluster capacity" && !strings.Contains(ch.Fix, "apt-get install") {
+			t.Errorf("capacity check without an install hint: %+v", ch)
+		}
+	}
+	for name, want := range map[string]string{"disk": "ok", "node reachable": "ok", "node certificate": "ok", "cluster capacity": "warn"} {
+		if got[name] != want {
+			t.Errorf("%s: %q, want %q (all: %v)", name, got[name], want, got)
+		}
+	}
+	if r := c.cli("doctor", "--strict"); r.code != 1 || !strings.Contains(r.stdout, "no node runs browser jobs") {
+		t.Fatalf("doctor --strict with warnings: %+v", r)
+	}
+}

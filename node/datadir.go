@@ -137,3 +137,23 @@ func (l Layout) lock() (release func(), err error) {
 	}
 	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
 }
+
+// makePrivate creates dir if needed and takes group and other access off
+// it: it holds keys and the cluster's secrets. It reports whether it had
+// to tighten an existing dir's mode.
+func makePrivate(dir string) (tightened bool, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, fmt.Errorf("create data dir: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return false, err
+	}
+	if fi.Mode().Perm()&0o077 == 0 {
+		return false, nil
+	}
+	if err := os.Chmod(dir, fi.Mode().Perm()&0o700); err != nil {
+		return false, fmt.Errorf("data dir %s is readable by other users and cannot be made private: %w (chmod 700 it)", dir, err)
+	}
+	return true, nil
+}

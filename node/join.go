@@ -3,7 +3,6 @@ package node
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/palyra-mesh/palyra/identity"
 )
@@ -21,7 +20,7 @@ func PrepareJoin(dataDir string, cred *identity.Credential, clusterName string, 
 	if cred.Principal.Kind != identity.KindNode {
 		return fmt.Errorf("credential is for a %s, not a node", cred.Principal.Kind)
 	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	if _, err := makePrivate(dataDir); err != nil {
 		return err
 	}
 	if err := writeDataKey(l, dataKey); err != nil {

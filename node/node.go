@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -86,8 +85,12 @@ func Run(ctx context.Context, cfg Config) error {
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.defaults()
 	l := Layout{Dir: cfg.DataDir}
-	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
+	tightened, err := makePrivate(l.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if tightened {
+		cfg.Logger.Warn("the data dir was open to other users; made it private (0700)", "data_dir", l.Dir)
 	}
 	n := &Node{cfg: cfg, layout: l, leaveReq: make(chan struct{})}
 	if n.unlock, err = l.lock(); err != nil {
