@@ -233,15 +233,26 @@ func nodeJoin(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	cred, resp, err := client.Pair(c.Context, peer, code, client.PairOptions{Labels: labels})
+	paired, err := client.PairMember(c.Context, peer, code, client.PairOptions{Labels: labels, LocalOperator: true})
 	if err != nil {
 		return fail(c, explainPair(peer, err))
 	}
+	resp := paired.Response
+	if paired.Operator != nil {
+		if err := node.SaveLocalOperator(cfg.DataDir, paired.Operator); err != nil {
+			return fail(c, &client.Error{Code: "internal", Message: err.Error()})
+		}
+	}
 	seeds := append([]string{peer}, resp.Peers...)
-	if err := node.PrepareJoin(cfg.DataDir, cred, resp.ClusterName, seeds, resp.DataKey); err != nil {
+	if err := node.PrepareJoin(cfg.DataDir, paired.Credential, resp.ClusterName, seeds, resp.DataKey); err != nil {
 		return fail(c, &client.Error{Code: "internal", Message: err.Error()})
 	}
-	cfg.Logger.Info("paired", "principal", resp.Principal, "cluster", resp.ClusterName)
+	if paired.Operator != nil {
+		cfg.Logger.Info("paired", "principal", resp.Principal, "cluster", resp.ClusterName,
+			"local_operator", paired.Operator.Principal.String(), "cli", "palyra --data-dir "+cfg.DataDir+" nodes")
+	} else {
+		cfg.Logger.Info("paired", "principal", resp.Principal, "cluster", resp.ClusterName)
+	}
 	return runNode(c, cfg)
 }
 

@@ -198,6 +198,21 @@ func (s *State) applyConsumePairing(c *raftpb.ConsumePairing) ApplyResult {
 	if _, exists := s.id.members[key]; exists {
 		return ApplyResult{Err: errf(ErrConflict, "retry: a fresh id is generated on each attempt", "%s is already a member", key)}
 	}
+	op := c.GetLocalOperator()
+	if op != nil {
+		// Any node may be promoted to voter and then holds the CA key: its
+		// machine is trusted with the cluster already, so a node code
+		// always grants one.
+		if p.Kind != "node" {
+			return ApplyResult{Err: errf(ErrInvalid, "", "pairing code %s is for a %s; only joining nodes get a local operator", p.ID, p.Kind)}
+		}
+		if op.Kind != "device" || op.Id == "" {
+			return ApplyResult{Err: errf(ErrInvalid, "", "malformed local operator")}
+		}
+		if _, exists := s.id.members["device:"+op.Id]; exists {
+			return ApplyResult{Err: errf(ErrConflict, "retry: a fresh id is generated on each attempt", "device:%s is already a member", op.Id)}
+		}
+	}
 	if c.DryRun {
 		return ApplyResult{}
 	}
@@ -212,6 +227,14 @@ func (s *State) applyConsumePairing(c *raftpb.ConsumePairing) ApplyResult {
 		nm.Name = p.Name
 	}
 	s.id.members[key] = &nm
+	if op != nil {
+		om := memberFromPB(op)
+		om.Operator = true
+		om.AddedAtMS = c.AtMs
+		om.AddedBy = "pairing:" + p.ID
+		om.Name = "local operator on " + m.Id
+		s.id.members["device:"+op.Id] = &om
+	}
 	return ApplyResult{}
 }
 

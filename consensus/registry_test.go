@@ -81,6 +81,41 @@ func TestPairingIsOneTimeAndExpires(t *testing.T) {
 	}
 }
 
+// A joining node's local operator is added with it, in the same command,
+// as an operator device; a device code grants none, and a dry run adds
+// nothing.
+func TestNodePairingAddsItsLocalOperator(t *testing.T) {
+	f := NewFSM()
+	withOp := func(c *raftpb.Command, opID string, dry bool) *raftpb.Command {
+		c.GetConsumePairing().LocalOperator = &raftpb.Member{Kind: "device", Id: opID}
+		c.GetConsumePairing().DryRun = dry
+		return c
+	}
+	res := applyAll(t, f,
+		createPairing("d", "device", "s", 1e9),
+		withOp(consume("d", "s", 10, "device", "d-dev"), "d-op0", false), // device codes grant none
+		createPairing("n", "node", "s", 1e9),
+		withOp(consume("n", "s", 10, "node", "n-1"), "d-op1", true),
+		withOp(consume("n", "s", 10, "node", "n-1"), "d-op1", false),
+	)
+	if res[1].Err == nil || !strings.Contains(res[1].Err.Error(), "only joining nodes") {
+		t.Fatalf("device code with a local operator: %v", res[1].Err)
+	}
+	if _, ok := f.State().Member("device", "d-op0"); ok {
+		t.Fatal("a device code registered a local operator")
+	}
+	if res[3].Err != nil || res[4].Err != nil {
+		t.Fatalf("node pairing: %v %v", res[3].Err, res[4].Err)
+	}
+	if _, ok := f.State().Member("node", "n-1"); !ok {
+		t.Fatal("node not registered")
+	}
+	op, ok := f.State().Member("device", "d-op1")
+	if !ok || !op.Operator || op.AddedBy != "pairing:n" || !strings.Contains(op.Name, "n-1") {
+		t.Fatalf("local operator: %+v %v", op, ok)
+	}
+}
+
 func TestWrongSecretsRevokeTheCode(t *testing.T) {
 	f := NewFSM()
 	applyAll(t, f, createPairing("p", "node", "right", 1e9))

@@ -31,3 +31,17 @@ func PrepareJoin(dataDir string, cred *identity.Credential, clusterName string, 
 	}
 	return l.WriteState(State{NodeID: cred.Principal.ID, ClusterName: clusterName, Version: 1, Seeds: seeds, Joined: true})
 }
+
+// SaveLocalOperator stores the local operator credential a joining node
+// got for its machine, so the CLI works there with --data-dir (and the
+// node renews it like its own). Call it before PrepareJoin, whose
+// node.json is what makes the join count.
+func SaveLocalOperator(dataDir string, cred *identity.Credential) error {
+	if cred.Principal.Kind != identity.KindDevice {
+		return fmt.Errorf("a local operator credential is for a device, not a %s", cred.Principal.Kind)
+	}
+	if _, err := makePrivate(dataDir); err != nil {
+		return err
+	}
+	return identity.SaveCredential(Layout{Dir: dataDir}.OperatorDir(), cred)
+}

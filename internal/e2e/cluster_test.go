@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/node"
 )
 
 // Three node processes on loopback form a cluster by pairing; every node
@@ -22,6 +24,30 @@ func TestThreeNodeClusterSurvivesLeaderSIGKILL(t *testing.T) {
 	views := c.waitViews("3 alive voters and one leader on every node", 90*time.Second, c.members, agree(3, 3))
 	leader := c.byID(leaderOf(views))
 	t.Logf("formed: leader %s (%s)", leader.id, leader.name)
+
+	// Every node's machine runs the CLI with its own data dir: a joined
+	// node got a local operator credential when it paired.
+	for _, m := range c.members[1:] {
+		if r := runData(m.dataDir, m.addr, "nodes"); r.code != 0 || strings.Count(r.stdout, "alive") < 3 {
+			t.Fatalf("the CLI on %s's machine: %+v", m.name, r)
+		}
+	}
+	// That credential is a device like any other: revoked, it stops
+	// working, and the node itself carries on.
+	revoked := c.members[2]
+	opCred, err := identity.LoadCredential(node.Layout{Dir: revoked.dataDir}.OperatorDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.members[0].cli("device", "revoke", opCred.Principal.ID); r.code != 0 {
+		t.Fatalf("revoke %s's local operator: %+v", revoked.name, r)
+	}
+	waitUntil(t, revoked.name+"'s local operator refused", 30*time.Second, func() error {
+		if r := runData(revoked.dataDir, revoked.addr, "nodes"); r.code == 0 {
+			return fmt.Errorf("still accepted")
+		}
+		return nil
+	})
 
 	// Jobs submitted through each node complete.
 	for i, m := range c.members {

@@ -163,10 +163,31 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 		return nil, invalid("missing or malformed pairing secret", "type the whole code")
 	}
 	member := &raftpb.Member{Kind: string(kind), Id: p.ID, Name: m.Name, Labels: m.Labels}
+	// A joining node may ask for a local operator credential for its
+	// machine; the code must grant one (checked in the FSM).
+	var opP identity.Principal
+	var localOp *raftpb.Member
+	if len(m.OperatorCsrDer) > 0 {
+		opP = identity.Principal{Kind: identity.KindDevice, ID: m.OperatorId}
+		if kind != identity.KindNode {
+			return nil, invalid("only a joining node asks for a local operator credential", "pair a device with 'palyra device pair'")
+		}
+		if err := opP.Validate(); err != nil {
+			return nil, invalid("local operator: "+err.Error(), "use the palyra CLI to pair; it picks a valid id")
+		}
+		ocsr, err := x509.ParseCertificateRequest(m.OperatorCsrDer)
+		if err == nil {
+			err = ocsr.CheckSignature()
+		}
+		if err != nil {
+			return nil, invalid(fmt.Sprintf("bad certificate request for the local operator: %v", err), "use the palyra CLI to pair")
+		}
+		localOp = &raftpb.Member{Kind: string(identity.KindDevice), Id: opP.ID}
+	}
 	consume := func(dryRun bool) error {
 		_, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_ConsumePairing{ConsumePairing: &raftpb.ConsumePairing{
 			Id: strings.ToUpper(m.PairingId), PresentedSecretHash: pairing.SecretHash(m.Secret), AtMs: s.now().UnixMilli(),
-			Member: member, DryRun: dryRun}}})
+			Member: member, DryRun: dryRun, LocalOperator: localOp}}})
 		return err
 	}
 	if err := consume(true); err != nil {
@@ -182,6 +203,14 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 		return nil, apiError(connect.CodeUnavailable, "unavailable", "could not sign the certificate: "+err.Error(),
 			"try again with the same code; it was not used")
 	}
+	var opChain []*x509.Certificate
+	if localOp != nil {
+		if opChain, err = s.Issuer.Sign(ctx, m.OperatorCsrDer, opP, s.CertTTL); err != nil {
+			s.log.Warn("pairing: signing the local operator failed; the code stays unused", "pairing", m.PairingId, "err", err)
+			return nil, apiError(connect.CodeUnavailable, "unavailable", "could not sign the local operator's certificate: "+err.Error(),
+				"try again with the same code; it was not used")
+		}
+	}
 	if err := consume(false); err != nil {
 		s.log.Warn("pairing refused after signing; the certificate is discarded", "pairing", m.PairingId, "err", err)
 		return nil, fromErr(err)
@@ -193,6 +222,9 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 	}
 	for _, c := range chain {
 		resp.ChainDer = append(resp.ChainDer, c.Raw)
+	}
+	for _, c := range opChain {
+		resp.OperatorChainDer = append(resp.OperatorChainDer, c.Raw)
 	}
 	if s.Peers != nil {
 		resp.Peers = s.Peers()

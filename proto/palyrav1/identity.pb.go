@@ -425,16 +425,21 @@ func (x *RevokePairingResponse) GetPairing() *Pairing {
 // cluster CA's fingerprint from the code. The key behind the CSR was made on
 // the joiner and never leaves it.
 type PairRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PairingId     string                 `protobuf:"bytes,1,opt,name=pairing_id,json=pairingId,proto3" json:"pairing_id,omitempty"`
-	Secret        []byte                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
-	CsrDer        []byte                 `protobuf:"bytes,3,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
-	Kind          string                 `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`                         // must match the code's kind
-	MemberId      string                 `protobuf:"bytes,5,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"` // the joiner's new id ("n-…"/"d-…")
-	Name          string                 `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PairingId string                 `protobuf:"bytes,1,opt,name=pairing_id,json=pairingId,proto3" json:"pairing_id,omitempty"`
+	Secret    []byte                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	CsrDer    []byte                 `protobuf:"bytes,3,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	Kind      string                 `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`                         // must match the code's kind
+	MemberId  string                 `protobuf:"bytes,5,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"` // the joiner's new id ("n-…"/"d-…")
+	Name      string                 `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`
+	Labels    map[string]string      `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// A joining node also asks for a local operator credential for its
+	// machine: that device's CSR and id (made on the joiner; the key never
+	// leaves it).
+	OperatorCsrDer []byte `protobuf:"bytes,8,opt,name=operator_csr_der,json=operatorCsrDer,proto3" json:"operator_csr_der,omitempty"`
+	OperatorId     string `protobuf:"bytes,9,opt,name=operator_id,json=operatorId,proto3" json:"operator_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PairRequest) Reset() {
@@ -516,6 +521,20 @@ func (x *PairRequest) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *PairRequest) GetOperatorCsrDer() []byte {
+	if x != nil {
+		return x.OperatorCsrDer
+	}
+	return nil
+}
+
+func (x *PairRequest) GetOperatorId() string {
+	if x != nil {
+		return x.OperatorId
+	}
+	return ""
+}
+
 type PairResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	ChainDer    [][]byte               `protobuf:"bytes,1,rep,name=chain_der,json=chainDer,proto3" json:"chain_der,omitempty"` // leaf first
@@ -528,9 +547,12 @@ type PairResponse struct {
 	DataKey []byte `protobuf:"bytes,6,opt,name=data_key,json=dataKey,proto3" json:"data_key,omitempty"`
 	// roots_der is the cluster's trust bundle (root_der is its active root;
 	// during a CA rotation the bundle holds the old root too).
-	RootsDer      [][]byte `protobuf:"bytes,7,rep,name=roots_der,json=rootsDer,proto3" json:"roots_der,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RootsDer [][]byte `protobuf:"bytes,7,rep,name=roots_der,json=rootsDer,proto3" json:"roots_der,omitempty"`
+	// operator_chain_der certifies the joining node's local operator (leaf
+	// first), when it asked for one.
+	OperatorChainDer [][]byte `protobuf:"bytes,8,rep,name=operator_chain_der,json=operatorChainDer,proto3" json:"operator_chain_der,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PairResponse) Reset() {
@@ -608,6 +630,13 @@ func (x *PairResponse) GetDataKey() []byte {
 func (x *PairResponse) GetRootsDer() [][]byte {
 	if x != nil {
 		return x.RootsDer
+	}
+	return nil
+}
+
+func (x *PairResponse) GetOperatorChainDer() [][]byte {
+	if x != nil {
+		return x.OperatorChainDer
 	}
 	return nil
 }
@@ -1750,7 +1779,7 @@ const file_palyra_v1_identity_proto_rawDesc = "" +
 	"\x14RevokePairingRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"E\n" +
 	"\x15RevokePairingResponse\x12,\n" +
-	"\apairing\x18\x01 \x01(\v2\x12.palyra.v1.PairingR\apairing\"\x99\x02\n" +
+	"\apairing\x18\x01 \x01(\v2\x12.palyra.v1.PairingR\apairing\"\xe4\x02\n" +
 	"\vPairRequest\x12\x1d\n" +
 	"\n" +
 	"pairing_id\x18\x01 \x01(\tR\tpairingId\x12\x16\n" +
@@ -1759,10 +1788,13 @@ const file_palyra_v1_identity_proto_rawDesc = "" +
 	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x1b\n" +
 	"\tmember_id\x18\x05 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04name\x18\x06 \x01(\tR\x04name\x12:\n" +
-	"\x06labels\x18\a \x03(\v2\".palyra.v1.PairRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\a \x03(\v2\".palyra.v1.PairRequest.LabelsEntryR\x06labels\x12(\n" +
+	"\x10operator_csr_der\x18\b \x01(\fR\x0eoperatorCsrDer\x12\x1f\n" +
+	"\voperator_id\x18\t \x01(\tR\n" +
+	"operatorId\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x83\x02\n" +
 	"\fPairResponse\x12\x1b\n" +
 	"\tchain_der\x18\x01 \x03(\fR\bchainDer\x12\x19\n" +
 	"\broot_der\x18\x02 \x01(\fR\arootDer\x12!\n" +
@@ -1770,7 +1802,8 @@ const file_palyra_v1_identity_proto_rawDesc = "" +
 	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x14\n" +
 	"\x05peers\x18\x05 \x03(\tR\x05peers\x12\x19\n" +
 	"\bdata_key\x18\x06 \x01(\fR\adataKey\x12\x1b\n" +
-	"\troots_der\x18\a \x03(\fR\brootsDer\"e\n" +
+	"\troots_der\x18\a \x03(\fR\brootsDer\x12,\n" +
+	"\x12operator_chain_der\x18\b \x03(\fR\x10operatorChainDer\"e\n" +
 	"\fRenewRequest\x12\x17\n" +
 	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\x12\x14\n" +
 	"\x05proof\x18\x02 \x01(\fR\x05proof\x12&\n" +

@@ -1956,7 +1956,11 @@ type ConsumePairing struct {
 	// attempt) but neither consumes the code nor adds the member: pairing
 	// checks the code, then signs, then consumes, so a failed signature
 	// never burns a code.
-	DryRun        bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	DryRun bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// local_operator is the operator device a joining node gets for its own
+	// machine: added with the node, in the same command, revocable like any
+	// device.
+	LocalOperator *Member `protobuf:"bytes,6,opt,name=local_operator,json=localOperator,proto3" json:"local_operator,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2024,6 +2028,13 @@ func (x *ConsumePairing) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *ConsumePairing) GetLocalOperator() *Member {
+	if x != nil {
+		return x.LocalOperator
+	}
+	return nil
 }
 
 type RevokePairing struct {
@@ -4228,13 +4239,14 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
 	"\rCreatePairing\x127\n" +
-	"\apairing\x18\x01 \x01(\v2\x1d.palyra.raft.v1.PairingRecordR\apairing\"\xb2\x01\n" +
+	"\apairing\x18\x01 \x01(\v2\x1d.palyra.raft.v1.PairingRecordR\apairing\"\xf1\x01\n" +
 	"\x0eConsumePairing\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
 	"\x15presented_secret_hash\x18\x02 \x01(\fR\x13presentedSecretHash\x12\x13\n" +
 	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12.\n" +
 	"\x06member\x18\x04 \x01(\v2\x16.palyra.raft.v1.MemberR\x06member\x12\x17\n" +
-	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"D\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x12=\n" +
+	"\x0elocal_operator\x18\x06 \x01(\v2\x16.palyra.raft.v1.MemberR\rlocalOperator\"D\n" +
 	"\rRevokePairing\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x0e\n" +
@@ -4477,55 +4489,56 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	47, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
 	19, // 15: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
 	20, // 16: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
-	20, // 17: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
-	3,  // 18: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
-	4,  // 19: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
-	6,  // 20: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
-	14, // 21: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
-	18, // 22: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
-	21, // 23: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
-	22, // 24: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
-	23, // 25: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
-	24, // 26: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
-	25, // 27: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
-	26, // 28: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
-	27, // 29: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
-	28, // 30: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
-	15, // 31: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
-	16, // 32: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
-	17, // 33: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
-	5,  // 34: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
-	29, // 35: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
-	30, // 36: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
-	31, // 37: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
-	32, // 38: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
-	9,  // 39: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
-	7,  // 40: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
-	11, // 41: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
-	12, // 42: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
-	13, // 43: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
-	36, // 44: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
-	9,  // 45: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
-	37, // 46: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
-	38, // 47: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
-	39, // 48: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
-	40, // 49: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
-	41, // 50: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
-	1,  // 51: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	19, // 52: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	20, // 53: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	42, // 54: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	43, // 55: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	29, // 56: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	31, // 57: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	34, // 58: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
-	35, // 59: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
-	1,  // 60: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	61, // [61:61] is the sub-list for method output_type
-	61, // [61:61] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	20, // 17: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
+	20, // 18: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
+	3,  // 19: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
+	4,  // 20: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
+	6,  // 21: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
+	14, // 22: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
+	18, // 23: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
+	21, // 24: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
+	22, // 25: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
+	23, // 26: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
+	24, // 27: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
+	25, // 28: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
+	26, // 29: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
+	27, // 30: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
+	28, // 31: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
+	15, // 32: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
+	16, // 33: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
+	17, // 34: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
+	5,  // 35: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
+	29, // 36: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
+	30, // 37: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
+	31, // 38: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
+	32, // 39: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
+	9,  // 40: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
+	7,  // 41: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
+	11, // 42: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
+	12, // 43: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
+	13, // 44: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
+	36, // 45: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
+	9,  // 46: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
+	37, // 47: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
+	38, // 48: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
+	39, // 49: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
+	40, // 50: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
+	41, // 51: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
+	1,  // 52: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	19, // 53: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	20, // 54: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	42, // 55: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	43, // 56: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	29, // 57: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	31, // 58: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	34, // 59: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
+	35, // 60: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
+	1,  // 61: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	62, // [62:62] is the sub-list for method output_type
+	62, // [62:62] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
