@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 
 	"connectrpc.com/connect"
@@ -51,8 +52,21 @@ func parseLabels(items []string) (map[string]string, error) {
 	return out, nil
 }
 
+// errConfigPrinted ends a command after --print-config.
+var errConfigPrinted = errors.New("config printed")
+
 // nodeConfig builds a node.Config from the node flags.
 func nodeConfig(c *ucli.Context) (node.Config, error) {
+	src, err := applyNodeSettings(c)
+	if err != nil {
+		return node.Config{}, err
+	}
+	if c.Bool("print-config") {
+		if err := printConfig(c.App.Writer, src, c); err != nil {
+			return node.Config{}, err
+		}
+		return node.Config{}, errConfigPrinted
+	}
 	logger, err := newLogger(c.App.ErrWriter, c.String("log-format"), c.String("log-level"))
 	if err != nil {
 		return node.Config{}, usageErr("%v", err)
@@ -112,10 +126,25 @@ func nodeCommand() *ucli.Command {
    An explicit --listen moves the node; it logs the change and tells the
    cluster its new address. SIGINT/SIGTERM stop it.
 
-   Everything (API, Raft, gossip) is QUIC with mutual TLS on one UDP port.`,
-				Flags: append(nodeFlags(), &ucli.StringFlag{Name: "cluster-name", Usage: "name of a new cluster (first start only)", Value: "palyra"}),
+   Everything (API, Raft, gossip) is QUIC with mutual TLS on one UDP port.
+
+   Settings: flags, then PALYRA_* variables, then --config FILE (TOML; its
+   keys are these flags' long names plus data-dir and profile), then the
+   profile, then defaults. --print-config shows the result and each
+   setting's source. Profiles:
+` + profileHelp() + `
+   Example config (/etc/palyra/palyra.toml):
+     profile = "worker-enabled"
+     data-dir = "/var/lib/palyra"
+     advertise = "10.0.0.2:7444"
+     label = ["zone=a"]
+     wasm-slots = 8`,
+				Flags: append(append(nodeFlags(), configFlags()...), &ucli.StringFlag{Name: "cluster-name", Usage: "name of a new cluster (first start only)", Value: "palyra"}),
 				Action: func(c *ucli.Context) error {
 					cfg, err := nodeConfig(c)
+					if errors.Is(err, errConfigPrinted) {
+						return nil
+					}
 					if err != nil {
 						return err
 					}
@@ -132,7 +161,7 @@ func nodeCommand() *ucli.Command {
 
    On an operator machine:  palyra pair create --kind node
    Here:                    palyra node join --code CODE --peer 10.0.0.1:7444 --listen 10.0.0.2:7444`,
-				Flags: append(nodeFlags(),
+				Flags: append(append(nodeFlags(), configFlags()...),
 					&ucli.StringFlag{Name: "code", Required: true, Usage: "the code printed by 'palyra pair create --kind node'"},
 					&ucli.StringFlag{Name: "peer", Required: true, Usage: "a node of the cluster, HOST:PORT"},
 				),
@@ -214,6 +243,9 @@ func nodeCommand() *ucli.Command {
 
 func nodeJoin(c *ucli.Context) error {
 	cfg, err := nodeConfig(c)
+	if errors.Is(err, errConfigPrinted) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"sync"
 	"time"
@@ -112,6 +113,12 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.state = st
 	n.log = cfg.Logger.With("node", st.NodeID)
 	n.cfg.Listen, n.cfg.Advertise = listenAddrs(cfg, st)
+	if n.cfg.Advertise == "" {
+		if adv, ok := wildcardAdvertise(n.cfg.Listen); ok {
+			n.cfg.Advertise = adv
+			n.log.Info("listening on every interface; advertising this machine's primary address (set --advertise to choose)", "listen", n.cfg.Listen, "advertise", adv)
+		}
+	}
 	if n.timers, err = n.pickTimers(); err != nil {
 		return nil, err
 	}
@@ -257,6 +264,32 @@ func listenAddrs(cfg Config, st State) (listen, advertise string) {
 		return st.Address, advertise
 	}
 	return DefaultListen, cfg.Advertise
+}
+
+// wildcardAdvertise picks the address to advertise for a wildcard listen
+// address (0.0.0.0:PORT, [::]:PORT): the source address of this machine's
+// default route, found by connecting a UDP socket, which sends nothing.
+// ok is false for a specific listen address or when no route is found.
+func wildcardAdvertise(listen string) (string, bool) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", false
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return "", false
+	}
+	for _, probe := range []string{"192.0.2.1:9", "[2001:db8::1]:9"} {
+		c, err := net.Dial("udp", probe)
+		if err != nil {
+			continue
+		}
+		local := c.LocalAddr().(*net.UDPAddr).IP
+		c.Close()
+		if !local.IsUnspecified() && !local.IsLoopback() {
+			return net.JoinHostPort(local.String(), port), true
+		}
+	}
+	return "", false
 }
 
 // recordAddress writes the addresses this start bound and advertises to
