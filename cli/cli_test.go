@@ -382,3 +382,24 @@ func TestDoctor(t *testing.T) {
 		t.Fatalf("doctor --strict with warnings: %+v", r)
 	}
 }
+
+// 'job logs -f' prints a job's stdout and stderr as they come and ends
+// with the job; 'job logs' on an ended job prints its final output.
+func TestJobLogsFollow(t *testing.T) {
+	c := startNode(t)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "ticker"), "--input", "3 100ms")
+	if r.code != 0 {
+		t.Fatalf("submit: %+v", r)
+	}
+	id := strings.TrimSpace(r.stdout)
+	r = c.cli("job", "logs", "-f", id)
+	if r.code != 0 || r.stdout != "tick 1\ntick 2\ntick 3\n" || r.stderr != "tock 1\ntock 2\ntock 3\n" {
+		t.Fatalf("logs -f: %+v", r)
+	}
+	if r := c.cli("job", "logs", id); r.code != 0 || r.stdout != "tick 1\ntick 2\ntick 3\n" {
+		t.Fatalf("logs of an ended job: %+v", r)
+	}
+	if r := c.cli("job", "logs", "j-0000000000000000"); r.code != 1 || !strings.Contains(r.stderr, "j-0000000000000000") {
+		t.Fatalf("logs of an unknown job: %+v", r)
+	}
+}

@@ -99,6 +99,20 @@ func jobCommand() *ucli.Command {
 				Action: jobWatch,
 			},
 			{
+				Name: "logs", Usage: "print a job's stdout and stderr; with -f, follow a running job's as they are written", ArgsUsage: "ID",
+				Description: `While the job runs, its output comes live from the worker that runs it,
+   through whichever node you reach; once it has ended, from its final
+   result (which is authoritative: a live reader that fell more than 1 MiB
+   behind is told what it missed, and the final output has it). stdout goes
+   to stdout, stderr to stderr, notes (a new attempt, a gap) to stderr.
+
+   Examples:
+     palyra job logs j-0123456789abcdef        # what it has written so far
+     palyra job logs -f j-0123456789abcdef     # follow until it ends`,
+				Flags:  []ucli.Flag{&ucli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming until the job ends"}},
+				Action: jobLogs,
+			},
+			{
 				Name: "list", Usage: "list jobs, newest first, a page at a time (never their inputs or outputs)",
 				Description: `Lists jobs newest first (--oldest-first for acceptance order), at most
    --limit per page; when there are more, prints the command for the next page
@@ -744,6 +758,40 @@ func jobWatch(c *ucli.Context) error {
 	}
 	if last != nil && last.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
 		return ucli.Exit("", exitFailure)
+	}
+	return nil
+}
+
+func jobLogs(c *ucli.Context) error {
+	id, err := oneArg(c, "job id")
+	if err != nil {
+		return err
+	}
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	stream, err := cl.Jobs.JobLogs(c.Context, connect.NewRequest(&palyrav1.JobLogsRequest{Id: id, Follow: c.Bool("follow")}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	defer stream.Close()
+	var last *palyrav1.JobLogsResponse
+	for stream.Receive() {
+		m := stream.Msg()
+		if m.Note != "" {
+			fmt.Fprintf(c.App.ErrWriter, "[palyra] %s\n", m.Note)
+		}
+		c.App.Writer.Write(m.Stdout)
+		c.App.ErrWriter.Write(m.Stderr)
+		last = m
+	}
+	if err := stream.Err(); err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	if c.Bool("follow") && last != nil && last.Phase.Terminal() && last.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+		return ucli.Exit(fmt.Sprintf("job %s %s (see 'palyra job get %s')", id, last.Phase.WireName(), id), exitFailure)
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/palyra-mesh/palyra/node/blob"
 	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/node/worker"
+	"github.com/palyra-mesh/palyra/proto/peerpb"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 	pruntime "github.com/palyra-mesh/palyra/runtime"
 	"github.com/palyra-mesh/palyra/runtime/browser"
@@ -175,6 +176,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Executors: n.executors(), Logger: n.log,
 		Secrets: nodeSecrets{n}, KV: nodeKV{n: n}, Leases: nodeLeases{n},
 	})
+	n.cluster.SetOutputSource(n.readOutput)
 	// Catch up with the log before Recover, so it sees every placement made
 	// on this node before it stopped, before anything new is placed here.
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
@@ -384,7 +386,7 @@ func (n *Node) setLabels(ctx context.Context, l map[string]string) error {
 func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential) {
 	info := api.Info{NodeID: n.state.NodeID, Address: addr, ClusterName: n.state.ClusterName,
 		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now()}
-	opts := api.Options{Control: apiControl{n.cluster}, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
+	opts := api.Options{Control: apiControl{n.cluster}, Live: n.cluster, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Leave: n.leave,
 		Peers: n.peerAddrs, Forward: n.viaSigners, Seal: n.sealSecret, DataKey: n.dataKey, Issuer: n.keeper, Snapshots: n}
 	n.http = &http3.Server{Handler: api.New(opts).Handler(), Logger: n.log}
@@ -521,6 +523,30 @@ func (n *Node) SetFault(f mesh.FaultFunc) { n.transport.SetFault(f) }
 
 // RunningJobs is how many runs this node's worker has in progress.
 func (n *Node) RunningJobs() int { return n.worker.Running() }
+
+// maxOutputChunk bounds the bytes of each stream one live output read
+// returns.
+const maxOutputChunk = 256 << 10
+
+// readOutput serves a read of a job's live output from this node's worker.
+func (n *Node) readOutput(ctx context.Context, r *peerpb.JobOutputRequest) *peerpb.JobOutputResponse {
+	tap, attempt, ok := n.worker.Output(r.JobId)
+	if !ok {
+		return &peerpb.JobOutputResponse{}
+	}
+	from := [2]int64{r.StdoutOffset, r.StderrOffset}
+	if w := time.Duration(r.WaitMs) * time.Millisecond; w > 0 {
+		wctx, cancel := context.WithTimeout(ctx, w)
+		tap.Wait(wctx, from)
+		cancel()
+	}
+	chunks, done := tap.Read(from, maxOutputChunk)
+	pb := func(c pruntime.Chunk) *peerpb.OutputChunk {
+		return &peerpb.OutputChunk{Offset: c.Offset, Data: c.Data, Skipped: c.Skipped}
+	}
+	return &peerpb.JobOutputResponse{Found: true, Attempt: attempt, Done: done,
+		Stdout: pb(chunks[pruntime.Stdout]), Stderr: pb(chunks[pruntime.Stderr])}
+}
 
 // startBrowser starts the browser executor when Chromium is installed and
 // browser jobs are not disabled, and reports whether it did (or need not).

@@ -73,6 +73,10 @@ type Spec struct {
 	// Grants are the host capabilities beyond the network (secrets,
 	// key-value storage) and the services behind them. Nil grants nothing.
 	Grants *Grants
+	// Tap, if set, gets every accepted byte of stdout and stderr as it is
+	// written, for followers ('palyra job logs -f'). Executors that have
+	// no streams leave it alone; the worker closes it.
+	Tap *Tap
 }
 
 // Grants lists the capabilities a job may use besides the network, with

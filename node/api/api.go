@@ -109,7 +109,9 @@ type Issuer interface {
 
 // Options are a Server's collaborators.
 type Options struct {
-	Control   Control
+	Control Control
+	// Live reads running jobs' output from their workers (job logs).
+	Live      LiveOutput
 	Blobs     Blobs
 	Validator Validator
 	// Artifacts fetches blobs from this node or its peers: artifacts, and

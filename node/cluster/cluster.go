@@ -61,6 +61,8 @@ type Cluster struct {
 	piggyback atomic.Pointer[Piggyback]
 	// leases renews workers' leases on the leader.
 	leases atomic.Pointer[LeaseKeeper]
+	// outputs reads this node's worker's live job output.
+	outputs atomic.Pointer[OutputSource]
 }
 
 type leaderInfo struct{ id, addr string }

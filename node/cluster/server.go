@@ -74,6 +74,8 @@ func (c *Cluster) handle(ctx context.Context, pr identity.Principal, req *peerpb
 		return c.handleReadIndex(ctx)
 	case *peerpb.Request_CaKeys:
 		return c.handleCAKeys(ctx, pr)
+	case *peerpb.Request_JobOutput:
+		return c.handleJobOutput(ctx, pr, b.JobOutput)
 	default:
 		return errResp(codeInvalid, "unknown peer RPC request", "the caller runs a newer version; upgrade this node")
 	}

@@ -96,6 +96,47 @@ type Worker struct {
 
 	exMu      sync.RWMutex
 	executors map[runtime.Kind]runtime.Executor // Config.Executors plus those added later
+
+	tapMu sync.Mutex
+	taps  map[string]liveTap // job id → the output of its run here
+}
+
+// liveTap is one run's output as it is written.
+type liveTap struct {
+	attempt uint32
+	tap     *runtime.Tap
+}
+
+// tapLinger is how long a finished run's output stays readable live,
+// while its result is on its way into the replicated state.
+const tapLinger = 5 * time.Second
+
+// Output returns the live output of the job's run on this worker, if it
+// runs here (or ended moments ago), and that run's attempt.
+func (w *Worker) Output(jobID string) (*runtime.Tap, uint32, bool) {
+	w.tapMu.Lock()
+	defer w.tapMu.Unlock()
+	lt, ok := w.taps[jobID]
+	return lt.tap, lt.attempt, ok
+}
+
+func (w *Worker) openTap(j consensus.Job) *runtime.Tap {
+	tap := runtime.NewTap()
+	w.tapMu.Lock()
+	w.taps[j.ID] = liveTap{attempt: j.Attempt, tap: tap}
+	w.tapMu.Unlock()
+	return tap
+}
+
+func (w *Worker) closeTap(id string, tap *runtime.Tap) {
+	tap.Close()
+	time.AfterFunc(tapLinger, func() {
+		w.tapMu.Lock()
+		defer w.tapMu.Unlock()
+		if w.taps[id].tap == tap {
+			delete(w.taps, id)
+		}
+	})
 }
 
 // pending is one result on its way into a FinishBatch; done receives the
@@ -141,7 +182,7 @@ func New(cfg Config) *Worker {
 	for k, ex := range cfg.Executors {
 		executors[k] = ex
 	}
-	return &Worker{cfg: cfg, log: cfg.Logger.With("component", "worker"), executors: executors,
+	return &Worker{cfg: cfg, log: cfg.Logger.With("component", "worker"), executors: executors, taps: map[string]liveTap{},
 		running: make(map[string]*run), orphans: make(map[string]uint32), finished: make(map[string]uint32), results: make(chan pending, maxResultBatch)}
 }
 
@@ -335,6 +376,8 @@ func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 		Timeout: time.Duration(j.TimeoutMS) * time.Millisecond, MemoryLimit: j.MemoryBytes, Fuel: j.Fuel,
 		MaxOutput: int(j.MaxOutput), AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate,
 	}
+	spec.Tap = w.openTap(j)
+	defer w.closeTap(j.ID, spec.Tap)
 	if len(j.SecretNames) > 0 || j.KVPrefix != "" {
 		kv := w.cfg.KV
 		if f, ok := kv.(FencedKV); ok {

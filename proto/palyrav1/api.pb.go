@@ -1465,6 +1465,137 @@ func (x *CancelJobResponse) GetArray() *JobArray {
 	return nil
 }
 
+type JobLogsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Follow        bool                   `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"` // keep streaming until the job ends
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobLogsRequest) Reset() {
+	*x = JobLogsRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobLogsRequest) ProtoMessage() {}
+
+func (x *JobLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobLogsRequest.ProtoReflect.Descriptor instead.
+func (*JobLogsRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *JobLogsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *JobLogsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+// JobLogsResponse carries the next bytes of each stream; note tells of a
+// gap (bytes dropped for a slow reader) or a new attempt, whose output
+// starts again from its first byte.
+type JobLogsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stdout        []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr        []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	Note          string                 `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	Attempt       uint32                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Phase         JobPhase               `protobuf:"varint,5,opt,name=phase,proto3,enum=palyra.v1.JobPhase" json:"phase,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobLogsResponse) Reset() {
+	*x = JobLogsResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobLogsResponse) ProtoMessage() {}
+
+func (x *JobLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobLogsResponse.ProtoReflect.Descriptor instead.
+func (*JobLogsResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *JobLogsResponse) GetStdout() []byte {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *JobLogsResponse) GetStderr() []byte {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
+func (x *JobLogsResponse) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *JobLogsResponse) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *JobLogsResponse) GetPhase() JobPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return JobPhase_JOB_PHASE_UNSPECIFIED
+}
+
 type WatchJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1474,7 +1605,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[15]
+	mi := &file_palyra_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1617,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[15]
+	mi := &file_palyra_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1630,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchJobRequest) GetId() string {
@@ -1523,7 +1654,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	mi := &file_palyra_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1666,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	mi := &file_palyra_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1679,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchJobResponse) GetJob() *Job {
@@ -1577,7 +1708,7 @@ type PruneJobsRequest struct {
 
 func (x *PruneJobsRequest) Reset() {
 	*x = PruneJobsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1720,7 @@ func (x *PruneJobsRequest) String() string {
 func (*PruneJobsRequest) ProtoMessage() {}
 
 func (x *PruneJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1733,7 @@ func (x *PruneJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneJobsRequest.ProtoReflect.Descriptor instead.
 func (*PruneJobsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PruneJobsRequest) GetOlderThanMs() int64 {
@@ -1622,7 +1753,7 @@ type PruneJobsResponse struct {
 
 func (x *PruneJobsResponse) Reset() {
 	*x = PruneJobsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1765,7 @@ func (x *PruneJobsResponse) String() string {
 func (*PruneJobsResponse) ProtoMessage() {}
 
 func (x *PruneJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1778,7 @@ func (x *PruneJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneJobsResponse.ProtoReflect.Descriptor instead.
 func (*PruneJobsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PruneJobsResponse) GetPruned() uint64 {
@@ -1675,7 +1806,7 @@ type SetRetentionRequest struct {
 
 func (x *SetRetentionRequest) Reset() {
 	*x = SetRetentionRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	mi := &file_palyra_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1818,7 @@ func (x *SetRetentionRequest) String() string {
 func (*SetRetentionRequest) ProtoMessage() {}
 
 func (x *SetRetentionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	mi := &file_palyra_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1831,7 @@ func (x *SetRetentionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetentionRequest.ProtoReflect.Descriptor instead.
 func (*SetRetentionRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetRetentionRequest) GetRetentionMs() int64 {
@@ -1719,7 +1850,7 @@ type SetRetentionResponse struct {
 
 func (x *SetRetentionResponse) Reset() {
 	*x = SetRetentionResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	mi := &file_palyra_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1862,7 @@ func (x *SetRetentionResponse) String() string {
 func (*SetRetentionResponse) ProtoMessage() {}
 
 func (x *SetRetentionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	mi := &file_palyra_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1875,7 @@ func (x *SetRetentionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetentionResponse.ProtoReflect.Descriptor instead.
 func (*SetRetentionResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetRetentionResponse) GetRetentionMs() int64 {
@@ -1766,7 +1897,7 @@ type ReadInfo struct {
 
 func (x *ReadInfo) Reset() {
 	*x = ReadInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[21]
+	mi := &file_palyra_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +1909,7 @@ func (x *ReadInfo) String() string {
 func (*ReadInfo) ProtoMessage() {}
 
 func (x *ReadInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[21]
+	mi := &file_palyra_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +1922,7 @@ func (x *ReadInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadInfo.ProtoReflect.Descriptor instead.
 func (*ReadInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReadInfo) GetLinearizable() bool {
@@ -1823,7 +1954,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[22]
+	mi := &file_palyra_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1966,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[22]
+	mi := &file_palyra_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1979,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 type StatusResponse struct {
@@ -1879,7 +2010,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[23]
+	mi := &file_palyra_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2022,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[23]
+	mi := &file_palyra_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2035,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2046,7 +2177,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[24]
+	mi := &file_palyra_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2189,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[24]
+	mi := &file_palyra_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2202,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -2166,7 +2297,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[25]
+	mi := &file_palyra_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2178,7 +2309,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[25]
+	mi := &file_palyra_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2191,7 +2322,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 type ListNodesResponse struct {
@@ -2204,7 +2335,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[26]
+	mi := &file_palyra_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2347,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[26]
+	mi := &file_palyra_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2360,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -2258,7 +2389,7 @@ type SetSchedulableRequest struct {
 
 func (x *SetSchedulableRequest) Reset() {
 	*x = SetSchedulableRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[27]
+	mi := &file_palyra_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2401,7 @@ func (x *SetSchedulableRequest) String() string {
 func (*SetSchedulableRequest) ProtoMessage() {}
 
 func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[27]
+	mi := &file_palyra_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2414,7 @@ func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulableRequest.ProtoReflect.Descriptor instead.
 func (*SetSchedulableRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetSchedulableRequest) GetNodeId() string {
@@ -2322,7 +2453,7 @@ type SetSchedulableResponse struct {
 
 func (x *SetSchedulableResponse) Reset() {
 	*x = SetSchedulableResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[28]
+	mi := &file_palyra_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2465,7 @@ func (x *SetSchedulableResponse) String() string {
 func (*SetSchedulableResponse) ProtoMessage() {}
 
 func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[28]
+	mi := &file_palyra_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2478,7 @@ func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulableResponse.ProtoReflect.Descriptor instead.
 func (*SetSchedulableResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 type LeaveRequest struct {
@@ -2358,7 +2489,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[29]
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2501,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[29]
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2514,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 type LeaveResponse struct {
@@ -2394,7 +2525,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[30]
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2537,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[30]
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2550,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 // RemoveNodeRequest removes a node that is gone for good.
@@ -2435,7 +2566,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	mi := &file_palyra_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2578,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	mi := &file_palyra_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2591,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -2494,7 +2625,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	mi := &file_palyra_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2637,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	mi := &file_palyra_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2650,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -2582,7 +2713,7 @@ type SecretInfo struct {
 
 func (x *SecretInfo) Reset() {
 	*x = SecretInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[33]
+	mi := &file_palyra_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2725,7 @@ func (x *SecretInfo) String() string {
 func (*SecretInfo) ProtoMessage() {}
 
 func (x *SecretInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[33]
+	mi := &file_palyra_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2738,7 @@ func (x *SecretInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretInfo.ProtoReflect.Descriptor instead.
 func (*SecretInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SecretInfo) GetName() string {
@@ -2641,7 +2772,7 @@ type SetSecretRequest struct {
 
 func (x *SetSecretRequest) Reset() {
 	*x = SetSecretRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[34]
+	mi := &file_palyra_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2653,7 +2784,7 @@ func (x *SetSecretRequest) String() string {
 func (*SetSecretRequest) ProtoMessage() {}
 
 func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[34]
+	mi := &file_palyra_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2666,7 +2797,7 @@ func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretRequest.ProtoReflect.Descriptor instead.
 func (*SetSecretRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetSecretRequest) GetName() string {
@@ -2692,7 +2823,7 @@ type SetSecretResponse struct {
 
 func (x *SetSecretResponse) Reset() {
 	*x = SetSecretResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[35]
+	mi := &file_palyra_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +2835,7 @@ func (x *SetSecretResponse) String() string {
 func (*SetSecretResponse) ProtoMessage() {}
 
 func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[35]
+	mi := &file_palyra_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +2848,7 @@ func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretResponse.ProtoReflect.Descriptor instead.
 func (*SetSecretResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetSecretResponse) GetSecret() *SecretInfo {
@@ -2735,7 +2866,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[36]
+	mi := &file_palyra_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2878,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[36]
+	mi := &file_palyra_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2891,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 type ListSecretsResponse struct {
@@ -2772,7 +2903,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[37]
+	mi := &file_palyra_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +2915,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[37]
+	mi := &file_palyra_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +2928,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*SecretInfo {
@@ -2816,7 +2947,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[38]
+	mi := &file_palyra_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2959,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[38]
+	mi := &file_palyra_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2972,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -2859,7 +2990,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[39]
+	mi := &file_palyra_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3002,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[39]
+	mi := &file_palyra_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3015,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 var File_palyra_v1_api_proto protoreflect.FileDescriptor
@@ -3029,7 +3160,16 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"`\n" +
 	"\x11CancelJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\x12)\n" +
-	"\x05array\x18\x02 \x01(\v2\x13.palyra.v1.JobArrayR\x05array\"!\n" +
+	"\x05array\x18\x02 \x01(\v2\x13.palyra.v1.JobArrayR\x05array\"8\n" +
+	"\x0eJobLogsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06follow\x18\x02 \x01(\bR\x06follow\"\x9a\x01\n" +
+	"\x0fJobLogsResponse\x12\x16\n" +
+	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\rR\aattempt\x12)\n" +
+	"\x05phase\x18\x05 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\"!\n" +
 	"\x0fWatchJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"_\n" +
 	"\x10WatchJobResponse\x12 \n" +
@@ -3140,7 +3280,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x13JOB_PHASE_COMPLETED\x10\x05\x12\x14\n" +
 	"\x10JOB_PHASE_FAILED\x10\x06\x12\x15\n" +
 	"\x11JOB_PHASE_ABORTED\x10\a\x12\x15\n" +
-	"\x11JOB_PHASE_EXPIRED\x10\b2\x94\x05\n" +
+	"\x11JOB_PHASE_EXPIRED\x10\b2\xd8\x05\n" +
 	"\n" +
 	"JobService\x12F\n" +
 	"\tSubmitJob\x12\x1b.palyra.v1.SubmitJobRequest\x1a\x1c.palyra.v1.SubmitJobResponse\x12=\n" +
@@ -3151,7 +3291,8 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x06RunJob\x12\x1b.palyra.v1.SubmitJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x01\x12L\n" +
 	"\vGetArtifact\x12\x1d.palyra.v1.GetArtifactRequest\x1a\x1e.palyra.v1.GetArtifactResponse\x12F\n" +
 	"\tPruneJobs\x12\x1b.palyra.v1.PruneJobsRequest\x1a\x1c.palyra.v1.PruneJobsResponse\x12O\n" +
-	"\fSetRetention\x12\x1e.palyra.v1.SetRetentionRequest\x1a\x1f.palyra.v1.SetRetentionResponse2\xf2\x02\n" +
+	"\fSetRetention\x12\x1e.palyra.v1.SetRetentionRequest\x1a\x1f.palyra.v1.SetRetentionResponse\x12B\n" +
+	"\aJobLogs\x12\x19.palyra.v1.JobLogsRequest\x1a\x1a.palyra.v1.JobLogsResponse0\x012\xf2\x02\n" +
 	"\vNodeService\x12=\n" +
 	"\x06Status\x12\x18.palyra.v1.StatusRequest\x1a\x19.palyra.v1.StatusResponse\x12F\n" +
 	"\tListNodes\x12\x1b.palyra.v1.ListNodesRequest\x1a\x1c.palyra.v1.ListNodesResponse\x12:\n" +
@@ -3177,7 +3318,7 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                  // 0: palyra.v1.JobPhase
 	(*Error)(nil),                  // 1: palyra.v1.Error
@@ -3195,105 +3336,110 @@ var file_palyra_v1_api_proto_goTypes = []any{
 	(*ListJobsResponse)(nil),       // 13: palyra.v1.ListJobsResponse
 	(*CancelJobRequest)(nil),       // 14: palyra.v1.CancelJobRequest
 	(*CancelJobResponse)(nil),      // 15: palyra.v1.CancelJobResponse
-	(*WatchJobRequest)(nil),        // 16: palyra.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),       // 17: palyra.v1.WatchJobResponse
-	(*PruneJobsRequest)(nil),       // 18: palyra.v1.PruneJobsRequest
-	(*PruneJobsResponse)(nil),      // 19: palyra.v1.PruneJobsResponse
-	(*SetRetentionRequest)(nil),    // 20: palyra.v1.SetRetentionRequest
-	(*SetRetentionResponse)(nil),   // 21: palyra.v1.SetRetentionResponse
-	(*ReadInfo)(nil),               // 22: palyra.v1.ReadInfo
-	(*StatusRequest)(nil),          // 23: palyra.v1.StatusRequest
-	(*StatusResponse)(nil),         // 24: palyra.v1.StatusResponse
-	(*NodeInfo)(nil),               // 25: palyra.v1.NodeInfo
-	(*ListNodesRequest)(nil),       // 26: palyra.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),      // 27: palyra.v1.ListNodesResponse
-	(*SetSchedulableRequest)(nil),  // 28: palyra.v1.SetSchedulableRequest
-	(*SetSchedulableResponse)(nil), // 29: palyra.v1.SetSchedulableResponse
-	(*LeaveRequest)(nil),           // 30: palyra.v1.LeaveRequest
-	(*LeaveResponse)(nil),          // 31: palyra.v1.LeaveResponse
-	(*RemoveNodeRequest)(nil),      // 32: palyra.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 33: palyra.v1.RemoveNodeResponse
-	(*SecretInfo)(nil),             // 34: palyra.v1.SecretInfo
-	(*SetSecretRequest)(nil),       // 35: palyra.v1.SetSecretRequest
-	(*SetSecretResponse)(nil),      // 36: palyra.v1.SetSecretResponse
-	(*ListSecretsRequest)(nil),     // 37: palyra.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),    // 38: palyra.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),    // 39: palyra.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),   // 40: palyra.v1.DeleteSecretResponse
-	nil,                            // 41: palyra.v1.Job.ConstraintsEntry
-	nil,                            // 42: palyra.v1.JobArray.CountsEntry
-	nil,                            // 43: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                            // 44: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                            // 45: palyra.v1.NodeInfo.LabelsEntry
-	nil,                            // 46: palyra.v1.NodeInfo.CapacityEntry
+	(*JobLogsRequest)(nil),         // 16: palyra.v1.JobLogsRequest
+	(*JobLogsResponse)(nil),        // 17: palyra.v1.JobLogsResponse
+	(*WatchJobRequest)(nil),        // 18: palyra.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),       // 19: palyra.v1.WatchJobResponse
+	(*PruneJobsRequest)(nil),       // 20: palyra.v1.PruneJobsRequest
+	(*PruneJobsResponse)(nil),      // 21: palyra.v1.PruneJobsResponse
+	(*SetRetentionRequest)(nil),    // 22: palyra.v1.SetRetentionRequest
+	(*SetRetentionResponse)(nil),   // 23: palyra.v1.SetRetentionResponse
+	(*ReadInfo)(nil),               // 24: palyra.v1.ReadInfo
+	(*StatusRequest)(nil),          // 25: palyra.v1.StatusRequest
+	(*StatusResponse)(nil),         // 26: palyra.v1.StatusResponse
+	(*NodeInfo)(nil),               // 27: palyra.v1.NodeInfo
+	(*ListNodesRequest)(nil),       // 28: palyra.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),      // 29: palyra.v1.ListNodesResponse
+	(*SetSchedulableRequest)(nil),  // 30: palyra.v1.SetSchedulableRequest
+	(*SetSchedulableResponse)(nil), // 31: palyra.v1.SetSchedulableResponse
+	(*LeaveRequest)(nil),           // 32: palyra.v1.LeaveRequest
+	(*LeaveResponse)(nil),          // 33: palyra.v1.LeaveResponse
+	(*RemoveNodeRequest)(nil),      // 34: palyra.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 35: palyra.v1.RemoveNodeResponse
+	(*SecretInfo)(nil),             // 36: palyra.v1.SecretInfo
+	(*SetSecretRequest)(nil),       // 37: palyra.v1.SetSecretRequest
+	(*SetSecretResponse)(nil),      // 38: palyra.v1.SetSecretResponse
+	(*ListSecretsRequest)(nil),     // 39: palyra.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),    // 40: palyra.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),    // 41: palyra.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),   // 42: palyra.v1.DeleteSecretResponse
+	nil,                            // 43: palyra.v1.Job.ConstraintsEntry
+	nil,                            // 44: palyra.v1.JobArray.CountsEntry
+	nil,                            // 45: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                            // 46: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                            // 47: palyra.v1.NodeInfo.LabelsEntry
+	nil,                            // 48: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	41, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	43, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
 	5,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	42, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	44, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
 	3,  // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
 	5,  // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	43, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	45, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
 	3,  // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
 	3,  // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
-	22, // 12: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
+	24, // 12: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
 	4,  // 13: palyra.v1.GetJobResponse.array:type_name -> palyra.v1.JobArray
 	0,  // 14: palyra.v1.ListJobsRequest.phase:type_name -> palyra.v1.JobPhase
 	3,  // 15: palyra.v1.ListJobsResponse.jobs:type_name -> palyra.v1.Job
-	22, // 16: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
+	24, // 16: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
 	3,  // 17: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 18: palyra.v1.CancelJobResponse.array:type_name -> palyra.v1.JobArray
-	3,  // 19: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
-	4,  // 20: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
-	44, // 21: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	45, // 22: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	46, // 23: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
-	25, // 24: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
-	34, // 25: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
-	34, // 26: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
-	8,  // 27: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	10, // 28: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	12, // 29: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	14, // 30: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	16, // 31: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	8,  // 32: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
-	6,  // 33: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	18, // 34: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	20, // 35: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	23, // 36: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	26, // 37: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	30, // 38: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	28, // 39: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	32, // 40: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	35, // 41: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	37, // 42: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	39, // 43: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	9,  // 44: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11, // 45: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13, // 46: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15, // 47: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	17, // 48: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	17, // 49: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,  // 50: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	19, // 51: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	21, // 52: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	24, // 53: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	27, // 54: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	31, // 55: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	29, // 56: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	33, // 57: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	36, // 58: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	38, // 59: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	40, // 60: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	44, // [44:61] is the sub-list for method output_type
-	27, // [27:44] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	0,  // 19: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
+	3,  // 20: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
+	4,  // 21: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
+	46, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	47, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	48, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	27, // 25: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
+	36, // 26: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
+	36, // 27: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
+	8,  // 28: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	10, // 29: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	12, // 30: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	14, // 31: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	18, // 32: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	8,  // 33: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
+	6,  // 34: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	20, // 35: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	22, // 36: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	16, // 37: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
+	25, // 38: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	28, // 39: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	32, // 40: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	30, // 41: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	34, // 42: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	37, // 43: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	39, // 44: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	41, // 45: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	9,  // 46: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11, // 47: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13, // 48: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15, // 49: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	19, // 50: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	19, // 51: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,  // 52: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	21, // 53: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	23, // 54: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	17, // 55: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	26, // 56: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	29, // 57: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	33, // 58: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	31, // 59: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	35, // 60: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	38, // 61: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	40, // 62: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	42, // 63: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	46, // [46:64] is the sub-list for method output_type
+	28, // [28:46] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -3307,7 +3453,7 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   46,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

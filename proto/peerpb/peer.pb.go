@@ -117,6 +117,7 @@ type Request struct {
 	//	*Request_ReadIndex
 	//	*Request_CaKeys
 	//	*Request_RenewLeases
+	//	*Request_JobOutput
 	Body          isRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -222,6 +223,15 @@ func (x *Request) GetRenewLeases() *RenewLeasesRequest {
 	return nil
 }
 
+func (x *Request) GetJobOutput() *JobOutputRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Request_JobOutput); ok {
+			return x.JobOutput
+		}
+	}
+	return nil
+}
+
 type isRequest_Body interface {
 	isRequest_Body()
 }
@@ -254,6 +264,10 @@ type Request_RenewLeases struct {
 	RenewLeases *RenewLeasesRequest `protobuf:"bytes,21,opt,name=renew_leases,json=renewLeases,proto3,oneof"`
 }
 
+type Request_JobOutput struct {
+	JobOutput *JobOutputRequest `protobuf:"bytes,22,opt,name=job_output,json=jobOutput,proto3,oneof"`
+}
+
 func (*Request_ForwardApply) isRequest_Body() {}
 
 func (*Request_RaftJoin) isRequest_Body() {}
@@ -268,6 +282,8 @@ func (*Request_CaKeys) isRequest_Body() {}
 
 func (*Request_RenewLeases) isRequest_Body() {}
 
+func (*Request_JobOutput) isRequest_Body() {}
+
 type Response struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Error *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"` // set instead of a body when the call failed
@@ -280,6 +296,7 @@ type Response struct {
 	//	*Response_ReadIndex
 	//	*Response_CaKeys
 	//	*Response_RenewLeases
+	//	*Response_JobOutput
 	Body          isResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -392,6 +409,15 @@ func (x *Response) GetRenewLeases() *RenewLeasesResponse {
 	return nil
 }
 
+func (x *Response) GetJobOutput() *JobOutputResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Response_JobOutput); ok {
+			return x.JobOutput
+		}
+	}
+	return nil
+}
+
 type isResponse_Body interface {
 	isResponse_Body()
 }
@@ -424,6 +450,10 @@ type Response_RenewLeases struct {
 	RenewLeases *RenewLeasesResponse `protobuf:"bytes,21,opt,name=renew_leases,json=renewLeases,proto3,oneof"`
 }
 
+type Response_JobOutput struct {
+	JobOutput *JobOutputResponse `protobuf:"bytes,22,opt,name=job_output,json=jobOutput,proto3,oneof"`
+}
+
 func (*Response_ForwardApply) isResponse_Body() {}
 
 func (*Response_RaftJoin) isResponse_Body() {}
@@ -437,6 +467,8 @@ func (*Response_ReadIndex) isResponse_Body() {}
 func (*Response_CaKeys) isResponse_Body() {}
 
 func (*Response_RenewLeases) isResponse_Body() {}
+
+func (*Response_JobOutput) isResponse_Body() {}
 
 // RenewLeasesRequest renews the leases of the placements the calling
 // worker still holds (running, waiting for a slot, or reporting): one call
@@ -1255,6 +1287,212 @@ func (x *NodeMeta) GetLeaving() bool {
 	return false
 }
 
+// JobOutputRequest reads a running job's output from the worker that runs
+// it, from the given byte offsets, waiting up to wait_ms for new bytes.
+type JobOutputRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	StdoutOffset  int64                  `protobuf:"varint,2,opt,name=stdout_offset,json=stdoutOffset,proto3" json:"stdout_offset,omitempty"`
+	StderrOffset  int64                  `protobuf:"varint,3,opt,name=stderr_offset,json=stderrOffset,proto3" json:"stderr_offset,omitempty"`
+	WaitMs        int64                  `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobOutputRequest) Reset() {
+	*x = JobOutputRequest{}
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobOutputRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobOutputRequest) ProtoMessage() {}
+
+func (x *JobOutputRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobOutputRequest.ProtoReflect.Descriptor instead.
+func (*JobOutputRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *JobOutputRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *JobOutputRequest) GetStdoutOffset() int64 {
+	if x != nil {
+		return x.StdoutOffset
+	}
+	return 0
+}
+
+func (x *JobOutputRequest) GetStderrOffset() int64 {
+	if x != nil {
+		return x.StderrOffset
+	}
+	return 0
+}
+
+func (x *JobOutputRequest) GetWaitMs() int64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+type JobOutputResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`     // the job runs (or ran moments ago) on this worker
+	Attempt       uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"` // the attempt the output belongs to
+	Stdout        *OutputChunk           `protobuf:"bytes,3,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr        *OutputChunk           `protobuf:"bytes,4,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	Done          bool                   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"` // the run has ended; its result is on its way
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobOutputResponse) Reset() {
+	*x = JobOutputResponse{}
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobOutputResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobOutputResponse) ProtoMessage() {}
+
+func (x *JobOutputResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobOutputResponse.ProtoReflect.Descriptor instead.
+func (*JobOutputResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *JobOutputResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *JobOutputResponse) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *JobOutputResponse) GetStdout() *OutputChunk {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *JobOutputResponse) GetStderr() *OutputChunk {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
+func (x *JobOutputResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+type OutputChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"` // stream offset of data[0]
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Skipped       int64                  `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"` // bytes before offset the worker no longer holds
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputChunk) Reset() {
+	*x = OutputChunk{}
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputChunk) ProtoMessage() {}
+
+func (x *OutputChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
+func (*OutputChunk) Descriptor() ([]byte, []int) {
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *OutputChunk) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *OutputChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *OutputChunk) GetSkipped() int64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
 var File_palyra_peer_v1_peer_proto protoreflect.FileDescriptor
 
 const file_palyra_peer_v1_peer_proto_rawDesc = "" +
@@ -1265,7 +1503,7 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
 	"\x04hint\x18\x03 \x01(\tR\x04hint\x12\x1b\n" +
 	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12%\n" +
-	"\x0eleader_address\x18\x05 \x01(\tR\rleaderAddress\"\xdc\x03\n" +
+	"\x0eleader_address\x18\x05 \x01(\tR\rleaderAddress\"\x9f\x04\n" +
 	"\aRequest\x12J\n" +
 	"\rforward_apply\x18\x01 \x01(\v2#.palyra.peer.v1.ForwardApplyRequestH\x00R\fforwardApply\x12>\n" +
 	"\traft_join\x18\x02 \x01(\v2\x1f.palyra.peer.v1.RaftJoinRequestH\x00R\braftJoin\x12A\n" +
@@ -1275,8 +1513,10 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"read_index\x18\x05 \x01(\v2 .palyra.peer.v1.ReadIndexRequestH\x00R\treadIndex\x128\n" +
 	"\aca_keys\x18\x14 \x01(\v2\x1d.palyra.peer.v1.CAKeysRequestH\x00R\x06caKeys\x12G\n" +
-	"\frenew_leases\x18\x15 \x01(\v2\".palyra.peer.v1.RenewLeasesRequestH\x00R\vrenewLeasesB\x06\n" +
-	"\x04body\"\x91\x04\n" +
+	"\frenew_leases\x18\x15 \x01(\v2\".palyra.peer.v1.RenewLeasesRequestH\x00R\vrenewLeases\x12A\n" +
+	"\n" +
+	"job_output\x18\x16 \x01(\v2 .palyra.peer.v1.JobOutputRequestH\x00R\tjobOutputB\x06\n" +
+	"\x04body\"\xd5\x04\n" +
 	"\bResponse\x12+\n" +
 	"\x05error\x18\x01 \x01(\v2\x15.palyra.peer.v1.ErrorR\x05error\x12K\n" +
 	"\rforward_apply\x18\x02 \x01(\v2$.palyra.peer.v1.ForwardApplyResponseH\x00R\fforwardApply\x12?\n" +
@@ -1287,7 +1527,9 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"read_index\x18\x06 \x01(\v2!.palyra.peer.v1.ReadIndexResponseH\x00R\treadIndex\x129\n" +
 	"\aca_keys\x18\x14 \x01(\v2\x1e.palyra.peer.v1.CAKeysResponseH\x00R\x06caKeys\x12H\n" +
-	"\frenew_leases\x18\x15 \x01(\v2#.palyra.peer.v1.RenewLeasesResponseH\x00R\vrenewLeasesB\x06\n" +
+	"\frenew_leases\x18\x15 \x01(\v2#.palyra.peer.v1.RenewLeasesResponseH\x00R\vrenewLeases\x12B\n" +
+	"\n" +
+	"job_output\x18\x16 \x01(\v2!.palyra.peer.v1.JobOutputResponseH\x00R\tjobOutputB\x06\n" +
 	"\x04body\"B\n" +
 	"\x12RenewLeasesRequest\x12,\n" +
 	"\x04held\x18\x01 \x03(\v2\x18.palyra.peer.v1.LeaseRefR\x04held\";\n" +
@@ -1335,7 +1577,22 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
 	"\rCapacityEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01B3Z1github.com/palyra-mesh/palyra/proto/peerpb;peerpbb\x06proto3"
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x8c\x01\n" +
+	"\x10JobOutputRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
+	"\rstdout_offset\x18\x02 \x01(\x03R\fstdoutOffset\x12#\n" +
+	"\rstderr_offset\x18\x03 \x01(\x03R\fstderrOffset\x12\x17\n" +
+	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\"\xc1\x01\n" +
+	"\x11JobOutputResponse\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x123\n" +
+	"\x06stdout\x18\x03 \x01(\v2\x1b.palyra.peer.v1.OutputChunkR\x06stdout\x123\n" +
+	"\x06stderr\x18\x04 \x01(\v2\x1b.palyra.peer.v1.OutputChunkR\x06stderr\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\"S\n" +
+	"\vOutputChunk\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
+	"\askipped\x18\x03 \x01(\x03R\askippedB3Z1github.com/palyra-mesh/palyra/proto/peerpb;peerpbb\x06proto3"
 
 var (
 	file_palyra_peer_v1_peer_proto_rawDescOnce sync.Once
@@ -1349,7 +1606,7 @@ func file_palyra_peer_v1_peer_proto_rawDescGZIP() []byte {
 	return file_palyra_peer_v1_peer_proto_rawDescData
 }
 
-var file_palyra_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_palyra_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_palyra_peer_v1_peer_proto_goTypes = []any{
 	(*Error)(nil),                // 0: palyra.peer.v1.Error
 	(*Request)(nil),              // 1: palyra.peer.v1.Request
@@ -1371,10 +1628,13 @@ var file_palyra_peer_v1_peer_proto_goTypes = []any{
 	(*CAKeysResponse)(nil),       // 17: palyra.peer.v1.CAKeysResponse
 	(*CAKey)(nil),                // 18: palyra.peer.v1.CAKey
 	(*NodeMeta)(nil),             // 19: palyra.peer.v1.NodeMeta
-	nil,                          // 20: palyra.peer.v1.NodeMeta.LabelsEntry
-	nil,                          // 21: palyra.peer.v1.NodeMeta.CapacityEntry
-	(*raftpb.Command)(nil),       // 22: palyra.raft.v1.Command
-	(*raftpb.JobRecord)(nil),     // 23: palyra.raft.v1.JobRecord
+	(*JobOutputRequest)(nil),     // 20: palyra.peer.v1.JobOutputRequest
+	(*JobOutputResponse)(nil),    // 21: palyra.peer.v1.JobOutputResponse
+	(*OutputChunk)(nil),          // 22: palyra.peer.v1.OutputChunk
+	nil,                          // 23: palyra.peer.v1.NodeMeta.LabelsEntry
+	nil,                          // 24: palyra.peer.v1.NodeMeta.CapacityEntry
+	(*raftpb.Command)(nil),       // 25: palyra.raft.v1.Command
+	(*raftpb.JobRecord)(nil),     // 26: palyra.raft.v1.JobRecord
 }
 var file_palyra_peer_v1_peer_proto_depIdxs = []int32{
 	6,  // 0: palyra.peer.v1.Request.forward_apply:type_name -> palyra.peer.v1.ForwardApplyRequest
@@ -1384,26 +1644,30 @@ var file_palyra_peer_v1_peer_proto_depIdxs = []int32{
 	14, // 4: palyra.peer.v1.Request.read_index:type_name -> palyra.peer.v1.ReadIndexRequest
 	16, // 5: palyra.peer.v1.Request.ca_keys:type_name -> palyra.peer.v1.CAKeysRequest
 	3,  // 6: palyra.peer.v1.Request.renew_leases:type_name -> palyra.peer.v1.RenewLeasesRequest
-	0,  // 7: palyra.peer.v1.Response.error:type_name -> palyra.peer.v1.Error
-	7,  // 8: palyra.peer.v1.Response.forward_apply:type_name -> palyra.peer.v1.ForwardApplyResponse
-	9,  // 9: palyra.peer.v1.Response.raft_join:type_name -> palyra.peer.v1.RaftJoinResponse
-	11, // 10: palyra.peer.v1.Response.raft_stats:type_name -> palyra.peer.v1.RaftStatsResponse
-	13, // 11: palyra.peer.v1.Response.leave:type_name -> palyra.peer.v1.LeaveResponse
-	15, // 12: palyra.peer.v1.Response.read_index:type_name -> palyra.peer.v1.ReadIndexResponse
-	17, // 13: palyra.peer.v1.Response.ca_keys:type_name -> palyra.peer.v1.CAKeysResponse
-	5,  // 14: palyra.peer.v1.Response.renew_leases:type_name -> palyra.peer.v1.RenewLeasesResponse
-	4,  // 15: palyra.peer.v1.RenewLeasesRequest.held:type_name -> palyra.peer.v1.LeaseRef
-	4,  // 16: palyra.peer.v1.RenewLeasesResponse.lost:type_name -> palyra.peer.v1.LeaseRef
-	22, // 17: palyra.peer.v1.ForwardApplyRequest.command:type_name -> palyra.raft.v1.Command
-	23, // 18: palyra.peer.v1.ForwardApplyResponse.job:type_name -> palyra.raft.v1.JobRecord
-	18, // 19: palyra.peer.v1.CAKeysResponse.keys:type_name -> palyra.peer.v1.CAKey
-	20, // 20: palyra.peer.v1.NodeMeta.labels:type_name -> palyra.peer.v1.NodeMeta.LabelsEntry
-	21, // 21: palyra.peer.v1.NodeMeta.capacity:type_name -> palyra.peer.v1.NodeMeta.CapacityEntry
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	20, // 7: palyra.peer.v1.Request.job_output:type_name -> palyra.peer.v1.JobOutputRequest
+	0,  // 8: palyra.peer.v1.Response.error:type_name -> palyra.peer.v1.Error
+	7,  // 9: palyra.peer.v1.Response.forward_apply:type_name -> palyra.peer.v1.ForwardApplyResponse
+	9,  // 10: palyra.peer.v1.Response.raft_join:type_name -> palyra.peer.v1.RaftJoinResponse
+	11, // 11: palyra.peer.v1.Response.raft_stats:type_name -> palyra.peer.v1.RaftStatsResponse
+	13, // 12: palyra.peer.v1.Response.leave:type_name -> palyra.peer.v1.LeaveResponse
+	15, // 13: palyra.peer.v1.Response.read_index:type_name -> palyra.peer.v1.ReadIndexResponse
+	17, // 14: palyra.peer.v1.Response.ca_keys:type_name -> palyra.peer.v1.CAKeysResponse
+	5,  // 15: palyra.peer.v1.Response.renew_leases:type_name -> palyra.peer.v1.RenewLeasesResponse
+	21, // 16: palyra.peer.v1.Response.job_output:type_name -> palyra.peer.v1.JobOutputResponse
+	4,  // 17: palyra.peer.v1.RenewLeasesRequest.held:type_name -> palyra.peer.v1.LeaseRef
+	4,  // 18: palyra.peer.v1.RenewLeasesResponse.lost:type_name -> palyra.peer.v1.LeaseRef
+	25, // 19: palyra.peer.v1.ForwardApplyRequest.command:type_name -> palyra.raft.v1.Command
+	26, // 20: palyra.peer.v1.ForwardApplyResponse.job:type_name -> palyra.raft.v1.JobRecord
+	18, // 21: palyra.peer.v1.CAKeysResponse.keys:type_name -> palyra.peer.v1.CAKey
+	23, // 22: palyra.peer.v1.NodeMeta.labels:type_name -> palyra.peer.v1.NodeMeta.LabelsEntry
+	24, // 23: palyra.peer.v1.NodeMeta.capacity:type_name -> palyra.peer.v1.NodeMeta.CapacityEntry
+	22, // 24: palyra.peer.v1.JobOutputResponse.stdout:type_name -> palyra.peer.v1.OutputChunk
+	22, // 25: palyra.peer.v1.JobOutputResponse.stderr:type_name -> palyra.peer.v1.OutputChunk
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_palyra_peer_v1_peer_proto_init() }
@@ -1419,6 +1683,7 @@ func file_palyra_peer_v1_peer_proto_init() {
 		(*Request_ReadIndex)(nil),
 		(*Request_CaKeys)(nil),
 		(*Request_RenewLeases)(nil),
+		(*Request_JobOutput)(nil),
 	}
 	file_palyra_peer_v1_peer_proto_msgTypes[2].OneofWrappers = []any{
 		(*Response_ForwardApply)(nil),
@@ -1428,6 +1693,7 @@ func file_palyra_peer_v1_peer_proto_init() {
 		(*Response_ReadIndex)(nil),
 		(*Response_CaKeys)(nil),
 		(*Response_RenewLeases)(nil),
+		(*Response_JobOutput)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1435,7 +1701,7 @@ func file_palyra_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_peer_v1_peer_proto_rawDesc), len(file_palyra_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

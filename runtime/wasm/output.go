@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"errors"
+	"io"
 	"sync"
 )
 
@@ -16,6 +17,7 @@ var errOutputFull = errors.New("output limit reached")
 type boundedBuffer struct {
 	max    int
 	onFull func()
+	tee    io.Writer // gets each accepted byte too (a runtime.Tap); may be nil
 
 	mu   sync.Mutex
 	buf  []byte
@@ -37,11 +39,17 @@ func (b *boundedBuffer) Write(p []byte) (int, error) {
 	if len(p) <= room {
 		b.buf = append(b.buf, p...)
 		b.mu.Unlock()
+		if b.tee != nil {
+			b.tee.Write(p)
+		}
 		return len(p), nil
 	}
 	b.buf = append(b.buf, p[:room]...)
 	b.full = true
 	b.mu.Unlock()
+	if b.tee != nil {
+		b.tee.Write(p[:room])
+	}
 	b.onFull()
 	return room, errOutputFull
 }

@@ -30,10 +30,11 @@ type limits struct {
 	memory    uint64
 	maxOutput int
 	fuel      int64 // budget; ignored when the executor is unmetered
+	tap       *runtime.Tap
 }
 
 func (e *Executor) limitsFor(spec runtime.Spec) limits {
-	l := limits{timeout: spec.Timeout, memory: spec.MemoryLimit, maxOutput: spec.MaxOutput, fuel: e.budgetFor(spec)}
+	l := limits{timeout: spec.Timeout, memory: spec.MemoryLimit, maxOutput: spec.MaxOutput, fuel: e.budgetFor(spec), tap: spec.Tap}
 	if l.timeout <= 0 {
 		l.timeout = e.cfg.DefaultTimeout
 	}
@@ -163,6 +164,9 @@ func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, 
 	alloc := newLimitedAllocator(lim.memory)
 	stdout := newBoundedBuffer(lim.maxOutput, func() { stop(&outputLimitError{stream: "stdout"}) })
 	stderr := newBoundedBuffer(lim.maxOutput, func() { stop(&outputLimitError{stream: "stderr"}) })
+	if lim.tap != nil {
+		stdout.tee, stderr.tee = lim.tap.Writer(runtime.Stdout), lim.tap.Writer(runtime.Stderr)
+	}
 	modCfg := wazero.NewModuleConfig().
 		WithName(""). // anonymous: many instances of one module may run at once
 		WithArgs("job").

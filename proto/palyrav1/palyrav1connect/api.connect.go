@@ -58,6 +58,8 @@ const (
 	JobServicePruneJobsProcedure = "/palyra.v1.JobService/PruneJobs"
 	// JobServiceSetRetentionProcedure is the fully-qualified name of the JobService's SetRetention RPC.
 	JobServiceSetRetentionProcedure = "/palyra.v1.JobService/SetRetention"
+	// JobServiceJobLogsProcedure is the fully-qualified name of the JobService's JobLogs RPC.
+	JobServiceJobLogsProcedure = "/palyra.v1.JobService/JobLogs"
 	// NodeServiceStatusProcedure is the fully-qualified name of the NodeService's Status RPC.
 	NodeServiceStatusProcedure = "/palyra.v1.NodeService/Status"
 	// NodeServiceListNodesProcedure is the fully-qualified name of the NodeService's ListNodes RPC.
@@ -93,6 +95,11 @@ type JobServiceClient interface {
 	GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error)
 	PruneJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error)
 	SetRetention(context.Context, *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error)
+	// JobLogs streams a job's stdout and stderr: while it runs, from its
+	// worker as they are written (through whichever node the caller
+	// reached); once it has ended, the final output. With follow, the stream
+	// lasts until the job ends.
+	JobLogs(context.Context, *connect.Request[palyrav1.JobLogsRequest]) (*connect.ServerStreamForClient[palyrav1.JobLogsResponse], error)
 }
 
 // NewJobServiceClient constructs a client for the palyra.v1.JobService service. By default, it uses
@@ -160,6 +167,12 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("SetRetention")),
 			connect.WithClientOptions(opts...),
 		),
+		jobLogs: connect.NewClient[palyrav1.JobLogsRequest, palyrav1.JobLogsResponse](
+			httpClient,
+			baseURL+JobServiceJobLogsProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("JobLogs")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -174,6 +187,7 @@ type jobServiceClient struct {
 	getArtifact  *connect.Client[palyrav1.GetArtifactRequest, palyrav1.GetArtifactResponse]
 	pruneJobs    *connect.Client[palyrav1.PruneJobsRequest, palyrav1.PruneJobsResponse]
 	setRetention *connect.Client[palyrav1.SetRetentionRequest, palyrav1.SetRetentionResponse]
+	jobLogs      *connect.Client[palyrav1.JobLogsRequest, palyrav1.JobLogsResponse]
 }
 
 // SubmitJob calls palyra.v1.JobService.SubmitJob.
@@ -221,6 +235,11 @@ func (c *jobServiceClient) SetRetention(ctx context.Context, req *connect.Reques
 	return c.setRetention.CallUnary(ctx, req)
 }
 
+// JobLogs calls palyra.v1.JobService.JobLogs.
+func (c *jobServiceClient) JobLogs(ctx context.Context, req *connect.Request[palyrav1.JobLogsRequest]) (*connect.ServerStreamForClient[palyrav1.JobLogsResponse], error) {
+	return c.jobLogs.CallServerStream(ctx, req)
+}
+
 // JobServiceHandler is an implementation of the palyra.v1.JobService service.
 type JobServiceHandler interface {
 	SubmitJob(context.Context, *connect.Request[palyrav1.SubmitJobRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error)
@@ -235,6 +254,11 @@ type JobServiceHandler interface {
 	GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error)
 	PruneJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error)
 	SetRetention(context.Context, *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error)
+	// JobLogs streams a job's stdout and stderr: while it runs, from its
+	// worker as they are written (through whichever node the caller
+	// reached); once it has ended, the final output. With follow, the stream
+	// lasts until the job ends.
+	JobLogs(context.Context, *connect.Request[palyrav1.JobLogsRequest], *connect.ServerStream[palyrav1.JobLogsResponse]) error
 }
 
 // NewJobServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -298,6 +322,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("SetRetention")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceJobLogsHandler := connect.NewServerStreamHandler(
+		JobServiceJobLogsProcedure,
+		svc.JobLogs,
+		connect.WithSchema(jobServiceMethods.ByName("JobLogs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/palyra.v1.JobService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case JobServiceSubmitJobProcedure:
@@ -318,6 +348,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServicePruneJobsHandler.ServeHTTP(w, r)
 		case JobServiceSetRetentionProcedure:
 			jobServiceSetRetentionHandler.ServeHTTP(w, r)
+		case JobServiceJobLogsProcedure:
+			jobServiceJobLogsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -361,6 +393,10 @@ func (UnimplementedJobServiceHandler) PruneJobs(context.Context, *connect.Reques
 
 func (UnimplementedJobServiceHandler) SetRetention(context.Context, *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.SetRetention is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) JobLogs(context.Context, *connect.Request[palyrav1.JobLogsRequest], *connect.ServerStream[palyrav1.JobLogsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.JobLogs is not implemented"))
 }
 
 // NodeServiceClient is a client for the palyra.v1.NodeService service.

@@ -1,0 +1,91 @@
+package node_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/node"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// A running job's output reaches a follower on another node as it is
+// written, before the job ends; the stream then ends with the job, and
+// what it carried equals the final output. Without follow, a read returns
+// what has been written so far.
+func TestJobLogsFollowsOutputFromAnotherNode(t *testing.T) {
+	first := start(t, node.Config{})
+	op := operator(t, first, first.Addr())
+	n2 := joinWith(t, op, first.Addr(), node.Config{Labels: map[string]string{"role": "worker"}})
+	tc := &testCluster{t: t, first: first, nodes: []*node.Node{first, n2}}
+	tc.waitHealthy(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	resp, err := op.Jobs.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{
+		WasmModule: testwasm.Build(t, "ticker"), Input: []byte("6 400ms"),
+		Constraints: map[string]string{"role": "worker"}}))
+	if err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	id := resp.Msg.Job.Id
+	stream, err := op.Jobs.JobLogs(ctx, connect.NewRequest(&palyrav1.JobLogsRequest{Id: id, Follow: true}))
+	if err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	var stdout, stderr strings.Builder
+	sawLiveLine := false
+	for stream.Receive() {
+		m := stream.Msg()
+		stdout.Write(m.Stdout)
+		stderr.Write(m.Stderr)
+		if m.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && strings.Contains(stdout.String(), "tick 1\n") {
+			sawLiveLine = true
+			// Without follow: what has been written so far, then the end.
+			if !strings.Contains(snapshotLogs(t, ctx, op, id), "tick 1\n") {
+				t.Error("a read without follow did not return the output written so far")
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	if !sawLiveLine {
+		t.Error("no output arrived while the job was running")
+	}
+	j := waitCompleted(t, op, id)
+	if j.NodeId != n2.ID() {
+		t.Fatalf("the job ran on %s, not the worker %s", j.NodeId, n2.ID())
+	}
+	if stdout.String() != string(j.Stdout) || stderr.String() != string(j.Stderr) {
+		t.Fatalf("followed output differs from the final one:\nfollowed %q / %q\nfinal    %q / %q", stdout.String(), stderr.String(), j.Stdout, j.Stderr)
+	}
+	if !strings.HasSuffix(stdout.String(), "tick 6\n") || !strings.HasSuffix(stderr.String(), "tock 6\n") {
+		t.Fatalf("output %q / %q", stdout.String(), stderr.String())
+	}
+	// After the end, logs are the final output.
+	if got := snapshotLogs(t, ctx, op, id); got != string(j.Stdout) {
+		t.Fatalf("logs of an ended job: %q", got)
+	}
+}
+
+func snapshotLogs(t *testing.T, ctx context.Context, cl *client.Client, id string) string {
+	t.Helper()
+	s, err := cl.Jobs.JobLogs(ctx, connect.NewRequest(&palyrav1.JobLogsRequest{Id: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for s.Receive() {
+		out.Write(s.Msg().Stdout)
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
