@@ -125,7 +125,7 @@ func TestInvalidSpec(t *testing.T) {
 	}
 	r = run(t, e, runtime.Spec{Script: script(t, map[string]any{"action": "navigate", "url": "https://example.com/"}),
 		AllowHosts: []string{"https://example.com/"}})
-	if r.Reason != runtime.ReasonStepFailed || !strings.Contains(r.Message, "allow_hosts entry") {
+	if r.Reason != runtime.ReasonStepFailed || !strings.Contains(r.Message, "--allow-host") {
 		t.Errorf("bad allow_hosts: got %q %q", r.Reason, r.Message)
 	}
 	if string(r.Stdout) != "{}" {

@@ -82,7 +82,7 @@ func TestSubresourcesToOtherHostsAreBlocked(t *testing.T) {
 					t.Errorf("%s not reported as blocked; stderr:\n%s", url, r.Stderr)
 					continue
 				}
-				if !slices.Contains(types, l.Type) || !strings.Contains(l.Reason, `"localhost" is not in allow_hosts`) {
+				if !slices.Contains(types, l.Type) || !strings.Contains(l.Reason, `"localhost" is not in the job's --allow-host list`) {
 					t.Errorf("%s reported as %+v, want type in %v and a reason naming the host", url, l, types)
 				}
 			}
@@ -153,21 +153,21 @@ func testBlockedNavigation(t *testing.T, e *Executor) {
 		about string
 	}{
 		{"other host", loopbackSpec(script(t,
-			map[string]any{"action": "navigate", "url": ob + "/"})), "steps[0] (navigate)", `"localhost" is not in allow_hosts`},
+			map[string]any{"action": "navigate", "url": ob + "/"})), "steps[0] (navigate)", `"localhost" is not in the job's --allow-host list`},
 		{"redirect", loopbackSpec(script(t,
-			map[string]any{"action": "navigate", "url": site.URL + "/redirect"})), "steps[0] (navigate)", `"localhost" is not in allow_hosts`},
+			map[string]any{"action": "navigate", "url": site.URL + "/redirect"})), "steps[0] (navigate)", `"localhost" is not in the job's --allow-host list`},
 		{"link click", loopbackSpec(script(t,
 			map[string]any{"action": "navigate", "url": site.URL + "/"},
 			map[string]any{"action": "click", "selector": "#away"},
-			map[string]any{"action": "wait_for", "text": "never there"})), "steps[", `"localhost" is not in allow_hosts`},
+			map[string]any{"action": "wait_for", "text": "never there"})), "steps[", `"localhost" is not in the job's --allow-host list`},
 		{"loopback without allow_private", runtime.Spec{Script: script(t,
 			map[string]any{"action": "navigate", "url": site.URL + "/"}),
-			AllowHosts: []string{"127.0.0.1"}}, "steps[0] (navigate)", "loopback; private targets need allow_private"},
+			AllowHosts: []string{"127.0.0.1"}}, "steps[0] (navigate)", "loopback; private targets need --allow-private"},
 		{"localhost name without allow_private", runtime.Spec{Script: script(t,
 			map[string]any{"action": "navigate", "url": ob + "/"}),
-			AllowHosts: []string{"localhost"}}, "steps[0] (navigate)", "private targets need allow_private"},
-		{"no allow_hosts", runtime.Spec{Script: script(t,
-			map[string]any{"action": "navigate", "url": site.URL + "/"}), AllowPrivate: true}, "steps[0] (navigate)", "no allow_hosts"},
+			AllowHosts: []string{"localhost"}}, "steps[0] (navigate)", "private targets need --allow-private"},
+		{"no --allow-host", runtime.Spec{Script: script(t,
+			map[string]any{"action": "navigate", "url": site.URL + "/"}), AllowPrivate: true}, "steps[0] (navigate)", "no --allow-host"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

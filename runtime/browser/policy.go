@@ -112,14 +112,14 @@ func (p *policy) checkHost(ctx context.Context, rawHost string) ([]netip.Addr, e
 	}
 	if !p.hostAllowed(host) {
 		if len(p.hosts) == 0 {
-			return nil, fmt.Errorf("host %q is not allowed: the job has no allow_hosts, so no network", truncate(host, 128))
+			return nil, fmt.Errorf("host %q is not allowed: the job has no --allow-host, so no network", truncate(host, 128))
 		}
-		return nil, fmt.Errorf("host %q is not in allow_hosts", truncate(host, 128))
+		return nil, fmt.Errorf("host %q is not in the job's --allow-host list", truncate(host, 128))
 	}
 	if ip, ok := parseIP(host); ok {
 		if !p.allowPrivate {
 			if why := privateReason(ip); why != "" {
-				return nil, fmt.Errorf("address %s is %s; private targets need allow_private", ip, why)
+				return nil, fmt.Errorf("address %s is %s; private targets need --allow-private", ip, why)
 			}
 		}
 		return []netip.Addr{ip}, nil
@@ -133,7 +133,7 @@ func (p *policy) checkHost(ctx context.Context, rawHost string) ([]netip.Addr, e
 	}
 	for _, a := range addrs {
 		if why := privateReason(a); why != "" {
-			return nil, fmt.Errorf("host %q resolves to %s, which is %s; private targets need allow_private", truncate(host, 128), a, why)
+			return nil, fmt.Errorf("host %q resolves to %s, which is %s; private targets need --allow-private", truncate(host, 128), a, why)
 		}
 	}
 	return addrs, nil

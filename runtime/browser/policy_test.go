@@ -53,8 +53,8 @@ func TestPolicyHosts(t *testing.T) {
 		{"https://example.com/", ""},
 		{"http://api.example.com:8080/x?y", ""},
 		{"https://EXAMPLE.com./", ""},
-		{"https://evilexample.com/", "not in allow_hosts"},
-		{"https://example.com.evil.net/", "not in allow_hosts"},
+		{"https://evilexample.com/", "not in the job's --allow-host list"},
+		{"https://example.com.evil.net/", "not in the job's --allow-host list"},
 		{"https://internal.example/", "private"},
 		{"https://mixed.example/", "192.168.1.1"},
 		{"https://mapped.example/", "loopback"},
@@ -63,7 +63,7 @@ func TestPolicyHosts(t *testing.T) {
 		{"https://cgnat.example/", "carrier-grade"},
 		{"https://multicast.example/", "multicast"},
 		{"http://8.8.8.8/", ""},
-		{"http://8.8.8.9/", "not in allow_hosts"},
+		{"http://8.8.8.9/", "not in the job's --allow-host list"},
 		{"http://[::1]:80/", "loopback"},
 		{"http://10.0.0.1/", "private"},
 		{"ftp://example.com/", "scheme"},
@@ -119,8 +119,8 @@ func TestPolicyNoHostsMeansNoNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = p.checkURL(context.Background(), "http://127.0.0.1/")
-	if err == nil || !strings.Contains(err.Error(), "no allow_hosts") {
-		t.Fatalf("got %v, want a refusal saying the job has no allow_hosts", err)
+	if err == nil || !strings.Contains(err.Error(), "no --allow-host") {
+		t.Fatalf("got %v, want a refusal saying the job has no --allow-host", err)
 	}
 	if err := p.checkURL(context.Background(), "data:text/html,<p>hi"); err != nil {
 		t.Fatalf("data: URL refused: %v", err)
@@ -130,7 +130,7 @@ func TestPolicyNoHostsMeansNoNetwork(t *testing.T) {
 func TestBadAllowHosts(t *testing.T) {
 	for _, h := range []string{"", "https://example.com", "example.com:443", "example.com/path", "a b", "fe80::1%eth0"} {
 		if _, err := newPolicy([]string{h}, false, &fakeResolver{}); err == nil {
-			t.Errorf("allow_hosts entry %q accepted, want an error", h)
+			t.Errorf("--allow-host %q accepted, want an error", h)
 		}
 	}
 	if _, err := newPolicy([]string{"*.example.com", "[2001:db8::1]", "EXAMPLE.org."}, false, &fakeResolver{}); err != nil {

@@ -22,12 +22,12 @@ func NormaliseAllowHost(h string) (string, error) {
 	n = strings.TrimSuffix(strings.TrimPrefix(n, "["), "]")
 	if a, err := netip.ParseAddr(n); err == nil {
 		if a.Zone() != "" {
-			return "", fmt.Errorf("allow_hosts entry %q: IPv6 zones are not supported; give the address without %%zone", clip(h))
+			return "", fmt.Errorf("--allow-host %q: IPv6 zones are not supported; give the address without %%zone", clip(h))
 		}
 		return a.Unmap().String(), nil
 	}
 	if n == "" || len(n) > 253 || strings.ContainsAny(n, "/:@?#*[]% \t\r\n") {
-		return "", fmt.Errorf("allow_hosts entry %q is not a host name or IP address; give a bare host like example.com (no scheme, port or path)", clip(h))
+		return "", fmt.Errorf("--allow-host %q is not a host name or IP address; give a bare host like example.com (no scheme, port or path)", clip(h))
 	}
 	return n, nil
 }

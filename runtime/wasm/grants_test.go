@@ -95,14 +95,14 @@ func TestFetchRefusedWithoutGrant(t *testing.T) {
 		private bool
 		want    string
 	}{
-		{"no allow_hosts", site.URL + "/", nil, true, `host "127.0.0.1" is not allowed: the job has no allow_hosts, so no network`},
-		{"another host", site.URL + "/", []string{"example.com"}, true, `host "127.0.0.1" is not in the job's allow_hosts`},
-		{"suffix is not a subdomain", "http://evilexample.test:" + site.port + "/", []string{"example.test"}, true, `host "evilexample.test" is not in the job's allow_hosts`},
-		{"loopback literal without allow_private", site.URL + "/", []string{"127.0.0.1"}, false, "address 127.0.0.1 is loopback; private targets need allow_private"},
+		{"no --allow-host", site.URL + "/", nil, true, `host "127.0.0.1" is not allowed: the job has no --allow-host, so no network`},
+		{"another host", site.URL + "/", []string{"example.com"}, true, `host "127.0.0.1" is not in the job's --allow-host list`},
+		{"suffix is not a subdomain", "http://evilexample.test:" + site.port + "/", []string{"example.test"}, true, `host "evilexample.test" is not in the job's --allow-host list`},
+		{"loopback literal without allow_private", site.URL + "/", []string{"127.0.0.1"}, false, "address 127.0.0.1 is loopback; private targets need --allow-private"},
 		{"name resolving to loopback", "http://rebind.example.test:" + site.port + "/", []string{"example.test"}, false,
 			`host "rebind.example.test" resolves to a refused address: address 127.0.0.1 is loopback`},
 		{"redirect to a host outside the grant", site.URL + "/redirect?to=http://localhost:" + site.port + "/", []string{"127.0.0.1"}, true,
-			`redirect refused: host "localhost" is not in the job's allow_hosts`},
+			`redirect refused: host "localhost" is not in the job's --allow-host list`},
 		{"scheme", "file:///etc/passwd", []string{"127.0.0.1"}, true, `scheme "file" is not allowed; only http and https`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -189,6 +189,12 @@ func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, 
 	}
 	instantiated, remaining, callErr := callStart(callCtx, e.rt, compiled, modCfg, budget)
 	alloc.recycle() // the guest's call returned: its memory may serve another run
+	if e.life.Err() != nil && context.Cause(timed) == nil {
+		// Close ended the run (closing the runtime ends its modules as if
+		// they exited) before the AfterFunc above, which runs on its own
+		// goroutine, recorded why.
+		stop(ErrClosed)
+	}
 
 	var res runtime.Result
 	if instantiated && budget >= 0 {

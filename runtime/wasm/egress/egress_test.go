@@ -31,7 +31,7 @@ func anyBody(int) func([]abi.Header) int { return func([]abi.Header) int { retur
 
 func TestNewPolicyRefusesBadEntries(t *testing.T) {
 	for _, h := range []string{"https://example.com", "example.com/path", "example.com:443", "", "fe80::1%eth0", "a b"} {
-		if _, err := NewPolicy([]string{h}, false); err == nil || !strings.Contains(err.Error(), "allow_hosts entry") {
+		if _, err := NewPolicy([]string{h}, false); err == nil || !strings.Contains(err.Error(), "--allow-host") {
 			t.Errorf("NewPolicy(%q) = %v, want an allow_hosts entry error", h, err)
 		}
 	}
@@ -49,13 +49,13 @@ func TestCheckURL(t *testing.T) {
 		"https://example.com/x":        "",
 		"https://API.example.com./x":   "",
 		"http://a.b.example.com:8080/": "",
-		"https://badexample.com/":      `host "badexample.com" is not in the job's allow_hosts`,
-		"https://example.com.evil.io/": `host "example.com.evil.io" is not in the job's allow_hosts`,
+		"https://badexample.com/":      `host "badexample.com" is not in the job's --allow-host list`,
+		"https://example.com.evil.io/": `host "example.com.evil.io" is not in the job's --allow-host list`,
 		"ftp://example.com/":           `scheme "ftp" is not allowed`,
-		"https://10.1.2.3/":            "address 10.1.2.3 is private; private targets need allow_private",
+		"https://10.1.2.3/":            "address 10.1.2.3 is private; private targets need --allow-private",
 		"https://[2001:db8::1]/":       "",
-		"https://1.2.3.4/":             `host "1.2.3.4" is not in the job's allow_hosts`,
-		"https://x.10.1.2.3/":          `is not in the job's allow_hosts`,
+		"https://1.2.3.4/":             `host "1.2.3.4" is not in the job's --allow-host list`,
+		"https://x.10.1.2.3/":          `is not in the job's --allow-host list`,
 	} {
 		u, _ := url.Parse(raw)
 		err := p.CheckURL(u)

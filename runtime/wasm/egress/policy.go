@@ -81,9 +81,9 @@ func (p *Policy) checkHost(raw string) error {
 	}
 	if !p.hostAllowed(host) {
 		if len(p.hosts) == 0 {
-			return blocked("host %q is not allowed: the job has no allow_hosts, so no network", clip(host))
+			return blocked("host %q is not allowed: the job has no --allow-host, so no network", clip(host))
 		}
-		return blocked("host %q is not in the job's allow_hosts", clip(host))
+		return blocked("host %q is not in the job's --allow-host list", clip(host))
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		return p.CheckAddr(a)
@@ -97,7 +97,7 @@ func (p *Policy) CheckAddr(a netip.Addr) error {
 		return nil
 	}
 	if why := privateReason(a); why != "" {
-		return blocked("address %s is %s; private targets need allow_private", a.Unmap(), why)
+		return blocked("address %s is %s; private targets need --allow-private", a.Unmap(), why)
 	}
 	return nil
 }

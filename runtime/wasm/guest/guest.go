@@ -40,7 +40,7 @@ var (
 type Error struct {
 	Op      string   // the palyra_v1 function, e.g. "http_fetch"
 	Code    abi.Code // the ABI result code
-	Message string   // the host's explanation, e.g. `no grant: host "x" is not in the job's allow_hosts`
+	Message string   // the host's explanation, e.g. `no grant: host "x" is not in the job's --allow-host list`
 }
 
 func (e *Error) Error() string {
