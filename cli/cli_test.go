@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -401,5 +402,17 @@ func TestJobLogsFollow(t *testing.T) {
 	}
 	if r := c.cli("job", "logs", "j-0000000000000000"); r.code != 1 || !strings.Contains(r.stderr, "j-0000000000000000") {
 		t.Fatalf("logs of an unknown job: %+v", r)
+	}
+}
+
+// --browser-schema prints the script schema as JSON.
+func TestBrowserSchemaFlag(t *testing.T) {
+	r := runCLI(t, "job", "submit", "--browser-schema")
+	var doc map[string]any
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &doc) != nil || doc["title"] != "Palyra browser script" {
+		t.Fatalf("--browser-schema: %+v", r)
+	}
+	if got := navigateHosts([]byte(`{"steps":[{"action":"navigate","url":"https://a.example/x"},{"action":"click","selector":"a"},{"action":"navigate","url":"http://b.example:8080/"},{"action":"navigate","url":"https://a.example/y"}]}`)); !slices.Equal(got, []string{"a.example", "b.example"}) {
+		t.Fatalf("navigate hosts: %v", got)
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -57,7 +59,8 @@ func jobCommand() *ucli.Command {
      palyra job submit --wasm resize.wasm --input-dir photos/ --wait --output-dir out/`,
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "wasm", Usage: "path of the `FILE` holding the wasm module (wasip1)"},
-					&ucli.StringFlag{Name: "browser", Usage: "path of a browser job `SCRIPT.json` (steps: navigate, click, type, press, wait_for, extract, evaluate, screenshot, pdf)"},
+					&ucli.StringFlag{Name: "browser", Usage: "path of a browser job `SCRIPT.json` (steps: navigate, click, type, press, wait_for, extract, evaluate, screenshot, pdf; format: runtime/browser/SCRIPT.md, --browser-schema); the hosts its navigate steps name are granted"},
+					&ucli.BoolFlag{Name: "browser-schema", Usage: "print the JSON Schema of browser scripts and exit"},
 					&ucli.StringSliceFlag{Name: "allow-host", Usage: "`HOST` the job may reach (also its subdomains; repeatable; a policy grant)"},
 					&ucli.BoolFlag{Name: "allow-private", Usage: "let the job reach private, loopback and link-local addresses (a policy grant)"},
 					&ucli.StringSliceFlag{Name: "secret", Usage: "secret `NAME` the job may read (repeatable; a policy grant)"},
@@ -152,6 +155,10 @@ func oneArg(c *ucli.Context, what string) (string, error) {
 }
 
 func jobSubmit(c *ucli.Context) error {
+	if c.Bool("browser-schema") {
+		_, err := c.App.Writer.Write(palyrav1.BrowserScriptSchema)
+		return err
+	}
 	if c.NArg() > 0 {
 		return usageErr("unexpected argument %q; pass the module with --wasm FILE", c.Args().First())
 	}
@@ -223,7 +230,7 @@ func jobSubmit(c *ucli.Context) error {
 	}
 	defer cl.Close()
 	req := &palyrav1.SubmitJobRequest{
-		WasmModule: module, BrowserScript: script, AllowHosts: c.StringSlice("allow-host"), AllowPrivate: c.Bool("allow-private"),
+		WasmModule: module, BrowserScript: script, AllowHosts: append(c.StringSlice("allow-host"), navigateHosts(script)...), AllowPrivate: c.Bool("allow-private"),
 		SecretNames: c.StringSlice("secret"), KvPrefix: c.String("kv-prefix"),
 		Input: input, TimeoutMs: c.Duration("timeout").Milliseconds(),
 		MemoryBytes: mem, Fuel: c.Uint64("fuel"), MaxOutputBytes: maxOut,
@@ -794,4 +801,33 @@ func jobLogs(c *ucli.Context) error {
 		return ucli.Exit(fmt.Sprintf("job %s %s (see 'palyra job get %s')", id, last.Phase.WireName(), id), exitFailure)
 	}
 	return nil
+}
+
+// navigateHosts lists the hosts a browser script's navigate steps name, to
+// grant with the job as 'job browse' grants its URL's: naming a page to
+// load is asking to reach it. A script the node will refuse anyway grants
+// nothing here.
+func navigateHosts(script []byte) []string {
+	if len(script) == 0 {
+		return nil
+	}
+	var s struct {
+		Steps []struct {
+			Action string `json:"action"`
+			URL    string `json:"url"`
+		} `json:"steps"`
+	}
+	if json.Unmarshal(script, &s) != nil {
+		return nil
+	}
+	var hosts []string
+	for _, st := range s.Steps {
+		if st.Action != "navigate" {
+			continue
+		}
+		if u, err := url.Parse(st.URL); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Hostname() != "" && !slices.Contains(hosts, u.Hostname()) {
+			hosts = append(hosts, u.Hostname())
+		}
+	}
+	return hosts
 }

@@ -27,7 +27,7 @@ func (js jobService) submitBrowser(ctx context.Context, m *palyrav1.SubmitJobReq
 		return nil, invalid("a job is either a wasm module or a browser script, not both", "drop --wasm or --browser")
 	}
 	if _, err := browser.ParseScript(m.BrowserScript); err != nil {
-		return nil, invalid("invalid browser script: "+err.Error(), "see 'palyra job submit --help' for the step format")
+		return nil, invalid("invalid browser script: "+err.Error(), "the format, with examples: runtime/browser/SCRIPT.md; as JSON Schema: 'palyra job submit --browser-schema'")
 	}
 	if len(m.AllowHosts) > 64 {
 		return nil, invalid("too many --allow-host entries", "use at most 64")
