@@ -11,6 +11,7 @@ import (
 
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/chromedp"
 )
 
@@ -150,6 +151,13 @@ func (p *proc) close(ctx context.Context) error {
 	p.allocCancel()
 	p.cancel()
 	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	// A browser that is already exiting (the same SIGTERM reached it, as
+	// Ctrl-C reaches the whole process group) answers Browser.close with
+	// "method not found": it is closing, which is what was asked.
+	var cdpErr *cdproto.Error
+	if errors.As(err, &cdpErr) && cdpErr.Code == -32601 {
 		err = nil
 	}
 	return err
