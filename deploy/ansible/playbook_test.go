@@ -60,8 +60,8 @@ func TestPlaybookFormsClusterAndIsIdempotent(t *testing.T) {
 	for _, h := range hosts {
 		addrs[h] = freeUDPAddr(t)
 		mustMkdir(t, filepath.Join(work, h, "bin"))
-		fmt.Fprintf(&inv, "%s palyra_listen=%s palyra_data_dir=%s palyra_service_name=palyra-test-%s palyra_bin=%s palyra_cluster_libexec_dir=%s\n",
-			h, addrs[h], filepath.Join(work, h, "data"), h, filepath.Join(work, h, "bin", "palyra"), filepath.Join(work, h, "libexec"))
+		fmt.Fprintf(&inv, "%s palyra_listen=%s palyra_data_dir=%s palyra_config_path=%s palyra_service_name=palyra-test-%s palyra_bin=%s palyra_cluster_libexec_dir=%s\n",
+			h, addrs[h], filepath.Join(work, h, "data"), filepath.Join(work, h, "etc", "palyra.toml"), h, filepath.Join(work, h, "bin", "palyra"), filepath.Join(work, h, "libexec"))
 	}
 	inv.WriteString(`[palyra_nodes:vars]
 ansible_connection=local
