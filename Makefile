@@ -24,6 +24,13 @@ install: build
 deps:
 	@bash scripts/deps.sh
 
+# console-ui rebuilds the web console (cli/console/ui) with its pinned npm
+# toolchain; the build (cli/console/ui/dist) is committed and embedded, so
+# building palyra needs no Node.js.
+.PHONY: console-ui
+console-ui:
+	cd cli/console/ui && npm ci && npm run build
+
 examples: build
 	@mkdir -p bin/examples
 	@for d in examples/*/; do n=$$(basename $$d); \
