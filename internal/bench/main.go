@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -48,7 +49,18 @@ func main() {
 	scale := flag.Bool("scale", true, "run the control-plane-at-scale benchmarks (3 processes)")
 	loop := flag.Duration("loop", 10*time.Second, "duration of each closed-loop run at scale")
 	arrayOnly := flag.Bool("array-only", false, "at scale, run only the 100,000-task array (for profiling)")
+	loopOnly := flag.Int("loop-only", 0, "at scale, run only a closed loop with this many submitters (for profiling)")
+	cpuProfile := flag.String("cpuprofile", "", "write the benchmark process's own CPU profile (its clients) to `FILE`")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	printMachine()
@@ -60,7 +72,7 @@ func main() {
 		fmt.Println()
 	}
 	if *scale {
-		if err := runScale(ctx, *bin, *loop, *arrayOnly); err != nil {
+		if err := runScale(ctx, *bin, *loop, *arrayOnly, *loopOnly); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: scale:", err)
 			os.Exit(1)
 		}

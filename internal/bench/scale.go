@@ -164,7 +164,7 @@ func catModule(dir string) ([]byte, error) {
 // runScale measures the control plane at scale on a fresh 3-process
 // cluster: closed loops at 16 and 64 submitters against etcd's puts/s,
 // latency at a tenth of the maximum.
-func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly bool) error {
+func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly bool, loopOnly int) error {
 	c, done, err := formCluster(ctx, bin, "palyra-bench-scale-")
 	if err != nil {
 		return err
@@ -185,6 +185,10 @@ func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly boo
 	}
 	if arrayOnly {
 		return arrayRun(ctx, c, mod, arrayTasks)
+	}
+	if loopOnly > 0 {
+		printLoop(closedLoop(ctx, c, mod, loopOnly, loop), readEtcd())
+		return nil
 	}
 	etcd := readEtcd()
 	leader, err := c.healthy(ctx, 3, time.Minute)
