@@ -39,6 +39,11 @@ type Config struct {
 	StartTimeout time.Duration
 	// WindowWidth and WindowHeight set the viewport, in CSS pixels.
 	WindowWidth, WindowHeight int
+	// MaxSessions bounds the interactive sessions open at once (apart from
+	// the job slots); SessionIdleTTL closes one unused that long, and
+	// SessionLifetime closes any that old.
+	MaxSessions                     int
+	SessionIdleTTL, SessionLifetime time.Duration
 	// Logger receives debug and warning records. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -46,6 +51,15 @@ type Config struct {
 func (cfg Config) withDefaults() Config {
 	if cfg.Slots <= 0 {
 		cfg.Slots = DefaultSlots
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.SessionIdleTTL <= 0 {
+		cfg.SessionIdleTTL = DefaultSessionIdleTTL
+	}
+	if cfg.SessionLifetime <= 0 {
+		cfg.SessionLifetime = DefaultSessionLifetime
 	}
 	if cfg.DefaultTimeout <= 0 {
 		cfg.DefaultTimeout = DefaultTimeout

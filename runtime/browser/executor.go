@@ -31,6 +31,9 @@ type Executor struct {
 	runs    sync.WaitGroup
 
 	hooks testHooks
+
+	sessMu   sync.Mutex
+	sessions map[string]*session // nil value: reserved while opening
 }
 
 // testHooks lets tests in this package observe a job mid-flight.
@@ -66,11 +69,13 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		res:      defaultResolver,
 		life:     life,
 		shutdown: shutdown,
+		sessions: map[string]*session{},
 	}
 	if _, err := e.browser(ctx); err != nil {
 		shutdown(err)
 		return nil, err
 	}
+	go e.reapSessions()
 	return e, nil
 }
 

@@ -96,39 +96,10 @@ func (j *job) cleanup() {
 
 // runSteps sets up the browser context and runs each step in order.
 func (j *job) runSteps(jctx context.Context) runtime.Result {
-	j.rec.onNavBlocked = func(*BlockedError) { j.abort(errNavBlocked) }
-	proxy, err := startProxy(j.pol, j.rec, j.log)
+	tab, err := j.open(jctx)
 	if err != nil {
 		return j.result(jctx, -1, "", err)
 	}
-	j.onCleanup(proxy.Close)
-
-	// A fresh incognito browser context: its own cookies, storage, cache
-	// and proxy. "<-loopback>" removes Chromium's implicit bypass of
-	// localhost so loopback traffic is also policed.
-	params := target.CreateBrowserContextParams{ProxyServer: proxy.URL(), ProxyBypassList: "<-loopback>"}
-	if j.e.hooks.noProxy {
-		params = target.CreateBrowserContextParams{}
-	}
-	bc, err := cdp.Call(jctx, j.p.b, target.CreateBrowserContext, params)
-	if err != nil {
-		return j.result(jctx, -1, "", fmt.Errorf("creating a browser context: %w", err))
-	}
-	j.onCleanup(func() { j.dispose(bc.BrowserContextID) })
-
-	if _, err := cdp.Call(jctx, j.p.b, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
-		Behavior:         browser.SetDownloadBehaviorBehaviorDeny,
-		BrowserContextID: bc.BrowserContextID,
-	}); err != nil {
-		return j.result(jctx, -1, "", fmt.Errorf("disabling downloads: %w", err))
-	}
-
-	tab, cancelTab := chromedp.NewContext(jctx, chromedp.WithExistingBrowserContext(bc.BrowserContextID), chromedp.WithDetachOnCancel())
-	j.onCleanup(cancelTab)
-	if err := j.setup(tab); err != nil {
-		return j.result(jctx, -1, "", fmt.Errorf("opening the page: %w", err))
-	}
-
 	for i, st := range j.script.Steps {
 		if h := j.e.hooks.stepStarted; h != nil {
 			h(i)
@@ -138,6 +109,44 @@ func (j *job) runSteps(jctx context.Context) runtime.Result {
 		}
 	}
 	return runtime.Result{}
+}
+
+// open makes the job's isolated browser context (its own cookies, storage,
+// cache, egress proxy, no downloads) and tab, with request interception on
+// before the page loads anything; cleanup undoes it all.
+func (j *job) open(jctx context.Context) (context.Context, error) {
+	j.rec.onNavBlocked = func(*BlockedError) { j.abort(errNavBlocked) }
+	proxy, err := startProxy(j.pol, j.rec, j.log)
+	if err != nil {
+		return nil, err
+	}
+	j.onCleanup(proxy.Close)
+
+	// "<-loopback>" removes Chromium's implicit bypass of localhost so
+	// loopback traffic is also policed.
+	params := target.CreateBrowserContextParams{ProxyServer: proxy.URL(), ProxyBypassList: "<-loopback>"}
+	if j.e.hooks.noProxy {
+		params = target.CreateBrowserContextParams{}
+	}
+	bc, err := cdp.Call(jctx, j.p.b, target.CreateBrowserContext, params)
+	if err != nil {
+		return nil, fmt.Errorf("creating a browser context: %w", err)
+	}
+	j.onCleanup(func() { j.dispose(bc.BrowserContextID) })
+
+	if _, err := cdp.Call(jctx, j.p.b, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+		Behavior:         browser.SetDownloadBehaviorBehaviorDeny,
+		BrowserContextID: bc.BrowserContextID,
+	}); err != nil {
+		return nil, fmt.Errorf("disabling downloads: %w", err)
+	}
+
+	tab, cancelTab := chromedp.NewContext(jctx, chromedp.WithExistingBrowserContext(bc.BrowserContextID), chromedp.WithDetachOnCancel())
+	j.onCleanup(cancelTab)
+	if err := j.setup(tab); err != nil {
+		return nil, fmt.Errorf("opening the page: %w", err)
+	}
+	return tab, nil
 }
 
 // setup opens the tab and turns on request interception before the page

@@ -181,3 +181,27 @@ func (r *recorder) takeArtifacts() []runtime.Artifact {
 	defer r.mu.Unlock()
 	return r.artifacts
 }
+
+// takeValues returns the values set since the last call and forgets them
+// (a session reports each call's values on their own).
+func (r *recorder) takeValues() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out, err := json.Marshal(r.values)
+	if err != nil {
+		out = []byte("{}")
+	}
+	r.values = map[string]json.RawMessage{}
+	r.valueBytes = 2
+	return out
+}
+
+// takeArtifactsReset returns the artifacts stored since the last call and
+// forgets them, freeing their share of the total.
+func (r *recorder) takeArtifactsReset() []runtime.Artifact {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.artifacts
+	r.artifacts, r.artifactBytes = nil, 0
+	return a
+}

@@ -1,0 +1,402 @@
+package browser
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/palyra-mesh/palyra/runtime"
+)
+
+// Session limits, the original Palyra browser service's defaults.
+const (
+	DefaultMaxSessions     = 4
+	DefaultSessionIdleTTL  = 10 * time.Minute
+	DefaultSessionLifetime = 30 * time.Minute
+	SessionNavigateTimeout = 15 * time.Second
+	SessionActionTimeout   = 5 * time.Second
+	MaxSessionScreenshot   = 256 << 10
+	MaxSessionActions      = 256
+	maxSessionValues       = 256 << 10
+	maxObserveElements     = 200
+)
+
+// ErrNoSession: the session does not exist here (never did, was closed,
+// expired, or its worker restarted; sessions live in one worker's memory).
+var ErrNoSession = errors.New("no such browser session")
+
+// ErrSessionsFull: the worker has its maximum of sessions open.
+var ErrSessionsFull = errors.New("this worker has its maximum of browser sessions open")
+
+// SessionSpec is what a session may reach.
+type SessionSpec struct {
+	Owner        string // the principal that opened it
+	AllowHosts   []string
+	AllowPrivate bool
+}
+
+// SessionInfo describes an open session.
+type SessionInfo struct {
+	ID           string
+	Owner        string
+	AllowHosts   []string
+	AllowPrivate bool
+	CreatedAt    time.Time
+	LastUsedAt   time.Time
+	Actions      int
+	URL          string
+}
+
+// SessionResult is what one Do call produced.
+type SessionResult struct {
+	Values       []byte // JSON object of the values extract/evaluate set in this call
+	Observations []string
+	Artifacts    []runtime.Artifact
+	URL          string
+	Actions      int // used so far, of MaxSessionActions
+}
+
+type session struct {
+	info   SessionInfo
+	j      *job
+	tab    context.Context
+	cancel context.CancelCauseFunc
+	mu     sync.Mutex // one call at a time
+}
+
+// sessionID is "bs-" and 16 hex digits: unguessable, so knowing a
+// session's id is not a way into it (the owner check still applies).
+func sessionID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "bs-" + hex.EncodeToString(b)
+}
+
+var errSessionExpired = errors.New("browser session ended")
+
+// OpenSession opens an isolated browser context (its own cookies, storage,
+// cache and egress proxy, as a job's) that later calls drive step by step.
+func (e *Executor) OpenSession(ctx context.Context, spec SessionSpec) (SessionInfo, error) {
+	pol, err := newPolicy(spec.AllowHosts, spec.AllowPrivate, e.res)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	e.sessMu.Lock()
+	if e.closedLocked() {
+		e.sessMu.Unlock()
+		return SessionInfo{}, errExecutorClosed
+	}
+	if len(e.sessions) >= e.cfg.MaxSessions {
+		e.sessMu.Unlock()
+		return SessionInfo{}, fmt.Errorf("%w (%d); close one ('palyra browser close ID') or use another worker", ErrSessionsFull, e.cfg.MaxSessions)
+	}
+	id := sessionID()
+	e.sessions[id] = nil // reserved while it opens
+	e.sessMu.Unlock()
+	release := func() {
+		e.sessMu.Lock()
+		delete(e.sessions, id)
+		e.sessMu.Unlock()
+	}
+	p, err := e.browser(ctx)
+	if err != nil {
+		release()
+		return SessionInfo{}, err
+	}
+	base, cancel := context.WithCancelCause(p.ctx)
+	stopLife := context.AfterFunc(e.life, func() { cancel(errExecutorClosed) })
+	jctx, cancelT := context.WithTimeoutCause(base, e.cfg.SessionLifetime, fmt.Errorf("%w: its lifetime of %s ran out", errSessionExpired, e.cfg.SessionLifetime))
+	j := &job{e: e, p: p, script: &Script{}, pol: pol, timeout: e.cfg.SessionLifetime,
+		rec: newRecorder(maxSessionValues, MaxSessionScreenshot, MaxSessionScreenshot*4), log: e.log.With("session", id)}
+	j.onCleanup(func() { stopLife(); cancelT(); cancel(errSessionExpired) })
+	tab, err := j.open(jctx)
+	if err == nil {
+		// Open the tab now, so the first call does not pay for it.
+		err = chromedp.Do(tab, chromedp.Navigate("about:blank"))
+	}
+	if err != nil {
+		j.cleanup()
+		release()
+		return SessionInfo{}, fmt.Errorf("opening the browser session: %w", err)
+	}
+	now := time.Now()
+	s := &session{j: j, tab: tab, cancel: cancel, info: SessionInfo{ID: id, Owner: spec.Owner,
+		AllowHosts: append([]string(nil), spec.AllowHosts...), AllowPrivate: spec.AllowPrivate, CreatedAt: now, LastUsedAt: now}}
+	e.sessMu.Lock()
+	e.sessions[id] = s
+	e.sessMu.Unlock()
+	e.log.Info("browser session opened", "session", id, "owner", spec.Owner)
+	return s.info, nil
+}
+
+func (e *Executor) closedLocked() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// session finds an open session.
+func (e *Executor) session(id string) (*session, error) {
+	e.sessMu.Lock()
+	defer e.sessMu.Unlock()
+	s := e.sessions[id]
+	if s == nil {
+		return nil, fmt.Errorf("%w %s on this worker: it was closed, expired (idle %s, lifetime %s) or its worker restarted", ErrNoSession, id, e.cfg.SessionIdleTTL, e.cfg.SessionLifetime)
+	}
+	return s, nil
+}
+
+// Session describes session id.
+func (e *Executor) Session(id string) (SessionInfo, error) {
+	s, err := e.session(id)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.info, nil
+}
+
+var refRE = regexp.MustCompile(`^e[0-9]{1,6}$`)
+
+// refSelector is the selector of an element observe labelled.
+func refSelector(ref string) string { return fmt.Sprintf(`[data-palyra-ref=%q]`, ref) }
+
+// Do runs steps in the session, in order: the script steps (a step may
+// name an element by "ref", from an earlier observe, instead of by
+// "selector"), plus "observe", which returns a compact snapshot of the
+// page with a ref for each element a later step can target. Navigations
+// get 15 s, other steps 5 s, unless they set timeout_ms.
+func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (SessionResult, error) {
+	s, err := e.session(id)
+	if err != nil {
+		return SessionResult{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tab.Err() != nil {
+		return SessionResult{}, fmt.Errorf("%w %s: %v", ErrNoSession, id, context.Cause(s.tab))
+	}
+	if s.info.Actions+len(steps) > MaxSessionActions {
+		return SessionResult{}, fmt.Errorf("the session has used %d of its %d actions; %d more would pass the limit: open a new session", s.info.Actions, MaxSessionActions, len(steps))
+	}
+	s.info.LastUsedAt = time.Now()
+	var res SessionResult
+	stop := context.AfterFunc(ctx, func() { s.j.abort(errCallerCanceled) })
+	defer stop()
+	for i, raw := range steps {
+		s.info.Actions++
+		st, observe, err := sessionStep(raw, i)
+		if err != nil {
+			return res, err
+		}
+		if observe {
+			octx, cancel := context.WithTimeout(s.tab, SessionActionTimeout)
+			obs, err := chromedp.Run(octx, chromedp.Evaluate[string](jsObserve))
+			cancel()
+			if err != nil {
+				return res, fmt.Errorf("steps[%d] (observe): %w", i, err)
+			}
+			res.Observations = append(res.Observations, obs)
+			continue
+		}
+		if err := s.j.step(s.tab, i, st); err != nil {
+			r := s.j.result(s.tab, i, st.Action, err)
+			res.Values = s.j.rec.takeValues()
+			return res, errors.New(r.Message)
+		}
+	}
+	res.Values = s.j.rec.takeValues()
+	res.Artifacts = s.j.rec.takeArtifactsReset()
+	res.URL, _ = chromedp.Run(s.tab, chromedp.Location())
+	s.info.URL, res.Actions = res.URL, s.info.Actions
+	return res, nil
+}
+
+// sessionStep decodes one step of a Do call, with its session defaults.
+func sessionStep(raw json.RawMessage, i int) (Step, bool, error) {
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return Step{}, false, fmt.Errorf("steps[%d]: not a JSON object: %v", i, err)
+	}
+	if m["action"] == "observe" {
+		if len(m) != 1 {
+			return Step{}, false, fmt.Errorf("steps[%d]: observe takes no fields", i)
+		}
+		return Step{}, true, nil
+	}
+	if ref, ok := m["ref"]; ok {
+		r, _ := ref.(string)
+		if !refRE.MatchString(r) {
+			return Step{}, false, fmt.Errorf("steps[%d]: ref %q is not an element reference from observe (like e12)", i, r)
+		}
+		if _, both := m["selector"]; both {
+			return Step{}, false, fmt.Errorf(`steps[%d]: give "ref" or "selector", not both`, i)
+		}
+		delete(m, "ref")
+		m["selector"] = refSelector(r)
+	}
+	if _, ok := m["timeout_ms"]; !ok {
+		d := SessionActionTimeout
+		if m["action"] == "navigate" {
+			d = SessionNavigateTimeout
+		}
+		m["timeout_ms"] = d.Milliseconds()
+	}
+	one, _ := json.Marshal(map[string]any{"steps": []any{m}})
+	sc, err := ParseScript(one)
+	if err != nil {
+		var se *ScriptError
+		if errors.As(err, &se) {
+			return Step{}, false, fmt.Errorf("steps[%d]: %s", i, se.Msg)
+		}
+		return Step{}, false, err
+	}
+	return sc.Steps[0], false, nil
+}
+
+// Screenshot captures the session's viewport as PNG (JPEG when a PNG
+// would pass MaxSessionScreenshot).
+func (e *Executor) Screenshot(ctx context.Context, id string) ([]byte, string, error) {
+	s, err := e.session(id)
+	if err != nil {
+		return nil, "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.info.LastUsedAt = time.Now()
+	sctx, cancel := context.WithTimeout(s.tab, SessionActionTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	buf, err := chromedp.Run(sctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		return nil, "", fmt.Errorf("taking the screenshot: %w", err)
+	}
+	if len(buf) <= MaxSessionScreenshot {
+		return buf, "image/png", nil
+	}
+	for _, q := range []int{80, 60, 40} {
+		if buf, err = chromedp.Run(sctx, chromedp.FullScreenshot(q)); err == nil && len(buf) <= MaxSessionScreenshot {
+			return buf, "image/jpeg", nil
+		}
+	}
+	return nil, "", fmt.Errorf("the screenshot is over the %d KiB limit even as a JPEG", MaxSessionScreenshot>>10)
+}
+
+// CloseSession closes a session and disposes of its browser context.
+func (e *Executor) CloseSession(id string) error {
+	e.sessMu.Lock()
+	s := e.sessions[id]
+	if s == nil {
+		e.sessMu.Unlock()
+		return fmt.Errorf("%w %s on this worker", ErrNoSession, id)
+	}
+	delete(e.sessions, id)
+	e.sessMu.Unlock()
+	s.cancel(errSessionExpired)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.j.cleanup()
+	return nil
+}
+
+// Sessions lists the open sessions, oldest first.
+func (e *Executor) Sessions() []SessionInfo {
+	e.sessMu.Lock()
+	list := make([]*session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		if s != nil {
+			list = append(list, s)
+		}
+	}
+	e.sessMu.Unlock()
+	out := make([]SessionInfo, 0, len(list))
+	for _, s := range list {
+		if s.mu.TryLock() {
+			out = append(out, s.info)
+			s.mu.Unlock()
+		} else { // busy in a call: its info is being updated
+			out = append(out, SessionInfo{ID: s.info.ID, Owner: s.info.Owner, CreatedAt: s.info.CreatedAt})
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].CreatedAt.Before(out[b].CreatedAt) })
+	return out
+}
+
+// reapSessions closes sessions idle past their TTL or past their
+// lifetime, until the executor closes (and then closes them all).
+func (e *Executor) reapSessions() {
+	every := min(e.cfg.SessionIdleTTL/4, 10*time.Second)
+	t := time.NewTicker(max(every, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-e.life.Done():
+			for _, s := range e.Sessions() {
+				e.CloseSession(s.ID)
+			}
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		e.sessMu.Lock()
+		var stale []string
+		for id, s := range e.sessions {
+			if s == nil || !s.mu.TryLock() {
+				continue // opening, or in a call: not idle
+			}
+			if now.Sub(s.info.LastUsedAt) > e.cfg.SessionIdleTTL || now.Sub(s.info.CreatedAt) > e.cfg.SessionLifetime {
+				stale = append(stale, id)
+			}
+			s.mu.Unlock()
+		}
+		e.sessMu.Unlock()
+		for _, id := range stale {
+			if e.CloseSession(id) == nil {
+				e.log.Info("browser session expired", "session", id)
+			}
+		}
+	}
+}
+
+// jsObserve labels the page's visible, meaningful elements with
+// data-palyra-ref (stable until the page changes them) and returns one
+// line per element: ref, role or tag, and its name or text, compact.
+const jsObserve = `(() => {
+  const max = ` + "200" + `;
+  const sel = 'a[href],button,input,select,textarea,summary,[role=button],[role=link],[role=checkbox],[role=tab],[role=menuitem],[contenteditable=true],h1,h2,h3,label';
+  let next = 0;
+  for (const e of document.querySelectorAll('[data-palyra-ref]')) {
+    const n = parseInt(e.getAttribute('data-palyra-ref').slice(1), 10);
+    if (n >= next) next = n + 1;
+  }
+  const lines = ['page: ' + document.title + ' <' + location.href + '>'];
+  let count = 0;
+  for (const e of document.querySelectorAll(sel)) {
+    const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+    if (r.width === 0 || r.height === 0 || s.visibility === 'hidden' || s.display === 'none') continue;
+    if (++count > max) { lines.push('… more elements not shown'); break; }
+    let ref = e.getAttribute('data-palyra-ref');
+    if (!ref) { ref = 'e' + (next++); e.setAttribute('data-palyra-ref', ref); }
+    const tag = e.tagName.toLowerCase();
+    let kind = e.getAttribute('role') || tag;
+    if (tag === 'input') kind = 'input[' + (e.getAttribute('type') || 'text') + ']';
+    let name = e.getAttribute('aria-label') || e.getAttribute('placeholder') || e.getAttribute('name') || (e.innerText || e.value || '').trim();
+    name = name.replace(/\s+/g, ' ').slice(0, 80);
+    let extra = '';
+    if (tag === 'a') extra = ' -> ' + (e.getAttribute('href') || '').slice(0, 120);
+    if ((tag === 'input' || tag === 'textarea') && e.value && e.type !== 'password') extra = ' = ' + JSON.stringify(e.value.slice(0, 40));
+    lines.push(ref + ' ' + kind + ' ' + JSON.stringify(name) + extra);
+  }
+  return lines.join('\n');
+})()`
