@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -180,5 +181,75 @@ func TestBrowseWithoutChromiumFailsFastThenRedetects(t *testing.T) {
 	r = c.cli("job", "browse", site.URL+"/", "--text", "h1", "--allow-private")
 	if r.code != 0 || strings.TrimSpace(r.stdout) != "Sign in" {
 		t.Fatalf("browse after Chromium appeared: %+v", r)
+	}
+}
+
+// The browser session commands, end to end on one node: open, do (steps
+// as words, refs from observe), screenshot, list, close.
+func TestBrowserSessionCommands(t *testing.T) {
+	if _, ok := browser.Detect(); !ok {
+		if testing.Short() {
+			t.Skip("no Chromium; " + browser.InstallHint)
+		}
+		t.Fatal("no Chromium: " + browser.InstallHint + " (make deps installs it)")
+	}
+	dir := t.TempDir()
+	n, err := node.Start(context.Background(), node.Config{DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 1, BrowserSlots: 1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	c := &cluster{t: t, node: n, dir: dir}
+	site := loginSite(t)
+	var id string
+	waitForCLI(t, func() bool {
+		r := c.cli("browser", "open", "--allow-host", "127.0.0.1", "--allow-private")
+		id = strings.TrimSpace(r.stdout)
+		return r.code == 0
+	})
+	r := c.cli("browser", "do", id, "navigate "+site.URL+"/", "observe")
+	if r.code != 0 || !strings.Contains(r.stdout, `button "Go"`) {
+		t.Fatalf("do navigate+observe: %+v", r)
+	}
+	user := regexp.MustCompile(`(?m)^(e[0-9]+) input\[text\]`).FindStringSubmatch(r.stdout)
+	pass := regexp.MustCompile(`(?m)^(e[0-9]+) input\[password\]`).FindStringSubmatch(r.stdout)
+	if user == nil || pass == nil {
+		t.Fatalf("no input refs in:\n%s", r.stdout)
+	}
+	out := t.TempDir()
+	r = c.cli("browser", "do", id, "type "+user[1]+" ada", "type "+pass[1]+" hunter2", "click #go", "wait_for #welcome", "extract #welcome greeting", "screenshot after.png", "--output-dir", out)
+	if r.code != 0 || !strings.Contains(r.stdout, `"greeting": "Welcome, ada!"`) {
+		t.Fatalf("do login: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(out, "after.png")); err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(out, "s.png")
+	if r := c.cli("browser", "screenshot", id, "-o", shot); r.code != 0 {
+		t.Fatalf("screenshot: %+v", r)
+	}
+	if r := c.cli("browser", "list"); r.code != 0 || !strings.Contains(r.stdout, id) {
+		t.Fatalf("list: %+v", r)
+	}
+	if r := c.cli("browser", "do", id, "fly away"); r.code != 2 || !strings.Contains(r.stderr, "unknown step") {
+		t.Fatalf("bad step: %+v", r)
+	}
+	if r := c.cli("browser", "close", id); r.code != 0 {
+		t.Fatalf("close: %+v", r)
+	}
+	if r := c.cli("browser", "do", id, "observe"); r.code != 1 || !strings.Contains(r.stderr, "no such browser session") {
+		t.Fatalf("do on a closed session: %+v", r)
+	}
+}
+
+func waitForCLI(t *testing.T, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -54,6 +54,9 @@ type Config struct {
 	// dead-worker grace) for NetworkLAN or NetworkWAN; empty means the one
 	// recorded at the last start, else NetworkLAN.
 	Network string
+	// BrowserSessionIdleTTL closes a browser session unused this long
+	// (default 10 minutes).
+	BrowserSessionIdleTTL time.Duration
 	// DetectBrowser finds the Chromium binary to run browser jobs with;
 	// nil looks on this machine (browser.Detect). A node that finds none
 	// asks again every 10 s (1 s with Fast) and starts running browser

@@ -177,6 +177,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Secrets: nodeSecrets{n}, KV: nodeKV{n: n}, Leases: nodeLeases{n},
 	})
 	n.cluster.SetOutputSource(n.readOutput)
+	n.cluster.SetBrowserHandler(n.browserSession)
 	// Catch up with the log before Recover, so it sees every placement made
 	// on this node before it stopped, before anything new is placed here.
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
@@ -386,7 +387,7 @@ func (n *Node) setLabels(ctx context.Context, l map[string]string) error {
 func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential) {
 	info := api.Info{NodeID: n.state.NodeID, Address: addr, ClusterName: n.state.ClusterName,
 		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now()}
-	opts := api.Options{Control: apiControl{n.cluster}, Live: n.cluster, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
+	opts := api.Options{Control: apiControl{n.cluster}, Live: n.cluster, Browsers: n.cluster, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Leave: n.leave,
 		Peers: n.peerAddrs, Forward: n.viaSigners, Seal: n.sealSecret, DataKey: n.dataKey, Issuer: n.keeper, Snapshots: n}
 	n.http = &http3.Server{Handler: api.New(opts).Handler(), Logger: n.log}
@@ -571,7 +572,7 @@ func (n *Node) startBrowser(ctx context.Context, quiet bool) bool {
 	if slots == 0 {
 		slots = 2
 	}
-	ex, err := browser.New(ctx, browser.Config{ExecPath: path, Slots: slots, Logger: n.log})
+	ex, err := browser.New(ctx, browser.Config{ExecPath: path, Slots: slots, Logger: n.log, SessionIdleTTL: n.cfg.BrowserSessionIdleTTL})
 	if err != nil {
 		if !quiet {
 			n.log.Warn("browser executor did not start; this node runs no browser jobs", "err", err)

@@ -64,8 +64,10 @@ type Client struct {
 	Secrets  palyrav1connect.SecretServiceClient
 	// Snapshots streams cluster snapshots (palyra snapshot save).
 	Snapshots palyrav1connect.SnapshotServiceClient
-	tr        *http3.Transport
-	opts      Options
+	// Browser drives interactive browser sessions (palyra browser).
+	Browser palyrav1connect.BrowserServiceClient
+	tr      *http3.Transport
+	opts    Options
 
 	mu       sync.Mutex
 	answered string // the address of the current (or last) connection
@@ -126,6 +128,7 @@ func NewCluster(addrs []string, cred *identity.Credential, o Options) (*Client, 
 	c.Policy = palyrav1connect.NewPolicyServiceClient(hc, base, opts...)
 	c.Secrets = palyrav1connect.NewSecretServiceClient(hc, base, opts...)
 	c.Snapshots = palyrav1connect.NewSnapshotServiceClient(hc, base, opts...)
+	c.Browser = palyrav1connect.NewBrowserServiceClient(hc, base, opts...)
 	return c, nil
 }
 

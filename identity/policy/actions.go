@@ -13,6 +13,12 @@ const (
 	// admin action.
 	ActionJobPrune = "job.prune"
 
+	// ActionBrowserOpen opens an interactive browser session on a worker;
+	// ActionBrowserDrive runs steps in one, screenshots, lists and closes
+	// it (a device only its own sessions, an operator any).
+	ActionBrowserOpen  = "browser.open"
+	ActionBrowserDrive = "browser.drive"
+
 	ActionNodeStatus = "node.status"
 	ActionNodeList   = "node.list"
 	ActionNodeJoin   = "node.join"
@@ -83,6 +89,7 @@ const (
 func Actions() []string {
 	return []string{
 		ActionJobSubmit, ActionJobRead, ActionJobList, ActionJobCancel, ActionJobWatch, ActionJobPrune,
+		ActionBrowserOpen, ActionBrowserDrive,
 		ActionNodeStatus, ActionNodeList, ActionNodeJoin, ActionNodeLeave, ActionNodeDrain, ActionNodeRemove,
 		ActionPairCreate, ActionPairList, ActionPairRevoke, ActionDeviceList, ActionDeviceRevoke,
 		ActionCAStatus, ActionCARotate,

@@ -111,7 +111,9 @@ type Issuer interface {
 type Options struct {
 	Control Control
 	// Live reads running jobs' output from their workers (job logs).
-	Live      LiveOutput
+	Live LiveOutput
+	// Browsers relays browser-session calls to workers.
+	Browsers  Browsers
 	Blobs     Blobs
 	Validator Validator
 	// Artifacts fetches blobs from this node or its peers: artifacts, and
@@ -190,6 +192,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(palyrav1connect.NewPolicyServiceHandler(policyService{s}, opts...))
 	mux.Handle(palyrav1connect.NewSecretServiceHandler(secretService{s}, opts...))
 	mux.Handle(palyrav1connect.NewSnapshotServiceHandler(snapshotService{s}, opts...))
+	mux.Handle(palyrav1connect.NewBrowserServiceHandler(browserService{s}, opts...))
 	return s.authenticate(mux)
 }
 

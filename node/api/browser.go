@@ -29,24 +29,34 @@ func (js jobService) submitBrowser(ctx context.Context, m *palyrav1.SubmitJobReq
 	if _, err := browser.ParseScript(m.BrowserScript); err != nil {
 		return nil, invalid("invalid browser script: "+err.Error(), "the format, with examples: runtime/browser/SCRIPT.md; as JSON Schema: 'palyra job submit --browser-schema'")
 	}
-	if len(m.AllowHosts) > 64 {
-		return nil, invalid("too many --allow-host entries", "use at most 64")
-	}
-	for _, h := range m.AllowHosts {
-		h = strings.ToLower(strings.TrimSpace(h))
-		if h == "" || strings.ContainsAny(h, "/:@ ") && net.ParseIP(h) == nil {
-			return nil, invalid(fmt.Sprintf("--allow-host %q is not a host name", h), "give a host like example.com (it also matches its subdomains)")
-		}
-		if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, h), map[string]any{"grant_host": h}); err != nil {
-			return nil, err
-		}
-	}
-	if m.AllowPrivate {
-		if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, "private"), map[string]any{"grant_host": "private"}); err != nil {
-			return nil, err
-		}
+	if err := s.checkHTTPGrants(ctx, m.AllowHosts, m.AllowPrivate); err != nil {
+		return nil, err
 	}
 	return js.commitSubmit(ctx, m, "")
+}
+
+// checkHTTPGrants checks the hosts a browser job or session asks to reach
+// against the caller's policy: each host is a grant.http on
+// Grant::"HOST", private targets one on Grant::"private".
+func (s *Server) checkHTTPGrants(ctx context.Context, hosts []string, private bool) error {
+	if len(hosts) > 64 {
+		return invalid("too many --allow-host entries", "use at most 64")
+	}
+	for _, h := range hosts {
+		h = strings.ToLower(strings.TrimSpace(h))
+		if h == "" || strings.ContainsAny(h, "/:@ ") && net.ParseIP(h) == nil {
+			return invalid(fmt.Sprintf("--allow-host %q is not a host name", h), "give a host like example.com (it also matches its subdomains)")
+		}
+		if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, h), map[string]any{"grant_host": h}); err != nil {
+			return err
+		}
+	}
+	if private {
+		if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, "private"), map[string]any{"grant_host": "private"}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (js jobService) GetArtifact(ctx context.Context, req *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error) {

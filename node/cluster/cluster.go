@@ -63,6 +63,8 @@ type Cluster struct {
 	leases atomic.Pointer[LeaseKeeper]
 	// outputs reads this node's worker's live job output.
 	outputs atomic.Pointer[OutputSource]
+	// browsers serves browser-session calls on this node's worker.
+	browsers atomic.Pointer[BrowserHandler]
 }
 
 type leaderInfo struct{ id, addr string }

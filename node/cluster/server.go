@@ -76,6 +76,8 @@ func (c *Cluster) handle(ctx context.Context, pr identity.Principal, req *peerpb
 		return c.handleCAKeys(ctx, pr)
 	case *peerpb.Request_JobOutput:
 		return c.handleJobOutput(ctx, pr, b.JobOutput)
+	case *peerpb.Request_BrowserSession:
+		return c.handleBrowserSession(ctx, pr, b.BrowserSession)
 	default:
 		return errResp(codeInvalid, "unknown peer RPC request", "the caller runs a newer version; upgrade this node")
 	}

@@ -3018,6 +3018,538 @@ func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
 	return file_palyra_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
+type BrowserSession struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`                       // "bs-…"
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // the worker it lives on
+	Owner         string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`                 // who opened it
+	AllowHosts    []string               `protobuf:"bytes,4,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	AllowPrivate  bool                   `protobuf:"varint,5,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
+	CreatedAtMs   int64                  `protobuf:"varint,6,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	LastUsedAtMs  int64                  `protobuf:"varint,7,opt,name=last_used_at_ms,json=lastUsedAtMs,proto3" json:"last_used_at_ms,omitempty"`
+	Actions       uint32                 `protobuf:"varint,8,opt,name=actions,proto3" json:"actions,omitempty"` // used, of 256
+	Url           string                 `protobuf:"bytes,9,opt,name=url,proto3" json:"url,omitempty"`          // the page it shows
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrowserSession) Reset() {
+	*x = BrowserSession{}
+	mi := &file_palyra_v1_api_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrowserSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrowserSession) ProtoMessage() {}
+
+func (x *BrowserSession) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrowserSession.ProtoReflect.Descriptor instead.
+func (*BrowserSession) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *BrowserSession) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BrowserSession) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *BrowserSession) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *BrowserSession) GetAllowHosts() []string {
+	if x != nil {
+		return x.AllowHosts
+	}
+	return nil
+}
+
+func (x *BrowserSession) GetAllowPrivate() bool {
+	if x != nil {
+		return x.AllowPrivate
+	}
+	return false
+}
+
+func (x *BrowserSession) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *BrowserSession) GetLastUsedAtMs() int64 {
+	if x != nil {
+		return x.LastUsedAtMs
+	}
+	return 0
+}
+
+func (x *BrowserSession) GetActions() uint32 {
+	if x != nil {
+		return x.Actions
+	}
+	return 0
+}
+
+func (x *BrowserSession) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+type OpenBrowserSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AllowHosts    []string               `protobuf:"bytes,1,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	AllowPrivate  bool                   `protobuf:"varint,2,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
+	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // optional: this worker
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenBrowserSessionRequest) Reset() {
+	*x = OpenBrowserSessionRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenBrowserSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenBrowserSessionRequest) ProtoMessage() {}
+
+func (x *OpenBrowserSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenBrowserSessionRequest.ProtoReflect.Descriptor instead.
+func (*OpenBrowserSessionRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *OpenBrowserSessionRequest) GetAllowHosts() []string {
+	if x != nil {
+		return x.AllowHosts
+	}
+	return nil
+}
+
+func (x *OpenBrowserSessionRequest) GetAllowPrivate() bool {
+	if x != nil {
+		return x.AllowPrivate
+	}
+	return false
+}
+
+func (x *OpenBrowserSessionRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type BrowserSessionRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrowserSessionRef) Reset() {
+	*x = BrowserSessionRef{}
+	mi := &file_palyra_v1_api_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrowserSessionRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrowserSessionRef) ProtoMessage() {}
+
+func (x *BrowserSessionRef) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrowserSessionRef.ProtoReflect.Descriptor instead.
+func (*BrowserSessionRef) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *BrowserSessionRef) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type BrowserDoRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Steps         [][]byte               `protobuf:"bytes,2,rep,name=steps,proto3" json:"steps,omitempty"` // JSON step objects: the script steps (a "ref" from observe may stand for "selector") and {"action":"observe"}
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrowserDoRequest) Reset() {
+	*x = BrowserDoRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrowserDoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrowserDoRequest) ProtoMessage() {}
+
+func (x *BrowserDoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrowserDoRequest.ProtoReflect.Descriptor instead.
+func (*BrowserDoRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *BrowserDoRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BrowserDoRequest) GetSteps() [][]byte {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+type BrowserSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *BrowserSession        `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Values        []byte                 `protobuf:"bytes,2,opt,name=values,proto3" json:"values,omitempty"`             // JSON object: what extract/evaluate steps of this call set
+	Observations  []string               `protobuf:"bytes,3,rep,name=observations,proto3" json:"observations,omitempty"` // one per observe step
+	Files         []*BrowserFile         `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`               // screenshots and PDFs the steps made
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrowserSessionResponse) Reset() {
+	*x = BrowserSessionResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrowserSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrowserSessionResponse) ProtoMessage() {}
+
+func (x *BrowserSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrowserSessionResponse.ProtoReflect.Descriptor instead.
+func (*BrowserSessionResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *BrowserSessionResponse) GetSession() *BrowserSession {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *BrowserSessionResponse) GetValues() []byte {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *BrowserSessionResponse) GetObservations() []string {
+	if x != nil {
+		return x.Observations
+	}
+	return nil
+}
+
+func (x *BrowserSessionResponse) GetFiles() []*BrowserFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+type BrowserFile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	MediaType     string                 `protobuf:"bytes,2,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrowserFile) Reset() {
+	*x = BrowserFile{}
+	mi := &file_palyra_v1_api_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrowserFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrowserFile) ProtoMessage() {}
+
+func (x *BrowserFile) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrowserFile.ProtoReflect.Descriptor instead.
+func (*BrowserFile) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *BrowserFile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BrowserFile) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+func (x *BrowserFile) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type BrowserScreenshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	MediaType     string                 `protobuf:"bytes,2,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrowserScreenshotResponse) Reset() {
+	*x = BrowserScreenshotResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrowserScreenshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrowserScreenshotResponse) ProtoMessage() {}
+
+func (x *BrowserScreenshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrowserScreenshotResponse.ProtoReflect.Descriptor instead.
+func (*BrowserScreenshotResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *BrowserScreenshotResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *BrowserScreenshotResponse) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+type ListBrowserSessionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBrowserSessionsRequest) Reset() {
+	*x = ListBrowserSessionsRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBrowserSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBrowserSessionsRequest) ProtoMessage() {}
+
+func (x *ListBrowserSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBrowserSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListBrowserSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{49}
+}
+
+type ListBrowserSessionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sessions      []*BrowserSession      `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Unreachable   []string               `protobuf:"bytes,2,rep,name=unreachable,proto3" json:"unreachable,omitempty"` // workers that did not answer
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBrowserSessionsResponse) Reset() {
+	*x = ListBrowserSessionsResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBrowserSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBrowserSessionsResponse) ProtoMessage() {}
+
+func (x *ListBrowserSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBrowserSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListBrowserSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ListBrowserSessionsResponse) GetSessions() []*BrowserSession {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *ListBrowserSessionsResponse) GetUnreachable() []string {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
+}
+
 var File_palyra_v1_api_proto protoreflect.FileDescriptor
 
 const file_palyra_v1_api_proto_rawDesc = "" +
@@ -3270,7 +3802,46 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\asecrets\x18\x01 \x03(\v2\x15.palyra.v1.SecretInfoR\asecrets\")\n" +
 	"\x13DeleteSecretRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
-	"\x14DeleteSecretResponse*\xe9\x01\n" +
+	"\x14DeleteSecretResponse\"\x8c\x02\n" +
+	"\x0eBrowserSession\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x1f\n" +
+	"\vallow_hosts\x18\x04 \x03(\tR\n" +
+	"allowHosts\x12#\n" +
+	"\rallow_private\x18\x05 \x01(\bR\fallowPrivate\x12\"\n" +
+	"\rcreated_at_ms\x18\x06 \x01(\x03R\vcreatedAtMs\x12%\n" +
+	"\x0flast_used_at_ms\x18\a \x01(\x03R\flastUsedAtMs\x12\x18\n" +
+	"\aactions\x18\b \x01(\rR\aactions\x12\x10\n" +
+	"\x03url\x18\t \x01(\tR\x03url\"z\n" +
+	"\x19OpenBrowserSessionRequest\x12\x1f\n" +
+	"\vallow_hosts\x18\x01 \x03(\tR\n" +
+	"allowHosts\x12#\n" +
+	"\rallow_private\x18\x02 \x01(\bR\fallowPrivate\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\"#\n" +
+	"\x11BrowserSessionRef\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"8\n" +
+	"\x10BrowserDoRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05steps\x18\x02 \x03(\fR\x05steps\"\xb7\x01\n" +
+	"\x16BrowserSessionResponse\x123\n" +
+	"\asession\x18\x01 \x01(\v2\x19.palyra.v1.BrowserSessionR\asession\x12\x16\n" +
+	"\x06values\x18\x02 \x01(\fR\x06values\x12\"\n" +
+	"\fobservations\x18\x03 \x03(\tR\fobservations\x12,\n" +
+	"\x05files\x18\x04 \x03(\v2\x16.palyra.v1.BrowserFileR\x05files\"T\n" +
+	"\vBrowserFile\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x02 \x01(\tR\tmediaType\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"N\n" +
+	"\x19BrowserScreenshotResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x02 \x01(\tR\tmediaType\"\x1c\n" +
+	"\x1aListBrowserSessionsRequest\"v\n" +
+	"\x1bListBrowserSessionsResponse\x125\n" +
+	"\bsessions\x18\x01 \x03(\v2\x19.palyra.v1.BrowserSessionR\bsessions\x12 \n" +
+	"\vunreachable\x18\x02 \x03(\tR\vunreachable*\xe9\x01\n" +
 	"\bJobPhase\x12\x19\n" +
 	"\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_PHASE_QUEUED\x10\x01\x12\x15\n" +
@@ -3303,7 +3874,14 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\rSecretService\x12F\n" +
 	"\tSetSecret\x12\x1b.palyra.v1.SetSecretRequest\x1a\x1c.palyra.v1.SetSecretResponse\x12L\n" +
 	"\vListSecrets\x12\x1d.palyra.v1.ListSecretsRequest\x1a\x1e.palyra.v1.ListSecretsResponse\x12O\n" +
-	"\fDeleteSecret\x12\x1e.palyra.v1.DeleteSecretRequest\x1a\x1f.palyra.v1.DeleteSecretResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
+	"\fDeleteSecret\x12\x1e.palyra.v1.DeleteSecretRequest\x1a\x1f.palyra.v1.DeleteSecretResponse2\xb0\x03\n" +
+	"\x0eBrowserService\x12V\n" +
+	"\vOpenSession\x12$.palyra.v1.OpenBrowserSessionRequest\x1a!.palyra.v1.BrowserSessionResponse\x12D\n" +
+	"\x02Do\x12\x1b.palyra.v1.BrowserDoRequest\x1a!.palyra.v1.BrowserSessionResponse\x12P\n" +
+	"\n" +
+	"Screenshot\x12\x1c.palyra.v1.BrowserSessionRef\x1a$.palyra.v1.BrowserScreenshotResponse\x12O\n" +
+	"\fCloseSession\x12\x1c.palyra.v1.BrowserSessionRef\x1a!.palyra.v1.BrowserSessionResponse\x12]\n" +
+	"\fListSessions\x12%.palyra.v1.ListBrowserSessionsRequest\x1a&.palyra.v1.ListBrowserSessionsResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
 
 var (
 	file_palyra_v1_api_proto_rawDescOnce sync.Once
@@ -3318,68 +3896,77 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_palyra_v1_api_proto_goTypes = []any{
-	(JobPhase)(0),                  // 0: palyra.v1.JobPhase
-	(*Error)(nil),                  // 1: palyra.v1.Error
-	(*WasmSpec)(nil),               // 2: palyra.v1.WasmSpec
-	(*Job)(nil),                    // 3: palyra.v1.Job
-	(*JobArray)(nil),               // 4: palyra.v1.JobArray
-	(*Artifact)(nil),               // 5: palyra.v1.Artifact
-	(*GetArtifactRequest)(nil),     // 6: palyra.v1.GetArtifactRequest
-	(*GetArtifactResponse)(nil),    // 7: palyra.v1.GetArtifactResponse
-	(*SubmitJobRequest)(nil),       // 8: palyra.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),      // 9: palyra.v1.SubmitJobResponse
-	(*GetJobRequest)(nil),          // 10: palyra.v1.GetJobRequest
-	(*GetJobResponse)(nil),         // 11: palyra.v1.GetJobResponse
-	(*ListJobsRequest)(nil),        // 12: palyra.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),       // 13: palyra.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),       // 14: palyra.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),      // 15: palyra.v1.CancelJobResponse
-	(*JobLogsRequest)(nil),         // 16: palyra.v1.JobLogsRequest
-	(*JobLogsResponse)(nil),        // 17: palyra.v1.JobLogsResponse
-	(*WatchJobRequest)(nil),        // 18: palyra.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),       // 19: palyra.v1.WatchJobResponse
-	(*PruneJobsRequest)(nil),       // 20: palyra.v1.PruneJobsRequest
-	(*PruneJobsResponse)(nil),      // 21: palyra.v1.PruneJobsResponse
-	(*SetRetentionRequest)(nil),    // 22: palyra.v1.SetRetentionRequest
-	(*SetRetentionResponse)(nil),   // 23: palyra.v1.SetRetentionResponse
-	(*ReadInfo)(nil),               // 24: palyra.v1.ReadInfo
-	(*StatusRequest)(nil),          // 25: palyra.v1.StatusRequest
-	(*StatusResponse)(nil),         // 26: palyra.v1.StatusResponse
-	(*NodeInfo)(nil),               // 27: palyra.v1.NodeInfo
-	(*ListNodesRequest)(nil),       // 28: palyra.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),      // 29: palyra.v1.ListNodesResponse
-	(*SetSchedulableRequest)(nil),  // 30: palyra.v1.SetSchedulableRequest
-	(*SetSchedulableResponse)(nil), // 31: palyra.v1.SetSchedulableResponse
-	(*LeaveRequest)(nil),           // 32: palyra.v1.LeaveRequest
-	(*LeaveResponse)(nil),          // 33: palyra.v1.LeaveResponse
-	(*RemoveNodeRequest)(nil),      // 34: palyra.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 35: palyra.v1.RemoveNodeResponse
-	(*SecretInfo)(nil),             // 36: palyra.v1.SecretInfo
-	(*SetSecretRequest)(nil),       // 37: palyra.v1.SetSecretRequest
-	(*SetSecretResponse)(nil),      // 38: palyra.v1.SetSecretResponse
-	(*ListSecretsRequest)(nil),     // 39: palyra.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),    // 40: palyra.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),    // 41: palyra.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),   // 42: palyra.v1.DeleteSecretResponse
-	nil,                            // 43: palyra.v1.Job.ConstraintsEntry
-	nil,                            // 44: palyra.v1.JobArray.CountsEntry
-	nil,                            // 45: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                            // 46: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                            // 47: palyra.v1.NodeInfo.LabelsEntry
-	nil,                            // 48: palyra.v1.NodeInfo.CapacityEntry
+	(JobPhase)(0),                       // 0: palyra.v1.JobPhase
+	(*Error)(nil),                       // 1: palyra.v1.Error
+	(*WasmSpec)(nil),                    // 2: palyra.v1.WasmSpec
+	(*Job)(nil),                         // 3: palyra.v1.Job
+	(*JobArray)(nil),                    // 4: palyra.v1.JobArray
+	(*Artifact)(nil),                    // 5: palyra.v1.Artifact
+	(*GetArtifactRequest)(nil),          // 6: palyra.v1.GetArtifactRequest
+	(*GetArtifactResponse)(nil),         // 7: palyra.v1.GetArtifactResponse
+	(*SubmitJobRequest)(nil),            // 8: palyra.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),           // 9: palyra.v1.SubmitJobResponse
+	(*GetJobRequest)(nil),               // 10: palyra.v1.GetJobRequest
+	(*GetJobResponse)(nil),              // 11: palyra.v1.GetJobResponse
+	(*ListJobsRequest)(nil),             // 12: palyra.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 13: palyra.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),            // 14: palyra.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),           // 15: palyra.v1.CancelJobResponse
+	(*JobLogsRequest)(nil),              // 16: palyra.v1.JobLogsRequest
+	(*JobLogsResponse)(nil),             // 17: palyra.v1.JobLogsResponse
+	(*WatchJobRequest)(nil),             // 18: palyra.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),            // 19: palyra.v1.WatchJobResponse
+	(*PruneJobsRequest)(nil),            // 20: palyra.v1.PruneJobsRequest
+	(*PruneJobsResponse)(nil),           // 21: palyra.v1.PruneJobsResponse
+	(*SetRetentionRequest)(nil),         // 22: palyra.v1.SetRetentionRequest
+	(*SetRetentionResponse)(nil),        // 23: palyra.v1.SetRetentionResponse
+	(*ReadInfo)(nil),                    // 24: palyra.v1.ReadInfo
+	(*StatusRequest)(nil),               // 25: palyra.v1.StatusRequest
+	(*StatusResponse)(nil),              // 26: palyra.v1.StatusResponse
+	(*NodeInfo)(nil),                    // 27: palyra.v1.NodeInfo
+	(*ListNodesRequest)(nil),            // 28: palyra.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 29: palyra.v1.ListNodesResponse
+	(*SetSchedulableRequest)(nil),       // 30: palyra.v1.SetSchedulableRequest
+	(*SetSchedulableResponse)(nil),      // 31: palyra.v1.SetSchedulableResponse
+	(*LeaveRequest)(nil),                // 32: palyra.v1.LeaveRequest
+	(*LeaveResponse)(nil),               // 33: palyra.v1.LeaveResponse
+	(*RemoveNodeRequest)(nil),           // 34: palyra.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 35: palyra.v1.RemoveNodeResponse
+	(*SecretInfo)(nil),                  // 36: palyra.v1.SecretInfo
+	(*SetSecretRequest)(nil),            // 37: palyra.v1.SetSecretRequest
+	(*SetSecretResponse)(nil),           // 38: palyra.v1.SetSecretResponse
+	(*ListSecretsRequest)(nil),          // 39: palyra.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),         // 40: palyra.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),         // 41: palyra.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),        // 42: palyra.v1.DeleteSecretResponse
+	(*BrowserSession)(nil),              // 43: palyra.v1.BrowserSession
+	(*OpenBrowserSessionRequest)(nil),   // 44: palyra.v1.OpenBrowserSessionRequest
+	(*BrowserSessionRef)(nil),           // 45: palyra.v1.BrowserSessionRef
+	(*BrowserDoRequest)(nil),            // 46: palyra.v1.BrowserDoRequest
+	(*BrowserSessionResponse)(nil),      // 47: palyra.v1.BrowserSessionResponse
+	(*BrowserFile)(nil),                 // 48: palyra.v1.BrowserFile
+	(*BrowserScreenshotResponse)(nil),   // 49: palyra.v1.BrowserScreenshotResponse
+	(*ListBrowserSessionsRequest)(nil),  // 50: palyra.v1.ListBrowserSessionsRequest
+	(*ListBrowserSessionsResponse)(nil), // 51: palyra.v1.ListBrowserSessionsResponse
+	nil,                                 // 52: palyra.v1.Job.ConstraintsEntry
+	nil,                                 // 53: palyra.v1.JobArray.CountsEntry
+	nil,                                 // 54: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                                 // 55: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                                 // 56: palyra.v1.NodeInfo.LabelsEntry
+	nil,                                 // 57: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	43, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	52, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
 	5,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	44, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	53, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
 	3,  // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
 	5,  // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	45, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	54, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
 	3,  // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
 	3,  // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
@@ -3393,53 +3980,66 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 19: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
 	3,  // 20: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 21: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
-	46, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	47, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	48, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	55, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	56, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	57, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
 	27, // 25: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
 	36, // 26: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
 	36, // 27: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
-	8,  // 28: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	10, // 29: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	12, // 30: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	14, // 31: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	18, // 32: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	8,  // 33: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
-	6,  // 34: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	20, // 35: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	22, // 36: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	16, // 37: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
-	25, // 38: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	28, // 39: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	32, // 40: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	30, // 41: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	34, // 42: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	37, // 43: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	39, // 44: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	41, // 45: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	9,  // 46: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11, // 47: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13, // 48: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15, // 49: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	19, // 50: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	19, // 51: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,  // 52: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	21, // 53: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	23, // 54: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	17, // 55: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
-	26, // 56: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	29, // 57: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	33, // 58: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	31, // 59: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	35, // 60: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	38, // 61: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	40, // 62: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	42, // 63: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	46, // [46:64] is the sub-list for method output_type
-	28, // [28:46] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	43, // 28: palyra.v1.BrowserSessionResponse.session:type_name -> palyra.v1.BrowserSession
+	48, // 29: palyra.v1.BrowserSessionResponse.files:type_name -> palyra.v1.BrowserFile
+	43, // 30: palyra.v1.ListBrowserSessionsResponse.sessions:type_name -> palyra.v1.BrowserSession
+	8,  // 31: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	10, // 32: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	12, // 33: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	14, // 34: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	18, // 35: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	8,  // 36: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
+	6,  // 37: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	20, // 38: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	22, // 39: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	16, // 40: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
+	25, // 41: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	28, // 42: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	32, // 43: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	30, // 44: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	34, // 45: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	37, // 46: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	39, // 47: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	41, // 48: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	44, // 49: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
+	46, // 50: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
+	45, // 51: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
+	45, // 52: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
+	50, // 53: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
+	9,  // 54: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11, // 55: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13, // 56: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15, // 57: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	19, // 58: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	19, // 59: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,  // 60: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	21, // 61: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	23, // 62: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	17, // 63: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	26, // 64: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	29, // 65: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	33, // 66: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	31, // 67: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	35, // 68: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	38, // 69: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	40, // 70: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	42, // 71: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	47, // 72: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
+	47, // 73: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
+	49, // 74: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
+	47, // 75: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
+	51, // 76: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
+	54, // [54:77] is the sub-list for method output_type
+	31, // [31:54] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -3453,9 +4053,9 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   48,
+			NumMessages:   57,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_palyra_v1_api_proto_goTypes,
 		DependencyIndexes: file_palyra_v1_api_proto_depIdxs,

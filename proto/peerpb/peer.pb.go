@@ -13,6 +13,7 @@
 package peerpb
 
 import (
+	palyrav1 "github.com/palyra-mesh/palyra/proto/palyrav1"
 	raftpb "github.com/palyra-mesh/palyra/proto/raftpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -118,6 +119,7 @@ type Request struct {
 	//	*Request_CaKeys
 	//	*Request_RenewLeases
 	//	*Request_JobOutput
+	//	*Request_BrowserSession
 	Body          isRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -232,6 +234,15 @@ func (x *Request) GetJobOutput() *JobOutputRequest {
 	return nil
 }
 
+func (x *Request) GetBrowserSession() *BrowserSessionRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Request_BrowserSession); ok {
+			return x.BrowserSession
+		}
+	}
+	return nil
+}
+
 type isRequest_Body interface {
 	isRequest_Body()
 }
@@ -268,6 +279,10 @@ type Request_JobOutput struct {
 	JobOutput *JobOutputRequest `protobuf:"bytes,22,opt,name=job_output,json=jobOutput,proto3,oneof"`
 }
 
+type Request_BrowserSession struct {
+	BrowserSession *BrowserSessionRequest `protobuf:"bytes,23,opt,name=browser_session,json=browserSession,proto3,oneof"`
+}
+
 func (*Request_ForwardApply) isRequest_Body() {}
 
 func (*Request_RaftJoin) isRequest_Body() {}
@@ -284,6 +299,8 @@ func (*Request_RenewLeases) isRequest_Body() {}
 
 func (*Request_JobOutput) isRequest_Body() {}
 
+func (*Request_BrowserSession) isRequest_Body() {}
+
 type Response struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Error *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"` // set instead of a body when the call failed
@@ -297,6 +314,8 @@ type Response struct {
 	//	*Response_CaKeys
 	//	*Response_RenewLeases
 	//	*Response_JobOutput
+	//	*Response_BrowserSession
+	//	*Response_BrowserSessions
 	Body          isResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -418,6 +437,24 @@ func (x *Response) GetJobOutput() *JobOutputResponse {
 	return nil
 }
 
+func (x *Response) GetBrowserSession() *palyrav1.BrowserSessionResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Response_BrowserSession); ok {
+			return x.BrowserSession
+		}
+	}
+	return nil
+}
+
+func (x *Response) GetBrowserSessions() *palyrav1.ListBrowserSessionsResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Response_BrowserSessions); ok {
+			return x.BrowserSessions
+		}
+	}
+	return nil
+}
+
 type isResponse_Body interface {
 	isResponse_Body()
 }
@@ -454,6 +491,14 @@ type Response_JobOutput struct {
 	JobOutput *JobOutputResponse `protobuf:"bytes,22,opt,name=job_output,json=jobOutput,proto3,oneof"`
 }
 
+type Response_BrowserSession struct {
+	BrowserSession *palyrav1.BrowserSessionResponse `protobuf:"bytes,23,opt,name=browser_session,json=browserSession,proto3,oneof"`
+}
+
+type Response_BrowserSessions struct {
+	BrowserSessions *palyrav1.ListBrowserSessionsResponse `protobuf:"bytes,24,opt,name=browser_sessions,json=browserSessions,proto3,oneof"`
+}
+
 func (*Response_ForwardApply) isResponse_Body() {}
 
 func (*Response_RaftJoin) isResponse_Body() {}
@@ -469,6 +514,10 @@ func (*Response_CaKeys) isResponse_Body() {}
 func (*Response_RenewLeases) isResponse_Body() {}
 
 func (*Response_JobOutput) isResponse_Body() {}
+
+func (*Response_BrowserSession) isResponse_Body() {}
+
+func (*Response_BrowserSessions) isResponse_Body() {}
 
 // RenewLeasesRequest renews the leases of the placements the calling
 // worker still holds (running, waiting for a slot, or reporting): one call
@@ -1493,17 +1542,113 @@ func (x *OutputChunk) GetSkipped() int64 {
 	return 0
 }
 
+// BrowserSessionRequest is one browser-session call relayed to the worker
+// that holds (or is to hold) the session. owner is the caller's principal,
+// checked by the worker against the session's owner unless operator is set
+// (the relaying node found the caller to be an operator).
+type BrowserSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"` // open, do, screenshot, close, list
+	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Owner         string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	Operator      bool                   `protobuf:"varint,4,opt,name=operator,proto3" json:"operator,omitempty"`
+	AllowHosts    []string               `protobuf:"bytes,5,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	AllowPrivate  bool                   `protobuf:"varint,6,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
+	Steps         [][]byte               `protobuf:"bytes,7,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrowserSessionRequest) Reset() {
+	*x = BrowserSessionRequest{}
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrowserSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrowserSessionRequest) ProtoMessage() {}
+
+func (x *BrowserSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrowserSessionRequest.ProtoReflect.Descriptor instead.
+func (*BrowserSessionRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *BrowserSessionRequest) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *BrowserSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *BrowserSessionRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *BrowserSessionRequest) GetOperator() bool {
+	if x != nil {
+		return x.Operator
+	}
+	return false
+}
+
+func (x *BrowserSessionRequest) GetAllowHosts() []string {
+	if x != nil {
+		return x.AllowHosts
+	}
+	return nil
+}
+
+func (x *BrowserSessionRequest) GetAllowPrivate() bool {
+	if x != nil {
+		return x.AllowPrivate
+	}
+	return false
+}
+
+func (x *BrowserSessionRequest) GetSteps() [][]byte {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
 var File_palyra_peer_v1_peer_proto protoreflect.FileDescriptor
 
 const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x19palyra/peer/v1/peer.proto\x12\x0epalyra.peer.v1\x1a\x18palyra/raft/v1/log.proto\"\x8d\x01\n" +
+	"\x19palyra/peer/v1/peer.proto\x12\x0epalyra.peer.v1\x1a\x18palyra/raft/v1/log.proto\x1a\x13palyra/v1/api.proto\"\x8d\x01\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
 	"\x04hint\x18\x03 \x01(\tR\x04hint\x12\x1b\n" +
 	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12%\n" +
-	"\x0eleader_address\x18\x05 \x01(\tR\rleaderAddress\"\x9f\x04\n" +
+	"\x0eleader_address\x18\x05 \x01(\tR\rleaderAddress\"\xf1\x04\n" +
 	"\aRequest\x12J\n" +
 	"\rforward_apply\x18\x01 \x01(\v2#.palyra.peer.v1.ForwardApplyRequestH\x00R\fforwardApply\x12>\n" +
 	"\traft_join\x18\x02 \x01(\v2\x1f.palyra.peer.v1.RaftJoinRequestH\x00R\braftJoin\x12A\n" +
@@ -1515,8 +1660,9 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\aca_keys\x18\x14 \x01(\v2\x1d.palyra.peer.v1.CAKeysRequestH\x00R\x06caKeys\x12G\n" +
 	"\frenew_leases\x18\x15 \x01(\v2\".palyra.peer.v1.RenewLeasesRequestH\x00R\vrenewLeases\x12A\n" +
 	"\n" +
-	"job_output\x18\x16 \x01(\v2 .palyra.peer.v1.JobOutputRequestH\x00R\tjobOutputB\x06\n" +
-	"\x04body\"\xd5\x04\n" +
+	"job_output\x18\x16 \x01(\v2 .palyra.peer.v1.JobOutputRequestH\x00R\tjobOutput\x12P\n" +
+	"\x0fbrowser_session\x18\x17 \x01(\v2%.palyra.peer.v1.BrowserSessionRequestH\x00R\x0ebrowserSessionB\x06\n" +
+	"\x04body\"\xf8\x05\n" +
 	"\bResponse\x12+\n" +
 	"\x05error\x18\x01 \x01(\v2\x15.palyra.peer.v1.ErrorR\x05error\x12K\n" +
 	"\rforward_apply\x18\x02 \x01(\v2$.palyra.peer.v1.ForwardApplyResponseH\x00R\fforwardApply\x12?\n" +
@@ -1529,7 +1675,9 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\aca_keys\x18\x14 \x01(\v2\x1e.palyra.peer.v1.CAKeysResponseH\x00R\x06caKeys\x12H\n" +
 	"\frenew_leases\x18\x15 \x01(\v2#.palyra.peer.v1.RenewLeasesResponseH\x00R\vrenewLeases\x12B\n" +
 	"\n" +
-	"job_output\x18\x16 \x01(\v2!.palyra.peer.v1.JobOutputResponseH\x00R\tjobOutputB\x06\n" +
+	"job_output\x18\x16 \x01(\v2!.palyra.peer.v1.JobOutputResponseH\x00R\tjobOutput\x12L\n" +
+	"\x0fbrowser_session\x18\x17 \x01(\v2!.palyra.v1.BrowserSessionResponseH\x00R\x0ebrowserSession\x12S\n" +
+	"\x10browser_sessions\x18\x18 \x01(\v2&.palyra.v1.ListBrowserSessionsResponseH\x00R\x0fbrowserSessionsB\x06\n" +
 	"\x04body\"B\n" +
 	"\x12RenewLeasesRequest\x12,\n" +
 	"\x04held\x18\x01 \x03(\v2\x18.palyra.peer.v1.LeaseRefR\x04held\";\n" +
@@ -1592,7 +1740,17 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\vOutputChunk\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
-	"\askipped\x18\x03 \x01(\x03R\askippedB3Z1github.com/palyra-mesh/palyra/proto/peerpb;peerpbb\x06proto3"
+	"\askipped\x18\x03 \x01(\x03R\askipped\"\xd4\x01\n" +
+	"\x15BrowserSessionRequest\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x1a\n" +
+	"\boperator\x18\x04 \x01(\bR\boperator\x12\x1f\n" +
+	"\vallow_hosts\x18\x05 \x03(\tR\n" +
+	"allowHosts\x12#\n" +
+	"\rallow_private\x18\x06 \x01(\bR\fallowPrivate\x12\x14\n" +
+	"\x05steps\x18\a \x03(\fR\x05stepsB3Z1github.com/palyra-mesh/palyra/proto/peerpb;peerpbb\x06proto3"
 
 var (
 	file_palyra_peer_v1_peer_proto_rawDescOnce sync.Once
@@ -1606,35 +1764,38 @@ func file_palyra_peer_v1_peer_proto_rawDescGZIP() []byte {
 	return file_palyra_peer_v1_peer_proto_rawDescData
 }
 
-var file_palyra_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_palyra_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_palyra_peer_v1_peer_proto_goTypes = []any{
-	(*Error)(nil),                // 0: palyra.peer.v1.Error
-	(*Request)(nil),              // 1: palyra.peer.v1.Request
-	(*Response)(nil),             // 2: palyra.peer.v1.Response
-	(*RenewLeasesRequest)(nil),   // 3: palyra.peer.v1.RenewLeasesRequest
-	(*LeaseRef)(nil),             // 4: palyra.peer.v1.LeaseRef
-	(*RenewLeasesResponse)(nil),  // 5: palyra.peer.v1.RenewLeasesResponse
-	(*ForwardApplyRequest)(nil),  // 6: palyra.peer.v1.ForwardApplyRequest
-	(*ForwardApplyResponse)(nil), // 7: palyra.peer.v1.ForwardApplyResponse
-	(*RaftJoinRequest)(nil),      // 8: palyra.peer.v1.RaftJoinRequest
-	(*RaftJoinResponse)(nil),     // 9: palyra.peer.v1.RaftJoinResponse
-	(*RaftStatsRequest)(nil),     // 10: palyra.peer.v1.RaftStatsRequest
-	(*RaftStatsResponse)(nil),    // 11: palyra.peer.v1.RaftStatsResponse
-	(*LeaveRequest)(nil),         // 12: palyra.peer.v1.LeaveRequest
-	(*LeaveResponse)(nil),        // 13: palyra.peer.v1.LeaveResponse
-	(*ReadIndexRequest)(nil),     // 14: palyra.peer.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),    // 15: palyra.peer.v1.ReadIndexResponse
-	(*CAKeysRequest)(nil),        // 16: palyra.peer.v1.CAKeysRequest
-	(*CAKeysResponse)(nil),       // 17: palyra.peer.v1.CAKeysResponse
-	(*CAKey)(nil),                // 18: palyra.peer.v1.CAKey
-	(*NodeMeta)(nil),             // 19: palyra.peer.v1.NodeMeta
-	(*JobOutputRequest)(nil),     // 20: palyra.peer.v1.JobOutputRequest
-	(*JobOutputResponse)(nil),    // 21: palyra.peer.v1.JobOutputResponse
-	(*OutputChunk)(nil),          // 22: palyra.peer.v1.OutputChunk
-	nil,                          // 23: palyra.peer.v1.NodeMeta.LabelsEntry
-	nil,                          // 24: palyra.peer.v1.NodeMeta.CapacityEntry
-	(*raftpb.Command)(nil),       // 25: palyra.raft.v1.Command
-	(*raftpb.JobRecord)(nil),     // 26: palyra.raft.v1.JobRecord
+	(*Error)(nil),                                // 0: palyra.peer.v1.Error
+	(*Request)(nil),                              // 1: palyra.peer.v1.Request
+	(*Response)(nil),                             // 2: palyra.peer.v1.Response
+	(*RenewLeasesRequest)(nil),                   // 3: palyra.peer.v1.RenewLeasesRequest
+	(*LeaseRef)(nil),                             // 4: palyra.peer.v1.LeaseRef
+	(*RenewLeasesResponse)(nil),                  // 5: palyra.peer.v1.RenewLeasesResponse
+	(*ForwardApplyRequest)(nil),                  // 6: palyra.peer.v1.ForwardApplyRequest
+	(*ForwardApplyResponse)(nil),                 // 7: palyra.peer.v1.ForwardApplyResponse
+	(*RaftJoinRequest)(nil),                      // 8: palyra.peer.v1.RaftJoinRequest
+	(*RaftJoinResponse)(nil),                     // 9: palyra.peer.v1.RaftJoinResponse
+	(*RaftStatsRequest)(nil),                     // 10: palyra.peer.v1.RaftStatsRequest
+	(*RaftStatsResponse)(nil),                    // 11: palyra.peer.v1.RaftStatsResponse
+	(*LeaveRequest)(nil),                         // 12: palyra.peer.v1.LeaveRequest
+	(*LeaveResponse)(nil),                        // 13: palyra.peer.v1.LeaveResponse
+	(*ReadIndexRequest)(nil),                     // 14: palyra.peer.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),                    // 15: palyra.peer.v1.ReadIndexResponse
+	(*CAKeysRequest)(nil),                        // 16: palyra.peer.v1.CAKeysRequest
+	(*CAKeysResponse)(nil),                       // 17: palyra.peer.v1.CAKeysResponse
+	(*CAKey)(nil),                                // 18: palyra.peer.v1.CAKey
+	(*NodeMeta)(nil),                             // 19: palyra.peer.v1.NodeMeta
+	(*JobOutputRequest)(nil),                     // 20: palyra.peer.v1.JobOutputRequest
+	(*JobOutputResponse)(nil),                    // 21: palyra.peer.v1.JobOutputResponse
+	(*OutputChunk)(nil),                          // 22: palyra.peer.v1.OutputChunk
+	(*BrowserSessionRequest)(nil),                // 23: palyra.peer.v1.BrowserSessionRequest
+	nil,                                          // 24: palyra.peer.v1.NodeMeta.LabelsEntry
+	nil,                                          // 25: palyra.peer.v1.NodeMeta.CapacityEntry
+	(*palyrav1.BrowserSessionResponse)(nil),      // 26: palyra.v1.BrowserSessionResponse
+	(*palyrav1.ListBrowserSessionsResponse)(nil), // 27: palyra.v1.ListBrowserSessionsResponse
+	(*raftpb.Command)(nil),                       // 28: palyra.raft.v1.Command
+	(*raftpb.JobRecord)(nil),                     // 29: palyra.raft.v1.JobRecord
 }
 var file_palyra_peer_v1_peer_proto_depIdxs = []int32{
 	6,  // 0: palyra.peer.v1.Request.forward_apply:type_name -> palyra.peer.v1.ForwardApplyRequest
@@ -1645,29 +1806,32 @@ var file_palyra_peer_v1_peer_proto_depIdxs = []int32{
 	16, // 5: palyra.peer.v1.Request.ca_keys:type_name -> palyra.peer.v1.CAKeysRequest
 	3,  // 6: palyra.peer.v1.Request.renew_leases:type_name -> palyra.peer.v1.RenewLeasesRequest
 	20, // 7: palyra.peer.v1.Request.job_output:type_name -> palyra.peer.v1.JobOutputRequest
-	0,  // 8: palyra.peer.v1.Response.error:type_name -> palyra.peer.v1.Error
-	7,  // 9: palyra.peer.v1.Response.forward_apply:type_name -> palyra.peer.v1.ForwardApplyResponse
-	9,  // 10: palyra.peer.v1.Response.raft_join:type_name -> palyra.peer.v1.RaftJoinResponse
-	11, // 11: palyra.peer.v1.Response.raft_stats:type_name -> palyra.peer.v1.RaftStatsResponse
-	13, // 12: palyra.peer.v1.Response.leave:type_name -> palyra.peer.v1.LeaveResponse
-	15, // 13: palyra.peer.v1.Response.read_index:type_name -> palyra.peer.v1.ReadIndexResponse
-	17, // 14: palyra.peer.v1.Response.ca_keys:type_name -> palyra.peer.v1.CAKeysResponse
-	5,  // 15: palyra.peer.v1.Response.renew_leases:type_name -> palyra.peer.v1.RenewLeasesResponse
-	21, // 16: palyra.peer.v1.Response.job_output:type_name -> palyra.peer.v1.JobOutputResponse
-	4,  // 17: palyra.peer.v1.RenewLeasesRequest.held:type_name -> palyra.peer.v1.LeaseRef
-	4,  // 18: palyra.peer.v1.RenewLeasesResponse.lost:type_name -> palyra.peer.v1.LeaseRef
-	25, // 19: palyra.peer.v1.ForwardApplyRequest.command:type_name -> palyra.raft.v1.Command
-	26, // 20: palyra.peer.v1.ForwardApplyResponse.job:type_name -> palyra.raft.v1.JobRecord
-	18, // 21: palyra.peer.v1.CAKeysResponse.keys:type_name -> palyra.peer.v1.CAKey
-	23, // 22: palyra.peer.v1.NodeMeta.labels:type_name -> palyra.peer.v1.NodeMeta.LabelsEntry
-	24, // 23: palyra.peer.v1.NodeMeta.capacity:type_name -> palyra.peer.v1.NodeMeta.CapacityEntry
-	22, // 24: palyra.peer.v1.JobOutputResponse.stdout:type_name -> palyra.peer.v1.OutputChunk
-	22, // 25: palyra.peer.v1.JobOutputResponse.stderr:type_name -> palyra.peer.v1.OutputChunk
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	23, // 8: palyra.peer.v1.Request.browser_session:type_name -> palyra.peer.v1.BrowserSessionRequest
+	0,  // 9: palyra.peer.v1.Response.error:type_name -> palyra.peer.v1.Error
+	7,  // 10: palyra.peer.v1.Response.forward_apply:type_name -> palyra.peer.v1.ForwardApplyResponse
+	9,  // 11: palyra.peer.v1.Response.raft_join:type_name -> palyra.peer.v1.RaftJoinResponse
+	11, // 12: palyra.peer.v1.Response.raft_stats:type_name -> palyra.peer.v1.RaftStatsResponse
+	13, // 13: palyra.peer.v1.Response.leave:type_name -> palyra.peer.v1.LeaveResponse
+	15, // 14: palyra.peer.v1.Response.read_index:type_name -> palyra.peer.v1.ReadIndexResponse
+	17, // 15: palyra.peer.v1.Response.ca_keys:type_name -> palyra.peer.v1.CAKeysResponse
+	5,  // 16: palyra.peer.v1.Response.renew_leases:type_name -> palyra.peer.v1.RenewLeasesResponse
+	21, // 17: palyra.peer.v1.Response.job_output:type_name -> palyra.peer.v1.JobOutputResponse
+	26, // 18: palyra.peer.v1.Response.browser_session:type_name -> palyra.v1.BrowserSessionResponse
+	27, // 19: palyra.peer.v1.Response.browser_sessions:type_name -> palyra.v1.ListBrowserSessionsResponse
+	4,  // 20: palyra.peer.v1.RenewLeasesRequest.held:type_name -> palyra.peer.v1.LeaseRef
+	4,  // 21: palyra.peer.v1.RenewLeasesResponse.lost:type_name -> palyra.peer.v1.LeaseRef
+	28, // 22: palyra.peer.v1.ForwardApplyRequest.command:type_name -> palyra.raft.v1.Command
+	29, // 23: palyra.peer.v1.ForwardApplyResponse.job:type_name -> palyra.raft.v1.JobRecord
+	18, // 24: palyra.peer.v1.CAKeysResponse.keys:type_name -> palyra.peer.v1.CAKey
+	24, // 25: palyra.peer.v1.NodeMeta.labels:type_name -> palyra.peer.v1.NodeMeta.LabelsEntry
+	25, // 26: palyra.peer.v1.NodeMeta.capacity:type_name -> palyra.peer.v1.NodeMeta.CapacityEntry
+	22, // 27: palyra.peer.v1.JobOutputResponse.stdout:type_name -> palyra.peer.v1.OutputChunk
+	22, // 28: palyra.peer.v1.JobOutputResponse.stderr:type_name -> palyra.peer.v1.OutputChunk
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_palyra_peer_v1_peer_proto_init() }
@@ -1684,6 +1848,7 @@ func file_palyra_peer_v1_peer_proto_init() {
 		(*Request_CaKeys)(nil),
 		(*Request_RenewLeases)(nil),
 		(*Request_JobOutput)(nil),
+		(*Request_BrowserSession)(nil),
 	}
 	file_palyra_peer_v1_peer_proto_msgTypes[2].OneofWrappers = []any{
 		(*Response_ForwardApply)(nil),
@@ -1694,6 +1859,8 @@ func file_palyra_peer_v1_peer_proto_init() {
 		(*Response_CaKeys)(nil),
 		(*Response_RenewLeases)(nil),
 		(*Response_JobOutput)(nil),
+		(*Response_BrowserSession)(nil),
+		(*Response_BrowserSessions)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1701,7 +1868,7 @@ func file_palyra_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_peer_v1_peer_proto_rawDesc), len(file_palyra_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

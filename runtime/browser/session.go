@@ -39,6 +39,7 @@ var ErrSessionsFull = errors.New("this worker has its maximum of browser session
 
 // SessionSpec is what a session may reach.
 type SessionSpec struct {
+	ID           string // optional: the id to give it (the node's routable form); default "bs-" and 16 hex digits
 	Owner        string // the principal that opened it
 	AllowHosts   []string
 	AllowPrivate bool
@@ -99,7 +100,18 @@ func (e *Executor) OpenSession(ctx context.Context, spec SessionSpec) (SessionIn
 		e.sessMu.Unlock()
 		return SessionInfo{}, fmt.Errorf("%w (%d); close one ('palyra browser close ID') or use another worker", ErrSessionsFull, e.cfg.MaxSessions)
 	}
-	id := sessionID()
+	id := spec.ID
+	if id == "" {
+		id = sessionID()
+	}
+	if len(id) > 64 || !sessionIDRE.MatchString(id) {
+		e.sessMu.Unlock()
+		return SessionInfo{}, fmt.Errorf("session id %q: want up to 64 of a-z, 0-9 and '-'", id)
+	}
+	if _, taken := e.sessions[id]; taken {
+		e.sessMu.Unlock()
+		return SessionInfo{}, fmt.Errorf("session id %s is taken", id)
+	}
 	e.sessions[id] = nil // reserved while it opens
 	e.sessMu.Unlock()
 	release := func() {
@@ -166,7 +178,10 @@ func (e *Executor) Session(id string) (SessionInfo, error) {
 	return s.info, nil
 }
 
-var refRE = regexp.MustCompile(`^e[0-9]{1,6}$`)
+var (
+	refRE       = regexp.MustCompile(`^e[0-9]{1,6}$`)
+	sessionIDRE = regexp.MustCompile(`^[a-z0-9-]+$`)
+)
 
 // refSelector is the selector of an element observe labelled.
 func refSelector(ref string) string { return fmt.Sprintf(`[data-palyra-ref=%q]`, ref) }

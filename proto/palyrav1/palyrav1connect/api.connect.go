@@ -30,6 +30,8 @@ const (
 	NodeServiceName = "palyra.v1.NodeService"
 	// SecretServiceName is the fully-qualified name of the SecretService service.
 	SecretServiceName = "palyra.v1.SecretService"
+	// BrowserServiceName is the fully-qualified name of the BrowserService service.
+	BrowserServiceName = "palyra.v1.BrowserService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -79,6 +81,20 @@ const (
 	// SecretServiceDeleteSecretProcedure is the fully-qualified name of the SecretService's
 	// DeleteSecret RPC.
 	SecretServiceDeleteSecretProcedure = "/palyra.v1.SecretService/DeleteSecret"
+	// BrowserServiceOpenSessionProcedure is the fully-qualified name of the BrowserService's
+	// OpenSession RPC.
+	BrowserServiceOpenSessionProcedure = "/palyra.v1.BrowserService/OpenSession"
+	// BrowserServiceDoProcedure is the fully-qualified name of the BrowserService's Do RPC.
+	BrowserServiceDoProcedure = "/palyra.v1.BrowserService/Do"
+	// BrowserServiceScreenshotProcedure is the fully-qualified name of the BrowserService's Screenshot
+	// RPC.
+	BrowserServiceScreenshotProcedure = "/palyra.v1.BrowserService/Screenshot"
+	// BrowserServiceCloseSessionProcedure is the fully-qualified name of the BrowserService's
+	// CloseSession RPC.
+	BrowserServiceCloseSessionProcedure = "/palyra.v1.BrowserService/CloseSession"
+	// BrowserServiceListSessionsProcedure is the fully-qualified name of the BrowserService's
+	// ListSessions RPC.
+	BrowserServiceListSessionsProcedure = "/palyra.v1.BrowserService/ListSessions"
 )
 
 // JobServiceClient is a client for the palyra.v1.JobService service.
@@ -707,4 +723,178 @@ func (UnimplementedSecretServiceHandler) ListSecrets(context.Context, *connect.R
 
 func (UnimplementedSecretServiceHandler) DeleteSecret(context.Context, *connect.Request[palyrav1.DeleteSecretRequest]) (*connect.Response[palyrav1.DeleteSecretResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SecretService.DeleteSecret is not implemented"))
+}
+
+// BrowserServiceClient is a client for the palyra.v1.BrowserService service.
+type BrowserServiceClient interface {
+	OpenSession(context.Context, *connect.Request[palyrav1.OpenBrowserSessionRequest]) (*connect.Response[palyrav1.BrowserSessionResponse], error)
+	Do(context.Context, *connect.Request[palyrav1.BrowserDoRequest]) (*connect.Response[palyrav1.BrowserSessionResponse], error)
+	Screenshot(context.Context, *connect.Request[palyrav1.BrowserSessionRef]) (*connect.Response[palyrav1.BrowserScreenshotResponse], error)
+	CloseSession(context.Context, *connect.Request[palyrav1.BrowserSessionRef]) (*connect.Response[palyrav1.BrowserSessionResponse], error)
+	ListSessions(context.Context, *connect.Request[palyrav1.ListBrowserSessionsRequest]) (*connect.Response[palyrav1.ListBrowserSessionsResponse], error)
+}
+
+// NewBrowserServiceClient constructs a client for the palyra.v1.BrowserService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewBrowserServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) BrowserServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	browserServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("BrowserService").Methods()
+	return &browserServiceClient{
+		openSession: connect.NewClient[palyrav1.OpenBrowserSessionRequest, palyrav1.BrowserSessionResponse](
+			httpClient,
+			baseURL+BrowserServiceOpenSessionProcedure,
+			connect.WithSchema(browserServiceMethods.ByName("OpenSession")),
+			connect.WithClientOptions(opts...),
+		),
+		do: connect.NewClient[palyrav1.BrowserDoRequest, palyrav1.BrowserSessionResponse](
+			httpClient,
+			baseURL+BrowserServiceDoProcedure,
+			connect.WithSchema(browserServiceMethods.ByName("Do")),
+			connect.WithClientOptions(opts...),
+		),
+		screenshot: connect.NewClient[palyrav1.BrowserSessionRef, palyrav1.BrowserScreenshotResponse](
+			httpClient,
+			baseURL+BrowserServiceScreenshotProcedure,
+			connect.WithSchema(browserServiceMethods.ByName("Screenshot")),
+			connect.WithClientOptions(opts...),
+		),
+		closeSession: connect.NewClient[palyrav1.BrowserSessionRef, palyrav1.BrowserSessionResponse](
+			httpClient,
+			baseURL+BrowserServiceCloseSessionProcedure,
+			connect.WithSchema(browserServiceMethods.ByName("CloseSession")),
+			connect.WithClientOptions(opts...),
+		),
+		listSessions: connect.NewClient[palyrav1.ListBrowserSessionsRequest, palyrav1.ListBrowserSessionsResponse](
+			httpClient,
+			baseURL+BrowserServiceListSessionsProcedure,
+			connect.WithSchema(browserServiceMethods.ByName("ListSessions")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// browserServiceClient implements BrowserServiceClient.
+type browserServiceClient struct {
+	openSession  *connect.Client[palyrav1.OpenBrowserSessionRequest, palyrav1.BrowserSessionResponse]
+	do           *connect.Client[palyrav1.BrowserDoRequest, palyrav1.BrowserSessionResponse]
+	screenshot   *connect.Client[palyrav1.BrowserSessionRef, palyrav1.BrowserScreenshotResponse]
+	closeSession *connect.Client[palyrav1.BrowserSessionRef, palyrav1.BrowserSessionResponse]
+	listSessions *connect.Client[palyrav1.ListBrowserSessionsRequest, palyrav1.ListBrowserSessionsResponse]
+}
+
+// OpenSession calls palyra.v1.BrowserService.OpenSession.
+func (c *browserServiceClient) OpenSession(ctx context.Context, req *connect.Request[palyrav1.OpenBrowserSessionRequest]) (*connect.Response[palyrav1.BrowserSessionResponse], error) {
+	return c.openSession.CallUnary(ctx, req)
+}
+
+// Do calls palyra.v1.BrowserService.Do.
+func (c *browserServiceClient) Do(ctx context.Context, req *connect.Request[palyrav1.BrowserDoRequest]) (*connect.Response[palyrav1.BrowserSessionResponse], error) {
+	return c.do.CallUnary(ctx, req)
+}
+
+// Screenshot calls palyra.v1.BrowserService.Screenshot.
+func (c *browserServiceClient) Screenshot(ctx context.Context, req *connect.Request[palyrav1.BrowserSessionRef]) (*connect.Response[palyrav1.BrowserScreenshotResponse], error) {
+	return c.screenshot.CallUnary(ctx, req)
+}
+
+// CloseSession calls palyra.v1.BrowserService.CloseSession.
+func (c *browserServiceClient) CloseSession(ctx context.Context, req *connect.Request[palyrav1.BrowserSessionRef]) (*connect.Response[palyrav1.BrowserSessionResponse], error) {
+	return c.closeSession.CallUnary(ctx, req)
+}
+
+// ListSessions calls palyra.v1.BrowserService.ListSessions.
+func (c *browserServiceClient) ListSessions(ctx context.Context, req *connect.Request[palyrav1.ListBrowserSessionsRequest]) (*connect.Response[palyrav1.ListBrowserSessionsResponse], error) {
+	return c.listSessions.CallUnary(ctx, req)
+}
+
+// BrowserServiceHandler is an implementation of the palyra.v1.BrowserService service.
+type BrowserServiceHandler interface {
+	OpenSession(context.Context, *connect.Request[palyrav1.OpenBrowserSessionRequest]) (*connect.Response[palyrav1.BrowserSessionResponse], error)
+	Do(context.Context, *connect.Request[palyrav1.BrowserDoRequest]) (*connect.Response[palyrav1.BrowserSessionResponse], error)
+	Screenshot(context.Context, *connect.Request[palyrav1.BrowserSessionRef]) (*connect.Response[palyrav1.BrowserScreenshotResponse], error)
+	CloseSession(context.Context, *connect.Request[palyrav1.BrowserSessionRef]) (*connect.Response[palyrav1.BrowserSessionResponse], error)
+	ListSessions(context.Context, *connect.Request[palyrav1.ListBrowserSessionsRequest]) (*connect.Response[palyrav1.ListBrowserSessionsResponse], error)
+}
+
+// NewBrowserServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewBrowserServiceHandler(svc BrowserServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	browserServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("BrowserService").Methods()
+	browserServiceOpenSessionHandler := connect.NewUnaryHandler(
+		BrowserServiceOpenSessionProcedure,
+		svc.OpenSession,
+		connect.WithSchema(browserServiceMethods.ByName("OpenSession")),
+		connect.WithHandlerOptions(opts...),
+	)
+	browserServiceDoHandler := connect.NewUnaryHandler(
+		BrowserServiceDoProcedure,
+		svc.Do,
+		connect.WithSchema(browserServiceMethods.ByName("Do")),
+		connect.WithHandlerOptions(opts...),
+	)
+	browserServiceScreenshotHandler := connect.NewUnaryHandler(
+		BrowserServiceScreenshotProcedure,
+		svc.Screenshot,
+		connect.WithSchema(browserServiceMethods.ByName("Screenshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	browserServiceCloseSessionHandler := connect.NewUnaryHandler(
+		BrowserServiceCloseSessionProcedure,
+		svc.CloseSession,
+		connect.WithSchema(browserServiceMethods.ByName("CloseSession")),
+		connect.WithHandlerOptions(opts...),
+	)
+	browserServiceListSessionsHandler := connect.NewUnaryHandler(
+		BrowserServiceListSessionsProcedure,
+		svc.ListSessions,
+		connect.WithSchema(browserServiceMethods.ByName("ListSessions")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/palyra.v1.BrowserService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case BrowserServiceOpenSessionProcedure:
+			browserServiceOpenSessionHandler.ServeHTTP(w, r)
+		case BrowserServiceDoProcedure:
+			browserServiceDoHandler.ServeHTTP(w, r)
+		case BrowserServiceScreenshotProcedure:
+			browserServiceScreenshotHandler.ServeHTTP(w, r)
+		case BrowserServiceCloseSessionProcedure:
+			browserServiceCloseSessionHandler.ServeHTTP(w, r)
+		case BrowserServiceListSessionsProcedure:
+			browserServiceListSessionsHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedBrowserServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedBrowserServiceHandler struct{}
+
+func (UnimplementedBrowserServiceHandler) OpenSession(context.Context, *connect.Request[palyrav1.OpenBrowserSessionRequest]) (*connect.Response[palyrav1.BrowserSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.BrowserService.OpenSession is not implemented"))
+}
+
+func (UnimplementedBrowserServiceHandler) Do(context.Context, *connect.Request[palyrav1.BrowserDoRequest]) (*connect.Response[palyrav1.BrowserSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.BrowserService.Do is not implemented"))
+}
+
+func (UnimplementedBrowserServiceHandler) Screenshot(context.Context, *connect.Request[palyrav1.BrowserSessionRef]) (*connect.Response[palyrav1.BrowserScreenshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.BrowserService.Screenshot is not implemented"))
+}
+
+func (UnimplementedBrowserServiceHandler) CloseSession(context.Context, *connect.Request[palyrav1.BrowserSessionRef]) (*connect.Response[palyrav1.BrowserSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.BrowserService.CloseSession is not implemented"))
+}
+
+func (UnimplementedBrowserServiceHandler) ListSessions(context.Context, *connect.Request[palyrav1.ListBrowserSessionsRequest]) (*connect.Response[palyrav1.ListBrowserSessionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.BrowserService.ListSessions is not implemented"))
 }

@@ -1,0 +1,327 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+func browserCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "browser",
+		Usage: "interactive browser sessions on the workers: open one, drive it step by step, look, close it",
+		Description: `A session is a browser context of its own (cookies, storage, cache) on one
+   worker with Chromium, driven one call at a time from any node: the way an
+   agent uses a browser. 'observe' returns a compact list of the page's
+   elements, each with a ref (e0, e1, …) that later steps can target instead
+   of a CSS selector. Sessions close after 10 minutes idle or 30 minutes in
+   all, allow 256 actions, and live only in their worker's memory: when it
+   dies, calls to them fail.
+
+   Example:
+     ID=$(palyra browser open --allow-host shop.example)
+     palyra browser do $ID 'navigate https://shop.example/login' observe
+     palyra browser do $ID 'type e3 ada' 'type e4 hunter2' 'click e5' 'wait_for #welcome' observe
+     palyra browser screenshot $ID -o now.png
+     palyra browser close $ID`,
+		Subcommands: []*ucli.Command{
+			{
+				Name: "open", Usage: "open a session on a worker with a free browser slot; prints its id",
+				Flags: []ucli.Flag{
+					&ucli.StringSliceFlag{Name: "allow-host", Usage: "`HOST` the session may reach, subdomains included (repeatable)"},
+					&ucli.BoolFlag{Name: "allow-private", Usage: "also allow private, loopback and link-local addresses"},
+					&ucli.StringFlag{Name: "node", Usage: "open it on this worker `ID` (default: any with a browser)"},
+					jsonFlag,
+				},
+				Action: browserOpen,
+			},
+			{
+				Name: "do", Usage: "run steps in a session, in order, and print what they return", ArgsUsage: "ID STEP…",
+				Description: `Each STEP is one argument (quote it):
+     observe                    the page's elements, each with a ref
+     navigate URL               load a page (15s)
+     click TARGET               TARGET: a ref from observe (e12) or a CSS selector
+     type TARGET TEXT…          type text (at most 4 KiB) into the element
+     press KEY                  Enter, Tab, Escape, a character…
+     wait_for TARGET            until the element is visible
+     wait_text TEXT…            until the page's text contains TEXT
+     extract TARGET [NAME]      the element's text, printed as NAME (default text)
+     evaluate EXPRESSION…       a JavaScript expression's value, printed as value
+     screenshot [NAME.png]      a PNG, written to --output-dir
+     {"action": …}              any step as JSON (runtime/browser/SCRIPT.md)
+   Steps other than navigate get 5s each.`,
+				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "output-dir", Usage: "write screenshots and PDFs the steps make to `DIR`", Value: "."}, jsonFlag},
+				Action: browserDo,
+			},
+			{
+				Name: "screenshot", Usage: "save a screenshot of the session's page", ArgsUsage: "ID",
+				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write it to `FILE` (default screenshot.png)"}},
+				Action: browserScreenshot,
+			},
+			{
+				Name: "close", Usage: "close a session and dispose of its browser context", ArgsUsage: "ID",
+				Action: func(c *ucli.Context) error {
+					id, err := oneArg(c, "session id")
+					if err != nil {
+						return err
+					}
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					if _, err := cl.Browser.CloseSession(c.Context, connect.NewRequest(&palyrav1.BrowserSessionRef{Id: id})); err != nil {
+						return fail(c, cl.Explain(err))
+					}
+					fmt.Fprintf(c.App.Writer, "%s closed\n", id)
+					return nil
+				},
+			},
+			{
+				Name: "list", Usage: "list your open sessions (an operator's: everyone's)", Flags: []ucli.Flag{jsonFlag},
+				Action: browserList,
+			},
+		},
+	}
+}
+
+func browserOpen(c *ucli.Context) error {
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := cl.Browser.OpenSession(c.Context, connect.NewRequest(&palyrav1.OpenBrowserSessionRequest{
+		AllowHosts: c.StringSlice("allow-host"), AllowPrivate: c.Bool("allow-private"), NodeId: c.String("node")}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	s := resp.Msg.Session
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, sessionJSON(s))
+	}
+	fmt.Fprintln(c.App.Writer, s.Id)
+	if isTerminal(c.App.ErrWriter) {
+		fmt.Fprintf(c.App.ErrWriter, "session on %s; drive it with 'palyra browser do %s observe'\n", s.NodeId, s.Id)
+	}
+	return nil
+}
+
+var stepRef = regexp.MustCompile(`^e[0-9]{1,6}$`)
+
+// target is a step's element: a ref from observe or a CSS selector.
+func target(m map[string]any, t string) {
+	if stepRef.MatchString(t) {
+		m["ref"] = t
+	} else {
+		m["selector"] = t
+	}
+}
+
+// parseStep turns one STEP argument into a step object.
+func parseStep(arg string) (map[string]any, error) {
+	arg = strings.TrimSpace(arg)
+	if strings.HasPrefix(arg, "{") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(arg), &m); err != nil {
+			return nil, fmt.Errorf("step %q is not a JSON object: %v", arg, err)
+		}
+		return m, nil
+	}
+	f := strings.Fields(arg)
+	if len(f) == 0 {
+		return nil, fmt.Errorf("empty step")
+	}
+	rest := func(i int) string { return strings.Join(f[i:], " ") }
+	need := func(n int, usage string) error {
+		if len(f) < n {
+			return fmt.Errorf("step %q: usage: %s", arg, usage)
+		}
+		return nil
+	}
+	m := map[string]any{"action": f[0]}
+	switch f[0] {
+	case "observe":
+		if len(f) > 1 {
+			return nil, fmt.Errorf("step %q: observe takes nothing", arg)
+		}
+	case "navigate":
+		if err := need(2, "navigate URL"); err != nil {
+			return nil, err
+		}
+		m["url"] = f[1]
+	case "click", "wait_for":
+		if err := need(2, f[0]+" TARGET"); err != nil {
+			return nil, err
+		}
+		target(m, rest(1))
+	case "type":
+		if err := need(3, "type TARGET TEXT"); err != nil {
+			return nil, err
+		}
+		target(m, f[1])
+		m["text"] = rest(2)
+	case "press":
+		if err := need(2, "press KEY"); err != nil {
+			return nil, err
+		}
+		m["key"] = f[1]
+	case "wait_text":
+		if err := need(2, "wait_text TEXT"); err != nil {
+			return nil, err
+		}
+		m["action"], m["text"] = "wait_for", rest(1)
+	case "extract":
+		if err := need(2, "extract TARGET [NAME]"); err != nil {
+			return nil, err
+		}
+		target(m, f[1])
+		m["name"] = "text"
+		if len(f) > 2 {
+			m["name"] = f[2]
+		}
+	case "evaluate":
+		if err := need(2, "evaluate EXPRESSION"); err != nil {
+			return nil, err
+		}
+		m["expression"], m["name"] = rest(1), "value"
+	case "screenshot", "pdf":
+		if len(f) > 1 {
+			m["name"] = f[1]
+		}
+	default:
+		return nil, fmt.Errorf("unknown step %q; steps: observe, navigate, click, type, press, wait_for, wait_text, extract, evaluate, screenshot, pdf (see 'palyra browser do --help')", f[0])
+	}
+	return m, nil
+}
+
+func browserDo(c *ucli.Context) error {
+	if c.NArg() < 2 {
+		return usageErr("browser do takes a session id and at least one step, e.g. palyra browser do ID observe")
+	}
+	id := c.Args().First()
+	var steps [][]byte
+	for _, a := range c.Args().Slice()[1:] {
+		m, err := parseStep(a)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		b, _ := json.Marshal(m)
+		steps = append(steps, b)
+	}
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := cl.Browser.Do(c.Context, connect.NewRequest(&palyrav1.BrowserDoRequest{Id: id, Steps: steps}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	r := resp.Msg
+	var written []string
+	for _, f := range r.Files {
+		path := filepath.Join(c.String("output-dir"), filepath.Base(f.Name))
+		if err := os.WriteFile(path, f.Data, 0o644); err != nil {
+			return fail(c, &client.Error{Code: "io", Message: err.Error()})
+		}
+		written = append(written, path)
+	}
+	if c.Bool("json") {
+		out := map[string]any{"session": sessionJSON(r.Session), "observations": r.Observations, "files": written}
+		if len(r.Values) > 0 {
+			out["values"] = json.RawMessage(r.Values)
+		}
+		return writeJSON(c.App.Writer, out)
+	}
+	for _, o := range r.Observations {
+		fmt.Fprintln(c.App.Writer, o)
+	}
+	if len(r.Values) > 0 && !bytes.Equal(r.Values, []byte("{}")) {
+		var buf bytes.Buffer
+		json.Indent(&buf, r.Values, "", "  ")
+		fmt.Fprintln(c.App.Writer, buf.String())
+	}
+	for _, p := range written {
+		fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", p)
+	}
+	return nil
+}
+
+func browserScreenshot(c *ucli.Context) error {
+	id, err := oneArg(c, "session id")
+	if err != nil {
+		return err
+	}
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := cl.Browser.Screenshot(c.Context, connect.NewRequest(&palyrav1.BrowserSessionRef{Id: id}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	out := c.String("output")
+	if out == "" {
+		out = "screenshot.png"
+		if resp.Msg.MediaType == "image/jpeg" {
+			out = "screenshot.jpg"
+		}
+	}
+	if err := os.WriteFile(out, resp.Msg.Data, 0o644); err != nil {
+		return fail(c, &client.Error{Code: "io", Message: err.Error()})
+	}
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%s, %d bytes)\n", out, resp.Msg.MediaType, len(resp.Msg.Data))
+	return nil
+}
+
+func sessionJSON(s *palyrav1.BrowserSession) map[string]any {
+	if s == nil {
+		return nil
+	}
+	return map[string]any{"id": s.Id, "node_id": s.NodeId, "owner": s.Owner, "allow_hosts": s.AllowHosts, "allow_private": s.AllowPrivate,
+		"created_at": msTime(s.CreatedAtMs), "last_used_at": msTime(s.LastUsedAtMs), "actions": s.Actions, "url": s.Url}
+}
+
+func browserList(c *ucli.Context) error {
+	cl, err := dial(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := cl.Browser.ListSessions(c.Context, connect.NewRequest(&palyrav1.ListBrowserSessionsRequest{}))
+	if err != nil {
+		return fail(c, cl.Explain(err))
+	}
+	if c.Bool("json") {
+		list := []map[string]any{}
+		for _, s := range resp.Msg.Sessions {
+			list = append(list, sessionJSON(s))
+		}
+		return writeJSON(c.App.Writer, map[string]any{"sessions": list, "unreachable": resp.Msg.Unreachable})
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tNODE\tOWNER\tACTIONS\tIDLE\tURL")
+	for _, s := range resp.Msg.Sessions {
+		idle := time.Since(time.UnixMilli(s.LastUsedAtMs)).Round(time.Second)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.Id, s.NodeId, s.Owner, s.Actions, idle, s.Url)
+	}
+	tw.Flush()
+	for _, n := range resp.Msg.Unreachable {
+		fmt.Fprintf(c.App.ErrWriter, "worker %s did not answer; its sessions are not listed\n", n)
+	}
+	return nil
+}
