@@ -13,7 +13,7 @@ import (
 )
 
 // benchPage is a small page with some text and colour.
-func benchPage(b *testing.B) string {
+func benchPage(b testing.TB) string {
 	return newCountingServer(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		html(w, `<h1 style="background:#fc0">Benchmark</h1><p>`+fmt.Sprint(time.Now().UnixNano())+`</p>`)
 	})).URL + "/"

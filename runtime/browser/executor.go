@@ -110,15 +110,16 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 
 	select {
 	case e.slots <- struct{}{}:
-		defer func() { <-e.slots }()
 	case <-ctx.Done():
 		return failed(runtime.ReasonCanceled, "canceled while waiting for a browser slot: "+context.Cause(ctx).Error())
 	case <-e.life.Done():
 		return failed(runtime.ReasonCanceled, errExecutorClosed.Error())
 	}
 
+	release := sync.OnceFunc(func() { <-e.slots })
 	p, err := e.browser(ctx)
 	if err != nil {
+		release()
 		if ctx.Err() != nil {
 			return failed(runtime.ReasonCanceled, err.Error())
 		}
@@ -139,7 +140,7 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 	j := &job{
 		e: e, p: p, script: script, pol: pol, timeout: timeout,
 		rec: newRecorder(maxOutput, e.cfg.MaxArtifactBytes, e.cfg.MaxArtifactsTotal),
-		log: e.log.With("browser_gen", p.gen),
+		log: e.log.With("browser_gen", p.gen), release: release,
 	}
 	res = j.run(ctx)
 	if !p.usable() { // died or hung; a crashed renderer alone keeps the browser

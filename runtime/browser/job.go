@@ -50,6 +50,7 @@ type job struct {
 	crashed   bool
 
 	cleanups []func() // run by cleanup, last first; only the Run goroutine touches it
+	release  func()   // frees the job's slot, after its cleanup
 }
 
 // run executes the script and builds the Result.
@@ -67,18 +68,18 @@ func (j *job) run(ctx context.Context) runtime.Result {
 	res.Stdout = j.rec.stdout()
 	res.Stderr = j.rec.stderr()
 	res.Artifacts = j.rec.takeArtifacts()
-	if ctx.Err() == nil && j.e.life.Err() == nil {
+	// Return now and dispose of the browser context in the background
+	// (it waits on the browser, bounded by cleanupTimeout per call): the
+	// result does not wait for it, but the job's slot does (release), so
+	// cleanups never pile up past the slots. Close waits for them.
+	j.e.runs.Add(1)
+	go func() {
+		defer j.e.runs.Done()
 		j.cleanup()
-	} else {
-		// The caller is gone: return now, and let the cleanup (which waits
-		// on the browser, bounded by cleanupTimeout per call) finish in the
-		// background. Close waits for it.
-		j.e.runs.Add(1)
-		go func() {
-			defer j.e.runs.Done()
-			j.cleanup()
-		}()
-	}
+		if j.release != nil {
+			j.release()
+		}
+	}()
 	return res
 }
 
