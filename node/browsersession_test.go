@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -162,4 +163,59 @@ func TestBrowserSessionAcrossNodes(t *testing.T) {
 	if _, err := via[0].Browser.Do(ctx, connect.NewRequest(&palyrav1.BrowserDoRequest{Id: b.Id, Steps: [][]byte{[]byte(`{"action":"observe"}`)}})); err == nil || op.Explain(err).Code != "not_found" {
 		t.Fatalf("an expired session: %v", err)
 	}
+}
+
+// BenchmarkBrowserSessionStep is one step per call (extract a heading) in
+// a session on another node's worker: API, relay and the step itself.
+func BenchmarkBrowserSessionStep(b *testing.B) {
+	if _, ok := browser.Detect(); !ok {
+		b.Skip("no Chromium")
+	}
+	first := start(b, node.Config{})
+	op := operator(b, first, first.Addr())
+	worker := joinWith(b, op, first.Addr(), node.Config{BrowserSlots: 1})
+	ctx := context.Background()
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `<!doctype html><title>b</title><h1>Bench</h1><button>Go</button>`)
+	}))
+	defer site.Close()
+	var sess *palyrav1.BrowserSession
+	deadline := time.Now().Add(time.Minute)
+	for sess == nil {
+		r, err := op.Browser.OpenSession(ctx, connect.NewRequest(&palyrav1.OpenBrowserSessionRequest{AllowHosts: []string{"127.0.0.1"}, AllowPrivate: true, NodeId: worker.ID()}))
+		if err == nil {
+			sess = r.Msg.Session
+		} else if time.Now().After(deadline) {
+			b.Fatal(op.Explain(err))
+		} else {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	step := func(s string) {
+		if _, err := op.Browser.Do(ctx, connect.NewRequest(&palyrav1.BrowserDoRequest{Id: sess.Id, Steps: [][]byte{[]byte(s)}})); err != nil {
+			b.Fatal(op.Explain(err))
+		}
+	}
+	step(fmt.Sprintf(`{"action":"navigate","url":%q}`, site.URL+"/"))
+	var lat []time.Duration
+	calls := 0
+	for b.Loop() {
+		if calls%200 == 199 { // a session allows 256 actions
+			op.Browser.CloseSession(ctx, connect.NewRequest(&palyrav1.BrowserSessionRef{Id: sess.Id}))
+			r, err := op.Browser.OpenSession(ctx, connect.NewRequest(&palyrav1.OpenBrowserSessionRequest{AllowHosts: []string{"127.0.0.1"}, AllowPrivate: true, NodeId: worker.ID()}))
+			if err != nil {
+				b.Fatal(op.Explain(err))
+			}
+			sess = r.Msg.Session
+			step(fmt.Sprintf(`{"action":"navigate","url":%q}`, site.URL+"/"))
+		}
+		calls++
+		t0 := time.Now()
+		step(`{"action":"extract","selector":"h1","name":"h"}`)
+		lat = append(lat, time.Since(t0))
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(pct(0.5), "step-p50-ms")
+	b.ReportMetric(pct(0.99), "step-p99-ms")
 }

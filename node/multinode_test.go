@@ -21,7 +21,7 @@ import (
 )
 
 // operator returns an API client for n using the first node's operator.
-func operator(t *testing.T, first *node.Node, addr string) *client.Client {
+func operator(t testing.TB, first *node.Node, addr string) *client.Client {
 	t.Helper()
 	cred, err := identity.LoadCredential(first.Layout().OperatorDir())
 	if err != nil {

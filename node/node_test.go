@@ -22,7 +22,7 @@ import (
 // atomically, so concurrent test processes may share it.
 var sharedWasmCache = filepath.Join(os.TempDir(), "palyra-node-test-compile-cache")
 
-func start(t *testing.T, cfg node.Config) *node.Node {
+func start(t testing.TB, cfg node.Config) *node.Node {
 	t.Helper()
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"

@@ -19,7 +19,7 @@ import (
 )
 
 // joinWith pairs a new node through peer and starts it with cfg.
-func joinWith(t *testing.T, op *client.Client, peer string, cfg node.Config) *node.Node {
+func joinWith(t testing.TB, op *client.Client, peer string, cfg node.Config) *node.Node {
 	t.Helper()
 	ctx := context.Background()
 	resp, err := op.Identity.CreatePairing(ctx, connect.NewRequest(&palyrav1.CreatePairingRequest{Kind: "node"}))

@@ -32,3 +32,6 @@ gobench ./runtime/wasm 'MeteredRatio|TrivialJob$|TrivialJobUnmetered|GrantedJob'
 
 section "browser jobs: warm pool vs cold chromium-headless-shell --screenshot (same run)"
 gobench ./runtime/browser 'WarmVsCold' 20x
+
+section "browser sessions: one step per call through another node (API, relay, step)"
+gobench ./node 'BrowserSessionStep' 300x
