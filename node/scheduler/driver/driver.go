@@ -60,7 +60,10 @@ type Config struct {
 	// Prefetch is, per executor kind, how many placements per slot a
 	// worker may hold beyond those it runs: they wait on the worker for a
 	// slot (phase running, not started; the timeout counts from the
-	// start). It keeps workers fed between rounds when jobs are short.
+	// start). It keeps workers fed between rounds when jobs are short, so
+	// it applies in full only while the kind's jobs are (placement to
+	// result under shortJob on average); otherwise one per slot at most,
+	// so long jobs do not pile up on one worker while another idles.
 	// ArrayPrefetch is the same for array tasks (usually deeper: tasks
 	// are many and alike). Missing kinds get none.
 	Prefetch      map[string]int
@@ -117,6 +120,7 @@ type Driver struct {
 	silent         map[string]bool  // nodes whose leases lapsed, until they renew
 	lastLeaseCheck time.Time
 	mu             sync.Mutex
+	runMS          map[string]float64           // kind → moving average of placement→result, ms
 	inflight       map[string]inflightPlacement // job id → placement
 	rounds         int                          // rounds committing now
 	roundDone      chan struct{}                // a round finished committing

@@ -91,3 +91,32 @@ func TestLeasesLapseUnlessRenewed(t *testing.T) {
 		t.Fatalf("stale and foreign renewals: lost %v; want both", lost)
 	}
 }
+
+// Prefetch applies in full only while a kind's jobs are short: before any
+// result, and once they take long, a worker holds at most one waiting job
+// per slot.
+func TestPrefetchFollowsJobLength(t *testing.T) {
+	d := New(Config{Prefetch: map[string]int{"wasm": 4}})
+	if got := d.prefetch()["wasm"]; got != 1 {
+		t.Fatalf("before any result: prefetch %d, want 1", got)
+	}
+	d.mu.Lock()
+	for range 50 {
+		d.observeRun("wasm", 20)
+	}
+	d.mu.Unlock()
+	if got := d.prefetch()["wasm"]; got != 4 {
+		t.Fatalf("short jobs: prefetch %d, want 4", got)
+	}
+	d.mu.Lock()
+	for range 200 {
+		d.observeRun("wasm", 2000)
+	}
+	d.mu.Unlock()
+	if got := d.prefetch()["wasm"]; got != 1 {
+		t.Fatalf("long jobs: prefetch %d, want 1", got)
+	}
+	if got := New(Config{Prefetch: map[string]int{"wasm": 0}}).prefetch()["wasm"]; got != 0 {
+		t.Fatalf("prefetch off: %d", got)
+	}
+}

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"strings"
+	"time"
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/node/scheduler"
@@ -65,6 +66,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 			}
 		}
 	}
+	prefetch := d.prefetch()
 	var nodes []scheduler.Node
 	free := 0
 	for _, w := range workers {
@@ -78,7 +80,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 		slots := make(map[string]int, 2*len(w.Slots))
 		busy := make(map[string]int, 2*len(w.Slots))
 		for kind, n := range w.Slots {
-			slots[kind], busy[kind] = n*(1+d.cfg.Prefetch[kind]), running[w.ID][kind]
+			slots[kind], busy[kind] = n*(1+prefetch[kind]), running[w.ID][kind]
 			if p := d.cfg.ArrayPrefetch[kind]; p > 0 {
 				pk := kind + consensus.PrefetchSuffix
 				slots[pk], busy[pk] = n*(1+p), running[w.ID][kind]
@@ -263,6 +265,11 @@ func (d *Driver) Piggyback(cmd *raftpb.Command) (round *raftpb.SchedulerRound, d
 				freed[j.NodeID] = map[string]int{}
 			}
 			freed[j.NodeID][j.Kind]++
+			if j.ArrayID == "" {
+				d.mu.Lock()
+				d.observeRun(j.Kind, r.AtMs-j.StartedAtMS)
+				d.mu.Unlock()
+			}
 		}
 		if len(freed) == 0 {
 			return nil, nil
@@ -291,6 +298,44 @@ func (d *Driver) Piggyback(cmd *raftpb.Command) (round *raftpb.SchedulerRound, d
 		default:
 		}
 	}
+}
+
+// shortJob is the average placement-to-result time under which a kind's
+// jobs count as short, and get the configured prefetch in full.
+const shortJob = 250 * time.Millisecond
+
+// observeRun folds one result's placement-to-result time into its kind's
+// moving average. d.mu is held.
+func (d *Driver) observeRun(kind string, ms int64) {
+	if ms < 0 {
+		return
+	}
+	if d.runMS == nil {
+		d.runMS = map[string]float64{}
+	}
+	old, ok := d.runMS[kind]
+	if !ok {
+		d.runMS[kind] = float64(ms)
+		return
+	}
+	d.runMS[kind] = old + (float64(ms)-old)/32
+}
+
+// prefetch is, per kind, the placements per slot a worker may hold beyond
+// those it runs now: the configured depth while the kind's jobs are short,
+// at most one otherwise (and before any has finished).
+func (d *Driver) prefetch() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]int, len(d.cfg.Prefetch))
+	for kind, n := range d.cfg.Prefetch {
+		if avg, ok := d.runMS[kind]; ok && avg < float64(shortJob.Milliseconds()) {
+			out[kind] = n
+		} else {
+			out[kind] = min(n, 1)
+		}
+	}
+	return out
 }
 
 // trimSlots keeps in round only the capacity of nodes it places jobs on:
