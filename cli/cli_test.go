@@ -416,3 +416,28 @@ func TestBrowserSchemaFlag(t *testing.T) {
 		t.Fatalf("navigate hosts: %v", got)
 	}
 }
+
+// 'palyra metrics' prints the node's Prometheus text through the API;
+// --match and --json narrow and parse it.
+func TestMetricsCommand(t *testing.T) {
+	c := startNode(t)
+	r := c.cli("metrics")
+	if r.code != 0 || !strings.Contains(r.stdout, "# TYPE palyra_raft_leader gauge") || !strings.Contains(r.stdout, "palyra_certificate_expiry_seconds") {
+		t.Fatalf("metrics: code %d, %.300s / %s", r.code, r.stdout, r.stderr)
+	}
+	r = c.cli("metrics", "--match", "palyra_raft_leader", "--json")
+	var out struct {
+		Series []struct {
+			Name  string
+			Value float64
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out.Series) == 0 || out.Series[0].Name != "palyra_raft_leader" || out.Series[0].Value != 1 {
+		t.Fatalf("metrics --json: %+v %v", r, err)
+	}
+	for _, s := range out.Series {
+		if !strings.Contains(s.Name, "palyra_raft_leader") {
+			t.Fatalf("--match let %s through", s.Name)
+		}
+	}
+}

@@ -32,6 +32,8 @@ func nodeFlags() []ucli.Flag {
 		&ucli.DurationFlag{Name: "cert-ttl", Usage: "lifetime of the certificates this node signs while it is a voter (5s to 90 days); every node and device renews at two thirds of it", DefaultText: "24h", EnvVars: []string{"PALYRA_CERT_TTL"}},
 		&ucli.StringFlag{Name: "network", Usage: "tune failure detection for `lan` (one site: a dead leader replaced in under a second) or wan (sites apart: slower, tolerant of slow links); default: the one recorded in the data dir, else lan", EnvVars: []string{"PALYRA_NETWORK"}},
 		&ucli.IntFlag{Name: "target-voters", Usage: "raft voters the cluster keeps: 1, 3 or 5 (default 3; the leader's setting applies)", EnvVars: []string{"PALYRA_TARGET_VOTERS"}},
+		&ucli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics over plain HTTP at http://`HOST:PORT`/metrics (loopback only unless --metrics-allow-remote; the API stays QUIC-only)", EnvVars: []string{"PALYRA_METRICS_LISTEN"}},
+		&ucli.BoolFlag{Name: "metrics-allow-remote", Usage: "let --metrics-listen bind an address other hosts can reach (no authentication: firewall it)", EnvVars: []string{"PALYRA_METRICS_ALLOW_REMOTE"}},
 		&ucli.StringFlag{Name: "log-format", Usage: "log format: text or json", Value: "text", EnvVars: []string{"PALYRA_LOG_FORMAT"}},
 		&ucli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"PALYRA_LOG_LEVEL"}},
 	}
@@ -96,6 +98,7 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 		WasmSlots: c.Int("wasm-slots"), BrowserSlots: c.Int("browser-slots"), Labels: labels, TargetVoters: tv,
 		Prefetch: prefetchFlag(c, "prefetch"), ArrayPrefetch: prefetchFlag(c, "array-prefetch"), LeaseTTL: c.Duration("lease-ttl"),
 		CertTTL: c.Duration("cert-ttl"), Network: network,
+		MetricsListen: c.String("metrics-listen"), MetricsAllowRemote: c.Bool("metrics-allow-remote"),
 	}, nil
 }
 

@@ -180,6 +180,16 @@ func (s *State) Queued(kind string, fn func(Job) bool) {
 	}
 }
 
+// QueuedCount is how many jobs of kind are queued.
+func (s *State) QueuedCount(kind string) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if q := s.idx.queue[kind]; q != nil {
+		return q.Len()
+	}
+	return 0
+}
+
 // QueuedKinds lists the kinds that have queued jobs, sorted.
 func (s *State) QueuedKinds() []string {
 	s.mu.RLock()

@@ -54,6 +54,11 @@ type Config struct {
 	// dead-worker grace) for NetworkLAN or NetworkWAN; empty means the one
 	// recorded at the last start, else NetworkLAN.
 	Network string
+	// MetricsListen, if set, serves Prometheus metrics over plain HTTP at
+	// /metrics on this address; it must be loopback unless
+	// MetricsAllowRemote.
+	MetricsListen      string
+	MetricsAllowRemote bool
 	// BrowserSessionIdleTTL closes a browser session unused this long
 	// (default 10 minutes).
 	BrowserSessionIdleTTL time.Duration

@@ -56,6 +56,8 @@ type Node struct {
 	slots        int
 	browserSlots int
 	timers       Timers
+	metrics      *nodeMetrics
+	metricsAddr  string
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -87,6 +89,11 @@ func Run(ctx context.Context, cfg Config) error {
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.defaults()
 	l := Layout{Dir: cfg.DataDir}
+	if cfg.MetricsListen != "" {
+		if err := checkMetricsListen(cfg.MetricsListen, cfg.MetricsAllowRemote); err != nil {
+			return nil, err
+		}
+	}
 	tightened, err := makePrivate(l.Dir)
 	if err != nil {
 		return nil, err
@@ -171,9 +178,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 
+	n.metrics = newNodeMetrics(n)
 	n.worker = worker.New(worker.Config{
 		NodeID: st.NodeID, State: n.store.State(), Control: n.cluster, Blobs: n.blobNet,
-		Executors: n.executors(), Logger: n.log,
+		Executors: n.executors(), Logger: n.log, OnRun: n.metrics.observeRun,
 		Secrets: nodeSecrets{n}, KV: nodeKV{n: n}, Leases: nodeLeases{n},
 	})
 	n.cluster.SetOutputSource(n.readOutput)
@@ -197,6 +205,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Serve the API once the replica is current and the init members are
 	// registered, so the first answers are right (no spurious denials).
 	n.serve(runCtx, addr, cred)
+	if cfg.MetricsListen != "" {
+		if err := n.serveMetrics(runCtx); err != nil {
+			return nil, err
+		}
+	}
 	n.wg.Add(8)
 	go func() { defer n.wg.Done(); n.keeper.run(runCtx) }()
 	go func() { defer n.wg.Done(); n.runBlobGC(runCtx) }()
@@ -387,7 +400,7 @@ func (n *Node) setLabels(ctx context.Context, l map[string]string) error {
 func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential) {
 	info := api.Info{NodeID: n.state.NodeID, Address: addr, ClusterName: n.state.ClusterName,
 		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now()}
-	opts := api.Options{Control: apiControl{n.cluster}, Live: n.cluster, Browsers: n.cluster, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
+	opts := api.Options{Control: apiControl{n.cluster}, Live: n.cluster, Browsers: n.cluster, Metrics: n.metrics.Text, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Leave: n.leave,
 		Peers: n.peerAddrs, Forward: n.viaSigners, Seal: n.sealSecret, DataKey: n.dataKey, Issuer: n.keeper, Snapshots: n}
 	n.http = &http3.Server{Handler: api.New(opts).Handler(), Logger: n.log}

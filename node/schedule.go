@@ -51,6 +51,7 @@ func (n *Node) runScheduler(ctx context.Context) {
 		Prefetch:      map[string]int{"wasm": orDefault(n.cfg.Prefetch, defaultPrefetch)},
 		ArrayPrefetch: map[string]int{"wasm": orDefault(n.cfg.ArrayPrefetch, defaultArrayPrefetch)},
 		LeaseTTL:      n.cfg.LeaseTTL,
+		Placed:        func(k int) { n.metrics.placements.Add(float64(k)) },
 		// Re-queueing a worker that is not dead after all is safe: its
 		// results carry a stale attempt and are refused.
 		DeadWorkerGrace: n.timers.DeadWorkerGrace,
@@ -59,6 +60,7 @@ func (n *Node) runScheduler(ctx context.Context) {
 	n.cluster.SetPiggyback(d.Piggyback)
 	defer n.cluster.SetPiggyback(nil)
 	n.cluster.SetLeaseKeeper(func(node string, held []*peerpb.LeaseRef) ([]*peerpb.LeaseRef, time.Duration) {
+		n.metrics.renewals.Inc()
 		ls := make([]driver.Lease, len(held))
 		for i, h := range held {
 			ls[i] = driver.Lease{JobID: h.JobId, Attempt: h.Attempt}

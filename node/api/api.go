@@ -113,7 +113,9 @@ type Options struct {
 	// Live reads running jobs' output from their workers (job logs).
 	Live LiveOutput
 	// Browsers relays browser-session calls to workers.
-	Browsers  Browsers
+	Browsers Browsers
+	// Metrics renders the node's Prometheus metrics.
+	Metrics   func() ([]byte, error)
 	Blobs     Blobs
 	Validator Validator
 	// Artifacts fetches blobs from this node or its peers: artifacts, and
@@ -374,4 +376,21 @@ func (n nodeService) SetSchedulable(ctx context.Context, req *connect.Request[pa
 		return nil, fromErr(err)
 	}
 	return connect.NewResponse(&palyrav1.SetSchedulableResponse{}), nil
+}
+
+// Metrics returns the serving node's Prometheus metrics (operators: the
+// default policy gives node.list to them alone).
+func (n nodeService) Metrics(ctx context.Context, _ *connect.Request[palyrav1.MetricsRequest]) (*connect.Response[palyrav1.MetricsResponse], error) {
+	s := n.s
+	if err := s.authz.Check(ctx, policy.ActionNodeList, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	if s.Metrics == nil {
+		return nil, apiError(connect.CodeUnimplemented, "unimplemented", "this node keeps no metrics", "")
+	}
+	text, err := s.Metrics()
+	if err != nil {
+		return nil, fromErr(err)
+	}
+	return connect.NewResponse(&palyrav1.MetricsResponse{Text: string(text), NodeId: s.info.NodeID}), nil
 }

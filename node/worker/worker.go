@@ -60,6 +60,9 @@ type Config struct {
 	// Leases renews the leases of the placements this worker holds; nil
 	// renews none (the leader then re-queues them when they lapse).
 	Leases Leases
+	// OnRun, if set, hears of each finished run: its kind, whether it
+	// completed, how long it took and when its job was submitted.
+	OnRun func(kind string, ok bool, took time.Duration, submitted time.Time)
 }
 
 // Lease names one placement: a job and the attempt given to this worker.
@@ -294,7 +297,15 @@ func (w *Worker) start(ctx context.Context, j consensus.Job) {
 func (w *Worker) execute(ctx context.Context, j consensus.Job) bool {
 	log := w.log.With("job", j.ID, "attempt", j.Attempt)
 	log.Debug("run started")
+	t0 := time.Now()
 	res := w.runJob(ctx, j)
+	if w.cfg.OnRun != nil {
+		var submitted time.Time
+		if j.SubmittedAtMS > 0 {
+			submitted = time.UnixMilli(j.SubmittedAtMS)
+		}
+		w.cfg.OnRun(j.Kind, res.OK(), time.Since(t0), submitted)
+	}
 	if cause := context.Cause(ctx); cause != nil {
 		// Aborted, re-placed, or this node is shutting down: nobody wants
 		// this attempt's result.

@@ -1946,6 +1946,94 @@ func (x *ReadInfo) GetServedBy() string {
 	return ""
 }
 
+type MetricsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsRequest) Reset() {
+	*x = MetricsRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsRequest) ProtoMessage() {}
+
+func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
+func (*MetricsRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{24}
+}
+
+type MetricsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsResponse) Reset() {
+	*x = MetricsResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsResponse) ProtoMessage() {}
+
+func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
+func (*MetricsResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *MetricsResponse) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *MetricsResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1954,7 +2042,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[24]
+	mi := &file_palyra_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2054,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[24]
+	mi := &file_palyra_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2067,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 type StatusResponse struct {
@@ -2010,7 +2098,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[25]
+	mi := &file_palyra_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2110,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[25]
+	mi := &file_palyra_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2123,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2177,7 +2265,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[26]
+	mi := &file_palyra_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2277,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[26]
+	mi := &file_palyra_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2290,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -2297,7 +2385,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[27]
+	mi := &file_palyra_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2397,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[27]
+	mi := &file_palyra_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2410,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 type ListNodesResponse struct {
@@ -2335,7 +2423,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[28]
+	mi := &file_palyra_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2435,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[28]
+	mi := &file_palyra_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2448,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -2389,7 +2477,7 @@ type SetSchedulableRequest struct {
 
 func (x *SetSchedulableRequest) Reset() {
 	*x = SetSchedulableRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[29]
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2489,7 @@ func (x *SetSchedulableRequest) String() string {
 func (*SetSchedulableRequest) ProtoMessage() {}
 
 func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[29]
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2502,7 @@ func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulableRequest.ProtoReflect.Descriptor instead.
 func (*SetSchedulableRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetSchedulableRequest) GetNodeId() string {
@@ -2453,7 +2541,7 @@ type SetSchedulableResponse struct {
 
 func (x *SetSchedulableResponse) Reset() {
 	*x = SetSchedulableResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[30]
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2553,7 @@ func (x *SetSchedulableResponse) String() string {
 func (*SetSchedulableResponse) ProtoMessage() {}
 
 func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[30]
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2566,7 @@ func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulableResponse.ProtoReflect.Descriptor instead.
 func (*SetSchedulableResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 type LeaveRequest struct {
@@ -2489,7 +2577,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	mi := &file_palyra_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2589,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	mi := &file_palyra_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2602,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 type LeaveResponse struct {
@@ -2525,7 +2613,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	mi := &file_palyra_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2625,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	mi := &file_palyra_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2638,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 // RemoveNodeRequest removes a node that is gone for good.
@@ -2566,7 +2654,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[33]
+	mi := &file_palyra_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2666,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[33]
+	mi := &file_palyra_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2679,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -2625,7 +2713,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[34]
+	mi := &file_palyra_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2725,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[34]
+	mi := &file_palyra_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2738,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -2713,7 +2801,7 @@ type SecretInfo struct {
 
 func (x *SecretInfo) Reset() {
 	*x = SecretInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[35]
+	mi := &file_palyra_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2813,7 @@ func (x *SecretInfo) String() string {
 func (*SecretInfo) ProtoMessage() {}
 
 func (x *SecretInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[35]
+	mi := &file_palyra_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2826,7 @@ func (x *SecretInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretInfo.ProtoReflect.Descriptor instead.
 func (*SecretInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SecretInfo) GetName() string {
@@ -2772,7 +2860,7 @@ type SetSecretRequest struct {
 
 func (x *SetSecretRequest) Reset() {
 	*x = SetSecretRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[36]
+	mi := &file_palyra_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +2872,7 @@ func (x *SetSecretRequest) String() string {
 func (*SetSecretRequest) ProtoMessage() {}
 
 func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[36]
+	mi := &file_palyra_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +2885,7 @@ func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretRequest.ProtoReflect.Descriptor instead.
 func (*SetSecretRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetSecretRequest) GetName() string {
@@ -2823,7 +2911,7 @@ type SetSecretResponse struct {
 
 func (x *SetSecretResponse) Reset() {
 	*x = SetSecretResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[37]
+	mi := &file_palyra_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +2923,7 @@ func (x *SetSecretResponse) String() string {
 func (*SetSecretResponse) ProtoMessage() {}
 
 func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[37]
+	mi := &file_palyra_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +2936,7 @@ func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretResponse.ProtoReflect.Descriptor instead.
 func (*SetSecretResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetSecretResponse) GetSecret() *SecretInfo {
@@ -2866,7 +2954,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[38]
+	mi := &file_palyra_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +2966,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[38]
+	mi := &file_palyra_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +2979,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 type ListSecretsResponse struct {
@@ -2903,7 +2991,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[39]
+	mi := &file_palyra_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2915,7 +3003,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[39]
+	mi := &file_palyra_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2928,7 +3016,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*SecretInfo {
@@ -2947,7 +3035,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[40]
+	mi := &file_palyra_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3047,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[40]
+	mi := &file_palyra_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3060,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -2990,7 +3078,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[41]
+	mi := &file_palyra_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3090,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[41]
+	mi := &file_palyra_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3103,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 type BrowserSession struct {
@@ -3035,7 +3123,7 @@ type BrowserSession struct {
 
 func (x *BrowserSession) Reset() {
 	*x = BrowserSession{}
-	mi := &file_palyra_v1_api_proto_msgTypes[42]
+	mi := &file_palyra_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3135,7 @@ func (x *BrowserSession) String() string {
 func (*BrowserSession) ProtoMessage() {}
 
 func (x *BrowserSession) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[42]
+	mi := &file_palyra_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3148,7 @@ func (x *BrowserSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSession.ProtoReflect.Descriptor instead.
 func (*BrowserSession) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *BrowserSession) GetId() string {
@@ -3137,7 +3225,7 @@ type OpenBrowserSessionRequest struct {
 
 func (x *OpenBrowserSessionRequest) Reset() {
 	*x = OpenBrowserSessionRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[43]
+	mi := &file_palyra_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3149,7 +3237,7 @@ func (x *OpenBrowserSessionRequest) String() string {
 func (*OpenBrowserSessionRequest) ProtoMessage() {}
 
 func (x *OpenBrowserSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[43]
+	mi := &file_palyra_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3162,7 +3250,7 @@ func (x *OpenBrowserSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenBrowserSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenBrowserSessionRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *OpenBrowserSessionRequest) GetAllowHosts() []string {
@@ -3195,7 +3283,7 @@ type BrowserSessionRef struct {
 
 func (x *BrowserSessionRef) Reset() {
 	*x = BrowserSessionRef{}
-	mi := &file_palyra_v1_api_proto_msgTypes[44]
+	mi := &file_palyra_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3295,7 @@ func (x *BrowserSessionRef) String() string {
 func (*BrowserSessionRef) ProtoMessage() {}
 
 func (x *BrowserSessionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[44]
+	mi := &file_palyra_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3308,7 @@ func (x *BrowserSessionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSessionRef.ProtoReflect.Descriptor instead.
 func (*BrowserSessionRef) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *BrowserSessionRef) GetId() string {
@@ -3240,7 +3328,7 @@ type BrowserDoRequest struct {
 
 func (x *BrowserDoRequest) Reset() {
 	*x = BrowserDoRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[45]
+	mi := &file_palyra_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3340,7 @@ func (x *BrowserDoRequest) String() string {
 func (*BrowserDoRequest) ProtoMessage() {}
 
 func (x *BrowserDoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[45]
+	mi := &file_palyra_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3353,7 @@ func (x *BrowserDoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserDoRequest.ProtoReflect.Descriptor instead.
 func (*BrowserDoRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BrowserDoRequest) GetId() string {
@@ -3294,7 +3382,7 @@ type BrowserSessionResponse struct {
 
 func (x *BrowserSessionResponse) Reset() {
 	*x = BrowserSessionResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[46]
+	mi := &file_palyra_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3306,7 +3394,7 @@ func (x *BrowserSessionResponse) String() string {
 func (*BrowserSessionResponse) ProtoMessage() {}
 
 func (x *BrowserSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[46]
+	mi := &file_palyra_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3319,7 +3407,7 @@ func (x *BrowserSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSessionResponse.ProtoReflect.Descriptor instead.
 func (*BrowserSessionResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *BrowserSessionResponse) GetSession() *BrowserSession {
@@ -3361,7 +3449,7 @@ type BrowserFile struct {
 
 func (x *BrowserFile) Reset() {
 	*x = BrowserFile{}
-	mi := &file_palyra_v1_api_proto_msgTypes[47]
+	mi := &file_palyra_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3373,7 +3461,7 @@ func (x *BrowserFile) String() string {
 func (*BrowserFile) ProtoMessage() {}
 
 func (x *BrowserFile) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[47]
+	mi := &file_palyra_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3386,7 +3474,7 @@ func (x *BrowserFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserFile.ProtoReflect.Descriptor instead.
 func (*BrowserFile) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BrowserFile) GetName() string {
@@ -3420,7 +3508,7 @@ type BrowserScreenshotResponse struct {
 
 func (x *BrowserScreenshotResponse) Reset() {
 	*x = BrowserScreenshotResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[48]
+	mi := &file_palyra_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3432,7 +3520,7 @@ func (x *BrowserScreenshotResponse) String() string {
 func (*BrowserScreenshotResponse) ProtoMessage() {}
 
 func (x *BrowserScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[48]
+	mi := &file_palyra_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3445,7 +3533,7 @@ func (x *BrowserScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*BrowserScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BrowserScreenshotResponse) GetData() []byte {
@@ -3470,7 +3558,7 @@ type ListBrowserSessionsRequest struct {
 
 func (x *ListBrowserSessionsRequest) Reset() {
 	*x = ListBrowserSessionsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[49]
+	mi := &file_palyra_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3482,7 +3570,7 @@ func (x *ListBrowserSessionsRequest) String() string {
 func (*ListBrowserSessionsRequest) ProtoMessage() {}
 
 func (x *ListBrowserSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[49]
+	mi := &file_palyra_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3495,7 +3583,7 @@ func (x *ListBrowserSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrowserSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListBrowserSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 type ListBrowserSessionsResponse struct {
@@ -3508,7 +3596,7 @@ type ListBrowserSessionsResponse struct {
 
 func (x *ListBrowserSessionsResponse) Reset() {
 	*x = ListBrowserSessionsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[50]
+	mi := &file_palyra_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3608,7 @@ func (x *ListBrowserSessionsResponse) String() string {
 func (*ListBrowserSessionsResponse) ProtoMessage() {}
 
 func (x *ListBrowserSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[50]
+	mi := &file_palyra_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3621,7 @@ func (x *ListBrowserSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrowserSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListBrowserSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListBrowserSessionsResponse) GetSessions() []*BrowserSession {
@@ -3719,7 +3807,11 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bReadInfo\x12\"\n" +
 	"\flinearizable\x18\x01 \x01(\bR\flinearizable\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x1b\n" +
-	"\tserved_by\x18\x03 \x01(\tR\bservedBy\"\x0f\n" +
+	"\tserved_by\x18\x03 \x01(\tR\bservedBy\"\x10\n" +
+	"\x0eMetricsRequest\">\n" +
+	"\x0fMetricsResponse\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x0f\n" +
 	"\rStatusRequest\"\x8e\x05\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
@@ -3863,9 +3955,10 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\vGetArtifact\x12\x1d.palyra.v1.GetArtifactRequest\x1a\x1e.palyra.v1.GetArtifactResponse\x12F\n" +
 	"\tPruneJobs\x12\x1b.palyra.v1.PruneJobsRequest\x1a\x1c.palyra.v1.PruneJobsResponse\x12O\n" +
 	"\fSetRetention\x12\x1e.palyra.v1.SetRetentionRequest\x1a\x1f.palyra.v1.SetRetentionResponse\x12B\n" +
-	"\aJobLogs\x12\x19.palyra.v1.JobLogsRequest\x1a\x1a.palyra.v1.JobLogsResponse0\x012\xf2\x02\n" +
+	"\aJobLogs\x12\x19.palyra.v1.JobLogsRequest\x1a\x1a.palyra.v1.JobLogsResponse0\x012\xb4\x03\n" +
 	"\vNodeService\x12=\n" +
-	"\x06Status\x12\x18.palyra.v1.StatusRequest\x1a\x19.palyra.v1.StatusResponse\x12F\n" +
+	"\x06Status\x12\x18.palyra.v1.StatusRequest\x1a\x19.palyra.v1.StatusResponse\x12@\n" +
+	"\aMetrics\x12\x19.palyra.v1.MetricsRequest\x1a\x1a.palyra.v1.MetricsResponse\x12F\n" +
 	"\tListNodes\x12\x1b.palyra.v1.ListNodesRequest\x1a\x1c.palyra.v1.ListNodesResponse\x12:\n" +
 	"\x05Leave\x12\x17.palyra.v1.LeaveRequest\x1a\x18.palyra.v1.LeaveResponse\x12U\n" +
 	"\x0eSetSchedulable\x12 .palyra.v1.SetSchedulableRequest\x1a!.palyra.v1.SetSchedulableResponse\x12I\n" +
@@ -3896,7 +3989,7 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                       // 0: palyra.v1.JobPhase
 	(*Error)(nil),                       // 1: palyra.v1.Error
@@ -3923,50 +4016,52 @@ var file_palyra_v1_api_proto_goTypes = []any{
 	(*SetRetentionRequest)(nil),         // 22: palyra.v1.SetRetentionRequest
 	(*SetRetentionResponse)(nil),        // 23: palyra.v1.SetRetentionResponse
 	(*ReadInfo)(nil),                    // 24: palyra.v1.ReadInfo
-	(*StatusRequest)(nil),               // 25: palyra.v1.StatusRequest
-	(*StatusResponse)(nil),              // 26: palyra.v1.StatusResponse
-	(*NodeInfo)(nil),                    // 27: palyra.v1.NodeInfo
-	(*ListNodesRequest)(nil),            // 28: palyra.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 29: palyra.v1.ListNodesResponse
-	(*SetSchedulableRequest)(nil),       // 30: palyra.v1.SetSchedulableRequest
-	(*SetSchedulableResponse)(nil),      // 31: palyra.v1.SetSchedulableResponse
-	(*LeaveRequest)(nil),                // 32: palyra.v1.LeaveRequest
-	(*LeaveResponse)(nil),               // 33: palyra.v1.LeaveResponse
-	(*RemoveNodeRequest)(nil),           // 34: palyra.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 35: palyra.v1.RemoveNodeResponse
-	(*SecretInfo)(nil),                  // 36: palyra.v1.SecretInfo
-	(*SetSecretRequest)(nil),            // 37: palyra.v1.SetSecretRequest
-	(*SetSecretResponse)(nil),           // 38: palyra.v1.SetSecretResponse
-	(*ListSecretsRequest)(nil),          // 39: palyra.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),         // 40: palyra.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),         // 41: palyra.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),        // 42: palyra.v1.DeleteSecretResponse
-	(*BrowserSession)(nil),              // 43: palyra.v1.BrowserSession
-	(*OpenBrowserSessionRequest)(nil),   // 44: palyra.v1.OpenBrowserSessionRequest
-	(*BrowserSessionRef)(nil),           // 45: palyra.v1.BrowserSessionRef
-	(*BrowserDoRequest)(nil),            // 46: palyra.v1.BrowserDoRequest
-	(*BrowserSessionResponse)(nil),      // 47: palyra.v1.BrowserSessionResponse
-	(*BrowserFile)(nil),                 // 48: palyra.v1.BrowserFile
-	(*BrowserScreenshotResponse)(nil),   // 49: palyra.v1.BrowserScreenshotResponse
-	(*ListBrowserSessionsRequest)(nil),  // 50: palyra.v1.ListBrowserSessionsRequest
-	(*ListBrowserSessionsResponse)(nil), // 51: palyra.v1.ListBrowserSessionsResponse
-	nil,                                 // 52: palyra.v1.Job.ConstraintsEntry
-	nil,                                 // 53: palyra.v1.JobArray.CountsEntry
-	nil,                                 // 54: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                                 // 55: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                                 // 56: palyra.v1.NodeInfo.LabelsEntry
-	nil,                                 // 57: palyra.v1.NodeInfo.CapacityEntry
+	(*MetricsRequest)(nil),              // 25: palyra.v1.MetricsRequest
+	(*MetricsResponse)(nil),             // 26: palyra.v1.MetricsResponse
+	(*StatusRequest)(nil),               // 27: palyra.v1.StatusRequest
+	(*StatusResponse)(nil),              // 28: palyra.v1.StatusResponse
+	(*NodeInfo)(nil),                    // 29: palyra.v1.NodeInfo
+	(*ListNodesRequest)(nil),            // 30: palyra.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 31: palyra.v1.ListNodesResponse
+	(*SetSchedulableRequest)(nil),       // 32: palyra.v1.SetSchedulableRequest
+	(*SetSchedulableResponse)(nil),      // 33: palyra.v1.SetSchedulableResponse
+	(*LeaveRequest)(nil),                // 34: palyra.v1.LeaveRequest
+	(*LeaveResponse)(nil),               // 35: palyra.v1.LeaveResponse
+	(*RemoveNodeRequest)(nil),           // 36: palyra.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 37: palyra.v1.RemoveNodeResponse
+	(*SecretInfo)(nil),                  // 38: palyra.v1.SecretInfo
+	(*SetSecretRequest)(nil),            // 39: palyra.v1.SetSecretRequest
+	(*SetSecretResponse)(nil),           // 40: palyra.v1.SetSecretResponse
+	(*ListSecretsRequest)(nil),          // 41: palyra.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),         // 42: palyra.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),         // 43: palyra.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),        // 44: palyra.v1.DeleteSecretResponse
+	(*BrowserSession)(nil),              // 45: palyra.v1.BrowserSession
+	(*OpenBrowserSessionRequest)(nil),   // 46: palyra.v1.OpenBrowserSessionRequest
+	(*BrowserSessionRef)(nil),           // 47: palyra.v1.BrowserSessionRef
+	(*BrowserDoRequest)(nil),            // 48: palyra.v1.BrowserDoRequest
+	(*BrowserSessionResponse)(nil),      // 49: palyra.v1.BrowserSessionResponse
+	(*BrowserFile)(nil),                 // 50: palyra.v1.BrowserFile
+	(*BrowserScreenshotResponse)(nil),   // 51: palyra.v1.BrowserScreenshotResponse
+	(*ListBrowserSessionsRequest)(nil),  // 52: palyra.v1.ListBrowserSessionsRequest
+	(*ListBrowserSessionsResponse)(nil), // 53: palyra.v1.ListBrowserSessionsResponse
+	nil,                                 // 54: palyra.v1.Job.ConstraintsEntry
+	nil,                                 // 55: palyra.v1.JobArray.CountsEntry
+	nil,                                 // 56: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                                 // 57: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                                 // 58: palyra.v1.NodeInfo.LabelsEntry
+	nil,                                 // 59: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	52, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	54, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
 	5,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	53, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	55, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
 	3,  // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
 	5,  // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	54, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	56, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
 	3,  // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
 	3,  // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
@@ -3980,15 +4075,15 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 19: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
 	3,  // 20: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 21: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
-	55, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	56, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	57, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
-	27, // 25: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
-	36, // 26: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
-	36, // 27: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
-	43, // 28: palyra.v1.BrowserSessionResponse.session:type_name -> palyra.v1.BrowserSession
-	48, // 29: palyra.v1.BrowserSessionResponse.files:type_name -> palyra.v1.BrowserFile
-	43, // 30: palyra.v1.ListBrowserSessionsResponse.sessions:type_name -> palyra.v1.BrowserSession
+	57, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	58, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	59, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	29, // 25: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
+	38, // 26: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
+	38, // 27: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
+	45, // 28: palyra.v1.BrowserSessionResponse.session:type_name -> palyra.v1.BrowserSession
+	50, // 29: palyra.v1.BrowserSessionResponse.files:type_name -> palyra.v1.BrowserFile
+	45, // 30: palyra.v1.ListBrowserSessionsResponse.sessions:type_name -> palyra.v1.BrowserSession
 	8,  // 31: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
 	10, // 32: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
 	12, // 33: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
@@ -3999,44 +4094,46 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	20, // 38: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
 	22, // 39: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
 	16, // 40: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
-	25, // 41: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	28, // 42: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	32, // 43: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	30, // 44: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	34, // 45: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	37, // 46: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	39, // 47: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	41, // 48: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	44, // 49: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
-	46, // 50: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
-	45, // 51: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
-	45, // 52: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
-	50, // 53: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
-	9,  // 54: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11, // 55: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13, // 56: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15, // 57: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	19, // 58: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	19, // 59: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,  // 60: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	21, // 61: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	23, // 62: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	17, // 63: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
-	26, // 64: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	29, // 65: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	33, // 66: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	31, // 67: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	35, // 68: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	38, // 69: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	40, // 70: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	42, // 71: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	47, // 72: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
-	47, // 73: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
-	49, // 74: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
-	47, // 75: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
-	51, // 76: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
-	54, // [54:77] is the sub-list for method output_type
-	31, // [31:54] is the sub-list for method input_type
+	27, // 41: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	25, // 42: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
+	30, // 43: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	34, // 44: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	32, // 45: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	36, // 46: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	39, // 47: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	41, // 48: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	43, // 49: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	46, // 50: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
+	48, // 51: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
+	47, // 52: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
+	47, // 53: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
+	52, // 54: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
+	9,  // 55: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11, // 56: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13, // 57: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15, // 58: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	19, // 59: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	19, // 60: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,  // 61: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	21, // 62: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	23, // 63: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	17, // 64: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	28, // 65: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	26, // 66: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
+	31, // 67: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	35, // 68: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	33, // 69: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	37, // 70: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	40, // 71: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	42, // 72: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	44, // 73: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	49, // 74: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
+	49, // 75: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
+	51, // 76: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
+	49, // 77: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
+	53, // 78: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
+	55, // [55:79] is the sub-list for method output_type
+	31, // [31:55] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name
@@ -4053,7 +4150,7 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   57,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

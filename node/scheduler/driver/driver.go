@@ -68,6 +68,9 @@ type Config struct {
 	// are many and alike). Missing kinds get none.
 	Prefetch      map[string]int
 	ArrayPrefetch map[string]int
+	// Placed, if set, hears how many placements each round or
+	// piggybacked round proposes.
+	Placed func(n int)
 	// DeadWorkerGrace is how long this leader must have seen a worker
 	// dead before its running jobs are re-queued.
 	DeadWorkerGrace time.Duration

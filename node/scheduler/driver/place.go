@@ -197,6 +197,9 @@ func (d *Driver) reserve(round *raftpb.SchedulerRound, jobs []planned) {
 	if len(round.Placements) == 0 {
 		return
 	}
+	if d.cfg.Placed != nil {
+		d.cfg.Placed(len(round.Placements))
+	}
 	kinds := make(map[string]string, len(jobs))
 	for _, j := range jobs {
 		kinds[j.ID] = j.Kind

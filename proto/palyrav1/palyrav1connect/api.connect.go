@@ -64,6 +64,8 @@ const (
 	JobServiceJobLogsProcedure = "/palyra.v1.JobService/JobLogs"
 	// NodeServiceStatusProcedure is the fully-qualified name of the NodeService's Status RPC.
 	NodeServiceStatusProcedure = "/palyra.v1.NodeService/Status"
+	// NodeServiceMetricsProcedure is the fully-qualified name of the NodeService's Metrics RPC.
+	NodeServiceMetricsProcedure = "/palyra.v1.NodeService/Metrics"
 	// NodeServiceListNodesProcedure is the fully-qualified name of the NodeService's ListNodes RPC.
 	NodeServiceListNodesProcedure = "/palyra.v1.NodeService/ListNodes"
 	// NodeServiceLeaveProcedure is the fully-qualified name of the NodeService's Leave RPC.
@@ -418,6 +420,9 @@ func (UnimplementedJobServiceHandler) JobLogs(context.Context, *connect.Request[
 // NodeServiceClient is a client for the palyra.v1.NodeService service.
 type NodeServiceClient interface {
 	Status(context.Context, *connect.Request[palyrav1.StatusRequest]) (*connect.Response[palyrav1.StatusResponse], error)
+	// Metrics is the serving node's Prometheus metrics, in the text format
+	// (what --metrics-listen serves at /metrics), for operators.
+	Metrics(context.Context, *connect.Request[palyrav1.MetricsRequest]) (*connect.Response[palyrav1.MetricsResponse], error)
 	ListNodes(context.Context, *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error)
 	// Leave makes the serving node leave the cluster gracefully (leadership
 	// handed off first) and stop.
@@ -446,6 +451,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			httpClient,
 			baseURL+NodeServiceStatusProcedure,
 			connect.WithSchema(nodeServiceMethods.ByName("Status")),
+			connect.WithClientOptions(opts...),
+		),
+		metrics: connect.NewClient[palyrav1.MetricsRequest, palyrav1.MetricsResponse](
+			httpClient,
+			baseURL+NodeServiceMetricsProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Metrics")),
 			connect.WithClientOptions(opts...),
 		),
 		listNodes: connect.NewClient[palyrav1.ListNodesRequest, palyrav1.ListNodesResponse](
@@ -478,6 +489,7 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
 	status         *connect.Client[palyrav1.StatusRequest, palyrav1.StatusResponse]
+	metrics        *connect.Client[palyrav1.MetricsRequest, palyrav1.MetricsResponse]
 	listNodes      *connect.Client[palyrav1.ListNodesRequest, palyrav1.ListNodesResponse]
 	leave          *connect.Client[palyrav1.LeaveRequest, palyrav1.LeaveResponse]
 	setSchedulable *connect.Client[palyrav1.SetSchedulableRequest, palyrav1.SetSchedulableResponse]
@@ -487,6 +499,11 @@ type nodeServiceClient struct {
 // Status calls palyra.v1.NodeService.Status.
 func (c *nodeServiceClient) Status(ctx context.Context, req *connect.Request[palyrav1.StatusRequest]) (*connect.Response[palyrav1.StatusResponse], error) {
 	return c.status.CallUnary(ctx, req)
+}
+
+// Metrics calls palyra.v1.NodeService.Metrics.
+func (c *nodeServiceClient) Metrics(ctx context.Context, req *connect.Request[palyrav1.MetricsRequest]) (*connect.Response[palyrav1.MetricsResponse], error) {
+	return c.metrics.CallUnary(ctx, req)
 }
 
 // ListNodes calls palyra.v1.NodeService.ListNodes.
@@ -512,6 +529,9 @@ func (c *nodeServiceClient) RemoveNode(ctx context.Context, req *connect.Request
 // NodeServiceHandler is an implementation of the palyra.v1.NodeService service.
 type NodeServiceHandler interface {
 	Status(context.Context, *connect.Request[palyrav1.StatusRequest]) (*connect.Response[palyrav1.StatusResponse], error)
+	// Metrics is the serving node's Prometheus metrics, in the text format
+	// (what --metrics-listen serves at /metrics), for operators.
+	Metrics(context.Context, *connect.Request[palyrav1.MetricsRequest]) (*connect.Response[palyrav1.MetricsResponse], error)
 	ListNodes(context.Context, *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error)
 	// Leave makes the serving node leave the cluster gracefully (leadership
 	// handed off first) and stop.
@@ -536,6 +556,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		NodeServiceStatusProcedure,
 		svc.Status,
 		connect.WithSchema(nodeServiceMethods.ByName("Status")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceMetricsHandler := connect.NewUnaryHandler(
+		NodeServiceMetricsProcedure,
+		svc.Metrics,
+		connect.WithSchema(nodeServiceMethods.ByName("Metrics")),
 		connect.WithHandlerOptions(opts...),
 	)
 	nodeServiceListNodesHandler := connect.NewUnaryHandler(
@@ -566,6 +592,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		switch r.URL.Path {
 		case NodeServiceStatusProcedure:
 			nodeServiceStatusHandler.ServeHTTP(w, r)
+		case NodeServiceMetricsProcedure:
+			nodeServiceMetricsHandler.ServeHTTP(w, r)
 		case NodeServiceListNodesProcedure:
 			nodeServiceListNodesHandler.ServeHTTP(w, r)
 		case NodeServiceLeaveProcedure:
@@ -585,6 +613,10 @@ type UnimplementedNodeServiceHandler struct{}
 
 func (UnimplementedNodeServiceHandler) Status(context.Context, *connect.Request[palyrav1.StatusRequest]) (*connect.Response[palyrav1.StatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.NodeService.Status is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Metrics(context.Context, *connect.Request[palyrav1.MetricsRequest]) (*connect.Response[palyrav1.MetricsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.NodeService.Metrics is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) ListNodes(context.Context, *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error) {

@@ -1,0 +1,107 @@
+package node_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/node"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// A node started with MetricsListen serves valid Prometheus text at
+// /metrics (parsed with the client library's parser) with raft's own
+// metrics, job and certificate metrics; a non-loopback address is refused
+// unless allowed.
+func TestMetricsEndpoint(t *testing.T) {
+	n := start(t, node.Config{MetricsListen: "127.0.0.1:0"})
+	op := operator(t, n, n.Addr())
+	for i := range 3 {
+		j, err := op.Run(context.Background(), &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "reverse"), Input: []byte("abc")}, nil)
+		if err != nil || j.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+			t.Fatalf("job %d: %v %v", i, j, err)
+		}
+	}
+	resp, err := http.Get("http://" + n.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatalf("not valid Prometheus text: %v\n%s", err, body)
+	}
+	value := func(name string, labels map[string]string) (float64, bool) {
+		f, ok := fams[name]
+		if !ok {
+			return 0, false
+		}
+	metrics:
+		for _, m := range f.Metric {
+			for k, v := range labels {
+				found := false
+				for _, l := range m.Label {
+					if l.GetName() == k && l.GetValue() == v {
+						found = true
+					}
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			switch {
+			case m.Gauge != nil:
+				return m.Gauge.GetValue(), true
+			case m.Counter != nil:
+				return m.Counter.GetValue(), true
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount()), true
+			case m.Summary != nil:
+				return float64(m.Summary.GetSampleCount()), true
+			}
+		}
+		return 0, false
+	}
+	checks := []struct {
+		name   string
+		labels map[string]string
+		min    float64
+	}{
+		{"palyra_raft_leader", nil, 1},
+		{"palyra_raft_index", map[string]string{"index": "applied"}, 1},
+		{"palyra_jobs", map[string]string{"phase": "completed"}, 3},
+		{"palyra_worker_runs_total", map[string]string{"kind": "wasm", "result": "completed"}, 3},
+		{"palyra_job_latency_seconds", map[string]string{"kind": "wasm"}, 3},
+		{"palyra_certificate_expiry_seconds", nil, 60},
+		{"palyra_scheduler_placements_total", nil, 3},
+		{"palyra_queue_depth", map[string]string{"kind": "wasm"}, 0},
+	}
+	for _, c := range checks {
+		if v, ok := value(c.name, c.labels); !ok || v < c.min {
+			t.Errorf("%s%v = %v (present %v), want ≥ %v", c.name, c.labels, v, ok, c.min)
+		}
+	}
+	// raft's own metrics, bridged from go-metrics.
+	raftOwn := 0
+	for name := range fams {
+		if strings.HasPrefix(name, "palyra_raft_") && !strings.HasPrefix(name, "palyra_raft_leader") && !strings.HasPrefix(name, "palyra_raft_index") &&
+			name != "palyra_raft_term" && name != "palyra_raft_voters" {
+			raftOwn++
+		}
+	}
+	if raftOwn == 0 {
+		t.Errorf("no metric of raft's own among %d families", len(fams))
+	}
+
+	if _, err := node.Start(context.Background(), node.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", MetricsListen: "0.0.0.0:9464"}); err == nil || !strings.Contains(err.Error(), "--metrics-allow-remote") {
+		t.Fatalf("a non-loopback metrics address: %v", err)
+	}
+}
