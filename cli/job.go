@@ -63,6 +63,7 @@ func jobCommand() *ucli.Command {
 					&ucli.BoolFlag{Name: "browser-schema", Usage: "print the JSON Schema of browser scripts and exit"},
 					&ucli.StringSliceFlag{Name: "allow-host", Usage: "`HOST` the job may reach (also its subdomains; repeatable; a policy grant)"},
 					&ucli.BoolFlag{Name: "allow-private", Usage: "let the job reach private, loopback and link-local addresses (a policy grant)"},
+					&ucli.BoolFlag{Name: "deterministic", Usage: "wasm: run on a virtual clock that advances with fuel, with randomness seeded by the module and input and sleeps that take no time: the same module and input print the same and use the same fuel anywhere"},
 					&ucli.StringSliceFlag{Name: "secret", Usage: "secret `NAME` the job may read (repeatable; a policy grant)"},
 					&ucli.StringFlag{Name: "kv-prefix", Usage: "key-value `PREFIX` the job may read and write (a policy grant)"},
 					&ucli.StringFlag{Name: "input", Usage: "`TEXT` given to the job on stdin"},
@@ -230,7 +231,7 @@ func jobSubmit(c *ucli.Context) error {
 	}
 	defer cl.Close()
 	req := &palyrav1.SubmitJobRequest{
-		WasmModule: module, BrowserScript: script, AllowHosts: append(c.StringSlice("allow-host"), navigateHosts(script)...), AllowPrivate: c.Bool("allow-private"),
+		WasmModule: module, BrowserScript: script, AllowHosts: append(c.StringSlice("allow-host"), navigateHosts(script)...), AllowPrivate: c.Bool("allow-private"), Deterministic: c.Bool("deterministic"),
 		SecretNames: c.StringSlice("secret"), KvPrefix: c.String("kv-prefix"),
 		Input: input, TimeoutMs: c.Duration("timeout").Milliseconds(),
 		MemoryBytes: mem, Fuel: c.Uint64("fuel"), MaxOutputBytes: maxOut,
@@ -580,6 +581,9 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 	fmt.Fprintf(tw, "id\t%s\nphase\t%s\nattempt\t%d\nnode\t%s\nsubmitter\t%s\n", v.ID, v.Phase, v.Attempt, v.NodeID, v.Submitter)
 	if v.ModuleSHA256 != "" {
 		fmt.Fprintf(tw, "module\tsha256:%s\n", v.ModuleSHA256)
+	}
+	if v.Deterministic {
+		fmt.Fprintf(tw, "mode\tdeterministic (fuel used %d)\n", v.FuelUsed)
 	}
 	fmt.Fprintf(tw, "submitted\t%s\n", v.SubmittedAt)
 	if v.FinishedAt != "" {

@@ -35,6 +35,7 @@ type jobJSON struct {
 	MemoryBytes   uint64            `json:"memory_bytes,omitempty"`
 	TimeoutMS     int64             `json:"timeout_ms"`
 	FuelUsed      uint64            `json:"fuel_used"`
+	Deterministic bool              `json:"deterministic,omitempty"`
 	SubmittedAt   string            `json:"submitted_at,omitempty"`
 	StartedAt     string            `json:"started_at,omitempty"`
 	FinishedAt    string            `json:"finished_at,omitempty"`
@@ -78,7 +79,7 @@ func toJobJSON(j *palyrav1.Job) jobJSON {
 	out := jobJSON{
 		ID: j.Id, Phase: j.Phase.WireName(), Kind: j.Kind, Output: string(j.Stdout), Stderr: string(j.Stderr),
 		ExitCode: j.ExitCode, Attempt: j.Attempt, NodeID: j.NodeId, Submitter: j.Submitter,
-		TimeoutMS: j.TimeoutMs, FuelUsed: j.FuelUsed, SubmittedAt: msTime(j.SubmittedAtMs),
+		TimeoutMS: j.TimeoutMs, FuelUsed: j.FuelUsed, Deterministic: j.Deterministic, SubmittedAt: msTime(j.SubmittedAtMs),
 		StartedAt: msTime(j.StartedAtMs), FinishedAt: msTime(j.FinishedAtMs), CommitIndex: j.CommitIndex,
 	}
 	out.Priority, out.Constraints, out.MaxRetries, out.RetriesUsed = j.Priority, j.Constraints, j.MaxRetries, j.RetriesUsed

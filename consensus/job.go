@@ -50,9 +50,12 @@ type Job struct {
 	Script       []byte // browser jobs: JSON steps
 	AllowHosts   []string
 	AllowPrivate bool
-	Artifacts    []Artifact
-	SecretNames  []string // granted secrets
-	KVPrefix     string   // granted key-value prefix
+	// Deterministic runs the wasm job on a virtual clock and seeded
+	// randomness (runtime.Spec.Deterministic).
+	Deterministic bool
+	Artifacts     []Artifact
+	SecretNames   []string // granted secrets
+	KVPrefix      string   // granted key-value prefix
 
 	// Payloads above InlineLimit are blobs: the hash names the content and
 	// the inline field is empty. Size is the payload's length either way.

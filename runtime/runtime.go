@@ -73,6 +73,12 @@ type Spec struct {
 	// Grants are the host capabilities beyond the network (secrets,
 	// key-value storage) and the services behind them. Nil grants nothing.
 	Grants *Grants
+	// Deterministic (wasm) runs the guest on a virtual clock that advances
+	// with the fuel it burns (and by what it sleeps, without waiting),
+	// with random bytes from a generator seeded by the module and input:
+	// the same module and input give the same stdout, stderr and fuel
+	// anywhere, any time. Needs fuel metering.
+	Deterministic bool
 	// Tap, if set, gets every accepted byte of stdout and stderr as it is
 	// written, for followers ('palyra job logs -f'). Executors that have
 	// no streams leave it alone; the worker closes it.

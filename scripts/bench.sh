@@ -30,6 +30,15 @@ section "wasm sandbox: deterministic fuel, metered vs unmetered (same run, alter
 gobench ./runtime/wasm/fuel 'MeteredRatio' 20x
 gobench ./runtime/wasm 'MeteredRatio|TrivialJob$|TrivialJobUnmetered|GrantedJob' 200x
 
+section "wasm: deterministic mode's cost beside the default (Go guest reading clocks and randomness)"
+gobench ./runtime/wasm 'DeterministicOverhead' 100x
+
+section "wasm: a CPU-bound C guest (clang -O2) metered under Palyra against the same source built natively"
+if ! command -v clang >/dev/null || [ ! -d /usr/include/wasm32-wasi ]; then
+  if [ "$(id -u)" = 0 ]; then apt-get install -y -qq clang lld wasi-libc libclang-rt-14-dev-wasm32 >/dev/null || true; fi
+fi
+gobench ./runtime/wasm 'CGuestNativeRatio' 10x
+
 section "browser jobs: warm pool vs cold chromium-headless-shell --screenshot (same run)"
 gobench ./runtime/browser 'WarmVsCold' 20x
 

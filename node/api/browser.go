@@ -26,6 +26,9 @@ func (js jobService) submitBrowser(ctx context.Context, m *palyrav1.SubmitJobReq
 	if len(m.WasmModule) > 0 || m.ModuleSha256 != "" {
 		return nil, invalid("a job is either a wasm module or a browser script, not both", "drop --wasm or --browser")
 	}
+	if m.Deterministic {
+		return nil, invalid("--deterministic is for wasm jobs: a browser runs on real clocks and the network", "drop --deterministic")
+	}
 	if _, err := browser.ParseScript(m.BrowserScript); err != nil {
 		return nil, invalid("invalid browser script: "+err.Error(), "the format, with examples: runtime/browser/SCRIPT.md; as JSON Schema: 'palyra job submit --browser-schema'")
 	}

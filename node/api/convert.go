@@ -22,7 +22,7 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 		InputSize:  payloadSize(j.InputSize, j.InputHash, j.Input),
 		StdoutSize: payloadSize(j.StdoutSize, j.StdoutHash, j.Stdout),
 		StderrSize: payloadSize(j.StderrSize, j.StderrHash, j.Stderr),
-		ArrayId:    j.ArrayID, ArrayIndex: j.ArrayIndex,
+		ArrayId:    j.ArrayID, ArrayIndex: j.ArrayIndex, Deterministic: j.Deterministic,
 	}
 	if j.Kind == "wasm" {
 		out.Wasm = &palyrav1.WasmSpec{ModuleSha256: j.ModuleHash, MemoryBytes: j.MemoryBytes, Fuel: j.Fuel}

@@ -197,7 +197,7 @@ func (s *Server) jobRecord(ctx context.Context, m *palyrav1.SubmitJobRequest, ha
 	rec := &raftpb.JobRecord{
 		Id: newJobID(), Kind: kind, ModuleSha256: hash, MemoryBytes: mem, Fuel: m.Fuel,
 		Script: m.BrowserScript, AllowHosts: m.AllowHosts, AllowPrivate: m.AllowPrivate,
-		SecretNames: m.SecretNames, KvPrefix: m.KvPrefix,
+		SecretNames: m.SecretNames, KvPrefix: m.KvPrefix, Deterministic: m.Deterministic,
 		TimeoutMs: timeout.Milliseconds(), Submitter: caller.String(), MaxOutputBytes: m.MaxOutputBytes,
 		SubmittedAtMs: now, Priority: m.Priority, Constraints: m.Constraints, MaxRetries: m.Retries,
 	}
@@ -423,6 +423,9 @@ func payloadHash(moduleHash string, m *palyrav1.SubmitJobRequest) []byte {
 		fmt.Fprintf(h, "%q=%q\x00", k, m.Constraints[k])
 	}
 	fmt.Fprintf(h, "%q\x00%v\x00%q\x00%q\x00", m.AllowHosts, m.AllowPrivate, m.SecretNames, m.KvPrefix)
+	if m.Deterministic {
+		h.Write([]byte("deterministic\x00"))
+	}
 	h.Write(m.BrowserScript)
 	h.Write([]byte{0})
 	h.Write(m.Input)

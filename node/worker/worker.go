@@ -386,6 +386,7 @@ func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 		ModuleHash: j.ModuleHash, Input: j.Input, Script: j.Script,
 		Timeout: time.Duration(j.TimeoutMS) * time.Millisecond, MemoryLimit: j.MemoryBytes, Fuel: j.Fuel,
 		MaxOutput: int(j.MaxOutput), AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate,
+		Deterministic: j.Deterministic,
 	}
 	spec.Tap = w.openTap(j)
 	defer w.closeTap(j.ID, spec.Tap)

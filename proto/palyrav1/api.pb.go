@@ -264,6 +264,7 @@ type Job struct {
 	// (task ids are "<array id>.<index>").
 	ArrayId       string `protobuf:"bytes,39,opt,name=array_id,json=arrayId,proto3" json:"array_id,omitempty"`
 	ArrayIndex    uint32 `protobuf:"varint,40,opt,name=array_index,json=arrayIndex,proto3" json:"array_index,omitempty"`
+	Deterministic bool   `protobuf:"varint,41,opt,name=deterministic,proto3" json:"deterministic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -578,6 +579,13 @@ func (x *Job) GetArrayIndex() uint32 {
 	return 0
 }
 
+func (x *Job) GetDeterministic() bool {
+	if x != nil {
+		return x.Deterministic
+	}
+	return false
+}
+
 // JobArray is a job array: one task per input, all sharing a template.
 type JobArray struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -865,7 +873,11 @@ type SubmitJobRequest struct {
 	// inputs makes the submission a job array: one task per input, every
 	// other field the template the tasks share (input must then be empty).
 	// Wasm jobs only; at most 1,000,000 tasks, each input at most 1 MiB.
-	Inputs        [][]byte `protobuf:"bytes,18,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	Inputs [][]byte `protobuf:"bytes,18,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	// deterministic (wasm): a virtual clock that advances with fuel, random
+	// bytes seeded from the module and input, no real sleeps; the same
+	// module and input give the same output and fuel_used anywhere.
+	Deterministic bool `protobuf:"varint,19,opt,name=deterministic,proto3" json:"deterministic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1024,6 +1036,13 @@ func (x *SubmitJobRequest) GetInputs() [][]byte {
 		return x.Inputs
 	}
 	return nil
+}
+
+func (x *SubmitJobRequest) GetDeterministic() bool {
+	if x != nil {
+		return x.Deterministic
+	}
+	return false
 }
 
 type SubmitJobResponse struct {
@@ -3650,7 +3669,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bWasmSpec\x12#\n" +
 	"\rmodule_sha256\x18\x01 \x01(\tR\fmoduleSha256\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\x94\v\n" +
+	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xba\v\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12)\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x12\n" +
@@ -3699,7 +3718,8 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\rstderr_sha256\x18& \x01(\tR\fstderrSha256\x12\x19\n" +
 	"\barray_id\x18' \x01(\tR\aarrayId\x12\x1f\n" +
 	"\varray_index\x18( \x01(\rR\n" +
-	"arrayIndex\x1a>\n" +
+	"arrayIndex\x12$\n" +
+	"\rdeterministic\x18) \x01(\bR\rdeterministic\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x02\n" +
@@ -3724,7 +3744,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"Z\n" +
 	"\x13GetArtifactResponse\x12/\n" +
 	"\bartifact\x18\x01 \x01(\v2\x13.palyra.v1.ArtifactR\bartifact\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xc3\x05\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xe9\x05\n" +
 	"\x10SubmitJobRequest\x12\x1f\n" +
 	"\vwasm_module\x18\x01 \x01(\fR\n" +
 	"wasmModule\x12\x14\n" +
@@ -3748,7 +3768,8 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\rallow_private\x18\x0f \x01(\bR\fallowPrivate\x12!\n" +
 	"\fsecret_names\x18\x10 \x03(\tR\vsecretNames\x12\x1b\n" +
 	"\tkv_prefix\x18\x11 \x01(\tR\bkvPrefix\x12\x16\n" +
-	"\x06inputs\x18\x12 \x03(\fR\x06inputs\x1a>\n" +
+	"\x06inputs\x18\x12 \x03(\fR\x06inputs\x12$\n" +
+	"\rdeterministic\x18\x13 \x01(\bR\rdeterministic\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"|\n" +

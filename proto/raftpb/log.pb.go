@@ -134,6 +134,7 @@ type JobRecord struct {
 	// A task of a job array: the array's id and the task's index in it.
 	ArrayId       string `protobuf:"bytes,43,opt,name=array_id,json=arrayId,proto3" json:"array_id,omitempty"`
 	ArrayIndex    uint32 `protobuf:"varint,44,opt,name=array_index,json=arrayIndex,proto3" json:"array_index,omitempty"`
+	Deterministic bool   `protobuf:"varint,45,opt,name=deterministic,proto3" json:"deterministic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -474,6 +475,13 @@ func (x *JobRecord) GetArrayIndex() uint32 {
 		return x.ArrayIndex
 	}
 	return 0
+}
+
+func (x *JobRecord) GetDeterministic() bool {
+	if x != nil {
+		return x.Deterministic
+	}
+	return false
 }
 
 type ArtifactRef struct {
@@ -4054,7 +4062,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\x8b\f\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xb1\f\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -4107,7 +4115,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"stderrSize\x12\x19\n" +
 	"\barray_id\x18+ \x01(\tR\aarrayId\x12\x1f\n" +
 	"\varray_index\x18, \x01(\rR\n" +
-	"arrayIndex\x1a>\n" +
+	"arrayIndex\x12$\n" +
+	"\rdeterministic\x18- \x01(\bR\rdeterministic\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +

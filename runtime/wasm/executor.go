@@ -61,9 +61,13 @@ var ErrClosed = errors.New("wasm executor closed")
 // New creates an Executor. ctx bounds only the setup.
 func New(ctx context.Context, cfg Config) (*Executor, error) {
 	cfg = cfg.withDefaults()
+	// A metered run is stopped at its deadline (or cancellation) by
+	// draining its fuel (see drainOnDone): wazero's own context checks on
+	// every loop iteration would double the cost of CPU-bound guests.
+	// Unmetered executors (benchmarks) keep them.
 	rc := wazero.NewRuntimeConfigCompiler().
-		WithCloseOnContextDone(true). // stops call-free loops at the deadline
-		WithDebugInfoEnabled(false)   // messages keep one line; skip DWARF work
+		WithCloseOnContextDone(cfg.unmetered).
+		WithDebugInfoEnabled(false) // messages keep one line; skip DWARF work
 	var disk wazero.CompilationCache
 	if cfg.CacheDir != "" {
 		if err := prepareCacheDir(cfg.CacheDir, cfg.Logger); err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/palyra-mesh/palyra/runtime"
@@ -31,6 +32,10 @@ type limits struct {
 	maxOutput int
 	fuel      int64 // budget; ignored when the executor is unmetered
 	tap       *runtime.Tap
+	// deterministic runs on a virtual clock and seeded randomness; seed
+	// is the generator's seed.
+	deterministic bool
+	seed          [32]byte
 }
 
 func (e *Executor) limitsFor(spec runtime.Spec) limits {
@@ -127,6 +132,13 @@ func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compile
 		defer e.modules.release(cm)
 	}
 
+	if spec.Deterministic {
+		if e.cfg.unmetered {
+			return failed(runtime.ReasonInternal, "this executor runs unmetered, and a deterministic run needs fuel metering; run the job on a metered worker")
+		}
+		hash, _, _ := strings.Cut(cm.key, "/") // the module's sha256, not this executor's settings
+		lim.deterministic, lim.seed = true, deterministicSeed(hash, spec.Input)
+	}
 	if initial := uint64(cm.layout.MemoryMinPages) * pageSize; initial > lim.memory {
 		return failed(runtime.ReasonMemoryLimit, fmt.Sprintf(
 			"module's initial memory %s exceeds the memory limit %s; raise it with --memory",
@@ -181,13 +193,22 @@ func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, 
 		WithNanosleep(sleeper(timed)).
 		WithRandSource(rand.Reader).
 		WithStartFunctions() // _start is called below, so its error is not wrapped
+	var vclock *virtualClock
+	if lim.deterministic {
+		vclock = &virtualClock{budget: lim.fuel}
+		modCfg = withVirtualTime(modCfg, vclock, lim.seed)
+	}
 
 	callCtx := context.WithValue(experimental.WithMemoryAllocator(timed, alloc), hostStateKey{}, host)
 	budget := lim.fuel
 	if e.cfg.unmetered {
 		budget = -1
 	}
-	instantiated, remaining, callErr := callStart(callCtx, e.rt, compiled, modCfg, budget)
+	var bind func(*meterGuard)
+	if vclock != nil {
+		bind = func(g *meterGuard) { vclock.meter = g }
+	}
+	instantiated, remaining, callErr := callStart(callCtx, e.rt, compiled, modCfg, budget, bind)
 	alloc.recycle() // the guest's call returned: its memory may serve another run
 	if e.life.Err() != nil && context.Cause(timed) == nil {
 		// Close ended the run (closing the runtime ends its modules as if
@@ -243,7 +264,7 @@ func sleeper(ctx context.Context) func(ns int64) {
 // wazero into an error. With a budget ≥ 0 the module is metered: the
 // budget goes into its fuel global first, and remaining is what the global
 // holds at the end. instantiated reports whether the guest was reached.
-func callStart(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule, cfg wazero.ModuleConfig, budget int64) (instantiated bool, remaining int64, err error) {
+func callStart(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule, cfg wazero.ModuleConfig, budget int64, bind func(*meterGuard)) (instantiated bool, remaining int64, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("wasm runtime panicked: %v", r)
@@ -260,7 +281,15 @@ func callStart(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledM
 			return false, 0, err
 		}
 		meter.Set(uint64(budget))
-		defer func() { remaining = int64(meter.Get()) }()
+		guard := &meterGuard{g: meter}
+		stop := drainOnDone(ctx, guard)
+		defer func() {
+			stop()
+			remaining = guard.get()
+		}()
+		if bind != nil {
+			bind(guard)
+		}
 	}
 	if init := mod.ExportedFunction(fuel.StartExport); init != nil && budget >= 0 {
 		if _, err = init.Call(ctx); err != nil {
