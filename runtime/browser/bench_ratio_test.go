@@ -47,6 +47,7 @@ func BenchmarkWarmVsCold(b *testing.B) {
 	warm.report(b)
 	b.ReportMetric(median(cold), "cold-p50-ms")
 	b.ReportMetric(median(cold)/median(warm), "cold/warm")
+	b.ReportMetric(median(warm)/median(cold), "warm/cold-target≤0.15")
 
 	// Throughput of one worker: 2 slots, 2 submitters, fixed job count.
 	const jobs = 20
