@@ -143,7 +143,7 @@ func (c *cluster) waitTerminal(id string) jobJSON {
 
 func TestLimitsFailJobsAndNodeKeepsServing(t *testing.T) {
 	c := startNode(t)
-	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "spin"), "--timeout", "1s", "--wait", "--json")
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "spin"), "--timeout", "1s", "--fuel", "4611686018427387904", "--wait", "--json")
 	if r.code != 1 {
 		t.Fatalf("spin: want exit 1, got %+v", r)
 	}
@@ -226,7 +226,7 @@ func countFiles(t *testing.T, dir string) int {
 
 func TestCancelStopsRunningJob(t *testing.T) {
 	c := startNode(t)
-	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "spin"), "--timeout", "1m")
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "spin"), "--timeout", "1m", "--fuel", "4611686018427387904")
 	id := strings.TrimSpace(r.stdout)
 	deadline := time.Now().Add(20 * time.Second)
 	for c.jobJSON(id).Phase != "running" {
@@ -243,7 +243,7 @@ func TestCancelStopsRunningJob(t *testing.T) {
 	}
 	// The spinning instance is stopped: a slot frees and the next job runs
 	// even with every other slot busy.
-	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "spin"), "--timeout", "1m")
+	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "spin"), "--timeout", "1m", "--fuel", "4611686018427387904")
 	id2 := strings.TrimSpace(r.stdout)
 	if r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "x", "--wait"); r.code != 0 {
 		t.Fatalf("slot not freed by cancel: %+v", r)

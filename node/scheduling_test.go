@@ -153,7 +153,8 @@ func TestConstraintsDrainCancel(t *testing.T) {
 	})
 
 	// Drain n2 while it runs a job: no new work goes there; the running job continues.
-	running, err := op.Jobs.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: spin, TimeoutMs: 60_000, Constraints: nil}))
+	// A fuel budget no run here can burn: only the cancel below stops it.
+	running, err := op.Jobs.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: spin, TimeoutMs: 60_000, Fuel: 1 << 62}))
 	if err != nil {
 		t.Fatal(op.Explain(err))
 	}

@@ -61,12 +61,13 @@ var ErrClosed = errors.New("wasm executor closed")
 // New creates an Executor. ctx bounds only the setup.
 func New(ctx context.Context, cfg Config) (*Executor, error) {
 	cfg = cfg.withDefaults()
-	// A metered run is stopped at its deadline (or cancellation) by
-	// draining its fuel (see drainOnDone): wazero's own context checks on
-	// every loop iteration would double the cost of CPU-bound guests.
-	// Unmetered executors (benchmarks) keep them.
+	// WithCloseOnContextDone stops call-free loops at the deadline. It
+	// checks on every loop iteration, which costs CPU-bound guests about
+	// half their speed, but nothing cheaper stops a running guest reliably:
+	// draining the fuel global from another goroutine does not (the
+	// optimizing compiler may keep it in a register across a tight loop).
 	rc := wazero.NewRuntimeConfigCompiler().
-		WithCloseOnContextDone(cfg.unmetered).
+		WithCloseOnContextDone(true).
 		WithDebugInfoEnabled(false) // messages keep one line; skip DWARF work
 	var disk wazero.CompilationCache
 	if cfg.CacheDir != "" {

@@ -1,13 +1,10 @@
 package wasm
 
 import (
-	"context"
 	"errors"
 	"math"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/palyra-mesh/palyra/runtime"
 	"github.com/palyra-mesh/palyra/runtime/wasm/fuel"
@@ -74,80 +71,10 @@ func fuelUsed(budget, remaining int64) uint64 {
 	return uint64(min(max(fuel.Used(budget, remaining), 0), budget))
 }
 
-// meterGuard is a run's fuel global, read and written by the host under a
-// lock (the guest's own reads and writes are machine code, outside Go's
-// memory model and the race detector).
+// meterGuard is a run's fuel global as the host reads it (the virtual
+// clock of a deterministic run), from the guest's own goroutine.
 type meterGuard struct {
-	mu      sync.Mutex
-	g       api.MutableGlobal
-	drained bool
-	left    int64 // the fuel left when the run was first drained
+	g api.MutableGlobal
 }
 
-// get is the fuel left; for a drained run, what was left when it was
-// stopped (the drain itself is not the guest's consumption).
-func (m *meterGuard) get() int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.drained {
-		return m.left
-	}
-	return int64(m.g.Get())
-}
-
-// drain empties the fuel: the guest traps at its next fuel check.
-func (m *meterGuard) drain() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.drained {
-		m.drained, m.left = true, int64(m.g.Get())
-	}
-	m.g.Set(0)
-}
-
-// drainInterval is how often a stopped run's fuel is emptied again until
-// the guest notices: its own read-modify-write of the global may have
-// overwritten the previous drain.
-const drainInterval = time.Millisecond
-
-// drainOnDone stops a metered run when ctx ends (deadline, cancellation,
-// output limit, executor closing) by draining its fuel, again every
-// drainInterval until the run returns: the guest traps at its next block,
-// call-free loops included, and the run's context says why. stop ends it.
-func drainOnDone(ctx context.Context, m *meterGuard) (stop func()) {
-	done := make(chan struct{})
-	var mu sync.Mutex
-	stopped := false
-	var running chan struct{}
-	unhook := context.AfterFunc(ctx, func() { // on its own goroutine
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		running = make(chan struct{})
-		defer close(running)
-		mu.Unlock()
-		t := time.NewTicker(drainInterval)
-		defer t.Stop()
-		for {
-			m.drain()
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-		}
-	})
-	return func() {
-		unhook()
-		mu.Lock()
-		stopped = true
-		r := running
-		mu.Unlock()
-		close(done)
-		if r != nil {
-			<-r
-		}
-	}
-}
+func (m *meterGuard) get() int64 { return int64(m.g.Get()) }

@@ -281,14 +281,9 @@ func callStart(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledM
 			return false, 0, err
 		}
 		meter.Set(uint64(budget))
-		guard := &meterGuard{g: meter}
-		stop := drainOnDone(ctx, guard)
-		defer func() {
-			stop()
-			remaining = guard.get()
-		}()
+		defer func() { remaining = int64(meter.Get()) }()
 		if bind != nil {
-			bind(guard)
+			bind(&meterGuard{g: meter})
 		}
 	}
 	if init := mod.ExportedFunction(fuel.StartExport); init != nil && budget >= 0 {
