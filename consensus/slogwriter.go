@@ -38,5 +38,6 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 // of a peer causes (its connections end mid-read): not an error.
 func expectedRaftError(msg string) bool {
 	return strings.Contains(msg, "failed to decode incoming command") &&
-		(strings.Contains(msg, "EOF") || strings.Contains(msg, "closed") || strings.Contains(msg, "reset"))
+		(strings.Contains(msg, "EOF") || strings.Contains(msg, "closed") || strings.Contains(msg, "reset") ||
+			strings.Contains(msg, "node shutting down")) // the QUIC close code our transport sends on a clean stop
 }
