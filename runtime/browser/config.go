@@ -46,6 +46,8 @@ type Config struct {
 	SessionIdleTTL, SessionLifetime time.Duration
 	// Logger receives debug and warning records. Default: slog.Default().
 	Logger *slog.Logger
+
+	layers layers // tests only
 }
 
 func (cfg Config) withDefaults() Config {

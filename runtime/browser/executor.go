@@ -34,13 +34,19 @@ type Executor struct {
 
 	sessMu   sync.Mutex
 	sessions map[string]*session // nil value: reserved while opening
+
+	pool readyPool     // contexts made ahead of jobs, one per slot (pool.go)
+	kick chan struct{} // asks the filler to top the pool up
 }
 
 // testHooks lets tests in this package observe a job mid-flight.
 type testHooks struct {
 	stepStarted func(step int) // called before each step runs
-	// noFetch and noProxy turn one enforcement layer off, so tests can
-	// show that each layer alone refuses what it should.
+}
+
+// layers turns one enforcement layer off, so tests can show that each
+// layer alone refuses what it should (Config.layers; fixed at New).
+type layers struct {
 	noFetch, noProxy bool
 }
 
@@ -70,12 +76,16 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		life:     life,
 		shutdown: shutdown,
 		sessions: map[string]*session{},
+		kick:     make(chan struct{}, 1),
 	}
 	if _, err := e.browser(ctx); err != nil {
 		shutdown(err)
 		return nil, err
 	}
 	go e.reapSessions()
+	e.runs.Add(1)
+	go e.fill()
+	e.kickFiller()
 	return e, nil
 }
 

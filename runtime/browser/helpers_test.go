@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,7 +59,8 @@ func newExecutor(t testing.TB, cfg Config) *Executor {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		if err := e.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
+			buf := make([]byte, 1<<20)
+			t.Errorf("Close: %v\n%s", err, buf[:goruntime.Stack(buf, true)])
 		}
 	})
 	return e
@@ -93,7 +95,7 @@ var (
 
 // sharedVariant is like shared for an executor that tweak adjusts before
 // its first job; one per name.
-func sharedVariant(t testing.TB, name string, tweak func(*Executor)) *Executor {
+func sharedVariant(t testing.TB, name string, tweak func(*Config)) *Executor {
 	t.Helper()
 	path := requireChromium(t)
 	variantsMu.Lock()
@@ -103,11 +105,12 @@ func sharedVariant(t testing.TB, name string, tweak func(*Executor)) *Executor {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e, err := New(ctx, Config{ExecPath: path, Logger: testLogger()})
+	cfg := Config{ExecPath: path, Logger: testLogger()}
+	tweak(&cfg)
+	e, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	tweak(e)
 	variants[name] = e
 	return e
 }

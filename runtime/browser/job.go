@@ -9,12 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
-	"github.com/chromedp/cdproto/inspector"
 	"github.com/chromedp/cdproto/network"
-	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"github.com/palyra-mesh/palyra/runtime"
 )
@@ -112,95 +109,28 @@ func (j *job) runSteps(jctx context.Context) runtime.Result {
 	return runtime.Result{}
 }
 
-// open makes the job's isolated browser context (its own cookies, storage,
-// cache, egress proxy, no downloads) and tab, with request interception on
-// before the page loads anything; cleanup undoes it all.
+// open gives the job its isolated browser context (its own cookies,
+// storage, cache, egress proxy, no downloads) and tab, with request
+// interception on before the page loads anything: one made ahead (pool.go)
+// when there is one, else one made now. Cleanup disposes of it.
 func (j *job) open(jctx context.Context) (context.Context, error) {
 	j.rec.onNavBlocked = func(*BlockedError) { j.abort(errNavBlocked) }
-	proxy, err := startProxy(j.pol, j.rec, j.log)
-	if err != nil {
-		return nil, err
+	r := j.e.takeReady(j.p)
+	if r == nil {
+		var err error
+		if r, err = j.e.prepare(jctx, j.p, j.log); err != nil {
+			return nil, err
+		}
 	}
-	j.onCleanup(proxy.Close)
-
-	// "<-loopback>" removes Chromium's implicit bypass of localhost so
-	// loopback traffic is also policed.
-	params := target.CreateBrowserContextParams{ProxyServer: proxy.URL(), ProxyBypassList: "<-loopback>"}
-	if j.e.hooks.noProxy {
-		params = target.CreateBrowserContextParams{}
-	}
-	bc, err := cdp.Call(jctx, j.p.b, target.CreateBrowserContext, params)
-	if err != nil {
-		return nil, fmt.Errorf("creating a browser context: %w", err)
-	}
-	j.onCleanup(func() { j.dispose(bc.BrowserContextID) })
-
-	if _, err := cdp.Call(jctx, j.p.b, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
-		Behavior:         browser.SetDownloadBehaviorBehaviorDeny,
-		BrowserContextID: bc.BrowserContextID,
-	}); err != nil {
-		return nil, fmt.Errorf("disabling downloads: %w", err)
-	}
-
-	tab, cancelTab := chromedp.NewContext(jctx, chromedp.WithExistingBrowserContext(bc.BrowserContextID), chromedp.WithDetachOnCancel())
-	j.onCleanup(cancelTab)
-	if err := j.setup(tab); err != nil {
-		return nil, fmt.Errorf("opening the page: %w", err)
-	}
-	return tab, nil
+	return r.bind(j, jctx), nil
 }
 
-// setup opens the tab and turns on request interception before the page
-// loads anything.
-func (j *job) setup(tab context.Context) error {
-	// Events opens the target and subscribes before any request can be made.
-	paused := chromedp.Events(tab, fetch.RequestPaused)
-	crashed := chromedp.Events(tab, inspector.TargetCrashed)
-	if err := chromedp.Do(tab, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		if _, err := cdp.Call(ctx, t, inspector.Enable, cdp.Empty{}); err != nil {
-			return err
-		}
-		if j.e.hooks.noFetch {
-			return nil
-		}
-		_, err := cdp.Call(ctx, t, fetch.Enable, fetch.EnableParams{
-			Patterns: []*fetch.RequestPattern{{URLPattern: "*"}},
-		})
-		return err
-	})); err != nil {
-		return err
-	}
-	t := chromedp.FromContext(tab).Target
-	mainFrame := cdp.FrameID(t.TargetID)
-
-	go func() {
-		for _, err := range crashed {
-			if err != nil {
-				return
-			}
-			j.mu.Lock()
-			j.crashed = true
-			j.mu.Unlock()
-			j.abort(errPageCrashed)
-		}
-	}()
-	go func() {
-		sem := make(chan struct{}, maxPausedInFlight)
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		for ev, err := range paused {
-			if err != nil {
-				return
-			}
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				j.decide(tab, t, mainFrame, ev)
-			}()
-		}
-	}()
-	return nil
+// pageCrashed records that the job's renderer died and stops its step.
+func (j *job) pageCrashed() {
+	j.mu.Lock()
+	j.crashed = true
+	j.mu.Unlock()
+	j.abort(errPageCrashed)
 }
 
 // decide applies the job's policy to one intercepted request.
@@ -277,18 +207,6 @@ func (j *job) abort(cause error) {
 	j.mu.Unlock()
 	if f != nil {
 		f(cause)
-	}
-}
-
-// dispose removes the job's browser context (its tabs, cookies, storage).
-func (j *job) dispose(id cdp.BrowserContextID) {
-	if j.p.lost() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	if _, err := cdp.Call(ctx, j.p.b, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: id}); err != nil {
-		j.log.Debug("disposing of a browser context", "err", err)
 	}
 }
 

@@ -11,9 +11,9 @@ import (
 )
 
 func TestArtifactAndOutputLimits(t *testing.T) {
-	e := sharedVariant(t, "small artifacts", func(e *Executor) {
-		e.cfg.MaxArtifactBytes = 64 << 10
-		e.cfg.MaxArtifactsTotal = 40 << 10
+	e := sharedVariant(t, "small artifacts", func(c *Config) {
+		c.MaxArtifactBytes = 64 << 10
+		c.MaxArtifactsTotal = 40 << 10
 	})
 	site := alivePage(t)
 

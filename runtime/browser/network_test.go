@@ -36,19 +36,19 @@ func assertUntouched(t *testing.T, other *countingServer) {
 	}
 }
 
-// layers returns executors enforcing the policy with both layers, with
+// bothLayers returns executors enforcing the policy with both layers, with
 // Fetch interception only and with the egress proxy only: each layer alone
 // must refuse what the test expects.
-func layers(t *testing.T) map[string]*Executor {
+func bothLayers(t *testing.T) map[string]*Executor {
 	return map[string]*Executor{
 		"both":       shared(t),
-		"fetch only": sharedVariant(t, "fetch only", func(e *Executor) { e.hooks.noProxy = true }),
-		"proxy only": sharedVariant(t, "proxy only", func(e *Executor) { e.hooks.noFetch = true }),
+		"fetch only": sharedVariant(t, "fetch only", func(c *Config) { c.layers.noProxy = true }),
+		"proxy only": sharedVariant(t, "proxy only", func(c *Config) { c.layers.noFetch = true }),
 	}
 }
 
 func TestSubresourcesToOtherHostsAreBlocked(t *testing.T) {
-	for name, e := range layers(t) {
+	for name, e := range bothLayers(t) {
 		t.Run(name, func(t *testing.T) {
 			site, other, ob := twoHosts(t, func(ob string) string {
 				return `<img id=img src="` + ob + `/img.png" onerror="imgst.textContent='img-error'"><span id=imgst></span>
@@ -99,7 +99,7 @@ func TestSubresourcesToOtherHostsAreBlocked(t *testing.T) {
 // per-job egress proxy must refuse them all.
 func TestProxyBackstop(t *testing.T) {
 	for _, name := range []string{"both", "proxy only"} {
-		t.Run(name, func(t *testing.T) { testProxyBackstop(t, layers(t)[name]) })
+		t.Run(name, func(t *testing.T) { testProxyBackstop(t, bothLayers(t)[name]) })
 	}
 }
 
@@ -137,7 +137,7 @@ w.onmessage = e => { workerst.textContent = e.data };
 }
 
 func TestBlockedNavigation(t *testing.T) {
-	for name, e := range layers(t) {
+	for name, e := range bothLayers(t) {
 		t.Run(name, func(t *testing.T) { testBlockedNavigation(t, e) })
 	}
 }
@@ -191,7 +191,7 @@ func testBlockedNavigation(t *testing.T, e *Executor) {
 // renderer process, out of reach of the tab's request interception; its
 // requests to a host the job is not granted must still be refused.
 func TestCrossSiteIframeSubresources(t *testing.T) {
-	for name, e := range layers(t) {
+	for name, e := range bothLayers(t) {
 		t.Run(name, func(t *testing.T) { testCrossSiteIframeSubresources(t, e) })
 	}
 }

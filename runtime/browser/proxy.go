@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,12 +26,14 @@ const dialTimeout = 10 * time.Second
 // only addresses that passed the job's policy, so a DNS answer cannot change
 // between check and connect.
 type egressProxy struct {
-	pol *policy
-	rec *recorder
-	log *slog.Logger
-	ln  net.Listener
-	srv *http.Server
-	tr  *http.Transport
+	// bound is the job the proxy serves: its policy and recorder. A proxy
+	// made ahead of a job (a ready context, see pool.go) is bound to a
+	// policy that admits nothing until a job takes it.
+	bound atomic.Pointer[proxyBinding]
+	log   *slog.Logger
+	ln    net.Listener
+	srv   *http.Server
+	tr    *http.Transport
 
 	mu     sync.Mutex
 	closed bool
@@ -43,7 +46,8 @@ func startProxy(pol *policy, rec *recorder, log *slog.Logger) (*egressProxy, err
 	if err != nil {
 		return nil, fmt.Errorf("browser: starting the egress proxy: %w", err)
 	}
-	p := &egressProxy{pol: pol, rec: rec, log: log, ln: ln, tunnel: map[net.Conn]struct{}{}}
+	p := &egressProxy{log: log, ln: ln, tunnel: map[net.Conn]struct{}{}}
+	p.bind(pol, rec)
 	p.tr = &http.Transport{
 		DialContext:           p.dial,
 		Proxy:                 nil, // never chain to the worker's own proxy settings
@@ -79,6 +83,20 @@ func startProxy(pol *policy, rec *recorder, log *slog.Logger) (*egressProxy, err
 	return p, nil
 }
 
+// proxyBinding is what an egressProxy enforces and where it reports.
+type proxyBinding struct {
+	pol *policy
+	rec *recorder
+}
+
+// bind makes the proxy enforce pol and report to rec from now on.
+func (p *egressProxy) bind(pol *policy, rec *recorder) {
+	p.bound.Store(&proxyBinding{pol: pol, rec: rec})
+}
+
+func (p *egressProxy) pol() *policy   { return p.bound.Load().pol }
+func (p *egressProxy) rec() *recorder { return p.bound.Load().rec }
+
 // URL is the proxy address for target.CreateBrowserContext.
 func (p *egressProxy) URL() string { return "http://" + p.ln.Addr().String() }
 
@@ -91,7 +109,7 @@ func (p *egressProxy) serve(w http.ResponseWriter, r *http.Request, rp *httputil
 		http.Error(w, "palyra egress proxy: only absolute http:// requests and CONNECT", http.StatusBadRequest)
 		return
 	}
-	if err := p.pol.checkURL(r.Context(), r.URL.String()); err != nil {
+	if err := p.pol().checkURL(r.Context(), r.URL.String()); err != nil {
 		dest := r.Header.Get("Sec-Fetch-Dest")
 		p.block(r.URL.String(), dest, err)
 		if dest == "document" {
@@ -100,7 +118,7 @@ func (p *egressProxy) serve(w http.ResponseWriter, r *http.Request, rp *httputil
 			// the failure is reported.
 			var be *BlockedError
 			if errors.As(err, &be) {
-				p.rec.blockNavigation(be)
+				p.rec().blockNavigation(be)
 			}
 		}
 		p.refuse(w)
@@ -117,7 +135,7 @@ func (p *egressProxy) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	target := r.Host // a tunnel: https or a WebSocket; the scheme is not visible here
-	if _, err := p.pol.checkHost(r.Context(), host); err != nil {
+	if _, err := p.pol().checkHost(r.Context(), host); err != nil {
 		p.block(target, "connect", &BlockedError{URL: target, Reason: err.Error()})
 		http.Error(w, "blocked by the job's network policy", http.StatusForbidden)
 		return
@@ -165,7 +183,7 @@ func (p *egressProxy) dial(ctx context.Context, network, addr string) (net.Conn,
 	if err != nil {
 		return nil, err
 	}
-	addrs, err := p.pol.checkHost(ctx, host)
+	addrs, err := p.pol().checkHost(ctx, host)
 	if err != nil {
 		return nil, &BlockedError{URL: addr, Reason: err.Error()}
 	}
@@ -209,7 +227,7 @@ func (p *egressProxy) block(url, kind string, err error) {
 	if kind == "" {
 		kind = "other"
 	}
-	p.rec.blocked(url, kind, reason, "proxy")
+	p.rec().blocked(url, kind, reason, "proxy")
 }
 
 func (p *egressProxy) track(conns ...net.Conn) bool {

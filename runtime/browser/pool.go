@@ -1,0 +1,305 @@
+package browser
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/inspector"
+	"github.com/chromedp/cdproto/network"
+	cdpruntime "github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
+)
+
+// A ready context is a browser context set up before the job that will use
+// it arrives: its own egress proxy, an incognito browser context routed
+// through it with downloads denied, and a tab with request interception on.
+// Setting these up is most of a short job's time (DESIGN.md, "Where a warm
+// screenshot job's time goes"), so the executor keeps one per slot made
+// ahead, off the job's path.
+//
+// Isolation is unchanged: a ready context is used by one job (or session)
+// only and disposed of after it, exactly as one made on demand. Until a job
+// takes it, its proxy admits nothing and its interception fails every
+// request, and nothing has loaded in it but about:blank.
+type ready struct {
+	p     *proc
+	proxy *egressProxy
+	bc    cdp.BrowserContextID
+	tab   context.Context // the tab; lives until close
+	t     *chromedp.Target
+
+	cancelTab context.CancelFunc
+	owner     atomic.Pointer[job] // the job that took it; nil while pooled
+	dead      atomic.Bool         // its page crashed while pooled
+
+	closeOnce sync.Once
+	wg        sync.WaitGroup // the event goroutines
+}
+
+// denyAll is the policy of a proxy that no job has taken yet.
+var denyAll = &policy{cache: map[string]*lookup{}}
+
+// prepare sets up a ready context on browser p. ctx bounds only the set-up.
+func (e *Executor) prepare(ctx context.Context, p *proc, log *slog.Logger) (r *ready, err error) {
+	noProxy, noFetch := e.cfg.layers.noProxy, e.cfg.layers.noFetch
+	r = &ready{p: p}
+	defer func() {
+		if err != nil {
+			r.close()
+			r = nil
+		}
+	}()
+	if !noProxy {
+		if r.proxy, err = startProxy(denyAll, newRecorder(0, 0, 0), log); err != nil {
+			return r, err
+		}
+	}
+	// "<-loopback>" removes Chromium's implicit bypass of localhost so
+	// loopback traffic is also policed.
+	params := target.CreateBrowserContextParams{}
+	if r.proxy != nil {
+		params = target.CreateBrowserContextParams{ProxyServer: r.proxy.URL(), ProxyBypassList: "<-loopback>"}
+	}
+	bc, err := cdp.Call(ctx, p.b, target.CreateBrowserContext, params)
+	if err != nil {
+		return r, fmt.Errorf("creating a browser context: %w", err)
+	}
+	r.bc = bc.BrowserContextID
+	if _, err := cdp.Call(ctx, p.b, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+		Behavior:         browser.SetDownloadBehaviorBehaviorDeny,
+		BrowserContextID: r.bc,
+	}); err != nil {
+		return r, fmt.Errorf("disabling downloads: %w", err)
+	}
+	// The tab lives with the browser, not with ctx: it outlasts the
+	// set-up, waiting in the pool.
+	r.tab, r.cancelTab = chromedp.NewContext(p.ctx, chromedp.WithExistingBrowserContext(r.bc), chromedp.WithDetachOnCancel())
+	// Events opens the target and subscribes before any request can be
+	// made; the set-up calls are bounded by ctx.
+	setupDone := context.AfterFunc(ctx, r.cancelTab)
+	paused := chromedp.Events(r.tab, fetch.RequestPaused)
+	crashed := chromedp.Events(r.tab, inspector.TargetCrashed)
+	err = chromedp.Do(r.tab, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, t, inspector.Enable, cdp.Empty{}); err != nil {
+			return err
+		}
+		if noFetch {
+			return nil
+		}
+		_, err := cdp.Call(ctx, t, fetch.Enable, fetch.EnableParams{
+			Patterns: []*fetch.RequestPattern{{URLPattern: "*"}},
+		})
+		return err
+	}))
+	if !setupDone() || err != nil {
+		if err == nil {
+			err = ctx.Err()
+		}
+		return r, fmt.Errorf("opening the page: %w", err)
+	}
+	r.t = chromedp.FromContext(r.tab).Target
+	mainFrame := cdp.FrameID(r.t.TargetID)
+
+	r.wg.Add(2)
+	go func() {
+		defer r.wg.Done()
+		for _, err := range crashed {
+			if err != nil {
+				return
+			}
+			if j := r.owner.Load(); j != nil {
+				j.pageCrashed()
+			} else {
+				r.dead.Store(true)
+			}
+		}
+	}()
+	go func() {
+		defer r.wg.Done()
+		sem := make(chan struct{}, maxPausedInFlight)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for ev, err := range paused {
+			if err != nil {
+				return
+			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				if j := r.owner.Load(); j != nil {
+					j.decide(r.tab, r.t, mainFrame, ev)
+					return
+				}
+				// Nothing may load before a job owns the context.
+				_, _ = cdp.Call(r.tab, r.t, fetch.FailRequest, fetch.FailRequestParams{
+					RequestID: ev.RequestID, ErrorReason: network.ErrorReasonBlockedByClient,
+				})
+			}()
+		}
+	}()
+	return r, nil
+}
+
+// usable reports whether r can still be handed to a job on browser p.
+func (r *ready) usable(p *proc) bool {
+	return r.p == p && p.usable() && !r.dead.Load() && r.tab.Err() == nil
+}
+
+// bind hands r to j: its proxy enforces j's policy and reports to j's
+// recorder, interception decides by j's policy. It returns the context
+// j's steps derive from: the tab, ended (with jctx's cause) when jctx ends.
+func (r *ready) bind(j *job, jctx context.Context) context.Context {
+	if r.proxy != nil {
+		r.proxy.bind(j.pol, j.rec)
+	}
+	r.owner.Store(j)
+	tab, cancel := context.WithCancelCause(r.tab)
+	stop := context.AfterFunc(jctx, func() { cancel(context.Cause(jctx)) })
+	j.onCleanup(r.close)
+	j.onCleanup(func() { stop(); cancel(nil) })
+	return tab
+}
+
+// close detaches from the tab, disposes of the browser context (its tabs,
+// cookies, storage) and stops the proxy. It is safe to call more than
+// once.
+func (r *ready) close() {
+	r.closeOnce.Do(func() {
+		if r.cancelTab != nil {
+			r.cancelTab()
+		}
+		if r.bc != "" && !r.p.lost() {
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			_, _ = cdp.Call(ctx, r.p.b, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: r.bc})
+			cancel()
+		}
+		r.wg.Wait()
+		if r.proxy != nil {
+			r.proxy.Close()
+		}
+	})
+}
+
+// readyPool holds the contexts made ahead of jobs.
+type readyPool struct {
+	mu    sync.Mutex
+	items []*ready
+}
+
+func (rp *readyPool) pop() *ready {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if len(rp.items) == 0 {
+		return nil
+	}
+	r := rp.items[len(rp.items)-1]
+	rp.items = rp.items[:len(rp.items)-1]
+	return r
+}
+
+func (rp *readyPool) push(r *ready) {
+	rp.mu.Lock()
+	rp.items = append(rp.items, r)
+	rp.mu.Unlock()
+}
+
+func (rp *readyPool) len() int {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return len(rp.items)
+}
+
+// contexts lists the pooled browser contexts; for tests.
+func (rp *readyPool) contexts() map[cdp.BrowserContextID]bool {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	m := map[cdp.BrowserContextID]bool{}
+	for _, r := range rp.items {
+		m[r.bc] = true
+	}
+	return m
+}
+
+// probeTimeout bounds the check that a pooled page still answers. A live
+// renderer answers in well under a millisecond; one that died while pooled
+// never does (its crash event may not have arrived yet), and the job then
+// gets a context made on demand instead.
+const probeTimeout = 100 * time.Millisecond
+
+// alive asks r's page for a trivial evaluation.
+func (r *ready) alive() bool {
+	ctx, cancel := context.WithTimeout(r.tab, probeTimeout)
+	defer cancel()
+	_, err := cdp.Call(ctx, r.t, cdpruntime.Evaluate, cdpruntime.EvaluateParams{Expression: "1"})
+	return err == nil && !r.dead.Load()
+}
+
+// takeReady returns a pooled ready context on browser p, or nil when none
+// is ready; contexts left from an earlier browser, or whose page died,
+// are closed on the way. It asks the filler for a replacement.
+func (e *Executor) takeReady(p *proc) *ready {
+	defer e.kickFiller()
+	for {
+		r := e.pool.pop()
+		if r == nil {
+			return nil
+		}
+		if r.usable(p) && r.alive() {
+			return r
+		}
+		e.runs.Add(1)
+		go func() { defer e.runs.Done(); r.close() }()
+	}
+}
+
+func (e *Executor) kickFiller() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fill keeps the pool at one ready context per slot while the executor
+// lives. It works one context at a time, in the background; a job that
+// finds the pool empty makes its own, as it would without the pool.
+func (e *Executor) fill() {
+	defer e.runs.Done()
+	for {
+		select {
+		case <-e.life.Done():
+			e.drainPool()
+			return
+		case <-e.kick:
+		}
+		for e.pool.len() < e.cfg.Slots && e.life.Err() == nil {
+			p, err := e.browser(e.life)
+			if err != nil {
+				break // the next job retries the start and kicks again
+			}
+			ctx, cancel := context.WithTimeout(e.life, e.cfg.StepTimeout)
+			r, err := e.prepare(ctx, p, e.log)
+			cancel()
+			if err != nil {
+				e.log.Debug("preparing a browser context ahead of a job", "err", err)
+				break
+			}
+			e.pool.push(r)
+		}
+	}
+}
+
+// drainPool closes every pooled context.
+func (e *Executor) drainPool() {
+	for r := e.pool.pop(); r != nil; r = e.pool.pop() {
+		r.close()
+	}
+}
