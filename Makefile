@@ -33,8 +33,19 @@ console-ui:
 
 examples: build
 	@mkdir -p bin/examples
-	@for d in examples/*/; do n=$$(basename $$d); \
+	@for d in examples/*/; do n=$$(basename $$d); [ "$$n" = skills ] && continue; \
 	  GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -o bin/examples/$$n.wasm ./examples/$$n || exit 1; done
+
+# skill-example builds the example skill's tools and packs them, signed
+# with a publisher key made on first use (bin/skills/example.key).
+.PHONY: skill-example
+skill-example: examples
+	@rm -rf bin/skills/web && mkdir -p bin/skills/web/modules
+	@cp examples/skills/web/skill.toml bin/skills/web/
+	@cp bin/examples/wordcount.wasm bin/examples/fetchjson.wasm bin/skills/web/modules/
+	@[ -f bin/skills/example.key ] || ./bin/palyra skill keygen -o bin/skills/example.key > bin/skills/example.pub
+	./bin/palyra skill pack bin/skills/web --key bin/skills/example.key -o bin/skills/example.web-1.0.0.palyra-skill
+	./bin/palyra skill inspect bin/skills/example.web-1.0.0.palyra-skill --trust "$$(cat bin/skills/example.pub)"
 
 run: build examples
 	@echo "Starting a local node (data dir ./palyra-data, QUIC on 127.0.0.1:7444)."
