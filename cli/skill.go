@@ -55,8 +55,14 @@ func skillCommand() *ucli.Command {
      requires_approval = false
      deterministic     = false
 
-   Unknown fields are refused.`,
-		Subcommands: []*ucli.Command{skillKeygenCommand(), skillPackCommand(), skillSignCommand(), skillInspectCommand()},
+   Unknown fields are refused.
+
+   Then, on the cluster:
+     palyra skill trust add acme ed25519:…       # the publisher's key
+     palyra skill install echo.palyra-skill      # once, from any node
+     palyra skill run acme.echo echo --input '{"text":"hi"}' --wait   # from any node`,
+		Subcommands: append([]*ucli.Command{skillKeygenCommand(), skillPackCommand(), skillSignCommand(), skillInspectCommand()},
+			skillRegistryCommands()...),
 	}
 }
 

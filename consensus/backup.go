@@ -76,7 +76,10 @@ type SnapshotContents struct {
 	Members       []Member // sorted by kind, id
 	Secrets       int
 	PolicyVersion uint64
-	// Blobs is every blob the state names (modules, payloads, artifacts),
+	// Skills counts the installed skills.
+	Skills int
+	// Blobs is every blob the state names (modules, payloads, artifacts,
+	// skill packages),
 	// sorted, each once.
 	Blobs []string
 }
@@ -152,6 +155,13 @@ func scanSnapshot(r io.Reader) (SnapshotContents, error) {
 	c.JobsByPhase = map[Phase]uint64{}
 	blobs := map[string]struct{}{}
 	add := func(h string) { blobs[h] = struct{}{} }
+	for _, sk := range hdr.Skills { // installed skills: the package and the modules
+		c.Skills++
+		add(sk.PackageSha256)
+		for _, t := range sk.Tools {
+			add(t.ModuleSha256)
+		}
+	}
 	for i := uint64(0); i < hdr.JobCount; i++ {
 		var rec raftpb.JobRecord
 		if err := opts.UnmarshalFrom(br, &rec); err != nil {

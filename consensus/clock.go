@@ -92,6 +92,8 @@ func commandTimes(cmd *raftpb.Command) []timeGroup {
 		return one(&c.PruneJobs.AtMs, &c.PruneJobs.BeforeMs)
 	case *raftpb.Command_SetRetention:
 		return one(&c.SetRetention.AtMs)
+	case *raftpb.Command_Skill:
+		return one(&c.Skill.AtMs)
 	case *raftpb.Command_CreatePairing:
 		if p := c.CreatePairing.GetPairing(); p != nil {
 			return one(&p.CreatedAtMs, &p.ExpiresAtMs)

@@ -25,12 +25,15 @@ type Secret struct {
 
 // dataState holds secrets and the key-value store.
 type dataState struct {
-	secrets map[string]*Secret
-	kv      map[string][]byte
+	secrets    map[string]*Secret
+	kv         map[string][]byte
+	skills     map[string]*raftpb.SkillRecord     // by skill_id (skills.go)
+	publishers map[string]*raftpb.PublisherRecord // by name
 }
 
 func newDataState() dataState {
-	return dataState{secrets: map[string]*Secret{}, kv: map[string][]byte{}}
+	return dataState{secrets: map[string]*Secret{}, kv: map[string][]byte{},
+		skills: map[string]*raftpb.SkillRecord{}, publishers: map[string]*raftpb.PublisherRecord{}}
 }
 
 func (s *State) applySetSecret(c *raftpb.SetSecret) ApplyResult {
@@ -140,6 +143,7 @@ func (s *State) snapshotData(snap *raftpb.Snapshot) {
 	for _, k := range keys {
 		snap.Kv = append(snap.Kv, &raftpb.KVPut{Key: k, Value: s.data.kv[k]})
 	}
+	s.snapshotSkills(snap)
 }
 
 func (s *State) restoreData(snap *raftpb.Snapshot) {
@@ -150,4 +154,5 @@ func (s *State) restoreData(snap *raftpb.Snapshot) {
 	for _, e := range snap.Kv {
 		s.data.kv[e.Key] = e.Value
 	}
+	s.restoreSkills(snap)
 }

@@ -24,12 +24,13 @@ func (e *Error) Is(target error) bool {
 
 // Sentinel codes; compare with errors.Is.
 var (
-	ErrNotFound     = &Error{Code: "not_found"}
-	ErrConflict     = &Error{Code: "conflict"}
-	ErrStaleAttempt = &Error{Code: "stale_attempt"}
-	ErrNotLeader    = &Error{Code: "not_leader"}
-	ErrNoQuorum     = &Error{Code: "no_quorum"}
-	ErrInvalid      = &Error{Code: "invalid_argument"}
+	ErrNotFound         = &Error{Code: "not_found"}
+	ErrConflict         = &Error{Code: "conflict"}
+	ErrStaleAttempt     = &Error{Code: "stale_attempt"}
+	ErrNotLeader        = &Error{Code: "not_leader"}
+	ErrNoQuorum         = &Error{Code: "no_quorum"}
+	ErrInvalid          = &Error{Code: "invalid_argument"}
+	ErrPermissionDenied = &Error{Code: "permission_denied"}
 	// ErrUnknownOutcome: the command was handed to raft but leadership was
 	// lost before it was known to commit; it may still commit. Never retry
 	// blindly: retry only commands that are safe to apply twice.

@@ -53,9 +53,14 @@ type Job struct {
 	// Deterministic runs the wasm job on a virtual clock and seeded
 	// randomness (runtime.Spec.Deterministic).
 	Deterministic bool
-	Artifacts     []Artifact
-	SecretNames   []string // granted secrets
-	KVPrefix      string   // granted key-value prefix
+	// OutputSchema (a skill tool's run): stdout must be JSON this JSON
+	// Schema accepts; SkillID and SkillTool name what runs.
+	OutputSchema string
+	SkillID      string
+	SkillTool    string
+	Artifacts    []Artifact
+	SecretNames  []string // granted secrets
+	KVPrefix     string   // granted key-value prefix
 
 	// Payloads above InlineLimit are blobs: the hash names the content and
 	// the inline field is empty. Size is the payload's length either way.

@@ -41,6 +41,7 @@ const (
 	ReasonBlocked       Reason = "blocked"        // a request or navigation outside the job's grants
 	ReasonStepFailed    Reason = "step_failed"    // a script step could not be performed
 	ReasonCrashed       Reason = "crashed"        // the sandbox process (browser) died mid-job
+	ReasonOutputInvalid Reason = "output_invalid" // a skill tool wrote output its output_schema refuses
 )
 
 // Spec is one unit of work with its limits. Zero limits mean "use the

@@ -66,8 +66,10 @@ type Client struct {
 	Snapshots palyrav1connect.SnapshotServiceClient
 	// Browser drives interactive browser sessions (palyra browser).
 	Browser palyrav1connect.BrowserServiceClient
-	tr      *http3.Transport
-	opts    Options
+	// Skills is the skill registry (palyra skill install, run, …).
+	Skills palyrav1connect.SkillServiceClient
+	tr     *http3.Transport
+	opts   Options
 
 	mu       sync.Mutex
 	answered string // the address of the current (or last) connection
@@ -129,6 +131,7 @@ func NewCluster(addrs []string, cred *identity.Credential, o Options) (*Client, 
 	c.Secrets = palyrav1connect.NewSecretServiceClient(hc, base, opts...)
 	c.Snapshots = palyrav1connect.NewSnapshotServiceClient(hc, base, opts...)
 	c.Browser = palyrav1connect.NewBrowserServiceClient(hc, base, opts...)
+	c.Skills = palyrav1connect.NewSkillServiceClient(hc, base, opts...)
 	return c, nil
 }
 

@@ -47,6 +47,15 @@ const (
 	ActionSecretList   = "secret.list"
 	ActionSecretDelete = "secret.delete"
 
+	// Skills: installing, trusting publishers and changing a skill's
+	// status are admin actions; listing and running are for any device
+	// under the default policy (a run's grants are checked like a job's).
+	ActionSkillInstall = "skill.install"
+	ActionSkillManage  = "skill.manage"
+	ActionSkillTrust   = "skill.trust"
+	ActionSkillList    = "skill.list"
+	ActionSkillRun     = "skill.run"
+
 	// ActionSnapshotSave copies the whole cluster out (every job's data,
 	// the sealed secrets, the CA key and the data key): an admin action.
 	ActionSnapshotSave = "snapshot.save"
@@ -95,6 +104,7 @@ func Actions() []string {
 		ActionCAStatus, ActionCARotate,
 		ActionPolicyGet, ActionPolicySet, ActionPolicyCheck,
 		ActionSecretSet, ActionSecretList, ActionSecretDelete, ActionSnapshotSave,
+		ActionSkillInstall, ActionSkillManage, ActionSkillTrust, ActionSkillList, ActionSkillRun,
 		ActionWorkerHeartbeat, ActionWorkerReport, ActionRaftJoin, ActionBlobFetch,
 		ActionGrantHTTP, ActionGrantSecret, ActionGrantKV,
 	}

@@ -75,7 +75,7 @@ func TestDefaultPolicyMatrix(t *testing.T) {
 	nodeWork := []string{ActionWorkerHeartbeat, ActionWorkerReport, ActionRaftJoin, ActionBlobFetch}
 	want := map[string][]string{
 		"node":     append(slices.Clone(nodeWork), ActionNodeStatus, ActionJobRead),
-		"device":   {ActionJobSubmit, ActionJobList, ActionNodeStatus, ActionJobRead, ActionJobWatch, ActionJobCancel, ActionBrowserOpen, ActionBrowserDrive},
+		"device":   {ActionJobSubmit, ActionJobList, ActionNodeStatus, ActionJobRead, ActionJobWatch, ActionJobCancel, ActionBrowserOpen, ActionBrowserDrive, ActionSkillList, ActionSkillRun},
 		"operator": slices.DeleteFunc(Actions(), func(a string) bool { return slices.Contains(nodeWork, a) }),
 	}
 	callers := map[string]Principal{"node": node, "device": plainDevice, "operator": opDevice}

@@ -227,6 +227,9 @@ func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("schema references %s: a tool's schema must be self-contained (nothing is fetched)", url)
 }
 
+// ValidName reports whether s may be a skill id, tool id or publisher name.
+func ValidName(s string) bool { return idRE.MatchString(s) }
+
 // Tool returns the tool with id, or nil.
 func (m *Manifest) Tool(id string) *Tool {
 	for i := range m.Tools {

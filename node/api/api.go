@@ -195,6 +195,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(palyrav1connect.NewSecretServiceHandler(secretService{s}, opts...))
 	mux.Handle(palyrav1connect.NewSnapshotServiceHandler(snapshotService{s}, opts...))
 	mux.Handle(palyrav1connect.NewBrowserServiceHandler(browserService{s}, opts...))
+	mux.Handle(palyrav1connect.NewSkillServiceHandler(skillService{s}, opts...))
 	return s.authenticate(mux)
 }
 

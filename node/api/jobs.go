@@ -40,28 +40,8 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	if kind == "browser" {
 		return js.submitBrowser(ctx, m)
 	}
-	for _, name := range m.SecretNames {
-		if err := s.authz.Check(ctx, policy.ActionGrantSecret, policy.GrantResource(policy.GrantSecret, name), map[string]any{"grant_key": name}); err != nil {
-			return nil, err
-		}
-	}
-	if m.KvPrefix != "" {
-		if err := s.authz.Check(ctx, policy.ActionGrantKV, policy.GrantResource(policy.GrantKV, m.KvPrefix), map[string]any{"grant_prefix": m.KvPrefix}); err != nil {
-			return nil, err
-		}
-	}
-	if len(m.AllowHosts) > 0 || m.AllowPrivate {
-		// Wasm egress grants are checked the same way as browser ones.
-		for _, h := range m.AllowHosts {
-			if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, h), map[string]any{"grant_host": h}); err != nil {
-				return nil, err
-			}
-		}
-		if m.AllowPrivate {
-			if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, "private"), map[string]any{"grant_host": "private"}); err != nil {
-				return nil, err
-			}
-		}
+	if err := s.checkGrants(ctx, m); err != nil {
+		return nil, err
 	}
 	if len(m.WasmModule) == 0 && m.ModuleSha256 != "" {
 		return js.submitByHash(ctx, m)
@@ -82,6 +62,35 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	}
 	s.validated.Add(hash, struct{}{})
 	return js.commitSubmit(ctx, m, hash)
+}
+
+// checkGrants checks each capability a wasm job asks for against the
+// caller's policy.
+func (s *Server) checkGrants(ctx context.Context, m *palyrav1.SubmitJobRequest) error {
+	for _, name := range m.SecretNames {
+		if err := s.authz.Check(ctx, policy.ActionGrantSecret, policy.GrantResource(policy.GrantSecret, name), map[string]any{"grant_key": name}); err != nil {
+			return err
+		}
+	}
+	if m.KvPrefix != "" {
+		if err := s.authz.Check(ctx, policy.ActionGrantKV, policy.GrantResource(policy.GrantKV, m.KvPrefix), map[string]any{"grant_prefix": m.KvPrefix}); err != nil {
+			return err
+		}
+	}
+	if len(m.AllowHosts) > 0 || m.AllowPrivate {
+		// Wasm egress grants are checked the same way as browser ones.
+		for _, h := range m.AllowHosts {
+			if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, h), map[string]any{"grant_host": h}); err != nil {
+				return err
+			}
+		}
+		if m.AllowPrivate {
+			if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, "private"), map[string]any{"grant_host": "private"}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // notStored explains a module that could not be replicated.
@@ -203,6 +212,9 @@ func (s *Server) jobRecord(ctx context.Context, m *palyrav1.SubmitJobRequest, ha
 	}
 	if m.DeadlineMs > 0 {
 		rec.DeadlineAtMs = now + m.DeadlineMs
+	}
+	if sr, ok := ctx.Value(skillRunKey{}).(skillRun); ok {
+		rec.SkillId, rec.SkillTool, rec.OutputSchema = sr.id, sr.tool, sr.outputSchema
 	}
 	if m.IdempotencyKey != "" {
 		// Scoped to the caller: two principals never share a key space.

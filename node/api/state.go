@@ -1,6 +1,9 @@
 package api
 
-import "github.com/palyra-mesh/palyra/consensus"
+import (
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
 
 // State is what the API reads of the local replica. Every method is
 // served from an index or a small plane of the FSM: no request walks the
@@ -28,6 +31,12 @@ type State interface {
 	// Secrets (sealed).
 	Secret(name string) (consensus.Secret, bool)
 	Secrets() []consensus.Secret
+
+	// The skill registry.
+	Skill(id string) (*raftpb.SkillRecord, bool)
+	Skills() []*raftpb.SkillRecord
+	Publisher(name string) (*raftpb.PublisherRecord, bool)
+	Publishers() []*raftpb.PublisherRecord
 }
 
 // AuthzState is what the authorizer reads: the stored policy, members,

@@ -6,12 +6,18 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/palyra-mesh/palyra/identity/skill"
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -376,6 +382,56 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) bool {
 }
 
 func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
+	res := w.runExecutor(ctx, j)
+	if j.OutputSchema != "" && res.OK() {
+		if err := checkOutput(j.OutputSchema, res.Stdout); err != nil {
+			res.Reason = runtime.ReasonOutputInvalid
+			res.Message = fmt.Sprintf("tool %s/%s: %v", j.SkillID, j.SkillTool, err)
+		}
+	}
+	return res
+}
+
+// schemas caches compiled output schemas (a cluster holds few skills; the
+// cache is dropped whole if it ever grows past maxSchemas).
+var schemas struct {
+	sync.Mutex
+	m map[string]*jsonschema.Schema
+}
+
+const maxSchemas = 256
+
+// checkOutput checks a skill tool's stdout against its output schema.
+func checkOutput(schema string, stdout []byte) error {
+	schemas.Lock()
+	sch := schemas.m[schema]
+	schemas.Unlock()
+	if sch == nil {
+		var err error
+		if sch, err = skill.CompileSchema(schema); err != nil {
+			return fmt.Errorf("the tool's output_schema: %w", err)
+		}
+		schemas.Lock()
+		if schemas.m == nil || len(schemas.m) >= maxSchemas {
+			schemas.m = map[string]*jsonschema.Schema{}
+		}
+		schemas.m[schema] = sch
+		schemas.Unlock()
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(stdout))
+	if err != nil {
+		return fmt.Errorf("the output is not JSON: %w", err)
+	}
+	if err := sch.Validate(v); err != nil {
+		return fmt.Errorf("the output does not match the tool's output_schema: %s", oneLine(err.Error()))
+	}
+	return nil
+}
+
+// oneLine joins a multi-line message.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func (w *Worker) runExecutor(ctx context.Context, j consensus.Job) runtime.Result {
 	w.exMu.RLock()
 	ex, ok := w.executors[runtime.Kind(j.Kind)]
 	w.exMu.RUnlock()

@@ -3657,6 +3657,1178 @@ func (x *ListBrowserSessionsResponse) GetUnreachable() []string {
 	return nil
 }
 
+// Skills: signed packages of tools (identity/skill), installed once into
+// the replicated registry and run as jobs from any node.
+type SkillToolInfo struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name             string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Description      string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	ModuleSha256     string                 `protobuf:"bytes,4,opt,name=module_sha256,json=moduleSha256,proto3" json:"module_sha256,omitempty"`
+	InputSchema      string                 `protobuf:"bytes,5,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	OutputSchema     string                 `protobuf:"bytes,6,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	RequiresApproval bool                   `protobuf:"varint,7,opt,name=requires_approval,json=requiresApproval,proto3" json:"requires_approval,omitempty"`
+	Deterministic    bool                   `protobuf:"varint,8,opt,name=deterministic,proto3" json:"deterministic,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SkillToolInfo) Reset() {
+	*x = SkillToolInfo{}
+	mi := &file_palyra_v1_api_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillToolInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillToolInfo) ProtoMessage() {}
+
+func (x *SkillToolInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillToolInfo.ProtoReflect.Descriptor instead.
+func (*SkillToolInfo) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *SkillToolInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SkillToolInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SkillToolInfo) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *SkillToolInfo) GetModuleSha256() string {
+	if x != nil {
+		return x.ModuleSha256
+	}
+	return ""
+}
+
+func (x *SkillToolInfo) GetInputSchema() string {
+	if x != nil {
+		return x.InputSchema
+	}
+	return ""
+}
+
+func (x *SkillToolInfo) GetOutputSchema() string {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return ""
+}
+
+func (x *SkillToolInfo) GetRequiresApproval() bool {
+	if x != nil {
+		return x.RequiresApproval
+	}
+	return false
+}
+
+func (x *SkillToolInfo) GetDeterministic() bool {
+	if x != nil {
+		return x.Deterministic
+	}
+	return false
+}
+
+type SkillInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SkillId       string                 `protobuf:"bytes,1,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Publisher     string                 `protobuf:"bytes,4,opt,name=publisher,proto3" json:"publisher,omitempty"`
+	PublisherKey  string                 `protobuf:"bytes,5,opt,name=publisher_key,json=publisherKey,proto3" json:"publisher_key,omitempty"`
+	PackageSha256 string                 `protobuf:"bytes,6,opt,name=package_sha256,json=packageSha256,proto3" json:"package_sha256,omitempty"`
+	PackageSize   uint64                 `protobuf:"varint,7,opt,name=package_size,json=packageSize,proto3" json:"package_size,omitempty"`
+	Status        string                 `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"` // active | disabled | quarantined
+	Findings      []string               `protobuf:"bytes,9,rep,name=findings,proto3" json:"findings,omitempty"`
+	Tools         []*SkillToolInfo       `protobuf:"bytes,10,rep,name=tools,proto3" json:"tools,omitempty"`
+	HttpHosts     []string               `protobuf:"bytes,11,rep,name=http_hosts,json=httpHosts,proto3" json:"http_hosts,omitempty"`
+	Secrets       []string               `protobuf:"bytes,12,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	KvPrefix      string                 `protobuf:"bytes,13,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`
+	Fuel          uint64                 `protobuf:"varint,14,opt,name=fuel,proto3" json:"fuel,omitempty"`
+	MemoryBytes   uint64                 `protobuf:"varint,15,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	WallClockMs   int64                  `protobuf:"varint,16,opt,name=wall_clock_ms,json=wallClockMs,proto3" json:"wall_clock_ms,omitempty"`
+	InstalledAtMs int64                  `protobuf:"varint,17,opt,name=installed_at_ms,json=installedAtMs,proto3" json:"installed_at_ms,omitempty"`
+	InstalledBy   string                 `protobuf:"bytes,18,opt,name=installed_by,json=installedBy,proto3" json:"installed_by,omitempty"`
+	StatusAtMs    int64                  `protobuf:"varint,19,opt,name=status_at_ms,json=statusAtMs,proto3" json:"status_at_ms,omitempty"`
+	StatusBy      string                 `protobuf:"bytes,20,opt,name=status_by,json=statusBy,proto3" json:"status_by,omitempty"`
+	Description   string                 `protobuf:"bytes,21,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillInfo) Reset() {
+	*x = SkillInfo{}
+	mi := &file_palyra_v1_api_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillInfo) ProtoMessage() {}
+
+func (x *SkillInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillInfo.ProtoReflect.Descriptor instead.
+func (*SkillInfo) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *SkillInfo) GetSkillId() string {
+	if x != nil {
+		return x.SkillId
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetPublisher() string {
+	if x != nil {
+		return x.Publisher
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetPublisherKey() string {
+	if x != nil {
+		return x.PublisherKey
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetPackageSha256() string {
+	if x != nil {
+		return x.PackageSha256
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetPackageSize() uint64 {
+	if x != nil {
+		return x.PackageSize
+	}
+	return 0
+}
+
+func (x *SkillInfo) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetFindings() []string {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+func (x *SkillInfo) GetTools() []*SkillToolInfo {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *SkillInfo) GetHttpHosts() []string {
+	if x != nil {
+		return x.HttpHosts
+	}
+	return nil
+}
+
+func (x *SkillInfo) GetSecrets() []string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+func (x *SkillInfo) GetKvPrefix() string {
+	if x != nil {
+		return x.KvPrefix
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetFuel() uint64 {
+	if x != nil {
+		return x.Fuel
+	}
+	return 0
+}
+
+func (x *SkillInfo) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *SkillInfo) GetWallClockMs() int64 {
+	if x != nil {
+		return x.WallClockMs
+	}
+	return 0
+}
+
+func (x *SkillInfo) GetInstalledAtMs() int64 {
+	if x != nil {
+		return x.InstalledAtMs
+	}
+	return 0
+}
+
+func (x *SkillInfo) GetInstalledBy() string {
+	if x != nil {
+		return x.InstalledBy
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetStatusAtMs() int64 {
+	if x != nil {
+		return x.StatusAtMs
+	}
+	return 0
+}
+
+func (x *SkillInfo) GetStatusBy() string {
+	if x != nil {
+		return x.StatusBy
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+type PublisherInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	AtMs          int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublisherInfo) Reset() {
+	*x = PublisherInfo{}
+	mi := &file_palyra_v1_api_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublisherInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublisherInfo) ProtoMessage() {}
+
+func (x *PublisherInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublisherInfo.ProtoReflect.Descriptor instead.
+func (*PublisherInfo) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *PublisherInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PublisherInfo) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PublisherInfo) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *PublisherInfo) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+type InstallSkillRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Package []byte                 `protobuf:"bytes,1,opt,name=package,proto3" json:"package,omitempty"` // the .palyra-skill file
+	// trust_on_first_use trusts the package's signing key for its publisher
+	// when the cluster has no key for that publisher yet.
+	TrustOnFirstUse bool `protobuf:"varint,2,opt,name=trust_on_first_use,json=trustOnFirstUse,proto3" json:"trust_on_first_use,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *InstallSkillRequest) Reset() {
+	*x = InstallSkillRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallSkillRequest) ProtoMessage() {}
+
+func (x *InstallSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallSkillRequest.ProtoReflect.Descriptor instead.
+func (*InstallSkillRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *InstallSkillRequest) GetPackage() []byte {
+	if x != nil {
+		return x.Package
+	}
+	return nil
+}
+
+func (x *InstallSkillRequest) GetTrustOnFirstUse() bool {
+	if x != nil {
+		return x.TrustOnFirstUse
+	}
+	return false
+}
+
+type InstallSkillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Skill         *SkillInfo             `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	TrustedNow    bool                   `protobuf:"varint,2,opt,name=trusted_now,json=trustedNow,proto3" json:"trusted_now,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallSkillResponse) Reset() {
+	*x = InstallSkillResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallSkillResponse) ProtoMessage() {}
+
+func (x *InstallSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallSkillResponse.ProtoReflect.Descriptor instead.
+func (*InstallSkillResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *InstallSkillResponse) GetSkill() *SkillInfo {
+	if x != nil {
+		return x.Skill
+	}
+	return nil
+}
+
+func (x *InstallSkillResponse) GetTrustedNow() bool {
+	if x != nil {
+		return x.TrustedNow
+	}
+	return false
+}
+
+type ListSkillsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSkillsRequest) Reset() {
+	*x = ListSkillsRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSkillsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSkillsRequest) ProtoMessage() {}
+
+func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSkillsRequest.ProtoReflect.Descriptor instead.
+func (*ListSkillsRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{58}
+}
+
+type ListSkillsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Skills        []*SkillInfo           `protobuf:"bytes,1,rep,name=skills,proto3" json:"skills,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSkillsResponse) Reset() {
+	*x = ListSkillsResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSkillsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSkillsResponse) ProtoMessage() {}
+
+func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSkillsResponse.ProtoReflect.Descriptor instead.
+func (*ListSkillsResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ListSkillsResponse) GetSkills() []*SkillInfo {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+type GetSkillRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SkillId       string                 `protobuf:"bytes,1,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSkillRequest) Reset() {
+	*x = GetSkillRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSkillRequest) ProtoMessage() {}
+
+func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSkillRequest.ProtoReflect.Descriptor instead.
+func (*GetSkillRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *GetSkillRequest) GetSkillId() string {
+	if x != nil {
+		return x.SkillId
+	}
+	return ""
+}
+
+type GetSkillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Skill         *SkillInfo             `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSkillResponse) Reset() {
+	*x = GetSkillResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSkillResponse) ProtoMessage() {}
+
+func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSkillResponse.ProtoReflect.Descriptor instead.
+func (*GetSkillResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *GetSkillResponse) GetSkill() *SkillInfo {
+	if x != nil {
+		return x.Skill
+	}
+	return nil
+}
+
+type SetSkillStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SkillId       string                 `protobuf:"bytes,1,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSkillStatusRequest) Reset() {
+	*x = SetSkillStatusRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSkillStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSkillStatusRequest) ProtoMessage() {}
+
+func (x *SetSkillStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSkillStatusRequest.ProtoReflect.Descriptor instead.
+func (*SetSkillStatusRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *SetSkillStatusRequest) GetSkillId() string {
+	if x != nil {
+		return x.SkillId
+	}
+	return ""
+}
+
+func (x *SetSkillStatusRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *SetSkillStatusRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type SetSkillStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Skill         *SkillInfo             `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSkillStatusResponse) Reset() {
+	*x = SetSkillStatusResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSkillStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSkillStatusResponse) ProtoMessage() {}
+
+func (x *SetSkillStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSkillStatusResponse.ProtoReflect.Descriptor instead.
+func (*SetSkillStatusResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *SetSkillStatusResponse) GetSkill() *SkillInfo {
+	if x != nil {
+		return x.Skill
+	}
+	return nil
+}
+
+type RemoveSkillRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SkillId       string                 `protobuf:"bytes,1,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveSkillRequest) Reset() {
+	*x = RemoveSkillRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveSkillRequest) ProtoMessage() {}
+
+func (x *RemoveSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveSkillRequest.ProtoReflect.Descriptor instead.
+func (*RemoveSkillRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *RemoveSkillRequest) GetSkillId() string {
+	if x != nil {
+		return x.SkillId
+	}
+	return ""
+}
+
+type RemoveSkillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveSkillResponse) Reset() {
+	*x = RemoveSkillResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveSkillResponse) ProtoMessage() {}
+
+func (x *RemoveSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveSkillResponse.ProtoReflect.Descriptor instead.
+func (*RemoveSkillResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{65}
+}
+
+type TrustPublisherRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Replace       bool                   `protobuf:"varint,3,opt,name=replace,proto3" json:"replace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrustPublisherRequest) Reset() {
+	*x = TrustPublisherRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrustPublisherRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrustPublisherRequest) ProtoMessage() {}
+
+func (x *TrustPublisherRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrustPublisherRequest.ProtoReflect.Descriptor instead.
+func (*TrustPublisherRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *TrustPublisherRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TrustPublisherRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TrustPublisherRequest) GetReplace() bool {
+	if x != nil {
+		return x.Replace
+	}
+	return false
+}
+
+type TrustPublisherResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Publisher     *PublisherInfo         `protobuf:"bytes,1,opt,name=publisher,proto3" json:"publisher,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrustPublisherResponse) Reset() {
+	*x = TrustPublisherResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrustPublisherResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrustPublisherResponse) ProtoMessage() {}
+
+func (x *TrustPublisherResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrustPublisherResponse.ProtoReflect.Descriptor instead.
+func (*TrustPublisherResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *TrustPublisherResponse) GetPublisher() *PublisherInfo {
+	if x != nil {
+		return x.Publisher
+	}
+	return nil
+}
+
+type ListPublishersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPublishersRequest) Reset() {
+	*x = ListPublishersRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPublishersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPublishersRequest) ProtoMessage() {}
+
+func (x *ListPublishersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPublishersRequest.ProtoReflect.Descriptor instead.
+func (*ListPublishersRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{68}
+}
+
+type ListPublishersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Publishers    []*PublisherInfo       `protobuf:"bytes,1,rep,name=publishers,proto3" json:"publishers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPublishersResponse) Reset() {
+	*x = ListPublishersResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPublishersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPublishersResponse) ProtoMessage() {}
+
+func (x *ListPublishersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPublishersResponse.ProtoReflect.Descriptor instead.
+func (*ListPublishersResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *ListPublishersResponse) GetPublishers() []*PublisherInfo {
+	if x != nil {
+		return x.Publishers
+	}
+	return nil
+}
+
+type UntrustPublisherRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UntrustPublisherRequest) Reset() {
+	*x = UntrustPublisherRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UntrustPublisherRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UntrustPublisherRequest) ProtoMessage() {}
+
+func (x *UntrustPublisherRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UntrustPublisherRequest.ProtoReflect.Descriptor instead.
+func (*UntrustPublisherRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *UntrustPublisherRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type UntrustPublisherResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UntrustPublisherResponse) Reset() {
+	*x = UntrustPublisherResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UntrustPublisherResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UntrustPublisherResponse) ProtoMessage() {}
+
+func (x *UntrustPublisherResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UntrustPublisherResponse.ProtoReflect.Descriptor instead.
+func (*UntrustPublisherResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{71}
+}
+
+type RunSkillRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SkillId        string                 `protobuf:"bytes,1,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	Tool           string                 `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	Input          []byte                 `protobuf:"bytes,3,opt,name=input,proto3" json:"input,omitempty"` // JSON, checked against the tool's input_schema
+	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	TimeoutMs      int64                  `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // at most the skill's wall_clock_ms
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RunSkillRequest) Reset() {
+	*x = RunSkillRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunSkillRequest) ProtoMessage() {}
+
+func (x *RunSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunSkillRequest.ProtoReflect.Descriptor instead.
+func (*RunSkillRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *RunSkillRequest) GetSkillId() string {
+	if x != nil {
+		return x.SkillId
+	}
+	return ""
+}
+
+func (x *RunSkillRequest) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *RunSkillRequest) GetInput() []byte {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *RunSkillRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *RunSkillRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
 var File_palyra_v1_api_proto protoreflect.FileDescriptor
 
 const file_palyra_v1_api_proto_rawDesc = "" +
@@ -3954,7 +5126,90 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x1aListBrowserSessionsRequest\"v\n" +
 	"\x1bListBrowserSessionsResponse\x125\n" +
 	"\bsessions\x18\x01 \x03(\v2\x19.palyra.v1.BrowserSessionR\bsessions\x12 \n" +
-	"\vunreachable\x18\x02 \x03(\tR\vunreachable*\xe9\x01\n" +
+	"\vunreachable\x18\x02 \x03(\tR\vunreachable\"\x95\x02\n" +
+	"\rSkillToolInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12#\n" +
+	"\rmodule_sha256\x18\x04 \x01(\tR\fmoduleSha256\x12!\n" +
+	"\finput_schema\x18\x05 \x01(\tR\vinputSchema\x12#\n" +
+	"\routput_schema\x18\x06 \x01(\tR\foutputSchema\x12+\n" +
+	"\x11requires_approval\x18\a \x01(\bR\x10requiresApproval\x12$\n" +
+	"\rdeterministic\x18\b \x01(\bR\rdeterministic\"\xa2\x05\n" +
+	"\tSkillInfo\x12\x19\n" +
+	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1c\n" +
+	"\tpublisher\x18\x04 \x01(\tR\tpublisher\x12#\n" +
+	"\rpublisher_key\x18\x05 \x01(\tR\fpublisherKey\x12%\n" +
+	"\x0epackage_sha256\x18\x06 \x01(\tR\rpackageSha256\x12!\n" +
+	"\fpackage_size\x18\a \x01(\x04R\vpackageSize\x12\x16\n" +
+	"\x06status\x18\b \x01(\tR\x06status\x12\x1a\n" +
+	"\bfindings\x18\t \x03(\tR\bfindings\x12.\n" +
+	"\x05tools\x18\n" +
+	" \x03(\v2\x18.palyra.v1.SkillToolInfoR\x05tools\x12\x1d\n" +
+	"\n" +
+	"http_hosts\x18\v \x03(\tR\thttpHosts\x12\x18\n" +
+	"\asecrets\x18\f \x03(\tR\asecrets\x12\x1b\n" +
+	"\tkv_prefix\x18\r \x01(\tR\bkvPrefix\x12\x12\n" +
+	"\x04fuel\x18\x0e \x01(\x04R\x04fuel\x12!\n" +
+	"\fmemory_bytes\x18\x0f \x01(\x04R\vmemoryBytes\x12\"\n" +
+	"\rwall_clock_ms\x18\x10 \x01(\x03R\vwallClockMs\x12&\n" +
+	"\x0finstalled_at_ms\x18\x11 \x01(\x03R\rinstalledAtMs\x12!\n" +
+	"\finstalled_by\x18\x12 \x01(\tR\vinstalledBy\x12 \n" +
+	"\fstatus_at_ms\x18\x13 \x01(\x03R\n" +
+	"statusAtMs\x12\x1b\n" +
+	"\tstatus_by\x18\x14 \x01(\tR\bstatusBy\x12 \n" +
+	"\vdescription\x18\x15 \x01(\tR\vdescription\"Z\n" +
+	"\rPublisherInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"\\\n" +
+	"\x13InstallSkillRequest\x12\x18\n" +
+	"\apackage\x18\x01 \x01(\fR\apackage\x12+\n" +
+	"\x12trust_on_first_use\x18\x02 \x01(\bR\x0ftrustOnFirstUse\"c\n" +
+	"\x14InstallSkillResponse\x12*\n" +
+	"\x05skill\x18\x01 \x01(\v2\x14.palyra.v1.SkillInfoR\x05skill\x12\x1f\n" +
+	"\vtrusted_now\x18\x02 \x01(\bR\n" +
+	"trustedNow\"\x13\n" +
+	"\x11ListSkillsRequest\"B\n" +
+	"\x12ListSkillsResponse\x12,\n" +
+	"\x06skills\x18\x01 \x03(\v2\x14.palyra.v1.SkillInfoR\x06skills\",\n" +
+	"\x0fGetSkillRequest\x12\x19\n" +
+	"\bskill_id\x18\x01 \x01(\tR\askillId\">\n" +
+	"\x10GetSkillResponse\x12*\n" +
+	"\x05skill\x18\x01 \x01(\v2\x14.palyra.v1.SkillInfoR\x05skill\"b\n" +
+	"\x15SetSkillStatusRequest\x12\x19\n" +
+	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"D\n" +
+	"\x16SetSkillStatusResponse\x12*\n" +
+	"\x05skill\x18\x01 \x01(\v2\x14.palyra.v1.SkillInfoR\x05skill\"/\n" +
+	"\x12RemoveSkillRequest\x12\x19\n" +
+	"\bskill_id\x18\x01 \x01(\tR\askillId\"\x15\n" +
+	"\x13RemoveSkillResponse\"W\n" +
+	"\x15TrustPublisherRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
+	"\areplace\x18\x03 \x01(\bR\areplace\"P\n" +
+	"\x16TrustPublisherResponse\x126\n" +
+	"\tpublisher\x18\x01 \x01(\v2\x18.palyra.v1.PublisherInfoR\tpublisher\"\x17\n" +
+	"\x15ListPublishersRequest\"R\n" +
+	"\x16ListPublishersResponse\x128\n" +
+	"\n" +
+	"publishers\x18\x01 \x03(\v2\x18.palyra.v1.PublisherInfoR\n" +
+	"publishers\"-\n" +
+	"\x17UntrustPublisherRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x1a\n" +
+	"\x18UntrustPublisherResponse\"\x9e\x01\n" +
+	"\x0fRunSkillRequest\x12\x19\n" +
+	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x14\n" +
+	"\x05input\x18\x03 \x01(\fR\x05input\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x05 \x01(\x03R\ttimeoutMs*\xe9\x01\n" +
 	"\bJobPhase\x12\x19\n" +
 	"\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_PHASE_QUEUED\x10\x01\x12\x15\n" +
@@ -3995,7 +5250,18 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"Screenshot\x12\x1c.palyra.v1.BrowserSessionRef\x1a$.palyra.v1.BrowserScreenshotResponse\x12O\n" +
 	"\fCloseSession\x12\x1c.palyra.v1.BrowserSessionRef\x1a!.palyra.v1.BrowserSessionResponse\x12]\n" +
-	"\fListSessions\x12%.palyra.v1.ListBrowserSessionsRequest\x1a&.palyra.v1.ListBrowserSessionsResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
+	"\fListSessions\x12%.palyra.v1.ListBrowserSessionsRequest\x1a&.palyra.v1.ListBrowserSessionsResponse2\xe5\x05\n" +
+	"\fSkillService\x12O\n" +
+	"\fInstallSkill\x12\x1e.palyra.v1.InstallSkillRequest\x1a\x1f.palyra.v1.InstallSkillResponse\x12I\n" +
+	"\n" +
+	"ListSkills\x12\x1c.palyra.v1.ListSkillsRequest\x1a\x1d.palyra.v1.ListSkillsResponse\x12C\n" +
+	"\bGetSkill\x12\x1a.palyra.v1.GetSkillRequest\x1a\x1b.palyra.v1.GetSkillResponse\x12U\n" +
+	"\x0eSetSkillStatus\x12 .palyra.v1.SetSkillStatusRequest\x1a!.palyra.v1.SetSkillStatusResponse\x12L\n" +
+	"\vRemoveSkill\x12\x1d.palyra.v1.RemoveSkillRequest\x1a\x1e.palyra.v1.RemoveSkillResponse\x12U\n" +
+	"\x0eTrustPublisher\x12 .palyra.v1.TrustPublisherRequest\x1a!.palyra.v1.TrustPublisherResponse\x12U\n" +
+	"\x0eListPublishers\x12 .palyra.v1.ListPublishersRequest\x1a!.palyra.v1.ListPublishersResponse\x12[\n" +
+	"\x10UntrustPublisher\x12\".palyra.v1.UntrustPublisherRequest\x1a#.palyra.v1.UntrustPublisherResponse\x12D\n" +
+	"\bRunSkill\x12\x1a.palyra.v1.RunSkillRequest\x1a\x1c.palyra.v1.SubmitJobResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
 
 var (
 	file_palyra_v1_api_proto_rawDescOnce sync.Once
@@ -4010,7 +5276,7 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                       // 0: palyra.v1.JobPhase
 	(*Error)(nil),                       // 1: palyra.v1.Error
@@ -4066,23 +5332,43 @@ var file_palyra_v1_api_proto_goTypes = []any{
 	(*BrowserScreenshotResponse)(nil),   // 51: palyra.v1.BrowserScreenshotResponse
 	(*ListBrowserSessionsRequest)(nil),  // 52: palyra.v1.ListBrowserSessionsRequest
 	(*ListBrowserSessionsResponse)(nil), // 53: palyra.v1.ListBrowserSessionsResponse
-	nil,                                 // 54: palyra.v1.Job.ConstraintsEntry
-	nil,                                 // 55: palyra.v1.JobArray.CountsEntry
-	nil,                                 // 56: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                                 // 57: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                                 // 58: palyra.v1.NodeInfo.LabelsEntry
-	nil,                                 // 59: palyra.v1.NodeInfo.CapacityEntry
+	(*SkillToolInfo)(nil),               // 54: palyra.v1.SkillToolInfo
+	(*SkillInfo)(nil),                   // 55: palyra.v1.SkillInfo
+	(*PublisherInfo)(nil),               // 56: palyra.v1.PublisherInfo
+	(*InstallSkillRequest)(nil),         // 57: palyra.v1.InstallSkillRequest
+	(*InstallSkillResponse)(nil),        // 58: palyra.v1.InstallSkillResponse
+	(*ListSkillsRequest)(nil),           // 59: palyra.v1.ListSkillsRequest
+	(*ListSkillsResponse)(nil),          // 60: palyra.v1.ListSkillsResponse
+	(*GetSkillRequest)(nil),             // 61: palyra.v1.GetSkillRequest
+	(*GetSkillResponse)(nil),            // 62: palyra.v1.GetSkillResponse
+	(*SetSkillStatusRequest)(nil),       // 63: palyra.v1.SetSkillStatusRequest
+	(*SetSkillStatusResponse)(nil),      // 64: palyra.v1.SetSkillStatusResponse
+	(*RemoveSkillRequest)(nil),          // 65: palyra.v1.RemoveSkillRequest
+	(*RemoveSkillResponse)(nil),         // 66: palyra.v1.RemoveSkillResponse
+	(*TrustPublisherRequest)(nil),       // 67: palyra.v1.TrustPublisherRequest
+	(*TrustPublisherResponse)(nil),      // 68: palyra.v1.TrustPublisherResponse
+	(*ListPublishersRequest)(nil),       // 69: palyra.v1.ListPublishersRequest
+	(*ListPublishersResponse)(nil),      // 70: palyra.v1.ListPublishersResponse
+	(*UntrustPublisherRequest)(nil),     // 71: palyra.v1.UntrustPublisherRequest
+	(*UntrustPublisherResponse)(nil),    // 72: palyra.v1.UntrustPublisherResponse
+	(*RunSkillRequest)(nil),             // 73: palyra.v1.RunSkillRequest
+	nil,                                 // 74: palyra.v1.Job.ConstraintsEntry
+	nil,                                 // 75: palyra.v1.JobArray.CountsEntry
+	nil,                                 // 76: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                                 // 77: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                                 // 78: palyra.v1.NodeInfo.LabelsEntry
+	nil,                                 // 79: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	54, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	74, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
 	5,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	55, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	75, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
 	3,  // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
 	5,  // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	56, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	76, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
 	3,  // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
 	3,  // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
@@ -4096,68 +5382,93 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 19: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
 	3,  // 20: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 21: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
-	57, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	58, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	59, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	77, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	78, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	79, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
 	29, // 25: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
 	38, // 26: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
 	38, // 27: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
 	45, // 28: palyra.v1.BrowserSessionResponse.session:type_name -> palyra.v1.BrowserSession
 	50, // 29: palyra.v1.BrowserSessionResponse.files:type_name -> palyra.v1.BrowserFile
 	45, // 30: palyra.v1.ListBrowserSessionsResponse.sessions:type_name -> palyra.v1.BrowserSession
-	8,  // 31: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	10, // 32: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	12, // 33: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	14, // 34: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	18, // 35: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	8,  // 36: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
-	6,  // 37: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	20, // 38: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	22, // 39: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	16, // 40: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
-	27, // 41: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	25, // 42: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
-	30, // 43: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	34, // 44: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	32, // 45: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	36, // 46: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	39, // 47: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	41, // 48: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	43, // 49: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	46, // 50: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
-	48, // 51: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
-	47, // 52: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
-	47, // 53: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
-	52, // 54: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
-	9,  // 55: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11, // 56: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13, // 57: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15, // 58: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	19, // 59: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	19, // 60: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,  // 61: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	21, // 62: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	23, // 63: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	17, // 64: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
-	28, // 65: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	26, // 66: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
-	31, // 67: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	35, // 68: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	33, // 69: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	37, // 70: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	40, // 71: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	42, // 72: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	44, // 73: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	49, // 74: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
-	49, // 75: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
-	51, // 76: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
-	49, // 77: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
-	53, // 78: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
-	55, // [55:79] is the sub-list for method output_type
-	31, // [31:55] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	54, // 31: palyra.v1.SkillInfo.tools:type_name -> palyra.v1.SkillToolInfo
+	55, // 32: palyra.v1.InstallSkillResponse.skill:type_name -> palyra.v1.SkillInfo
+	55, // 33: palyra.v1.ListSkillsResponse.skills:type_name -> palyra.v1.SkillInfo
+	55, // 34: palyra.v1.GetSkillResponse.skill:type_name -> palyra.v1.SkillInfo
+	55, // 35: palyra.v1.SetSkillStatusResponse.skill:type_name -> palyra.v1.SkillInfo
+	56, // 36: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
+	56, // 37: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
+	8,  // 38: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	10, // 39: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	12, // 40: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	14, // 41: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	18, // 42: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	8,  // 43: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
+	6,  // 44: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	20, // 45: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	22, // 46: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	16, // 47: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
+	27, // 48: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	25, // 49: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
+	30, // 50: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	34, // 51: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	32, // 52: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	36, // 53: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	39, // 54: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	41, // 55: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	43, // 56: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	46, // 57: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
+	48, // 58: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
+	47, // 59: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
+	47, // 60: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
+	52, // 61: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
+	57, // 62: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
+	59, // 63: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
+	61, // 64: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
+	63, // 65: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
+	65, // 66: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
+	67, // 67: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
+	69, // 68: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
+	71, // 69: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
+	73, // 70: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
+	9,  // 71: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11, // 72: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13, // 73: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15, // 74: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	19, // 75: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	19, // 76: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,  // 77: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	21, // 78: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	23, // 79: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	17, // 80: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	28, // 81: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	26, // 82: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
+	31, // 83: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	35, // 84: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	33, // 85: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	37, // 86: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	40, // 87: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	42, // 88: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	44, // 89: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	49, // 90: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
+	49, // 91: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
+	51, // 92: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
+	49, // 93: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
+	53, // 94: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
+	58, // 95: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
+	60, // 96: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
+	62, // 97: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
+	64, // 98: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
+	66, // 99: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
+	68, // 100: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
+	70, // 101: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
+	72, // 102: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
+	9,  // 103: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
+	71, // [71:104] is the sub-list for method output_type
+	38, // [38:71] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -4171,9 +5482,9 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   59,
+			NumMessages:   79,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_palyra_v1_api_proto_goTypes,
 		DependencyIndexes: file_palyra_v1_api_proto_depIdxs,

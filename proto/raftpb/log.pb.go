@@ -135,6 +135,11 @@ type JobRecord struct {
 	ArrayId       string `protobuf:"bytes,43,opt,name=array_id,json=arrayId,proto3" json:"array_id,omitempty"`
 	ArrayIndex    uint32 `protobuf:"varint,44,opt,name=array_index,json=arrayIndex,proto3" json:"array_index,omitempty"`
 	Deterministic bool   `protobuf:"varint,45,opt,name=deterministic,proto3" json:"deterministic,omitempty"`
+	// output_schema: a skill tool's run must write JSON that this JSON Schema
+	// accepts, or it fails with output_invalid (checked by the worker).
+	OutputSchema  string `protobuf:"bytes,46,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	SkillId       string `protobuf:"bytes,47,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"` // the skill and tool this job runs, if any
+	SkillTool     string `protobuf:"bytes,48,opt,name=skill_tool,json=skillTool,proto3" json:"skill_tool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -482,6 +487,27 @@ func (x *JobRecord) GetDeterministic() bool {
 		return x.Deterministic
 	}
 	return false
+}
+
+func (x *JobRecord) GetOutputSchema() string {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return ""
+}
+
+func (x *JobRecord) GetSkillId() string {
+	if x != nil {
+		return x.SkillId
+	}
+	return ""
+}
+
+func (x *JobRecord) GetSkillTool() string {
+	if x != nil {
+		return x.SkillTool
+	}
+	return ""
 }
 
 type ArtifactRef struct {
@@ -2681,6 +2707,7 @@ type Command struct {
 	//	*Command_SubmitArray
 	//	*Command_PruneJobs
 	//	*Command_SetRetention
+	//	*Command_Skill
 	//	*Command_CaTrust
 	Cmd isCommand_Cmd `protobuf_oneof:"cmd"`
 	// round is a scheduling round the leader attached to this command when
@@ -2963,6 +2990,15 @@ func (x *Command) GetSetRetention() *SetRetention {
 	return nil
 }
 
+func (x *Command) GetSkill() *SkillCommand {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Skill); ok {
+			return x.Skill
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetCaTrust() *CATrust {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_CaTrust); ok {
@@ -3087,6 +3123,10 @@ type Command_SetRetention struct {
 	SetRetention *SetRetention `protobuf:"bytes,26,opt,name=set_retention,json=setRetention,proto3,oneof"`
 }
 
+type Command_Skill struct {
+	Skill *SkillCommand `protobuf:"bytes,27,opt,name=skill,proto3,oneof"`
+}
+
 type Command_CaTrust struct {
 	// 40+: the CA's trust bundle (kept apart from the numbers above).
 	CaTrust *CATrust `protobuf:"bytes,40,opt,name=ca_trust,json=caTrust,proto3,oneof"`
@@ -3143,6 +3183,8 @@ func (*Command_SubmitArray) isCommand_Cmd() {}
 func (*Command_PruneJobs) isCommand_Cmd() {}
 
 func (*Command_SetRetention) isCommand_Cmd() {}
+
+func (*Command_Skill) isCommand_Cmd() {}
 
 func (*Command_CaTrust) isCommand_Cmd() {}
 
@@ -3819,6 +3861,499 @@ func (x *PolicyRecord) GetSetBy() string {
 	return ""
 }
 
+// SkillRecord is an installed skill: its manifest's facts, the package's
+// blob, the modules' blobs, who signed it and its status. The package was
+// verified and audited by the node it entered through (identity/skill).
+type SkillRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SkillId       string                 `protobuf:"bytes,1,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Publisher     string                 `protobuf:"bytes,4,opt,name=publisher,proto3" json:"publisher,omitempty"`
+	PublisherKey  string                 `protobuf:"bytes,5,opt,name=publisher_key,json=publisherKey,proto3" json:"publisher_key,omitempty"`    // "ed25519:…" the signature verified with
+	PackageSha256 string                 `protobuf:"bytes,6,opt,name=package_sha256,json=packageSha256,proto3" json:"package_sha256,omitempty"` // the .palyra-skill file, a blob
+	PackageSize   uint64                 `protobuf:"varint,7,opt,name=package_size,json=packageSize,proto3" json:"package_size,omitempty"`
+	Status        uint32                 `protobuf:"varint,8,opt,name=status,proto3" json:"status,omitempty"`    // 1 active, 2 disabled, 3 quarantined
+	Findings      []string               `protobuf:"bytes,9,rep,name=findings,proto3" json:"findings,omitempty"` // why it is quarantined (the audit's, or an operator's reason)
+	Tools         []*SkillTool           `protobuf:"bytes,10,rep,name=tools,proto3" json:"tools,omitempty"`
+	HttpHosts     []string               `protobuf:"bytes,11,rep,name=http_hosts,json=httpHosts,proto3" json:"http_hosts,omitempty"`
+	Secrets       []string               `protobuf:"bytes,12,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	KvPrefix      string                 `protobuf:"bytes,13,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`
+	Fuel          uint64                 `protobuf:"varint,14,opt,name=fuel,proto3" json:"fuel,omitempty"`
+	MemoryBytes   uint64                 `protobuf:"varint,15,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	WallClockMs   int64                  `protobuf:"varint,16,opt,name=wall_clock_ms,json=wallClockMs,proto3" json:"wall_clock_ms,omitempty"`
+	InstalledAtMs int64                  `protobuf:"varint,17,opt,name=installed_at_ms,json=installedAtMs,proto3" json:"installed_at_ms,omitempty"`
+	InstalledBy   string                 `protobuf:"bytes,18,opt,name=installed_by,json=installedBy,proto3" json:"installed_by,omitempty"`
+	StatusAtMs    int64                  `protobuf:"varint,19,opt,name=status_at_ms,json=statusAtMs,proto3" json:"status_at_ms,omitempty"`
+	StatusBy      string                 `protobuf:"bytes,20,opt,name=status_by,json=statusBy,proto3" json:"status_by,omitempty"`
+	Description   string                 `protobuf:"bytes,21,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillRecord) Reset() {
+	*x = SkillRecord{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillRecord) ProtoMessage() {}
+
+func (x *SkillRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillRecord.ProtoReflect.Descriptor instead.
+func (*SkillRecord) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SkillRecord) GetSkillId() string {
+	if x != nil {
+		return x.SkillId
+	}
+	return ""
+}
+
+func (x *SkillRecord) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *SkillRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SkillRecord) GetPublisher() string {
+	if x != nil {
+		return x.Publisher
+	}
+	return ""
+}
+
+func (x *SkillRecord) GetPublisherKey() string {
+	if x != nil {
+		return x.PublisherKey
+	}
+	return ""
+}
+
+func (x *SkillRecord) GetPackageSha256() string {
+	if x != nil {
+		return x.PackageSha256
+	}
+	return ""
+}
+
+func (x *SkillRecord) GetPackageSize() uint64 {
+	if x != nil {
+		return x.PackageSize
+	}
+	return 0
+}
+
+func (x *SkillRecord) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *SkillRecord) GetFindings() []string {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+func (x *SkillRecord) GetTools() []*SkillTool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *SkillRecord) GetHttpHosts() []string {
+	if x != nil {
+		return x.HttpHosts
+	}
+	return nil
+}
+
+func (x *SkillRecord) GetSecrets() []string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+func (x *SkillRecord) GetKvPrefix() string {
+	if x != nil {
+		return x.KvPrefix
+	}
+	return ""
+}
+
+func (x *SkillRecord) GetFuel() uint64 {
+	if x != nil {
+		return x.Fuel
+	}
+	return 0
+}
+
+func (x *SkillRecord) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *SkillRecord) GetWallClockMs() int64 {
+	if x != nil {
+		return x.WallClockMs
+	}
+	return 0
+}
+
+func (x *SkillRecord) GetInstalledAtMs() int64 {
+	if x != nil {
+		return x.InstalledAtMs
+	}
+	return 0
+}
+
+func (x *SkillRecord) GetInstalledBy() string {
+	if x != nil {
+		return x.InstalledBy
+	}
+	return ""
+}
+
+func (x *SkillRecord) GetStatusAtMs() int64 {
+	if x != nil {
+		return x.StatusAtMs
+	}
+	return 0
+}
+
+func (x *SkillRecord) GetStatusBy() string {
+	if x != nil {
+		return x.StatusBy
+	}
+	return ""
+}
+
+func (x *SkillRecord) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+type SkillTool struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name             string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Description      string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	ModuleSha256     string                 `protobuf:"bytes,4,opt,name=module_sha256,json=moduleSha256,proto3" json:"module_sha256,omitempty"` // a blob
+	InputSchema      string                 `protobuf:"bytes,5,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	OutputSchema     string                 `protobuf:"bytes,6,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	RequiresApproval bool                   `protobuf:"varint,7,opt,name=requires_approval,json=requiresApproval,proto3" json:"requires_approval,omitempty"`
+	Deterministic    bool                   `protobuf:"varint,8,opt,name=deterministic,proto3" json:"deterministic,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SkillTool) Reset() {
+	*x = SkillTool{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillTool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillTool) ProtoMessage() {}
+
+func (x *SkillTool) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillTool.ProtoReflect.Descriptor instead.
+func (*SkillTool) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SkillTool) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SkillTool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SkillTool) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *SkillTool) GetModuleSha256() string {
+	if x != nil {
+		return x.ModuleSha256
+	}
+	return ""
+}
+
+func (x *SkillTool) GetInputSchema() string {
+	if x != nil {
+		return x.InputSchema
+	}
+	return ""
+}
+
+func (x *SkillTool) GetOutputSchema() string {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return ""
+}
+
+func (x *SkillTool) GetRequiresApproval() bool {
+	if x != nil {
+		return x.RequiresApproval
+	}
+	return false
+}
+
+func (x *SkillTool) GetDeterministic() bool {
+	if x != nil {
+		return x.Deterministic
+	}
+	return false
+}
+
+// PublisherRecord is a trusted skill publisher and its key.
+type PublisherRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	AtMs          int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublisherRecord) Reset() {
+	*x = PublisherRecord{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublisherRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublisherRecord) ProtoMessage() {}
+
+func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublisherRecord.ProtoReflect.Descriptor instead.
+func (*PublisherRecord) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *PublisherRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PublisherRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PublisherRecord) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *PublisherRecord) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// SkillCommand changes the skill registry; exactly one field is set.
+type SkillCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AtMs          int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	Install       *SkillRecord           `protobuf:"bytes,3,opt,name=install,proto3" json:"install,omitempty"`                              // add, or replace the same skill_id
+	SetStatusId   string                 `protobuf:"bytes,4,opt,name=set_status_id,json=setStatusId,proto3" json:"set_status_id,omitempty"` // with status and reason
+	Status        uint32                 `protobuf:"varint,5,opt,name=status,proto3" json:"status,omitempty"`
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	RemoveId      string                 `protobuf:"bytes,7,opt,name=remove_id,json=removeId,proto3" json:"remove_id,omitempty"`
+	Trust         *PublisherRecord       `protobuf:"bytes,8,opt,name=trust,proto3" json:"trust,omitempty"` // add a publisher (a different key is refused unless replace)
+	ReplaceKey    bool                   `protobuf:"varint,9,opt,name=replace_key,json=replaceKey,proto3" json:"replace_key,omitempty"`
+	Untrust       string                 `protobuf:"bytes,10,opt,name=untrust,proto3" json:"untrust,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillCommand) Reset() {
+	*x = SkillCommand{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillCommand) ProtoMessage() {}
+
+func (x *SkillCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillCommand.ProtoReflect.Descriptor instead.
+func (*SkillCommand) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *SkillCommand) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *SkillCommand) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *SkillCommand) GetInstall() *SkillRecord {
+	if x != nil {
+		return x.Install
+	}
+	return nil
+}
+
+func (x *SkillCommand) GetSetStatusId() string {
+	if x != nil {
+		return x.SetStatusId
+	}
+	return ""
+}
+
+func (x *SkillCommand) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *SkillCommand) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SkillCommand) GetRemoveId() string {
+	if x != nil {
+		return x.RemoveId
+	}
+	return ""
+}
+
+func (x *SkillCommand) GetTrust() *PublisherRecord {
+	if x != nil {
+		return x.Trust
+	}
+	return nil
+}
+
+func (x *SkillCommand) GetReplaceKey() bool {
+	if x != nil {
+		return x.ReplaceKey
+	}
+	return false
+}
+
+func (x *SkillCommand) GetUntrust() string {
+	if x != nil {
+		return x.Untrust
+	}
+	return ""
+}
+
 type Snapshot struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Version        uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -3833,21 +4368,23 @@ type Snapshot struct {
 	Kv             []*KVPut               `protobuf:"bytes,10,rep,name=kv,proto3" json:"kv,omitempty"`          // sorted by key
 	// Version 2 snapshots stream: this header (jobs empty) is followed by
 	// length-delimited JobRecords in acceptance order, then ArrayRecords.
-	AppliedIndex   uint64            `protobuf:"varint,11,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	JobCount       uint64            `protobuf:"varint,12,opt,name=job_count,json=jobCount,proto3" json:"job_count,omitempty"`
-	ArrayCount     uint64            `protobuf:"varint,13,opt,name=array_count,json=arrayCount,proto3" json:"array_count,omitempty"`
-	RetentionMs    int64             `protobuf:"varint,14,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
-	PrunedBeforeMs int64             `protobuf:"varint,15,opt,name=pruned_before_ms,json=prunedBeforeMs,proto3" json:"pruned_before_ms,omitempty"` // State.PrunedBefore: the pruning horizon
-	CaRoots        []*CARootRecord   `protobuf:"bytes,40,rep,name=ca_roots,json=caRoots,proto3" json:"ca_roots,omitempty"`                         // the trust bundle, oldest first
-	CaRotation     *CARotationRecord `protobuf:"bytes,41,opt,name=ca_rotation,json=caRotation,proto3" json:"ca_rotation,omitempty"`
-	ClockMs        int64             `protobuf:"varint,16,opt,name=clock_ms,json=clockMs,proto3" json:"clock_ms,omitempty"` // the cluster clock: latest proposal time applied
+	AppliedIndex   uint64             `protobuf:"varint,11,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	JobCount       uint64             `protobuf:"varint,12,opt,name=job_count,json=jobCount,proto3" json:"job_count,omitempty"`
+	ArrayCount     uint64             `protobuf:"varint,13,opt,name=array_count,json=arrayCount,proto3" json:"array_count,omitempty"`
+	RetentionMs    int64              `protobuf:"varint,14,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	PrunedBeforeMs int64              `protobuf:"varint,15,opt,name=pruned_before_ms,json=prunedBeforeMs,proto3" json:"pruned_before_ms,omitempty"` // State.PrunedBefore: the pruning horizon
+	CaRoots        []*CARootRecord    `protobuf:"bytes,40,rep,name=ca_roots,json=caRoots,proto3" json:"ca_roots,omitempty"`                         // the trust bundle, oldest first
+	CaRotation     *CARotationRecord  `protobuf:"bytes,41,opt,name=ca_rotation,json=caRotation,proto3" json:"ca_rotation,omitempty"`
+	ClockMs        int64              `protobuf:"varint,16,opt,name=clock_ms,json=clockMs,proto3" json:"clock_ms,omitempty"` // the cluster clock: latest proposal time applied
+	Skills         []*SkillRecord     `protobuf:"bytes,17,rep,name=skills,proto3" json:"skills,omitempty"`                   // sorted by skill_id
+	Publishers     []*PublisherRecord `protobuf:"bytes,18,rep,name=publishers,proto3" json:"publishers,omitempty"`           // sorted by name
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3859,7 +4396,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3872,7 +4409,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -4001,6 +4538,20 @@ func (x *Snapshot) GetClockMs() int64 {
 	return 0
 }
 
+func (x *Snapshot) GetSkills() []*SkillRecord {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+func (x *Snapshot) GetPublishers() []*PublisherRecord {
+	if x != nil {
+		return x.Publishers
+	}
+	return nil
+}
+
 // ArrayRecord is a job array: its template (input empty) and size.
 type ArrayRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4012,7 +4563,7 @@ type ArrayRecord struct {
 
 func (x *ArrayRecord) Reset() {
 	*x = ArrayRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4024,7 +4575,7 @@ func (x *ArrayRecord) String() string {
 func (*ArrayRecord) ProtoMessage() {}
 
 func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4037,7 +4588,7 @@ func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayRecord.ProtoReflect.Descriptor instead.
 func (*ArrayRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ArrayRecord) GetTemplate() *JobRecord {
@@ -4062,7 +4613,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xb1\f\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\x90\r\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -4116,7 +4667,11 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\barray_id\x18+ \x01(\tR\aarrayId\x12\x1f\n" +
 	"\varray_index\x18, \x01(\rR\n" +
 	"arrayIndex\x12$\n" +
-	"\rdeterministic\x18- \x01(\bR\rdeterministic\x1a>\n" +
+	"\rdeterministic\x18- \x01(\bR\rdeterministic\x12#\n" +
+	"\routput_schema\x18. \x01(\tR\foutputSchema\x12\x19\n" +
+	"\bskill_id\x18/ \x01(\tR\askillId\x12\x1d\n" +
+	"\n" +
+	"skill_tool\x180 \x01(\tR\tskillTool\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -4296,7 +4851,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x17\n" +
-	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\x9d\x0e\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\xd3\x0e\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -4336,6 +4891,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\n" +
 	"prune_jobs\x18\x19 \x01(\v2\x19.palyra.raft.v1.PruneJobsH\x00R\tpruneJobs\x12C\n" +
 	"\rset_retention\x18\x1a \x01(\v2\x1c.palyra.raft.v1.SetRetentionH\x00R\fsetRetention\x124\n" +
+	"\x05skill\x18\x1b \x01(\v2\x1c.palyra.raft.v1.SkillCommandH\x00R\x05skill\x124\n" +
 	"\bca_trust\x18( \x01(\v2\x17.palyra.raft.v1.CATrustH\x00R\acaTrust\x124\n" +
 	"\x05round\x18d \x01(\v2\x1e.palyra.raft.v1.SchedulerRoundR\x05roundB\x05\n" +
 	"\x03cmd\"\xfe\x01\n" +
@@ -4389,7 +4945,59 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
 	"\tset_at_ms\x18\x03 \x01(\x03R\asetAtMs\x12\x15\n" +
-	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\xa3\x06\n" +
+	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\xa5\x05\n" +
+	"\vSkillRecord\x12\x19\n" +
+	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1c\n" +
+	"\tpublisher\x18\x04 \x01(\tR\tpublisher\x12#\n" +
+	"\rpublisher_key\x18\x05 \x01(\tR\fpublisherKey\x12%\n" +
+	"\x0epackage_sha256\x18\x06 \x01(\tR\rpackageSha256\x12!\n" +
+	"\fpackage_size\x18\a \x01(\x04R\vpackageSize\x12\x16\n" +
+	"\x06status\x18\b \x01(\rR\x06status\x12\x1a\n" +
+	"\bfindings\x18\t \x03(\tR\bfindings\x12/\n" +
+	"\x05tools\x18\n" +
+	" \x03(\v2\x19.palyra.raft.v1.SkillToolR\x05tools\x12\x1d\n" +
+	"\n" +
+	"http_hosts\x18\v \x03(\tR\thttpHosts\x12\x18\n" +
+	"\asecrets\x18\f \x03(\tR\asecrets\x12\x1b\n" +
+	"\tkv_prefix\x18\r \x01(\tR\bkvPrefix\x12\x12\n" +
+	"\x04fuel\x18\x0e \x01(\x04R\x04fuel\x12!\n" +
+	"\fmemory_bytes\x18\x0f \x01(\x04R\vmemoryBytes\x12\"\n" +
+	"\rwall_clock_ms\x18\x10 \x01(\x03R\vwallClockMs\x12&\n" +
+	"\x0finstalled_at_ms\x18\x11 \x01(\x03R\rinstalledAtMs\x12!\n" +
+	"\finstalled_by\x18\x12 \x01(\tR\vinstalledBy\x12 \n" +
+	"\fstatus_at_ms\x18\x13 \x01(\x03R\n" +
+	"statusAtMs\x12\x1b\n" +
+	"\tstatus_by\x18\x14 \x01(\tR\bstatusBy\x12 \n" +
+	"\vdescription\x18\x15 \x01(\tR\vdescription\"\x91\x02\n" +
+	"\tSkillTool\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12#\n" +
+	"\rmodule_sha256\x18\x04 \x01(\tR\fmoduleSha256\x12!\n" +
+	"\finput_schema\x18\x05 \x01(\tR\vinputSchema\x12#\n" +
+	"\routput_schema\x18\x06 \x01(\tR\foutputSchema\x12+\n" +
+	"\x11requires_approval\x18\a \x01(\bR\x10requiresApproval\x12$\n" +
+	"\rdeterministic\x18\b \x01(\bR\rdeterministic\"\\\n" +
+	"\x0fPublisherRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"\xcd\x02\n" +
+	"\fSkillCommand\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\x125\n" +
+	"\ainstall\x18\x03 \x01(\v2\x1b.palyra.raft.v1.SkillRecordR\ainstall\x12\"\n" +
+	"\rset_status_id\x18\x04 \x01(\tR\vsetStatusId\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\rR\x06status\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1b\n" +
+	"\tremove_id\x18\a \x01(\tR\bremoveId\x125\n" +
+	"\x05trust\x18\b \x01(\v2\x1f.palyra.raft.v1.PublisherRecordR\x05trust\x12\x1f\n" +
+	"\vreplace_key\x18\t \x01(\bR\n" +
+	"replaceKey\x12\x18\n" +
+	"\auntrust\x18\n" +
+	" \x01(\tR\auntrust\"\x99\a\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +
@@ -4412,7 +5020,11 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\bca_roots\x18( \x03(\v2\x1c.palyra.raft.v1.CARootRecordR\acaRoots\x12A\n" +
 	"\vca_rotation\x18) \x01(\v2 .palyra.raft.v1.CARotationRecordR\n" +
 	"caRotation\x12\x19\n" +
-	"\bclock_ms\x18\x10 \x01(\x03R\aclockMs\"X\n" +
+	"\bclock_ms\x18\x10 \x01(\x03R\aclockMs\x123\n" +
+	"\x06skills\x18\x11 \x03(\v2\x1b.palyra.raft.v1.SkillRecordR\x06skills\x12?\n" +
+	"\n" +
+	"publishers\x18\x12 \x03(\v2\x1f.palyra.raft.v1.PublisherRecordR\n" +
+	"publishers\"X\n" +
 	"\vArrayRecord\x125\n" +
 	"\btemplate\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\btemplate\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\rR\x04sizeB3Z1github.com/palyra-mesh/palyra/proto/raftpb;raftpbb\x06proto3"
@@ -4429,7 +5041,7 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
@@ -4475,14 +5087,18 @@ var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*CADropRoot)(nil),         // 41: palyra.raft.v1.CADropRoot
 	(*UsedToken)(nil),          // 42: palyra.raft.v1.UsedToken
 	(*PolicyRecord)(nil),       // 43: palyra.raft.v1.PolicyRecord
-	(*Snapshot)(nil),           // 44: palyra.raft.v1.Snapshot
-	(*ArrayRecord)(nil),        // 45: palyra.raft.v1.ArrayRecord
-	nil,                        // 46: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 47: palyra.raft.v1.Member.LabelsEntry
+	(*SkillRecord)(nil),        // 44: palyra.raft.v1.SkillRecord
+	(*SkillTool)(nil),          // 45: palyra.raft.v1.SkillTool
+	(*PublisherRecord)(nil),    // 46: palyra.raft.v1.PublisherRecord
+	(*SkillCommand)(nil),       // 47: palyra.raft.v1.SkillCommand
+	(*Snapshot)(nil),           // 48: palyra.raft.v1.Snapshot
+	(*ArrayRecord)(nil),        // 49: palyra.raft.v1.ArrayRecord
+	nil,                        // 50: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 51: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	46, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	50, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
 	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
 	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
@@ -4495,7 +5111,7 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	18, // 11: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
 	1,  // 12: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
 	10, // 13: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
-	47, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	51, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
 	19, // 15: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
 	20, // 16: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
 	20, // 17: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
@@ -4526,28 +5142,34 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	11, // 42: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
 	12, // 43: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
 	13, // 44: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
-	36, // 45: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
-	9,  // 46: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
-	37, // 47: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
-	38, // 48: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
-	39, // 49: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
-	40, // 50: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
-	41, // 51: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
-	1,  // 52: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	19, // 53: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	20, // 54: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	42, // 55: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	43, // 56: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	29, // 57: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	31, // 58: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	34, // 59: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
-	35, // 60: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
-	1,  // 61: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	62, // [62:62] is the sub-list for method output_type
-	62, // [62:62] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	47, // 45: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
+	36, // 46: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
+	9,  // 47: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
+	37, // 48: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
+	38, // 49: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
+	39, // 50: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
+	40, // 51: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
+	41, // 52: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
+	45, // 53: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
+	44, // 54: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
+	46, // 55: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
+	1,  // 56: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	19, // 57: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	20, // 58: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	42, // 59: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	43, // 60: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	29, // 61: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	31, // 62: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	34, // 63: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
+	35, // 64: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
+	44, // 65: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
+	46, // 66: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
+	1,  // 67: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	68, // [68:68] is the sub-list for method output_type
+	68, // [68:68] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -4582,6 +5204,7 @@ func file_palyra_raft_v1_log_proto_init() {
 		(*Command_SubmitArray)(nil),
 		(*Command_PruneJobs)(nil),
 		(*Command_SetRetention)(nil),
+		(*Command_Skill)(nil),
 		(*Command_CaTrust)(nil),
 	}
 	file_palyra_raft_v1_log_proto_msgTypes[36].OneofWrappers = []any{
@@ -4597,7 +5220,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   48,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -32,6 +32,8 @@ const (
 	SecretServiceName = "palyra.v1.SecretService"
 	// BrowserServiceName is the fully-qualified name of the BrowserService service.
 	BrowserServiceName = "palyra.v1.BrowserService"
+	// SkillServiceName is the fully-qualified name of the SkillService service.
+	SkillServiceName = "palyra.v1.SkillService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -97,6 +99,30 @@ const (
 	// BrowserServiceListSessionsProcedure is the fully-qualified name of the BrowserService's
 	// ListSessions RPC.
 	BrowserServiceListSessionsProcedure = "/palyra.v1.BrowserService/ListSessions"
+	// SkillServiceInstallSkillProcedure is the fully-qualified name of the SkillService's InstallSkill
+	// RPC.
+	SkillServiceInstallSkillProcedure = "/palyra.v1.SkillService/InstallSkill"
+	// SkillServiceListSkillsProcedure is the fully-qualified name of the SkillService's ListSkills RPC.
+	SkillServiceListSkillsProcedure = "/palyra.v1.SkillService/ListSkills"
+	// SkillServiceGetSkillProcedure is the fully-qualified name of the SkillService's GetSkill RPC.
+	SkillServiceGetSkillProcedure = "/palyra.v1.SkillService/GetSkill"
+	// SkillServiceSetSkillStatusProcedure is the fully-qualified name of the SkillService's
+	// SetSkillStatus RPC.
+	SkillServiceSetSkillStatusProcedure = "/palyra.v1.SkillService/SetSkillStatus"
+	// SkillServiceRemoveSkillProcedure is the fully-qualified name of the SkillService's RemoveSkill
+	// RPC.
+	SkillServiceRemoveSkillProcedure = "/palyra.v1.SkillService/RemoveSkill"
+	// SkillServiceTrustPublisherProcedure is the fully-qualified name of the SkillService's
+	// TrustPublisher RPC.
+	SkillServiceTrustPublisherProcedure = "/palyra.v1.SkillService/TrustPublisher"
+	// SkillServiceListPublishersProcedure is the fully-qualified name of the SkillService's
+	// ListPublishers RPC.
+	SkillServiceListPublishersProcedure = "/palyra.v1.SkillService/ListPublishers"
+	// SkillServiceUntrustPublisherProcedure is the fully-qualified name of the SkillService's
+	// UntrustPublisher RPC.
+	SkillServiceUntrustPublisherProcedure = "/palyra.v1.SkillService/UntrustPublisher"
+	// SkillServiceRunSkillProcedure is the fully-qualified name of the SkillService's RunSkill RPC.
+	SkillServiceRunSkillProcedure = "/palyra.v1.SkillService/RunSkill"
 )
 
 // JobServiceClient is a client for the palyra.v1.JobService service.
@@ -929,4 +955,286 @@ func (UnimplementedBrowserServiceHandler) CloseSession(context.Context, *connect
 
 func (UnimplementedBrowserServiceHandler) ListSessions(context.Context, *connect.Request[palyrav1.ListBrowserSessionsRequest]) (*connect.Response[palyrav1.ListBrowserSessionsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.BrowserService.ListSessions is not implemented"))
+}
+
+// SkillServiceClient is a client for the palyra.v1.SkillService service.
+type SkillServiceClient interface {
+	InstallSkill(context.Context, *connect.Request[palyrav1.InstallSkillRequest]) (*connect.Response[palyrav1.InstallSkillResponse], error)
+	ListSkills(context.Context, *connect.Request[palyrav1.ListSkillsRequest]) (*connect.Response[palyrav1.ListSkillsResponse], error)
+	GetSkill(context.Context, *connect.Request[palyrav1.GetSkillRequest]) (*connect.Response[palyrav1.GetSkillResponse], error)
+	SetSkillStatus(context.Context, *connect.Request[palyrav1.SetSkillStatusRequest]) (*connect.Response[palyrav1.SetSkillStatusResponse], error)
+	RemoveSkill(context.Context, *connect.Request[palyrav1.RemoveSkillRequest]) (*connect.Response[palyrav1.RemoveSkillResponse], error)
+	TrustPublisher(context.Context, *connect.Request[palyrav1.TrustPublisherRequest]) (*connect.Response[palyrav1.TrustPublisherResponse], error)
+	ListPublishers(context.Context, *connect.Request[palyrav1.ListPublishersRequest]) (*connect.Response[palyrav1.ListPublishersResponse], error)
+	UntrustPublisher(context.Context, *connect.Request[palyrav1.UntrustPublisherRequest]) (*connect.Response[palyrav1.UntrustPublisherResponse], error)
+	// RunSkill submits a run of one tool as a job (answered with the job;
+	// wait on it with JobService.WatchJob).
+	RunSkill(context.Context, *connect.Request[palyrav1.RunSkillRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error)
+}
+
+// NewSkillServiceClient constructs a client for the palyra.v1.SkillService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewSkillServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) SkillServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	skillServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("SkillService").Methods()
+	return &skillServiceClient{
+		installSkill: connect.NewClient[palyrav1.InstallSkillRequest, palyrav1.InstallSkillResponse](
+			httpClient,
+			baseURL+SkillServiceInstallSkillProcedure,
+			connect.WithSchema(skillServiceMethods.ByName("InstallSkill")),
+			connect.WithClientOptions(opts...),
+		),
+		listSkills: connect.NewClient[palyrav1.ListSkillsRequest, palyrav1.ListSkillsResponse](
+			httpClient,
+			baseURL+SkillServiceListSkillsProcedure,
+			connect.WithSchema(skillServiceMethods.ByName("ListSkills")),
+			connect.WithClientOptions(opts...),
+		),
+		getSkill: connect.NewClient[palyrav1.GetSkillRequest, palyrav1.GetSkillResponse](
+			httpClient,
+			baseURL+SkillServiceGetSkillProcedure,
+			connect.WithSchema(skillServiceMethods.ByName("GetSkill")),
+			connect.WithClientOptions(opts...),
+		),
+		setSkillStatus: connect.NewClient[palyrav1.SetSkillStatusRequest, palyrav1.SetSkillStatusResponse](
+			httpClient,
+			baseURL+SkillServiceSetSkillStatusProcedure,
+			connect.WithSchema(skillServiceMethods.ByName("SetSkillStatus")),
+			connect.WithClientOptions(opts...),
+		),
+		removeSkill: connect.NewClient[palyrav1.RemoveSkillRequest, palyrav1.RemoveSkillResponse](
+			httpClient,
+			baseURL+SkillServiceRemoveSkillProcedure,
+			connect.WithSchema(skillServiceMethods.ByName("RemoveSkill")),
+			connect.WithClientOptions(opts...),
+		),
+		trustPublisher: connect.NewClient[palyrav1.TrustPublisherRequest, palyrav1.TrustPublisherResponse](
+			httpClient,
+			baseURL+SkillServiceTrustPublisherProcedure,
+			connect.WithSchema(skillServiceMethods.ByName("TrustPublisher")),
+			connect.WithClientOptions(opts...),
+		),
+		listPublishers: connect.NewClient[palyrav1.ListPublishersRequest, palyrav1.ListPublishersResponse](
+			httpClient,
+			baseURL+SkillServiceListPublishersProcedure,
+			connect.WithSchema(skillServiceMethods.ByName("ListPublishers")),
+			connect.WithClientOptions(opts...),
+		),
+		untrustPublisher: connect.NewClient[palyrav1.UntrustPublisherRequest, palyrav1.UntrustPublisherResponse](
+			httpClient,
+			baseURL+SkillServiceUntrustPublisherProcedure,
+			connect.WithSchema(skillServiceMethods.ByName("UntrustPublisher")),
+			connect.WithClientOptions(opts...),
+		),
+		runSkill: connect.NewClient[palyrav1.RunSkillRequest, palyrav1.SubmitJobResponse](
+			httpClient,
+			baseURL+SkillServiceRunSkillProcedure,
+			connect.WithSchema(skillServiceMethods.ByName("RunSkill")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// skillServiceClient implements SkillServiceClient.
+type skillServiceClient struct {
+	installSkill     *connect.Client[palyrav1.InstallSkillRequest, palyrav1.InstallSkillResponse]
+	listSkills       *connect.Client[palyrav1.ListSkillsRequest, palyrav1.ListSkillsResponse]
+	getSkill         *connect.Client[palyrav1.GetSkillRequest, palyrav1.GetSkillResponse]
+	setSkillStatus   *connect.Client[palyrav1.SetSkillStatusRequest, palyrav1.SetSkillStatusResponse]
+	removeSkill      *connect.Client[palyrav1.RemoveSkillRequest, palyrav1.RemoveSkillResponse]
+	trustPublisher   *connect.Client[palyrav1.TrustPublisherRequest, palyrav1.TrustPublisherResponse]
+	listPublishers   *connect.Client[palyrav1.ListPublishersRequest, palyrav1.ListPublishersResponse]
+	untrustPublisher *connect.Client[palyrav1.UntrustPublisherRequest, palyrav1.UntrustPublisherResponse]
+	runSkill         *connect.Client[palyrav1.RunSkillRequest, palyrav1.SubmitJobResponse]
+}
+
+// InstallSkill calls palyra.v1.SkillService.InstallSkill.
+func (c *skillServiceClient) InstallSkill(ctx context.Context, req *connect.Request[palyrav1.InstallSkillRequest]) (*connect.Response[palyrav1.InstallSkillResponse], error) {
+	return c.installSkill.CallUnary(ctx, req)
+}
+
+// ListSkills calls palyra.v1.SkillService.ListSkills.
+func (c *skillServiceClient) ListSkills(ctx context.Context, req *connect.Request[palyrav1.ListSkillsRequest]) (*connect.Response[palyrav1.ListSkillsResponse], error) {
+	return c.listSkills.CallUnary(ctx, req)
+}
+
+// GetSkill calls palyra.v1.SkillService.GetSkill.
+func (c *skillServiceClient) GetSkill(ctx context.Context, req *connect.Request[palyrav1.GetSkillRequest]) (*connect.Response[palyrav1.GetSkillResponse], error) {
+	return c.getSkill.CallUnary(ctx, req)
+}
+
+// SetSkillStatus calls palyra.v1.SkillService.SetSkillStatus.
+func (c *skillServiceClient) SetSkillStatus(ctx context.Context, req *connect.Request[palyrav1.SetSkillStatusRequest]) (*connect.Response[palyrav1.SetSkillStatusResponse], error) {
+	return c.setSkillStatus.CallUnary(ctx, req)
+}
+
+// RemoveSkill calls palyra.v1.SkillService.RemoveSkill.
+func (c *skillServiceClient) RemoveSkill(ctx context.Context, req *connect.Request[palyrav1.RemoveSkillRequest]) (*connect.Response[palyrav1.RemoveSkillResponse], error) {
+	return c.removeSkill.CallUnary(ctx, req)
+}
+
+// TrustPublisher calls palyra.v1.SkillService.TrustPublisher.
+func (c *skillServiceClient) TrustPublisher(ctx context.Context, req *connect.Request[palyrav1.TrustPublisherRequest]) (*connect.Response[palyrav1.TrustPublisherResponse], error) {
+	return c.trustPublisher.CallUnary(ctx, req)
+}
+
+// ListPublishers calls palyra.v1.SkillService.ListPublishers.
+func (c *skillServiceClient) ListPublishers(ctx context.Context, req *connect.Request[palyrav1.ListPublishersRequest]) (*connect.Response[palyrav1.ListPublishersResponse], error) {
+	return c.listPublishers.CallUnary(ctx, req)
+}
+
+// UntrustPublisher calls palyra.v1.SkillService.UntrustPublisher.
+func (c *skillServiceClient) UntrustPublisher(ctx context.Context, req *connect.Request[palyrav1.UntrustPublisherRequest]) (*connect.Response[palyrav1.UntrustPublisherResponse], error) {
+	return c.untrustPublisher.CallUnary(ctx, req)
+}
+
+// RunSkill calls palyra.v1.SkillService.RunSkill.
+func (c *skillServiceClient) RunSkill(ctx context.Context, req *connect.Request[palyrav1.RunSkillRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error) {
+	return c.runSkill.CallUnary(ctx, req)
+}
+
+// SkillServiceHandler is an implementation of the palyra.v1.SkillService service.
+type SkillServiceHandler interface {
+	InstallSkill(context.Context, *connect.Request[palyrav1.InstallSkillRequest]) (*connect.Response[palyrav1.InstallSkillResponse], error)
+	ListSkills(context.Context, *connect.Request[palyrav1.ListSkillsRequest]) (*connect.Response[palyrav1.ListSkillsResponse], error)
+	GetSkill(context.Context, *connect.Request[palyrav1.GetSkillRequest]) (*connect.Response[palyrav1.GetSkillResponse], error)
+	SetSkillStatus(context.Context, *connect.Request[palyrav1.SetSkillStatusRequest]) (*connect.Response[palyrav1.SetSkillStatusResponse], error)
+	RemoveSkill(context.Context, *connect.Request[palyrav1.RemoveSkillRequest]) (*connect.Response[palyrav1.RemoveSkillResponse], error)
+	TrustPublisher(context.Context, *connect.Request[palyrav1.TrustPublisherRequest]) (*connect.Response[palyrav1.TrustPublisherResponse], error)
+	ListPublishers(context.Context, *connect.Request[palyrav1.ListPublishersRequest]) (*connect.Response[palyrav1.ListPublishersResponse], error)
+	UntrustPublisher(context.Context, *connect.Request[palyrav1.UntrustPublisherRequest]) (*connect.Response[palyrav1.UntrustPublisherResponse], error)
+	// RunSkill submits a run of one tool as a job (answered with the job;
+	// wait on it with JobService.WatchJob).
+	RunSkill(context.Context, *connect.Request[palyrav1.RunSkillRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error)
+}
+
+// NewSkillServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewSkillServiceHandler(svc SkillServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	skillServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("SkillService").Methods()
+	skillServiceInstallSkillHandler := connect.NewUnaryHandler(
+		SkillServiceInstallSkillProcedure,
+		svc.InstallSkill,
+		connect.WithSchema(skillServiceMethods.ByName("InstallSkill")),
+		connect.WithHandlerOptions(opts...),
+	)
+	skillServiceListSkillsHandler := connect.NewUnaryHandler(
+		SkillServiceListSkillsProcedure,
+		svc.ListSkills,
+		connect.WithSchema(skillServiceMethods.ByName("ListSkills")),
+		connect.WithHandlerOptions(opts...),
+	)
+	skillServiceGetSkillHandler := connect.NewUnaryHandler(
+		SkillServiceGetSkillProcedure,
+		svc.GetSkill,
+		connect.WithSchema(skillServiceMethods.ByName("GetSkill")),
+		connect.WithHandlerOptions(opts...),
+	)
+	skillServiceSetSkillStatusHandler := connect.NewUnaryHandler(
+		SkillServiceSetSkillStatusProcedure,
+		svc.SetSkillStatus,
+		connect.WithSchema(skillServiceMethods.ByName("SetSkillStatus")),
+		connect.WithHandlerOptions(opts...),
+	)
+	skillServiceRemoveSkillHandler := connect.NewUnaryHandler(
+		SkillServiceRemoveSkillProcedure,
+		svc.RemoveSkill,
+		connect.WithSchema(skillServiceMethods.ByName("RemoveSkill")),
+		connect.WithHandlerOptions(opts...),
+	)
+	skillServiceTrustPublisherHandler := connect.NewUnaryHandler(
+		SkillServiceTrustPublisherProcedure,
+		svc.TrustPublisher,
+		connect.WithSchema(skillServiceMethods.ByName("TrustPublisher")),
+		connect.WithHandlerOptions(opts...),
+	)
+	skillServiceListPublishersHandler := connect.NewUnaryHandler(
+		SkillServiceListPublishersProcedure,
+		svc.ListPublishers,
+		connect.WithSchema(skillServiceMethods.ByName("ListPublishers")),
+		connect.WithHandlerOptions(opts...),
+	)
+	skillServiceUntrustPublisherHandler := connect.NewUnaryHandler(
+		SkillServiceUntrustPublisherProcedure,
+		svc.UntrustPublisher,
+		connect.WithSchema(skillServiceMethods.ByName("UntrustPublisher")),
+		connect.WithHandlerOptions(opts...),
+	)
+	skillServiceRunSkillHandler := connect.NewUnaryHandler(
+		SkillServiceRunSkillProcedure,
+		svc.RunSkill,
+		connect.WithSchema(skillServiceMethods.ByName("RunSkill")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/palyra.v1.SkillService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case SkillServiceInstallSkillProcedure:
+			skillServiceInstallSkillHandler.ServeHTTP(w, r)
+		case SkillServiceListSkillsProcedure:
+			skillServiceListSkillsHandler.ServeHTTP(w, r)
+		case SkillServiceGetSkillProcedure:
+			skillServiceGetSkillHandler.ServeHTTP(w, r)
+		case SkillServiceSetSkillStatusProcedure:
+			skillServiceSetSkillStatusHandler.ServeHTTP(w, r)
+		case SkillServiceRemoveSkillProcedure:
+			skillServiceRemoveSkillHandler.ServeHTTP(w, r)
+		case SkillServiceTrustPublisherProcedure:
+			skillServiceTrustPublisherHandler.ServeHTTP(w, r)
+		case SkillServiceListPublishersProcedure:
+			skillServiceListPublishersHandler.ServeHTTP(w, r)
+		case SkillServiceUntrustPublisherProcedure:
+			skillServiceUntrustPublisherHandler.ServeHTTP(w, r)
+		case SkillServiceRunSkillProcedure:
+			skillServiceRunSkillHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedSkillServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedSkillServiceHandler struct{}
+
+func (UnimplementedSkillServiceHandler) InstallSkill(context.Context, *connect.Request[palyrav1.InstallSkillRequest]) (*connect.Response[palyrav1.InstallSkillResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SkillService.InstallSkill is not implemented"))
+}
+
+func (UnimplementedSkillServiceHandler) ListSkills(context.Context, *connect.Request[palyrav1.ListSkillsRequest]) (*connect.Response[palyrav1.ListSkillsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SkillService.ListSkills is not implemented"))
+}
+
+func (UnimplementedSkillServiceHandler) GetSkill(context.Context, *connect.Request[palyrav1.GetSkillRequest]) (*connect.Response[palyrav1.GetSkillResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SkillService.GetSkill is not implemented"))
+}
+
+func (UnimplementedSkillServiceHandler) SetSkillStatus(context.Context, *connect.Request[palyrav1.SetSkillStatusRequest]) (*connect.Response[palyrav1.SetSkillStatusResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SkillService.SetSkillStatus is not implemented"))
+}
+
+func (UnimplementedSkillServiceHandler) RemoveSkill(context.Context, *connect.Request[palyrav1.RemoveSkillRequest]) (*connect.Response[palyrav1.RemoveSkillResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SkillService.RemoveSkill is not implemented"))
+}
+
+func (UnimplementedSkillServiceHandler) TrustPublisher(context.Context, *connect.Request[palyrav1.TrustPublisherRequest]) (*connect.Response[palyrav1.TrustPublisherResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SkillService.TrustPublisher is not implemented"))
+}
+
+func (UnimplementedSkillServiceHandler) ListPublishers(context.Context, *connect.Request[palyrav1.ListPublishersRequest]) (*connect.Response[palyrav1.ListPublishersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SkillService.ListPublishers is not implemented"))
+}
+
+func (UnimplementedSkillServiceHandler) UntrustPublisher(context.Context, *connect.Request[palyrav1.UntrustPublisherRequest]) (*connect.Response[palyrav1.UntrustPublisherResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SkillService.UntrustPublisher is not implemented"))
+}
+
+func (UnimplementedSkillServiceHandler) RunSkill(context.Context, *connect.Request[palyrav1.RunSkillRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SkillService.RunSkill is not implemented"))
 }

@@ -1,0 +1,379 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/identity/skill"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// The registry commands: install once, usable from every node.
+func skillRegistryCommands() []*ucli.Command {
+	return []*ucli.Command{
+		{
+			Name:      "install",
+			Usage:     "install a .palyra-skill file into the cluster (verified, audited, replicated)",
+			ArgsUsage: "FILE",
+			Description: `The node checks the package (structure, SHA256SUMS, the signature against the
+   key the cluster trusts for its publisher), audits it and validates every
+   module, stores the file and modules as replicated blobs and adds the skill
+   to the registry. A package that fails the audit is installed quarantined,
+   with the reasons ('palyra skill get ID'); it does not run until an operator
+   enables it. Installing a skill id again replaces it.
+
+   A publisher must be trusted first ('palyra skill trust add NAME KEY'), or
+   --trust-on-first-use pins the key this package is signed with.`,
+			Flags: []ucli.Flag{
+				&ucli.BoolFlag{Name: "trust-on-first-use", Usage: "trust the package's signing key for its publisher if the cluster trusts no key for it yet"},
+				jsonFlag,
+			},
+			Action: func(c *ucli.Context) error {
+				file, err := oneArg(c, "package file")
+				if err != nil {
+					return err
+				}
+				data, err := os.ReadFile(file)
+				if err != nil {
+					return localFail(c, "invalid_argument", err.Error(), "")
+				}
+				if len(data) > skill.MaxPackageBytes+1<<20 {
+					return localFail(c, "invalid_argument", fmt.Sprintf("%s is %s; a package holds at most 64 MiB", file, mib(int64(len(data)))), "")
+				}
+				cl, err := dial(c)
+				if err != nil {
+					return err
+				}
+				defer cl.Close()
+				resp, err := cl.Skills.InstallSkill(c.Context, connect.NewRequest(&palyrav1.InstallSkillRequest{Package: data, TrustOnFirstUse: c.Bool("trust-on-first-use")}))
+				if err != nil {
+					return fail(c, cl.Explain(err))
+				}
+				sk := resp.Msg.Skill
+				if c.Bool("json") {
+					return writeJSON(c.App.Writer, map[string]any{"skill": sk, "trusted_now": resp.Msg.TrustedNow})
+				}
+				if resp.Msg.TrustedNow {
+					fmt.Fprintf(c.App.ErrWriter, "publisher %s is now trusted with key %s (first use)\n", sk.Publisher, sk.PublisherKey)
+				}
+				fmt.Fprintf(c.App.Writer, "%s %s installed, %s\n", sk.SkillId, sk.Version, sk.Status)
+				for _, f := range sk.Findings {
+					fmt.Fprintf(c.App.Writer, "  quarantined: %s\n", f)
+				}
+				if sk.Status != "active" {
+					return ucli.Exit("", exitFailure)
+				}
+				return nil
+			},
+		},
+		{
+			Name:  "list",
+			Usage: "list installed skills",
+			Flags: []ucli.Flag{jsonFlag},
+			Action: func(c *ucli.Context) error {
+				cl, err := dial(c)
+				if err != nil {
+					return err
+				}
+				defer cl.Close()
+				resp, err := cl.Skills.ListSkills(c.Context, connect.NewRequest(&palyrav1.ListSkillsRequest{}))
+				if err != nil {
+					return fail(c, cl.Explain(err))
+				}
+				if c.Bool("json") {
+					return writeJSON(c.App.Writer, resp.Msg.Skills)
+				}
+				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "SKILL\tVERSION\tSTATUS\tPUBLISHER\tTOOLS\tINSTALLED")
+				for _, s := range resp.Msg.Skills {
+					var tools []string
+					for _, t := range s.Tools {
+						tools = append(tools, t.Id)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.SkillId, s.Version, s.Status, s.Publisher, strings.Join(tools, ","),
+						time.UnixMilli(s.InstalledAtMs).UTC().Format(time.RFC3339))
+				}
+				return tw.Flush()
+			},
+		},
+		{
+			Name:      "get",
+			Usage:     "show an installed skill: tools, schemas, grants, status and findings",
+			ArgsUsage: "SKILL",
+			Flags:     []ucli.Flag{jsonFlag},
+			Action: func(c *ucli.Context) error {
+				id, err := oneArg(c, "skill id")
+				if err != nil {
+					return err
+				}
+				cl, err := dial(c)
+				if err != nil {
+					return err
+				}
+				defer cl.Close()
+				resp, err := cl.Skills.GetSkill(c.Context, connect.NewRequest(&palyrav1.GetSkillRequest{SkillId: id}))
+				if err != nil {
+					return fail(c, cl.Explain(err))
+				}
+				s := resp.Msg.Skill
+				if c.Bool("json") {
+					return writeJSON(c.App.Writer, s)
+				}
+				printSkill(c.App.Writer, s)
+				return nil
+			},
+		},
+		skillStatusCommand("enable", "active", "let an installed skill's tools run again (over its audit findings, if quarantined)"),
+		skillStatusCommand("disable", "disabled", "stop an installed skill's tools from running"),
+		skillStatusCommand("quarantine", "quarantined", "stop a skill's tools from running and record why (--reason)"),
+		{
+			Name:      "remove",
+			Usage:     "remove an installed skill (its blobs are collected once nothing names them)",
+			ArgsUsage: "SKILL",
+			Flags:     []ucli.Flag{jsonFlag},
+			Action: func(c *ucli.Context) error {
+				id, err := oneArg(c, "skill id")
+				if err != nil {
+					return err
+				}
+				cl, err := dial(c)
+				if err != nil {
+					return err
+				}
+				defer cl.Close()
+				if _, err := cl.Skills.RemoveSkill(c.Context, connect.NewRequest(&palyrav1.RemoveSkillRequest{SkillId: id})); err != nil {
+					return fail(c, cl.Explain(err))
+				}
+				if c.Bool("json") {
+					return writeJSON(c.App.Writer, map[string]string{"removed": id})
+				}
+				fmt.Fprintf(c.App.Writer, "%s removed\n", id)
+				return nil
+			},
+		},
+		skillTrustCommand(),
+		skillRunCommand(),
+	}
+}
+
+func printSkill(w io.Writer, s *palyrav1.SkillInfo) {
+	fmt.Fprintf(w, "skill      %s %s (%s) by %s\n", s.SkillId, s.Version, s.Name, s.Publisher)
+	fmt.Fprintf(w, "status     %s (since %s, by %s)\n", s.Status, time.UnixMilli(s.StatusAtMs).UTC().Format(time.RFC3339), s.StatusBy)
+	for _, f := range s.Findings {
+		fmt.Fprintf(w, "finding    %s\n", f)
+	}
+	fmt.Fprintf(w, "package    sha256 %s, %d bytes, key %s\n", s.PackageSha256, s.PackageSize, s.PublisherKey)
+	fmt.Fprintf(w, "grants     http_hosts=%s secrets=%s kv_prefix=%q fuel=%d memory=%d wall_clock_ms=%d\n",
+		strings.Join(s.HttpHosts, ","), strings.Join(s.Secrets, ","), s.KvPrefix, s.Fuel, s.MemoryBytes, s.WallClockMs)
+	for _, t := range s.Tools {
+		fmt.Fprintf(w, "tool       %s (%s) module sha256 %s", t.Id, t.Name, t.ModuleSha256)
+		if t.RequiresApproval {
+			fmt.Fprint(w, " requires_approval")
+		}
+		if t.Deterministic {
+			fmt.Fprint(w, " deterministic")
+		}
+		fmt.Fprintf(w, "\n           input_schema  %s\n           output_schema %s\n", oneLineJSON(t.InputSchema), oneLineJSON(t.OutputSchema))
+	}
+}
+
+func oneLineJSON(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func skillStatusCommand(name, status, usage string) *ucli.Command {
+	flags := []ucli.Flag{jsonFlag}
+	if status == "quarantined" {
+		flags = append(flags, &ucli.StringFlag{Name: "reason", Usage: "why (recorded with the skill)", Required: true})
+	}
+	return &ucli.Command{
+		Name:      name,
+		Usage:     usage,
+		ArgsUsage: "SKILL",
+		Flags:     flags,
+		Action: func(c *ucli.Context) error {
+			id, err := oneArg(c, "skill id")
+			if err != nil {
+				return err
+			}
+			cl, err := dial(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			resp, err := cl.Skills.SetSkillStatus(c.Context, connect.NewRequest(&palyrav1.SetSkillStatusRequest{SkillId: id, Status: status, Reason: c.String("reason")}))
+			if err != nil {
+				return fail(c, cl.Explain(err))
+			}
+			if c.Bool("json") {
+				return writeJSON(c.App.Writer, resp.Msg.Skill)
+			}
+			fmt.Fprintf(c.App.Writer, "%s is %s\n", id, resp.Msg.Skill.Status)
+			return nil
+		},
+	}
+}
+
+func skillTrustCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "trust",
+		Usage: "the publishers whose packages this cluster installs, and their keys",
+		Subcommands: []*ucli.Command{
+			{
+				Name:      "add",
+				Usage:     "trust a publisher's key (as 'palyra skill keygen' printed it)",
+				ArgsUsage: "PUBLISHER KEY",
+				Flags: []ucli.Flag{
+					&ucli.BoolFlag{Name: "replace", Usage: "replace the key already trusted for this publisher"},
+					jsonFlag,
+				},
+				Action: func(c *ucli.Context) error {
+					if c.NArg() != 2 {
+						return usageErr("%s takes a publisher name and its key (ed25519:…), got %d arguments", c.Command.HelpName, c.NArg())
+					}
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					resp, err := cl.Skills.TrustPublisher(c.Context, connect.NewRequest(&palyrav1.TrustPublisherRequest{
+						Name: c.Args().Get(0), Key: c.Args().Get(1), Replace: c.Bool("replace")}))
+					if err != nil {
+						return fail(c, cl.Explain(err))
+					}
+					if c.Bool("json") {
+						return writeJSON(c.App.Writer, resp.Msg.Publisher)
+					}
+					fmt.Fprintf(c.App.Writer, "publisher %s trusted with %s\n", resp.Msg.Publisher.Name, resp.Msg.Publisher.Key)
+					return nil
+				},
+			},
+			{
+				Name:  "list",
+				Usage: "list trusted publishers",
+				Flags: []ucli.Flag{jsonFlag},
+				Action: func(c *ucli.Context) error {
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					resp, err := cl.Skills.ListPublishers(c.Context, connect.NewRequest(&palyrav1.ListPublishersRequest{}))
+					if err != nil {
+						return fail(c, cl.Explain(err))
+					}
+					if c.Bool("json") {
+						return writeJSON(c.App.Writer, resp.Msg.Publishers)
+					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "PUBLISHER\tKEY\tBY")
+					for _, p := range resp.Msg.Publishers {
+						fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Key, p.By)
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name:      "remove",
+				Usage:     "stop trusting a publisher (installed skills stay; new installs are refused)",
+				ArgsUsage: "PUBLISHER",
+				Action: func(c *ucli.Context) error {
+					name, err := oneArg(c, "publisher")
+					if err != nil {
+						return err
+					}
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					if _, err := cl.Skills.UntrustPublisher(c.Context, connect.NewRequest(&palyrav1.UntrustPublisherRequest{Name: name})); err != nil {
+						return fail(c, cl.Explain(err))
+					}
+					fmt.Fprintf(c.App.Writer, "publisher %s is no longer trusted\n", name)
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func skillRunCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "run",
+		Usage:     "run one tool of an installed skill as a job, on any worker",
+		ArgsUsage: "SKILL TOOL",
+		Description: `The input (JSON) must satisfy the tool's input_schema, or the run is refused
+   before anything is stored; the output must satisfy its output_schema, or the
+   job fails with output_invalid. The run gets the capabilities the skill's
+   manifest declares, each checked against your policy as a job's grants are:
+     palyra skill run example.web wordcount --input '{"text":"to be or not"}' --wait`,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "input", Usage: "the tool's input, a JSON `DOCUMENT`"},
+			&ucli.StringFlag{Name: "input-file", Usage: "read the input from `FILE` ('-' for stdin)"},
+			&ucli.BoolFlag{Name: "wait", Usage: "wait for the run to end and print its output"},
+			&ucli.DurationFlag{Name: "wait-timeout", Usage: "with --wait, give up waiting after `DURATION` (the run goes on)"},
+			&ucli.DurationFlag{Name: "timeout", Usage: "bound the run (at most the skill's wall_clock_ms)"},
+			&ucli.StringFlag{Name: "idempotency-key", Usage: "a `KEY` that makes resending this run safe (the first run's job is returned)"},
+			jsonFlag,
+		},
+		Action: func(c *ucli.Context) error {
+			if c.NArg() != 2 {
+				return usageErr("%s takes the skill id and the tool id, got %d arguments", c.Command.HelpName, c.NArg())
+			}
+			var input []byte
+			switch f := c.String("input-file"); {
+			case c.IsSet("input") && f != "":
+				return usageErr("give --input or --input-file, not both")
+			case f == "-":
+				b, err := io.ReadAll(io.LimitReader(c.App.Reader, 2<<20))
+				if err != nil {
+					return localFail(c, "invalid_argument", err.Error(), "")
+				}
+				input = b
+			case f != "":
+				b, err := os.ReadFile(f)
+				if err != nil {
+					return localFail(c, "invalid_argument", err.Error(), "")
+				}
+				input = b
+			default:
+				input = []byte(c.String("input"))
+			}
+			if len(input) == 0 {
+				input = []byte("{}")
+			}
+			cl, err := dial(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			resp, err := cl.Skills.RunSkill(c.Context, connect.NewRequest(&palyrav1.RunSkillRequest{
+				SkillId: c.Args().Get(0), Tool: c.Args().Get(1), Input: input,
+				IdempotencyKey: c.String("idempotency-key"), TimeoutMs: c.Duration("timeout").Milliseconds()}))
+			if err != nil {
+				return fail(c, cl.Explain(err))
+			}
+			job := resp.Msg.Job
+			if !c.Bool("wait") {
+				if c.Bool("json") {
+					return writeJSON(c.App.Writer, toJobJSON(job))
+				}
+				fmt.Fprintln(c.App.Writer, job.Id)
+				return nil
+			}
+			ctx, cancel := withWaitTimeout(c)
+			defer cancel()
+			job, err = waitJob(ctx, cl, job.Id, waitOpts{progress: c.App.ErrWriter, giveUp: giveUpFor(c)})
+			if err != nil {
+				return waitFailed(c, cl, err)
+			}
+			return printEnded(c, job)
+		},
+	}
+}

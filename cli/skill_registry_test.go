@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/identity/pairing"
+	"github.com/palyra-mesh/palyra/node"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// threeNodeCluster starts a cluster of three in-process nodes; CLI calls
+// through it use the first node's operator credential and whichever
+// node's address the test names.
+func threeNodeCluster(t *testing.T) (first *cluster, addrs []string) {
+	t.Helper()
+	first = startNode(t)
+	cred, err := identity.LoadCredential(first.node.Layout().OperatorDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(first.node.Addr(), cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	addrs = []string{first.node.Addr()}
+	ctx := context.Background()
+	for range 2 {
+		resp, err := cl.Identity.CreatePairing(ctx, connect.NewRequest(&palyrav1.CreatePairingRequest{Kind: "node"}))
+		if err != nil {
+			t.Fatal(cl.Explain(err))
+		}
+		code, err := pairing.Parse(resp.Msg.Code)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ncred, pr, err := client.Pair(ctx, first.node.Addr(), code, client.PairOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := node.PrepareJoin(dir, ncred, pr.ClusterName, append([]string{first.node.Addr()}, pr.Peers...), pr.DataKey); err != nil {
+			t.Fatal(err)
+		}
+		n, err := node.Start(ctx, node.Config{DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 2, BrowserSlots: -1,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WasmCacheDir: sharedWasmCache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		addrs = append(addrs, n.Addr())
+	}
+	return first, addrs
+}
+
+// on runs a CLI command through the node at addr with the operator
+// credential.
+func (c *cluster) on(addr string, args ...string) result {
+	c.t.Helper()
+	return runCLI(c.t, append([]string{"--data-dir", c.dir, "--addr", addr}, args...)...)
+}
+
+// TestSkillInstallOnceRunAnywhere: the example skill is installed through
+// one node and run through another; its output satisfies the schema;
+// input that violates the schema, an untrusted publisher, another key, an
+// audit failure and output that violates the schema are each refused with
+// the reason.
+func TestSkillInstallOnceRunAnywhere(t *testing.T) {
+	c, addrs := threeNodeCluster(t)
+	a, b, third := addrs[0], addrs[1], addrs[2]
+	tmp := t.TempDir()
+	dir := exampleSkillDir(t)
+	key, other := filepath.Join(tmp, "example.key"), filepath.Join(tmp, "other.key")
+	pub := strings.TrimSpace(runCLI(t, "skill", "keygen", "-o", key).stdout)
+	runCLI(t, "skill", "keygen", "-o", other)
+	pkg := filepath.Join(tmp, "web.palyra-skill")
+	if r := runCLI(t, "skill", "pack", dir, "--key", key, "-o", pkg); r.code != 0 {
+		t.Fatalf("pack: %q", r.stderr)
+	}
+
+	// Not trusted yet.
+	if r := c.on(a, "skill", "install", pkg); r.code == 0 || !strings.Contains(r.stderr, "not trusted") || !strings.Contains(r.stderr, "skill trust add example") {
+		t.Fatalf("install from an untrusted publisher: %d %q", r.code, r.stderr)
+	}
+	if r := c.on(a, "skill", "trust", "add", "example", pub); r.code != 0 {
+		t.Fatalf("trust add: %q", r.stderr)
+	}
+	if r := c.on(a, "skill", "install", pkg); r.code != 0 || !strings.Contains(r.stdout, "example.web 1.0.0 installed, active") {
+		t.Fatalf("install: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	// Listed on every node.
+	if r := c.on(third, "skill", "list"); r.code != 0 || !strings.Contains(r.stdout, "example.web") || !strings.Contains(r.stdout, "wordcount,fetch") {
+		t.Fatalf("list on the third node: %q %q", r.stdout, r.stderr)
+	}
+
+	// Run through another node; the output satisfies the schema.
+	r := c.on(b, "skill", "run", "example.web", "wordcount", "--input", `{"text":"to be or not to be"}`, "--wait")
+	if r.code != 0 {
+		t.Fatalf("run: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	var out struct{ Words, Lines, Bytes int }
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Words != 6 || out.Lines != 1 || out.Bytes != 18 {
+		t.Fatalf("wordcount output %q: %+v %v", r.stdout, out, err)
+	}
+
+	// Input that violates the schema stores nothing.
+	before := strings.Count(c.on(a, "job", "list").stdout, "\n")
+	if r := c.on(b, "skill", "run", "example.web", "wordcount", "--input", `{"txt":1}`); r.code == 0 || !strings.Contains(r.stderr, "does not match the input_schema") {
+		t.Fatalf("bad input: %d %q", r.code, r.stderr)
+	}
+	if after := strings.Count(c.on(a, "job", "list").stdout, "\n"); after != before {
+		t.Fatalf("a refused run left a job: %d lines in job list, %d before", after, before)
+	}
+	if r := c.on(b, "skill", "run", "example.web", "nope"); r.code == 0 || !strings.Contains(r.stderr, "its tools: wordcount, fetch") {
+		t.Fatalf("unknown tool: %q", r.stderr)
+	}
+
+	// The same package signed by another key.
+	resigned := filepath.Join(tmp, "resigned.palyra-skill")
+	runCLI(t, "skill", "sign", pkg, "--key", other, "-o", resigned)
+	if r := c.on(a, "skill", "install", resigned); r.code == 0 || !strings.Contains(r.stderr, "signed with another key") {
+		t.Fatalf("install signed by another key: %d %q", r.code, r.stderr)
+	}
+
+	// A wildcard capability: installed quarantined, and it does not run.
+	m, _ := os.ReadFile(filepath.Join(dir, "skill.toml"))
+	wild := strings.Replace(strings.Replace(string(m), `skill_id = "example.web"`, `skill_id = "example.wild"`, 1), `http_hosts = ["example.com"]`, `http_hosts = ["*"]`, 1)
+	if err := os.WriteFile(filepath.Join(dir, "skill.toml"), []byte(wild), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wildPkg := filepath.Join(tmp, "wild.palyra-skill")
+	if r := runCLI(t, "skill", "pack", dir, "--key", key, "-o", wildPkg); r.code != 0 {
+		t.Fatalf("pack wild: %q", r.stderr)
+	}
+	if r := c.on(a, "skill", "install", wildPkg); r.code == 0 || !strings.Contains(r.stdout, "quarantined") || !strings.Contains(r.stdout, "wildcard") {
+		t.Fatalf("install wild: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := c.on(b, "skill", "run", "example.wild", "wordcount", "--input", `{"text":"x"}`); r.code == 0 || !strings.Contains(r.stderr, "quarantined") || !strings.Contains(r.stderr, "wildcard") {
+		t.Fatalf("run quarantined: %d %q", r.code, r.stderr)
+	}
+
+	// Output that violates the schema fails the run on the worker.
+	bad := strings.Replace(string(m), `skill_id = "example.web"`, `skill_id = "example.strict"`, 1)
+	bad = strings.Replace(bad, `"required": ["words", "lines", "bytes"]`, `"required": ["words", "lines", "bytes", "sentences"]`, 1)
+	if err := os.WriteFile(filepath.Join(dir, "skill.toml"), []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	strict := filepath.Join(tmp, "strict.palyra-skill")
+	if r := runCLI(t, "skill", "pack", dir, "--key", key, "-o", strict); r.code != 0 {
+		t.Fatalf("pack strict: %q", r.stderr)
+	}
+	if r := c.on(a, "skill", "install", strict); r.code != 0 {
+		t.Fatalf("install strict: %q %q", r.stdout, r.stderr)
+	}
+	r = c.on(third, "skill", "run", "example.strict", "wordcount", "--input", `{"text":"x"}`, "--wait", "--json")
+	if r.code == 0 || !strings.Contains(r.stdout, "output_invalid") || !strings.Contains(r.stdout, "sentences") {
+		t.Fatalf("output against the schema: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+
+	// Disable, enable, remove.
+	if r := c.on(a, "skill", "disable", "example.web"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	if r := c.on(b, "skill", "run", "example.web", "wordcount", "--input", `{"text":"x"}`); r.code == 0 || !strings.Contains(r.stderr, "disabled") {
+		t.Fatalf("run disabled: %q", r.stderr)
+	}
+	if r := c.on(a, "skill", "enable", "example.web"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	if r := c.on(b, "skill", "run", "example.web", "wordcount", "--input", `{"text":"x y"}`, "--wait"); r.code != 0 || !strings.Contains(r.stdout, `"words":2`) {
+		t.Fatalf("run after enable: %q %q", r.stdout, r.stderr)
+	}
+	if r := c.on(a, "skill", "remove", "example.web"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	if r := c.on(third, "skill", "get", "example.web"); r.code == 0 || !strings.Contains(r.stderr, "no skill") {
+		t.Fatalf("get removed: %q", r.stderr)
+	}
+}

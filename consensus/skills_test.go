@@ -1,0 +1,97 @@
+package consensus
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"slices"
+	"testing"
+
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+func skillCmd(c *raftpb.SkillCommand) *raftpb.Command {
+	return &raftpb.Command{Cmd: &raftpb.Command_Skill{Skill: c}}
+}
+
+func skillRec(id, key string) *raftpb.SkillRecord {
+	return &raftpb.SkillRecord{SkillId: id, Version: "1.0.0", Publisher: "acme", PublisherKey: key, PackageSha256: "pkg-" + id,
+		Tools: []*raftpb.SkillTool{{Id: "t", ModuleSha256: "mod-shared"}}}
+}
+
+// TestSkillRegistryRules: installs need the publisher's trusted key, a
+// trusted key is replaced only explicitly, a skill's blobs stay referenced
+// while it is installed (and as long as another skill shares them), and
+// the registry survives a snapshot.
+func TestSkillRegistryRules(t *testing.T) {
+	f := NewFSM()
+	res := applyAll(t, f, skillCmd(&raftpb.SkillCommand{Install: skillRec("a", "k1")}))
+	if !errors.Is(res[0].Err, ErrPermissionDenied) {
+		t.Fatalf("install from an untrusted publisher: %v", res[0].Err)
+	}
+	res = applyAll(t, f,
+		skillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "acme", Key: "k1"}}),
+		skillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "acme", Key: "k2"}}),
+		skillCmd(&raftpb.SkillCommand{Install: skillRec("a", "k2")}),
+		skillCmd(&raftpb.SkillCommand{Install: skillRec("a", "k1")}),
+		skillCmd(&raftpb.SkillCommand{Install: skillRec("b", "k1")}),
+	)
+	if res[0].Err != nil || !errors.Is(res[1].Err, ErrConflict) || !errors.Is(res[2].Err, ErrPermissionDenied) || res[3].Err != nil || res[4].Err != nil {
+		t.Fatalf("trust, silent key change, wrong key, installs: %v %v %v %v %v", res[0].Err, res[1].Err, res[2].Err, res[3].Err, res[4].Err)
+	}
+	st := f.State()
+	if r, ok := st.Skill("a"); !ok || r.Status != SkillActive {
+		t.Fatalf("skill a: %+v", r)
+	}
+	for _, h := range []string{"pkg-a", "pkg-b", "mod-shared"} {
+		if !st.BlobReferenced(h) {
+			t.Errorf("blob %s is not referenced while its skill is installed", h)
+		}
+	}
+	res = applyAll(t, f,
+		skillCmd(&raftpb.SkillCommand{SetStatusId: "a", Status: SkillQuarantined, Reason: "suspicious"}),
+		skillCmd(&raftpb.SkillCommand{RemoveId: "b"}),
+	)
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if r, _ := st.Skill("a"); r.Status != SkillQuarantined || len(r.Findings) != 1 || r.Findings[0] != "operator: suspicious" {
+		t.Fatalf("quarantined: %+v", r)
+	}
+	if st.BlobReferenced("pkg-b") || !st.BlobReferenced("mod-shared") {
+		t.Fatal("removing b should drop its package and keep the module a still uses")
+	}
+
+	// A snapshot carries the registry and its blob references; a backup
+	// scan names the skills' blobs.
+	c, err := ScanSnapshot(bytes.NewReader(snapshotBytes(t, f)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Skills != 1 || !slices.Contains(c.Blobs, "pkg-a") || !slices.Contains(c.Blobs, "mod-shared") || slices.Contains(c.Blobs, "pkg-b") {
+		t.Fatalf("scan: %d skills, blobs %v", c.Skills, c.Blobs)
+	}
+	g := NewFSM()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
+		t.Fatal(err)
+	}
+	gs := g.State()
+	if r, ok := gs.Skill("a"); !ok || r.Status != SkillQuarantined {
+		t.Fatalf("restored skill: %+v", r)
+	}
+	if p, ok := gs.Publisher("acme"); !ok || p.Key != "k1" {
+		t.Fatalf("restored publisher: %+v", p)
+	}
+	if !gs.BlobReferenced("mod-shared") || gs.BlobReferenced("pkg-b") {
+		t.Fatal("restored blob references")
+	}
+	applyAll(t, g, skillCmd(&raftpb.SkillCommand{RemoveId: "a"}))
+	if gs.BlobReferenced("mod-shared") || gs.BlobReferenced("pkg-a") {
+		t.Fatal("blobs still referenced after every skill was removed")
+	}
+	if r := applyAll(t, g, skillCmd(&raftpb.SkillCommand{Untrust: "acme"}), skillCmd(&raftpb.SkillCommand{Untrust: "acme"})); r[0].Err != nil || !errors.Is(r[1].Err, ErrNotFound) {
+		t.Fatalf("untrust: %v %v", r[0].Err, r[1].Err)
+	}
+}

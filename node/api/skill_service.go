@@ -1,0 +1,351 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity/policy"
+	"github.com/palyra-mesh/palyra/identity/skill"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+	"github.com/palyra-mesh/palyra/runtime/wasm"
+)
+
+// skillService is the replicated skill registry. A package is verified
+// (structure, sums, signature against the publisher's trusted key) and
+// audited on the node it enters through; its file and modules become
+// replicated blobs before the command that installs it commits. A package
+// that fails the audit is installed quarantined, with the reasons.
+type skillService struct{ s *Server }
+
+func skillInfo(r *raftpb.SkillRecord) *palyrav1.SkillInfo {
+	info := &palyrav1.SkillInfo{
+		SkillId: r.SkillId, Version: r.Version, Name: r.Name, Publisher: r.Publisher, PublisherKey: r.PublisherKey,
+		PackageSha256: r.PackageSha256, PackageSize: r.PackageSize, Status: consensus.SkillStatusName(r.Status),
+		Findings: r.Findings, HttpHosts: r.HttpHosts, Secrets: r.Secrets, KvPrefix: r.KvPrefix, Fuel: r.Fuel,
+		MemoryBytes: r.MemoryBytes, WallClockMs: r.WallClockMs, InstalledAtMs: r.InstalledAtMs, InstalledBy: r.InstalledBy,
+		StatusAtMs: r.StatusAtMs, StatusBy: r.StatusBy, Description: r.Description,
+	}
+	for _, t := range r.Tools {
+		info.Tools = append(info.Tools, &palyrav1.SkillToolInfo{Id: t.Id, Name: t.Name, Description: t.Description,
+			ModuleSha256: t.ModuleSha256, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
+			RequiresApproval: t.RequiresApproval, Deterministic: t.Deterministic})
+	}
+	return info
+}
+
+// fresh makes the local replica reflect every committed change before a
+// read (a skill installed through another node a moment ago is seen).
+func (ss skillService) fresh(ctx context.Context) error {
+	if err := ss.s.control.VerifyRead(ctx); err != nil {
+		return fromErr(err)
+	}
+	return nil
+}
+
+func (ss skillService) apply(ctx context.Context, c *raftpb.SkillCommand) error {
+	caller, _ := PrincipalFrom(ctx)
+	c.AtMs, c.By = ss.s.now().UnixMilli(), caller.String()
+	_, err := ss.s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_Skill{Skill: c}})
+	if err != nil {
+		return fromErr(err)
+	}
+	// The answer reads the local replica: let it catch up with the commit.
+	return ss.fresh(ctx)
+}
+
+func (ss skillService) InstallSkill(ctx context.Context, req *connect.Request[palyrav1.InstallSkillRequest]) (*connect.Response[palyrav1.InstallSkillResponse], error) {
+	s, m := ss.s, req.Msg
+	if err := s.authz.Check(ctx, policy.ActionSkillInstall, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	p, err := skill.Read(m.Package)
+	if err != nil {
+		return nil, invalid(err.Error(), "check the file with 'palyra skill inspect FILE'")
+	}
+	if err := ss.fresh(ctx); err != nil {
+		return nil, err
+	}
+	st := s.control.State()
+	name := p.Manifest.Publisher
+	var trusted ed25519.PublicKey
+	pub, known := st.Publisher(name)
+	if known {
+		if trusted, err = skill.ParsePublicKey(pub.Key); err != nil {
+			return nil, fromErr(err)
+		}
+	} else if !m.TrustOnFirstUse {
+		return nil, apiError(connect.CodePermissionDenied, "untrusted_publisher",
+			fmt.Sprintf("publisher %q is not trusted by this cluster", name),
+			fmt.Sprintf("trust its key first: 'palyra skill trust add %s ed25519:…' (from the publisher), or install with --trust-on-first-use to pin the key this package is signed with", name))
+	}
+	key, err := p.Verify(trusted)
+	if err != nil {
+		code := "bad_signature"
+		if errors.Is(err, skill.ErrKeyMismatch) {
+			code = "key_mismatch"
+		}
+		return nil, apiError(connect.CodePermissionDenied, code, err.Error(), "only packages signed with the publisher's trusted key install")
+	}
+	trustedNow := false
+	if !known {
+		if err := ss.apply(ctx, &raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: name, Key: skill.FormatPublicKey(key)}}); err != nil {
+			return nil, err
+		}
+		trustedNow = true
+	}
+	// The audit; then the runtime's own validation of every module.
+	var findings []string
+	for _, f := range p.Audit() {
+		findings = append(findings, f.String())
+	}
+	for path, b := range p.Entries {
+		if !strings.HasPrefix(path, "modules/") || len(b) > skill.MaxModuleBytes {
+			continue
+		}
+		if err := s.validator.Validate(ctx, b); err != nil {
+			var me *wasm.ModuleError
+			if errors.As(err, &me) {
+				findings = append(findings, fmt.Sprintf("module_invalid: %s: %s", path, me.Message))
+				continue
+			}
+			return nil, fromErr(err)
+		}
+	}
+	man := p.Manifest
+	rec := &raftpb.SkillRecord{
+		SkillId: man.SkillID, Version: man.Version, Name: man.Name, Publisher: name, PublisherKey: skill.FormatPublicKey(key),
+		PackageSize: uint64(len(m.Package)), Status: consensus.SkillActive, Findings: findings, Description: man.Description,
+		HttpHosts: man.Capabilities.HTTPHosts, Secrets: man.Capabilities.Secrets, KvPrefix: man.Capabilities.KVPrefix,
+		Fuel: man.Capabilities.Fuel, MemoryBytes: man.Capabilities.MemoryMiB << 20, WallClockMs: man.Capabilities.WallClockMS,
+	}
+	if len(findings) > 0 {
+		rec.Status = consensus.SkillQuarantined
+	}
+	// Blobs first (replicated to another node), then the command naming them.
+	if rec.PackageSha256, err = s.blobs.Put(m.Package); err != nil {
+		return nil, s.notStored(ctx, err)
+	}
+	hashes := map[string]string{}
+	for _, t := range man.Tools {
+		h, ok := hashes[t.Module]
+		if !ok {
+			if h, err = s.blobs.Put(p.Entries[t.Module]); err != nil {
+				return nil, s.notStored(ctx, err)
+			}
+			hashes[t.Module] = h
+		}
+		rec.Tools = append(rec.Tools, &raftpb.SkillTool{Id: t.ID, Name: t.Name, Description: t.Description, ModuleSha256: h,
+			InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, RequiresApproval: t.RequiresApproval, Deterministic: t.Deterministic})
+	}
+	if err := ss.apply(ctx, &raftpb.SkillCommand{Install: rec}); err != nil {
+		return nil, err
+	}
+	if len(findings) > 0 {
+		s.log.Warn("skill installed quarantined", "skill", rec.SkillId, "version", rec.Version, "findings", strings.Join(findings, "; "))
+	} else {
+		s.log.Info("skill installed", "skill", rec.SkillId, "version", rec.Version, "publisher", name)
+	}
+	got, _ := st.Skill(rec.SkillId)
+	if got == nil {
+		got = rec
+	}
+	return connect.NewResponse(&palyrav1.InstallSkillResponse{Skill: skillInfo(got), TrustedNow: trustedNow}), nil
+}
+
+func (ss skillService) ListSkills(ctx context.Context, _ *connect.Request[palyrav1.ListSkillsRequest]) (*connect.Response[palyrav1.ListSkillsResponse], error) {
+	if err := ss.s.authz.Check(ctx, policy.ActionSkillList, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	if err := ss.fresh(ctx); err != nil {
+		return nil, err
+	}
+	resp := &palyrav1.ListSkillsResponse{}
+	for _, r := range ss.s.control.State().Skills() {
+		resp.Skills = append(resp.Skills, skillInfo(r))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (ss skillService) GetSkill(ctx context.Context, req *connect.Request[palyrav1.GetSkillRequest]) (*connect.Response[palyrav1.GetSkillResponse], error) {
+	if err := ss.s.authz.Check(ctx, policy.ActionSkillList, policy.ClusterResource(), map[string]any{"skill_id": req.Msg.SkillId}); err != nil {
+		return nil, err
+	}
+	if err := ss.fresh(ctx); err != nil {
+		return nil, err
+	}
+	r, ok := ss.s.control.State().Skill(req.Msg.SkillId)
+	if !ok {
+		return nil, skillNotFound(req.Msg.SkillId)
+	}
+	return connect.NewResponse(&palyrav1.GetSkillResponse{Skill: skillInfo(r)}), nil
+}
+
+func skillNotFound(id string) error {
+	return apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("no skill %q is installed", id), "list them with 'palyra skill list'")
+}
+
+func (ss skillService) SetSkillStatus(ctx context.Context, req *connect.Request[palyrav1.SetSkillStatusRequest]) (*connect.Response[palyrav1.SetSkillStatusResponse], error) {
+	m := req.Msg
+	if err := ss.s.authz.Check(ctx, policy.ActionSkillManage, policy.ClusterResource(), map[string]any{"skill_id": m.SkillId}); err != nil {
+		return nil, err
+	}
+	st, ok := consensus.ParseSkillStatus(m.Status)
+	if !ok {
+		return nil, invalid(fmt.Sprintf("status %q", m.Status), "use active, disabled or quarantined")
+	}
+	if err := ss.apply(ctx, &raftpb.SkillCommand{SetStatusId: m.SkillId, Status: st, Reason: m.Reason}); err != nil {
+		return nil, err
+	}
+	r, ok := ss.s.control.State().Skill(m.SkillId)
+	if !ok {
+		return nil, skillNotFound(m.SkillId)
+	}
+	return connect.NewResponse(&palyrav1.SetSkillStatusResponse{Skill: skillInfo(r)}), nil
+}
+
+func (ss skillService) RemoveSkill(ctx context.Context, req *connect.Request[palyrav1.RemoveSkillRequest]) (*connect.Response[palyrav1.RemoveSkillResponse], error) {
+	if err := ss.s.authz.Check(ctx, policy.ActionSkillManage, policy.ClusterResource(), map[string]any{"skill_id": req.Msg.SkillId}); err != nil {
+		return nil, err
+	}
+	if err := ss.apply(ctx, &raftpb.SkillCommand{RemoveId: req.Msg.SkillId}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&palyrav1.RemoveSkillResponse{}), nil
+}
+
+func (ss skillService) TrustPublisher(ctx context.Context, req *connect.Request[palyrav1.TrustPublisherRequest]) (*connect.Response[palyrav1.TrustPublisherResponse], error) {
+	m := req.Msg
+	if err := ss.s.authz.Check(ctx, policy.ActionSkillTrust, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	if _, err := skill.ParsePublicKey(m.Key); err != nil {
+		return nil, invalid(err.Error(), "the publisher's 'palyra skill keygen' printed its key")
+	}
+	if !skill.ValidName(m.Name) {
+		return nil, invalid(fmt.Sprintf("publisher name %q: want 1-64 of a-z, 0-9, '.', '_', '-'", m.Name), "use the name the publisher's manifests give")
+	}
+	key, _ := skill.ParsePublicKey(m.Key)
+	if err := ss.apply(ctx, &raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: m.Name, Key: skill.FormatPublicKey(key)}, ReplaceKey: m.Replace}); err != nil {
+		return nil, err
+	}
+	p, _ := ss.s.control.State().Publisher(m.Name)
+	return connect.NewResponse(&palyrav1.TrustPublisherResponse{Publisher: publisherInfo(p)}), nil
+}
+
+func publisherInfo(p *raftpb.PublisherRecord) *palyrav1.PublisherInfo {
+	if p == nil {
+		return nil
+	}
+	return &palyrav1.PublisherInfo{Name: p.Name, Key: p.Key, AtMs: p.AtMs, By: p.By}
+}
+
+func (ss skillService) ListPublishers(ctx context.Context, _ *connect.Request[palyrav1.ListPublishersRequest]) (*connect.Response[palyrav1.ListPublishersResponse], error) {
+	if err := ss.s.authz.Check(ctx, policy.ActionSkillList, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	if err := ss.fresh(ctx); err != nil {
+		return nil, err
+	}
+	resp := &palyrav1.ListPublishersResponse{}
+	for _, p := range ss.s.control.State().Publishers() {
+		resp.Publishers = append(resp.Publishers, publisherInfo(p))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (ss skillService) UntrustPublisher(ctx context.Context, req *connect.Request[palyrav1.UntrustPublisherRequest]) (*connect.Response[palyrav1.UntrustPublisherResponse], error) {
+	if err := ss.s.authz.Check(ctx, policy.ActionSkillTrust, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	if err := ss.apply(ctx, &raftpb.SkillCommand{Untrust: req.Msg.Name}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&palyrav1.UntrustPublisherResponse{}), nil
+}
+
+// skillRunKey carries a skill run's facts from RunSkill to the job record.
+type skillRunKey struct{}
+
+type skillRun struct{ id, tool, outputSchema string }
+
+// RunSkill runs one tool as a job: the skill must be active, the input
+// must satisfy the tool's input_schema (checked here, before anything is
+// stored), and the job's grants are the skill's declared capabilities,
+// each checked against the caller's policy as a job's would be, so what
+// runs is the manifest's grants intersected with the policy's, and a
+// grant outside either refuses the run. The worker checks the output
+// against the tool's output_schema.
+func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyrav1.RunSkillRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error) {
+	s, m := ss.s, req.Msg
+	if err := s.authz.Check(ctx, policy.ActionSkillRun, policy.ClusterResource(), map[string]any{"skill_id": m.SkillId, "skill_tool": m.Tool}); err != nil {
+		return nil, err
+	}
+	if err := ss.fresh(ctx); err != nil {
+		return nil, err
+	}
+	r, ok := s.control.State().Skill(m.SkillId)
+	if !ok {
+		return nil, skillNotFound(m.SkillId)
+	}
+	if r.Status != consensus.SkillActive {
+		hint := "an operator may enable it: 'palyra skill enable " + r.SkillId + "'"
+		if len(r.Findings) > 0 {
+			hint = "it was quarantined because: " + strings.Join(r.Findings, "; ") + "; " + hint
+		}
+		return nil, apiError(connect.CodeFailedPrecondition, "skill_not_active", fmt.Sprintf("skill %s is %s", r.SkillId, consensus.SkillStatusName(r.Status)), hint)
+	}
+	var tool *raftpb.SkillTool
+	var names []string
+	for _, t := range r.Tools {
+		names = append(names, t.Id)
+		if t.Id == m.Tool {
+			tool = t
+		}
+	}
+	if tool == nil {
+		return nil, apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("skill %s has no tool %q", r.SkillId, m.Tool), "its tools: "+strings.Join(names, ", "))
+	}
+	if tool.RequiresApproval {
+		return nil, apiError(connect.CodeUnimplemented, "approval_required",
+			fmt.Sprintf("tool %s/%s requires approval, and this cluster cannot hold runs for approval yet", r.SkillId, tool.Id),
+			"it will not run without a person's approval; an operator may install a version without requires_approval")
+	}
+	sch, err := skill.CompileSchema(tool.InputSchema)
+	if err != nil {
+		return nil, fromErr(err)
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(m.Input))
+	if err != nil {
+		return nil, invalid(fmt.Sprintf("the input of %s/%s is not JSON: %v", r.SkillId, tool.Id, err), "pass a JSON document with --input")
+	}
+	if err := sch.Validate(v); err != nil {
+		return nil, apiError(connect.CodeInvalidArgument, "input_invalid",
+			fmt.Sprintf("the input does not match the input_schema of %s/%s: %s", r.SkillId, tool.Id, strings.Join(strings.Fields(err.Error()), " ")),
+			"see the schema with 'palyra skill get "+r.SkillId+" --json'")
+	}
+	timeout := m.TimeoutMs
+	if r.WallClockMs > 0 && (timeout == 0 || timeout > r.WallClockMs) {
+		timeout = r.WallClockMs
+	}
+	sub := &palyrav1.SubmitJobRequest{
+		ModuleSha256: tool.ModuleSha256, Input: m.Input, AllowHosts: r.HttpHosts, SecretNames: r.Secrets, KvPrefix: r.KvPrefix,
+		Fuel: r.Fuel, MemoryBytes: r.MemoryBytes, TimeoutMs: timeout, Deterministic: tool.Deterministic, IdempotencyKey: m.IdempotencyKey,
+	}
+	if err := s.checkGrants(ctx, sub); err != nil {
+		return nil, err
+	}
+	if err := s.validateSubmit(sub); err != nil {
+		return nil, err
+	}
+	ctx = context.WithValue(ctx, skillRunKey{}, skillRun{id: r.SkillId, tool: tool.Id, outputSchema: tool.OutputSchema})
+	return jobService(ss).submitByHash(ctx, sub)
+}
