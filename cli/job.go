@@ -144,6 +144,8 @@ func jobCommand() *ucli.Command {
 			},
 			pruneCommand(),
 			retentionCommand(),
+			decideCommand("approve", true),
+			decideCommand("deny", false),
 		},
 	}
 }

@@ -59,6 +59,14 @@ type jobJSON struct {
 	// A task of a job array: the array's id and the task's index.
 	ArrayID    string  `json:"array_id,omitempty"`
 	ArrayIndex *uint32 `json:"array_index,omitempty"`
+	// A skill tool's run, and a person's decision on one that required
+	// approval.
+	SkillID          string `json:"skill_id,omitempty"`
+	SkillTool        string `json:"skill_tool,omitempty"`
+	RequiresApproval bool   `json:"requires_approval,omitempty"`
+	DecidedBy        string `json:"decided_by,omitempty"`
+	DecidedAt        string `json:"decided_at,omitempty"`
+	DecisionReason   string `json:"decision_reason,omitempty"`
 }
 
 type artifactJSON struct {
@@ -86,6 +94,8 @@ func toJobJSON(j *palyrav1.Job) jobJSON {
 	out.DeadlineAt, out.PendingReason, out.AllowHosts = msTime(j.DeadlineAtMs), j.PendingReason, j.AllowHosts
 	out.InputSize, out.OutputSize, out.StderrSize = j.InputSize, j.StdoutSize, j.StderrSize
 	out.InputSHA256, out.OutputSHA256, out.StderrSHA256 = j.InputSha256, j.StdoutSha256, j.StderrSha256
+	out.SkillID, out.SkillTool, out.RequiresApproval = j.SkillId, j.SkillTool, j.RequiresApproval
+	out.DecidedBy, out.DecidedAt, out.DecisionReason = j.DecidedBy, msTime(j.DecidedAtMs), j.DecisionReason
 	if j.ArrayId != "" {
 		idx := j.ArrayIndex
 		out.ArrayID, out.ArrayIndex = j.ArrayId, &idx

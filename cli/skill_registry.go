@@ -320,6 +320,7 @@ func skillRunCommand() *ucli.Command {
 			&ucli.DurationFlag{Name: "wait-timeout", Usage: "with --wait, give up waiting after `DURATION` (the run goes on)"},
 			&ucli.DurationFlag{Name: "timeout", Usage: "bound the run (at most the skill's wall_clock_ms)"},
 			&ucli.StringFlag{Name: "idempotency-key", Usage: "a `KEY` that makes resending this run safe (the first run's job is returned)"},
+			&ucli.DurationFlag{Name: "approval-ttl", Usage: "for a tool that requires approval: how long the run waits for a decision before it expires (default 24h)"},
 			jsonFlag,
 		},
 		Action: func(c *ucli.Context) error {
@@ -355,11 +356,15 @@ func skillRunCommand() *ucli.Command {
 			defer cl.Close()
 			resp, err := cl.Skills.RunSkill(c.Context, connect.NewRequest(&palyrav1.RunSkillRequest{
 				SkillId: c.Args().Get(0), Tool: c.Args().Get(1), Input: input,
-				IdempotencyKey: c.String("idempotency-key"), TimeoutMs: c.Duration("timeout").Milliseconds()}))
+				IdempotencyKey: c.String("idempotency-key"), TimeoutMs: c.Duration("timeout").Milliseconds(),
+				ApprovalTtlMs: c.Duration("approval-ttl").Milliseconds()}))
 			if err != nil {
 				return fail(c, cl.Explain(err))
 			}
 			job := resp.Msg.Job
+			if job.Phase == palyrav1.JobPhase_JOB_PHASE_WAITING_FOR_APPROVAL && !c.Bool("json") {
+				fmt.Fprintf(c.App.ErrWriter, "job %s waits for approval: 'palyra job approve %s' or 'palyra job deny %s --reason …'\n", job.Id, job.Id, job.Id)
+			}
 			if !c.Bool("wait") {
 				if c.Bool("json") {
 					return writeJSON(c.App.Writer, toJobJSON(job))
@@ -374,6 +379,47 @@ func skillRunCommand() *ucli.Command {
 				return waitFailed(c, cl, err)
 			}
 			return printEnded(c, job)
+		},
+	}
+}
+
+// decideCommand is 'job approve' or 'job deny'.
+func decideCommand(name string, approve bool) *ucli.Command {
+	usage := "approve a job waiting for approval: it is queued and runs"
+	reason := &ucli.StringFlag{Name: "reason", Usage: "why (recorded with the job)"}
+	if !approve {
+		usage = "deny a job waiting for approval: it ends aborted with the reason"
+		reason.Required = true
+	}
+	return &ucli.Command{
+		Name:      name,
+		Usage:     usage,
+		ArgsUsage: "ID",
+		Description: `A run of a skill tool marked requires_approval waits in phase
+   waiting_for_approval ('palyra job list --phase waiting_for_approval') until a
+   person approves or denies it, or its approval expires (phase expired; 24h by
+   default, 'palyra skill run --approval-ttl'). Who may decide is the policy's
+   job.approve action (operators under the default policy).`,
+		Flags: []ucli.Flag{reason, jsonFlag},
+		Action: func(c *ucli.Context) error {
+			id, err := oneArg(c, "job id")
+			if err != nil {
+				return err
+			}
+			cl, err := dial(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			resp, err := cl.Approvals.DecideJob(c.Context, connect.NewRequest(&palyrav1.DecideJobRequest{Id: id, Approve: approve, Reason: c.String("reason")}))
+			if err != nil {
+				return fail(c, cl.Explain(err))
+			}
+			if c.Bool("json") {
+				return writeJSON(c.App.Writer, toJobJSON(resp.Msg.Job))
+			}
+			fmt.Fprintf(c.App.Writer, "job %s %s\n", id, resp.Msg.Job.Phase.WireName())
+			return nil
 		},
 	}
 }

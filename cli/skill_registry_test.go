@@ -188,3 +188,68 @@ func TestSkillInstallOnceRunAnywhere(t *testing.T) {
 		t.Fatalf("get removed: %q", r.stderr)
 	}
 }
+
+// TestSkillApprovals: a run of a tool marked requires_approval waits;
+// approving runs it, denying ends it with the reason, and one nobody
+// decides on expires.
+func TestSkillApprovals(t *testing.T) {
+	c := startNode(t)
+	tmp := t.TempDir()
+	dir := exampleSkillDir(t)
+	m, _ := os.ReadFile(filepath.Join(dir, "skill.toml"))
+	gated := strings.Replace(string(m), `skill_id = "example.web"`, `skill_id = "example.gated"`, 1)
+	gated = strings.Replace(gated, "deterministic = true", "deterministic = true\nrequires_approval = true", 1)
+	if err := os.WriteFile(filepath.Join(dir, "skill.toml"), []byte(gated), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(tmp, "k")
+	runCLI(t, "skill", "keygen", "-o", key)
+	pkg := filepath.Join(tmp, "gated.palyra-skill")
+	if r := runCLI(t, "skill", "pack", dir, "--key", key, "-o", pkg); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	if r := c.cli("skill", "install", pkg, "--trust-on-first-use"); r.code != 0 || !strings.Contains(r.stderr, "trusted with key") {
+		t.Fatalf("install with trust on first use: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	run := func(extra ...string) string {
+		t.Helper()
+		r := c.cli(append([]string{"skill", "run", "example.gated", "wordcount", "--input", `{"text":"a b c"}`}, extra...)...)
+		if r.code != 0 || !strings.Contains(r.stderr, "waits for approval") {
+			t.Fatalf("run: %d %q %q", r.code, r.stdout, r.stderr)
+		}
+		return strings.TrimSpace(r.stdout)
+	}
+
+	// Approved: it runs.
+	id := run()
+	if j := c.jobJSON(id); j.Phase != "waiting_for_approval" {
+		t.Fatalf("phase %q, want waiting_for_approval", j.Phase)
+	}
+	if r := c.cli("job", "approve", id, "--reason", "looks fine"); r.code != 0 {
+		t.Fatalf("approve: %q", r.stderr)
+	}
+	if j := c.waitTerminal(id); j.Phase != "completed" || !strings.Contains(j.Output, `"words":3`) || j.DecidedBy == "" || j.DecisionReason != "looks fine" {
+		t.Fatalf("approved run: %+v", j)
+	}
+	if r := c.cli("job", "approve", id); r.code == 0 || !strings.Contains(r.stderr, "waiting_for_approval") {
+		t.Fatalf("approving again: %q", r.stderr)
+	}
+
+	// Denied: it ends with the reason.
+	id = run()
+	if r := c.cli("job", "deny", id); r.code == 0 || !strings.Contains(r.stderr, "reason") {
+		t.Fatalf("deny without a reason: %q", r.stderr)
+	}
+	if r := c.cli("job", "deny", id, "--reason", "not today"); r.code != 0 {
+		t.Fatalf("deny: %q", r.stderr)
+	}
+	if j := c.waitTerminal(id); j.Phase != "aborted" || !strings.Contains(j.Error.Message, "not today") || !strings.Contains(j.Error.Message, "denied by") {
+		t.Fatalf("denied run: %+v", j)
+	}
+
+	// Nobody decides: it expires.
+	id = run("--approval-ttl", "300ms")
+	if j := c.waitTerminal(id); j.Phase != "expired" || !strings.Contains(j.Error.Message, "approval expired") {
+		t.Fatalf("unapproved run: %+v", j)
+	}
+}

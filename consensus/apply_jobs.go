@@ -55,6 +55,14 @@ func (s *State) applySubmit(index uint64, c *raftpb.SubmitJob) ApplyResult {
 	}
 	j := jobFromRecord(c.Job)
 	j.Phase = PhaseQueued
+	if j.RequiresApproval {
+		// It waits for a person; DeadlineAtMS is when the wait expires.
+		if j.DeadlineAtMS == 0 {
+			return ApplyResult{Err: errf(ErrInvalid, "", "job %s requires approval but has no approval expiry", j.ID)}
+		}
+		j.Phase = PhaseWaitingForApproval
+		j.DecidedBy, j.DecidedAtMS, j.DecisionReason = "", 0, ""
+	}
 	j.Attempt = 0
 	j.NodeID = ""
 	j.CommitIndex = index
@@ -274,6 +282,40 @@ func (s *State) applyExpire(c *raftpb.ExpireJob) ApplyResult {
 	n.FinishedAtMS = c.AtMs
 	n.Error = &JobError{Code: "expired", Message: fmt.Sprintf("deadline passed before the job completed (attempt %d)", j.Attempt),
 		Hint: "give it more time with --deadline, or more capacity"}
+	if j.Phase == PhaseWaitingForApproval {
+		n.Error = &JobError{Code: "expired", Message: "nobody approved or denied the job before its approval expired",
+			Hint: "run it again, and approve it with 'palyra job approve ID' in time"}
+	}
+	s.put(j, &n)
+	return ApplyResult{Job: n}
+}
+
+// applyDecide records a person's decision on a job waiting for approval:
+// approved, it is queued (with its own deadline); denied, it ends aborted
+// with the reason.
+func (s *State) applyDecide(c *raftpb.DecideJob) ApplyResult {
+	j, err := s.lookup(c.Id)
+	if err != nil {
+		return ApplyResult{Err: err}
+	}
+	if j.Phase != PhaseWaitingForApproval {
+		return ApplyResult{Job: *j, Err: errf(ErrConflict, "only a job in waiting_for_approval can be approved or denied",
+			"job %s is %s", j.ID, j.Phase)}
+	}
+	n := *j
+	n.DecidedBy, n.DecidedAtMS, n.DecisionReason = c.By, c.AtMs, c.Reason
+	if c.Approve {
+		n.Phase = PhaseQueued
+		n.DeadlineAtMS = n.RunDeadlineAtMS
+	} else {
+		n.Phase = PhaseAborted
+		n.FinishedAtMS = c.AtMs
+		msg := "denied by " + c.By
+		if c.Reason != "" {
+			msg += ": " + c.Reason
+		}
+		n.Error = &JobError{Code: "denied", Message: msg}
+	}
 	s.put(j, &n)
 	return ApplyResult{Job: n}
 }

@@ -144,6 +144,8 @@ func (s *State) apply(index uint64, cmd *raftpb.Command) ApplyResult {
 		return s.applySetRetention(c.SetRetention)
 	case *raftpb.Command_Skill:
 		return s.applySkill(c.Skill)
+	case *raftpb.Command_DecideJob:
+		return s.applyDecide(c.DecideJob)
 	case *raftpb.Command_CaTrust:
 		return s.applyCATrust(c.CaTrust)
 	default:

@@ -58,9 +58,17 @@ type Job struct {
 	OutputSchema string
 	SkillID      string
 	SkillTool    string
-	Artifacts    []Artifact
-	SecretNames  []string // granted secrets
-	KVPrefix     string   // granted key-value prefix
+	// Approval (a run of a requires_approval tool): waiting in
+	// PhaseWaitingForApproval until DeadlineAtMS, then RunDeadlineAtMS is
+	// the job's own deadline; the decision is recorded.
+	RequiresApproval bool
+	RunDeadlineAtMS  int64
+	DecidedBy        string
+	DecidedAtMS      int64
+	DecisionReason   string
+	Artifacts        []Artifact
+	SecretNames      []string // granted secrets
+	KVPrefix         string   // granted key-value prefix
 
 	// Payloads above InlineLimit are blobs: the hash names the content and
 	// the inline field is empty. Size is the payload's length either way.

@@ -95,3 +95,48 @@ func TestSkillRegistryRules(t *testing.T) {
 		t.Fatalf("untrust: %v %v", r[0].Err, r[1].Err)
 	}
 }
+
+// TestApprovalDecisions: a job that requires approval waits (not in the
+// queue), is queued with its own deadline when approved, aborted with the
+// reason when denied, and expires when nobody decides in time.
+func TestApprovalDecisions(t *testing.T) {
+	f := NewFSM()
+	gated := func(id string) *raftpb.Command {
+		return submitWith(id, func(r *raftpb.JobRecord) { r.RequiresApproval, r.DeadlineAtMs, r.RunDeadlineAtMs = true, 1000, 9000 })
+	}
+	decide := func(id string, ok bool, at int64) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_DecideJob{DecideJob: &raftpb.DecideJob{Id: id, Approve: ok, Reason: "r", By: "device:d-op", AtMs: at}}}
+	}
+	res := applyAll(t, f, gated("a"), gated("b"), gated("c"), submitWith("plain", func(*raftpb.JobRecord) {}))
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	st := f.State()
+	if a, _ := st.Job("a"); a.Phase != PhaseWaitingForApproval || st.Count(PhaseQueued) != 1 || st.Count(PhaseWaitingForApproval) != 3 {
+		t.Fatalf("waiting: %v queued=%d waiting=%d", a.Phase, st.Count(PhaseQueued), st.Count(PhaseWaitingForApproval))
+	}
+	if r := applyAll(t, f, decide("plain", true, 10)); !errors.Is(r[0].Err, ErrConflict) {
+		t.Fatalf("approving a job that does not wait: %v", r[0].Err)
+	}
+	applyAll(t, f, decide("a", true, 10), decide("b", false, 20), &raftpb.Command{Cmd: &raftpb.Command_ExpireJob{ExpireJob: &raftpb.ExpireJob{Id: "c", AtMs: 1000}}})
+	a, _ := st.Job("a")
+	b, _ := st.Job("b")
+	c, _ := st.Job("c")
+	if a.Phase != PhaseQueued || a.DeadlineAtMS != 9000 || a.DecidedBy != "device:d-op" || a.DecidedAtMS != 10 {
+		t.Fatalf("approved: %+v", a)
+	}
+	if b.Phase != PhaseAborted || b.Error == nil || b.Error.Code != "denied" {
+		t.Fatalf("denied: %+v", b)
+	}
+	if c.Phase != PhaseExpired || c.Error == nil || c.Error.Code != "expired" {
+		t.Fatalf("expired: %+v", c)
+	}
+	if r := applyAll(t, f, gated("d"), decide("d", true, 5)); r[1].Err != nil {
+		t.Fatal(r[1].Err)
+	}
+	if r := applyAll(t, f, submitWith("e", func(r *raftpb.JobRecord) { r.RequiresApproval = true })); r[0].Err == nil {
+		t.Fatal("a job requiring approval with no approval expiry was accepted")
+	}
+}

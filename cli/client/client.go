@@ -68,8 +68,10 @@ type Client struct {
 	Browser palyrav1connect.BrowserServiceClient
 	// Skills is the skill registry (palyra skill install, run, …).
 	Skills palyrav1connect.SkillServiceClient
-	tr     *http3.Transport
-	opts   Options
+	// Approvals approves and denies jobs waiting for approval.
+	Approvals palyrav1connect.ApprovalServiceClient
+	tr        *http3.Transport
+	opts      Options
 
 	mu       sync.Mutex
 	answered string // the address of the current (or last) connection
@@ -132,6 +134,7 @@ func NewCluster(addrs []string, cred *identity.Credential, o Options) (*Client, 
 	c.Snapshots = palyrav1connect.NewSnapshotServiceClient(hc, base, opts...)
 	c.Browser = palyrav1connect.NewBrowserServiceClient(hc, base, opts...)
 	c.Skills = palyrav1connect.NewSkillServiceClient(hc, base, opts...)
+	c.Approvals = palyrav1connect.NewApprovalServiceClient(hc, base, opts...)
 	return c, nil
 }
 

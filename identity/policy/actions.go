@@ -12,6 +12,9 @@ const (
 	// (the retention): it deletes other principals' results, so it is an
 	// admin action.
 	ActionJobPrune = "job.prune"
+	// ActionJobApprove approves or denies a job waiting for approval (an
+	// admin action under the default policy).
+	ActionJobApprove = "job.approve"
 
 	// ActionBrowserOpen opens an interactive browser session on a worker;
 	// ActionBrowserDrive runs steps in one, screenshots, lists and closes
@@ -97,7 +100,7 @@ const (
 // Actions returns every action a request may name, in a stable order.
 func Actions() []string {
 	return []string{
-		ActionJobSubmit, ActionJobRead, ActionJobList, ActionJobCancel, ActionJobWatch, ActionJobPrune,
+		ActionJobSubmit, ActionJobRead, ActionJobList, ActionJobCancel, ActionJobWatch, ActionJobPrune, ActionJobApprove,
 		ActionBrowserOpen, ActionBrowserDrive,
 		ActionNodeStatus, ActionNodeList, ActionNodeJoin, ActionNodeLeave, ActionNodeDrain, ActionNodeRemove,
 		ActionPairCreate, ActionPairList, ActionPairRevoke, ActionDeviceList, ActionDeviceRevoke,

@@ -23,6 +23,8 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 		StdoutSize: payloadSize(j.StdoutSize, j.StdoutHash, j.Stdout),
 		StderrSize: payloadSize(j.StderrSize, j.StderrHash, j.Stderr),
 		ArrayId:    j.ArrayID, ArrayIndex: j.ArrayIndex, Deterministic: j.Deterministic,
+		SkillId: j.SkillID, SkillTool: j.SkillTool, RequiresApproval: j.RequiresApproval,
+		DecidedBy: j.DecidedBy, DecidedAtMs: j.DecidedAtMS, DecisionReason: j.DecisionReason,
 	}
 	if j.Kind == "wasm" {
 		out.Wasm = &palyrav1.WasmSpec{ModuleSha256: j.ModuleHash, MemoryBytes: j.MemoryBytes, Fuel: j.Fuel}

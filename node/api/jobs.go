@@ -215,6 +215,12 @@ func (s *Server) jobRecord(ctx context.Context, m *palyrav1.SubmitJobRequest, ha
 	}
 	if sr, ok := ctx.Value(skillRunKey{}).(skillRun); ok {
 		rec.SkillId, rec.SkillTool, rec.OutputSchema = sr.id, sr.tool, sr.outputSchema
+		if sr.approvalTTL > 0 {
+			// It waits for a person until the approval expires; its own
+			// deadline applies once it is approved.
+			rec.RequiresApproval = true
+			rec.RunDeadlineAtMs, rec.DeadlineAtMs = rec.DeadlineAtMs, now+sr.approvalTTL.Milliseconds()
+		}
 	}
 	if m.IdempotencyKey != "" {
 		// Scoped to the caller: two principals never share a key space.

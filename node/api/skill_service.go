@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -275,7 +276,13 @@ func (ss skillService) UntrustPublisher(ctx context.Context, req *connect.Reques
 // skillRunKey carries a skill run's facts from RunSkill to the job record.
 type skillRunKey struct{}
 
-type skillRun struct{ id, tool, outputSchema string }
+type skillRun struct {
+	id, tool, outputSchema string
+	approvalTTL            time.Duration // > 0: the run waits for approval that long
+}
+
+// DefaultApprovalTTL bounds how long a run waits for a person's decision.
+const DefaultApprovalTTL = 24 * time.Hour
 
 // RunSkill runs one tool as a job: the skill must be active, the input
 // must satisfy the tool's input_schema (checked here, before anything is
@@ -314,10 +321,15 @@ func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyra
 	if tool == nil {
 		return nil, apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("skill %s has no tool %q", r.SkillId, m.Tool), "its tools: "+strings.Join(names, ", "))
 	}
+	var approvalTTL time.Duration
 	if tool.RequiresApproval {
-		return nil, apiError(connect.CodeUnimplemented, "approval_required",
-			fmt.Sprintf("tool %s/%s requires approval, and this cluster cannot hold runs for approval yet", r.SkillId, tool.Id),
-			"it will not run without a person's approval; an operator may install a version without requires_approval")
+		approvalTTL = DefaultApprovalTTL
+		if m.ApprovalTtlMs < 0 || time.Duration(m.ApprovalTtlMs)*time.Millisecond > 7*24*time.Hour {
+			return nil, invalid("--approval-ttl must be between 1ms and 7 days", "")
+		}
+		if m.ApprovalTtlMs > 0 {
+			approvalTTL = time.Duration(m.ApprovalTtlMs) * time.Millisecond
+		}
 	}
 	sch, err := skill.CompileSchema(tool.InputSchema)
 	if err != nil {
@@ -346,6 +358,35 @@ func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyra
 	if err := s.validateSubmit(sub); err != nil {
 		return nil, err
 	}
-	ctx = context.WithValue(ctx, skillRunKey{}, skillRun{id: r.SkillId, tool: tool.Id, outputSchema: tool.OutputSchema})
+	ctx = context.WithValue(ctx, skillRunKey{}, skillRun{id: r.SkillId, tool: tool.Id, outputSchema: tool.OutputSchema, approvalTTL: approvalTTL})
 	return jobService(ss).submitByHash(ctx, sub)
+}
+
+// approvalService records people's decisions on jobs waiting for
+// approval. Cedar decides who may (job.approve on the job).
+type approvalService struct{ s *Server }
+
+func (as approvalService) DecideJob(ctx context.Context, req *connect.Request[palyrav1.DecideJobRequest]) (*connect.Response[palyrav1.DecideJobResponse], error) {
+	s, m := as.s, req.Msg
+	if len(m.Reason) > 1024 {
+		return nil, invalid("the reason is over 1024 bytes", "say it in fewer words")
+	}
+	if err := s.control.VerifyRead(ctx); err != nil {
+		return nil, fromErr(err)
+	}
+	if _, err := (jobService{s}).authorizedJob(ctx, policy.ActionJobApprove, m.Id); err != nil {
+		return nil, err
+	}
+	caller, _ := PrincipalFrom(ctx)
+	j, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_DecideJob{DecideJob: &raftpb.DecideJob{
+		Id: m.Id, Approve: m.Approve, Reason: m.Reason, By: caller.String(), AtMs: s.now().UnixMilli()}}})
+	if err != nil {
+		return nil, fromErr(err)
+	}
+	verb := "denied"
+	if m.Approve {
+		verb = "approved"
+	}
+	s.log.Info("job "+verb, "job", m.Id, "by", caller, "reason", m.Reason)
+	return connect.NewResponse(&palyrav1.DecideJobResponse{Job: JobToPB(&j)}), nil
 }

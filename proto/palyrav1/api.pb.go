@@ -265,8 +265,16 @@ type Job struct {
 	ArrayId       string `protobuf:"bytes,39,opt,name=array_id,json=arrayId,proto3" json:"array_id,omitempty"`
 	ArrayIndex    uint32 `protobuf:"varint,40,opt,name=array_index,json=arrayIndex,proto3" json:"array_index,omitempty"`
 	Deterministic bool   `protobuf:"varint,41,opt,name=deterministic,proto3" json:"deterministic,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// A skill tool's run: the skill and tool; for one that required
+	// approval, who decided, when and why.
+	SkillId          string `protobuf:"bytes,42,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	SkillTool        string `protobuf:"bytes,43,opt,name=skill_tool,json=skillTool,proto3" json:"skill_tool,omitempty"`
+	RequiresApproval bool   `protobuf:"varint,44,opt,name=requires_approval,json=requiresApproval,proto3" json:"requires_approval,omitempty"`
+	DecidedBy        string `protobuf:"bytes,45,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	DecidedAtMs      int64  `protobuf:"varint,46,opt,name=decided_at_ms,json=decidedAtMs,proto3" json:"decided_at_ms,omitempty"`
+	DecisionReason   string `protobuf:"bytes,47,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -584,6 +592,48 @@ func (x *Job) GetDeterministic() bool {
 		return x.Deterministic
 	}
 	return false
+}
+
+func (x *Job) GetSkillId() string {
+	if x != nil {
+		return x.SkillId
+	}
+	return ""
+}
+
+func (x *Job) GetSkillTool() string {
+	if x != nil {
+		return x.SkillTool
+	}
+	return ""
+}
+
+func (x *Job) GetRequiresApproval() bool {
+	if x != nil {
+		return x.RequiresApproval
+	}
+	return false
+}
+
+func (x *Job) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *Job) GetDecidedAtMs() int64 {
+	if x != nil {
+		return x.DecidedAtMs
+	}
+	return 0
+}
+
+func (x *Job) GetDecisionReason() string {
+	if x != nil {
+		return x.DecisionReason
+	}
+	return ""
 }
 
 // JobArray is a job array: one task per input, all sharing a template.
@@ -4760,8 +4810,11 @@ type RunSkillRequest struct {
 	Input          []byte                 `protobuf:"bytes,3,opt,name=input,proto3" json:"input,omitempty"` // JSON, checked against the tool's input_schema
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	TimeoutMs      int64                  `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // at most the skill's wall_clock_ms
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// approval_ttl_ms bounds how long a run of a requires_approval tool
+	// waits for a decision (default 24h) before it expires.
+	ApprovalTtlMs int64 `protobuf:"varint,6,opt,name=approval_ttl_ms,json=approvalTtlMs,proto3" json:"approval_ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunSkillRequest) Reset() {
@@ -4829,6 +4882,120 @@ func (x *RunSkillRequest) GetTimeoutMs() int64 {
 	return 0
 }
 
+func (x *RunSkillRequest) GetApprovalTtlMs() int64 {
+	if x != nil {
+		return x.ApprovalTtlMs
+	}
+	return 0
+}
+
+// Approvals: a run of a tool marked requires_approval waits in phase
+// waiting_for_approval until a person approves or denies it, or its wait
+// expires (phase expired).
+type DecideJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Approve       bool                   `protobuf:"varint,2,opt,name=approve,proto3" json:"approve,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideJobRequest) Reset() {
+	*x = DecideJobRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideJobRequest) ProtoMessage() {}
+
+func (x *DecideJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideJobRequest.ProtoReflect.Descriptor instead.
+func (*DecideJobRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *DecideJobRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DecideJobRequest) GetApprove() bool {
+	if x != nil {
+		return x.Approve
+	}
+	return false
+}
+
+func (x *DecideJobRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type DecideJobResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideJobResponse) Reset() {
+	*x = DecideJobResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideJobResponse) ProtoMessage() {}
+
+func (x *DecideJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideJobResponse.ProtoReflect.Descriptor instead.
+func (*DecideJobResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *DecideJobResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
 var File_palyra_v1_api_proto protoreflect.FileDescriptor
 
 const file_palyra_v1_api_proto_rawDesc = "" +
@@ -4841,7 +5008,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bWasmSpec\x12#\n" +
 	"\rmodule_sha256\x18\x01 \x01(\tR\fmoduleSha256\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xba\v\n" +
+	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\x8d\r\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12)\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x12\n" +
@@ -4891,7 +5058,15 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\barray_id\x18' \x01(\tR\aarrayId\x12\x1f\n" +
 	"\varray_index\x18( \x01(\rR\n" +
 	"arrayIndex\x12$\n" +
-	"\rdeterministic\x18) \x01(\bR\rdeterministic\x1a>\n" +
+	"\rdeterministic\x18) \x01(\bR\rdeterministic\x12\x19\n" +
+	"\bskill_id\x18* \x01(\tR\askillId\x12\x1d\n" +
+	"\n" +
+	"skill_tool\x18+ \x01(\tR\tskillTool\x12+\n" +
+	"\x11requires_approval\x18, \x01(\bR\x10requiresApproval\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18- \x01(\tR\tdecidedBy\x12\"\n" +
+	"\rdecided_at_ms\x18. \x01(\x03R\vdecidedAtMs\x12'\n" +
+	"\x0fdecision_reason\x18/ \x01(\tR\x0edecisionReason\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x02\n" +
@@ -5202,14 +5377,21 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"publishers\"-\n" +
 	"\x17UntrustPublisherRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1a\n" +
-	"\x18UntrustPublisherResponse\"\x9e\x01\n" +
+	"\x18UntrustPublisherResponse\"\xc6\x01\n" +
 	"\x0fRunSkillRequest\x12\x19\n" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x14\n" +
 	"\x05input\x18\x03 \x01(\fR\x05input\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x05 \x01(\x03R\ttimeoutMs*\xe9\x01\n" +
+	"timeout_ms\x18\x05 \x01(\x03R\ttimeoutMs\x12&\n" +
+	"\x0fapproval_ttl_ms\x18\x06 \x01(\x03R\rapprovalTtlMs\"T\n" +
+	"\x10DecideJobRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aapprove\x18\x02 \x01(\bR\aapprove\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"5\n" +
+	"\x11DecideJobResponse\x12 \n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job*\xe9\x01\n" +
 	"\bJobPhase\x12\x19\n" +
 	"\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_PHASE_QUEUED\x10\x01\x12\x15\n" +
@@ -5261,7 +5443,9 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x0eTrustPublisher\x12 .palyra.v1.TrustPublisherRequest\x1a!.palyra.v1.TrustPublisherResponse\x12U\n" +
 	"\x0eListPublishers\x12 .palyra.v1.ListPublishersRequest\x1a!.palyra.v1.ListPublishersResponse\x12[\n" +
 	"\x10UntrustPublisher\x12\".palyra.v1.UntrustPublisherRequest\x1a#.palyra.v1.UntrustPublisherResponse\x12D\n" +
-	"\bRunSkill\x12\x1a.palyra.v1.RunSkillRequest\x1a\x1c.palyra.v1.SubmitJobResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
+	"\bRunSkill\x12\x1a.palyra.v1.RunSkillRequest\x1a\x1c.palyra.v1.SubmitJobResponse2Y\n" +
+	"\x0fApprovalService\x12F\n" +
+	"\tDecideJob\x12\x1b.palyra.v1.DecideJobRequest\x1a\x1c.palyra.v1.DecideJobResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
 
 var (
 	file_palyra_v1_api_proto_rawDescOnce sync.Once
@@ -5276,7 +5460,7 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                       // 0: palyra.v1.JobPhase
 	(*Error)(nil),                       // 1: palyra.v1.Error
@@ -5352,23 +5536,25 @@ var file_palyra_v1_api_proto_goTypes = []any{
 	(*UntrustPublisherRequest)(nil),     // 71: palyra.v1.UntrustPublisherRequest
 	(*UntrustPublisherResponse)(nil),    // 72: palyra.v1.UntrustPublisherResponse
 	(*RunSkillRequest)(nil),             // 73: palyra.v1.RunSkillRequest
-	nil,                                 // 74: palyra.v1.Job.ConstraintsEntry
-	nil,                                 // 75: palyra.v1.JobArray.CountsEntry
-	nil,                                 // 76: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                                 // 77: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                                 // 78: palyra.v1.NodeInfo.LabelsEntry
-	nil,                                 // 79: palyra.v1.NodeInfo.CapacityEntry
+	(*DecideJobRequest)(nil),            // 74: palyra.v1.DecideJobRequest
+	(*DecideJobResponse)(nil),           // 75: palyra.v1.DecideJobResponse
+	nil,                                 // 76: palyra.v1.Job.ConstraintsEntry
+	nil,                                 // 77: palyra.v1.JobArray.CountsEntry
+	nil,                                 // 78: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                                 // 79: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                                 // 80: palyra.v1.NodeInfo.LabelsEntry
+	nil,                                 // 81: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	74, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	76, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
 	5,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	75, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	77, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
 	3,  // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
 	5,  // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	76, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	78, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
 	3,  // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
 	3,  // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
@@ -5382,9 +5568,9 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 19: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
 	3,  // 20: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 21: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
-	77, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	78, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	79, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	79, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	80, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	81, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
 	29, // 25: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
 	38, // 26: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
 	38, // 27: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
@@ -5398,77 +5584,80 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	55, // 35: palyra.v1.SetSkillStatusResponse.skill:type_name -> palyra.v1.SkillInfo
 	56, // 36: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
 	56, // 37: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
-	8,  // 38: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	10, // 39: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	12, // 40: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	14, // 41: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	18, // 42: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	8,  // 43: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
-	6,  // 44: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	20, // 45: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	22, // 46: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	16, // 47: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
-	27, // 48: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	25, // 49: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
-	30, // 50: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	34, // 51: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	32, // 52: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	36, // 53: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	39, // 54: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	41, // 55: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	43, // 56: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	46, // 57: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
-	48, // 58: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
-	47, // 59: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
-	47, // 60: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
-	52, // 61: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
-	57, // 62: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
-	59, // 63: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
-	61, // 64: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
-	63, // 65: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
-	65, // 66: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
-	67, // 67: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
-	69, // 68: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
-	71, // 69: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
-	73, // 70: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
-	9,  // 71: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11, // 72: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13, // 73: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15, // 74: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	19, // 75: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	19, // 76: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,  // 77: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	21, // 78: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	23, // 79: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	17, // 80: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
-	28, // 81: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	26, // 82: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
-	31, // 83: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	35, // 84: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	33, // 85: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	37, // 86: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	40, // 87: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	42, // 88: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	44, // 89: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	49, // 90: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
-	49, // 91: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
-	51, // 92: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
-	49, // 93: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
-	53, // 94: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
-	58, // 95: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
-	60, // 96: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
-	62, // 97: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
-	64, // 98: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
-	66, // 99: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
-	68, // 100: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
-	70, // 101: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
-	72, // 102: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
-	9,  // 103: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
-	71, // [71:104] is the sub-list for method output_type
-	38, // [38:71] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	3,  // 38: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
+	8,  // 39: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	10, // 40: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	12, // 41: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	14, // 42: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	18, // 43: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	8,  // 44: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
+	6,  // 45: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	20, // 46: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	22, // 47: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	16, // 48: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
+	27, // 49: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	25, // 50: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
+	30, // 51: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	34, // 52: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	32, // 53: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	36, // 54: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	39, // 55: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	41, // 56: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	43, // 57: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	46, // 58: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
+	48, // 59: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
+	47, // 60: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
+	47, // 61: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
+	52, // 62: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
+	57, // 63: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
+	59, // 64: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
+	61, // 65: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
+	63, // 66: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
+	65, // 67: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
+	67, // 68: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
+	69, // 69: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
+	71, // 70: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
+	73, // 71: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
+	74, // 72: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
+	9,  // 73: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11, // 74: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13, // 75: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15, // 76: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	19, // 77: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	19, // 78: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,  // 79: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	21, // 80: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	23, // 81: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	17, // 82: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	28, // 83: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	26, // 84: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
+	31, // 85: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	35, // 86: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	33, // 87: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	37, // 88: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	40, // 89: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	42, // 90: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	44, // 91: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	49, // 92: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
+	49, // 93: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
+	51, // 94: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
+	49, // 95: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
+	53, // 96: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
+	58, // 97: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
+	60, // 98: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
+	62, // 99: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
+	64, // 100: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
+	66, // 101: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
+	68, // 102: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
+	70, // 103: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
+	72, // 104: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
+	9,  // 105: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
+	75, // 106: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
+	73, // [73:107] is the sub-list for method output_type
+	39, // [39:73] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -5482,9 +5671,9 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   79,
+			NumMessages:   81,
 			NumExtensions: 0,
-			NumServices:   5,
+			NumServices:   6,
 		},
 		GoTypes:           file_palyra_v1_api_proto_goTypes,
 		DependencyIndexes: file_palyra_v1_api_proto_depIdxs,

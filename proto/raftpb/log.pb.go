@@ -137,11 +137,20 @@ type JobRecord struct {
 	Deterministic bool   `protobuf:"varint,45,opt,name=deterministic,proto3" json:"deterministic,omitempty"`
 	// output_schema: a skill tool's run must write JSON that this JSON Schema
 	// accepts, or it fails with output_invalid (checked by the worker).
-	OutputSchema  string `protobuf:"bytes,46,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
-	SkillId       string `protobuf:"bytes,47,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"` // the skill and tool this job runs, if any
-	SkillTool     string `protobuf:"bytes,48,opt,name=skill_tool,json=skillTool,proto3" json:"skill_tool,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OutputSchema string `protobuf:"bytes,46,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	SkillId      string `protobuf:"bytes,47,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"` // the skill and tool this job runs, if any
+	SkillTool    string `protobuf:"bytes,48,opt,name=skill_tool,json=skillTool,proto3" json:"skill_tool,omitempty"`
+	// Approval: a job submitted with requires_approval waits (phase
+	// waiting_for_approval) until a person decides; deadline_at_ms is then
+	// when the wait expires, and run_deadline_at_ms the job's own deadline
+	// once approved (0 = none).
+	RequiresApproval bool   `protobuf:"varint,49,opt,name=requires_approval,json=requiresApproval,proto3" json:"requires_approval,omitempty"`
+	RunDeadlineAtMs  int64  `protobuf:"varint,50,opt,name=run_deadline_at_ms,json=runDeadlineAtMs,proto3" json:"run_deadline_at_ms,omitempty"`
+	DecidedBy        string `protobuf:"bytes,51,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	DecidedAtMs      int64  `protobuf:"varint,52,opt,name=decided_at_ms,json=decidedAtMs,proto3" json:"decided_at_ms,omitempty"`
+	DecisionReason   string `protobuf:"bytes,53,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *JobRecord) Reset() {
@@ -506,6 +515,41 @@ func (x *JobRecord) GetSkillId() string {
 func (x *JobRecord) GetSkillTool() string {
 	if x != nil {
 		return x.SkillTool
+	}
+	return ""
+}
+
+func (x *JobRecord) GetRequiresApproval() bool {
+	if x != nil {
+		return x.RequiresApproval
+	}
+	return false
+}
+
+func (x *JobRecord) GetRunDeadlineAtMs() int64 {
+	if x != nil {
+		return x.RunDeadlineAtMs
+	}
+	return 0
+}
+
+func (x *JobRecord) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *JobRecord) GetDecidedAtMs() int64 {
+	if x != nil {
+		return x.DecidedAtMs
+	}
+	return 0
+}
+
+func (x *JobRecord) GetDecisionReason() string {
+	if x != nil {
+		return x.DecisionReason
 	}
 	return ""
 }
@@ -2708,6 +2752,7 @@ type Command struct {
 	//	*Command_PruneJobs
 	//	*Command_SetRetention
 	//	*Command_Skill
+	//	*Command_DecideJob
 	//	*Command_CaTrust
 	Cmd isCommand_Cmd `protobuf_oneof:"cmd"`
 	// round is a scheduling round the leader attached to this command when
@@ -2999,6 +3044,15 @@ func (x *Command) GetSkill() *SkillCommand {
 	return nil
 }
 
+func (x *Command) GetDecideJob() *DecideJob {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DecideJob); ok {
+			return x.DecideJob
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetCaTrust() *CATrust {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_CaTrust); ok {
@@ -3127,6 +3181,10 @@ type Command_Skill struct {
 	Skill *SkillCommand `protobuf:"bytes,27,opt,name=skill,proto3,oneof"`
 }
 
+type Command_DecideJob struct {
+	DecideJob *DecideJob `protobuf:"bytes,28,opt,name=decide_job,json=decideJob,proto3,oneof"`
+}
+
 type Command_CaTrust struct {
 	// 40+: the CA's trust bundle (kept apart from the numbers above).
 	CaTrust *CATrust `protobuf:"bytes,40,opt,name=ca_trust,json=caTrust,proto3,oneof"`
@@ -3185,6 +3243,8 @@ func (*Command_PruneJobs) isCommand_Cmd() {}
 func (*Command_SetRetention) isCommand_Cmd() {}
 
 func (*Command_Skill) isCommand_Cmd() {}
+
+func (*Command_DecideJob) isCommand_Cmd() {}
 
 func (*Command_CaTrust) isCommand_Cmd() {}
 
@@ -3861,6 +3921,83 @@ func (x *PolicyRecord) GetSetBy() string {
 	return ""
 }
 
+// DecideJob approves or denies a job waiting for approval.
+type DecideJob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Approve       bool                   `protobuf:"varint,2,opt,name=approve,proto3" json:"approve,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	AtMs          int64                  `protobuf:"varint,5,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideJob) Reset() {
+	*x = DecideJob{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideJob) ProtoMessage() {}
+
+func (x *DecideJob) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideJob.ProtoReflect.Descriptor instead.
+func (*DecideJob) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *DecideJob) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DecideJob) GetApprove() bool {
+	if x != nil {
+		return x.Approve
+	}
+	return false
+}
+
+func (x *DecideJob) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DecideJob) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *DecideJob) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
 // SkillRecord is an installed skill: its manifest's facts, the package's
 // blob, the modules' blobs, who signed it and its status. The package was
 // verified and audited by the node it entered through (identity/skill).
@@ -3893,7 +4030,7 @@ type SkillRecord struct {
 
 func (x *SkillRecord) Reset() {
 	*x = SkillRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3905,7 +4042,7 @@ func (x *SkillRecord) String() string {
 func (*SkillRecord) ProtoMessage() {}
 
 func (x *SkillRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3918,7 +4055,7 @@ func (x *SkillRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillRecord.ProtoReflect.Descriptor instead.
 func (*SkillRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SkillRecord) GetSkillId() string {
@@ -4084,7 +4221,7 @@ type SkillTool struct {
 
 func (x *SkillTool) Reset() {
 	*x = SkillTool{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4096,7 +4233,7 @@ func (x *SkillTool) String() string {
 func (*SkillTool) ProtoMessage() {}
 
 func (x *SkillTool) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4109,7 +4246,7 @@ func (x *SkillTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillTool.ProtoReflect.Descriptor instead.
 func (*SkillTool) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SkillTool) GetId() string {
@@ -4181,7 +4318,7 @@ type PublisherRecord struct {
 
 func (x *PublisherRecord) Reset() {
 	*x = PublisherRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4193,7 +4330,7 @@ func (x *PublisherRecord) String() string {
 func (*PublisherRecord) ProtoMessage() {}
 
 func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4206,7 +4343,7 @@ func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublisherRecord.ProtoReflect.Descriptor instead.
 func (*PublisherRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PublisherRecord) GetName() string {
@@ -4256,7 +4393,7 @@ type SkillCommand struct {
 
 func (x *SkillCommand) Reset() {
 	*x = SkillCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4268,7 +4405,7 @@ func (x *SkillCommand) String() string {
 func (*SkillCommand) ProtoMessage() {}
 
 func (x *SkillCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4281,7 +4418,7 @@ func (x *SkillCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillCommand.ProtoReflect.Descriptor instead.
 func (*SkillCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SkillCommand) GetAtMs() int64 {
@@ -4384,7 +4521,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4533,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4546,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -4563,7 +4700,7 @@ type ArrayRecord struct {
 
 func (x *ArrayRecord) Reset() {
 	*x = ArrayRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4575,7 +4712,7 @@ func (x *ArrayRecord) String() string {
 func (*ArrayRecord) ProtoMessage() {}
 
 func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4588,7 +4725,7 @@ func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayRecord.ProtoReflect.Descriptor instead.
 func (*ArrayRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ArrayRecord) GetTemplate() *JobRecord {
@@ -4613,7 +4750,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\x90\r\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xd6\x0e\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -4671,7 +4808,13 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\routput_schema\x18. \x01(\tR\foutputSchema\x12\x19\n" +
 	"\bskill_id\x18/ \x01(\tR\askillId\x12\x1d\n" +
 	"\n" +
-	"skill_tool\x180 \x01(\tR\tskillTool\x1a>\n" +
+	"skill_tool\x180 \x01(\tR\tskillTool\x12+\n" +
+	"\x11requires_approval\x181 \x01(\bR\x10requiresApproval\x12+\n" +
+	"\x12run_deadline_at_ms\x182 \x01(\x03R\x0frunDeadlineAtMs\x12\x1d\n" +
+	"\n" +
+	"decided_by\x183 \x01(\tR\tdecidedBy\x12\"\n" +
+	"\rdecided_at_ms\x184 \x01(\x03R\vdecidedAtMs\x12'\n" +
+	"\x0fdecision_reason\x185 \x01(\tR\x0edecisionReason\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -4851,7 +4994,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x17\n" +
-	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\xd3\x0e\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\x8f\x0f\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -4891,7 +5034,9 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\n" +
 	"prune_jobs\x18\x19 \x01(\v2\x19.palyra.raft.v1.PruneJobsH\x00R\tpruneJobs\x12C\n" +
 	"\rset_retention\x18\x1a \x01(\v2\x1c.palyra.raft.v1.SetRetentionH\x00R\fsetRetention\x124\n" +
-	"\x05skill\x18\x1b \x01(\v2\x1c.palyra.raft.v1.SkillCommandH\x00R\x05skill\x124\n" +
+	"\x05skill\x18\x1b \x01(\v2\x1c.palyra.raft.v1.SkillCommandH\x00R\x05skill\x12:\n" +
+	"\n" +
+	"decide_job\x18\x1c \x01(\v2\x19.palyra.raft.v1.DecideJobH\x00R\tdecideJob\x124\n" +
 	"\bca_trust\x18( \x01(\v2\x17.palyra.raft.v1.CATrustH\x00R\acaTrust\x124\n" +
 	"\x05round\x18d \x01(\v2\x1e.palyra.raft.v1.SchedulerRoundR\x05roundB\x05\n" +
 	"\x03cmd\"\xfe\x01\n" +
@@ -4945,7 +5090,13 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
 	"\tset_at_ms\x18\x03 \x01(\x03R\asetAtMs\x12\x15\n" +
-	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\xa5\x05\n" +
+	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"r\n" +
+	"\tDecideJob\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aapprove\x18\x02 \x01(\bR\aapprove\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\x12\x13\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\xa5\x05\n" +
 	"\vSkillRecord\x12\x19\n" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
@@ -5041,7 +5192,7 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
@@ -5087,18 +5238,19 @@ var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*CADropRoot)(nil),         // 41: palyra.raft.v1.CADropRoot
 	(*UsedToken)(nil),          // 42: palyra.raft.v1.UsedToken
 	(*PolicyRecord)(nil),       // 43: palyra.raft.v1.PolicyRecord
-	(*SkillRecord)(nil),        // 44: palyra.raft.v1.SkillRecord
-	(*SkillTool)(nil),          // 45: palyra.raft.v1.SkillTool
-	(*PublisherRecord)(nil),    // 46: palyra.raft.v1.PublisherRecord
-	(*SkillCommand)(nil),       // 47: palyra.raft.v1.SkillCommand
-	(*Snapshot)(nil),           // 48: palyra.raft.v1.Snapshot
-	(*ArrayRecord)(nil),        // 49: palyra.raft.v1.ArrayRecord
-	nil,                        // 50: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 51: palyra.raft.v1.Member.LabelsEntry
+	(*DecideJob)(nil),          // 44: palyra.raft.v1.DecideJob
+	(*SkillRecord)(nil),        // 45: palyra.raft.v1.SkillRecord
+	(*SkillTool)(nil),          // 46: palyra.raft.v1.SkillTool
+	(*PublisherRecord)(nil),    // 47: palyra.raft.v1.PublisherRecord
+	(*SkillCommand)(nil),       // 48: palyra.raft.v1.SkillCommand
+	(*Snapshot)(nil),           // 49: palyra.raft.v1.Snapshot
+	(*ArrayRecord)(nil),        // 50: palyra.raft.v1.ArrayRecord
+	nil,                        // 51: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 52: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	50, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	51, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
 	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
 	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
@@ -5111,7 +5263,7 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	18, // 11: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
 	1,  // 12: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
 	10, // 13: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
-	51, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	52, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
 	19, // 15: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
 	20, // 16: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
 	20, // 17: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
@@ -5142,34 +5294,35 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	11, // 42: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
 	12, // 43: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
 	13, // 44: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
-	47, // 45: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
-	36, // 46: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
-	9,  // 47: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
-	37, // 48: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
-	38, // 49: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
-	39, // 50: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
-	40, // 51: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
-	41, // 52: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
-	45, // 53: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
-	44, // 54: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
-	46, // 55: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
-	1,  // 56: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	19, // 57: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	20, // 58: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	42, // 59: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	43, // 60: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	29, // 61: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	31, // 62: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	34, // 63: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
-	35, // 64: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
-	44, // 65: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
-	46, // 66: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
-	1,  // 67: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	68, // [68:68] is the sub-list for method output_type
-	68, // [68:68] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	48, // 45: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
+	44, // 46: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
+	36, // 47: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
+	9,  // 48: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
+	37, // 49: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
+	38, // 50: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
+	39, // 51: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
+	40, // 52: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
+	41, // 53: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
+	46, // 54: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
+	45, // 55: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
+	47, // 56: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
+	1,  // 57: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	19, // 58: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	20, // 59: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	42, // 60: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	43, // 61: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	29, // 62: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	31, // 63: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	34, // 64: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
+	35, // 65: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
+	45, // 66: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
+	47, // 67: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
+	1,  // 68: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	69, // [69:69] is the sub-list for method output_type
+	69, // [69:69] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -5205,6 +5358,7 @@ func file_palyra_raft_v1_log_proto_init() {
 		(*Command_PruneJobs)(nil),
 		(*Command_SetRetention)(nil),
 		(*Command_Skill)(nil),
+		(*Command_DecideJob)(nil),
 		(*Command_CaTrust)(nil),
 	}
 	file_palyra_raft_v1_log_proto_msgTypes[36].OneofWrappers = []any{
@@ -5220,7 +5374,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -244,7 +244,7 @@ func (d *Driver) Piggyback(cmd *raftpb.Command) (round *raftpb.SchedulerRound, d
 	switch c := cmd.Cmd.(type) {
 	case *raftpb.Command_SubmitJob:
 		j := c.SubmitJob.GetJob()
-		if j == nil || j.Id == "" {
+		if j == nil || j.Id == "" || j.RequiresApproval { // a job waiting for approval is not placed
 			return nil, nil
 		}
 		extra = []scheduler.Job{{ID: j.Id, Kind: j.Kind, Priority: int(j.Priority), Constraints: j.Constraints}}

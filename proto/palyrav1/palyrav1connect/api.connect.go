@@ -34,6 +34,8 @@ const (
 	BrowserServiceName = "palyra.v1.BrowserService"
 	// SkillServiceName is the fully-qualified name of the SkillService service.
 	SkillServiceName = "palyra.v1.SkillService"
+	// ApprovalServiceName is the fully-qualified name of the ApprovalService service.
+	ApprovalServiceName = "palyra.v1.ApprovalService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -123,6 +125,9 @@ const (
 	SkillServiceUntrustPublisherProcedure = "/palyra.v1.SkillService/UntrustPublisher"
 	// SkillServiceRunSkillProcedure is the fully-qualified name of the SkillService's RunSkill RPC.
 	SkillServiceRunSkillProcedure = "/palyra.v1.SkillService/RunSkill"
+	// ApprovalServiceDecideJobProcedure is the fully-qualified name of the ApprovalService's DecideJob
+	// RPC.
+	ApprovalServiceDecideJobProcedure = "/palyra.v1.ApprovalService/DecideJob"
 )
 
 // JobServiceClient is a client for the palyra.v1.JobService service.
@@ -1237,4 +1242,74 @@ func (UnimplementedSkillServiceHandler) UntrustPublisher(context.Context, *conne
 
 func (UnimplementedSkillServiceHandler) RunSkill(context.Context, *connect.Request[palyrav1.RunSkillRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SkillService.RunSkill is not implemented"))
+}
+
+// ApprovalServiceClient is a client for the palyra.v1.ApprovalService service.
+type ApprovalServiceClient interface {
+	DecideJob(context.Context, *connect.Request[palyrav1.DecideJobRequest]) (*connect.Response[palyrav1.DecideJobResponse], error)
+}
+
+// NewApprovalServiceClient constructs a client for the palyra.v1.ApprovalService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewApprovalServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ApprovalServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	approvalServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("ApprovalService").Methods()
+	return &approvalServiceClient{
+		decideJob: connect.NewClient[palyrav1.DecideJobRequest, palyrav1.DecideJobResponse](
+			httpClient,
+			baseURL+ApprovalServiceDecideJobProcedure,
+			connect.WithSchema(approvalServiceMethods.ByName("DecideJob")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// approvalServiceClient implements ApprovalServiceClient.
+type approvalServiceClient struct {
+	decideJob *connect.Client[palyrav1.DecideJobRequest, palyrav1.DecideJobResponse]
+}
+
+// DecideJob calls palyra.v1.ApprovalService.DecideJob.
+func (c *approvalServiceClient) DecideJob(ctx context.Context, req *connect.Request[palyrav1.DecideJobRequest]) (*connect.Response[palyrav1.DecideJobResponse], error) {
+	return c.decideJob.CallUnary(ctx, req)
+}
+
+// ApprovalServiceHandler is an implementation of the palyra.v1.ApprovalService service.
+type ApprovalServiceHandler interface {
+	DecideJob(context.Context, *connect.Request[palyrav1.DecideJobRequest]) (*connect.Response[palyrav1.DecideJobResponse], error)
+}
+
+// NewApprovalServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewApprovalServiceHandler(svc ApprovalServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	approvalServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("ApprovalService").Methods()
+	approvalServiceDecideJobHandler := connect.NewUnaryHandler(
+		ApprovalServiceDecideJobProcedure,
+		svc.DecideJob,
+		connect.WithSchema(approvalServiceMethods.ByName("DecideJob")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/palyra.v1.ApprovalService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ApprovalServiceDecideJobProcedure:
+			approvalServiceDecideJobHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedApprovalServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedApprovalServiceHandler struct{}
+
+func (UnimplementedApprovalServiceHandler) DecideJob(context.Context, *connect.Request[palyrav1.DecideJobRequest]) (*connect.Response[palyrav1.DecideJobResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.ApprovalService.DecideJob is not implemented"))
 }
