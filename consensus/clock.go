@@ -96,6 +96,8 @@ func commandTimes(cmd *raftpb.Command) []timeGroup {
 		return one(&c.Skill.AtMs)
 	case *raftpb.Command_DecideJob:
 		return one(&c.DecideJob.AtMs)
+	case *raftpb.Command_DeleteSecret:
+		return one(&c.DeleteSecret.AtMs)
 	case *raftpb.Command_CreatePairing:
 		if p := c.CreatePairing.GetPairing(); p != nil {
 			return one(&p.CreatedAtMs, &p.ExpiresAtMs)

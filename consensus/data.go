@@ -144,6 +144,7 @@ func (s *State) snapshotData(snap *raftpb.Snapshot) {
 		snap.Kv = append(snap.Kv, &raftpb.KVPut{Key: k, Value: s.data.kv[k]})
 	}
 	s.snapshotSkills(snap)
+	s.snapshotJournal(snap)
 }
 
 func (s *State) restoreData(snap *raftpb.Snapshot) {
@@ -155,4 +156,5 @@ func (s *State) restoreData(snap *raftpb.Snapshot) {
 		s.data.kv[e.Key] = e.Value
 	}
 	s.restoreSkills(snap)
+	s.restoreJournal(snap)
 }

@@ -46,6 +46,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	s.mu.Lock()
 	s.clockMS = clampTimes(&cmd, s.clockMS)
 	res := s.apply(l.Index, &cmd)
+	s.auditCommand(&cmd, res)
 	if r := cmd.GetRound(); r != nil {
 		// Placements the leader attached to the command: after it, so a
 		// submitted job exists and a batch's results have freed their slots.

@@ -110,7 +110,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	s.mu.Lock()
 	s.jobs, s.staleResults, s.id, s.idempotency, s.data = ns.jobs, ns.staleResults, ns.id, ns.idempotency, ns.data
 	s.idx, s.arrays, s.retentionMS, s.applied = ns.idx, ns.arrays, ns.retentionMS, ns.applied
-	s.prunedBefore, s.clockMS = ns.prunedBefore, ns.clockMS
+	s.prunedBefore, s.clockMS, s.journal = ns.prunedBefore, ns.clockMS, ns.journal
 	close(s.changed)
 	s.changed = make(chan struct{})
 	for t, ch := range s.topics { // everything may have changed

@@ -22,6 +22,7 @@ type State struct {
 	id           identityState
 	idempotency  map[string]string // idempotency key → job id
 	data         dataState
+	journal      journal // the audit journal (journal.go)
 	idx          indexes
 	arrays       map[string]*Array
 	retentionMS  int64 // 0 = DefaultRetention

@@ -70,8 +70,10 @@ type Client struct {
 	Skills palyrav1connect.SkillServiceClient
 	// Approvals approves and denies jobs waiting for approval.
 	Approvals palyrav1connect.ApprovalServiceClient
-	tr        *http3.Transport
-	opts      Options
+	// Audit reads the audit journal.
+	Audit palyrav1connect.AuditServiceClient
+	tr    *http3.Transport
+	opts  Options
 
 	mu       sync.Mutex
 	answered string // the address of the current (or last) connection
@@ -135,6 +137,7 @@ func NewCluster(addrs []string, cred *identity.Credential, o Options) (*Client, 
 	c.Browser = palyrav1connect.NewBrowserServiceClient(hc, base, opts...)
 	c.Skills = palyrav1connect.NewSkillServiceClient(hc, base, opts...)
 	c.Approvals = palyrav1connect.NewApprovalServiceClient(hc, base, opts...)
+	c.Audit = palyrav1connect.NewAuditServiceClient(hc, base, opts...)
 	return c, nil
 }
 

@@ -59,6 +59,10 @@ const (
 	ActionSkillList    = "skill.list"
 	ActionSkillRun     = "skill.run"
 
+	// ActionAuditRead lists and verifies the audit journal (an admin
+	// action: it shows who did what).
+	ActionAuditRead = "audit.read"
+
 	// ActionSnapshotSave copies the whole cluster out (every job's data,
 	// the sealed secrets, the CA key and the data key): an admin action.
 	ActionSnapshotSave = "snapshot.save"
@@ -107,7 +111,7 @@ func Actions() []string {
 		ActionCAStatus, ActionCARotate,
 		ActionPolicyGet, ActionPolicySet, ActionPolicyCheck,
 		ActionSecretSet, ActionSecretList, ActionSecretDelete, ActionSnapshotSave,
-		ActionSkillInstall, ActionSkillManage, ActionSkillTrust, ActionSkillList, ActionSkillRun,
+		ActionSkillInstall, ActionSkillManage, ActionSkillTrust, ActionSkillList, ActionSkillRun, ActionAuditRead,
 		ActionWorkerHeartbeat, ActionWorkerReport, ActionRaftJoin, ActionBlobFetch,
 		ActionGrantHTTP, ActionGrantSecret, ActionGrantKV,
 	}

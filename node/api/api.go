@@ -197,6 +197,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(palyrav1connect.NewBrowserServiceHandler(browserService{s}, opts...))
 	mux.Handle(palyrav1connect.NewSkillServiceHandler(skillService{s}, opts...))
 	mux.Handle(palyrav1connect.NewApprovalServiceHandler(approvalService{s}, opts...))
+	mux.Handle(palyrav1connect.NewAuditServiceHandler(auditService{s}, opts...))
 	return s.authenticate(mux)
 }
 

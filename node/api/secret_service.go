@@ -63,7 +63,9 @@ func (ss secretService) DeleteSecret(ctx context.Context, req *connect.Request[p
 	if err := ss.s.authz.Check(ctx, policy.ActionSecretDelete, policy.ClusterResource(), nil); err != nil {
 		return nil, err
 	}
-	if _, err := ss.s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_DeleteSecret{DeleteSecret: &raftpb.DeleteSecret{Name: req.Msg.Name}}}); err != nil {
+	caller, _ := PrincipalFrom(ctx)
+	if _, err := ss.s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_DeleteSecret{DeleteSecret: &raftpb.DeleteSecret{
+		Name: req.Msg.Name, By: caller.String(), AtMs: ss.s.now().UnixMilli()}}}); err != nil {
 		return nil, fromErr(err)
 	}
 	return connect.NewResponse(&palyrav1.DeleteSecretResponse{}), nil

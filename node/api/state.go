@@ -37,6 +37,11 @@ type State interface {
 	Skills() []*raftpb.SkillRecord
 	Publisher(name string) (*raftpb.PublisherRecord, bool)
 	Publishers() []*raftpb.PublisherRecord
+
+	// The audit journal.
+	Journal(afterSeq uint64, sinceMS int64, limit int) ([]*raftpb.AuditRecord, uint64, string, bool)
+	JournalHead() (uint64, string)
+	VerifyJournal() (int, uint64, string)
 }
 
 // AuthzState is what the authorizer reads: the stored policy, members,

@@ -4996,6 +4996,392 @@ func (x *DecideJobResponse) GetJob() *Job {
 	return nil
 }
 
+// The audit journal: a replicated, hash-chained record of every
+// security-relevant change (pairing, revocation, policy, secrets, skills,
+// approvals, node removal, CA rotation, retention). Each record's sha256
+// covers the previous record's hash and its own fields (AuditHash).
+type AuditRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	AtMs          int64                  `protobuf:"varint,2,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Actor         string                 `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	Action        string                 `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	Subject       string                 `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
+	Detail        string                 `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
+	PrevSha256    string                 `protobuf:"bytes,7,opt,name=prev_sha256,json=prevSha256,proto3" json:"prev_sha256,omitempty"`
+	Sha256        string                 `protobuf:"bytes,8,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecord) Reset() {
+	*x = AuditRecord{}
+	mi := &file_palyra_v1_api_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecord) ProtoMessage() {}
+
+func (x *AuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
+func (*AuditRecord) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *AuditRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetPrevSha256() string {
+	if x != nil {
+		return x.PrevSha256
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+type ListAuditRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AfterSeq      uint64                 `protobuf:"varint,1,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	Limit         uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	SinceMs       int64                  `protobuf:"varint,3,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRequest) Reset() {
+	*x = ListAuditRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRequest) ProtoMessage() {}
+
+func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *ListAuditRequest) GetAfterSeq() uint64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+func (x *ListAuditRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListAuditRequest) GetSinceMs() int64 {
+	if x != nil {
+		return x.SinceMs
+	}
+	return 0
+}
+
+type ListAuditResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Records []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// The chain starts at base_seq with base_sha256 (older records were
+	// folded by retention; 0 and "" when none were).
+	BaseSeq       uint64 `protobuf:"varint,2,opt,name=base_seq,json=baseSeq,proto3" json:"base_seq,omitempty"`
+	BaseSha256    string `protobuf:"bytes,3,opt,name=base_sha256,json=baseSha256,proto3" json:"base_sha256,omitempty"`
+	HeadSeq       uint64 `protobuf:"varint,4,opt,name=head_seq,json=headSeq,proto3" json:"head_seq,omitempty"`
+	HeadSha256    string `protobuf:"bytes,5,opt,name=head_sha256,json=headSha256,proto3" json:"head_sha256,omitempty"`
+	More          bool   `protobuf:"varint,6,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditResponse) Reset() {
+	*x = ListAuditResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditResponse) ProtoMessage() {}
+
+func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *ListAuditResponse) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListAuditResponse) GetBaseSeq() uint64 {
+	if x != nil {
+		return x.BaseSeq
+	}
+	return 0
+}
+
+func (x *ListAuditResponse) GetBaseSha256() string {
+	if x != nil {
+		return x.BaseSha256
+	}
+	return ""
+}
+
+func (x *ListAuditResponse) GetHeadSeq() uint64 {
+	if x != nil {
+		return x.HeadSeq
+	}
+	return 0
+}
+
+func (x *ListAuditResponse) GetHeadSha256() string {
+	if x != nil {
+		return x.HeadSha256
+	}
+	return ""
+}
+
+func (x *ListAuditResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+type VerifyAuditRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyAuditRequest) Reset() {
+	*x = VerifyAuditRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyAuditRequest) ProtoMessage() {}
+
+func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyAuditRequest.ProtoReflect.Descriptor instead.
+func (*VerifyAuditRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{78}
+}
+
+type VerifyAuditResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	Records       uint64                 `protobuf:"varint,2,opt,name=records,proto3" json:"records,omitempty"`
+	HeadSeq       uint64                 `protobuf:"varint,3,opt,name=head_seq,json=headSeq,proto3" json:"head_seq,omitempty"`
+	HeadSha256    string                 `protobuf:"bytes,4,opt,name=head_sha256,json=headSha256,proto3" json:"head_sha256,omitempty"`
+	FirstBadSeq   uint64                 `protobuf:"varint,5,opt,name=first_bad_seq,json=firstBadSeq,proto3" json:"first_bad_seq,omitempty"` // when !ok
+	Problem       string                 `protobuf:"bytes,6,opt,name=problem,proto3" json:"problem,omitempty"`
+	ServedBy      string                 `protobuf:"bytes,7,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	BaseSeq       uint64                 `protobuf:"varint,8,opt,name=base_seq,json=baseSeq,proto3" json:"base_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyAuditResponse) Reset() {
+	*x = VerifyAuditResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyAuditResponse) ProtoMessage() {}
+
+func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyAuditResponse.ProtoReflect.Descriptor instead.
+func (*VerifyAuditResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *VerifyAuditResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *VerifyAuditResponse) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *VerifyAuditResponse) GetHeadSeq() uint64 {
+	if x != nil {
+		return x.HeadSeq
+	}
+	return 0
+}
+
+func (x *VerifyAuditResponse) GetHeadSha256() string {
+	if x != nil {
+		return x.HeadSha256
+	}
+	return ""
+}
+
+func (x *VerifyAuditResponse) GetFirstBadSeq() uint64 {
+	if x != nil {
+		return x.FirstBadSeq
+	}
+	return 0
+}
+
+func (x *VerifyAuditResponse) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
+func (x *VerifyAuditResponse) GetServedBy() string {
+	if x != nil {
+		return x.ServedBy
+	}
+	return ""
+}
+
+func (x *VerifyAuditResponse) GetBaseSeq() uint64 {
+	if x != nil {
+		return x.BaseSeq
+	}
+	return 0
+}
+
 var File_palyra_v1_api_proto protoreflect.FileDescriptor
 
 const file_palyra_v1_api_proto_rawDesc = "" +
@@ -5391,7 +5777,41 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\aapprove\x18\x02 \x01(\bR\aapprove\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"5\n" +
 	"\x11DecideJobResponse\x12 \n" +
-	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job*\xe9\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\"\xcd\x01\n" +
+	"\vAuditRecord\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x13\n" +
+	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\x12\x18\n" +
+	"\asubject\x18\x05 \x01(\tR\asubject\x12\x16\n" +
+	"\x06detail\x18\x06 \x01(\tR\x06detail\x12\x1f\n" +
+	"\vprev_sha256\x18\a \x01(\tR\n" +
+	"prevSha256\x12\x16\n" +
+	"\x06sha256\x18\b \x01(\tR\x06sha256\"`\n" +
+	"\x10ListAuditRequest\x12\x1b\n" +
+	"\tafter_seq\x18\x01 \x01(\x04R\bafterSeq\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x19\n" +
+	"\bsince_ms\x18\x03 \x01(\x03R\asinceMs\"\xd1\x01\n" +
+	"\x11ListAuditResponse\x120\n" +
+	"\arecords\x18\x01 \x03(\v2\x16.palyra.v1.AuditRecordR\arecords\x12\x19\n" +
+	"\bbase_seq\x18\x02 \x01(\x04R\abaseSeq\x12\x1f\n" +
+	"\vbase_sha256\x18\x03 \x01(\tR\n" +
+	"baseSha256\x12\x19\n" +
+	"\bhead_seq\x18\x04 \x01(\x04R\aheadSeq\x12\x1f\n" +
+	"\vhead_sha256\x18\x05 \x01(\tR\n" +
+	"headSha256\x12\x12\n" +
+	"\x04more\x18\x06 \x01(\bR\x04more\"\x14\n" +
+	"\x12VerifyAuditRequest\"\xf1\x01\n" +
+	"\x13VerifyAuditResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
+	"\arecords\x18\x02 \x01(\x04R\arecords\x12\x19\n" +
+	"\bhead_seq\x18\x03 \x01(\x04R\aheadSeq\x12\x1f\n" +
+	"\vhead_sha256\x18\x04 \x01(\tR\n" +
+	"headSha256\x12\"\n" +
+	"\rfirst_bad_seq\x18\x05 \x01(\x04R\vfirstBadSeq\x12\x18\n" +
+	"\aproblem\x18\x06 \x01(\tR\aproblem\x12\x1b\n" +
+	"\tserved_by\x18\a \x01(\tR\bservedBy\x12\x19\n" +
+	"\bbase_seq\x18\b \x01(\x04R\abaseSeq*\xe9\x01\n" +
 	"\bJobPhase\x12\x19\n" +
 	"\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_PHASE_QUEUED\x10\x01\x12\x15\n" +
@@ -5445,7 +5865,10 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x10UntrustPublisher\x12\".palyra.v1.UntrustPublisherRequest\x1a#.palyra.v1.UntrustPublisherResponse\x12D\n" +
 	"\bRunSkill\x12\x1a.palyra.v1.RunSkillRequest\x1a\x1c.palyra.v1.SubmitJobResponse2Y\n" +
 	"\x0fApprovalService\x12F\n" +
-	"\tDecideJob\x12\x1b.palyra.v1.DecideJobRequest\x1a\x1c.palyra.v1.DecideJobResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
+	"\tDecideJob\x12\x1b.palyra.v1.DecideJobRequest\x1a\x1c.palyra.v1.DecideJobResponse2\xa4\x01\n" +
+	"\fAuditService\x12F\n" +
+	"\tListAudit\x12\x1b.palyra.v1.ListAuditRequest\x1a\x1c.palyra.v1.ListAuditResponse\x12L\n" +
+	"\vVerifyAudit\x12\x1d.palyra.v1.VerifyAuditRequest\x1a\x1e.palyra.v1.VerifyAuditResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
 
 var (
 	file_palyra_v1_api_proto_rawDescOnce sync.Once
@@ -5460,7 +5883,7 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                       // 0: palyra.v1.JobPhase
 	(*Error)(nil),                       // 1: palyra.v1.Error
@@ -5538,23 +5961,28 @@ var file_palyra_v1_api_proto_goTypes = []any{
 	(*RunSkillRequest)(nil),             // 73: palyra.v1.RunSkillRequest
 	(*DecideJobRequest)(nil),            // 74: palyra.v1.DecideJobRequest
 	(*DecideJobResponse)(nil),           // 75: palyra.v1.DecideJobResponse
-	nil,                                 // 76: palyra.v1.Job.ConstraintsEntry
-	nil,                                 // 77: palyra.v1.JobArray.CountsEntry
-	nil,                                 // 78: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                                 // 79: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                                 // 80: palyra.v1.NodeInfo.LabelsEntry
-	nil,                                 // 81: palyra.v1.NodeInfo.CapacityEntry
+	(*AuditRecord)(nil),                 // 76: palyra.v1.AuditRecord
+	(*ListAuditRequest)(nil),            // 77: palyra.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 78: palyra.v1.ListAuditResponse
+	(*VerifyAuditRequest)(nil),          // 79: palyra.v1.VerifyAuditRequest
+	(*VerifyAuditResponse)(nil),         // 80: palyra.v1.VerifyAuditResponse
+	nil,                                 // 81: palyra.v1.Job.ConstraintsEntry
+	nil,                                 // 82: palyra.v1.JobArray.CountsEntry
+	nil,                                 // 83: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                                 // 84: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                                 // 85: palyra.v1.NodeInfo.LabelsEntry
+	nil,                                 // 86: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	76, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	81, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
 	5,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	77, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	82, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
 	3,  // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
 	5,  // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	78, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	83, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
 	3,  // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
 	3,  // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
@@ -5568,9 +5996,9 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 19: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
 	3,  // 20: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 21: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
-	79, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	80, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	81, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	84, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	85, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	86, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
 	29, // 25: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
 	38, // 26: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
 	38, // 27: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
@@ -5585,79 +6013,84 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	56, // 36: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
 	56, // 37: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
 	3,  // 38: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
-	8,  // 39: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	10, // 40: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	12, // 41: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	14, // 42: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	18, // 43: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	8,  // 44: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
-	6,  // 45: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	20, // 46: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	22, // 47: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	16, // 48: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
-	27, // 49: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	25, // 50: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
-	30, // 51: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	34, // 52: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	32, // 53: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	36, // 54: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	39, // 55: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	41, // 56: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	43, // 57: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	46, // 58: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
-	48, // 59: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
-	47, // 60: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
-	47, // 61: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
-	52, // 62: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
-	57, // 63: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
-	59, // 64: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
-	61, // 65: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
-	63, // 66: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
-	65, // 67: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
-	67, // 68: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
-	69, // 69: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
-	71, // 70: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
-	73, // 71: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
-	74, // 72: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
-	9,  // 73: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11, // 74: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13, // 75: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15, // 76: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	19, // 77: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	19, // 78: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,  // 79: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	21, // 80: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	23, // 81: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	17, // 82: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
-	28, // 83: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	26, // 84: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
-	31, // 85: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	35, // 86: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	33, // 87: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	37, // 88: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	40, // 89: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	42, // 90: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	44, // 91: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	49, // 92: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
-	49, // 93: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
-	51, // 94: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
-	49, // 95: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
-	53, // 96: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
-	58, // 97: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
-	60, // 98: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
-	62, // 99: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
-	64, // 100: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
-	66, // 101: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
-	68, // 102: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
-	70, // 103: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
-	72, // 104: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
-	9,  // 105: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
-	75, // 106: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
-	73, // [73:107] is the sub-list for method output_type
-	39, // [39:73] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	76, // 39: palyra.v1.ListAuditResponse.records:type_name -> palyra.v1.AuditRecord
+	8,  // 40: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	10, // 41: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	12, // 42: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	14, // 43: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	18, // 44: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	8,  // 45: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
+	6,  // 46: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	20, // 47: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	22, // 48: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	16, // 49: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
+	27, // 50: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	25, // 51: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
+	30, // 52: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	34, // 53: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	32, // 54: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	36, // 55: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	39, // 56: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	41, // 57: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	43, // 58: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	46, // 59: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
+	48, // 60: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
+	47, // 61: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
+	47, // 62: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
+	52, // 63: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
+	57, // 64: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
+	59, // 65: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
+	61, // 66: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
+	63, // 67: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
+	65, // 68: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
+	67, // 69: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
+	69, // 70: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
+	71, // 71: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
+	73, // 72: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
+	74, // 73: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
+	77, // 74: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
+	79, // 75: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
+	9,  // 76: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11, // 77: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13, // 78: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15, // 79: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	19, // 80: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	19, // 81: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,  // 82: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	21, // 83: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	23, // 84: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	17, // 85: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	28, // 86: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	26, // 87: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
+	31, // 88: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	35, // 89: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	33, // 90: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	37, // 91: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	40, // 92: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	42, // 93: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	44, // 94: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	49, // 95: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
+	49, // 96: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
+	51, // 97: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
+	49, // 98: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
+	53, // 99: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
+	58, // 100: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
+	60, // 101: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
+	62, // 102: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
+	64, // 103: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
+	66, // 104: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
+	68, // 105: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
+	70, // 106: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
+	72, // 107: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
+	9,  // 108: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
+	75, // 109: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
+	78, // 110: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
+	80, // 111: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
+	76, // [76:112] is the sub-list for method output_type
+	40, // [40:76] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -5671,9 +6104,9 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   81,
+			NumMessages:   86,
 			NumExtensions: 0,
-			NumServices:   6,
+			NumServices:   7,
 		},
 		GoTypes:           file_palyra_v1_api_proto_goTypes,
 		DependencyIndexes: file_palyra_v1_api_proto_depIdxs,

@@ -2534,6 +2534,8 @@ func (x *SetSecret) GetBy() string {
 type DeleteSecret struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	By            string                 `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	AtMs          int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2573,6 +2575,20 @@ func (x *DeleteSecret) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *DeleteSecret) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *DeleteSecret) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
 }
 
 // KV writes come from a job's granted prefix and are fenced like its
@@ -4515,8 +4531,13 @@ type Snapshot struct {
 	ClockMs        int64              `protobuf:"varint,16,opt,name=clock_ms,json=clockMs,proto3" json:"clock_ms,omitempty"` // the cluster clock: latest proposal time applied
 	Skills         []*SkillRecord     `protobuf:"bytes,17,rep,name=skills,proto3" json:"skills,omitempty"`                   // sorted by skill_id
 	Publishers     []*PublisherRecord `protobuf:"bytes,18,rep,name=publishers,proto3" json:"publishers,omitempty"`           // sorted by name
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The audit journal: the retained records in order, after the folded
+	// base (the chain's hash at journal_base_seq).
+	Journal           []*AuditRecord `protobuf:"bytes,19,rep,name=journal,proto3" json:"journal,omitempty"`
+	JournalBaseSeq    uint64         `protobuf:"varint,20,opt,name=journal_base_seq,json=journalBaseSeq,proto3" json:"journal_base_seq,omitempty"`
+	JournalBaseSha256 string         `protobuf:"bytes,21,opt,name=journal_base_sha256,json=journalBaseSha256,proto3" json:"journal_base_sha256,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
@@ -4689,6 +4710,130 @@ func (x *Snapshot) GetPublishers() []*PublisherRecord {
 	return nil
 }
 
+func (x *Snapshot) GetJournal() []*AuditRecord {
+	if x != nil {
+		return x.Journal
+	}
+	return nil
+}
+
+func (x *Snapshot) GetJournalBaseSeq() uint64 {
+	if x != nil {
+		return x.JournalBaseSeq
+	}
+	return 0
+}
+
+func (x *Snapshot) GetJournalBaseSha256() string {
+	if x != nil {
+		return x.JournalBaseSha256
+	}
+	return ""
+}
+
+// AuditRecord is one entry of the hash-chained audit journal: the FSM
+// appends one for every security-relevant change it applies, so every
+// replica holds the same chain (palyrav1.AuditHash).
+type AuditRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	AtMs          int64                  `protobuf:"varint,2,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Actor         string                 `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	Action        string                 `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	Subject       string                 `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
+	Detail        string                 `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
+	PrevSha256    string                 `protobuf:"bytes,7,opt,name=prev_sha256,json=prevSha256,proto3" json:"prev_sha256,omitempty"`
+	Sha256        string                 `protobuf:"bytes,8,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecord) Reset() {
+	*x = AuditRecord{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecord) ProtoMessage() {}
+
+func (x *AuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
+func (*AuditRecord) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *AuditRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetPrevSha256() string {
+	if x != nil {
+		return x.PrevSha256
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 // ArrayRecord is a job array: its template (input empty) and size.
 type ArrayRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4700,7 +4845,7 @@ type ArrayRecord struct {
 
 func (x *ArrayRecord) Reset() {
 	*x = ArrayRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4712,7 +4857,7 @@ func (x *ArrayRecord) String() string {
 func (*ArrayRecord) ProtoMessage() {}
 
 func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4725,7 +4870,7 @@ func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayRecord.ProtoReflect.Descriptor instead.
 func (*ArrayRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ArrayRecord) GetTemplate() *JobRecord {
@@ -4981,9 +5126,11 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06sealed\x18\x02 \x01(\fR\x06sealed\x12\x13\n" +
 	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
-	"\x02by\x18\x04 \x01(\tR\x02by\"\"\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"G\n" +
 	"\fDeleteSecret\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"y\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\"y\n" +
 	"\x05KVPut\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x15\n" +
@@ -5148,7 +5295,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\vreplace_key\x18\t \x01(\bR\n" +
 	"replaceKey\x12\x18\n" +
 	"\auntrust\x18\n" +
-	" \x01(\tR\auntrust\"\x99\a\n" +
+	" \x01(\tR\auntrust\"\xaa\b\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +
@@ -5175,7 +5322,20 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x06skills\x18\x11 \x03(\v2\x1b.palyra.raft.v1.SkillRecordR\x06skills\x12?\n" +
 	"\n" +
 	"publishers\x18\x12 \x03(\v2\x1f.palyra.raft.v1.PublisherRecordR\n" +
-	"publishers\"X\n" +
+	"publishers\x125\n" +
+	"\ajournal\x18\x13 \x03(\v2\x1b.palyra.raft.v1.AuditRecordR\ajournal\x12(\n" +
+	"\x10journal_base_seq\x18\x14 \x01(\x04R\x0ejournalBaseSeq\x12.\n" +
+	"\x13journal_base_sha256\x18\x15 \x01(\tR\x11journalBaseSha256\"\xcd\x01\n" +
+	"\vAuditRecord\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x13\n" +
+	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\x12\x18\n" +
+	"\asubject\x18\x05 \x01(\tR\asubject\x12\x16\n" +
+	"\x06detail\x18\x06 \x01(\tR\x06detail\x12\x1f\n" +
+	"\vprev_sha256\x18\a \x01(\tR\n" +
+	"prevSha256\x12\x16\n" +
+	"\x06sha256\x18\b \x01(\tR\x06sha256\"X\n" +
 	"\vArrayRecord\x125\n" +
 	"\btemplate\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\btemplate\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\rR\x04sizeB3Z1github.com/palyra-mesh/palyra/proto/raftpb;raftpbb\x06proto3"
@@ -5192,7 +5352,7 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
@@ -5244,13 +5404,14 @@ var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*PublisherRecord)(nil),    // 47: palyra.raft.v1.PublisherRecord
 	(*SkillCommand)(nil),       // 48: palyra.raft.v1.SkillCommand
 	(*Snapshot)(nil),           // 49: palyra.raft.v1.Snapshot
-	(*ArrayRecord)(nil),        // 50: palyra.raft.v1.ArrayRecord
-	nil,                        // 51: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 52: palyra.raft.v1.Member.LabelsEntry
+	(*AuditRecord)(nil),        // 50: palyra.raft.v1.AuditRecord
+	(*ArrayRecord)(nil),        // 51: palyra.raft.v1.ArrayRecord
+	nil,                        // 52: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 53: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	51, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	52, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
 	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
 	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
@@ -5263,7 +5424,7 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	18, // 11: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
 	1,  // 12: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
 	10, // 13: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
-	52, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	53, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
 	19, // 15: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
 	20, // 16: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
 	20, // 17: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
@@ -5317,12 +5478,13 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	35, // 65: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
 	45, // 66: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
 	47, // 67: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
-	1,  // 68: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	69, // [69:69] is the sub-list for method output_type
-	69, // [69:69] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	50, // 68: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
+	1,  // 69: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	70, // [70:70] is the sub-list for method output_type
+	70, // [70:70] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -5374,7 +5536,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

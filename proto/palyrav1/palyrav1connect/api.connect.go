@@ -36,6 +36,8 @@ const (
 	SkillServiceName = "palyra.v1.SkillService"
 	// ApprovalServiceName is the fully-qualified name of the ApprovalService service.
 	ApprovalServiceName = "palyra.v1.ApprovalService"
+	// AuditServiceName is the fully-qualified name of the AuditService service.
+	AuditServiceName = "palyra.v1.AuditService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -128,6 +130,11 @@ const (
 	// ApprovalServiceDecideJobProcedure is the fully-qualified name of the ApprovalService's DecideJob
 	// RPC.
 	ApprovalServiceDecideJobProcedure = "/palyra.v1.ApprovalService/DecideJob"
+	// AuditServiceListAuditProcedure is the fully-qualified name of the AuditService's ListAudit RPC.
+	AuditServiceListAuditProcedure = "/palyra.v1.AuditService/ListAudit"
+	// AuditServiceVerifyAuditProcedure is the fully-qualified name of the AuditService's VerifyAudit
+	// RPC.
+	AuditServiceVerifyAuditProcedure = "/palyra.v1.AuditService/VerifyAudit"
 )
 
 // JobServiceClient is a client for the palyra.v1.JobService service.
@@ -1312,4 +1319,100 @@ type UnimplementedApprovalServiceHandler struct{}
 
 func (UnimplementedApprovalServiceHandler) DecideJob(context.Context, *connect.Request[palyrav1.DecideJobRequest]) (*connect.Response[palyrav1.DecideJobResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.ApprovalService.DecideJob is not implemented"))
+}
+
+// AuditServiceClient is a client for the palyra.v1.AuditService service.
+type AuditServiceClient interface {
+	ListAudit(context.Context, *connect.Request[palyrav1.ListAuditRequest]) (*connect.Response[palyrav1.ListAuditResponse], error)
+	VerifyAudit(context.Context, *connect.Request[palyrav1.VerifyAuditRequest]) (*connect.Response[palyrav1.VerifyAuditResponse], error)
+}
+
+// NewAuditServiceClient constructs a client for the palyra.v1.AuditService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewAuditServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) AuditServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	auditServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("AuditService").Methods()
+	return &auditServiceClient{
+		listAudit: connect.NewClient[palyrav1.ListAuditRequest, palyrav1.ListAuditResponse](
+			httpClient,
+			baseURL+AuditServiceListAuditProcedure,
+			connect.WithSchema(auditServiceMethods.ByName("ListAudit")),
+			connect.WithClientOptions(opts...),
+		),
+		verifyAudit: connect.NewClient[palyrav1.VerifyAuditRequest, palyrav1.VerifyAuditResponse](
+			httpClient,
+			baseURL+AuditServiceVerifyAuditProcedure,
+			connect.WithSchema(auditServiceMethods.ByName("VerifyAudit")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// auditServiceClient implements AuditServiceClient.
+type auditServiceClient struct {
+	listAudit   *connect.Client[palyrav1.ListAuditRequest, palyrav1.ListAuditResponse]
+	verifyAudit *connect.Client[palyrav1.VerifyAuditRequest, palyrav1.VerifyAuditResponse]
+}
+
+// ListAudit calls palyra.v1.AuditService.ListAudit.
+func (c *auditServiceClient) ListAudit(ctx context.Context, req *connect.Request[palyrav1.ListAuditRequest]) (*connect.Response[palyrav1.ListAuditResponse], error) {
+	return c.listAudit.CallUnary(ctx, req)
+}
+
+// VerifyAudit calls palyra.v1.AuditService.VerifyAudit.
+func (c *auditServiceClient) VerifyAudit(ctx context.Context, req *connect.Request[palyrav1.VerifyAuditRequest]) (*connect.Response[palyrav1.VerifyAuditResponse], error) {
+	return c.verifyAudit.CallUnary(ctx, req)
+}
+
+// AuditServiceHandler is an implementation of the palyra.v1.AuditService service.
+type AuditServiceHandler interface {
+	ListAudit(context.Context, *connect.Request[palyrav1.ListAuditRequest]) (*connect.Response[palyrav1.ListAuditResponse], error)
+	VerifyAudit(context.Context, *connect.Request[palyrav1.VerifyAuditRequest]) (*connect.Response[palyrav1.VerifyAuditResponse], error)
+}
+
+// NewAuditServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewAuditServiceHandler(svc AuditServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	auditServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("AuditService").Methods()
+	auditServiceListAuditHandler := connect.NewUnaryHandler(
+		AuditServiceListAuditProcedure,
+		svc.ListAudit,
+		connect.WithSchema(auditServiceMethods.ByName("ListAudit")),
+		connect.WithHandlerOptions(opts...),
+	)
+	auditServiceVerifyAuditHandler := connect.NewUnaryHandler(
+		AuditServiceVerifyAuditProcedure,
+		svc.VerifyAudit,
+		connect.WithSchema(auditServiceMethods.ByName("VerifyAudit")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/palyra.v1.AuditService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case AuditServiceListAuditProcedure:
+			auditServiceListAuditHandler.ServeHTTP(w, r)
+		case AuditServiceVerifyAuditProcedure:
+			auditServiceVerifyAuditHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedAuditServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedAuditServiceHandler struct{}
+
+func (UnimplementedAuditServiceHandler) ListAudit(context.Context, *connect.Request[palyrav1.ListAuditRequest]) (*connect.Response[palyrav1.ListAuditResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.AuditService.ListAudit is not implemented"))
+}
+
+func (UnimplementedAuditServiceHandler) VerifyAudit(context.Context, *connect.Request[palyrav1.VerifyAuditRequest]) (*connect.Response[palyrav1.VerifyAuditResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.AuditService.VerifyAudit is not implemented"))
 }

@@ -1,0 +1,219 @@
+package cli
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// auditHeader is the first line of an export: where the chain starts.
+type auditHeader struct {
+	Format     string `json:"format"`
+	BaseSeq    uint64 `json:"base_seq"`
+	BaseSHA256 string `json:"base_sha256"`
+	HeadSeq    uint64 `json:"head_seq"`
+	HeadSHA256 string `json:"head_sha256"`
+}
+
+const auditExportFormat = "palyra-audit-export-v1"
+
+func auditCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "audit",
+		Usage: "the audit journal: who changed what (pairing, revocation, policy, secrets, skills, approvals, CA)",
+		Description: `Every security-relevant change is appended to a replicated, hash-chained
+   journal: each record's sha256 covers the previous record's hash and its own
+   fields, and every node holds the same chain. 'verify' recomputes it on the
+   node; 'export' writes it to a file (JSON lines) that 'verify --file' checks
+   offline, naming the first record that does not verify.`,
+		Subcommands: []*ucli.Command{
+			{
+				Name:  "list",
+				Usage: "list journal records, oldest first",
+				Flags: []ucli.Flag{
+					&ucli.Uint64Flag{Name: "after", Usage: "only records after sequence number `SEQ`"},
+					&ucli.DurationFlag{Name: "since", Usage: "only records of the last `DURATION` (e.g. 24h)"},
+					&ucli.IntFlag{Name: "limit", Value: 100, Usage: "at most `N` records"},
+					jsonFlag,
+				},
+				Action: func(c *ucli.Context) error {
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					req := &palyrav1.ListAuditRequest{AfterSeq: c.Uint64("after"), Limit: uint32(max(0, c.Int("limit")))}
+					if d := c.Duration("since"); d > 0 {
+						req.SinceMs = time.Now().Add(-d).UnixMilli()
+					}
+					resp, err := cl.Audit.ListAudit(c.Context, connect.NewRequest(req))
+					if err != nil {
+						return fail(c, cl.Explain(err))
+					}
+					if c.Bool("json") {
+						return writeJSON(c.App.Writer, resp.Msg)
+					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "SEQ\tTIME\tACTOR\tACTION\tSUBJECT\tDETAIL")
+					for _, r := range resp.Msg.Records {
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, time.UnixMilli(r.AtMs).UTC().Format(time.RFC3339), r.Actor, r.Action, r.Subject, r.Detail)
+					}
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+					if resp.Msg.More {
+						last := resp.Msg.Records[len(resp.Msg.Records)-1].Seq
+						fmt.Fprintf(c.App.ErrWriter, "more records follow: --after %d\n", last)
+					}
+					return nil
+				},
+			},
+			{
+				Name:  "verify",
+				Usage: "recompute the journal's hash chain (on a node, or in an export with --file)",
+				Flags: []ucli.Flag{
+					&ucli.StringFlag{Name: "file", Usage: "verify an export written by 'palyra audit export' (offline)"},
+					jsonFlag,
+				},
+				Action: func(c *ucli.Context) error {
+					if f := c.String("file"); f != "" {
+						return verifyAuditFile(c, f)
+					}
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					resp, err := cl.Audit.VerifyAudit(c.Context, connect.NewRequest(&palyrav1.VerifyAuditRequest{}))
+					if err != nil {
+						return fail(c, cl.Explain(err))
+					}
+					v := resp.Msg
+					if c.Bool("json") {
+						if err := writeJSON(c.App.Writer, v); err != nil {
+							return err
+						}
+					} else if v.Ok {
+						fmt.Fprintf(c.App.Writer, "journal verified on %s: %d records, seq %d..%d, head %s\n", v.ServedBy, v.Records, v.BaseSeq+1, v.HeadSeq, v.HeadSha256)
+					}
+					if !v.Ok {
+						return fail(c, &client.Error{Code: "journal_corrupt", Message: fmt.Sprintf("record %d does not verify: %s", v.FirstBadSeq, v.Problem),
+							Hint: "compare with 'palyra audit verify' through another node; restore that node from a snapshot"})
+					}
+					return nil
+				},
+			},
+			{
+				Name:  "export",
+				Usage: "write the whole journal to a file (JSON lines: a header, then each record)",
+				Flags: []ucli.Flag{&ucli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "`FILE` to write ('-' for stdout)", Value: "-"}},
+				Action: func(c *ucli.Context) error {
+					cl, err := dial(c)
+					if err != nil {
+						return err
+					}
+					defer cl.Close()
+					w := c.App.Writer
+					if o := c.String("out"); o != "-" {
+						f, err := os.Create(o)
+						if err != nil {
+							return localFail(c, "invalid_argument", err.Error(), "")
+						}
+						defer f.Close()
+						w = f
+					}
+					bw := bufio.NewWriter(w)
+					enc := json.NewEncoder(bw)
+					var after uint64
+					n := 0
+					for first := true; ; first = false {
+						resp, err := cl.Audit.ListAudit(c.Context, connect.NewRequest(&palyrav1.ListAuditRequest{AfterSeq: after, Limit: 1000}))
+						if err != nil {
+							return fail(c, cl.Explain(err))
+						}
+						m := resp.Msg
+						if first {
+							after = m.BaseSeq
+							if err := enc.Encode(auditHeader{Format: auditExportFormat, BaseSeq: m.BaseSeq, BaseSHA256: m.BaseSha256, HeadSeq: m.HeadSeq, HeadSHA256: m.HeadSha256}); err != nil {
+								return err
+							}
+						}
+						for _, r := range m.Records {
+							if err := enc.Encode(r); err != nil {
+								return err
+							}
+							after = r.Seq
+							n++
+						}
+						if !m.More {
+							break
+						}
+					}
+					if err := bw.Flush(); err != nil {
+						return err
+					}
+					if c.String("out") != "-" {
+						fmt.Fprintf(c.App.ErrWriter, "%d records written to %s\n", n, c.String("out"))
+					}
+					return nil
+				},
+			},
+		},
+	}
+}
+
+// verifyAuditFile checks an export offline.
+func verifyAuditFile(c *ucli.Context, file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return localFail(c, "invalid_argument", err.Error(), "")
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 1<<20)
+	dec := json.NewDecoder(br)
+	var hdr auditHeader
+	if err := dec.Decode(&hdr); err != nil || hdr.Format != auditExportFormat {
+		return localFail(c, "invalid_argument", fmt.Sprintf("%s is not an audit export (%v)", file, err), "write one with 'palyra audit export -o FILE'")
+	}
+	var recs []*palyrav1.AuditRecord
+	for {
+		var r palyrav1.AuditRecord
+		if err := dec.Decode(&r); err == io.EOF {
+			break
+		} else if err != nil {
+			return localFail(c, "journal_corrupt", fmt.Sprintf("%s: record after seq %d does not parse: %v", file, lastSeq(recs, hdr.BaseSeq), err), "")
+		}
+		recs = append(recs, &r)
+	}
+	bad, problem := palyrav1.VerifyAuditChain(hdr.BaseSeq, hdr.BaseSHA256, recs)
+	if bad == 0 && len(recs) > 0 && (recs[len(recs)-1].Seq != hdr.HeadSeq || recs[len(recs)-1].Sha256 != hdr.HeadSHA256) {
+		bad, problem = recs[len(recs)-1].Seq, "the last record is not the head the export names (records were cut off)"
+	}
+	if c.Bool("json") {
+		_ = writeJSON(c.App.Writer, map[string]any{"ok": bad == 0, "records": len(recs), "first_bad_seq": bad, "problem": problem})
+	}
+	if bad != 0 {
+		return fail(c, &client.Error{Code: "journal_corrupt", Message: fmt.Sprintf("%s: record %d does not verify: %s", file, bad, problem)})
+	}
+	if !c.Bool("json") {
+		fmt.Fprintf(c.App.Writer, "%s verified: %d records, seq %d..%d, head %s\n", file, len(recs), hdr.BaseSeq+1, hdr.HeadSeq, hdr.HeadSHA256)
+	}
+	return nil
+}
+
+func lastSeq(recs []*palyrav1.AuditRecord, base uint64) uint64 {
+	if len(recs) == 0 {
+		return base
+	}
+	return recs[len(recs)-1].Seq
+}
