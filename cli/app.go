@@ -76,7 +76,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 		Suggest:              true,
 		Flags:                globalFlags(),
 		Commands: []*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
-			caCommand(), policyCommand(), secretCommand(), doctorCommand(), snapshotCommand(), versionCommand(), completionCommand(), consoleCommand(), browserCommand(), metricsCommand(), skillCommand(), auditCommand()},
+			caCommand(), policyCommand(), secretCommand(), doctorCommand(), snapshotCommand(), versionCommand(), completionCommand(), consoleCommand(), browserCommand(), metricsCommand(), skillCommand(), auditCommand(), hookCommand()},
 		// A paired device's certificate renews after the command that
 		// found it due (see renewAfter).
 		After:          renewAfter,

@@ -61,12 +61,14 @@ type jobJSON struct {
 	ArrayIndex *uint32 `json:"array_index,omitempty"`
 	// A skill tool's run, and a person's decision on one that required
 	// approval.
-	SkillID          string `json:"skill_id,omitempty"`
-	SkillTool        string `json:"skill_tool,omitempty"`
-	RequiresApproval bool   `json:"requires_approval,omitempty"`
-	DecidedBy        string `json:"decided_by,omitempty"`
-	DecidedAt        string `json:"decided_at,omitempty"`
-	DecisionReason   string `json:"decision_reason,omitempty"`
+	SkillID          string   `json:"skill_id,omitempty"`
+	SkillTool        string   `json:"skill_tool,omitempty"`
+	RequiresApproval bool     `json:"requires_approval,omitempty"`
+	DecidedBy        string   `json:"decided_by,omitempty"`
+	DecidedAt        string   `json:"decided_at,omitempty"`
+	DecisionReason   string   `json:"decision_reason,omitempty"`
+	HookID           string   `json:"hook_id,omitempty"`
+	Annotations      []string `json:"annotations,omitempty"`
 }
 
 type artifactJSON struct {
@@ -96,6 +98,7 @@ func toJobJSON(j *palyrav1.Job) jobJSON {
 	out.InputSHA256, out.OutputSHA256, out.StderrSHA256 = j.InputSha256, j.StdoutSha256, j.StderrSha256
 	out.SkillID, out.SkillTool, out.RequiresApproval = j.SkillId, j.SkillTool, j.RequiresApproval
 	out.DecidedBy, out.DecidedAt, out.DecisionReason = j.DecidedBy, msTime(j.DecidedAtMs), j.DecisionReason
+	out.HookID, out.Annotations = j.HookId, j.Annotations
 	if j.ArrayId != "" {
 		idx := j.ArrayIndex
 		out.ArrayID, out.ArrayIndex = j.ArrayId, &idx

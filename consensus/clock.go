@@ -98,6 +98,8 @@ func commandTimes(cmd *raftpb.Command) []timeGroup {
 		return one(&c.DecideJob.AtMs)
 	case *raftpb.Command_DeleteSecret:
 		return one(&c.DeleteSecret.AtMs)
+	case *raftpb.Command_Hook:
+		return one(&c.Hook.AtMs)
 	case *raftpb.Command_CreatePairing:
 		if p := c.CreatePairing.GetPairing(); p != nil {
 			return one(&p.CreatedAtMs, &p.ExpiresAtMs)

@@ -29,11 +29,13 @@ type dataState struct {
 	kv         map[string][]byte
 	skills     map[string]*raftpb.SkillRecord     // by skill_id (skills.go)
 	publishers map[string]*raftpb.PublisherRecord // by name
+	hooks      map[string]*raftpb.HookRecord      // by id (hooks.go)
 }
 
 func newDataState() dataState {
 	return dataState{secrets: map[string]*Secret{}, kv: map[string][]byte{},
-		skills: map[string]*raftpb.SkillRecord{}, publishers: map[string]*raftpb.PublisherRecord{}}
+		skills: map[string]*raftpb.SkillRecord{}, publishers: map[string]*raftpb.PublisherRecord{},
+		hooks: map[string]*raftpb.HookRecord{}}
 }
 
 func (s *State) applySetSecret(c *raftpb.SetSecret) ApplyResult {
@@ -145,6 +147,9 @@ func (s *State) snapshotData(snap *raftpb.Snapshot) {
 	}
 	s.snapshotSkills(snap)
 	s.snapshotJournal(snap)
+	for _, id := range sortedKeys(s.data.hooks) {
+		snap.Hooks = append(snap.Hooks, s.data.hooks[id])
+	}
 }
 
 func (s *State) restoreData(snap *raftpb.Snapshot) {
@@ -157,4 +162,7 @@ func (s *State) restoreData(snap *raftpb.Snapshot) {
 	}
 	s.restoreSkills(snap)
 	s.restoreJournal(snap)
+	for _, h := range snap.Hooks {
+		s.data.hooks[h.Id] = h
+	}
 }

@@ -47,11 +47,22 @@ func (f *FSM) Apply(l *raft.Log) any {
 	s.clockMS = clampTimes(&cmd, s.clockMS)
 	res := s.apply(l.Index, &cmd)
 	s.auditCommand(&cmd, res)
+	if res.Err == nil {
+		switch c := cmd.Cmd.(type) {
+		case *raftpb.Command_Skill:
+			s.skillEventHooks(l.Index, c.Skill)
+		case *raftpb.Command_ConsumePairing:
+			if m := c.ConsumePairing.Member; m != nil && !c.ConsumePairing.DryRun && m.Kind == "node" && len(s.data.hooks) > 0 {
+				s.fireHooks(l.Index, HookNodeJoined, "n-"+m.Id, HookEvent{Event: HookNodeJoined, Subject: m.Id})
+			}
+		}
+	}
 	if r := cmd.GetRound(); r != nil {
 		// Placements the leader attached to the command: after it, so a
 		// submitted job exists and a batch's results have freed their slots.
 		s.applyRound(r)
 	}
+	s.fireEndedHooks(l.Index)
 	switch cmd.Cmd.(type) {
 	case *raftpb.Command_AddMember, *raftpb.Command_RevokeMember, *raftpb.Command_ConsumePairing, *raftpb.Command_SetNodeSchedulable,
 		*raftpb.Command_RevokeCert:
@@ -147,6 +158,8 @@ func (s *State) apply(index uint64, cmd *raftpb.Command) ApplyResult {
 		return s.applySkill(c.Skill)
 	case *raftpb.Command_DecideJob:
 		return s.applyDecide(c.DecideJob)
+	case *raftpb.Command_Hook:
+		return s.applyHook(c.Hook)
 	case *raftpb.Command_CaTrust:
 		return s.applyCATrust(c.CaTrust)
 	default:

@@ -66,9 +66,13 @@ type Job struct {
 	DecidedBy        string
 	DecidedAtMS      int64
 	DecisionReason   string
-	Artifacts        []Artifact
-	SecretNames      []string // granted secrets
-	KVPrefix         string   // granted key-value prefix
+	// HookID: the job runs a hook (and triggers none); Annotations were
+	// added by before_run hooks.
+	HookID      string
+	Annotations []string
+	Artifacts   []Artifact
+	SecretNames []string // granted secrets
+	KVPrefix    string   // granted key-value prefix
 
 	// Payloads above InlineLimit are blobs: the hash names the content and
 	// the inline field is empty. Size is the payload's length either way.

@@ -111,6 +111,12 @@ func (s *State) auditCommand(cmd *raftpb.Command, res ApplyResult) {
 		case k.RemoveId != "":
 			s.audit(k.AtMs, k.By, "skill.remove", "skill:"+k.RemoveId, "")
 		}
+	case *raftpb.Command_Hook:
+		if b := c.Hook.Bind; b != nil {
+			s.audit(c.Hook.AtMs, c.Hook.By, "hook.bind", "hook:"+b.Id, b.Event+" -> "+b.SkillId+"/"+b.Tool)
+		} else {
+			s.audit(c.Hook.AtMs, c.Hook.By, "hook.unbind", "hook:"+c.Hook.Unbind, "")
+		}
 	case *raftpb.Command_CaTrust:
 		t := c.CaTrust
 		switch op := t.Op.(type) {

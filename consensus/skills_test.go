@@ -140,3 +140,49 @@ func TestApprovalDecisions(t *testing.T) {
 		t.Fatal("a job requiring approval with no approval expiry was accepted")
 	}
 }
+
+// TestHooksQueueJobsDeterministically: hooks bound to after_run and to a
+// system event queue one job per event, with the same id and input on
+// every replica, and hook jobs trigger no hooks themselves.
+func TestHooksQueueJobsDeterministically(t *testing.T) {
+	tool := &raftpb.SkillRecord{SkillId: "g", Version: "1.0.0", Publisher: "acme", PublisherKey: "k", PackageSha256: "pkg-g",
+		Tools: []*raftpb.SkillTool{{Id: "gate", ModuleSha256: "mod-g"}}}
+	cmds := []*raftpb.Command{
+		skillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "acme", Key: "k"}, AtMs: 1}),
+		skillCmd(&raftpb.SkillCommand{Install: tool, AtMs: 2}),
+		{Cmd: &raftpb.Command_Hook{Hook: &raftpb.HookCommand{Bind: &raftpb.HookRecord{Id: "h-a", Event: HookAfterRun, SkillId: "g", Tool: "gate"}, AtMs: 3}}},
+		{Cmd: &raftpb.Command_Hook{Hook: &raftpb.HookCommand{Bind: &raftpb.HookRecord{Id: "h-i", Event: HookSkillInstalled, SkillId: "g", Tool: "gate"}, AtMs: 4}}},
+		skillCmd(&raftpb.SkillCommand{Install: tool, AtMs: 5}), // fires skill:installed
+		submitWith("j", func(*raftpb.JobRecord) {}),
+		assign("j", 1, "n1"),
+		{Cmd: &raftpb.Command_FinishJob{FinishJob: &raftpb.FinishJob{Id: "j", Attempt: 1, NodeId: "n1", Ok: true, AtMs: 6}}},
+	}
+	a, b := NewFSM(), NewFSM()
+	for _, r := range applyAll(t, a, cmds...) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	applyAll(t, b, cmds...)
+	after, ok := a.State().Job("hk-h-a-j")
+	if !ok || after.Phase != PhaseQueued || after.HookID != "h-a" || after.ModuleHash != "mod-g" || !bytes.Contains(after.Input, []byte(`"event":"after_run"`)) || !bytes.Contains(after.Input, []byte(`"id":"j"`)) {
+		t.Fatalf("after_run hook job: %+v", after)
+	}
+	other, _ := b.State().Job("hk-h-a-j")
+	if string(other.Input) != string(after.Input) {
+		t.Fatalf("replicas made different hook inputs:\n%s\n%s", after.Input, other.Input)
+	}
+	installed := a.State().Jobs(JobFilter{Phase: PhaseQueued})
+	var ids []string
+	for _, j := range installed {
+		ids = append(ids, j.ID)
+	}
+	if len(ids) != 2 {
+		t.Fatalf("queued jobs %v, want the after_run and the skill:installed hook jobs", ids)
+	}
+	// The hook job ending triggers nothing.
+	applyAll(t, a, assign("hk-h-a-j", 1, "n1"), &raftpb.Command{Cmd: &raftpb.Command_FinishJob{FinishJob: &raftpb.FinishJob{Id: "hk-h-a-j", Attempt: 1, NodeId: "n1", Ok: true, AtMs: 7}}})
+	if _, ok := a.State().Job("hk-h-a-hk-h-a-j"); ok {
+		t.Fatal("a hook job triggered a hook")
+	}
+}

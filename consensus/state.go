@@ -22,7 +22,8 @@ type State struct {
 	id           identityState
 	idempotency  map[string]string // idempotency key → job id
 	data         dataState
-	journal      journal // the audit journal (journal.go)
+	journal      journal  // the audit journal (journal.go)
+	ended        []string // jobs that ended in the entry being applied, for after_run hooks
 	idx          indexes
 	arrays       map[string]*Array
 	retentionMS  int64 // 0 = DefaultRetention
@@ -242,6 +243,9 @@ func (s *State) put(old, nw *Job) {
 		if old.Phase == PhaseRunning {
 			s.touch(TopicNode(old.NodeID))
 		}
+	}
+	if nw != nil && len(s.data.hooks) > 0 && nw.Phase.Terminal() && (old == nil || !old.Phase.Terminal()) && nw.HookID == "" && nw.ArrayID == "" {
+		s.ended = append(s.ended, nw.ID)
 	}
 	if nw != nil {
 		x.phases[nw.Phase]++

@@ -72,6 +72,8 @@ type Client struct {
 	Approvals palyrav1connect.ApprovalServiceClient
 	// Audit reads the audit journal.
 	Audit palyrav1connect.AuditServiceClient
+	// Hooks binds events to skill tools.
+	Hooks palyrav1connect.HookServiceClient
 	tr    *http3.Transport
 	opts  Options
 
@@ -138,6 +140,7 @@ func NewCluster(addrs []string, cred *identity.Credential, o Options) (*Client, 
 	c.Skills = palyrav1connect.NewSkillServiceClient(hc, base, opts...)
 	c.Approvals = palyrav1connect.NewApprovalServiceClient(hc, base, opts...)
 	c.Audit = palyrav1connect.NewAuditServiceClient(hc, base, opts...)
+	c.Hooks = palyrav1connect.NewHookServiceClient(hc, base, opts...)
 	return c, nil
 }
 

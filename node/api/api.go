@@ -198,6 +198,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(palyrav1connect.NewSkillServiceHandler(skillService{s}, opts...))
 	mux.Handle(palyrav1connect.NewApprovalServiceHandler(approvalService{s}, opts...))
 	mux.Handle(palyrav1connect.NewAuditServiceHandler(auditService{s}, opts...))
+	mux.Handle(palyrav1connect.NewHookServiceHandler(hookService{s}, opts...))
 	return s.authenticate(mux)
 }
 

@@ -25,6 +25,7 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 		ArrayId:    j.ArrayID, ArrayIndex: j.ArrayIndex, Deterministic: j.Deterministic,
 		SkillId: j.SkillID, SkillTool: j.SkillTool, RequiresApproval: j.RequiresApproval,
 		DecidedBy: j.DecidedBy, DecidedAtMs: j.DecidedAtMS, DecisionReason: j.DecisionReason,
+		HookId: j.HookID, Annotations: j.Annotations,
 	}
 	if j.Kind == "wasm" {
 		out.Wasm = &palyrav1.WasmSpec{ModuleSha256: j.ModuleHash, MemoryBytes: j.MemoryBytes, Fuel: j.Fuel}

@@ -37,11 +37,17 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	if err := s.validateSubmit(m); err != nil {
 		return nil, err
 	}
+	if kind != "browser" {
+		if err := s.checkGrants(ctx, m); err != nil {
+			return nil, err
+		}
+	}
+	ctx, err := s.beforeRun(ctx, m, kind, "", "")
+	if err != nil {
+		return nil, err
+	}
 	if kind == "browser" {
 		return js.submitBrowser(ctx, m)
-	}
-	if err := s.checkGrants(ctx, m); err != nil {
-		return nil, err
 	}
 	if len(m.WasmModule) == 0 && m.ModuleSha256 != "" {
 		return js.submitByHash(ctx, m)
@@ -213,13 +219,23 @@ func (s *Server) jobRecord(ctx context.Context, m *palyrav1.SubmitJobRequest, ha
 	if m.DeadlineMs > 0 {
 		rec.DeadlineAtMs = now + m.DeadlineMs
 	}
+	if ho, ok := ctx.Value(hookOutcomeKey{}).(hookOutcome); ok {
+		rec.Annotations = ho.annotations
+		if ho.approval {
+			rec.RequiresApproval = true
+			rec.RunDeadlineAtMs, rec.DeadlineAtMs = rec.DeadlineAtMs, now+DefaultApprovalTTL.Milliseconds()
+		}
+	}
 	if sr, ok := ctx.Value(skillRunKey{}).(skillRun); ok {
 		rec.SkillId, rec.SkillTool, rec.OutputSchema = sr.id, sr.tool, sr.outputSchema
 		if sr.approvalTTL > 0 {
 			// It waits for a person until the approval expires; its own
 			// deadline applies once it is approved.
+			if !rec.RequiresApproval {
+				rec.RunDeadlineAtMs = rec.DeadlineAtMs
+			}
 			rec.RequiresApproval = true
-			rec.RunDeadlineAtMs, rec.DeadlineAtMs = rec.DeadlineAtMs, now+sr.approvalTTL.Milliseconds()
+			rec.DeadlineAtMs = now + sr.approvalTTL.Milliseconds()
 		}
 	}
 	if m.IdempotencyKey != "" {

@@ -358,6 +358,10 @@ func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyra
 	if err := s.validateSubmit(sub); err != nil {
 		return nil, err
 	}
+	ctx, err = s.beforeRun(ctx, sub, "wasm", r.SkillId, tool.Id)
+	if err != nil {
+		return nil, err
+	}
 	ctx = context.WithValue(ctx, skillRunKey{}, skillRun{id: r.SkillId, tool: tool.Id, outputSchema: tool.OutputSchema, approvalTTL: approvalTTL})
 	return jobService(ss).submitByHash(ctx, sub)
 }

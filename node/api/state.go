@@ -38,6 +38,10 @@ type State interface {
 	Publisher(name string) (*raftpb.PublisherRecord, bool)
 	Publishers() []*raftpb.PublisherRecord
 
+	// Hooks.
+	Hooks() []*raftpb.HookRecord
+	HooksFor(event string) []*raftpb.HookRecord
+
 	// The audit journal.
 	Journal(afterSeq uint64, sinceMS int64, limit int) ([]*raftpb.AuditRecord, uint64, string, bool)
 	JournalHead() (uint64, string)

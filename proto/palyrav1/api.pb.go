@@ -267,12 +267,14 @@ type Job struct {
 	Deterministic bool   `protobuf:"varint,41,opt,name=deterministic,proto3" json:"deterministic,omitempty"`
 	// A skill tool's run: the skill and tool; for one that required
 	// approval, who decided, when and why.
-	SkillId          string `protobuf:"bytes,42,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
-	SkillTool        string `protobuf:"bytes,43,opt,name=skill_tool,json=skillTool,proto3" json:"skill_tool,omitempty"`
-	RequiresApproval bool   `protobuf:"varint,44,opt,name=requires_approval,json=requiresApproval,proto3" json:"requires_approval,omitempty"`
-	DecidedBy        string `protobuf:"bytes,45,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
-	DecidedAtMs      int64  `protobuf:"varint,46,opt,name=decided_at_ms,json=decidedAtMs,proto3" json:"decided_at_ms,omitempty"`
-	DecisionReason   string `protobuf:"bytes,47,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
+	SkillId          string   `protobuf:"bytes,42,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	SkillTool        string   `protobuf:"bytes,43,opt,name=skill_tool,json=skillTool,proto3" json:"skill_tool,omitempty"`
+	RequiresApproval bool     `protobuf:"varint,44,opt,name=requires_approval,json=requiresApproval,proto3" json:"requires_approval,omitempty"`
+	DecidedBy        string   `protobuf:"bytes,45,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	DecidedAtMs      int64    `protobuf:"varint,46,opt,name=decided_at_ms,json=decidedAtMs,proto3" json:"decided_at_ms,omitempty"`
+	DecisionReason   string   `protobuf:"bytes,47,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
+	HookId           string   `protobuf:"bytes,48,opt,name=hook_id,json=hookId,proto3" json:"hook_id,omitempty"` // this job runs a hook
+	Annotations      []string `protobuf:"bytes,49,rep,name=annotations,proto3" json:"annotations,omitempty"`     // added by before_run hooks
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -634,6 +636,20 @@ func (x *Job) GetDecisionReason() string {
 		return x.DecisionReason
 	}
 	return ""
+}
+
+func (x *Job) GetHookId() string {
+	if x != nil {
+		return x.HookId
+	}
+	return ""
+}
+
+func (x *Job) GetAnnotations() []string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
 }
 
 // JobArray is a job array: one task per input, all sharing a template.
@@ -5382,6 +5398,358 @@ func (x *VerifyAuditResponse) GetBaseSeq() uint64 {
 	return 0
 }
 
+// Hooks bind events to skill tools. A before_run hook runs before a job is
+// accepted and decides (continue < annotate < request_approval < block <
+// fail_run); after_run hooks and system-event hooks run as ordinary jobs
+// with the event as their input.
+type HookInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Event         string                 `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	SkillId       string                 `protobuf:"bytes,3,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	Tool          string                 `protobuf:"bytes,4,opt,name=tool,proto3" json:"tool,omitempty"`
+	AtMs          int64                  `protobuf:"varint,5,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,6,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HookInfo) Reset() {
+	*x = HookInfo{}
+	mi := &file_palyra_v1_api_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HookInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HookInfo) ProtoMessage() {}
+
+func (x *HookInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HookInfo.ProtoReflect.Descriptor instead.
+func (*HookInfo) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *HookInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *HookInfo) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *HookInfo) GetSkillId() string {
+	if x != nil {
+		return x.SkillId
+	}
+	return ""
+}
+
+func (x *HookInfo) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *HookInfo) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *HookInfo) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+type BindHookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Event         string                 `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	SkillId       string                 `protobuf:"bytes,2,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	Tool          string                 `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BindHookRequest) Reset() {
+	*x = BindHookRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BindHookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BindHookRequest) ProtoMessage() {}
+
+func (x *BindHookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BindHookRequest.ProtoReflect.Descriptor instead.
+func (*BindHookRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *BindHookRequest) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *BindHookRequest) GetSkillId() string {
+	if x != nil {
+		return x.SkillId
+	}
+	return ""
+}
+
+func (x *BindHookRequest) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+type BindHookResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hook          *HookInfo              `protobuf:"bytes,1,opt,name=hook,proto3" json:"hook,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BindHookResponse) Reset() {
+	*x = BindHookResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BindHookResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BindHookResponse) ProtoMessage() {}
+
+func (x *BindHookResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BindHookResponse.ProtoReflect.Descriptor instead.
+func (*BindHookResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *BindHookResponse) GetHook() *HookInfo {
+	if x != nil {
+		return x.Hook
+	}
+	return nil
+}
+
+type UnbindHookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnbindHookRequest) Reset() {
+	*x = UnbindHookRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnbindHookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnbindHookRequest) ProtoMessage() {}
+
+func (x *UnbindHookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnbindHookRequest.ProtoReflect.Descriptor instead.
+func (*UnbindHookRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *UnbindHookRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type UnbindHookResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnbindHookResponse) Reset() {
+	*x = UnbindHookResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnbindHookResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnbindHookResponse) ProtoMessage() {}
+
+func (x *UnbindHookResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnbindHookResponse.ProtoReflect.Descriptor instead.
+func (*UnbindHookResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{84}
+}
+
+type ListHooksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHooksRequest) Reset() {
+	*x = ListHooksRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHooksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHooksRequest) ProtoMessage() {}
+
+func (x *ListHooksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHooksRequest.ProtoReflect.Descriptor instead.
+func (*ListHooksRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{85}
+}
+
+type ListHooksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hooks         []*HookInfo            `protobuf:"bytes,1,rep,name=hooks,proto3" json:"hooks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHooksResponse) Reset() {
+	*x = ListHooksResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHooksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHooksResponse) ProtoMessage() {}
+
+func (x *ListHooksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHooksResponse.ProtoReflect.Descriptor instead.
+func (*ListHooksResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *ListHooksResponse) GetHooks() []*HookInfo {
+	if x != nil {
+		return x.Hooks
+	}
+	return nil
+}
+
 var File_palyra_v1_api_proto protoreflect.FileDescriptor
 
 const file_palyra_v1_api_proto_rawDesc = "" +
@@ -5394,7 +5762,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bWasmSpec\x12#\n" +
 	"\rmodule_sha256\x18\x01 \x01(\tR\fmoduleSha256\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\x8d\r\n" +
+	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xc8\r\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12)\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x12\n" +
@@ -5452,7 +5820,9 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"decided_by\x18- \x01(\tR\tdecidedBy\x12\"\n" +
 	"\rdecided_at_ms\x18. \x01(\x03R\vdecidedAtMs\x12'\n" +
-	"\x0fdecision_reason\x18/ \x01(\tR\x0edecisionReason\x1a>\n" +
+	"\x0fdecision_reason\x18/ \x01(\tR\x0edecisionReason\x12\x17\n" +
+	"\ahook_id\x180 \x01(\tR\x06hookId\x12 \n" +
+	"\vannotations\x181 \x03(\tR\vannotations\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x02\n" +
@@ -5811,7 +6181,26 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\rfirst_bad_seq\x18\x05 \x01(\x04R\vfirstBadSeq\x12\x18\n" +
 	"\aproblem\x18\x06 \x01(\tR\aproblem\x12\x1b\n" +
 	"\tserved_by\x18\a \x01(\tR\bservedBy\x12\x19\n" +
-	"\bbase_seq\x18\b \x01(\x04R\abaseSeq*\xe9\x01\n" +
+	"\bbase_seq\x18\b \x01(\x04R\abaseSeq\"\x84\x01\n" +
+	"\bHookInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05event\x18\x02 \x01(\tR\x05event\x12\x19\n" +
+	"\bskill_id\x18\x03 \x01(\tR\askillId\x12\x12\n" +
+	"\x04tool\x18\x04 \x01(\tR\x04tool\x12\x13\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x06 \x01(\tR\x02by\"V\n" +
+	"\x0fBindHookRequest\x12\x14\n" +
+	"\x05event\x18\x01 \x01(\tR\x05event\x12\x19\n" +
+	"\bskill_id\x18\x02 \x01(\tR\askillId\x12\x12\n" +
+	"\x04tool\x18\x03 \x01(\tR\x04tool\";\n" +
+	"\x10BindHookResponse\x12'\n" +
+	"\x04hook\x18\x01 \x01(\v2\x13.palyra.v1.HookInfoR\x04hook\"#\n" +
+	"\x11UnbindHookRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
+	"\x12UnbindHookResponse\"\x12\n" +
+	"\x10ListHooksRequest\">\n" +
+	"\x11ListHooksResponse\x12)\n" +
+	"\x05hooks\x18\x01 \x03(\v2\x13.palyra.v1.HookInfoR\x05hooks*\xe9\x01\n" +
 	"\bJobPhase\x12\x19\n" +
 	"\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_PHASE_QUEUED\x10\x01\x12\x15\n" +
@@ -5868,7 +6257,12 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\tDecideJob\x12\x1b.palyra.v1.DecideJobRequest\x1a\x1c.palyra.v1.DecideJobResponse2\xa4\x01\n" +
 	"\fAuditService\x12F\n" +
 	"\tListAudit\x12\x1b.palyra.v1.ListAuditRequest\x1a\x1c.palyra.v1.ListAuditResponse\x12L\n" +
-	"\vVerifyAudit\x12\x1d.palyra.v1.VerifyAuditRequest\x1a\x1e.palyra.v1.VerifyAuditResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
+	"\vVerifyAudit\x12\x1d.palyra.v1.VerifyAuditRequest\x1a\x1e.palyra.v1.VerifyAuditResponse2\xe5\x01\n" +
+	"\vHookService\x12C\n" +
+	"\bBindHook\x12\x1a.palyra.v1.BindHookRequest\x1a\x1b.palyra.v1.BindHookResponse\x12I\n" +
+	"\n" +
+	"UnbindHook\x12\x1c.palyra.v1.UnbindHookRequest\x1a\x1d.palyra.v1.UnbindHookResponse\x12F\n" +
+	"\tListHooks\x12\x1b.palyra.v1.ListHooksRequest\x1a\x1c.palyra.v1.ListHooksResponseB7Z5github.com/palyra-mesh/palyra/proto/palyrav1;palyrav1b\x06proto3"
 
 var (
 	file_palyra_v1_api_proto_rawDescOnce sync.Once
@@ -5883,7 +6277,7 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                       // 0: palyra.v1.JobPhase
 	(*Error)(nil),                       // 1: palyra.v1.Error
@@ -5966,23 +6360,30 @@ var file_palyra_v1_api_proto_goTypes = []any{
 	(*ListAuditResponse)(nil),           // 78: palyra.v1.ListAuditResponse
 	(*VerifyAuditRequest)(nil),          // 79: palyra.v1.VerifyAuditRequest
 	(*VerifyAuditResponse)(nil),         // 80: palyra.v1.VerifyAuditResponse
-	nil,                                 // 81: palyra.v1.Job.ConstraintsEntry
-	nil,                                 // 82: palyra.v1.JobArray.CountsEntry
-	nil,                                 // 83: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                                 // 84: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                                 // 85: palyra.v1.NodeInfo.LabelsEntry
-	nil,                                 // 86: palyra.v1.NodeInfo.CapacityEntry
+	(*HookInfo)(nil),                    // 81: palyra.v1.HookInfo
+	(*BindHookRequest)(nil),             // 82: palyra.v1.BindHookRequest
+	(*BindHookResponse)(nil),            // 83: palyra.v1.BindHookResponse
+	(*UnbindHookRequest)(nil),           // 84: palyra.v1.UnbindHookRequest
+	(*UnbindHookResponse)(nil),          // 85: palyra.v1.UnbindHookResponse
+	(*ListHooksRequest)(nil),            // 86: palyra.v1.ListHooksRequest
+	(*ListHooksResponse)(nil),           // 87: palyra.v1.ListHooksResponse
+	nil,                                 // 88: palyra.v1.Job.ConstraintsEntry
+	nil,                                 // 89: palyra.v1.JobArray.CountsEntry
+	nil,                                 // 90: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                                 // 91: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                                 // 92: palyra.v1.NodeInfo.LabelsEntry
+	nil,                                 // 93: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	81, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	88, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
 	5,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	82, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	89, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
 	3,  // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
 	5,  // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	83, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	90, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
 	3,  // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
 	3,  // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
@@ -5996,9 +6397,9 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 19: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
 	3,  // 20: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 21: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
-	84, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	85, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	86, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	91, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	92, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	93, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
 	29, // 25: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
 	38, // 26: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
 	38, // 27: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
@@ -6014,83 +6415,91 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	56, // 37: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
 	3,  // 38: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
 	76, // 39: palyra.v1.ListAuditResponse.records:type_name -> palyra.v1.AuditRecord
-	8,  // 40: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	10, // 41: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	12, // 42: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	14, // 43: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	18, // 44: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	8,  // 45: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
-	6,  // 46: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	20, // 47: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	22, // 48: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	16, // 49: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
-	27, // 50: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	25, // 51: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
-	30, // 52: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	34, // 53: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	32, // 54: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	36, // 55: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	39, // 56: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	41, // 57: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	43, // 58: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	46, // 59: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
-	48, // 60: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
-	47, // 61: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
-	47, // 62: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
-	52, // 63: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
-	57, // 64: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
-	59, // 65: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
-	61, // 66: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
-	63, // 67: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
-	65, // 68: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
-	67, // 69: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
-	69, // 70: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
-	71, // 71: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
-	73, // 72: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
-	74, // 73: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
-	77, // 74: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
-	79, // 75: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
-	9,  // 76: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11, // 77: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13, // 78: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15, // 79: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	19, // 80: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	19, // 81: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,  // 82: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	21, // 83: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	23, // 84: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	17, // 85: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
-	28, // 86: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	26, // 87: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
-	31, // 88: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	35, // 89: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	33, // 90: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	37, // 91: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	40, // 92: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	42, // 93: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	44, // 94: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	49, // 95: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
-	49, // 96: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
-	51, // 97: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
-	49, // 98: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
-	53, // 99: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
-	58, // 100: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
-	60, // 101: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
-	62, // 102: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
-	64, // 103: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
-	66, // 104: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
-	68, // 105: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
-	70, // 106: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
-	72, // 107: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
-	9,  // 108: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
-	75, // 109: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
-	78, // 110: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
-	80, // 111: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
-	76, // [76:112] is the sub-list for method output_type
-	40, // [40:76] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	81, // 40: palyra.v1.BindHookResponse.hook:type_name -> palyra.v1.HookInfo
+	81, // 41: palyra.v1.ListHooksResponse.hooks:type_name -> palyra.v1.HookInfo
+	8,  // 42: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	10, // 43: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	12, // 44: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	14, // 45: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	18, // 46: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	8,  // 47: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
+	6,  // 48: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	20, // 49: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	22, // 50: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	16, // 51: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
+	27, // 52: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	25, // 53: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
+	30, // 54: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	34, // 55: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	32, // 56: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	36, // 57: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	39, // 58: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	41, // 59: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	43, // 60: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	46, // 61: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
+	48, // 62: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
+	47, // 63: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
+	47, // 64: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
+	52, // 65: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
+	57, // 66: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
+	59, // 67: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
+	61, // 68: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
+	63, // 69: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
+	65, // 70: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
+	67, // 71: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
+	69, // 72: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
+	71, // 73: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
+	73, // 74: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
+	74, // 75: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
+	77, // 76: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
+	79, // 77: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
+	82, // 78: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
+	84, // 79: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
+	86, // 80: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
+	9,  // 81: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11, // 82: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13, // 83: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15, // 84: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	19, // 85: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	19, // 86: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,  // 87: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	21, // 88: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	23, // 89: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	17, // 90: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	28, // 91: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	26, // 92: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
+	31, // 93: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	35, // 94: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	33, // 95: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	37, // 96: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	40, // 97: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	42, // 98: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	44, // 99: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	49, // 100: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
+	49, // 101: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
+	51, // 102: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
+	49, // 103: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
+	53, // 104: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
+	58, // 105: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
+	60, // 106: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
+	62, // 107: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
+	64, // 108: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
+	66, // 109: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
+	68, // 110: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
+	70, // 111: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
+	72, // 112: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
+	9,  // 113: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
+	75, // 114: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
+	78, // 115: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
+	80, // 116: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
+	83, // 117: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
+	85, // 118: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
+	87, // 119: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
+	81, // [81:120] is the sub-list for method output_type
+	42, // [42:81] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -6104,9 +6513,9 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   86,
+			NumMessages:   93,
 			NumExtensions: 0,
-			NumServices:   7,
+			NumServices:   8,
 		},
 		GoTypes:           file_palyra_v1_api_proto_goTypes,
 		DependencyIndexes: file_palyra_v1_api_proto_depIdxs,

@@ -149,8 +149,12 @@ type JobRecord struct {
 	DecidedBy        string `protobuf:"bytes,51,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
 	DecidedAtMs      int64  `protobuf:"varint,52,opt,name=decided_at_ms,json=decidedAtMs,proto3" json:"decided_at_ms,omitempty"`
 	DecisionReason   string `protobuf:"bytes,53,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// hook_id: this job runs a hook (it triggers no hooks itself).
+	HookId string `protobuf:"bytes,54,opt,name=hook_id,json=hookId,proto3" json:"hook_id,omitempty"`
+	// annotations a before_run hook added.
+	Annotations   []string `protobuf:"bytes,55,rep,name=annotations,proto3" json:"annotations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobRecord) Reset() {
@@ -552,6 +556,20 @@ func (x *JobRecord) GetDecisionReason() string {
 		return x.DecisionReason
 	}
 	return ""
+}
+
+func (x *JobRecord) GetHookId() string {
+	if x != nil {
+		return x.HookId
+	}
+	return ""
+}
+
+func (x *JobRecord) GetAnnotations() []string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
 }
 
 type ArtifactRef struct {
@@ -2769,6 +2787,7 @@ type Command struct {
 	//	*Command_SetRetention
 	//	*Command_Skill
 	//	*Command_DecideJob
+	//	*Command_Hook
 	//	*Command_CaTrust
 	Cmd isCommand_Cmd `protobuf_oneof:"cmd"`
 	// round is a scheduling round the leader attached to this command when
@@ -3069,6 +3088,15 @@ func (x *Command) GetDecideJob() *DecideJob {
 	return nil
 }
 
+func (x *Command) GetHook() *HookCommand {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Hook); ok {
+			return x.Hook
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetCaTrust() *CATrust {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_CaTrust); ok {
@@ -3201,6 +3229,10 @@ type Command_DecideJob struct {
 	DecideJob *DecideJob `protobuf:"bytes,28,opt,name=decide_job,json=decideJob,proto3,oneof"`
 }
 
+type Command_Hook struct {
+	Hook *HookCommand `protobuf:"bytes,29,opt,name=hook,proto3,oneof"`
+}
+
 type Command_CaTrust struct {
 	// 40+: the CA's trust bundle (kept apart from the numbers above).
 	CaTrust *CATrust `protobuf:"bytes,40,opt,name=ca_trust,json=caTrust,proto3,oneof"`
@@ -3261,6 +3293,8 @@ func (*Command_SetRetention) isCommand_Cmd() {}
 func (*Command_Skill) isCommand_Cmd() {}
 
 func (*Command_DecideJob) isCommand_Cmd() {}
+
+func (*Command_Hook) isCommand_Cmd() {}
 
 func (*Command_CaTrust) isCommand_Cmd() {}
 
@@ -3937,6 +3971,161 @@ func (x *PolicyRecord) GetSetBy() string {
 	return ""
 }
 
+// HookRecord binds an event to a skill's tool: before_run and after_run
+// (job phases) or a system event (skill:installed, skill:enabled,
+// skill:disabled, skill:quarantined, node:joined).
+type HookRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Event         string                 `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	SkillId       string                 `protobuf:"bytes,3,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	Tool          string                 `protobuf:"bytes,4,opt,name=tool,proto3" json:"tool,omitempty"`
+	AtMs          int64                  `protobuf:"varint,5,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,6,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HookRecord) Reset() {
+	*x = HookRecord{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HookRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HookRecord) ProtoMessage() {}
+
+func (x *HookRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HookRecord.ProtoReflect.Descriptor instead.
+func (*HookRecord) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *HookRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *HookRecord) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *HookRecord) GetSkillId() string {
+	if x != nil {
+		return x.SkillId
+	}
+	return ""
+}
+
+func (x *HookRecord) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *HookRecord) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *HookRecord) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+type HookCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bind          *HookRecord            `protobuf:"bytes,1,opt,name=bind,proto3" json:"bind,omitempty"`
+	Unbind        string                 `protobuf:"bytes,2,opt,name=unbind,proto3" json:"unbind,omitempty"`
+	AtMs          int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HookCommand) Reset() {
+	*x = HookCommand{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HookCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HookCommand) ProtoMessage() {}
+
+func (x *HookCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HookCommand.ProtoReflect.Descriptor instead.
+func (*HookCommand) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *HookCommand) GetBind() *HookRecord {
+	if x != nil {
+		return x.Bind
+	}
+	return nil
+}
+
+func (x *HookCommand) GetUnbind() string {
+	if x != nil {
+		return x.Unbind
+	}
+	return ""
+}
+
+func (x *HookCommand) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *HookCommand) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
 // DecideJob approves or denies a job waiting for approval.
 type DecideJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3951,7 +4140,7 @@ type DecideJob struct {
 
 func (x *DecideJob) Reset() {
 	*x = DecideJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3963,7 +4152,7 @@ func (x *DecideJob) String() string {
 func (*DecideJob) ProtoMessage() {}
 
 func (x *DecideJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3976,7 +4165,7 @@ func (x *DecideJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJob.ProtoReflect.Descriptor instead.
 func (*DecideJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DecideJob) GetId() string {
@@ -4046,7 +4235,7 @@ type SkillRecord struct {
 
 func (x *SkillRecord) Reset() {
 	*x = SkillRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4058,7 +4247,7 @@ func (x *SkillRecord) String() string {
 func (*SkillRecord) ProtoMessage() {}
 
 func (x *SkillRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4071,7 +4260,7 @@ func (x *SkillRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillRecord.ProtoReflect.Descriptor instead.
 func (*SkillRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SkillRecord) GetSkillId() string {
@@ -4237,7 +4426,7 @@ type SkillTool struct {
 
 func (x *SkillTool) Reset() {
 	*x = SkillTool{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4249,7 +4438,7 @@ func (x *SkillTool) String() string {
 func (*SkillTool) ProtoMessage() {}
 
 func (x *SkillTool) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4262,7 +4451,7 @@ func (x *SkillTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillTool.ProtoReflect.Descriptor instead.
 func (*SkillTool) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SkillTool) GetId() string {
@@ -4334,7 +4523,7 @@ type PublisherRecord struct {
 
 func (x *PublisherRecord) Reset() {
 	*x = PublisherRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4346,7 +4535,7 @@ func (x *PublisherRecord) String() string {
 func (*PublisherRecord) ProtoMessage() {}
 
 func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4359,7 +4548,7 @@ func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublisherRecord.ProtoReflect.Descriptor instead.
 func (*PublisherRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PublisherRecord) GetName() string {
@@ -4409,7 +4598,7 @@ type SkillCommand struct {
 
 func (x *SkillCommand) Reset() {
 	*x = SkillCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4421,7 +4610,7 @@ func (x *SkillCommand) String() string {
 func (*SkillCommand) ProtoMessage() {}
 
 func (x *SkillCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4434,7 +4623,7 @@ func (x *SkillCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillCommand.ProtoReflect.Descriptor instead.
 func (*SkillCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SkillCommand) GetAtMs() int64 {
@@ -4536,13 +4725,14 @@ type Snapshot struct {
 	Journal           []*AuditRecord `protobuf:"bytes,19,rep,name=journal,proto3" json:"journal,omitempty"`
 	JournalBaseSeq    uint64         `protobuf:"varint,20,opt,name=journal_base_seq,json=journalBaseSeq,proto3" json:"journal_base_seq,omitempty"`
 	JournalBaseSha256 string         `protobuf:"bytes,21,opt,name=journal_base_sha256,json=journalBaseSha256,proto3" json:"journal_base_sha256,omitempty"`
+	Hooks             []*HookRecord  `protobuf:"bytes,22,rep,name=hooks,proto3" json:"hooks,omitempty"` // sorted by id
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4554,7 +4744,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4567,7 +4757,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -4731,6 +4921,13 @@ func (x *Snapshot) GetJournalBaseSha256() string {
 	return ""
 }
 
+func (x *Snapshot) GetHooks() []*HookRecord {
+	if x != nil {
+		return x.Hooks
+	}
+	return nil
+}
+
 // AuditRecord is one entry of the hash-chained audit journal: the FSM
 // appends one for every security-relevant change it applies, so every
 // replica holds the same chain (palyrav1.AuditHash).
@@ -4750,7 +4947,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4762,7 +4959,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4775,7 +4972,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AuditRecord) GetSeq() uint64 {
@@ -4845,7 +5042,7 @@ type ArrayRecord struct {
 
 func (x *ArrayRecord) Reset() {
 	*x = ArrayRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4857,7 +5054,7 @@ func (x *ArrayRecord) String() string {
 func (*ArrayRecord) ProtoMessage() {}
 
 func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4870,7 +5067,7 @@ func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayRecord.ProtoReflect.Descriptor instead.
 func (*ArrayRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ArrayRecord) GetTemplate() *JobRecord {
@@ -4895,7 +5092,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xd6\x0e\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\x91\x0f\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -4959,7 +5156,9 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\n" +
 	"decided_by\x183 \x01(\tR\tdecidedBy\x12\"\n" +
 	"\rdecided_at_ms\x184 \x01(\x03R\vdecidedAtMs\x12'\n" +
-	"\x0fdecision_reason\x185 \x01(\tR\x0edecisionReason\x1a>\n" +
+	"\x0fdecision_reason\x185 \x01(\tR\x0edecisionReason\x12\x17\n" +
+	"\ahook_id\x186 \x01(\tR\x06hookId\x12 \n" +
+	"\vannotations\x187 \x03(\tR\vannotations\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -5141,7 +5340,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x17\n" +
-	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\x8f\x0f\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\xc2\x0f\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -5183,7 +5382,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\rset_retention\x18\x1a \x01(\v2\x1c.palyra.raft.v1.SetRetentionH\x00R\fsetRetention\x124\n" +
 	"\x05skill\x18\x1b \x01(\v2\x1c.palyra.raft.v1.SkillCommandH\x00R\x05skill\x12:\n" +
 	"\n" +
-	"decide_job\x18\x1c \x01(\v2\x19.palyra.raft.v1.DecideJobH\x00R\tdecideJob\x124\n" +
+	"decide_job\x18\x1c \x01(\v2\x19.palyra.raft.v1.DecideJobH\x00R\tdecideJob\x121\n" +
+	"\x04hook\x18\x1d \x01(\v2\x1b.palyra.raft.v1.HookCommandH\x00R\x04hook\x124\n" +
 	"\bca_trust\x18( \x01(\v2\x17.palyra.raft.v1.CATrustH\x00R\acaTrust\x124\n" +
 	"\x05round\x18d \x01(\v2\x1e.palyra.raft.v1.SchedulerRoundR\x05roundB\x05\n" +
 	"\x03cmd\"\xfe\x01\n" +
@@ -5237,7 +5437,20 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
 	"\tset_at_ms\x18\x03 \x01(\x03R\asetAtMs\x12\x15\n" +
-	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"r\n" +
+	"\x06set_by\x18\x04 \x01(\tR\x05setBy\"\x86\x01\n" +
+	"\n" +
+	"HookRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05event\x18\x02 \x01(\tR\x05event\x12\x19\n" +
+	"\bskill_id\x18\x03 \x01(\tR\askillId\x12\x12\n" +
+	"\x04tool\x18\x04 \x01(\tR\x04tool\x12\x13\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x06 \x01(\tR\x02by\"z\n" +
+	"\vHookCommand\x12.\n" +
+	"\x04bind\x18\x01 \x01(\v2\x1a.palyra.raft.v1.HookRecordR\x04bind\x12\x16\n" +
+	"\x06unbind\x18\x02 \x01(\tR\x06unbind\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"r\n" +
 	"\tDecideJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aapprove\x18\x02 \x01(\bR\aapprove\x12\x16\n" +
@@ -5295,7 +5508,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\vreplace_key\x18\t \x01(\bR\n" +
 	"replaceKey\x12\x18\n" +
 	"\auntrust\x18\n" +
-	" \x01(\tR\auntrust\"\xaa\b\n" +
+	" \x01(\tR\auntrust\"\xdc\b\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +
@@ -5325,7 +5538,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"publishers\x125\n" +
 	"\ajournal\x18\x13 \x03(\v2\x1b.palyra.raft.v1.AuditRecordR\ajournal\x12(\n" +
 	"\x10journal_base_seq\x18\x14 \x01(\x04R\x0ejournalBaseSeq\x12.\n" +
-	"\x13journal_base_sha256\x18\x15 \x01(\tR\x11journalBaseSha256\"\xcd\x01\n" +
+	"\x13journal_base_sha256\x18\x15 \x01(\tR\x11journalBaseSha256\x120\n" +
+	"\x05hooks\x18\x16 \x03(\v2\x1a.palyra.raft.v1.HookRecordR\x05hooks\"\xcd\x01\n" +
 	"\vAuditRecord\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x14\n" +
@@ -5352,7 +5566,7 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
@@ -5398,20 +5612,22 @@ var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*CADropRoot)(nil),         // 41: palyra.raft.v1.CADropRoot
 	(*UsedToken)(nil),          // 42: palyra.raft.v1.UsedToken
 	(*PolicyRecord)(nil),       // 43: palyra.raft.v1.PolicyRecord
-	(*DecideJob)(nil),          // 44: palyra.raft.v1.DecideJob
-	(*SkillRecord)(nil),        // 45: palyra.raft.v1.SkillRecord
-	(*SkillTool)(nil),          // 46: palyra.raft.v1.SkillTool
-	(*PublisherRecord)(nil),    // 47: palyra.raft.v1.PublisherRecord
-	(*SkillCommand)(nil),       // 48: palyra.raft.v1.SkillCommand
-	(*Snapshot)(nil),           // 49: palyra.raft.v1.Snapshot
-	(*AuditRecord)(nil),        // 50: palyra.raft.v1.AuditRecord
-	(*ArrayRecord)(nil),        // 51: palyra.raft.v1.ArrayRecord
-	nil,                        // 52: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 53: palyra.raft.v1.Member.LabelsEntry
+	(*HookRecord)(nil),         // 44: palyra.raft.v1.HookRecord
+	(*HookCommand)(nil),        // 45: palyra.raft.v1.HookCommand
+	(*DecideJob)(nil),          // 46: palyra.raft.v1.DecideJob
+	(*SkillRecord)(nil),        // 47: palyra.raft.v1.SkillRecord
+	(*SkillTool)(nil),          // 48: palyra.raft.v1.SkillTool
+	(*PublisherRecord)(nil),    // 49: palyra.raft.v1.PublisherRecord
+	(*SkillCommand)(nil),       // 50: palyra.raft.v1.SkillCommand
+	(*Snapshot)(nil),           // 51: palyra.raft.v1.Snapshot
+	(*AuditRecord)(nil),        // 52: palyra.raft.v1.AuditRecord
+	(*ArrayRecord)(nil),        // 53: palyra.raft.v1.ArrayRecord
+	nil,                        // 54: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 55: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	52, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	54, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
 	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
 	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
@@ -5424,7 +5640,7 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	18, // 11: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
 	1,  // 12: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
 	10, // 13: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
-	53, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	55, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
 	19, // 15: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
 	20, // 16: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
 	20, // 17: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
@@ -5455,36 +5671,39 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	11, // 42: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
 	12, // 43: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
 	13, // 44: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
-	48, // 45: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
-	44, // 46: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
-	36, // 47: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
-	9,  // 48: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
-	37, // 49: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
-	38, // 50: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
-	39, // 51: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
-	40, // 52: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
-	41, // 53: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
-	46, // 54: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
-	45, // 55: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
-	47, // 56: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
-	1,  // 57: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	19, // 58: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	20, // 59: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	42, // 60: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	43, // 61: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	29, // 62: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	31, // 63: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	34, // 64: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
-	35, // 65: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
-	45, // 66: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
-	47, // 67: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
-	50, // 68: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
-	1,  // 69: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	70, // [70:70] is the sub-list for method output_type
-	70, // [70:70] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	50, // 45: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
+	46, // 46: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
+	45, // 47: palyra.raft.v1.Command.hook:type_name -> palyra.raft.v1.HookCommand
+	36, // 48: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
+	9,  // 49: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
+	37, // 50: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
+	38, // 51: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
+	39, // 52: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
+	40, // 53: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
+	41, // 54: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
+	44, // 55: palyra.raft.v1.HookCommand.bind:type_name -> palyra.raft.v1.HookRecord
+	48, // 56: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
+	47, // 57: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
+	49, // 58: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
+	1,  // 59: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	19, // 60: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	20, // 61: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	42, // 62: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	43, // 63: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	29, // 64: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	31, // 65: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	34, // 66: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
+	35, // 67: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
+	47, // 68: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
+	49, // 69: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
+	52, // 70: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
+	44, // 71: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
+	1,  // 72: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	73, // [73:73] is the sub-list for method output_type
+	73, // [73:73] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -5521,6 +5740,7 @@ func file_palyra_raft_v1_log_proto_init() {
 		(*Command_SetRetention)(nil),
 		(*Command_Skill)(nil),
 		(*Command_DecideJob)(nil),
+		(*Command_Hook)(nil),
 		(*Command_CaTrust)(nil),
 	}
 	file_palyra_raft_v1_log_proto_msgTypes[36].OneofWrappers = []any{
@@ -5536,7 +5756,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   54,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

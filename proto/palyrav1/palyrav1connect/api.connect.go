@@ -38,6 +38,8 @@ const (
 	ApprovalServiceName = "palyra.v1.ApprovalService"
 	// AuditServiceName is the fully-qualified name of the AuditService service.
 	AuditServiceName = "palyra.v1.AuditService"
+	// HookServiceName is the fully-qualified name of the HookService service.
+	HookServiceName = "palyra.v1.HookService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -135,6 +137,12 @@ const (
 	// AuditServiceVerifyAuditProcedure is the fully-qualified name of the AuditService's VerifyAudit
 	// RPC.
 	AuditServiceVerifyAuditProcedure = "/palyra.v1.AuditService/VerifyAudit"
+	// HookServiceBindHookProcedure is the fully-qualified name of the HookService's BindHook RPC.
+	HookServiceBindHookProcedure = "/palyra.v1.HookService/BindHook"
+	// HookServiceUnbindHookProcedure is the fully-qualified name of the HookService's UnbindHook RPC.
+	HookServiceUnbindHookProcedure = "/palyra.v1.HookService/UnbindHook"
+	// HookServiceListHooksProcedure is the fully-qualified name of the HookService's ListHooks RPC.
+	HookServiceListHooksProcedure = "/palyra.v1.HookService/ListHooks"
 )
 
 // JobServiceClient is a client for the palyra.v1.JobService service.
@@ -1415,4 +1423,126 @@ func (UnimplementedAuditServiceHandler) ListAudit(context.Context, *connect.Requ
 
 func (UnimplementedAuditServiceHandler) VerifyAudit(context.Context, *connect.Request[palyrav1.VerifyAuditRequest]) (*connect.Response[palyrav1.VerifyAuditResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.AuditService.VerifyAudit is not implemented"))
+}
+
+// HookServiceClient is a client for the palyra.v1.HookService service.
+type HookServiceClient interface {
+	BindHook(context.Context, *connect.Request[palyrav1.BindHookRequest]) (*connect.Response[palyrav1.BindHookResponse], error)
+	UnbindHook(context.Context, *connect.Request[palyrav1.UnbindHookRequest]) (*connect.Response[palyrav1.UnbindHookResponse], error)
+	ListHooks(context.Context, *connect.Request[palyrav1.ListHooksRequest]) (*connect.Response[palyrav1.ListHooksResponse], error)
+}
+
+// NewHookServiceClient constructs a client for the palyra.v1.HookService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewHookServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) HookServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	hookServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("HookService").Methods()
+	return &hookServiceClient{
+		bindHook: connect.NewClient[palyrav1.BindHookRequest, palyrav1.BindHookResponse](
+			httpClient,
+			baseURL+HookServiceBindHookProcedure,
+			connect.WithSchema(hookServiceMethods.ByName("BindHook")),
+			connect.WithClientOptions(opts...),
+		),
+		unbindHook: connect.NewClient[palyrav1.UnbindHookRequest, palyrav1.UnbindHookResponse](
+			httpClient,
+			baseURL+HookServiceUnbindHookProcedure,
+			connect.WithSchema(hookServiceMethods.ByName("UnbindHook")),
+			connect.WithClientOptions(opts...),
+		),
+		listHooks: connect.NewClient[palyrav1.ListHooksRequest, palyrav1.ListHooksResponse](
+			httpClient,
+			baseURL+HookServiceListHooksProcedure,
+			connect.WithSchema(hookServiceMethods.ByName("ListHooks")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// hookServiceClient implements HookServiceClient.
+type hookServiceClient struct {
+	bindHook   *connect.Client[palyrav1.BindHookRequest, palyrav1.BindHookResponse]
+	unbindHook *connect.Client[palyrav1.UnbindHookRequest, palyrav1.UnbindHookResponse]
+	listHooks  *connect.Client[palyrav1.ListHooksRequest, palyrav1.ListHooksResponse]
+}
+
+// BindHook calls palyra.v1.HookService.BindHook.
+func (c *hookServiceClient) BindHook(ctx context.Context, req *connect.Request[palyrav1.BindHookRequest]) (*connect.Response[palyrav1.BindHookResponse], error) {
+	return c.bindHook.CallUnary(ctx, req)
+}
+
+// UnbindHook calls palyra.v1.HookService.UnbindHook.
+func (c *hookServiceClient) UnbindHook(ctx context.Context, req *connect.Request[palyrav1.UnbindHookRequest]) (*connect.Response[palyrav1.UnbindHookResponse], error) {
+	return c.unbindHook.CallUnary(ctx, req)
+}
+
+// ListHooks calls palyra.v1.HookService.ListHooks.
+func (c *hookServiceClient) ListHooks(ctx context.Context, req *connect.Request[palyrav1.ListHooksRequest]) (*connect.Response[palyrav1.ListHooksResponse], error) {
+	return c.listHooks.CallUnary(ctx, req)
+}
+
+// HookServiceHandler is an implementation of the palyra.v1.HookService service.
+type HookServiceHandler interface {
+	BindHook(context.Context, *connect.Request[palyrav1.BindHookRequest]) (*connect.Response[palyrav1.BindHookResponse], error)
+	UnbindHook(context.Context, *connect.Request[palyrav1.UnbindHookRequest]) (*connect.Response[palyrav1.UnbindHookResponse], error)
+	ListHooks(context.Context, *connect.Request[palyrav1.ListHooksRequest]) (*connect.Response[palyrav1.ListHooksResponse], error)
+}
+
+// NewHookServiceHandler builds an HTTP handler from the service implementation. It returns the path
+// on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewHookServiceHandler(svc HookServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	hookServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("HookService").Methods()
+	hookServiceBindHookHandler := connect.NewUnaryHandler(
+		HookServiceBindHookProcedure,
+		svc.BindHook,
+		connect.WithSchema(hookServiceMethods.ByName("BindHook")),
+		connect.WithHandlerOptions(opts...),
+	)
+	hookServiceUnbindHookHandler := connect.NewUnaryHandler(
+		HookServiceUnbindHookProcedure,
+		svc.UnbindHook,
+		connect.WithSchema(hookServiceMethods.ByName("UnbindHook")),
+		connect.WithHandlerOptions(opts...),
+	)
+	hookServiceListHooksHandler := connect.NewUnaryHandler(
+		HookServiceListHooksProcedure,
+		svc.ListHooks,
+		connect.WithSchema(hookServiceMethods.ByName("ListHooks")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/palyra.v1.HookService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case HookServiceBindHookProcedure:
+			hookServiceBindHookHandler.ServeHTTP(w, r)
+		case HookServiceUnbindHookProcedure:
+			hookServiceUnbindHookHandler.ServeHTTP(w, r)
+		case HookServiceListHooksProcedure:
+			hookServiceListHooksHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedHookServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedHookServiceHandler struct{}
+
+func (UnimplementedHookServiceHandler) BindHook(context.Context, *connect.Request[palyrav1.BindHookRequest]) (*connect.Response[palyrav1.BindHookResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.HookService.BindHook is not implemented"))
+}
+
+func (UnimplementedHookServiceHandler) UnbindHook(context.Context, *connect.Request[palyrav1.UnbindHookRequest]) (*connect.Response[palyrav1.UnbindHookResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.HookService.UnbindHook is not implemented"))
+}
+
+func (UnimplementedHookServiceHandler) ListHooks(context.Context, *connect.Request[palyrav1.ListHooksRequest]) (*connect.Response[palyrav1.ListHooksResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.HookService.ListHooks is not implemented"))
 }

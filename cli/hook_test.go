@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/internal/testwasm"
+)
+
+// packExample packs examples/skills/NAME with the given tools built and
+// signed with key.
+func packExample(t *testing.T, name, key string, tools ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(filepath.Join(dir, "modules"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, err := os.ReadFile(filepath.Join("..", "examples", "skills", name, "skill.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "skill.toml"), m, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools {
+		if err := os.WriteFile(filepath.Join(dir, "modules", tool+".wasm"), testwasm.Build(t, tool), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), name+".palyra-skill")
+	if r := runCLI(t, "skill", "pack", dir, "--key", key, "-o", out); r.code != 0 {
+		t.Fatalf("pack %s: %q", name, r.stderr)
+	}
+	return out
+}
+
+// TestHooksBeforeAndAfterRun: a before_run hook blocks a job before it is
+// accepted, annotates another, makes one that asks for egress wait for
+// approval; an after_run hook runs once per finished job with the job as
+// its input.
+func TestHooksBeforeAndAfterRun(t *testing.T) {
+	c := startNode(t)
+	key := filepath.Join(t.TempDir(), "k")
+	runCLI(t, "skill", "keygen", "-o", key)
+	guard := packExample(t, "guard", key, "gate")
+	web := packExample(t, "web", key, "wordcount", "fetchjson")
+	if r := c.cli("skill", "install", guard, "--trust-on-first-use"); r.code != 0 {
+		t.Fatalf("install guard: %q %q", r.stdout, r.stderr)
+	}
+	if r := c.cli("skill", "install", web); r.code != 0 {
+		t.Fatalf("install web: %q %q", r.stdout, r.stderr)
+	}
+	before := c.cli("hook", "bind", "before_run", "example.guard", "gate")
+	after := c.cli("hook", "bind", "after_run", "example.guard", "gate")
+	if before.code != 0 || after.code != 0 {
+		t.Fatalf("bind: %q %q", before.stderr, after.stderr)
+	}
+	beforeID := strings.SplitN(before.stdout, ":", 2)[0]
+	afterID := strings.SplitN(after.stdout, ":", 2)[0]
+	if r := c.cli("hook", "list"); !strings.Contains(r.stdout, beforeID) || !strings.Contains(r.stdout, "after_run") {
+		t.Fatalf("hook list: %q", r.stdout)
+	}
+
+	// Blocked: over 100 bytes of input.
+	reverse := testwasm.Path(t, "reverse")
+	r := c.cli("job", "submit", "--wasm", reverse, "--input", strings.Repeat("x", 200), "--wait")
+	if r.code == 0 || !strings.Contains(r.stderr, "blocked") || !strings.Contains(r.stderr, "over gate's 100") {
+		t.Fatalf("large input: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+
+	// Annotated, and it runs.
+	r = c.cli("job", "submit", "--wasm", reverse, "--input", "hello")
+	if r.code != 0 {
+		t.Fatalf("small input: %q", r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	j := c.waitTerminal(id)
+	if j.Phase != "completed" || j.Output != "olleh" || len(j.Annotations) != 1 || !strings.Contains(j.Annotations[0], "checked by gate") {
+		t.Fatalf("annotated job: %+v", j)
+	}
+	// The after_run hook ran once, with the job as its input.
+	hk := c.waitTerminal("hk-" + afterID + "-" + id)
+	if hk.Phase != "completed" || !strings.Contains(hk.Output, `"seen":"`+id+`"`) || !strings.Contains(hk.Output, `"phase":"completed"`) || hk.HookID != afterID {
+		t.Fatalf("after_run hook job: %+v", hk)
+	}
+
+	// Egress asks for a person.
+	r = c.cli("skill", "run", "example.web", "fetch", "--input", `{"url":"https://example.com/"}`)
+	if r.code != 0 || !strings.Contains(r.stderr, "waits for approval") {
+		t.Fatalf("egress run: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if j := c.jobJSON(strings.TrimSpace(r.stdout)); j.Phase != "waiting_for_approval" {
+		t.Fatalf("egress run phase %q", j.Phase)
+	}
+
+	// Unbound: the large input goes through.
+	if r := c.cli("hook", "unbind", beforeID); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = c.cli("job", "submit", "--wasm", reverse, "--input", strings.Repeat("x", 200))
+		if r.code == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r.code != 0 {
+		t.Fatalf("after unbind: %q", r.stderr)
+	}
+}
