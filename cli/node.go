@@ -26,6 +26,7 @@ func nodeFlags() []ucli.Flag {
 		&ucli.StringSliceFlag{Name: "label", Usage: "node label `k=v` for scheduling and policy (repeatable)"},
 		&ucli.IntFlag{Name: "wasm-slots", Usage: "wasm jobs run at once on this node (default 2 × CPUs)", EnvVars: []string{"PALYRA_WASM_SLOTS"}},
 		&ucli.IntFlag{Name: "browser-slots", Usage: "browser jobs run at once (default 2 when Chromium is installed; -1 disables)", EnvVars: []string{"PALYRA_BROWSER_SLOTS"}},
+		&ucli.BoolFlag{Name: "browser-prewarm", Usage: "keep a browser context per slot ready ahead of jobs (short browser jobs start ~45ms sooner; each ready context holds an idle loopback proxy that admits nothing until a job takes it)", EnvVars: []string{"PALYRA_BROWSER_PREWARM"}},
 		&ucli.IntFlag{Name: "prefetch", Value: 4, Usage: "wasm jobs per slot a worker may hold waiting for a slot while jobs are short (under 250ms from placement to result on average; one per slot otherwise), so short jobs do not wait for the next scheduling round (0: none; applies while this node leads)", EnvVars: []string{"PALYRA_PREFETCH"}},
 		&ucli.IntFlag{Name: "array-prefetch", Value: 8, Usage: "the same for job-array tasks (0: none)", EnvVars: []string{"PALYRA_ARRAY_PREFETCH"}},
 		&ucli.DurationFlag{Name: "lease-ttl", Value: driver.DefaultLeaseTTL, Usage: "how long a placement lives without its worker renewing it (workers renew 3 times per TTL); a worker that is stuck, paused or cut off loses its jobs to the queue after this (applies while this node leads)", EnvVars: []string{"PALYRA_LEASE_TTL"}},
@@ -95,7 +96,7 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 	return node.Config{
 		DataDir: dataDir, Listen: c.String("listen"), Advertise: c.String("advertise"),
 		ClusterName: c.String("cluster-name"), Logger: logger, Version: Version,
-		WasmSlots: c.Int("wasm-slots"), BrowserSlots: c.Int("browser-slots"), Labels: labels, TargetVoters: tv,
+		WasmSlots: c.Int("wasm-slots"), BrowserSlots: c.Int("browser-slots"), BrowserPrewarm: c.Bool("browser-prewarm"), Labels: labels, TargetVoters: tv,
 		Prefetch: prefetchFlag(c, "prefetch"), ArrayPrefetch: prefetchFlag(c, "array-prefetch"), LeaseTTL: c.Duration("lease-ttl"),
 		CertTTL: c.Duration("cert-ttl"), Network: network,
 		MetricsListen: c.String("metrics-listen"), MetricsAllowRemote: c.Bool("metrics-allow-remote"),

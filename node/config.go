@@ -32,6 +32,9 @@ type Config struct {
 	// BrowserSlots is how many browser jobs run at once (default 2 when
 	// Chromium is installed; -1 disables browser jobs on this node).
 	BrowserSlots int
+	// BrowserPrewarm keeps a browser context per slot ready ahead of jobs
+	// (browser.Config.Prewarm: faster short jobs, idle loopback listeners).
+	BrowserPrewarm bool
 	// CertTTL is the lifetime of the certificates this node signs while it
 	// holds the CA key (a voter), and the default CA rotation overlap.
 	CertTTL time.Duration

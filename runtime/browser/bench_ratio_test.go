@@ -16,7 +16,7 @@ import (
 // worker sustains with all its slots busy.
 func BenchmarkWarmVsCold(b *testing.B) {
 	path := requireChromium(b)
-	e := newExecutor(b, Config{Slots: 2})
+	e := newExecutor(b, Config{Slots: 2, Prewarm: true})
 	url := benchPage(b)
 	spec := loopbackSpec(script(b,
 		map[string]any{"action": "navigate", "url": url},

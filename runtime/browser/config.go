@@ -44,6 +44,13 @@ type Config struct {
 	// SessionLifetime closes any that old.
 	MaxSessions                     int
 	SessionIdleTTL, SessionLifetime time.Duration
+	// Prewarm keeps one browser context per slot made ahead of jobs
+	// (pool.go): a short job starts ~45 ms sooner. Each waiting context
+	// holds its own egress proxy, listening on loopback and admitting
+	// nothing until a job takes it, so an idle worker then holds listening
+	// loopback TCP sockets besides its QUIC port; off by default for that
+	// reason.
+	Prewarm bool
 	// Logger receives debug and warning records. Default: slog.Default().
 	Logger *slog.Logger
 

@@ -83,9 +83,11 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		return nil, err
 	}
 	go e.reapSessions()
-	e.runs.Add(1)
-	go e.fill()
-	e.kickFiller()
+	if cfg.Prewarm {
+		e.runs.Add(1)
+		go e.fill()
+		e.kickFiller()
+	}
 	return e, nil
 }
 

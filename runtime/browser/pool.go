@@ -262,6 +262,9 @@ func (e *Executor) takeReady(p *proc) *ready {
 }
 
 func (e *Executor) kickFiller() {
+	if !e.cfg.Prewarm {
+		return
+	}
 	select {
 	case e.kick <- struct{}{}:
 	default:

@@ -28,7 +28,7 @@ func waitPool(t *testing.T, e *Executor, n int) {
 // context per slot; a job takes one (never one another job used) and a
 // replacement is made.
 func TestPoolMakesContextsAheadAndUsesEachOnce(t *testing.T) {
-	e := newExecutor(t, Config{Slots: 2})
+	e := newExecutor(t, Config{Slots: 2, Prewarm: true})
 	waitPool(t, e, 2)
 	before := e.pool.contexts()
 	site := alivePage(t)
@@ -57,7 +57,7 @@ func TestPoolMakesContextsAheadAndUsesEachOnce(t *testing.T) {
 // pool has a proxy that refuses every request and interception that fails
 // every request, so a page there cannot reach anything.
 func TestPooledContextAdmitsNothingBeforeAJobTakesIt(t *testing.T) {
-	e := newExecutor(t, Config{Slots: 1})
+	e := newExecutor(t, Config{Slots: 1, Prewarm: true})
 	waitPool(t, e, 1)
 	srv := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { html(w, "<p>reached</p>") }))
 	r := e.pool.pop()
@@ -87,7 +87,7 @@ func TestPooledContextAdmitsNothingBeforeAJobTakesIt(t *testing.T) {
 // TestDeadPooledContextIsNotHandedOut: a pooled page whose renderer died
 // is replaced, not given to the next job.
 func TestDeadPooledContextIsNotHandedOut(t *testing.T) {
-	e := newExecutor(t, Config{Slots: 2})
+	e := newExecutor(t, Config{Slots: 2, Prewarm: true})
 	waitPool(t, e, 2)
 	for _, pid := range descendants(e.browserPID(), "--type=renderer") {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
