@@ -231,7 +231,7 @@ func SeedSnapshot(cfg SeedConfig, r io.Reader) (SnapshotContents, error) {
 		return SnapshotContents{}, fmt.Errorf("create raft dir: %w", err)
 	}
 	hl := newHCLogger(cfg.Logger.With("component", "raft"))
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+	bolt, err := openBolt(filepath.Join(cfg.Dir, "raft.db"))
 	if err != nil {
 		return SnapshotContents{}, fmt.Errorf("open raft log: %w", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
@@ -53,7 +52,7 @@ func Recover(cfg RecoverConfig) (RecoverInfo, error) {
 		cfg.Logger = slog.Default()
 	}
 	hl := newHCLogger(cfg.Logger.With("component", "raft"))
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+	bolt, err := openBolt(filepath.Join(cfg.Dir, "raft.db"))
 	if err != nil {
 		return info, fmt.Errorf("open raft log: %w", err)
 	}

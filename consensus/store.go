@@ -75,7 +75,7 @@ func Open(cfg Config) (*Store, error) {
 	lg := cfg.Logger.With("component", "raft")
 	hl := newHCLogger(lg)
 
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+	bolt, err := openBolt(filepath.Join(cfg.Dir, "raft.db"))
 	if err != nil {
 		return nil, fmt.Errorf("open raft log %s: %w (is another palyra node using this data dir?)", filepath.Join(cfg.Dir, "raft.db"), err)
 	}
