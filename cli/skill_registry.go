@@ -170,8 +170,8 @@ func printSkill(w io.Writer, s *palyrav1.SkillInfo) {
 		fmt.Fprintf(w, "finding    %s\n", f)
 	}
 	fmt.Fprintf(w, "package    sha256 %s, %d bytes, key %s\n", s.PackageSha256, s.PackageSize, s.PublisherKey)
-	fmt.Fprintf(w, "grants     http_hosts=%s secrets=%s kv_prefix=%q fuel=%d memory=%d wall_clock_ms=%d\n",
-		strings.Join(s.HttpHosts, ","), strings.Join(s.Secrets, ","), s.KvPrefix, s.Fuel, s.MemoryBytes, s.WallClockMs)
+	fmt.Fprintf(w, "grants     http_hosts=%s allow_private=%v secrets=%s kv_prefix=%q fuel=%d memory=%d wall_clock_ms=%d\n",
+		strings.Join(s.HttpHosts, ","), s.AllowPrivate, strings.Join(s.Secrets, ","), s.KvPrefix, s.Fuel, s.MemoryBytes, s.WallClockMs)
 	for _, t := range s.Tools {
 		fmt.Fprintf(w, "tool       %s (%s) module sha256 %s", t.Id, t.Name, t.ModuleSha256)
 		if t.RequiresApproval {

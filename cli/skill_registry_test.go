@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -112,6 +114,36 @@ func TestSkillInstallOnceRunAnywhere(t *testing.T) {
 	var out struct{ Words, Lines, Bytes int }
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Words != 6 || out.Lines != 1 || out.Bytes != 18 {
 		t.Fatalf("wordcount output %q: %+v %v", r.stdout, out, err)
+	}
+
+	// The HTTP-fetch tool, against a site on this machine (a variant of
+	// the skill granted 127.0.0.1 and private addresses), run through the
+	// third node.
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello from the site") }))
+	defer site.Close()
+	m0, _ := os.ReadFile(filepath.Join(dir, "skill.toml"))
+	local := strings.Replace(strings.Replace(string(m0), `skill_id = "example.web"`, `skill_id = "example.local"`, 1),
+		`http_hosts = ["example.com"]`, `http_hosts = ["127.0.0.1"]`+"\nallow_private = true", 1)
+	if err := os.WriteFile(filepath.Join(dir, "skill.toml"), []byte(local), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	localPkg := filepath.Join(tmp, "local.palyra-skill")
+	if r := runCLI(t, "skill", "pack", dir, "--key", key, "-o", localPkg); r.code != 0 {
+		t.Fatalf("pack local: %q", r.stderr)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "skill.toml"), m0, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.on(a, "skill", "install", localPkg); r.code != 0 {
+		t.Fatalf("install local: %q %q", r.stdout, r.stderr)
+	}
+	r = c.on(third, "skill", "run", "example.local", "fetch", "--input", `{"url":"`+site.URL+`/"}`, "--wait")
+	var fetched struct {
+		Status int    `json:"status"`
+		Body   string `json:"body"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &fetched); r.code != 0 || err != nil || fetched.Status != 200 || fetched.Body != "hello from the site" {
+		t.Fatalf("fetch tool: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 
 	// Input that violates the schema stores nothing.

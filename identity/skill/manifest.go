@@ -34,6 +34,9 @@ type Capabilities struct {
 	// HTTPHosts the tools may call (exact hosts or their subdomains; no
 	// wildcards).
 	HTTPHosts []string `toml:"http_hosts" json:"http_hosts,omitempty"`
+	// AllowPrivate lets those hosts resolve to private and loopback
+	// addresses (an intranet service); off, they are refused after DNS.
+	AllowPrivate bool `toml:"allow_private" json:"allow_private,omitempty"`
 	// Secrets by name.
 	Secrets []string `toml:"secrets" json:"secrets,omitempty"`
 	// KVPrefix the tools may read and write under; empty means no KV.

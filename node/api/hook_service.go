@@ -193,7 +193,7 @@ func (s *Server) runBeforeHook(ctx context.Context, h *raftpb.HookRecord, desc m
 	rec := &raftpb.JobRecord{
 		Id: newJobID(), Kind: "wasm", ModuleSha256: tool.ModuleSha256, MemoryBytes: mem, Fuel: sk.Fuel, Input: input,
 		InputSize: uint64(len(input)), TimeoutMs: timeout.Milliseconds(), Submitter: "hook:" + h.Id, SubmittedAtMs: now,
-		DeadlineAtMs: now + 2*timeout.Milliseconds(), AllowHosts: sk.HttpHosts, SecretNames: sk.Secrets, KvPrefix: sk.KvPrefix,
+		DeadlineAtMs: now + 2*timeout.Milliseconds(), AllowHosts: sk.HttpHosts, AllowPrivate: sk.AllowPrivate, SecretNames: sk.Secrets, KvPrefix: sk.KvPrefix,
 		Deterministic: tool.Deterministic, OutputSchema: tool.OutputSchema, SkillId: sk.SkillId, SkillTool: tool.Id, HookId: h.Id,
 	}
 	if len(input) > consensus.InlineLimit {

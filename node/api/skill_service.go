@@ -33,7 +33,7 @@ func skillInfo(r *raftpb.SkillRecord) *palyrav1.SkillInfo {
 		PackageSha256: r.PackageSha256, PackageSize: r.PackageSize, Status: consensus.SkillStatusName(r.Status),
 		Findings: r.Findings, HttpHosts: r.HttpHosts, Secrets: r.Secrets, KvPrefix: r.KvPrefix, Fuel: r.Fuel,
 		MemoryBytes: r.MemoryBytes, WallClockMs: r.WallClockMs, InstalledAtMs: r.InstalledAtMs, InstalledBy: r.InstalledBy,
-		StatusAtMs: r.StatusAtMs, StatusBy: r.StatusBy, Description: r.Description,
+		StatusAtMs: r.StatusAtMs, StatusBy: r.StatusBy, Description: r.Description, AllowPrivate: r.AllowPrivate,
 	}
 	for _, t := range r.Tools {
 		info.Tools = append(info.Tools, &palyrav1.SkillToolInfo{Id: t.Id, Name: t.Name, Description: t.Description,
@@ -125,7 +125,7 @@ func (ss skillService) InstallSkill(ctx context.Context, req *connect.Request[pa
 	rec := &raftpb.SkillRecord{
 		SkillId: man.SkillID, Version: man.Version, Name: man.Name, Publisher: name, PublisherKey: skill.FormatPublicKey(key),
 		PackageSize: uint64(len(m.Package)), Status: consensus.SkillActive, Findings: findings, Description: man.Description,
-		HttpHosts: man.Capabilities.HTTPHosts, Secrets: man.Capabilities.Secrets, KvPrefix: man.Capabilities.KVPrefix,
+		HttpHosts: man.Capabilities.HTTPHosts, AllowPrivate: man.Capabilities.AllowPrivate, Secrets: man.Capabilities.Secrets, KvPrefix: man.Capabilities.KVPrefix,
 		Fuel: man.Capabilities.Fuel, MemoryBytes: man.Capabilities.MemoryMiB << 20, WallClockMs: man.Capabilities.WallClockMS,
 	}
 	if len(findings) > 0 {
@@ -349,7 +349,7 @@ func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyra
 		timeout = r.WallClockMs
 	}
 	sub := &palyrav1.SubmitJobRequest{
-		ModuleSha256: tool.ModuleSha256, Input: m.Input, AllowHosts: r.HttpHosts, SecretNames: r.Secrets, KvPrefix: r.KvPrefix,
+		ModuleSha256: tool.ModuleSha256, Input: m.Input, AllowHosts: r.HttpHosts, AllowPrivate: r.AllowPrivate, SecretNames: r.Secrets, KvPrefix: r.KvPrefix,
 		Fuel: r.Fuel, MemoryBytes: r.MemoryBytes, TimeoutMs: timeout, Deterministic: tool.Deterministic, IdempotencyKey: m.IdempotencyKey,
 	}
 	if err := s.checkGrants(ctx, sub); err != nil {

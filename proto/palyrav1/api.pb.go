@@ -3848,6 +3848,7 @@ type SkillInfo struct {
 	StatusAtMs    int64                  `protobuf:"varint,19,opt,name=status_at_ms,json=statusAtMs,proto3" json:"status_at_ms,omitempty"`
 	StatusBy      string                 `protobuf:"bytes,20,opt,name=status_by,json=statusBy,proto3" json:"status_by,omitempty"`
 	Description   string                 `protobuf:"bytes,21,opt,name=description,proto3" json:"description,omitempty"`
+	AllowPrivate  bool                   `protobuf:"varint,22,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4027,6 +4028,13 @@ func (x *SkillInfo) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *SkillInfo) GetAllowPrivate() bool {
+	if x != nil {
+		return x.AllowPrivate
+	}
+	return false
 }
 
 type PublisherInfo struct {
@@ -6066,7 +6074,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\finput_schema\x18\x05 \x01(\tR\vinputSchema\x12#\n" +
 	"\routput_schema\x18\x06 \x01(\tR\foutputSchema\x12+\n" +
 	"\x11requires_approval\x18\a \x01(\bR\x10requiresApproval\x12$\n" +
-	"\rdeterministic\x18\b \x01(\bR\rdeterministic\"\xa2\x05\n" +
+	"\rdeterministic\x18\b \x01(\bR\rdeterministic\"\xc7\x05\n" +
 	"\tSkillInfo\x12\x19\n" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
@@ -6091,7 +6099,8 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\fstatus_at_ms\x18\x13 \x01(\x03R\n" +
 	"statusAtMs\x12\x1b\n" +
 	"\tstatus_by\x18\x14 \x01(\tR\bstatusBy\x12 \n" +
-	"\vdescription\x18\x15 \x01(\tR\vdescription\"Z\n" +
+	"\vdescription\x18\x15 \x01(\tR\vdescription\x12#\n" +
+	"\rallow_private\x18\x16 \x01(\bR\fallowPrivate\"Z\n" +
 	"\rPublisherInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x13\n" +

@@ -4229,6 +4229,7 @@ type SkillRecord struct {
 	StatusAtMs    int64                  `protobuf:"varint,19,opt,name=status_at_ms,json=statusAtMs,proto3" json:"status_at_ms,omitempty"`
 	StatusBy      string                 `protobuf:"bytes,20,opt,name=status_by,json=statusBy,proto3" json:"status_by,omitempty"`
 	Description   string                 `protobuf:"bytes,21,opt,name=description,proto3" json:"description,omitempty"`
+	AllowPrivate  bool                   `protobuf:"varint,22,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4408,6 +4409,13 @@ func (x *SkillRecord) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *SkillRecord) GetAllowPrivate() bool {
+	if x != nil {
+		return x.AllowPrivate
+	}
+	return false
 }
 
 type SkillTool struct {
@@ -5456,7 +5464,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\aapprove\x18\x02 \x01(\bR\aapprove\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x0e\n" +
 	"\x02by\x18\x04 \x01(\tR\x02by\x12\x13\n" +
-	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\xa5\x05\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\xca\x05\n" +
 	"\vSkillRecord\x12\x19\n" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
@@ -5481,7 +5489,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\fstatus_at_ms\x18\x13 \x01(\x03R\n" +
 	"statusAtMs\x12\x1b\n" +
 	"\tstatus_by\x18\x14 \x01(\tR\bstatusBy\x12 \n" +
-	"\vdescription\x18\x15 \x01(\tR\vdescription\"\x91\x02\n" +
+	"\vdescription\x18\x15 \x01(\tR\vdescription\x12#\n" +
+	"\rallow_private\x18\x16 \x01(\bR\fallowPrivate\"\x91\x02\n" +
 	"\tSkillTool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
