@@ -242,3 +242,17 @@ func (m *Manifest) Tool(id string) *Tool {
 	}
 	return nil
 }
+
+// DescribeSchemaError renders a JSON Schema validation error as the
+// places that failed and why ("at '/text': got number, want string"),
+// without the validator's header naming the schema's internal URL.
+func DescribeSchemaError(err error) string {
+	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+	if len(lines) > 1 && strings.HasPrefix(lines[0], "jsonschema validation failed") {
+		lines = lines[1:]
+	}
+	for i, l := range lines {
+		lines[i] = strings.TrimPrefix(strings.TrimSpace(l), "- ")
+	}
+	return strings.Join(lines, "; ")
+}

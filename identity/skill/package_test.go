@@ -311,3 +311,16 @@ func TestKeys(t *testing.T) {
 		t.Errorf("garbage key: %v", err)
 	}
 }
+
+func TestDescribeSchemaError(t *testing.T) {
+	sch, err := CompileSchema(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`)
+	must(t, err)
+	verr := sch.Validate(map[string]any{"text": 5.0})
+	if verr == nil {
+		t.Fatal("a number validated as a string")
+	}
+	got := DescribeSchemaError(verr)
+	if strings.Contains(got, "urn:") || !strings.Contains(got, "/text") || !strings.Contains(got, "want string") {
+		t.Fatalf("described as %q", got)
+	}
+}

@@ -341,7 +341,7 @@ func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyra
 	}
 	if err := sch.Validate(v); err != nil {
 		return nil, apiError(connect.CodeInvalidArgument, "input_invalid",
-			fmt.Sprintf("the input does not match the input_schema of %s/%s: %s", r.SkillId, tool.Id, strings.Join(strings.Fields(err.Error()), " ")),
+			fmt.Sprintf("the input does not match the input_schema of %s/%s: %s", r.SkillId, tool.Id, skill.DescribeSchemaError(err)),
 			"see the schema with 'palyra skill get "+r.SkillId+" --json'")
 	}
 	timeout := m.TimeoutMs

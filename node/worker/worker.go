@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -423,13 +422,10 @@ func checkOutput(schema string, stdout []byte) error {
 		return fmt.Errorf("the output is not JSON: %w", err)
 	}
 	if err := sch.Validate(v); err != nil {
-		return fmt.Errorf("the output does not match the tool's output_schema: %s", oneLine(err.Error()))
+		return fmt.Errorf("the output does not match the tool's output_schema: %s", skill.DescribeSchemaError(err))
 	}
 	return nil
 }
-
-// oneLine joins a multi-line message.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func (w *Worker) runExecutor(ctx context.Context, j consensus.Job) runtime.Result {
 	w.exMu.RLock()
