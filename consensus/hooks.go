@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -193,35 +194,24 @@ func (s *State) fireEndedHooks(index uint64) {
 	}
 }
 
-// skillEventHooks fires the system-event hooks of a skill command.
+// skillEventHooks fires the system-event hooks of a skill command. The
+// subject names the event (skill, package or time) so each fires once.
 func (s *State) skillEventHooks(index uint64, c *raftpb.SkillCommand) {
 	switch {
 	case c.Install != nil:
-		ev := HookSkillInstalled
-		if r := s.data.skills[c.Install.SkillId]; r != nil && r.Status == SkillQuarantined {
-			s.fireHooks(index, HookSkillQuarantined, "q-"+c.Install.SkillId+"-"+c.Install.PackageSha256[:min(12, len(c.Install.PackageSha256))],
-				HookEvent{Event: HookSkillQuarantined, Subject: c.Install.SkillId, Detail: map[string]any{"findings": c.Install.Findings}})
+		id, pkg := c.Install.SkillId, c.Install.PackageSha256
+		pkg = pkg[:min(12, len(pkg))]
+		if r := s.data.skills[id]; r != nil && r.Status == SkillQuarantined {
+			s.fireHooks(index, HookSkillQuarantined, "q-"+id+"-"+pkg,
+				HookEvent{Event: HookSkillQuarantined, Subject: id, Detail: map[string]any{"findings": c.Install.Findings}})
 		}
-		s.fireHooks(index, ev, "i-"+c.Install.SkillId+"-"+c.Install.PackageSha256[:min(12, len(c.Install.PackageSha256))],
-			HookEvent{Event: ev, Subject: c.Install.SkillId, Detail: map[string]any{"version": c.Install.Version}})
+		s.fireHooks(index, HookSkillInstalled, "i-"+id+"-"+pkg,
+			HookEvent{Event: HookSkillInstalled, Subject: id, Detail: map[string]any{"version": c.Install.Version}})
 	case c.SetStatusId != "":
 		ev := map[uint32]string{SkillActive: HookSkillEnabled, SkillDisabled: HookSkillDisabled, SkillQuarantined: HookSkillQuarantined}[c.Status]
 		if ev != "" {
-			s.fireHooks(index, ev, "s-"+c.SetStatusId+"-"+itoa(uint64(c.AtMs)), HookEvent{Event: ev, Subject: c.SetStatusId, Detail: map[string]any{"reason": c.Reason}})
+			s.fireHooks(index, ev, "s-"+c.SetStatusId+"-"+strconv.FormatInt(c.AtMs, 10),
+				HookEvent{Event: ev, Subject: c.SetStatusId, Detail: map[string]any{"reason": c.Reason}})
 		}
 	}
-}
-
-func itoa(n uint64) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	return string(b[i:])
 }
