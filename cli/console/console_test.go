@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -167,10 +168,10 @@ func TestConsoleShowsNodesAndJobsInChromium(t *testing.T) {
 		err = chromedp.Do(bctx, chromedp.Sleep(6*time.Second)) // samples for the charts, under load and after
 	}
 	if err == nil {
-		nodesText, err = chromedp.Run(bctx, chromedp.Text(chromedp.CSS("table.nodes")))
+		nodesText, err = chromedp.Run(bctx, liveText("table.nodes"))
 	}
 	if err == nil {
-		jobsText, err = chromedp.Run(bctx, chromedp.Text(chromedp.CSS("table.jobs")))
+		jobsText, err = chromedp.Run(bctx, liveText("table.jobs"))
 	}
 	if err == nil {
 		overview, err = chromedp.Run(bctx, chromedp.FullScreenshot(100))
@@ -179,7 +180,7 @@ func TestConsoleShowsNodesAndJobsInChromium(t *testing.T) {
 		err = chromedp.Do(bctx, chromedp.Navigate("http://"+addr+"/#/jobs/"+job.Id), chromedp.WaitVisible(chromedp.CSS("pre.out")))
 	}
 	if err == nil {
-		outText, err = chromedp.Run(bctx, chromedp.Text(chromedp.CSS("pre.out")))
+		outText, err = chromedp.Run(bctx, liveText("pre.out"))
 	}
 	if err == nil {
 		detail, err = chromedp.Run(bctx, chromedp.FullScreenshot(100))
@@ -211,6 +212,14 @@ func TestConsoleShowsNodesAndJobsInChromium(t *testing.T) {
 		}
 	}
 	t.Logf("screenshots in %s", dir)
+}
+
+// liveText reads the text of the element matching sel as the page shows it
+// now. The console rebuilds its view every second, so a node found by one
+// DevTools call may be detached by the next (chromedp.Text then reads ""):
+// one evaluation queries and reads in the same turn of the page's event loop.
+func liveText(sel string) chromedp.Action[string] {
+	return chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {innerText: ""}).innerText`, sel))
 }
 
 // The API refuses callers without the session, a foreign Host header and
