@@ -44,7 +44,7 @@ func TimersFor(network string) (Timers, error) {
 	case "", NetworkLAN:
 		return Timers{Network: NetworkLAN,
 			RaftHeartbeat: 300 * time.Millisecond, RaftElection: 300 * time.Millisecond, RaftLeaderLease: 300 * time.Millisecond,
-			Gossip: cluster.LANTuning(), DeadWorkerGrace: 500 * time.Millisecond, SchedulerTick: 100 * time.Millisecond}, nil
+			Gossip: cluster.LANTuning(), DeadWorkerGrace: 250 * time.Millisecond, SchedulerTick: 100 * time.Millisecond}, nil
 	case NetworkWAN:
 		return Timers{Network: NetworkWAN,
 			RaftHeartbeat: 2 * time.Second, RaftElection: 2 * time.Second, RaftLeaderLease: time.Second,
