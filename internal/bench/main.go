@@ -50,6 +50,7 @@ func main() {
 	loop := flag.Duration("loop", 10*time.Second, "duration of each closed-loop run at scale")
 	arrayOnly := flag.Bool("array-only", false, "at scale, run only the 100,000-task array (for profiling)")
 	loopOnly := flag.Int("loop-only", 0, "at scale, run only a closed loop with this many submitters (for profiling)")
+	historyOnly := flag.Bool("history-only", false, "at scale, run only the flat-with-history figure: 16 submitters, the 100,000-task array, 16 submitters again")
 	cpuProfile := flag.String("cpuprofile", "", "write the benchmark process's own CPU profile (its clients) to `FILE`")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -72,7 +73,7 @@ func main() {
 		fmt.Println()
 	}
 	if *scale {
-		if err := runScale(ctx, *bin, *loop, *arrayOnly, *loopOnly); err != nil {
+		if err := runScale(ctx, *bin, *loop, *arrayOnly, *loopOnly, *historyOnly); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: scale:", err)
 			os.Exit(1)
 		}

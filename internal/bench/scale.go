@@ -164,7 +164,7 @@ func catModule(dir string) ([]byte, error) {
 // runScale measures the control plane at scale on a fresh 3-process
 // cluster: closed loops at 16 and 64 submitters against etcd's puts/s,
 // latency at a tenth of the maximum.
-func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly bool, loopOnly int) error {
+func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly bool, loopOnly int, historyOnly bool) error {
 	c, done, err := formCluster(ctx, bin, "palyra-bench-scale-")
 	if err != nil {
 		return err
@@ -188,6 +188,17 @@ func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly boo
 	}
 	if loopOnly > 0 {
 		printLoop(closedLoop(ctx, c, mod, loopOnly, loop), readEtcd())
+		return nil
+	}
+	if historyOnly {
+		first := closedLoop(ctx, c, mod, 16, loop)
+		printLoop(first, readEtcd())
+		if err := arrayRun(ctx, c, mod, arrayTasks); err != nil {
+			return err
+		}
+		r := closedLoop(ctx, c, mod, 16, loop)
+		printLoop(r, readEtcd())
+		fmt.Printf("  flat with history: %.2f× the first round\n", r.rate()/first.rate())
 		return nil
 	}
 	etcd := readEtcd()
