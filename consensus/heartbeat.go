@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -13,10 +14,26 @@ import (
 // the term to the stable store, and raft panics if Close has closed bolt
 // meanwhile ("failed to save current term: database not open"). Close
 // shuts the gate after raft stops: it waits for heartbeats in progress and
-// turns later ones away, and only then closes the stores.
+// turns later ones away, and only then closes the stores. It also answers
+// a leader's repeated empty appends itself (quiet.go).
 type gatedTransport struct {
 	*raft.NetworkTransport
-	gate heartbeatGate
+	gate  heartbeatGate
+	quiet *quietAppends
+}
+
+// AppendEntries implements raft.Transport.
+func (t *gatedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if t.quiet == nil {
+		return t.NetworkTransport.AppendEntries(id, target, args, resp)
+	}
+	if t.quiet.answer(target, args, resp) {
+		return nil
+	}
+	at := time.Now()
+	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
+	t.quiet.sent(target, args, resp, err, at)
+	return err
 }
 
 // SetHeartbeatHandler implements raft.Transport.

@@ -94,7 +94,7 @@ func Open(cfg Config) (*Store, error) {
 		// good (the follower gets no more entries; Shutdown hangs). Its
 		// benefit is small on a LAN (hashicorp/raft#541).
 		MaxRPCsInFlight: 1,
-	})}
+	}), quiet: newQuietAppends(time.Now)}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
