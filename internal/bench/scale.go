@@ -207,6 +207,7 @@ func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly boo
 		return err
 	}
 	idleRSS := rss(leader)
+	idleCPU(c, leader, 10*time.Second)
 	fmt.Printf("control plane at scale: 3 palyra processes on 127.0.0.1, trivial wasm job (cat.wat: stdin to stdout), each submitted and awaited (WatchJob) round-robin over the nodes, %s per run:\n", loop)
 	timeline(ctx, c, mod, 60)
 	var best, first16 float64
@@ -336,6 +337,54 @@ func rss(p *nodeProc) int64 {
 }
 
 func mb(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// cpuTicks is the user+system CPU time p has used, in clock ticks (1/100 s
+// on Linux), from /proc; -1 when it cannot be read.
+func cpuTicks(p *nodeProc) int64 {
+	if p == nil || p.cmd == nil || p.cmd.Process == nil {
+		return -1
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	// Fields after the command name (which may hold spaces), from ")":
+	// state is field 3, utime 14 and stime 15.
+	i := strings.LastIndexByte(string(data), ')')
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	var ut, st int64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return ut + st
+}
+
+// idleCPU prints how much CPU each node uses over d with no work at all:
+// what an idle cluster costs its machines (raft heartbeats and commit
+// propagation, gossip, the scheduler's tick, lease renewals).
+func idleCPU(c *procCluster, leader *nodeProc, d time.Duration) {
+	nodes := c.running()
+	before := make([]int64, len(nodes))
+	for i, n := range nodes {
+		before[i] = cpuTicks(n)
+	}
+	time.Sleep(d)
+	line := fmt.Sprintf("  idle cluster, CPU over %s:", d)
+	for i, n := range nodes {
+		after := cpuTicks(n)
+		if before[i] < 0 || after < 0 {
+			continue
+		}
+		role := "follower"
+		if n == leader {
+			role = "leader"
+		}
+		line += fmt.Sprintf(" %s %.1f%%", role, float64(after-before[i])/d.Seconds())
+	}
+	fmt.Println(line + " of a core")
+}
 
 // timeline runs n jobs one at a time and splits submit→completed into its
 // hand-offs, from the job record's timestamps (all nodes share this
