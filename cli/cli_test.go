@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -349,6 +350,37 @@ func TestJoinDeadPeerHints(t *testing.T) {
 	r = runCLI(t, "--data-dir", t.TempDir(), "node", "join", "--code", code, "--peer", "127.0.0.1", "--listen", "127.0.0.1:0")
 	if !strings.Contains(r.stderr, "has no port; using 127.0.0.1:7444") {
 		t.Fatalf("join with a bare host: %+v", r)
+	}
+}
+
+// A joiner that cannot listen on its --listen address is told so before
+// its code is spent: the code stays unused and nothing is registered.
+func TestJoinOnABusyPortKeepsTheCode(t *testing.T) {
+	c := startNode(t)
+	r := c.cli("pair", "create", "--kind", "node")
+	code := regexp.MustCompile(`P1-[A-Z0-9-]+`).FindString(r.stdout + r.stderr)
+	if r.code != 0 || code == "" {
+		t.Fatalf("pair create: %+v", r)
+	}
+	devicesBefore := strings.Count(c.cli("device", "list", "--json").stdout, `"id"`)
+	busy, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir := t.TempDir()
+	r = runCLI(t, "--data-dir", dir, "node", "join", "--code", code, "--peer", c.node.Addr(), "--listen", busy.LocalAddr().String())
+	if r.code == 0 || !strings.Contains(r.stderr, "cannot listen on "+busy.LocalAddr().String()) || !strings.Contains(r.stderr, "the code was not used") {
+		t.Fatalf("join on a busy port: %+v", r)
+	}
+	if r := c.cli("pair", "list", "--json"); r.code != 0 || strings.Contains(r.stdout, `"state": "used"`) || !strings.Contains(r.stdout, `"state": "pending"`) {
+		t.Fatalf("the code was spent: %+v", r)
+	}
+	if r := c.cli("device", "list", "--json"); strings.Count(r.stdout, `"id"`) != devicesBefore {
+		t.Fatalf("a device was registered: %s", r.stdout)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("the data dir was written: %v", entries)
 	}
 }
 

@@ -3,8 +3,10 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"runtime/debug"
+	"slices"
 
 	"connectrpc.com/connect"
 	"github.com/palyra-mesh/palyra/cli/client"
@@ -288,6 +290,17 @@ func nodeJoin(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
+	// The code works once: make sure this node can listen before it is
+	// spent, so a busy port leaves the code, the cluster and the data dir
+	// as they were.
+	listen := cfg.Listen
+	if listen == "" {
+		listen = node.DefaultListen
+	}
+	if err := canListen(listen); err != nil {
+		return fail(c, &client.Error{Code: "listen", Message: fmt.Sprintf("cannot listen on %s: %v", listen, err),
+			Hint: "pick a free UDP port with --listen HOST:PORT; the code was not used"})
+	}
 	paired, err := client.PairMember(c.Context, peer, code, client.PairOptions{Labels: labels, LocalOperator: true})
 	if err != nil {
 		return fail(c, explainPair(peer, err))
@@ -298,7 +311,12 @@ func nodeJoin(c *ucli.Context) error {
 			return fail(c, &client.Error{Code: "internal", Message: err.Error()})
 		}
 	}
-	seeds := append([]string{peer}, resp.Peers...)
+	seeds := []string{peer}
+	for _, p := range resp.Peers {
+		if !slices.Contains(seeds, p) {
+			seeds = append(seeds, p)
+		}
+	}
 	if err := node.PrepareJoin(cfg.DataDir, paired.Credential, resp.ClusterName, seeds, resp.DataKey); err != nil {
 		return fail(c, &client.Error{Code: "internal", Message: err.Error()})
 	}
@@ -309,6 +327,16 @@ func nodeJoin(c *ucli.Context) error {
 		cfg.Logger.Info("paired", "principal", resp.Principal, "cluster", resp.ClusterName)
 	}
 	return runNode(c, cfg)
+}
+
+// canListen reports whether a UDP socket can be bound on addr now (the
+// node binds it again moments later; a port taken in between fails there).
+func canListen(addr string) error {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return err
+	}
+	return pc.Close()
 }
 
 func newLogger(w interface{ Write([]byte) (int, error) }, format, level string) (*slog.Logger, error) {
