@@ -167,11 +167,11 @@ func ago(ms int64) string {
 }
 
 func (s *State) applyConsumePairing(c *raftpb.ConsumePairing) ApplyResult {
-	const createHint = "create a new code with 'palyra pair create'"
 	p, ok := s.id.pairings[c.Id]
 	if !ok {
-		return ApplyResult{Err: errf(ErrNotFound, "check the code, or "+createHint, "no pairing code with id %s in this cluster", c.Id)}
+		return ApplyResult{Err: errf(ErrNotFound, "check the code, or create a new code with 'palyra pair create'", "no pairing code with id %s in this cluster", c.Id)}
 	}
+	createHint := "create a new code with 'palyra pair create --kind " + p.Kind + "'"
 	switch p.State {
 	case PairingUsed:
 		return ApplyResult{Err: errf(ErrConflict, createHint, "pairing code %s was already used (by %s); codes work once", p.ID, p.UsedBy)}
