@@ -75,8 +75,9 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 		EnableBashCompletion: true,
 		Suggest:              true,
 		Flags:                globalFlags(),
-		Commands: []*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
-			caCommand(), policyCommand(), secretCommand(), doctorCommand(), snapshotCommand(), versionCommand(), completionCommand(), consoleCommand(), browserCommand(), metricsCommand(), skillCommand(), auditCommand(), hookCommand()},
+		Action:               unknownCommand,
+		Commands: withUnknownCommand([]*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
+			caCommand(), policyCommand(), secretCommand(), doctorCommand(), snapshotCommand(), versionCommand(), completionCommand(), consoleCommand(), browserCommand(), metricsCommand(), skillCommand(), auditCommand(), hookCommand()}),
 		// A paired device's certificate renews after the command that
 		// found it due (see renewAfter).
 		After:          renewAfter,
@@ -95,4 +96,44 @@ func globalFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "addr", Usage: "node API address `HOST:PORT`, or several separated by commas, tried in turn (default: every node recorded with the credential, learned on each successful call; else 127.0.0.1:7444)", EnvVars: []string{"PALYRA_ADDR"}},
 		&ucli.DurationFlag{Name: "dial-timeout", Value: client.DefaultDialTimeout, Usage: "how long to wait for one node to answer before giving up on it (the next is tried after 250ms already)", EnvVars: []string{"PALYRA_DIAL_TIMEOUT"}},
 	}
+}
+
+// unknownCommand is the action of the app and of every command that only
+// groups others: with no word it shows the help; with a word that is none
+// of the commands it names the word, suggests the closest command and
+// exits with the usage code (urfave/cli's own answer is "No help topic for
+// 'x'", exit 3).
+func unknownCommand(c *ucli.Context) error {
+	if c.NArg() == 0 {
+		if c.Command == nil || c.Command.Name == "" {
+			return ucli.ShowAppHelp(c)
+		}
+		return ucli.ShowSubcommandHelp(c)
+	}
+	word := c.Args().First()
+	cmds, path := c.App.Commands, c.App.Name
+	if c.Command != nil && c.Command.Name != "" {
+		cmds, path = c.Command.Subcommands, c.Command.HelpName
+	}
+	msg := fmt.Sprintf("error: '%s' is not a command of '%s'", word, path)
+	if ucli.SuggestCommand != nil {
+		if s := ucli.SuggestCommand(cmds, word); s != "" {
+			msg += ". " + s
+		}
+	}
+	return ucli.Exit(msg+fmt.Sprintf("\nrun '%s --help' for its commands", path), exitUsage)
+}
+
+// withUnknownCommand sets unknownCommand on every command in cmds (and
+// below) that groups subcommands and has no action of its own.
+func withUnknownCommand(cmds []*ucli.Command) []*ucli.Command {
+	for _, c := range cmds {
+		if len(c.Subcommands) > 0 {
+			if c.Action == nil {
+				c.Action = unknownCommand
+			}
+			withUnknownCommand(c.Subcommands)
+		}
+	}
+	return cmds
 }

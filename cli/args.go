@@ -38,6 +38,13 @@ func interspersed(app *ucli.App, args []string) []string {
 			}
 		}
 		if next == nil {
+			if len(cmds) > 0 {
+				// Not one of this level's commands (a typo: 'job sumbit
+				// --wasm x'): leave the rest as typed, so the CLI names the
+				// unknown command and suggests one, instead of refusing
+				// flags it would have moved ahead of it.
+				return append(out, args[i:]...)
+			}
 			break
 		}
 		out = append(out, a)

@@ -301,6 +301,25 @@ func TestInterspersedFlags(t *testing.T) {
 	}
 }
 
+// A mistyped command, at the top or under a group, is named with the
+// closest command and the usage exit code, flags after it included; a
+// group given alone shows its help.
+func TestUnknownCommandsAreNamed(t *testing.T) {
+	for args, want := range map[string]string{
+		"job sumbit --wasm x.wasm": `'sumbit' is not a command of 'palyra job'. Did you mean "submit"?`,
+		"nods --json":              `'nods' is not a command of 'palyra'. Did you mean "nodes"?`,
+		"skill trust ad":           `'ad' is not a command of 'palyra skill trust'. Did you mean "add"?`,
+	} {
+		r := runCLI(t, strings.Fields(args)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, want) {
+			t.Errorf("palyra %s: %+v; want %q, exit %d", args, r, want, exitUsage)
+		}
+	}
+	if r := runCLI(t, "job"); r.code != 0 || !strings.Contains(r.stdout, "submit") {
+		t.Errorf("palyra job: %+v", r)
+	}
+}
+
 // `palyra version` names the release, the commit and the toolchain, also
 // as JSON; `--version` prints the same line.
 func TestVersion(t *testing.T) {
