@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
-	"slices"
 
 	"connectrpc.com/connect"
 	"github.com/palyra-mesh/palyra/cli/client"
@@ -311,12 +310,7 @@ func nodeJoin(c *ucli.Context) error {
 			return fail(c, &client.Error{Code: "internal", Message: err.Error()})
 		}
 	}
-	seeds := []string{peer}
-	for _, p := range resp.Peers {
-		if !slices.Contains(seeds, p) {
-			seeds = append(seeds, p)
-		}
-	}
+	seeds := append([]string{peer}, resp.Peers...)
 	if err := node.PrepareJoin(cfg.DataDir, paired.Credential, resp.ClusterName, seeds, resp.DataKey); err != nil {
 		return fail(c, &client.Error{Code: "internal", Message: err.Error()})
 	}

@@ -3,13 +3,15 @@ package node
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/palyra-mesh/palyra/identity"
 )
 
 // PrepareJoin records a freshly paired node in an empty data dir: its
 // credential (key made on this machine) and a node.json that marks it as
-// joined, with the seeds to contact. The next Start joins the cluster.
+// joined, with the seeds to contact (each once, in the order given). The
+// next Start joins the cluster.
 func PrepareJoin(dataDir string, cred *identity.Credential, clusterName string, seeds []string, dataKey []byte) error {
 	l := Layout{Dir: dataDir}
 	if _, err := l.ReadState(); err == nil {
@@ -29,7 +31,13 @@ func PrepareJoin(dataDir string, cred *identity.Credential, clusterName string, 
 	if err := identity.SaveCredential(l.NodeCredDir(), cred); err != nil {
 		return err
 	}
-	return l.WriteState(State{NodeID: cred.Principal.ID, ClusterName: clusterName, Version: 1, Seeds: seeds, Joined: true})
+	var uniq []string
+	for _, s := range seeds {
+		if !slices.Contains(uniq, s) {
+			uniq = append(uniq, s)
+		}
+	}
+	return l.WriteState(State{NodeID: cred.Principal.ID, ClusterName: clusterName, Version: 1, Seeds: uniq, Joined: true})
 }
 
 // SaveLocalOperator stores the local operator credential a joining node

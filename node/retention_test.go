@@ -3,6 +3,7 @@ package node_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,8 +38,12 @@ func joinWith(t testing.TB, op *client.Client, peer string, cfg node.Config) *no
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
 	}
-	if err := node.PrepareJoin(cfg.DataDir, cred, pr.ClusterName, append([]string{peer}, pr.Peers...), pr.DataKey); err != nil {
+	seeds := append([]string{peer}, pr.Peers...)
+	if err := node.PrepareJoin(cfg.DataDir, cred, pr.ClusterName, append(seeds, peer), pr.DataKey); err != nil {
 		t.Fatal(err)
+	}
+	if st, err := (node.Layout{Dir: cfg.DataDir}).ReadState(); err != nil || len(st.Seeds) == 0 || st.Seeds[0] != peer || slices.Contains(st.Seeds[1:], peer) {
+		t.Fatalf("seeds recorded: %v (%v); want %s first and once", st.Seeds, err, peer)
 	}
 	return start(t, cfg)
 }
