@@ -83,14 +83,16 @@ func (q *quietAppends) answer(target raft.ServerAddress, req *raft.AppendEntries
 func (q *quietAppends) sent(target raft.ServerAddress, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, err error, at time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if err != nil {
+		// Everything goes out again until it answers; a peer that is gone
+		// for good leaves nothing behind.
+		delete(q.peers, target)
+		return
+	}
 	p := q.peers[target]
 	if p == nil {
 		p = &quietPeer{}
 		q.peers[target] = p
-	}
-	if err != nil {
-		*p = quietPeer{} // everything goes out again until it answers
-		return
 	}
 	if resp.Term > req.Term {
 		p.accepted = false

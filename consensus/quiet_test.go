@@ -3,8 +3,6 @@ package consensus
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -90,97 +88,44 @@ func TestQuietAppendsAnswersOnlyKnownRepeats(t *testing.T) {
 // writes still reach every follower, and a follower restarted while idle
 // learns what was committed without another write.
 func TestQuietReplicationOnThreeServers(t *testing.T) {
-	var layers []tcpLayer
-	for range 3 {
-		layers = append(layers, newLayer(t))
-	}
-	servers := make([]raft.Server, 3)
-	dirs := make([]string, 3)
-	for i := range layers {
-		servers[i] = raft.Server{ID: raft.ServerID(fmt.Sprintf("n%d", i)), Address: raft.ServerAddress(layers[i].Addr().String())}
-		dirs[i] = t.TempDir()
-	}
-	open := func(i int, l tcpLayer) *Store {
-		s, err := Open(Config{Dir: dirs[i], NodeID: fmt.Sprintf("n%d", i), Advertise: l.Addr().String(), Layer: l,
-			Logger: slog.New(slog.DiscardHandler), Tune: fast})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	stores := make([]*Store, 3)
-	for i, l := range layers {
-		stores[i] = open(i, l)
-	}
-	defer func() {
-		for _, s := range stores {
-			if s != nil {
-				s.Close()
-			}
-		}
-	}()
-	if err := stores[0].raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+	c := newThreeServers(t)
+	leader := c.stores[c.leader]
+	if _, err := leader.Apply(context.Background(), submit("q1")); err != nil {
 		t.Fatal(err)
 	}
-	leader := -1
-	for deadline := time.Now().Add(10 * time.Second); leader < 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		for i, s := range stores {
-			if s.IsLeader() {
-				leader = i
-			}
+	c.everywhere(t, "q1")
+	// Idle: the replication loop repeats itself every CommitTimeout, and
+	// the repeats are answered here.
+	before := leader.transport.quiet.answered.Load()
+	for deadline := time.Now().Add(10 * time.Second); leader.transport.quiet.answered.Load() == before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle leader sent every repeated empty append")
 		}
 	}
-	if leader < 0 {
-		t.Fatal("no leader")
-	}
-	everywhere := func(id string) {
-		t.Helper()
-		for i, s := range stores {
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				if _, ok := s.State().Job(id); ok {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s never reached n%d", id, i)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
-	}
-	if _, err := stores[leader].Apply(context.Background(), submit("q1")); err != nil {
+	if _, err := leader.Apply(context.Background(), submit("q2")); err != nil {
 		t.Fatal(err)
 	}
-	everywhere("q1")
-	before := stores[leader].transport.quiet.answered.Load()
-	time.Sleep(300 * time.Millisecond) // idle: the replication loop repeats itself
-	if stores[leader].transport.quiet.answered.Load() == before {
-		t.Fatal("the idle leader sent every repeated empty append")
-	}
-	if _, err := stores[leader].Apply(context.Background(), submit("q2")); err != nil {
-		t.Fatal(err)
-	}
-	everywhere("q2")
+	c.everywhere(t, "q2")
 
 	// Restart a follower on its data dir while the cluster is idle: it
 	// must learn the commit index (and so apply q3) without a new write.
-	f := (leader + 1) % 3
-	if _, err := stores[leader].Apply(context.Background(), submit("q3")); err != nil {
+	f := (c.leader + 1) % 3
+	if _, err := leader.Apply(context.Background(), submit("q3")); err != nil {
 		t.Fatal(err)
 	}
-	stores[f].Close()
-	stores[f] = nil
+	c.stores[f].Close()
+	c.stores[f] = nil
 	var l tcpLayer
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		ln, err := net.Listen("tcp", layers[f].Addr().String())
+		ln, err := net.Listen("tcp", c.layers[f].Addr().String())
 		if err == nil {
 			l = tcpLayer{ln}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("rebind %s: %v", layers[f].Addr(), err)
+			t.Fatalf("rebind %s: %v", c.layers[f].Addr(), err)
 		}
 	}
-	stores[f] = open(f, l)
-	everywhere("q3")
+	c.stores[f] = c.open(t, f, l)
+	c.everywhere(t, "q3")
 }

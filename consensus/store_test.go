@@ -160,57 +160,86 @@ func TestRestartRecoversCommittedJobs(t *testing.T) {
 	}
 }
 
-func TestThreeServersReplicate(t *testing.T) {
-	var stores []*Store
-	var layers []tcpLayer
-	for i := 0; i < 3; i++ {
-		layers = append(layers, newLayer(t))
-	}
+// threeServers is a bootstrapped three-server cluster on loopback TCP:
+// open(i, layer) reopens server i on its data dir (the caller closes what
+// it replaces); leader is the index of the first server seen leading.
+type threeServers struct {
+	stores []*Store
+	layers []tcpLayer
+	dirs   []string
+	leader int
+}
+
+func newThreeServers(t *testing.T) *threeServers {
+	t.Helper()
+	c := &threeServers{stores: make([]*Store, 3), dirs: make([]string, 3), leader: -1}
 	servers := make([]raft.Server, 3)
-	for i := range layers {
-		servers[i] = raft.Server{ID: raft.ServerID(fmt.Sprintf("n%d", i)), Address: raft.ServerAddress(layers[i].Addr().String())}
+	for i := range 3 {
+		c.layers = append(c.layers, newLayer(t))
+		c.dirs[i] = t.TempDir()
+		servers[i] = raft.Server{ID: raft.ServerID(fmt.Sprintf("n%d", i)), Address: raft.ServerAddress(c.layers[i].Addr().String())}
 	}
-	for i, l := range layers {
-		s, err := Open(Config{Dir: t.TempDir(), NodeID: fmt.Sprintf("n%d", i), Advertise: l.Addr().String(), Layer: l,
-			Logger: slog.New(slog.DiscardHandler), Tune: fast})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		stores = append(stores, s)
+	for i, l := range c.layers {
+		c.stores[i] = c.open(t, i, l)
 	}
-	if err := stores[0].raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
-		t.Fatal(err)
-	}
-	var leader *Store
-	deadline := time.Now().Add(10 * time.Second)
-	for leader == nil && time.Now().Before(deadline) {
-		for _, s := range stores {
-			if s.IsLeader() {
-				leader = s
+	t.Cleanup(func() {
+		for _, s := range c.stores {
+			if s != nil {
+				s.Close()
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if leader == nil {
-		t.Fatal("no leader")
-	}
-	if _, err := leader.Apply(context.Background(), submit("r1")); err != nil {
+	})
+	if err := c.stores[0].raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range stores {
+	for deadline := time.Now().Add(10 * time.Second); c.leader < 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for i, s := range c.stores {
+			if s.IsLeader() {
+				c.leader = i
+			}
+		}
+	}
+	if c.leader < 0 {
+		t.Fatal("no leader")
+	}
+	return c
+}
+
+func (c *threeServers) open(t *testing.T, i int, l tcpLayer) *Store {
+	t.Helper()
+	s, err := Open(Config{Dir: c.dirs[i], NodeID: fmt.Sprintf("n%d", i), Advertise: l.Addr().String(), Layer: l,
+		Logger: slog.New(slog.DiscardHandler), Tune: fast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// everywhere waits until every open server has applied job id.
+func (c *threeServers) everywhere(t *testing.T, id string) {
+	t.Helper()
+	for i, s := range c.stores {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			if _, ok := s.State().Job("r1"); ok {
+			if _, ok := s.State().Job(id); ok {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatal("job not replicated")
+				t.Fatalf("%s never reached n%d", id, i)
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	for _, s := range stores {
+}
+
+func TestThreeServersReplicate(t *testing.T) {
+	c := newThreeServers(t)
+	leader := c.stores[c.leader]
+	if _, err := leader.Apply(context.Background(), submit("r1")); err != nil {
+		t.Fatal(err)
+	}
+	c.everywhere(t, "r1")
+	for _, s := range c.stores {
 		if s != leader {
 			if _, err := s.Apply(context.Background(), submit("r2")); !errors.Is(err, ErrNotLeader) {
 				t.Fatalf("follower apply: want not_leader, got %v", err)
