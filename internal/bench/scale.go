@@ -193,13 +193,7 @@ func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly boo
 	if historyOnly {
 		first := closedLoop(ctx, c, mod, 16, loop)
 		printLoop(first, readEtcd())
-		if err := arrayRun(ctx, c, mod, arrayTasks); err != nil {
-			return err
-		}
-		r := closedLoop(ctx, c, mod, 16, loop)
-		printLoop(r, readEtcd())
-		fmt.Printf("  flat with history: %.2f× the first round\n", r.rate()/first.rate())
-		return nil
+		return withHistory(ctx, c, mod, first.rate(), loop)
 	}
 	etcd := readEtcd()
 	leader, err := c.healthy(ctx, 3, time.Minute)
@@ -228,16 +222,30 @@ func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly boo
 	// A job array of 100,000 tasks: its throughput, every result checked;
 	// it also leaves 100,000 jobs of history behind.
 	before := rss(leader)
-	if err := arrayRun(ctx, c, mod, arrayTasks); err != nil {
+	var after int64
+	if err := withHistory(ctx, c, mod, first16, loop, func() { after = rss(leader) }); err != nil {
 		return err
 	}
-	after := rss(leader)
-	r := closedLoop(ctx, c, mod, 16, loop)
-	fmt.Printf("  flat with history: 16 submitters after %d more jobs of history: %.0f jobs/s = %.2f× the first round (target ≥ 0.9×)\n",
-		arrayTasks, r.rate(), r.rate()/first16)
 	pruned := retentionRun(ctx, c, leader)
 	fmt.Printf("  leader RSS: idle %s, before the array %s, after it (%d more jobs held) %s, after pruning every ended job %s\n",
 		mb(idleRSS), mb(before), arrayTasks, mb(after), mb(pruned))
+	return nil
+}
+
+// withHistory runs the 100,000-task array (its throughput, every result
+// checked), which leaves that much history behind, then the 16-submitter
+// closed loop again, printed against first (jobs/s). Each of then runs
+// between the two.
+func withHistory(ctx context.Context, c *procCluster, mod []byte, first float64, loop time.Duration, then ...func()) error {
+	if err := arrayRun(ctx, c, mod, arrayTasks); err != nil {
+		return err
+	}
+	for _, f := range then {
+		f()
+	}
+	r := closedLoop(ctx, c, mod, 16, loop)
+	fmt.Printf("  flat with history: 16 submitters after %d more jobs of history: %.0f jobs/s = %.2f× the first round (target ≥ 0.9×)\n",
+		arrayTasks, r.rate(), r.rate()/first)
 	return nil
 }
 
