@@ -24,9 +24,6 @@ type gatedTransport struct {
 
 // AppendEntries implements raft.Transport.
 func (t *gatedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	if t.quiet == nil {
-		return t.NetworkTransport.AppendEntries(id, target, args, resp)
-	}
 	if t.quiet.answer(target, args, resp) {
 		return nil
 	}
