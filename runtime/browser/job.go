@@ -72,6 +72,7 @@ func (j *job) run(ctx context.Context) runtime.Result {
 	j.e.runs.Add(1)
 	go func() {
 		defer j.e.runs.Done()
+		j.e.kickFiller() // the context this job took, replaced after its result
 		j.cleanup()
 		if j.release != nil {
 			j.release()

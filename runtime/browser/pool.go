@@ -245,9 +245,12 @@ func (r *ready) alive() bool {
 
 // takeReady returns a pooled ready context on browser p, or nil when none
 // is ready; contexts left from an earlier browser, or whose page died,
-// are closed on the way. It asks the filler for a replacement.
+// are closed on the way. The caller asks the filler for a replacement
+// (kickFiller) when it suits it: a job does so once its result is out, so
+// the replacement's set-up (~45 ms of browser work) does not compete with
+// the job for the CPU; a session does so at once, as it holds its context
+// for minutes.
 func (e *Executor) takeReady(p *proc) *ready {
-	defer e.kickFiller()
 	for {
 		r := e.pool.pop()
 		if r == nil {
