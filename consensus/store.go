@@ -34,8 +34,12 @@ type Config struct {
 }
 
 // commitTimeout bounds how long a follower waits to learn that an entry
-// it holds was committed, when no further entries flow.
-var commitTimeout = 2 * time.Millisecond
+// it holds was committed, when no further entries flow: raft sends the
+// commit index after a random 1–2× this. 1 ms is the least raft accepts;
+// each job waits for it twice (its placement reaching a follower's worker,
+// its result reaching a follower's watcher), so it is a visible part of a
+// job's latency on a quiet cluster (consensus/DESIGN.md).
+var commitTimeout = time.Millisecond
 
 // The log cache in front of bbolt (see logcache.go): the most recent
 // entries, up to this many and this many bytes of commands.
