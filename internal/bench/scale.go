@@ -193,7 +193,8 @@ func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly boo
 	if historyOnly {
 		first := closedLoop(ctx, c, mod, 16, loop)
 		printLoop(first, readEtcd())
-		return withHistory(ctx, c, mod, first.rate(), loop)
+		_, err := withHistory(ctx, c, mod, first.rate(), loop)
+		return err
 	}
 	etcd := readEtcd()
 	leader, err := c.healthy(ctx, 3, time.Minute)
@@ -223,12 +224,14 @@ func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly boo
 	// it also leaves 100,000 jobs of history behind.
 	before := rss(leader)
 	var after int64
-	if err := withHistory(ctx, c, mod, first16, loop, func() { after = rss(leader) }); err != nil {
+	withHist, err := withHistory(ctx, c, mod, first16, loop, func() { after = rss(leader) })
+	if err != nil {
 		return err
 	}
 	pruned := retentionRun(ctx, c, leader)
 	fmt.Printf("  leader RSS: idle %s, before the array %s, after it (%d more jobs held) %s, after pruning every ended job %s\n",
 		mb(idleRSS), mb(before), arrayTasks, mb(after), mb(pruned))
+	driftCheck(ctx, c, mod, first16, withHist, loop)
 	return nil
 }
 
@@ -236,9 +239,9 @@ func runScale(ctx context.Context, bin string, loop time.Duration, arrayOnly boo
 // checked), which leaves that much history behind, then the 16-submitter
 // closed loop again, printed against first (jobs/s). Each of then runs
 // between the two.
-func withHistory(ctx context.Context, c *procCluster, mod []byte, first float64, loop time.Duration, then ...func()) error {
+func withHistory(ctx context.Context, c *procCluster, mod []byte, first float64, loop time.Duration, then ...func()) (withHist float64, err error) {
 	if err := arrayRun(ctx, c, mod, arrayTasks); err != nil {
-		return err
+		return 0, err
 	}
 	for _, f := range then {
 		f()
@@ -246,7 +249,18 @@ func withHistory(ctx context.Context, c *procCluster, mod []byte, first float64,
 	r := closedLoop(ctx, c, mod, 16, loop)
 	fmt.Printf("  flat with history: 16 submitters after %d more jobs of history: %.0f jobs/s = %.2f× the first round (target ≥ 0.9×)\n",
 		arrayTasks, r.rate(), r.rate()/first)
-	return nil
+	return r.rate(), nil
+}
+
+// driftCheck runs the 16-submitter loop once more after the history was
+// pruned and prints the round with history against the mean of the rounds
+// without it, before and after: on a machine whose speed drifts, the
+// literal ratio (against the first round only) moves with the drift, and
+// this one does not move with a linear drift.
+func driftCheck(ctx context.Context, c *procCluster, mod []byte, first, withHist float64, loop time.Duration) {
+	r := closedLoop(ctx, c, mod, 16, loop)
+	fmt.Printf("  drift check: 16 submitters again after pruning: %.0f jobs/s; the round with history = %.2f× the mean of the rounds without it (before %.0f, after %.0f)\n",
+		r.rate(), withHist/((first+r.rate())/2), first, r.rate())
 }
 
 // arrayTasks is the size of the array the benchmark runs.
