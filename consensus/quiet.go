@@ -12,8 +12,9 @@ import (
 // AppendEntries every 1–2 CommitTimeouts (1 ms here, so that a follower
 // learns of a commit within milliseconds; DESIGN.md) even when there is
 // nothing to send. On an idle cluster that was hundreds of empty round
-// trips a second per follower (~330 at 2 ms), about a tenth of a core on the leader and a twentieth on
-// each follower, for requests whose answer was already known.
+// trips a second per follower (~330 at 2 ms), about a tenth of a core on
+// the leader and a twentieth on each follower, for requests whose answer
+// was already known.
 //
 // quietAppends answers such a repeat locally: a request with no entries,
 // identical in term, previous entry and commit index to the last one the

@@ -65,6 +65,7 @@ func clusterThroughput(ctx context.Context, c *procCluster, mod []byte) error {
 	var wwg sync.WaitGroup
 	var wmu sync.Mutex
 	var slowest time.Duration
+	var warmErr error
 	for i := 0; i < 24; i++ {
 		wwg.Add(1)
 		go func(i int) {
@@ -72,12 +73,16 @@ func clusterThroughput(ctx context.Context, c *procCluster, mod []byte) error {
 			d, _, err := runToCompletion(ctx, nodes[i%len(nodes)].cl, mod, "warm")
 			wmu.Lock()
 			defer wmu.Unlock()
-			if err == nil {
-				slowest = max(slowest, d)
+			if err != nil && warmErr == nil {
+				warmErr = err
 			}
+			slowest = max(slowest, d)
 		}(i)
 	}
 	wwg.Wait()
+	if warmErr != nil {
+		return fmt.Errorf("warm-up job: %w", warmErr)
+	}
 	fmt.Printf("cluster jobs, warm-up: 24 at once over the 3 nodes, so each node compiles the %d KiB module once (its first run on a node): slowest %s\n",
 		len(mod)>>10, ms(slowest))
 	const offered, seconds = 40, 10

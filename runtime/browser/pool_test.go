@@ -53,6 +53,33 @@ func TestPoolMakesContextsAheadAndUsesEachOnce(t *testing.T) {
 	}
 }
 
+// TestPoolRefillsAfterTheJobNotDuringIt: the replacement for a context a
+// job took is made once the job's result is out, not while the job runs
+// (its ~45 ms of browser work would compete with the job's own steps).
+func TestPoolRefillsAfterTheJobNotDuringIt(t *testing.T) {
+	e := newExecutor(t, Config{Slots: 1, Prewarm: true})
+	waitPool(t, e, 1)
+	site := alivePage(t)
+	during := -1
+	e.hooks.stepStarted = func(i int) {
+		if i == 1 {
+			// Long enough for the filler to have made a context had it
+			// been asked when the job took its own (~45 ms idle).
+			time.Sleep(500 * time.Millisecond)
+			during = e.pool.len()
+		}
+	}
+	mustOK(t, run(t, e, loopbackSpec(script(t,
+		map[string]any{"action": "navigate", "url": site + "/"},
+		map[string]any{"action": "extract", "selector": "p", "name": "p"},
+	))))
+	e.hooks.stepStarted = nil
+	if during != 0 {
+		t.Fatalf("the pool held %d contexts while the job that took its only one ran, want 0 (refilled during the job)", during)
+	}
+	waitPool(t, e, 1) // and refilled after it
+}
+
 // TestPooledContextAdmitsNothingBeforeAJobTakesIt: a context waiting in the
 // pool has a proxy that refuses every request and interception that fails
 // every request, so a page there cannot reach anything.
