@@ -186,3 +186,31 @@ func TestHooksQueueJobsDeterministically(t *testing.T) {
 		t.Fatal("a hook job triggered a hook")
 	}
 }
+
+// TestHooksFiredInOneEntryAreAllQueued: two after_run hooks on one job
+// queue two hook jobs in the same entry (the same commit index); both must
+// be in the placement queue and the phase index, not only the job map.
+func TestHooksFiredInOneEntryAreAllQueued(t *testing.T) {
+	tool := &raftpb.SkillRecord{SkillId: "g", Version: "1.0.0", Publisher: "acme", PublisherKey: "k", PackageSha256: "pkg-g",
+		Tools: []*raftpb.SkillTool{{Id: "gate", ModuleSha256: "mod-g"}}}
+	f := NewFSM()
+	for _, r := range applyAll(t, f,
+		skillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "acme", Key: "k"}, AtMs: 1}),
+		skillCmd(&raftpb.SkillCommand{Install: tool, AtMs: 2}),
+		&raftpb.Command{Cmd: &raftpb.Command_Hook{Hook: &raftpb.HookCommand{Bind: &raftpb.HookRecord{Id: "h-a", Event: HookAfterRun, SkillId: "g", Tool: "gate"}, AtMs: 3}}},
+		&raftpb.Command{Cmd: &raftpb.Command_Hook{Hook: &raftpb.HookCommand{Bind: &raftpb.HookRecord{Id: "h-b", Event: HookAfterRun, SkillId: "g", Tool: "gate"}, AtMs: 3}}},
+		submitWith("j", func(*raftpb.JobRecord) {}),
+		assign("j", 1, "n1"),
+		&raftpb.Command{Cmd: &raftpb.Command_FinishJob{FinishJob: &raftpb.FinishJob{Id: "j", Attempt: 1, NodeId: "n1", Ok: true, AtMs: 6}}},
+	) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	st := f.State()
+	var queued []string
+	st.Queued("wasm", func(j Job) bool { queued = append(queued, j.ID); return true })
+	if len(queued) != 2 || st.Count(PhaseQueued) != 2 || len(st.Jobs(JobFilter{Phase: PhaseQueued})) != 2 {
+		t.Fatalf("queue %v, queued count %d, listed %d: want both hook jobs everywhere", queued, st.Count(PhaseQueued), len(st.Jobs(JobFilter{Phase: PhaseQueued})))
+	}
+}

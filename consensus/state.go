@@ -64,12 +64,18 @@ func timeLess(a, b timeKey) bool {
 	return a.id < b.id
 }
 
-// orderLess is acceptance order: commit index, then task index.
+// orderLess is acceptance order: commit index, then task index, then id.
+// One entry can accept several jobs at one index that are not tasks of an
+// array (the submits of a batch, the jobs of hooks fired together), so the
+// id keeps them apart: without it the trees would hold only one of them.
 func orderLess(a, b *Job) bool {
 	if a.CommitIndex != b.CommitIndex {
 		return a.CommitIndex < b.CommitIndex
 	}
-	return a.ArrayIndex < b.ArrayIndex
+	if a.ArrayIndex != b.ArrayIndex {
+		return a.ArrayIndex < b.ArrayIndex
+	}
+	return a.ID < b.ID
 }
 
 // queueLess is placement order: higher priority first, then acceptance.
