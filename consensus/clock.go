@@ -122,6 +122,14 @@ func commandTimes(cmd *raftpb.Command) []timeGroup {
 		return one(&c.SetPolicy.AtMs)
 	case *raftpb.Command_SetSecret:
 		return one(&c.SetSecret.AtMs)
+	case *raftpb.Command_Batch:
+		var out []timeGroup
+		for _, sub := range c.Batch.GetCommands() {
+			if _, nested := sub.GetCmd().(*raftpb.Command_Batch); !nested {
+				out = append(out, commandTimes(sub)...)
+			}
+		}
+		return out
 	}
 	return nil // no time (requeue, pending reason, key-value, secret deletion)
 }

@@ -15,6 +15,8 @@ type ApplyResult struct {
 	Err error
 	// Batch holds, for a batch of results, each one's verdict in order.
 	Batch []error
+	// Each holds, for a CommandBatch, each command's result in order.
+	Each []ApplyResult
 }
 
 // FSM applies committed commands to State. It implements raft.FSM.
@@ -75,6 +77,38 @@ func (f *FSM) Apply(l *raft.Log) any {
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
 	return res
+}
+
+// Batchable reports whether cmd may travel in a CommandBatch: submits,
+// cancels and results, whose effects stay inside the job tables (no hooks
+// of their own, no membership or policy topics) and whose order within
+// one entry is the order they were batched in.
+func Batchable(cmd *raftpb.Command) bool {
+	if cmd == nil || cmd.Round != nil {
+		return false
+	}
+	switch cmd.Cmd.(type) {
+	case *raftpb.Command_SubmitJob, *raftpb.Command_CancelJob, *raftpb.Command_FinishBatch, *raftpb.Command_FinishJob:
+		return true
+	}
+	return false
+}
+
+// applyBatch applies each command of a batch in order at index, as if
+// each had its own entry there; one that may not be batched is refused on
+// its own (a leader never builds such a batch; refusing keeps replicas
+// identical whatever the log holds).
+func (s *State) applyBatch(index uint64, b *raftpb.CommandBatch) ApplyResult {
+	out := ApplyResult{Each: make([]ApplyResult, len(b.GetCommands()))}
+	for i, sub := range b.GetCommands() {
+		if !Batchable(sub) {
+			out.Each[i] = ApplyResult{Err: errf(ErrInvalid, "", "command %d of the batch at index %d (%T) may not be batched", i, index, sub.GetCmd())}
+			continue
+		}
+		out.Each[i] = s.apply(index, sub)
+		s.auditCommand(sub, out.Each[i])
+	}
+	return out
 }
 
 func (f *FSM) advance(index uint64) {
@@ -162,6 +196,8 @@ func (s *State) apply(index uint64, cmd *raftpb.Command) ApplyResult {
 		return s.applyHook(c.Hook)
 	case *raftpb.Command_CaTrust:
 		return s.applyCATrust(c.CaTrust)
+	case *raftpb.Command_Batch:
+		return s.applyBatch(index, c.Batch)
 	default:
 		return ApplyResult{Err: errf(ErrInvalid, "upgrade this node to the cluster's version", "unknown raft command %T at index %d", cmd.Cmd, index)}
 	}

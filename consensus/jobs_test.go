@@ -118,3 +118,62 @@ func TestWritesFencedByAttempt(t *testing.T) {
 		t.Fatalf("write after the job was re-queued: %v", err)
 	}
 }
+
+func batchOf(cmds ...*raftpb.Command) *raftpb.Command {
+	return &raftpb.Command{Cmd: &raftpb.Command_Batch{Batch: &raftpb.CommandBatch{Commands: cmds}}}
+}
+
+// A CommandBatch applies each command in order at its index with its own
+// verdict: a conflict or a refusal fails that command only, a command that
+// may not be batched (or a nested batch) is refused on its own, the jobs it
+// accepts are all indexed, and the cluster clock takes every command's
+// time.
+func TestCommandBatchAppliesEachOnItsOwn(t *testing.T) {
+	f := NewFSM()
+	res := applyAll(t, f,
+		submitWith("a", func(r *raftpb.JobRecord) { r.SubmittedAtMs = 10 }),
+		batchOf(
+			submitWith("b", func(r *raftpb.JobRecord) { r.SubmittedAtMs = 20 }),
+			submitWith("a", func(r *raftpb.JobRecord) { r.SubmittedAtMs = 99 }), // same id, other content
+			&raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{Id: "a", AtMs: 500}}},
+			&raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{Id: "nope", AtMs: 30}}},
+			&raftpb.Command{Cmd: &raftpb.Command_SetPolicy{SetPolicy: &raftpb.SetPolicy{Source: []byte("x"), AtMs: 40}}},
+			batchOf(submitWith("nested", func(*raftpb.JobRecord) {})),
+			submitWith("c", func(r *raftpb.JobRecord) { r.SubmittedAtMs = 30 }),
+		),
+	)
+	each := res[1].Each
+	if res[1].Err != nil || len(each) != 7 {
+		t.Fatalf("batch: err %v, %d results; want 7 results", res[1].Err, len(each))
+	}
+	if each[0].Err != nil || each[0].Job.ID != "b" || each[0].Job.Phase != PhaseQueued {
+		t.Fatalf("b: %+v %v", each[0].Job, each[0].Err)
+	}
+	if !errors.Is(each[1].Err, ErrConflict) {
+		t.Fatalf("a resubmitted with other content: %v, want a conflict", each[1].Err)
+	}
+	if each[2].Err != nil || each[2].Job.Phase != PhaseAborted {
+		t.Fatalf("cancel a: %+v %v", each[2].Job, each[2].Err)
+	}
+	if !errors.Is(each[3].Err, ErrNotFound) {
+		t.Fatalf("cancel of an unknown job: %v", each[3].Err)
+	}
+	for _, i := range []int{4, 5} {
+		if !errors.Is(each[i].Err, ErrInvalid) {
+			t.Fatalf("command %d (may not be batched): %v, want invalid", i, each[i].Err)
+		}
+	}
+	if each[6].Err != nil || each[6].Job.ID != "c" {
+		t.Fatalf("c: %+v %v", each[6].Job, each[6].Err)
+	}
+	st := f.State()
+	if _, ok := st.Job("nested"); ok {
+		t.Fatal("a nested batch was applied")
+	}
+	if st.Count(PhaseQueued) != 2 || len(st.Jobs(JobFilter{Phase: PhaseQueued})) != 2 {
+		t.Fatalf("queued: count %d, listed %d; want b and c", st.Count(PhaseQueued), len(st.Jobs(JobFilter{Phase: PhaseQueued})))
+	}
+	if st.ClockMS() != 500 {
+		t.Fatalf("cluster clock %d after the batch; want 500, the cancel's time", st.ClockMS())
+	}
+}

@@ -159,30 +159,42 @@ func (s *Store) Raft() *raft.Raft { return s.raft }
 // (the leader takes the time of every command, see clock.go); cmd itself
 // is not changed.
 func (s *Store) Apply(ctx context.Context, cmd *raftpb.Command) (Job, error) {
+	res, err := s.Propose(ctx, cmd)
+	if err != nil {
+		return Job{}, err
+	}
+	return res.Job, res.Err
+}
+
+// Propose is Apply returning the FSM's whole result: for a CommandBatch,
+// each command's outcome is in ApplyResult.Each. The error is raft's (the
+// entry did not commit, or may not have); the FSM's verdicts are in the
+// result.
+func (s *Store) Propose(ctx context.Context, cmd *raftpb.Command) (ApplyResult, error) {
 	now := time.Now().UnixMilli()
 	if behind := s.fsm.State().ClockMS() - now; behind > clockWarnMS {
 		s.warnClock(behind)
 	}
 	data, err := proto.Marshal(stampLeaderTime(cmd, now))
 	if err != nil {
-		return Job{}, fmt.Errorf("encode command: %w", err)
+		return ApplyResult{}, fmt.Errorf("encode command: %w", err)
 	}
 	timeout := 10 * time.Second
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 		if timeout <= 0 {
-			return Job{}, ctx.Err()
+			return ApplyResult{}, ctx.Err()
 		}
 	}
 	f := s.raft.Apply(data, timeout)
 	if err := f.Error(); err != nil {
-		return Job{}, s.raftErr(err)
+		return ApplyResult{}, s.raftErr(err)
 	}
 	res, ok := f.Response().(ApplyResult)
 	if !ok {
-		return Job{}, fmt.Errorf("unexpected apply response %T", f.Response())
+		return ApplyResult{}, fmt.Errorf("unexpected apply response %T", f.Response())
 	}
-	return res.Job, res.Err
+	return res, nil
 }
 
 // raftErr turns raft's errors into ones that say what to do.

@@ -204,8 +204,15 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 			assign(a)
 		}
 	}
-	for _, c := range log {
+	var apply func(c *raftpb.Command)
+	apply = func(c *raftpb.Command) {
 		switch x := c.Cmd.(type) {
+		case *raftpb.Command_Batch: // group commit: each in order, as the FSM does
+			for _, sub := range x.Batch.Commands {
+				if consensus.Batchable(sub) {
+					apply(sub)
+				}
+			}
 		case *raftpb.Command_SubmitJob:
 			if _, ok := jobs[x.SubmitJob.Job.Id]; !ok {
 				jobs[x.SubmitJob.Job.Id] = &jobModel{maxRetry: x.SubmitJob.Job.MaxRetries, kind: x.SubmitJob.Job.Kind}
@@ -237,7 +244,7 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 			id := x.CancelJob.Id
 			if _, ok := jobs[id]; ok {
 				end(id)
-				continue
+				return
 			}
 			for i := uint32(0); ; i++ { // an array: every task not yet ended
 				if _, ok := jobs[consensus.TaskID(id, i)]; !ok {
@@ -255,6 +262,9 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 			n := node(x.SetNodeSchedulable.Id)
 			n.ineligible, n.draining = !x.SetNodeSchedulable.Eligible, x.SetNodeSchedulable.Draining
 		}
+	}
+	for _, c := range log {
+		apply(c)
 		if rd := c.GetRound(); rd != nil { // placements the leader attached: after the command
 			round(rd)
 		}
@@ -308,14 +318,24 @@ func Check(log []*raftpb.Command, accepted []Observed) *Report {
 		res, _ := fsm.Apply(&raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: data}).(consensus.ApplyResult)
 		var results []*raftpb.FinishJob
 		var errs []error
-		switch x := c.Cmd.(type) {
-		case *raftpb.Command_FinishJob:
-			results, errs = []*raftpb.FinishJob{x.FinishJob}, []error{res.Err}
-		case *raftpb.Command_FinishBatch:
-			results, errs = x.FinishBatch.Results, res.Batch
-			if len(errs) != len(results) {
-				r.violate("entry %d: the FSM answered %d verdicts for a batch of %d results", i, len(errs), len(results))
+		cmds, each := []*raftpb.Command{c}, []consensus.ApplyResult{res}
+		if b := c.GetBatch(); b != nil {
+			cmds, each = b.Commands, res.Each
+			if len(each) != len(cmds) {
+				r.violate("entry %d: the FSM answered %d results for a batch of %d commands", i, len(each), len(cmds))
 				continue
+			}
+		}
+		for k, sub := range cmds {
+			switch x := sub.Cmd.(type) {
+			case *raftpb.Command_FinishJob:
+				results, errs = append(results, x.FinishJob), append(errs, each[k].Err)
+			case *raftpb.Command_FinishBatch:
+				if len(each[k].Batch) != len(x.FinishBatch.Results) {
+					r.violate("entry %d: the FSM answered %d verdicts for a batch of %d results", i, len(each[k].Batch), len(x.FinishBatch.Results))
+					continue
+				}
+				results, errs = append(results, x.FinishBatch.Results...), append(errs, each[k].Batch...)
 			}
 		}
 		for k, f := range results {

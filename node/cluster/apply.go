@@ -31,11 +31,21 @@ func (c *Cluster) Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job
 	if err := mayForward(identity.Principal{Kind: identity.KindNode, ID: c.cfg.NodeID}, cmd); err != nil {
 		return consensus.Job{}, &consensus.Error{Code: codePermissionDenied, Message: err.Error(), Hint: "a node may report only its own work"}
 	}
+	if consensus.Batchable(cmd) {
+		return c.batch.propose(ctx, cmd)
+	}
+	return c.applyOne(ctx, cmd)
+}
+
+// applyOne commits cmd in an entry of its own.
+func (c *Cluster) applyOne(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error) {
 	req := &peerpb.Request{Body: &peerpb.Request_ForwardApply{ForwardApply: &peerpb.ForwardApplyRequest{Command: cmd}}}
 	var job consensus.Job
 	err := c.onLeader(ctx, false, func(ctx context.Context) error {
-		var err error
-		job, err = c.applyLocal(ctx, cmd)
+		res, err := c.applyLocal(ctx, cmd)
+		if err == nil {
+			job, err = res.Job, res.Err
+		}
 		return err
 	}, req, func(resp *peerpb.Response) error {
 		fa := resp.GetForwardApply()
@@ -250,7 +260,7 @@ func (c *Cluster) SetPiggyback(p Piggyback) {
 // round the piggyback planner attaches rides in the same entry (on a
 // shallow copy: cmd may be sent again, elsewhere, on a retry); a round
 // that came with cmd is dropped.
-func (c *Cluster) applyLocal(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error) {
+func (c *Cluster) applyLocal(ctx context.Context, cmd *raftpb.Command) (consensus.ApplyResult, error) {
 	var round *raftpb.SchedulerRound
 	if p := c.piggyback.Load(); p != nil {
 		var done func()
@@ -263,5 +273,5 @@ func (c *Cluster) applyLocal(ctx context.Context, cmd *raftpb.Command) (consensu
 		// node set is dropped.
 		cmd = &raftpb.Command{Cmd: cmd.Cmd, Round: round}
 	}
-	return c.store.Apply(ctx, cmd)
+	return c.store.Propose(ctx, cmd)
 }

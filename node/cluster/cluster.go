@@ -65,6 +65,8 @@ type Cluster struct {
 	outputs atomic.Pointer[OutputSource]
 	// browsers serves browser-session calls on this node's worker.
 	browsers atomic.Pointer[BrowserHandler]
+	// batch groups submits, cancels and results into one entry (batch.go).
+	batch batcher
 }
 
 type leaderInfo struct{ id, addr string }
@@ -88,6 +90,7 @@ func New(cfg Config) (*Cluster, error) {
 		verifying: map[string]bool{}, downSince: map[string]time.Time{},
 		kick: make(chan struct{}, 1),
 	}
+	c.batch.c = c
 	c.ap = autopilot.New(c.raft, &apDelegate{c: c},
 		autopilot.WithLogger(newHCLogger(cfg.Logger, "autopilot")),
 		autopilot.WithPromoter(&promoter{target: cfg.TargetVoters}),

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/mesh"
 	"github.com/palyra-mesh/palyra/proto/peerpb"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
 // Error codes peer RPC adds to consensus's.
@@ -114,21 +116,43 @@ func (c *Cluster) handleForwardApply(ctx context.Context, pr identity.Principal,
 	if r.GetCommand() == nil {
 		return errResp(codeInvalid, "forwarded apply carries no command", "")
 	}
-	if err := mayForward(pr, r.Command); err != nil {
-		c.log.Warn("refused a forwarded command", "peer", pr.String(), "err", err)
-		return errResp(codePermissionDenied, err.Error(), "a node may report only its own work")
+	batch := r.Command.GetBatch()
+	cmds := []*raftpb.Command{r.Command}
+	if batch != nil {
+		cmds = batch.Commands
+		if len(cmds) == 0 {
+			return errResp(codeInvalid, "forwarded batch is empty", "")
+		}
+	}
+	for _, cmd := range cmds {
+		if batch != nil && !consensus.Batchable(cmd) {
+			return errResp(codeInvalid, fmt.Sprintf("a forwarded batch carries a command that may not be batched (%T)", cmd.GetCmd()), "send it on its own")
+		}
+		if err := mayForward(pr, cmd); err != nil {
+			c.log.Warn("refused a forwarded command", "peer", pr.String(), "err", err)
+			return errResp(codePermissionDenied, err.Error(), "a node may report only its own work")
+		}
 	}
 	if !c.store.IsLeader() {
 		return c.notLeaderResp()
 	}
-	job, err := c.applyLocal(ctx, r.Command)
+	res, err := c.applyLocal(ctx, r.Command)
+	if err == nil && batch == nil {
+		err = res.Err
+	}
 	if err != nil {
 		if errors.Is(err, consensus.ErrNotLeader) {
 			return c.notLeaderResp()
 		}
 		return &peerpb.Response{Error: toPBError(err)}
 	}
-	return &peerpb.Response{Body: &peerpb.Response_ForwardApply{ForwardApply: &peerpb.ForwardApplyResponse{Job: consensus.JobRecord(&job)}}}
+	if batch != nil {
+		if len(res.Each) != len(cmds) {
+			return errResp(codeInternal, fmt.Sprintf("the batch of %d commands was applied as %d", len(cmds), len(res.Each)), "")
+		}
+		return &peerpb.Response{Body: &peerpb.Response_ForwardApply{ForwardApply: &peerpb.ForwardApplyResponse{Results: batchResults(res.Each)}}}
+	}
+	return &peerpb.Response{Body: &peerpb.Response_ForwardApply{ForwardApply: &peerpb.ForwardApplyResponse{Job: consensus.JobRecord(&res.Job)}}}
 }
 
 // handleRaftJoin adds the caller as a non-voter. A node may only add

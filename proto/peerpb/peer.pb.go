@@ -719,9 +719,12 @@ func (x *ForwardApplyRequest) GetCommand() *raftpb.Command {
 	return nil
 }
 
+// For a batch, results holds each command's outcome in order (job is
+// unset); a failure of the whole batch is the Response's error.
 type ForwardApplyResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *raftpb.JobRecord      `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Results       []*ForwardResult       `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -763,6 +766,65 @@ func (x *ForwardApplyResponse) GetJob() *raftpb.JobRecord {
 	return nil
 }
 
+func (x *ForwardApplyResponse) GetResults() []*ForwardResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type ForwardResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *raftpb.JobRecord      `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardResult) Reset() {
+	*x = ForwardResult{}
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardResult) ProtoMessage() {}
+
+func (x *ForwardResult) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardResult.ProtoReflect.Descriptor instead.
+func (*ForwardResult) Descriptor() ([]byte, []int) {
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ForwardResult) GetJob() *raftpb.JobRecord {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *ForwardResult) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 // RaftJoinRequest asks the leader to add the caller as a non-voter. id must
 // be the caller's own node id (its certificate's principal).
 type RaftJoinRequest struct {
@@ -775,7 +837,7 @@ type RaftJoinRequest struct {
 
 func (x *RaftJoinRequest) Reset() {
 	*x = RaftJoinRequest{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +849,7 @@ func (x *RaftJoinRequest) String() string {
 func (*RaftJoinRequest) ProtoMessage() {}
 
 func (x *RaftJoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +862,7 @@ func (x *RaftJoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftJoinRequest.ProtoReflect.Descriptor instead.
 func (*RaftJoinRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RaftJoinRequest) GetId() string {
@@ -826,7 +888,7 @@ type RaftJoinResponse struct {
 
 func (x *RaftJoinResponse) Reset() {
 	*x = RaftJoinResponse{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +900,7 @@ func (x *RaftJoinResponse) String() string {
 func (*RaftJoinResponse) ProtoMessage() {}
 
 func (x *RaftJoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +913,7 @@ func (x *RaftJoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftJoinResponse.ProtoReflect.Descriptor instead.
 func (*RaftJoinResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RaftJoinResponse) GetAlreadyMember() bool {
@@ -870,7 +932,7 @@ type RaftStatsRequest struct {
 
 func (x *RaftStatsRequest) Reset() {
 	*x = RaftStatsRequest{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +944,7 @@ func (x *RaftStatsRequest) String() string {
 func (*RaftStatsRequest) ProtoMessage() {}
 
 func (x *RaftStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +957,7 @@ func (x *RaftStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftStatsRequest.ProtoReflect.Descriptor instead.
 func (*RaftStatsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 type RaftStatsResponse struct {
@@ -910,7 +972,7 @@ type RaftStatsResponse struct {
 
 func (x *RaftStatsResponse) Reset() {
 	*x = RaftStatsResponse{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +984,7 @@ func (x *RaftStatsResponse) String() string {
 func (*RaftStatsResponse) ProtoMessage() {}
 
 func (x *RaftStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +997,7 @@ func (x *RaftStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftStatsResponse.ProtoReflect.Descriptor instead.
 func (*RaftStatsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RaftStatsResponse) GetId() string {
@@ -977,7 +1039,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1051,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1064,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LeaveRequest) GetId() string {
@@ -1020,7 +1082,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1094,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1107,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 // ReadIndexRequest asks the leader for the index a linearizable read must
@@ -1058,7 +1120,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1132,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1145,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 type ReadIndexResponse struct {
@@ -1095,7 +1157,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1169,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1182,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -1141,7 +1203,7 @@ type CAKeysRequest struct {
 
 func (x *CAKeysRequest) Reset() {
 	*x = CAKeysRequest{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1215,7 @@ func (x *CAKeysRequest) String() string {
 func (*CAKeysRequest) ProtoMessage() {}
 
 func (x *CAKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1228,7 @@ func (x *CAKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAKeysRequest.ProtoReflect.Descriptor instead.
 func (*CAKeysRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 type CAKeysResponse struct {
@@ -1178,7 +1240,7 @@ type CAKeysResponse struct {
 
 func (x *CAKeysResponse) Reset() {
 	*x = CAKeysResponse{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[17]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1252,7 @@ func (x *CAKeysResponse) String() string {
 func (*CAKeysResponse) ProtoMessage() {}
 
 func (x *CAKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[17]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1265,7 @@ func (x *CAKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAKeysResponse.ProtoReflect.Descriptor instead.
 func (*CAKeysResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CAKeysResponse) GetKeys() []*CAKey {
@@ -1224,7 +1286,7 @@ type CAKey struct {
 
 func (x *CAKey) Reset() {
 	*x = CAKey{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[18]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1298,7 @@ func (x *CAKey) String() string {
 func (*CAKey) ProtoMessage() {}
 
 func (x *CAKey) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[18]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1311,7 @@ func (x *CAKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAKey.ProtoReflect.Descriptor instead.
 func (*CAKey) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CAKey) GetRootDer() []byte {
@@ -1280,7 +1342,7 @@ type NodeMeta struct {
 
 func (x *NodeMeta) Reset() {
 	*x = NodeMeta{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[19]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1354,7 @@ func (x *NodeMeta) String() string {
 func (*NodeMeta) ProtoMessage() {}
 
 func (x *NodeMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[19]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1367,7 @@ func (x *NodeMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMeta.ProtoReflect.Descriptor instead.
 func (*NodeMeta) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NodeMeta) GetLabels() map[string]string {
@@ -1350,7 +1412,7 @@ type JobOutputRequest struct {
 
 func (x *JobOutputRequest) Reset() {
 	*x = JobOutputRequest{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[20]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1424,7 @@ func (x *JobOutputRequest) String() string {
 func (*JobOutputRequest) ProtoMessage() {}
 
 func (x *JobOutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[20]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1437,7 @@ func (x *JobOutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobOutputRequest.ProtoReflect.Descriptor instead.
 func (*JobOutputRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JobOutputRequest) GetJobId() string {
@@ -1419,7 +1481,7 @@ type JobOutputResponse struct {
 
 func (x *JobOutputResponse) Reset() {
 	*x = JobOutputResponse{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[21]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1493,7 @@ func (x *JobOutputResponse) String() string {
 func (*JobOutputResponse) ProtoMessage() {}
 
 func (x *JobOutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[21]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1506,7 @@ func (x *JobOutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobOutputResponse.ProtoReflect.Descriptor instead.
 func (*JobOutputResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JobOutputResponse) GetFound() bool {
@@ -1493,7 +1555,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[22]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1567,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[22]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1580,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OutputChunk) GetOffset() int64 {
@@ -1561,7 +1623,7 @@ type BrowserSessionRequest struct {
 
 func (x *BrowserSessionRequest) Reset() {
 	*x = BrowserSessionRequest{}
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[23]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1635,7 @@ func (x *BrowserSessionRequest) String() string {
 func (*BrowserSessionRequest) ProtoMessage() {}
 
 func (x *BrowserSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_peer_v1_peer_proto_msgTypes[23]
+	mi := &file_palyra_peer_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1648,7 @@ func (x *BrowserSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSessionRequest.ProtoReflect.Descriptor instead.
 func (*BrowserSessionRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_palyra_peer_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BrowserSessionRequest) GetOp() string {
@@ -1688,9 +1750,13 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\x04lost\x18\x01 \x03(\v2\x18.palyra.peer.v1.LeaseRefR\x04lost\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"H\n" +
 	"\x13ForwardApplyRequest\x121\n" +
-	"\acommand\x18\x01 \x01(\v2\x17.palyra.raft.v1.CommandR\acommand\"C\n" +
+	"\acommand\x18\x01 \x01(\v2\x17.palyra.raft.v1.CommandR\acommand\"|\n" +
 	"\x14ForwardApplyResponse\x12+\n" +
-	"\x03job\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\x03job\";\n" +
+	"\x03job\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\x03job\x127\n" +
+	"\aresults\x18\x02 \x03(\v2\x1d.palyra.peer.v1.ForwardResultR\aresults\"i\n" +
+	"\rForwardResult\x12+\n" +
+	"\x03job\x18\x01 \x01(\v2\x19.palyra.raft.v1.JobRecordR\x03job\x12+\n" +
+	"\x05error\x18\x02 \x01(\v2\x15.palyra.peer.v1.ErrorR\x05error\";\n" +
 	"\x0fRaftJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"9\n" +
@@ -1764,7 +1830,7 @@ func file_palyra_peer_v1_peer_proto_rawDescGZIP() []byte {
 	return file_palyra_peer_v1_peer_proto_rawDescData
 }
 
-var file_palyra_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_palyra_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_palyra_peer_v1_peer_proto_goTypes = []any{
 	(*Error)(nil),                                // 0: palyra.peer.v1.Error
 	(*Request)(nil),                              // 1: palyra.peer.v1.Request
@@ -1774,64 +1840,68 @@ var file_palyra_peer_v1_peer_proto_goTypes = []any{
 	(*RenewLeasesResponse)(nil),                  // 5: palyra.peer.v1.RenewLeasesResponse
 	(*ForwardApplyRequest)(nil),                  // 6: palyra.peer.v1.ForwardApplyRequest
 	(*ForwardApplyResponse)(nil),                 // 7: palyra.peer.v1.ForwardApplyResponse
-	(*RaftJoinRequest)(nil),                      // 8: palyra.peer.v1.RaftJoinRequest
-	(*RaftJoinResponse)(nil),                     // 9: palyra.peer.v1.RaftJoinResponse
-	(*RaftStatsRequest)(nil),                     // 10: palyra.peer.v1.RaftStatsRequest
-	(*RaftStatsResponse)(nil),                    // 11: palyra.peer.v1.RaftStatsResponse
-	(*LeaveRequest)(nil),                         // 12: palyra.peer.v1.LeaveRequest
-	(*LeaveResponse)(nil),                        // 13: palyra.peer.v1.LeaveResponse
-	(*ReadIndexRequest)(nil),                     // 14: palyra.peer.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),                    // 15: palyra.peer.v1.ReadIndexResponse
-	(*CAKeysRequest)(nil),                        // 16: palyra.peer.v1.CAKeysRequest
-	(*CAKeysResponse)(nil),                       // 17: palyra.peer.v1.CAKeysResponse
-	(*CAKey)(nil),                                // 18: palyra.peer.v1.CAKey
-	(*NodeMeta)(nil),                             // 19: palyra.peer.v1.NodeMeta
-	(*JobOutputRequest)(nil),                     // 20: palyra.peer.v1.JobOutputRequest
-	(*JobOutputResponse)(nil),                    // 21: palyra.peer.v1.JobOutputResponse
-	(*OutputChunk)(nil),                          // 22: palyra.peer.v1.OutputChunk
-	(*BrowserSessionRequest)(nil),                // 23: palyra.peer.v1.BrowserSessionRequest
-	nil,                                          // 24: palyra.peer.v1.NodeMeta.LabelsEntry
-	nil,                                          // 25: palyra.peer.v1.NodeMeta.CapacityEntry
-	(*palyrav1.BrowserSessionResponse)(nil),      // 26: palyra.v1.BrowserSessionResponse
-	(*palyrav1.ListBrowserSessionsResponse)(nil), // 27: palyra.v1.ListBrowserSessionsResponse
-	(*raftpb.Command)(nil),                       // 28: palyra.raft.v1.Command
-	(*raftpb.JobRecord)(nil),                     // 29: palyra.raft.v1.JobRecord
+	(*ForwardResult)(nil),                        // 8: palyra.peer.v1.ForwardResult
+	(*RaftJoinRequest)(nil),                      // 9: palyra.peer.v1.RaftJoinRequest
+	(*RaftJoinResponse)(nil),                     // 10: palyra.peer.v1.RaftJoinResponse
+	(*RaftStatsRequest)(nil),                     // 11: palyra.peer.v1.RaftStatsRequest
+	(*RaftStatsResponse)(nil),                    // 12: palyra.peer.v1.RaftStatsResponse
+	(*LeaveRequest)(nil),                         // 13: palyra.peer.v1.LeaveRequest
+	(*LeaveResponse)(nil),                        // 14: palyra.peer.v1.LeaveResponse
+	(*ReadIndexRequest)(nil),                     // 15: palyra.peer.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),                    // 16: palyra.peer.v1.ReadIndexResponse
+	(*CAKeysRequest)(nil),                        // 17: palyra.peer.v1.CAKeysRequest
+	(*CAKeysResponse)(nil),                       // 18: palyra.peer.v1.CAKeysResponse
+	(*CAKey)(nil),                                // 19: palyra.peer.v1.CAKey
+	(*NodeMeta)(nil),                             // 20: palyra.peer.v1.NodeMeta
+	(*JobOutputRequest)(nil),                     // 21: palyra.peer.v1.JobOutputRequest
+	(*JobOutputResponse)(nil),                    // 22: palyra.peer.v1.JobOutputResponse
+	(*OutputChunk)(nil),                          // 23: palyra.peer.v1.OutputChunk
+	(*BrowserSessionRequest)(nil),                // 24: palyra.peer.v1.BrowserSessionRequest
+	nil,                                          // 25: palyra.peer.v1.NodeMeta.LabelsEntry
+	nil,                                          // 26: palyra.peer.v1.NodeMeta.CapacityEntry
+	(*palyrav1.BrowserSessionResponse)(nil),      // 27: palyra.v1.BrowserSessionResponse
+	(*palyrav1.ListBrowserSessionsResponse)(nil), // 28: palyra.v1.ListBrowserSessionsResponse
+	(*raftpb.Command)(nil),                       // 29: palyra.raft.v1.Command
+	(*raftpb.JobRecord)(nil),                     // 30: palyra.raft.v1.JobRecord
 }
 var file_palyra_peer_v1_peer_proto_depIdxs = []int32{
 	6,  // 0: palyra.peer.v1.Request.forward_apply:type_name -> palyra.peer.v1.ForwardApplyRequest
-	8,  // 1: palyra.peer.v1.Request.raft_join:type_name -> palyra.peer.v1.RaftJoinRequest
-	10, // 2: palyra.peer.v1.Request.raft_stats:type_name -> palyra.peer.v1.RaftStatsRequest
-	12, // 3: palyra.peer.v1.Request.leave:type_name -> palyra.peer.v1.LeaveRequest
-	14, // 4: palyra.peer.v1.Request.read_index:type_name -> palyra.peer.v1.ReadIndexRequest
-	16, // 5: palyra.peer.v1.Request.ca_keys:type_name -> palyra.peer.v1.CAKeysRequest
+	9,  // 1: palyra.peer.v1.Request.raft_join:type_name -> palyra.peer.v1.RaftJoinRequest
+	11, // 2: palyra.peer.v1.Request.raft_stats:type_name -> palyra.peer.v1.RaftStatsRequest
+	13, // 3: palyra.peer.v1.Request.leave:type_name -> palyra.peer.v1.LeaveRequest
+	15, // 4: palyra.peer.v1.Request.read_index:type_name -> palyra.peer.v1.ReadIndexRequest
+	17, // 5: palyra.peer.v1.Request.ca_keys:type_name -> palyra.peer.v1.CAKeysRequest
 	3,  // 6: palyra.peer.v1.Request.renew_leases:type_name -> palyra.peer.v1.RenewLeasesRequest
-	20, // 7: palyra.peer.v1.Request.job_output:type_name -> palyra.peer.v1.JobOutputRequest
-	23, // 8: palyra.peer.v1.Request.browser_session:type_name -> palyra.peer.v1.BrowserSessionRequest
+	21, // 7: palyra.peer.v1.Request.job_output:type_name -> palyra.peer.v1.JobOutputRequest
+	24, // 8: palyra.peer.v1.Request.browser_session:type_name -> palyra.peer.v1.BrowserSessionRequest
 	0,  // 9: palyra.peer.v1.Response.error:type_name -> palyra.peer.v1.Error
 	7,  // 10: palyra.peer.v1.Response.forward_apply:type_name -> palyra.peer.v1.ForwardApplyResponse
-	9,  // 11: palyra.peer.v1.Response.raft_join:type_name -> palyra.peer.v1.RaftJoinResponse
-	11, // 12: palyra.peer.v1.Response.raft_stats:type_name -> palyra.peer.v1.RaftStatsResponse
-	13, // 13: palyra.peer.v1.Response.leave:type_name -> palyra.peer.v1.LeaveResponse
-	15, // 14: palyra.peer.v1.Response.read_index:type_name -> palyra.peer.v1.ReadIndexResponse
-	17, // 15: palyra.peer.v1.Response.ca_keys:type_name -> palyra.peer.v1.CAKeysResponse
+	10, // 11: palyra.peer.v1.Response.raft_join:type_name -> palyra.peer.v1.RaftJoinResponse
+	12, // 12: palyra.peer.v1.Response.raft_stats:type_name -> palyra.peer.v1.RaftStatsResponse
+	14, // 13: palyra.peer.v1.Response.leave:type_name -> palyra.peer.v1.LeaveResponse
+	16, // 14: palyra.peer.v1.Response.read_index:type_name -> palyra.peer.v1.ReadIndexResponse
+	18, // 15: palyra.peer.v1.Response.ca_keys:type_name -> palyra.peer.v1.CAKeysResponse
 	5,  // 16: palyra.peer.v1.Response.renew_leases:type_name -> palyra.peer.v1.RenewLeasesResponse
-	21, // 17: palyra.peer.v1.Response.job_output:type_name -> palyra.peer.v1.JobOutputResponse
-	26, // 18: palyra.peer.v1.Response.browser_session:type_name -> palyra.v1.BrowserSessionResponse
-	27, // 19: palyra.peer.v1.Response.browser_sessions:type_name -> palyra.v1.ListBrowserSessionsResponse
+	22, // 17: palyra.peer.v1.Response.job_output:type_name -> palyra.peer.v1.JobOutputResponse
+	27, // 18: palyra.peer.v1.Response.browser_session:type_name -> palyra.v1.BrowserSessionResponse
+	28, // 19: palyra.peer.v1.Response.browser_sessions:type_name -> palyra.v1.ListBrowserSessionsResponse
 	4,  // 20: palyra.peer.v1.RenewLeasesRequest.held:type_name -> palyra.peer.v1.LeaseRef
 	4,  // 21: palyra.peer.v1.RenewLeasesResponse.lost:type_name -> palyra.peer.v1.LeaseRef
-	28, // 22: palyra.peer.v1.ForwardApplyRequest.command:type_name -> palyra.raft.v1.Command
-	29, // 23: palyra.peer.v1.ForwardApplyResponse.job:type_name -> palyra.raft.v1.JobRecord
-	18, // 24: palyra.peer.v1.CAKeysResponse.keys:type_name -> palyra.peer.v1.CAKey
-	24, // 25: palyra.peer.v1.NodeMeta.labels:type_name -> palyra.peer.v1.NodeMeta.LabelsEntry
-	25, // 26: palyra.peer.v1.NodeMeta.capacity:type_name -> palyra.peer.v1.NodeMeta.CapacityEntry
-	22, // 27: palyra.peer.v1.JobOutputResponse.stdout:type_name -> palyra.peer.v1.OutputChunk
-	22, // 28: palyra.peer.v1.JobOutputResponse.stderr:type_name -> palyra.peer.v1.OutputChunk
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	29, // 22: palyra.peer.v1.ForwardApplyRequest.command:type_name -> palyra.raft.v1.Command
+	30, // 23: palyra.peer.v1.ForwardApplyResponse.job:type_name -> palyra.raft.v1.JobRecord
+	8,  // 24: palyra.peer.v1.ForwardApplyResponse.results:type_name -> palyra.peer.v1.ForwardResult
+	30, // 25: palyra.peer.v1.ForwardResult.job:type_name -> palyra.raft.v1.JobRecord
+	0,  // 26: palyra.peer.v1.ForwardResult.error:type_name -> palyra.peer.v1.Error
+	19, // 27: palyra.peer.v1.CAKeysResponse.keys:type_name -> palyra.peer.v1.CAKey
+	25, // 28: palyra.peer.v1.NodeMeta.labels:type_name -> palyra.peer.v1.NodeMeta.LabelsEntry
+	26, // 29: palyra.peer.v1.NodeMeta.capacity:type_name -> palyra.peer.v1.NodeMeta.CapacityEntry
+	23, // 30: palyra.peer.v1.JobOutputResponse.stdout:type_name -> palyra.peer.v1.OutputChunk
+	23, // 31: palyra.peer.v1.JobOutputResponse.stderr:type_name -> palyra.peer.v1.OutputChunk
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_palyra_peer_v1_peer_proto_init() }
@@ -1868,7 +1938,7 @@ func file_palyra_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_peer_v1_peer_proto_rawDesc), len(file_palyra_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1012,6 +1012,55 @@ func (x *FinishBatch) GetResults() []*FinishJob {
 	return nil
 }
 
+// CommandBatch is commands that reached one node at about the same time,
+// committed as one entry (group commit: one forward, one entry, one
+// scheduling round for many submits). Each applies in order, as if it had
+// its own entry at this index, and gets its own result; only submits,
+// cancels and results may be batched, and a batch never nests.
+type CommandBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Commands      []*Command             `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandBatch) Reset() {
+	*x = CommandBatch{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandBatch) ProtoMessage() {}
+
+func (x *CommandBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandBatch.ProtoReflect.Descriptor instead.
+func (*CommandBatch) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CommandBatch) GetCommands() []*Command {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
 // NodeSlots is the capacity the planner saw for one node and kind; the FSM
 // refuses placements beyond it.
 type NodeSlots struct {
@@ -1025,7 +1074,7 @@ type NodeSlots struct {
 
 func (x *NodeSlots) Reset() {
 	*x = NodeSlots{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1086,7 @@ func (x *NodeSlots) String() string {
 func (*NodeSlots) ProtoMessage() {}
 
 func (x *NodeSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1099,7 @@ func (x *NodeSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSlots.ProtoReflect.Descriptor instead.
 func (*NodeSlots) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{8}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeSlots) GetNodeId() string {
@@ -1091,7 +1140,7 @@ type SchedulerRound struct {
 
 func (x *SchedulerRound) Reset() {
 	*x = SchedulerRound{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1152,7 @@ func (x *SchedulerRound) String() string {
 func (*SchedulerRound) ProtoMessage() {}
 
 func (x *SchedulerRound) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1165,7 @@ func (x *SchedulerRound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulerRound.ProtoReflect.Descriptor instead.
 func (*SchedulerRound) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{9}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SchedulerRound) GetAtMs() int64 {
@@ -1173,7 +1222,7 @@ type ArrayTask struct {
 
 func (x *ArrayTask) Reset() {
 	*x = ArrayTask{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1234,7 @@ func (x *ArrayTask) String() string {
 func (*ArrayTask) ProtoMessage() {}
 
 func (x *ArrayTask) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1247,7 @@ func (x *ArrayTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayTask.ProtoReflect.Descriptor instead.
 func (*ArrayTask) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ArrayTask) GetInput() []byte {
@@ -1234,7 +1283,7 @@ type SubmitArray struct {
 
 func (x *SubmitArray) Reset() {
 	*x = SubmitArray{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1295,7 @@ func (x *SubmitArray) String() string {
 func (*SubmitArray) ProtoMessage() {}
 
 func (x *SubmitArray) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1308,7 @@ func (x *SubmitArray) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitArray.ProtoReflect.Descriptor instead.
 func (*SubmitArray) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SubmitArray) GetTemplate() *JobRecord {
@@ -1290,7 +1339,7 @@ type PruneJobs struct {
 
 func (x *PruneJobs) Reset() {
 	*x = PruneJobs{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1351,7 @@ func (x *PruneJobs) String() string {
 func (*PruneJobs) ProtoMessage() {}
 
 func (x *PruneJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1364,7 @@ func (x *PruneJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneJobs.ProtoReflect.Descriptor instead.
 func (*PruneJobs) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PruneJobs) GetBeforeMs() int64 {
@@ -1358,7 +1407,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1419,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1432,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetRetention) GetRetentionMs() int64 {
@@ -1418,7 +1467,7 @@ type CancelJob struct {
 
 func (x *CancelJob) Reset() {
 	*x = CancelJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1479,7 @@ func (x *CancelJob) String() string {
 func (*CancelJob) ProtoMessage() {}
 
 func (x *CancelJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1492,7 @@ func (x *CancelJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJob.ProtoReflect.Descriptor instead.
 func (*CancelJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelJob) GetId() string {
@@ -1478,7 +1527,7 @@ type ExpireJob struct {
 
 func (x *ExpireJob) Reset() {
 	*x = ExpireJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1539,7 @@ func (x *ExpireJob) String() string {
 func (*ExpireJob) ProtoMessage() {}
 
 func (x *ExpireJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1552,7 @@ func (x *ExpireJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireJob.ProtoReflect.Descriptor instead.
 func (*ExpireJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExpireJob) GetId() string {
@@ -1531,7 +1580,7 @@ type SetPendingReason struct {
 
 func (x *SetPendingReason) Reset() {
 	*x = SetPendingReason{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1592,7 @@ func (x *SetPendingReason) String() string {
 func (*SetPendingReason) ProtoMessage() {}
 
 func (x *SetPendingReason) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1605,7 @@ func (x *SetPendingReason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPendingReason.ProtoReflect.Descriptor instead.
 func (*SetPendingReason) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetPendingReason) GetId() string {
@@ -1587,7 +1636,7 @@ type SetNodeSchedulable struct {
 
 func (x *SetNodeSchedulable) Reset() {
 	*x = SetNodeSchedulable{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1648,7 @@ func (x *SetNodeSchedulable) String() string {
 func (*SetNodeSchedulable) ProtoMessage() {}
 
 func (x *SetNodeSchedulable) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1661,7 @@ func (x *SetNodeSchedulable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeSchedulable.ProtoReflect.Descriptor instead.
 func (*SetNodeSchedulable) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetNodeSchedulable) GetId() string {
@@ -1666,7 +1715,7 @@ type RequeueJob struct {
 
 func (x *RequeueJob) Reset() {
 	*x = RequeueJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1727,7 @@ func (x *RequeueJob) String() string {
 func (*RequeueJob) ProtoMessage() {}
 
 func (x *RequeueJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1740,7 @@ func (x *RequeueJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueJob.ProtoReflect.Descriptor instead.
 func (*RequeueJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RequeueJob) GetId() string {
@@ -1744,7 +1793,7 @@ type PairingRecord struct {
 
 func (x *PairingRecord) Reset() {
 	*x = PairingRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1805,7 @@ func (x *PairingRecord) String() string {
 func (*PairingRecord) ProtoMessage() {}
 
 func (x *PairingRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1818,7 @@ func (x *PairingRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairingRecord.ProtoReflect.Descriptor instead.
 func (*PairingRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PairingRecord) GetId() string {
@@ -1878,7 +1927,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +1939,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +1952,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Member) GetKind() string {
@@ -2006,7 +2055,7 @@ type CreatePairing struct {
 
 func (x *CreatePairing) Reset() {
 	*x = CreatePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2067,7 @@ func (x *CreatePairing) String() string {
 func (*CreatePairing) ProtoMessage() {}
 
 func (x *CreatePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2080,7 @@ func (x *CreatePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePairing.ProtoReflect.Descriptor instead.
 func (*CreatePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{21}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreatePairing) GetPairing() *PairingRecord {
@@ -2063,7 +2112,7 @@ type ConsumePairing struct {
 
 func (x *ConsumePairing) Reset() {
 	*x = ConsumePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2124,7 @@ func (x *ConsumePairing) String() string {
 func (*ConsumePairing) ProtoMessage() {}
 
 func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2137,7 @@ func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumePairing.ProtoReflect.Descriptor instead.
 func (*ConsumePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ConsumePairing) GetId() string {
@@ -2144,7 +2193,7 @@ type RevokePairing struct {
 
 func (x *RevokePairing) Reset() {
 	*x = RevokePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2205,7 @@ func (x *RevokePairing) String() string {
 func (*RevokePairing) ProtoMessage() {}
 
 func (x *RevokePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2218,7 @@ func (x *RevokePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePairing.ProtoReflect.Descriptor instead.
 func (*RevokePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RevokePairing) GetId() string {
@@ -2203,7 +2252,7 @@ type AddMember struct {
 
 func (x *AddMember) Reset() {
 	*x = AddMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2264,7 @@ func (x *AddMember) String() string {
 func (*AddMember) ProtoMessage() {}
 
 func (x *AddMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2277,7 @@ func (x *AddMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMember.ProtoReflect.Descriptor instead.
 func (*AddMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AddMember) GetMember() *Member {
@@ -2250,7 +2299,7 @@ type RevokeMember struct {
 
 func (x *RevokeMember) Reset() {
 	*x = RevokeMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2311,7 @@ func (x *RevokeMember) String() string {
 func (*RevokeMember) ProtoMessage() {}
 
 func (x *RevokeMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2324,7 @@ func (x *RevokeMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeMember.ProtoReflect.Descriptor instead.
 func (*RevokeMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{25}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RevokeMember) GetKind() string {
@@ -2317,7 +2366,7 @@ type UseToken struct {
 
 func (x *UseToken) Reset() {
 	*x = UseToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2378,7 @@ func (x *UseToken) String() string {
 func (*UseToken) ProtoMessage() {}
 
 func (x *UseToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2391,7 @@ func (x *UseToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UseToken.ProtoReflect.Descriptor instead.
 func (*UseToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{26}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UseToken) GetId() string {
@@ -2370,7 +2419,7 @@ type RevokeCert struct {
 
 func (x *RevokeCert) Reset() {
 	*x = RevokeCert{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2431,7 @@ func (x *RevokeCert) String() string {
 func (*RevokeCert) ProtoMessage() {}
 
 func (x *RevokeCert) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2444,7 @@ func (x *RevokeCert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCert.ProtoReflect.Descriptor instead.
 func (*RevokeCert) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{27}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RevokeCert) GetSerial() string {
@@ -2430,7 +2479,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2491,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2504,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{28}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetPolicy) GetSource() []byte {
@@ -2493,7 +2542,7 @@ type SetSecret struct {
 
 func (x *SetSecret) Reset() {
 	*x = SetSecret{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2505,7 +2554,7 @@ func (x *SetSecret) String() string {
 func (*SetSecret) ProtoMessage() {}
 
 func (x *SetSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2518,7 +2567,7 @@ func (x *SetSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecret.ProtoReflect.Descriptor instead.
 func (*SetSecret) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{29}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetSecret) GetName() string {
@@ -2560,7 +2609,7 @@ type DeleteSecret struct {
 
 func (x *DeleteSecret) Reset() {
 	*x = DeleteSecret{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2621,7 @@ func (x *DeleteSecret) String() string {
 func (*DeleteSecret) ProtoMessage() {}
 
 func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2634,7 @@ func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecret.ProtoReflect.Descriptor instead.
 func (*DeleteSecret) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{30}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteSecret) GetName() string {
@@ -2624,7 +2673,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2685,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2698,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{31}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KVPut) GetKey() string {
@@ -2699,7 +2748,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +2760,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2724,7 +2773,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{32}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -2788,6 +2837,7 @@ type Command struct {
 	//	*Command_Skill
 	//	*Command_DecideJob
 	//	*Command_Hook
+	//	*Command_Batch
 	//	*Command_CaTrust
 	Cmd isCommand_Cmd `protobuf_oneof:"cmd"`
 	// round is a scheduling round the leader attached to this command when
@@ -2801,7 +2851,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +2863,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +2876,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{33}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Command) GetCmd() isCommand_Cmd {
@@ -3097,6 +3147,15 @@ func (x *Command) GetHook() *HookCommand {
 	return nil
 }
 
+func (x *Command) GetBatch() *CommandBatch {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetCaTrust() *CATrust {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_CaTrust); ok {
@@ -3233,6 +3292,10 @@ type Command_Hook struct {
 	Hook *HookCommand `protobuf:"bytes,29,opt,name=hook,proto3,oneof"`
 }
 
+type Command_Batch struct {
+	Batch *CommandBatch `protobuf:"bytes,30,opt,name=batch,proto3,oneof"`
+}
+
 type Command_CaTrust struct {
 	// 40+: the CA's trust bundle (kept apart from the numbers above).
 	CaTrust *CATrust `protobuf:"bytes,40,opt,name=ca_trust,json=caTrust,proto3,oneof"`
@@ -3296,6 +3359,8 @@ func (*Command_DecideJob) isCommand_Cmd() {}
 
 func (*Command_Hook) isCommand_Cmd() {}
 
+func (*Command_Batch) isCommand_Cmd() {}
+
 func (*Command_CaTrust) isCommand_Cmd() {}
 
 // CARootRecord is one root of the cluster's trust bundle. Only public
@@ -3319,7 +3384,7 @@ type CARootRecord struct {
 
 func (x *CARootRecord) Reset() {
 	*x = CARootRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3396,7 @@ func (x *CARootRecord) String() string {
 func (*CARootRecord) ProtoMessage() {}
 
 func (x *CARootRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3409,7 @@ func (x *CARootRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARootRecord.ProtoReflect.Descriptor instead.
 func (*CARootRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CARootRecord) GetFingerprint() string {
@@ -3415,7 +3480,7 @@ type CARotationRecord struct {
 
 func (x *CARotationRecord) Reset() {
 	*x = CARotationRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3492,7 @@ func (x *CARotationRecord) String() string {
 func (*CARotationRecord) ProtoMessage() {}
 
 func (x *CARotationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3505,7 @@ func (x *CARotationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARotationRecord.ProtoReflect.Descriptor instead.
 func (*CARotationRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CARotationRecord) GetRequestedAtMs() int64 {
@@ -3486,7 +3551,7 @@ type CATrust struct {
 
 func (x *CATrust) Reset() {
 	*x = CATrust{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3498,7 +3563,7 @@ func (x *CATrust) String() string {
 func (*CATrust) ProtoMessage() {}
 
 func (x *CATrust) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3511,7 +3576,7 @@ func (x *CATrust) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CATrust.ProtoReflect.Descriptor instead.
 func (*CATrust) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CATrust) GetAtMs() int64 {
@@ -3624,7 +3689,7 @@ type CAInitRoot struct {
 
 func (x *CAInitRoot) Reset() {
 	*x = CAInitRoot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3636,7 +3701,7 @@ func (x *CAInitRoot) String() string {
 func (*CAInitRoot) ProtoMessage() {}
 
 func (x *CAInitRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3649,7 +3714,7 @@ func (x *CAInitRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAInitRoot.ProtoReflect.Descriptor instead.
 func (*CAInitRoot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CAInitRoot) GetDer() []byte {
@@ -3668,7 +3733,7 @@ type CARequestRotation struct {
 
 func (x *CARequestRotation) Reset() {
 	*x = CARequestRotation{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3680,7 +3745,7 @@ func (x *CARequestRotation) String() string {
 func (*CARequestRotation) ProtoMessage() {}
 
 func (x *CARequestRotation) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3693,7 +3758,7 @@ func (x *CARequestRotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARequestRotation.ProtoReflect.Descriptor instead.
 func (*CARequestRotation) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{38}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CARequestRotation) GetOverlapMs() int64 {
@@ -3714,7 +3779,7 @@ type CAAddPending struct {
 
 func (x *CAAddPending) Reset() {
 	*x = CAAddPending{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3726,7 +3791,7 @@ func (x *CAAddPending) String() string {
 func (*CAAddPending) ProtoMessage() {}
 
 func (x *CAAddPending) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3739,7 +3804,7 @@ func (x *CAAddPending) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAAddPending.ProtoReflect.Descriptor instead.
 func (*CAAddPending) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{39}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CAAddPending) GetDer() []byte {
@@ -3772,7 +3837,7 @@ type CAActivate struct {
 
 func (x *CAActivate) Reset() {
 	*x = CAActivate{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +3849,7 @@ func (x *CAActivate) String() string {
 func (*CAActivate) ProtoMessage() {}
 
 func (x *CAActivate) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +3862,7 @@ func (x *CAActivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAActivate.ProtoReflect.Descriptor instead.
 func (*CAActivate) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{40}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CAActivate) GetFingerprint() string {
@@ -3816,7 +3881,7 @@ type CADropRoot struct {
 
 func (x *CADropRoot) Reset() {
 	*x = CADropRoot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3828,7 +3893,7 @@ func (x *CADropRoot) String() string {
 func (*CADropRoot) ProtoMessage() {}
 
 func (x *CADropRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3841,7 +3906,7 @@ func (x *CADropRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CADropRoot.ProtoReflect.Descriptor instead.
 func (*CADropRoot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{41}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CADropRoot) GetFingerprint() string {
@@ -3861,7 +3926,7 @@ type UsedToken struct {
 
 func (x *UsedToken) Reset() {
 	*x = UsedToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +3938,7 @@ func (x *UsedToken) String() string {
 func (*UsedToken) ProtoMessage() {}
 
 func (x *UsedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +3951,7 @@ func (x *UsedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsedToken.ProtoReflect.Descriptor instead.
 func (*UsedToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{42}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UsedToken) GetId() string {
@@ -3915,7 +3980,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3927,7 +3992,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3940,7 +4005,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{43}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PolicyRecord) GetSource() []byte {
@@ -3988,7 +4053,7 @@ type HookRecord struct {
 
 func (x *HookRecord) Reset() {
 	*x = HookRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4000,7 +4065,7 @@ func (x *HookRecord) String() string {
 func (*HookRecord) ProtoMessage() {}
 
 func (x *HookRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4013,7 +4078,7 @@ func (x *HookRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookRecord.ProtoReflect.Descriptor instead.
 func (*HookRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *HookRecord) GetId() string {
@@ -4070,7 +4135,7 @@ type HookCommand struct {
 
 func (x *HookCommand) Reset() {
 	*x = HookCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4082,7 +4147,7 @@ func (x *HookCommand) String() string {
 func (*HookCommand) ProtoMessage() {}
 
 func (x *HookCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4095,7 +4160,7 @@ func (x *HookCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookCommand.ProtoReflect.Descriptor instead.
 func (*HookCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HookCommand) GetBind() *HookRecord {
@@ -4140,7 +4205,7 @@ type DecideJob struct {
 
 func (x *DecideJob) Reset() {
 	*x = DecideJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4152,7 +4217,7 @@ func (x *DecideJob) String() string {
 func (*DecideJob) ProtoMessage() {}
 
 func (x *DecideJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4165,7 +4230,7 @@ func (x *DecideJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJob.ProtoReflect.Descriptor instead.
 func (*DecideJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DecideJob) GetId() string {
@@ -4236,7 +4301,7 @@ type SkillRecord struct {
 
 func (x *SkillRecord) Reset() {
 	*x = SkillRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4248,7 +4313,7 @@ func (x *SkillRecord) String() string {
 func (*SkillRecord) ProtoMessage() {}
 
 func (x *SkillRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4261,7 +4326,7 @@ func (x *SkillRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillRecord.ProtoReflect.Descriptor instead.
 func (*SkillRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SkillRecord) GetSkillId() string {
@@ -4434,7 +4499,7 @@ type SkillTool struct {
 
 func (x *SkillTool) Reset() {
 	*x = SkillTool{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4446,7 +4511,7 @@ func (x *SkillTool) String() string {
 func (*SkillTool) ProtoMessage() {}
 
 func (x *SkillTool) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4459,7 +4524,7 @@ func (x *SkillTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillTool.ProtoReflect.Descriptor instead.
 func (*SkillTool) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SkillTool) GetId() string {
@@ -4531,7 +4596,7 @@ type PublisherRecord struct {
 
 func (x *PublisherRecord) Reset() {
 	*x = PublisherRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +4608,7 @@ func (x *PublisherRecord) String() string {
 func (*PublisherRecord) ProtoMessage() {}
 
 func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +4621,7 @@ func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublisherRecord.ProtoReflect.Descriptor instead.
 func (*PublisherRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PublisherRecord) GetName() string {
@@ -4606,7 +4671,7 @@ type SkillCommand struct {
 
 func (x *SkillCommand) Reset() {
 	*x = SkillCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4618,7 +4683,7 @@ func (x *SkillCommand) String() string {
 func (*SkillCommand) ProtoMessage() {}
 
 func (x *SkillCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4631,7 +4696,7 @@ func (x *SkillCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillCommand.ProtoReflect.Descriptor instead.
 func (*SkillCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SkillCommand) GetAtMs() int64 {
@@ -4740,7 +4805,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4752,7 +4817,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4765,7 +4830,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -4955,7 +5020,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4967,7 +5032,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4980,7 +5045,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AuditRecord) GetSeq() uint64 {
@@ -5050,7 +5115,7 @@ type ArrayRecord struct {
 
 func (x *ArrayRecord) Reset() {
 	*x = ArrayRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5062,7 +5127,7 @@ func (x *ArrayRecord) String() string {
 func (*ArrayRecord) ProtoMessage() {}
 
 func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5075,7 +5140,7 @@ func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayRecord.ProtoReflect.Descriptor instead.
 func (*ArrayRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ArrayRecord) GetTemplate() *JobRecord {
@@ -5206,7 +5271,9 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\vstderr_size\x18\x10 \x01(\x04R\n" +
 	"stderrSize\"B\n" +
 	"\vFinishBatch\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.palyra.raft.v1.FinishJobR\aresults\"N\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.palyra.raft.v1.FinishJobR\aresults\"C\n" +
+	"\fCommandBatch\x123\n" +
+	"\bcommands\x18\x01 \x03(\v2\x17.palyra.raft.v1.CommandR\bcommands\"N\n" +
 	"\tNodeSlots\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -5348,7 +5415,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x17\n" +
-	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\xc2\x0f\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\xf8\x0f\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -5392,6 +5459,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\n" +
 	"decide_job\x18\x1c \x01(\v2\x19.palyra.raft.v1.DecideJobH\x00R\tdecideJob\x121\n" +
 	"\x04hook\x18\x1d \x01(\v2\x1b.palyra.raft.v1.HookCommandH\x00R\x04hook\x124\n" +
+	"\x05batch\x18\x1e \x01(\v2\x1c.palyra.raft.v1.CommandBatchH\x00R\x05batch\x124\n" +
 	"\bca_trust\x18( \x01(\v2\x17.palyra.raft.v1.CATrustH\x00R\acaTrust\x124\n" +
 	"\x05round\x18d \x01(\v2\x1e.palyra.raft.v1.SchedulerRoundR\x05roundB\x05\n" +
 	"\x03cmd\"\xfe\x01\n" +
@@ -5575,7 +5643,7 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
@@ -5585,134 +5653,137 @@ var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*AssignBatch)(nil),        // 5: palyra.raft.v1.AssignBatch
 	(*FinishJob)(nil),          // 6: palyra.raft.v1.FinishJob
 	(*FinishBatch)(nil),        // 7: palyra.raft.v1.FinishBatch
-	(*NodeSlots)(nil),          // 8: palyra.raft.v1.NodeSlots
-	(*SchedulerRound)(nil),     // 9: palyra.raft.v1.SchedulerRound
-	(*ArrayTask)(nil),          // 10: palyra.raft.v1.ArrayTask
-	(*SubmitArray)(nil),        // 11: palyra.raft.v1.SubmitArray
-	(*PruneJobs)(nil),          // 12: palyra.raft.v1.PruneJobs
-	(*SetRetention)(nil),       // 13: palyra.raft.v1.SetRetention
-	(*CancelJob)(nil),          // 14: palyra.raft.v1.CancelJob
-	(*ExpireJob)(nil),          // 15: palyra.raft.v1.ExpireJob
-	(*SetPendingReason)(nil),   // 16: palyra.raft.v1.SetPendingReason
-	(*SetNodeSchedulable)(nil), // 17: palyra.raft.v1.SetNodeSchedulable
-	(*RequeueJob)(nil),         // 18: palyra.raft.v1.RequeueJob
-	(*PairingRecord)(nil),      // 19: palyra.raft.v1.PairingRecord
-	(*Member)(nil),             // 20: palyra.raft.v1.Member
-	(*CreatePairing)(nil),      // 21: palyra.raft.v1.CreatePairing
-	(*ConsumePairing)(nil),     // 22: palyra.raft.v1.ConsumePairing
-	(*RevokePairing)(nil),      // 23: palyra.raft.v1.RevokePairing
-	(*AddMember)(nil),          // 24: palyra.raft.v1.AddMember
-	(*RevokeMember)(nil),       // 25: palyra.raft.v1.RevokeMember
-	(*UseToken)(nil),           // 26: palyra.raft.v1.UseToken
-	(*RevokeCert)(nil),         // 27: palyra.raft.v1.RevokeCert
-	(*SetPolicy)(nil),          // 28: palyra.raft.v1.SetPolicy
-	(*SetSecret)(nil),          // 29: palyra.raft.v1.SetSecret
-	(*DeleteSecret)(nil),       // 30: palyra.raft.v1.DeleteSecret
-	(*KVPut)(nil),              // 31: palyra.raft.v1.KVPut
-	(*KVDelete)(nil),           // 32: palyra.raft.v1.KVDelete
-	(*Command)(nil),            // 33: palyra.raft.v1.Command
-	(*CARootRecord)(nil),       // 34: palyra.raft.v1.CARootRecord
-	(*CARotationRecord)(nil),   // 35: palyra.raft.v1.CARotationRecord
-	(*CATrust)(nil),            // 36: palyra.raft.v1.CATrust
-	(*CAInitRoot)(nil),         // 37: palyra.raft.v1.CAInitRoot
-	(*CARequestRotation)(nil),  // 38: palyra.raft.v1.CARequestRotation
-	(*CAAddPending)(nil),       // 39: palyra.raft.v1.CAAddPending
-	(*CAActivate)(nil),         // 40: palyra.raft.v1.CAActivate
-	(*CADropRoot)(nil),         // 41: palyra.raft.v1.CADropRoot
-	(*UsedToken)(nil),          // 42: palyra.raft.v1.UsedToken
-	(*PolicyRecord)(nil),       // 43: palyra.raft.v1.PolicyRecord
-	(*HookRecord)(nil),         // 44: palyra.raft.v1.HookRecord
-	(*HookCommand)(nil),        // 45: palyra.raft.v1.HookCommand
-	(*DecideJob)(nil),          // 46: palyra.raft.v1.DecideJob
-	(*SkillRecord)(nil),        // 47: palyra.raft.v1.SkillRecord
-	(*SkillTool)(nil),          // 48: palyra.raft.v1.SkillTool
-	(*PublisherRecord)(nil),    // 49: palyra.raft.v1.PublisherRecord
-	(*SkillCommand)(nil),       // 50: palyra.raft.v1.SkillCommand
-	(*Snapshot)(nil),           // 51: palyra.raft.v1.Snapshot
-	(*AuditRecord)(nil),        // 52: palyra.raft.v1.AuditRecord
-	(*ArrayRecord)(nil),        // 53: palyra.raft.v1.ArrayRecord
-	nil,                        // 54: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 55: palyra.raft.v1.Member.LabelsEntry
+	(*CommandBatch)(nil),       // 8: palyra.raft.v1.CommandBatch
+	(*NodeSlots)(nil),          // 9: palyra.raft.v1.NodeSlots
+	(*SchedulerRound)(nil),     // 10: palyra.raft.v1.SchedulerRound
+	(*ArrayTask)(nil),          // 11: palyra.raft.v1.ArrayTask
+	(*SubmitArray)(nil),        // 12: palyra.raft.v1.SubmitArray
+	(*PruneJobs)(nil),          // 13: palyra.raft.v1.PruneJobs
+	(*SetRetention)(nil),       // 14: palyra.raft.v1.SetRetention
+	(*CancelJob)(nil),          // 15: palyra.raft.v1.CancelJob
+	(*ExpireJob)(nil),          // 16: palyra.raft.v1.ExpireJob
+	(*SetPendingReason)(nil),   // 17: palyra.raft.v1.SetPendingReason
+	(*SetNodeSchedulable)(nil), // 18: palyra.raft.v1.SetNodeSchedulable
+	(*RequeueJob)(nil),         // 19: palyra.raft.v1.RequeueJob
+	(*PairingRecord)(nil),      // 20: palyra.raft.v1.PairingRecord
+	(*Member)(nil),             // 21: palyra.raft.v1.Member
+	(*CreatePairing)(nil),      // 22: palyra.raft.v1.CreatePairing
+	(*ConsumePairing)(nil),     // 23: palyra.raft.v1.ConsumePairing
+	(*RevokePairing)(nil),      // 24: palyra.raft.v1.RevokePairing
+	(*AddMember)(nil),          // 25: palyra.raft.v1.AddMember
+	(*RevokeMember)(nil),       // 26: palyra.raft.v1.RevokeMember
+	(*UseToken)(nil),           // 27: palyra.raft.v1.UseToken
+	(*RevokeCert)(nil),         // 28: palyra.raft.v1.RevokeCert
+	(*SetPolicy)(nil),          // 29: palyra.raft.v1.SetPolicy
+	(*SetSecret)(nil),          // 30: palyra.raft.v1.SetSecret
+	(*DeleteSecret)(nil),       // 31: palyra.raft.v1.DeleteSecret
+	(*KVPut)(nil),              // 32: palyra.raft.v1.KVPut
+	(*KVDelete)(nil),           // 33: palyra.raft.v1.KVDelete
+	(*Command)(nil),            // 34: palyra.raft.v1.Command
+	(*CARootRecord)(nil),       // 35: palyra.raft.v1.CARootRecord
+	(*CARotationRecord)(nil),   // 36: palyra.raft.v1.CARotationRecord
+	(*CATrust)(nil),            // 37: palyra.raft.v1.CATrust
+	(*CAInitRoot)(nil),         // 38: palyra.raft.v1.CAInitRoot
+	(*CARequestRotation)(nil),  // 39: palyra.raft.v1.CARequestRotation
+	(*CAAddPending)(nil),       // 40: palyra.raft.v1.CAAddPending
+	(*CAActivate)(nil),         // 41: palyra.raft.v1.CAActivate
+	(*CADropRoot)(nil),         // 42: palyra.raft.v1.CADropRoot
+	(*UsedToken)(nil),          // 43: palyra.raft.v1.UsedToken
+	(*PolicyRecord)(nil),       // 44: palyra.raft.v1.PolicyRecord
+	(*HookRecord)(nil),         // 45: palyra.raft.v1.HookRecord
+	(*HookCommand)(nil),        // 46: palyra.raft.v1.HookCommand
+	(*DecideJob)(nil),          // 47: palyra.raft.v1.DecideJob
+	(*SkillRecord)(nil),        // 48: palyra.raft.v1.SkillRecord
+	(*SkillTool)(nil),          // 49: palyra.raft.v1.SkillTool
+	(*PublisherRecord)(nil),    // 50: palyra.raft.v1.PublisherRecord
+	(*SkillCommand)(nil),       // 51: palyra.raft.v1.SkillCommand
+	(*Snapshot)(nil),           // 52: palyra.raft.v1.Snapshot
+	(*AuditRecord)(nil),        // 53: palyra.raft.v1.AuditRecord
+	(*ArrayRecord)(nil),        // 54: palyra.raft.v1.ArrayRecord
+	nil,                        // 55: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 56: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	54, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	55, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
 	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
 	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
 	0,  // 5: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
 	2,  // 6: palyra.raft.v1.FinishJob.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	6,  // 7: palyra.raft.v1.FinishBatch.results:type_name -> palyra.raft.v1.FinishJob
-	4,  // 8: palyra.raft.v1.SchedulerRound.placements:type_name -> palyra.raft.v1.AssignJob
-	8,  // 9: palyra.raft.v1.SchedulerRound.slots:type_name -> palyra.raft.v1.NodeSlots
-	16, // 10: palyra.raft.v1.SchedulerRound.pending:type_name -> palyra.raft.v1.SetPendingReason
-	18, // 11: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
-	1,  // 12: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
-	10, // 13: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
-	55, // 14: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
-	19, // 15: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
-	20, // 16: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
-	20, // 17: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
-	20, // 18: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
-	3,  // 19: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
-	4,  // 20: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
-	6,  // 21: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
-	14, // 22: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
-	18, // 23: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
-	21, // 24: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
-	22, // 25: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
-	23, // 26: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
-	24, // 27: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
-	25, // 28: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
-	26, // 29: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
-	27, // 30: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
-	28, // 31: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
-	15, // 32: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
-	16, // 33: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
-	17, // 34: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
-	5,  // 35: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
-	29, // 36: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
-	30, // 37: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
-	31, // 38: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
-	32, // 39: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
-	9,  // 40: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
-	7,  // 41: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
-	11, // 42: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
-	12, // 43: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
-	13, // 44: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
-	50, // 45: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
-	46, // 46: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
-	45, // 47: palyra.raft.v1.Command.hook:type_name -> palyra.raft.v1.HookCommand
-	36, // 48: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
-	9,  // 49: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
-	37, // 50: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
-	38, // 51: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
-	39, // 52: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
-	40, // 53: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
-	41, // 54: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
-	44, // 55: palyra.raft.v1.HookCommand.bind:type_name -> palyra.raft.v1.HookRecord
-	48, // 56: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
-	47, // 57: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
-	49, // 58: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
-	1,  // 59: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	19, // 60: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	20, // 61: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	42, // 62: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	43, // 63: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	29, // 64: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	31, // 65: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	34, // 66: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
-	35, // 67: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
-	47, // 68: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
-	49, // 69: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
-	52, // 70: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
-	44, // 71: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
-	1,  // 72: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	73, // [73:73] is the sub-list for method output_type
-	73, // [73:73] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	34, // 8: palyra.raft.v1.CommandBatch.commands:type_name -> palyra.raft.v1.Command
+	4,  // 9: palyra.raft.v1.SchedulerRound.placements:type_name -> palyra.raft.v1.AssignJob
+	9,  // 10: palyra.raft.v1.SchedulerRound.slots:type_name -> palyra.raft.v1.NodeSlots
+	17, // 11: palyra.raft.v1.SchedulerRound.pending:type_name -> palyra.raft.v1.SetPendingReason
+	19, // 12: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
+	1,  // 13: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
+	11, // 14: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
+	56, // 15: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	20, // 16: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
+	21, // 17: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
+	21, // 18: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
+	21, // 19: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
+	3,  // 20: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
+	4,  // 21: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
+	6,  // 22: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
+	15, // 23: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
+	19, // 24: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
+	22, // 25: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
+	23, // 26: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
+	24, // 27: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
+	25, // 28: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
+	26, // 29: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
+	27, // 30: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
+	28, // 31: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
+	29, // 32: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
+	16, // 33: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
+	17, // 34: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
+	18, // 35: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
+	5,  // 36: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
+	30, // 37: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
+	31, // 38: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
+	32, // 39: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
+	33, // 40: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
+	10, // 41: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
+	7,  // 42: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
+	12, // 43: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
+	13, // 44: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
+	14, // 45: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
+	51, // 46: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
+	47, // 47: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
+	46, // 48: palyra.raft.v1.Command.hook:type_name -> palyra.raft.v1.HookCommand
+	8,  // 49: palyra.raft.v1.Command.batch:type_name -> palyra.raft.v1.CommandBatch
+	37, // 50: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
+	10, // 51: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
+	38, // 52: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
+	39, // 53: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
+	40, // 54: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
+	41, // 55: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
+	42, // 56: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
+	45, // 57: palyra.raft.v1.HookCommand.bind:type_name -> palyra.raft.v1.HookRecord
+	49, // 58: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
+	48, // 59: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
+	50, // 60: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
+	1,  // 61: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	20, // 62: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	21, // 63: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	43, // 64: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	44, // 65: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	30, // 66: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	32, // 67: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	35, // 68: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
+	36, // 69: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
+	48, // 70: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
+	50, // 71: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
+	53, // 72: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
+	45, // 73: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
+	1,  // 74: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	75, // [75:75] is the sub-list for method output_type
+	75, // [75:75] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -5720,7 +5791,7 @@ func file_palyra_raft_v1_log_proto_init() {
 	if File_palyra_raft_v1_log_proto != nil {
 		return
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[33].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[34].OneofWrappers = []any{
 		(*Command_SubmitJob)(nil),
 		(*Command_AssignJob)(nil),
 		(*Command_FinishJob)(nil),
@@ -5750,9 +5821,10 @@ func file_palyra_raft_v1_log_proto_init() {
 		(*Command_Skill)(nil),
 		(*Command_DecideJob)(nil),
 		(*Command_Hook)(nil),
+		(*Command_Batch)(nil),
 		(*Command_CaTrust)(nil),
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[36].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[37].OneofWrappers = []any{
 		(*CATrust_Init)(nil),
 		(*CATrust_Request)(nil),
 		(*CATrust_Pending)(nil),
@@ -5765,7 +5837,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   56,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -123,3 +123,50 @@ func TestPiggybackPlacesInTheSameEntry(t *testing.T) {
 		t.Fatalf("a driver that does not lead attached %v", r.Placements)
 	}
 }
+
+// A group commit (consensus.CommandBatch) gets one round for all of its
+// commands: the submits in it are placed in the same entry, up to the free
+// slots, in batch order, and a result in it frees its slot for them.
+func TestPiggybackPlacesABatchInOneRound(t *testing.T) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: "n1"}}}})
+	d := New(Config{
+		State:    l.fsm.State(),
+		IsLeader: true,
+		Apply:    func(context.Context, *raftpb.Command) error { return nil },
+		Workers:  func() []Worker { return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 2}}} },
+		Now:      func() time.Time { return time.UnixMilli(1_000_000) },
+	})
+	st := l.fsm.State()
+	batch := func(cmds ...*raftpb.Command) {
+		t.Helper()
+		cmd := &raftpb.Command{Cmd: &raftpb.Command_Batch{Batch: &raftpb.CommandBatch{Commands: cmds}}}
+		r, done := d.Piggyback(cmd)
+		res := l.apply(&raftpb.Command{Cmd: cmd.Cmd, Round: r})
+		if done != nil {
+			done()
+		}
+		if len(res.Each) != len(cmds) {
+			t.Fatalf("batch of %d answered %d results", len(cmds), len(res.Each))
+		}
+		for i, e := range res.Each {
+			if e.Err != nil {
+				t.Fatalf("command %d of the batch: %v", i, e.Err)
+			}
+		}
+	}
+	phase := func(id string) consensus.Phase {
+		j, _ := st.Job(id)
+		return j.Phase
+	}
+	batch(submitCmd("a"), submitCmd("b"), submitCmd("c"))
+	if phase("a") != consensus.PhaseRunning || phase("b") != consensus.PhaseRunning || phase("c") != consensus.PhaseQueued {
+		t.Fatalf("after one batch of three submits on two slots: a %s, b %s, c %s; want the first two placed in the entry", phase("a"), phase("b"), phase("c"))
+	}
+	// a's result and a new submit in one batch: a's slot goes to c (the
+	// head of the queue), not to d.
+	batch(resultCmd("a", 1, "n1"), submitCmd("d"))
+	if phase("a") != consensus.PhaseCompleted || phase("c") != consensus.PhaseRunning || phase("d") != consensus.PhaseQueued {
+		t.Fatalf("after a's result and d's submit: a %s, c %s, d %s; want a completed, c placed, d queued", phase("a"), phase("c"), phase("d"))
+	}
+}

@@ -241,43 +241,14 @@ func (d *Driver) Piggyback(cmd *raftpb.Command) (round *raftpb.SchedulerRound, d
 	}
 	var extra []scheduler.Job
 	var freed map[string]map[string]int
-	switch c := cmd.Cmd.(type) {
-	case *raftpb.Command_SubmitJob:
-		j := c.SubmitJob.GetJob()
-		if j == nil || j.Id == "" || j.RequiresApproval { // a job waiting for approval is not placed
-			return nil, nil
-		}
-		extra = []scheduler.Job{{ID: j.Id, Kind: j.Kind, Priority: int(j.Priority), Constraints: j.Constraints}}
-	case *raftpb.Command_SubmitArray:
-		t := c.SubmitArray.GetTemplate()
-		if t == nil || t.Id == "" {
-			return nil, nil
-		}
-		kind := d.planKind(t.Kind, true)
-		for i := range min(len(c.SubmitArray.Tasks), maxPiggyExtra) {
-			extra = append(extra, scheduler.Job{ID: consensus.TaskID(t.Id, uint32(i)), Kind: kind, Priority: int(t.Priority), Constraints: t.Constraints})
-		}
-	case *raftpb.Command_FinishBatch:
-		freed = map[string]map[string]int{}
-		for _, r := range c.FinishBatch.Results {
-			j, ok := d.cfg.State.Job(r.Id)
-			if !ok || j.Phase != consensus.PhaseRunning || j.Attempt != r.Attempt || j.NodeID != r.NodeId {
-				continue // a stale result frees nothing
-			}
-			if freed[j.NodeID] == nil {
-				freed[j.NodeID] = map[string]int{}
-			}
-			freed[j.NodeID][j.Kind]++
-			if j.ArrayID == "" {
-				d.mu.Lock()
-				d.observeRun(j.Kind, r.AtMs-j.StartedAtMS)
-				d.mu.Unlock()
-			}
-		}
-		if len(freed) == 0 {
-			return nil, nil
-		}
-	default:
+	cmds := []*raftpb.Command{cmd}
+	if b := cmd.GetBatch(); b != nil {
+		cmds = b.Commands // a group commit: one round for all of them
+	}
+	for _, cmd := range cmds {
+		extra, freed = d.piggyInputs(cmd, extra, freed)
+	}
+	if len(extra) == 0 && len(freed) == 0 {
 		return nil, nil
 	}
 	workers := d.cfg.Workers()
@@ -301,6 +272,48 @@ func (d *Driver) Piggyback(cmd *raftpb.Command) (round *raftpb.SchedulerRound, d
 		default:
 		}
 	}
+}
+
+// piggyInputs adds to extra the jobs cmd submits that a round may place
+// in its entry, and to freed the slots its results free.
+func (d *Driver) piggyInputs(cmd *raftpb.Command, extra []scheduler.Job, freed map[string]map[string]int) ([]scheduler.Job, map[string]map[string]int) {
+	switch c := cmd.Cmd.(type) {
+	case *raftpb.Command_SubmitJob:
+		j := c.SubmitJob.GetJob()
+		if j == nil || j.Id == "" || j.RequiresApproval { // a job waiting for approval is not placed
+			return extra, freed
+		}
+		extra = append(extra, scheduler.Job{ID: j.Id, Kind: j.Kind, Priority: int(j.Priority), Constraints: j.Constraints})
+	case *raftpb.Command_SubmitArray:
+		t := c.SubmitArray.GetTemplate()
+		if t == nil || t.Id == "" {
+			return extra, freed
+		}
+		kind := d.planKind(t.Kind, true)
+		for i := range min(len(c.SubmitArray.Tasks), maxPiggyExtra) {
+			extra = append(extra, scheduler.Job{ID: consensus.TaskID(t.Id, uint32(i)), Kind: kind, Priority: int(t.Priority), Constraints: t.Constraints})
+		}
+	case *raftpb.Command_FinishBatch:
+		for _, r := range c.FinishBatch.Results {
+			j, ok := d.cfg.State.Job(r.Id)
+			if !ok || j.Phase != consensus.PhaseRunning || j.Attempt != r.Attempt || j.NodeID != r.NodeId {
+				continue // a stale result frees nothing
+			}
+			if freed == nil {
+				freed = map[string]map[string]int{}
+			}
+			if freed[j.NodeID] == nil {
+				freed[j.NodeID] = map[string]int{}
+			}
+			freed[j.NodeID][j.Kind]++
+			if j.ArrayID == "" {
+				d.mu.Lock()
+				d.observeRun(j.Kind, r.AtMs-j.StartedAtMS)
+				d.mu.Unlock()
+			}
+		}
+	}
+	return extra, freed
 }
 
 // shortJob is the average placement-to-result time under which a kind's
