@@ -1,7 +1,9 @@
 package consensus
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"testing"
 
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -175,5 +177,45 @@ func TestCommandBatchAppliesEachOnItsOwn(t *testing.T) {
 	}
 	if st.ClockMS() != 500 {
 		t.Fatalf("cluster clock %d after the batch; want 500, the cancel's time", st.ClockMS())
+	}
+}
+
+// LiveModules lists the modules unfinished wasm jobs run, once each, and
+// TopicModules fires when a module gets its first unfinished job (not for
+// more jobs of it); a module leaves when its last job ends, browser jobs
+// never count, and a restored state has the same index.
+func TestLiveModules(t *testing.T) {
+	f := NewFSM()
+	st := f.State()
+	first := st.Watch(TopicModules)
+	applyAll(t, f, submitWith("a", func(r *raftpb.JobRecord) { r.ModuleSha256 = "m1" }))
+	select {
+	case <-first:
+	default:
+		t.Fatal("a new module did not fire TopicModules")
+	}
+	again := st.Watch(TopicModules)
+	applyAll(t, f, submitWith("b", func(r *raftpb.JobRecord) { r.ModuleSha256 = "m1" }),
+		submitWith("c", func(r *raftpb.JobRecord) { r.ModuleSha256 = "m2" }),
+		submitWith("shot", func(r *raftpb.JobRecord) { r.Kind, r.ModuleSha256 = "browser", "" }))
+	select {
+	case <-again:
+	default:
+		t.Fatal("m2 did not fire TopicModules")
+	}
+	if got := st.LiveModules(); len(got) != 2 || got[0] != "m1" || got[1] != "m2" {
+		t.Fatalf("live modules %v, want [m1 m2]", got)
+	}
+	applyAll(t, f, assign("a", 1, "n1"), &raftpb.Command{Cmd: &raftpb.Command_FinishJob{FinishJob: &raftpb.FinishJob{Id: "a", Attempt: 1, NodeId: "n1", Ok: true, AtMs: 5}}},
+		&raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{Id: "c", AtMs: 6}}})
+	if got := st.LiveModules(); len(got) != 1 || got[0] != "m1" {
+		t.Fatalf("after a ended (b still queued) and c cancelled: %v, want [m1]", got)
+	}
+	g := NewFSM()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.State().LiveModules(); len(got) != 1 || got[0] != "m1" {
+		t.Fatalf("restored: %v, want [m1]", got)
 	}
 }

@@ -305,3 +305,18 @@ func (s *State) StaleResults() uint64 {
 	defer s.mu.RUnlock()
 	return s.staleResults
 }
+
+// LiveModules lists the modules (by hash) that unfinished wasm jobs run:
+// queued, waiting or running anywhere in the cluster. Its size follows the
+// distinct modules in use, not the jobs. Watch TopicModules to learn of a
+// new one.
+func (s *State) LiveModules() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]string, 0, len(s.idx.modules))
+	for h := range s.idx.modules {
+		out = append(out, h)
+	}
+	sort.Strings(out)
+	return out
+}

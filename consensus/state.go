@@ -47,6 +47,7 @@ type indexes struct {
 	ended     *btree.BTreeG[timeKey]         // prunable units: terminal jobs outside arrays, finished arrays
 	phases    map[Phase]uint64               // count per phase
 	blobRefs  map[string]int                 // blob hash → references from jobs and arrays
+	modules   map[string]int                 // module hash → unfinished wasm jobs that run it
 	free      *btree.FreeListG[*Job]         // shared by the job trees
 	freeTime  *btree.FreeListG[timeKey]      // shared by the time trees
 }
@@ -62,6 +63,12 @@ func timeLess(a, b timeKey) bool {
 		return a.at < b.at
 	}
 	return a.id < b.id
+}
+
+// runsModule reports whether j is an unfinished wasm job (it counts in
+// LiveModules).
+func runsModule(j *Job) bool {
+	return j.Kind == "wasm" && j.ModuleHash != "" && !j.Phase.Terminal()
 }
 
 // orderLess is acceptance order: commit index, then task index, then id.
@@ -100,6 +107,7 @@ func newIndexes() indexes {
 		ended:     btree.NewG(btreeDegree, timeLess),
 		phases:    map[Phase]uint64{},
 		blobRefs:  map[string]int{},
+		modules:   map[string]int{},
 		free:      free,
 	}
 }
@@ -120,6 +128,9 @@ const (
 	TopicMembers = "members"
 	// TopicPolicy changes when the policy is set.
 	TopicPolicy = "policy"
+	// TopicModules changes when a module gets its first unfinished job
+	// (see LiveModules).
+	TopicModules = "modules"
 )
 
 // TopicJob changes whenever job id (or array id) changes.
@@ -238,6 +249,11 @@ func (s *State) put(old, nw *Job) {
 				delete(x.blobRefs, h)
 			}
 		})
+		if runsModule(old) {
+			if x.modules[old.ModuleHash]--; x.modules[old.ModuleHash] <= 0 {
+				delete(x.modules, old.ModuleHash)
+			}
+		}
 		if a := s.arrays[old.ArrayID]; a != nil {
 			a.Counts[old.Phase]--
 		}
@@ -284,6 +300,12 @@ func (s *State) put(old, nw *Job) {
 			x.ended.ReplaceOrInsert(timeKey{nw.FinishedAtMS, nw.ID})
 		}
 		blobsOf(nw, func(h string) { x.blobRefs[h]++ })
+		if runsModule(nw) {
+			if x.modules[nw.ModuleHash] == 0 {
+				s.touch(TopicModules)
+			}
+			x.modules[nw.ModuleHash]++
+		}
 		s.jobs[nw.ID] = nw
 		s.touch(TopicJob(nw.ID))
 		if a := s.arrays[nw.ArrayID]; a != nil {

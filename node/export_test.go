@@ -23,3 +23,6 @@ func (n *Node) CAKeysForTest() []string { return n.keeper.kr.Fingerprints() }
 
 // CredentialForTest is the credential this node presents now.
 func (n *Node) CredentialForTest() *identity.Credential { return n.cred.Current() }
+
+// CompiledForTest reports whether this node's wasm executor holds module h.
+func (n *Node) CompiledForTest(h string) bool { return n.wasm.Holds(h) }

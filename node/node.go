@@ -219,8 +219,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go func() { defer n.wg.Done(); n.renewLoop(runCtx) }()
 	go func() { defer n.wg.Done(); n.worker.Run(runCtx) }()
 	go func() { defer n.wg.Done(); n.runScheduler(runCtx) }()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.watchBrowser(runCtx) }()
+	go func() { defer n.wg.Done(); n.precompileModules(runCtx) }()
 	n.wg.Add(1) // after a restore or recovery only (node.json replicate_blobs)
 	go func() { defer n.wg.Done(); n.replicateHeldBlobs(runCtx) }()
 

@@ -87,6 +87,15 @@ func (c *moduleCache) acquireCached(ctx context.Context, key string) (*compiledM
 	return cm, err
 }
 
+// has reports whether key has an entry: compiled, being compiled, or
+// refused.
+func (c *moduleCache) has(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.entries[key]
+	return ok
+}
+
 // wait waits for e's compilation, holding the reference acquire took; it
 // drops it unless it returns e.
 func (c *moduleCache) wait(ctx context.Context, e *compiledModule) (*compiledModule, error) {

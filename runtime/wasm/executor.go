@@ -152,6 +152,13 @@ func (e *Executor) Validate(ctx context.Context, module []byte) error {
 	return nil
 }
 
+// Holds reports whether the module with this sha256 (lowercase hex) is in
+// the executor's cache, compiled, being compiled or refused: running it
+// would not compile it again. Validate puts a module there.
+func (e *Executor) Holds(hash string) bool {
+	return validHash(hash) && e.modules.has(hash+"/"+e.cfg.cacheSuffix())
+}
+
 // load returns the compiled module for bytes (checking them first). The
 // caller releases it. hash, when given, is trusted as the cache key; it is
 // verified against the bytes whenever they are compiled.
