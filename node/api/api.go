@@ -160,6 +160,15 @@ type Server struct {
 	// validated holds hashes of modules this node validated, so a by-hash
 	// submission of a known module neither reads nor validates it again.
 	validated *blob.LRU[struct{}]
+	// updateHoldoff replaces updateHoldoff when set (tests).
+	updateHoldoff time.Duration
+}
+
+func (s *Server) holdoff() time.Duration {
+	if s.updateHoldoff > 0 {
+		return s.updateHoldoff
+	}
+	return updateHoldoff
 }
 
 // New returns a Server.
