@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -121,6 +122,19 @@ func (b *batcher) send(batch []*proposal) {
 	}
 	ctx, cancel := context.WithDeadline(b.c.ctx, deadline)
 	defer cancel()
+	if !b.c.canBatch() {
+		// A member runs an older version: every command goes on its own,
+		// at once (see canBatch).
+		var wg sync.WaitGroup
+		for _, p := range batch {
+			wg.Go(func() {
+				p.job, p.err = b.c.applyOne(p.ctx, p.cmd)
+				close(p.done)
+			})
+		}
+		wg.Wait()
+		return
+	}
 	cmds := make([]*raftpb.Command, len(batch))
 	for i, p := range batch {
 		cmds[i] = p.cmd
@@ -168,6 +182,52 @@ func (c *Cluster) applyBatch(ctx context.Context, cmds []*raftpb.Command) ([]con
 		return nil
 	})
 	return out, err
+}
+
+// canBatch reports whether every member may be sent a CommandBatch entry:
+// every server of the raft configuration, and every gossip member that is
+// not gone (a node is in gossip before the leader adds it to raft, so an
+// older node is seen before it can receive entries), advertises
+// FeatureBatch. An older node would refuse the entry and diverge. The
+// sender checks before batching and the leader again before proposing.
+func (c *Cluster) canBatch() bool {
+	conf, err := c.raftServers()
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range conf {
+		m := c.members[id]
+		if m == nil || !slices.Contains(m.meta.Features, FeatureBatch) {
+			return false
+		}
+	}
+	for _, m := range c.members {
+		if m.state != StateDead && m.state != StateLeft && !slices.Contains(m.meta.Features, FeatureBatch) {
+			return false
+		}
+	}
+	return true
+}
+
+// applyEach commits cmds one entry each, at once, and returns each
+// outcome: what the leader does with a forwarded batch while a member
+// cannot apply batches.
+func (c *Cluster) applyEach(ctx context.Context, cmds []*raftpb.Command) []consensus.ApplyResult {
+	out := make([]consensus.ApplyResult, len(cmds))
+	var wg sync.WaitGroup
+	for i, cmd := range cmds {
+		wg.Go(func() {
+			res, err := c.applyLocal(ctx, cmd)
+			if err != nil {
+				res = consensus.ApplyResult{Err: err}
+			}
+			out[i] = res
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // batchResults turns the FSM's results of a batch into the forward reply.

@@ -140,3 +140,58 @@ func TestGivingUpBeforeSendingProposesNothing(t *testing.T) {
 		t.Fatal("a command whose caller gave up before it was sent was committed")
 	}
 }
+
+// While a member runs an older version (it does not advertise
+// FeatureBatch), no CommandBatch is committed, neither by a node's own
+// batcher nor by the leader for a forwarded batch: every command gets an
+// entry of its own, and still its own outcome.
+func TestNoBatchWhileAMemberIsOlder(t *testing.T) {
+	nodes := []*tnode{newNode(t, 3), newNode(t, 3), newNode(t, 3)}
+	nodes[2].old = true
+	nodes[0].start(true)
+	nodes[1].start(false)
+	nodes[1].join(nodes[0])
+	nodes[2].start(false)
+	nodes[2].join(nodes[0])
+	eventually(t, 20*time.Second, "3-voter cluster", func() error { return converged(nodes, 3, 0) })
+	leader := leaderOf(t, nodes)
+	eventually(t, 10*time.Second, "everyone to see the old node's features", func() error {
+		for _, n := range nodes {
+			if n.cl.canBatch() {
+				return fmt.Errorf("%s would batch", n.id)
+			}
+		}
+		return nil
+	})
+	via := others(nodes, leader)[0]
+	const n = 60
+	before := leader.store.Raft().LastIndex()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	jobs := make([]consensus.Job, n)
+	for i := range n {
+		wg.Go(func() { jobs[i], errs[i] = via.cl.Apply(ctxFor(t, 20*time.Second), submit(fmt.Sprint("mixed-", i))) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || jobs[i].ID != fmt.Sprint("mixed-", i) {
+			t.Fatalf("submit %d in a mixed cluster: %q %v", i, jobs[i].ID, errs[i])
+		}
+	}
+	if entries := leader.store.Raft().LastIndex() - before; entries < n {
+		t.Fatalf("%d submits took %d entries with an older member: some were batched", n, entries)
+	}
+	// A batch forwarded anyway (by a node whose view lagged) is applied
+	// one command at a time by the leader.
+	before = leader.store.Raft().LastIndex()
+	from := identity.Principal{Kind: identity.KindNode, ID: via.id}
+	resp := leader.cl.handleForwardApply(ctxFor(t, 10*time.Second), from, &peerpb.ForwardApplyRequest{Command: &raftpb.Command{
+		Cmd: &raftpb.Command_Batch{Batch: &raftpb.CommandBatch{Commands: []*raftpb.Command{submit("f-1"), submit("f-2"), submit("mixed-0")}}}}})
+	rs := resp.GetForwardApply().GetResults()
+	if resp.GetError() != nil || len(rs) != 3 || rs[0].GetJob().GetId() != "f-1" || rs[1].GetJob().GetId() != "f-2" || rs[2].GetJob().GetId() != "mixed-0" {
+		t.Fatalf("forwarded batch in a mixed cluster answered %v", resp)
+	}
+	if entries := leader.store.Raft().LastIndex() - before; entries < 3 {
+		t.Fatalf("a forwarded batch of 3 took %d entries with an older member", entries)
+	}
+}

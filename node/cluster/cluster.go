@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,10 @@ type leaderInfo struct{ id, addr string }
 func New(cfg Config) (*Cluster, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	cfg.Meta = cfg.Meta.clone()
+	if !cfg.withoutBatch && !slices.Contains(cfg.Meta.Features, FeatureBatch) {
+		cfg.Meta.Features = append(cfg.Meta.Features, FeatureBatch)
 	}
 	mb, err := encodeMeta(cfg.Meta, false)
 	if err != nil {
@@ -281,6 +286,7 @@ func (c *Cluster) SetMeta(ctx context.Context, m Meta) error {
 		c.mu.Unlock()
 		return ErrClosed
 	}
+	m.Features = c.meta.Features // the software's, not the caller's
 	mb, err := encodeMeta(m, false)
 	if err != nil {
 		c.mu.Unlock()

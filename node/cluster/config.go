@@ -48,6 +48,9 @@ type Config struct {
 	// CAKeys returns the cluster CA keys this node holds, to hand to a
 	// voter that asks (FetchCAKeys). nil: this node hands out none.
 	CAKeys func() []CAKey
+	// withoutBatch leaves FeatureBatch out of the node's features (tests:
+	// a node of an older version).
+	withoutBatch bool
 }
 
 // Tuning holds the timers of failure detection and voter management.

@@ -93,6 +93,7 @@ type tnode struct {
 	tuning *Tuning            // nil: FastTuning
 	raft   func(*raft.Config) // nil: fastRaft
 	caKeys func() []CAKey     // Config.CAKeys
+	old    bool               // an older version: no FeatureBatch
 
 	mu    sync.Mutex
 	tr    *mesh.Transport
@@ -137,7 +138,7 @@ func (n *tnode) tryStart(bootstrap bool) error {
 		tr.Close()
 		return err
 	}
-	cfg := Config{NodeID: n.id, Transport: tr, Store: st, Meta: n.meta, TargetVoters: n.target, Fast: true, Logger: log, CAKeys: n.caKeys}
+	cfg := Config{NodeID: n.id, Transport: tr, Store: st, Meta: n.meta, TargetVoters: n.target, Fast: true, Logger: log, CAKeys: n.caKeys, withoutBatch: n.old}
 	if n.tuning != nil {
 		cfg.Tuning, cfg.Fast = *n.tuning, false
 	}

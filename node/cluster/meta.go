@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/protobuf/proto"
@@ -21,12 +22,21 @@ type Meta struct {
 	Labels   map[string]string
 	Capacity map[string]int
 	Version  string
+	// Features lists what this node's software supports that older
+	// versions do not (FeatureBatch); the cluster sets it.
+	Features []string
 }
+
+// FeatureBatch says a node applies CommandBatch entries (group commit):
+// nodes batch only while every member says so, so a cluster being
+// upgraded one node at a time never commits an entry an older node would
+// refuse (and so diverge from the others).
+const FeatureBatch = "batch"
 
 // encodeMeta encodes m (deterministically, so equal metas give equal bytes)
 // and refuses results larger than MaxMetaSize.
 func encodeMeta(m Meta, leaving bool) ([]byte, error) {
-	pb := &peerpb.NodeMeta{Labels: m.Labels, Version: m.Version, Leaving: leaving}
+	pb := &peerpb.NodeMeta{Labels: m.Labels, Version: m.Version, Leaving: leaving, Features: m.Features}
 	if len(m.Capacity) > 0 {
 		pb.Capacity = make(map[string]int64, len(m.Capacity))
 		for k, v := range m.Capacity {
@@ -49,7 +59,7 @@ func decodeMeta(b []byte) (Meta, bool, error) {
 	if err := proto.Unmarshal(b, &pb); err != nil {
 		return Meta{}, false, fmt.Errorf("cluster: decode node meta: %w", err)
 	}
-	m := Meta{Labels: pb.Labels, Version: pb.Version}
+	m := Meta{Labels: pb.Labels, Version: pb.Version, Features: pb.Features}
 	if len(pb.Capacity) > 0 {
 		m.Capacity = make(map[string]int, len(pb.Capacity))
 		for k, v := range pb.Capacity {
@@ -61,5 +71,5 @@ func decodeMeta(b []byte) (Meta, bool, error) {
 
 // clone returns a deep copy, so callers never share maps with the cluster.
 func (m Meta) clone() Meta {
-	return Meta{Labels: maps.Clone(m.Labels), Capacity: maps.Clone(m.Capacity), Version: m.Version}
+	return Meta{Labels: maps.Clone(m.Labels), Capacity: maps.Clone(m.Capacity), Version: m.Version, Features: slices.Clone(m.Features)}
 }

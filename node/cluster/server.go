@@ -136,6 +136,9 @@ func (c *Cluster) handleForwardApply(ctx context.Context, pr identity.Principal,
 	if !c.store.IsLeader() {
 		return c.notLeaderResp()
 	}
+	if batch != nil && !c.canBatch() { // a member cannot apply batches: one entry each
+		return &peerpb.Response{Body: &peerpb.Response_ForwardApply{ForwardApply: &peerpb.ForwardApplyResponse{Results: batchResults(c.applyEach(ctx, cmds))}}}
+	}
 	res, err := c.applyLocal(ctx, r.Command)
 	if err == nil && batch == nil {
 		err = res.Err

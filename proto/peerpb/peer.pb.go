@@ -1331,11 +1331,15 @@ func (x *CAKey) GetKeyDer() []byte {
 // NodeMeta is what a node gossips about itself (memberlist NodeMeta, at
 // most 512 bytes encoded).
 type NodeMeta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Labels        map[string]string      `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Capacity      map[string]int64       `protobuf:"bytes,2,rep,name=capacity,proto3" json:"capacity,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	Version       string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
-	Leaving       bool                   `protobuf:"varint,4,opt,name=leaving,proto3" json:"leaving,omitempty"` // set just before a graceful leave
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Labels   map[string]string      `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Capacity map[string]int64       `protobuf:"bytes,2,rep,name=capacity,proto3" json:"capacity,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Version  string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Leaving  bool                   `protobuf:"varint,4,opt,name=leaving,proto3" json:"leaving,omitempty"` // set just before a graceful leave
+	// features names what this node's software supports that older nodes
+	// do not (e.g. "batch": it applies CommandBatch entries), so the others
+	// use it only once every member does.
+	Features      []string `protobuf:"bytes,5,rep,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1396,6 +1400,13 @@ func (x *NodeMeta) GetLeaving() bool {
 		return x.Leaving
 	}
 	return false
+}
+
+func (x *NodeMeta) GetFeatures() []string {
+	if x != nil {
+		return x.Features
+	}
+	return nil
 }
 
 // JobOutputRequest reads a running job's output from the worker that runs
@@ -1780,12 +1791,13 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\x04keys\x18\x01 \x03(\v2\x15.palyra.peer.v1.CAKeyR\x04keys\";\n" +
 	"\x05CAKey\x12\x19\n" +
 	"\broot_der\x18\x01 \x01(\fR\arootDer\x12\x17\n" +
-	"\akey_der\x18\x02 \x01(\fR\x06keyDer\"\xb8\x02\n" +
+	"\akey_der\x18\x02 \x01(\fR\x06keyDer\"\xd4\x02\n" +
 	"\bNodeMeta\x12<\n" +
 	"\x06labels\x18\x01 \x03(\v2$.palyra.peer.v1.NodeMeta.LabelsEntryR\x06labels\x12B\n" +
 	"\bcapacity\x18\x02 \x03(\v2&.palyra.peer.v1.NodeMeta.CapacityEntryR\bcapacity\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x12\x18\n" +
-	"\aleaving\x18\x04 \x01(\bR\aleaving\x1a9\n" +
+	"\aleaving\x18\x04 \x01(\bR\aleaving\x12\x1a\n" +
+	"\bfeatures\x18\x05 \x03(\tR\bfeatures\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
