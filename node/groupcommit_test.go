@@ -69,4 +69,7 @@ func TestNodesGroupCommitSubmits(t *testing.T) {
 	if entries := first.StateForTest().AppliedIndex() - before; entries >= n/2 {
 		t.Fatalf("%d concurrent submits took %d raft entries: the nodes did not group-commit", n, entries)
 	}
+	if batches, batched, alone := second.Cluster().GroupCommitStats(); batches == 0 || batched+alone < n || batched <= alone {
+		t.Fatalf("group commit stats on the node that took the submits: %d batches of %d commands, %d alone", batches, batched, alone)
+	}
 }

@@ -71,6 +71,21 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		Help: "Placements this node proposed while it led."})
 	m.renewals = prometheus.NewCounter(prometheus.CounterOpts{Name: "palyra_lease_renewals_total",
 		Help: "Lease renewals this node answered while it led."})
+	groupCommit := func(name, help string, pick func(batches, batched, alone uint64) uint64) prometheus.CounterFunc {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+			if n.cluster == nil {
+				return 0
+			}
+			return float64(pick(n.cluster.GroupCommitStats()))
+		})
+	}
+	m.reg.MustRegister(
+		groupCommit("palyra_group_commit_batches_total", "Entries of several commands (submits, cancels, results) this node sent to be committed together.",
+			func(b, _, _ uint64) uint64 { return b }),
+		groupCommit("palyra_group_commit_batched_commands_total", "Commands those entries carried.",
+			func(_, c, _ uint64) uint64 { return c }),
+		groupCommit("palyra_group_commit_alone_total", "Submits, cancels and results this node sent in an entry of their own (nothing to group them with, or a member of an older version).",
+			func(_, _, a uint64) uint64 { return a }))
 	m.reg.MustRegister(m.runs, m.runSeconds, m.latency, m.placements, m.renewals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{n: n, m: m})
 	if s := raftSink(); s != nil {

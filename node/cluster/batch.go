@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/palyra-mesh/palyra/consensus"
@@ -44,6 +45,17 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*proposal
 	flights int
+	// What was sent (GroupCommitStats): CommandBatch entries, the commands
+	// they carried, and batchable commands that went alone.
+	batches, batched, alone atomic.Uint64
+}
+
+// GroupCommitStats reports what this node's group commit sent since it
+// started: batches (CommandBatch entries proposed through the leader),
+// the commands they carried, and batchable commands that went alone
+// (nothing to group them with, or a member of an older version).
+func (c *Cluster) GroupCommitStats() (batches, batched, alone uint64) {
+	return c.batch.batches.Load(), c.batch.batched.Load(), c.batch.alone.Load()
 }
 
 // propose commits cmd in the next batch and returns its own outcome. A
@@ -103,6 +115,7 @@ func (b *batcher) flush() {
 // send commits batch and hands each proposal its outcome.
 func (b *batcher) send(batch []*proposal) {
 	if len(batch) == 1 {
+		b.alone.Add(1)
 		p := batch[0]
 		p.job, p.err = b.c.applyOne(p.ctx, p.cmd)
 		close(p.done)
@@ -125,6 +138,7 @@ func (b *batcher) send(batch []*proposal) {
 	if !b.c.canBatch() {
 		// A member runs an older version: every command goes on its own,
 		// at once (see canBatch).
+		b.alone.Add(uint64(len(batch)))
 		var wg sync.WaitGroup
 		for _, p := range batch {
 			wg.Go(func() {
@@ -139,6 +153,8 @@ func (b *batcher) send(batch []*proposal) {
 	for i, p := range batch {
 		cmds[i] = p.cmd
 	}
+	b.batches.Add(1)
+	b.batched.Add(uint64(len(cmds)))
 	results, err := b.c.applyBatch(ctx, cmds)
 	for i, p := range batch {
 		if err != nil {
