@@ -84,7 +84,7 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 			func(b, _, _ uint64) uint64 { return b }),
 		groupCommit("palyra_group_commit_batched_commands_total", "Commands those entries carried.",
 			func(_, c, _ uint64) uint64 { return c }),
-		groupCommit("palyra_group_commit_alone_total", "Submits, cancels and results this node sent in an entry of their own (nothing to group them with, or a member of an older version).",
+		groupCommit("palyra_group_commit_alone_total", "Submits, cancels and results this node sent in an entry of their own (it leads, nothing to group them with, or a member of an older version).",
 			func(_, _, a uint64) uint64 { return a }))
 	m.reg.MustRegister(m.runs, m.runSeconds, m.latency, m.placements, m.renewals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{n: n, m: m})

@@ -32,6 +32,13 @@ func (c *Cluster) Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job
 		return consensus.Job{}, &consensus.Error{Code: codePermissionDenied, Message: err.Error(), Hint: "a node may report only its own work"}
 	}
 	if consensus.Batchable(cmd) {
+		if c.store.IsLeader() {
+			// Raft's own loop already writes the leader's concurrent
+			// commands together (one fsync); a batch here would only add
+			// the wait for it, with no forward to save (batch.go).
+			c.batch.alone.Add(1)
+			return c.applyOne(ctx, cmd)
+		}
 		return c.batch.propose(ctx, cmd)
 	}
 	return c.applyOne(ctx, cmd)
