@@ -212,14 +212,23 @@ func (b *blobNet) push(ctx context.Context, addr, hash string, data []byte) erro
 
 // Get returns a blob from local disk or, failing that, from a peer.
 func (b *blobNet) Get(hash string) ([]byte, error) {
+	return b.GetContext(context.Background(), hash)
+}
+
+// GetContext is Get, giving up when ctx ends (and after a minute at most).
+func (b *blobNet) GetContext(ctx context.Context, hash string) ([]byte, error) {
 	data, err := b.local.Get(hash)
 	if err == nil || !errors.Is(err, blob.ErrNotFound) {
 		return data, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var errs []error
 	for _, m := range b.others() {
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
 		data, ferr := b.fetch(ctx, m.Address, hash)
 		if ferr == nil {
 			if _, perr := b.local.Put(data); perr != nil {

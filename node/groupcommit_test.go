@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/palyra-mesh/palyra/node"
-	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
@@ -16,25 +14,9 @@ import (
 // them batch): many submits at once through the API of one node take far
 // fewer raft entries than submits, and each gets its own job.
 func TestNodesGroupCommitSubmits(t *testing.T) {
-	first := start(t, node.Config{})
-	op1 := operator(t, first, first.Addr())
-	second := join(t, op1, first.Addr(), t.TempDir())
-	waitFor(t, "both nodes alive on both", time.Minute, func() bool {
-		for _, n := range []*node.Node{first, second} {
-			alive := 0
-			for _, m := range n.Cluster().Members() {
-				if m.State == cluster.StateAlive {
-					alive++
-				}
-			}
-			if alive != 2 {
-				return false
-			}
-		}
-		return true
-	})
+	first, second, _ := twoNodes(t)
 	cl := operator(t, first, second.Addr())
-	mod := []byte("\x00asm\x01\x00\x00\x00\x01\x04\x01\x60\x00\x00\x03\x02\x01\x00\x07\x0a\x01\x06_start\x00\x00\x0a\x04\x01\x02\x00\x0b")
+	mod := emptyModule
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := cl.Submit(ctx, &palyrav1.SubmitJobRequest{WasmModule: mod}); err != nil { // the module is stored once

@@ -41,6 +41,34 @@ func join(t *testing.T, op *client.Client, peer string, dataDir string) *node.No
 	return joinWith(t, op, peer, node.Config{DataDir: dataDir})
 }
 
+// twoNodes starts a node and joins a second one to it, and waits until
+// each sees both alive. op is the first node's operator, on the first node.
+func twoNodes(t *testing.T) (first, second *node.Node, op *client.Client) {
+	t.Helper()
+	first = start(t, node.Config{})
+	op = operator(t, first, first.Addr())
+	second = join(t, op, first.Addr(), t.TempDir())
+	waitFor(t, "both nodes alive on both", time.Minute, func() bool {
+		for _, n := range []*node.Node{first, second} {
+			alive := 0
+			for _, m := range n.Cluster().Members() {
+				if m.State == cluster.StateAlive {
+					alive++
+				}
+			}
+			if alive != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	return first, second, op
+}
+
+// emptyModule is the smallest runnable module, (module (func (export
+// "_start"))): cheap to compile on every node.
+var emptyModule = []byte("\x00asm\x01\x00\x00\x00\x01\x04\x01\x60\x00\x00\x03\x02\x01\x00\x07\x0a\x01\x06_start\x00\x00\x0a\x04\x01\x02\x00\x0b")
+
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)

@@ -57,7 +57,7 @@ func (n *Node) precompileModules(ctx context.Context) {
 // precompile fetches module hash and compiles it into the executor's cache.
 func (n *Node) precompile(ctx context.Context, hash string) {
 	start := time.Now()
-	data, err := n.blobNet.Get(hash)
+	data, err := n.blobNet.GetContext(ctx, hash) // shutdown does not wait for a peer
 	if err != nil {
 		n.log.Debug("could not fetch a module to compile it ahead of its jobs", "module", hash, "err", err)
 		return

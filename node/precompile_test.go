@@ -9,8 +9,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/palyra-mesh/palyra/node"
-	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
@@ -18,23 +16,7 @@ import (
 // of running it, without a job of it placed there; modules whose jobs all
 // ended are not in the live index any more.
 func TestModulesAreCompiledAheadOnEveryNode(t *testing.T) {
-	first := start(t, node.Config{})
-	op1 := operator(t, first, first.Addr())
-	second := join(t, op1, first.Addr(), t.TempDir())
-	waitFor(t, "both nodes alive on both", time.Minute, func() bool {
-		for _, n := range []*node.Node{first, second} {
-			alive := 0
-			for _, m := range n.Cluster().Members() {
-				if m.State == cluster.StateAlive {
-					alive++
-				}
-			}
-			if alive != 2 {
-				return false
-			}
-		}
-		return true
-	})
+	_, second, op1 := twoNodes(t)
 	// (module (func (export "_start")) (func (export "other"))): small, and
 	// no other test uses it, so no node has compiled it before.
 	mod := []byte("\x00asm\x01\x00\x00\x00\x01\x04\x01\x60\x00\x00\x03\x03\x02\x00\x00\x07\x12\x02\x06_start\x00\x00\x05other\x00\x01\x0a\x07\x02\x02\x00\x0b\x02\x00\x0b")
