@@ -22,7 +22,8 @@ const (
 type Config struct {
 	// ExecPath is the Chromium binary. Default: what Detect finds.
 	ExecPath string
-	// Slots bounds how many jobs run at once; Run waits for a slot.
+	// Slots bounds how many jobs run at once; Run waits for a slot. Each
+	// slot has a browser process tree of its own (lane.go).
 	Slots int
 	// DefaultTimeout bounds a job whose Spec has no Timeout.
 	DefaultTimeout time.Duration

@@ -1,12 +1,13 @@
 // Package browser runs headless-browser jobs in Chromium, driven over the
 // DevTools protocol with chromedp.
 //
-// An Executor keeps one long-lived Chromium process (Debian's
-// chromium-headless-shell by default, see Detect) and gives every job a
-// fresh incognito browser context, so no job sees another's cookies,
-// storage or cache. Config.Slots jobs run at once. If the browser dies or
-// stops answering, the jobs on it end with runtime.ReasonCrashed and the
-// next job starts a new browser.
+// An Executor keeps one long-lived Chromium process per job slot (Debian's
+// chromium-headless-shell by default, see Detect), whose frames it draws on
+// demand, and one more for interactive sessions. It gives every job a fresh
+// incognito browser context, so no job sees another's cookies, storage or
+// cache. Config.Slots jobs run at once. If a browser dies or stops
+// answering, the job on it ends with runtime.ReasonCrashed and the next job
+// there starts a new browser.
 //
 // # Script
 //

@@ -11,24 +11,25 @@ import (
 	"github.com/palyra-mesh/palyra/runtime"
 )
 
-// Executor runs browser jobs on one long-lived Chromium, each job in a fresh
-// incognito browser context. It is safe for concurrent use.
+// Executor runs browser jobs on long-lived Chromiums, one per slot, each
+// job in a fresh incognito browser context; interactive sessions share one
+// more browser. It is safe for concurrent use.
 type Executor struct {
 	cfg   Config
 	log   *slog.Logger
-	slots chan struct{}
+	slots chan struct{} // one token per free lane
 	res   resolver
 
 	// life is cancelled by Close; runs derive from it.
 	life     context.Context
 	shutdown context.CancelCauseFunc
 
-	startMu sync.Mutex // serialises browser (re)starts
-	mu      sync.Mutex // guards cur, gen, closed
-	cur     *proc
-	gen     int
-	closed  bool
-	runs    sync.WaitGroup
+	mu     sync.Mutex // guards every browser's cur, gen, busy, closed
+	lanes  []*lane    // one per slot, each with its own browser (lane.go)
+	sess   browserRef // the browser of interactive sessions, started by the first
+	gen    int
+	closed bool
+	runs   sync.WaitGroup
 
 	hooks testHooks
 
@@ -70,6 +71,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	life, shutdown := context.WithCancelCause(context.Background())
 	e := &Executor{
 		cfg:      cfg,
+		sess:     browserRef{name: "sessions"},
 		log:      cfg.Logger.With("executor", runtime.KindBrowser),
 		slots:    make(chan struct{}, cfg.Slots),
 		res:      defaultResolver,
@@ -78,7 +80,12 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		sessions: map[string]*session{},
 		kick:     make(chan struct{}, 1),
 	}
-	if _, err := e.browser(ctx); err != nil {
+	for i := range cfg.Slots {
+		e.lanes = append(e.lanes, &lane{idx: i, br: browserRef{name: fmt.Sprintf("lane %d", i), frames: true}})
+	}
+	// Start the first lane's browser now, so a Chromium that cannot run
+	// fails New; the other lanes start with their first job or the filler.
+	if _, err := e.browser(ctx, &e.lanes[0].br); err != nil {
 		shutdown(err)
 		return nil, err
 	}
@@ -128,8 +135,9 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 		return failed(runtime.ReasonCanceled, errExecutorClosed.Error())
 	}
 
-	release := sync.OnceFunc(func() { <-e.slots })
-	p, err := e.browser(ctx)
+	l := e.takeLane()
+	release := sync.OnceFunc(func() { e.freeLane(l); <-e.slots })
+	p, err := e.browser(ctx, &l.br)
 	if err != nil {
 		release()
 		if ctx.Err() != nil {
@@ -150,35 +158,35 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 		maxOutput = e.cfg.DefaultMaxOutput
 	}
 	j := &job{
-		e: e, p: p, script: script, pol: pol, timeout: timeout,
+		e: e, p: p, lane: l, script: script, pol: pol, timeout: timeout,
 		rec: newRecorder(maxOutput, e.cfg.MaxArtifactBytes, e.cfg.MaxArtifactsTotal),
 		log: e.log.With("browser_gen", p.gen), release: release,
 	}
 	res = j.run(ctx)
 	if !p.usable() { // died or hung; a crashed renderer alone keeps the browser
-		e.discard(p)
+		e.discard(&l.br, p)
 	}
 	return res
 }
 
-// browser returns the running browser, starting a fresh one when there is
-// none or the last one died or hung.
-func (e *Executor) browser(ctx context.Context) (*proc, error) {
+// browser returns ref's running browser, starting a fresh one when there
+// is none or the last one died or hung.
+func (e *Executor) browser(ctx context.Context, ref *browserRef) (*proc, error) {
 	e.mu.Lock()
-	if p := e.cur; p != nil && p.usable() {
+	if p := ref.cur; p != nil && p.usable() {
 		e.mu.Unlock()
 		return p, nil
 	}
 	e.mu.Unlock()
 
-	e.startMu.Lock()
-	defer e.startMu.Unlock()
+	ref.startMu.Lock()
+	defer ref.startMu.Unlock()
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		return nil, errExecutorClosed
 	}
-	old := e.cur
+	old := ref.cur
 	if old != nil && old.usable() { // another run restarted it meanwhile
 		e.mu.Unlock()
 		return old, nil
@@ -188,10 +196,10 @@ func (e *Executor) browser(ctx context.Context) (*proc, error) {
 	e.mu.Unlock()
 
 	if old != nil {
-		e.log.Warn("restarting the browser", "old_gen", old.gen, "old_pid", old.pid)
+		e.log.Warn("restarting the browser", "browser", ref.name, "old_gen", old.gen, "old_pid", old.pid)
 		old.kill()
 	}
-	p, err := launch(ctx, e.cfg, gen, e.log)
+	p, err := launch(ctx, e.cfg, gen, ref.frames, e.log)
 	if err != nil {
 		return nil, err
 	}
@@ -201,29 +209,44 @@ func (e *Executor) browser(ctx context.Context) (*proc, error) {
 		p.kill()
 		return nil, errExecutorClosed
 	}
-	e.cur = p
+	ref.cur = p
 	return p, nil
 }
 
-// discard retires p so the next job starts a fresh browser.
-func (e *Executor) discard(p *proc) {
+// discard retires p so the next job on ref starts a fresh browser.
+func (e *Executor) discard(ref *browserRef, p *proc) {
 	p.broken.Store(true)
 	e.mu.Lock()
-	if e.cur == p {
-		e.cur = nil
+	if ref.cur == p {
+		ref.cur = nil
 	}
 	e.mu.Unlock()
 	p.kill()
 }
 
-// browserPID is the running browser's process ID (0 if none); for tests.
+// browserPID is the process ID of the first lane's browser, the one a
+// lone job runs on (0 if none); for tests.
 func (e *Executor) browserPID() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.cur == nil {
-		return 0
+	if p := e.lanes[0].br.cur; p != nil {
+		return p.pid
 	}
-	return e.cur.pid
+	return 0
+}
+
+// browserPIDs lists the lanes' browser process IDs (0 for a lane with
+// none); for tests.
+func (e *Executor) browserPIDs() []int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pids := make([]int, len(e.lanes))
+	for i, l := range e.lanes {
+		if l.br.cur != nil {
+			pids[i] = l.br.cur.pid
+		}
+	}
+	return pids
 }
 
 // Close stops running jobs (they end with ReasonCanceled) and the browser.
@@ -247,15 +270,21 @@ func (e *Executor) Close(ctx context.Context) error {
 		err = fmt.Errorf("browser: closing: runs still active: %w", ctx.Err())
 	}
 
-	e.startMu.Lock()
-	e.mu.Lock()
-	p := e.cur
-	e.cur = nil
-	e.mu.Unlock()
-	e.startMu.Unlock()
-	if p != nil {
-		if cerr := p.close(ctx); cerr != nil && err == nil {
-			err = fmt.Errorf("browser: closing the browser: %w", cerr)
+	refs := []*browserRef{&e.sess}
+	for _, l := range e.lanes {
+		refs = append(refs, &l.br)
+	}
+	for _, ref := range refs {
+		ref.startMu.Lock()
+		e.mu.Lock()
+		p := ref.cur
+		ref.cur = nil
+		e.mu.Unlock()
+		ref.startMu.Unlock()
+		if p != nil {
+			if cerr := p.close(ctx); cerr != nil && err == nil {
+				err = fmt.Errorf("browser: closing the browser of %s: %w", ref.name, cerr)
+			}
 		}
 	}
 	return err

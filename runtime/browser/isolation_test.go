@@ -130,7 +130,7 @@ func TestNoLeftoverTargets(t *testing.T) {
 	_ = run(t, e, runtime.Spec{Script: script(t, map[string]any{"action": "navigate", "url": site + "/"})})
 
 	e.mu.Lock()
-	p := e.cur
+	p := e.lanes[0].br.cur
 	e.mu.Unlock()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -36,6 +36,7 @@ var (
 type job struct {
 	e       *Executor
 	p       *proc
+	lane    *lane // nil for a session
 	script  *Script
 	pol     *policy
 	rec     *recorder
@@ -116,7 +117,10 @@ func (j *job) runSteps(jctx context.Context) runtime.Result {
 // when there is one, else one made now. Cleanup disposes of it.
 func (j *job) open(jctx context.Context) (context.Context, error) {
 	j.rec.onNavBlocked = func(*BlockedError) { j.abort(errNavBlocked) }
-	r := j.e.takeReady(j.p)
+	var r *ready
+	if j.lane != nil {
+		r = j.e.takeReady(j.lane, j.p)
+	}
 	if r == nil {
 		var err error
 		if r, err = j.e.prepare(jctx, j.p, j.log); err != nil {

@@ -80,8 +80,20 @@ func (e *Executor) prepare(ctx context.Context, p *proc, log *slog.Logger) (r *r
 		return r, fmt.Errorf("disabling downloads: %w", err)
 	}
 	// The tab lives with the browser, not with ctx: it outlasts the
-	// set-up, waiting in the pool.
-	r.tab, r.cancelTab = chromedp.NewContext(p.ctx, chromedp.WithExistingBrowserContext(r.bc), chromedp.WithDetachOnCancel())
+	// set-up, waiting in the pool. On a lane's browser the tab is made
+	// here, with its frames drawn on demand (lane.go).
+	if p.frames {
+		yes := true
+		ct, err := cdp.Call(ctx, p.b, target.CreateTarget, target.CreateTargetParams{
+			URL: "about:blank", BrowserContextID: r.bc, EnableBeginFrameControl: &yes,
+		})
+		if err != nil {
+			return r, fmt.Errorf("opening a tab: %w", err)
+		}
+		r.tab, r.cancelTab = chromedp.NewContext(p.ctx, chromedp.WithTargetID(ct.TargetID), chromedp.WithDetachOnCancel())
+	} else {
+		r.tab, r.cancelTab = chromedp.NewContext(p.ctx, chromedp.WithExistingBrowserContext(r.bc), chromedp.WithDetachOnCancel())
+	}
 	// Events opens the target and subscribes before any request can be
 	// made; the set-up calls are bounded by ctx.
 	setupDone := context.AfterFunc(ctx, r.cancelTab)
@@ -166,6 +178,10 @@ func (r *ready) bind(j *job, jctx context.Context) context.Context {
 	stop := context.AfterFunc(jctx, func() { cancel(context.Cause(jctx)) })
 	j.onCleanup(r.close)
 	j.onCleanup(func() { stop(); cancel(nil) })
+	if r.p.frames {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.p.pump(tab, r.t) }()
+	}
 	return tab
 }
 
@@ -189,27 +205,52 @@ func (r *ready) close() {
 	})
 }
 
-// readyPool holds the contexts made ahead of jobs.
+// readyPool holds the contexts made ahead of jobs, at most one per lane,
+// each on its lane's browser.
 type readyPool struct {
 	mu    sync.Mutex
-	items []*ready
+	items map[*lane]*ready
 }
 
-func (rp *readyPool) pop() *ready {
+// take removes and returns l's context, or nil.
+func (rp *readyPool) take(l *lane) *ready {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
-	if len(rp.items) == 0 {
-		return nil
-	}
-	r := rp.items[len(rp.items)-1]
-	rp.items = rp.items[:len(rp.items)-1]
+	r := rp.items[l]
+	delete(rp.items, l)
 	return r
 }
 
-func (rp *readyPool) push(r *ready) {
+// put makes r l's context; it reports false, keeping the one there, if l
+// has one already.
+func (rp *readyPool) put(l *lane, r *ready) bool {
 	rp.mu.Lock()
-	rp.items = append(rp.items, r)
-	rp.mu.Unlock()
+	defer rp.mu.Unlock()
+	if rp.items[l] != nil {
+		return false
+	}
+	if rp.items == nil {
+		rp.items = map[*lane]*ready{}
+	}
+	rp.items[l] = r
+	return true
+}
+
+func (rp *readyPool) has(l *lane) bool {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return rp.items[l] != nil
+}
+
+// pop removes and returns any context, or nil.
+func (rp *readyPool) pop() *ready {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	for l, r := range rp.items {
+		delete(rp.items, l)
+		return r
+	}
+	return nil
 }
 
 func (rp *readyPool) len() int {
@@ -243,25 +284,22 @@ func (r *ready) alive() bool {
 	return err == nil && !r.dead.Load()
 }
 
-// takeReady returns a pooled ready context on browser p, or nil when none
-// is ready; contexts left from an earlier browser, or whose page died,
-// are closed on the way. The caller asks the filler for a replacement
-// (kickFiller) when it suits it: a job does so once its result is out, so
-// the replacement's set-up (~45 ms of browser work) does not compete with
-// the job for the CPU; a session does so at once, as it holds its context
-// for minutes.
-func (e *Executor) takeReady(p *proc) *ready {
-	for {
-		r := e.pool.pop()
-		if r == nil {
-			return nil
-		}
-		if r.usable(p) && r.alive() {
-			return r
-		}
-		e.runs.Add(1)
-		go func() { defer e.runs.Done(); r.close() }()
+// takeReady returns lane l's pooled context if it is on browser p and its
+// page answers, or nil; one left from an earlier browser, or whose page
+// died, is closed on the way. The job asks the filler for a replacement
+// (kickFiller) once its result is out, so the replacement's set-up (~45 ms
+// of browser work) does not compete with the job for the CPU.
+func (e *Executor) takeReady(l *lane, p *proc) *ready {
+	r := e.pool.take(l)
+	if r == nil {
+		return nil
 	}
+	if r.usable(p) && r.alive() {
+		return r
+	}
+	e.runs.Add(1)
+	go func() { defer e.runs.Done(); r.close() }()
+	return nil
 }
 
 func (e *Executor) kickFiller() {
@@ -274,9 +312,10 @@ func (e *Executor) kickFiller() {
 	}
 }
 
-// fill keeps the pool at one ready context per slot while the executor
-// lives. It works one context at a time, in the background; a job that
-// finds the pool empty makes its own, as it would without the pool.
+// fill keeps one ready context per lane while the executor lives,
+// starting a lane's browser if it has none. It works one context at a
+// time, in the background; a job that finds its lane's context missing
+// makes its own, as it would without the pool.
 func (e *Executor) fill() {
 	defer e.runs.Done()
 	for {
@@ -286,8 +325,15 @@ func (e *Executor) fill() {
 			return
 		case <-e.kick:
 		}
-		for e.pool.len() < e.cfg.Slots && e.life.Err() == nil {
-			p, err := e.browser(e.life)
+	lanes:
+		for _, l := range e.lanes {
+			if e.life.Err() != nil {
+				break
+			}
+			if e.pool.has(l) {
+				continue
+			}
+			p, err := e.browser(e.life, &l.br)
 			if err != nil {
 				break // the next job retries the start and kicks again
 			}
@@ -295,10 +341,12 @@ func (e *Executor) fill() {
 			r, err := e.prepare(ctx, p, e.log)
 			cancel()
 			if err != nil {
-				e.log.Debug("preparing a browser context ahead of a job", "err", err)
-				break
+				e.log.Debug("preparing a browser context ahead of a job", "lane", l.idx, "err", err)
+				break lanes
 			}
-			e.pool.push(r)
+			if !e.pool.put(l, r) {
+				r.close()
+			}
 		}
 	}
 }

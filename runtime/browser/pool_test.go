@@ -116,8 +116,13 @@ func TestPooledContextAdmitsNothingBeforeAJobTakesIt(t *testing.T) {
 func TestDeadPooledContextIsNotHandedOut(t *testing.T) {
 	e := newExecutor(t, Config{Slots: 2, Prewarm: true})
 	waitPool(t, e, 2)
-	for _, pid := range descendants(e.browserPID(), "--type=renderer") {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	for _, l := range e.lanes {
+		e.mu.Lock()
+		p := l.br.cur
+		e.mu.Unlock()
+		for _, pid := range descendants(p.pid, "--type=renderer") {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 	site := alivePage(t)
 	for i := 0; i < 3; i++ {

@@ -31,6 +31,8 @@ type proc struct {
 	pid         int
 	broken      atomic.Bool // set when a probe failed; the next job restarts
 	probeLimit  time.Duration
+	frames      bool          // started with BeginFrame control (lane.go)
+	frameLock   chan struct{} // held while a BeginFrame is pending
 }
 
 // allocatorOptions are the Chromium flags. Beyond chromedp's defaults they
@@ -38,7 +40,12 @@ type proc struct {
 // refused connections on a closed network otherwise), keep WebRTC from
 // sending UDP outside the per-job proxy, and drop the sandbox only as root,
 // where Chromium refuses to start with it.
-func allocatorOptions(cfg Config) []chromedp.ExecAllocatorOption {
+//
+// With frames, the browser draws a tab only when the executor asks
+// (HeadlessExperimental.beginFrame) and runs every compositor stage before
+// drawing, so one request gives a complete frame at once instead of on
+// the next tick of the 60 Hz clock (DESIGN.md, "Lanes and drawn frames").
+func allocatorOptions(cfg Config, frames bool) []chromedp.ExecAllocatorOption {
 	opts := append([]chromedp.ExecAllocatorOption{}, chromedp.DefaultExecAllocatorOptions[:]...)
 	opts = append(opts,
 		chromedp.ExecPath(cfg.ExecPath),
@@ -58,13 +65,19 @@ func allocatorOptions(cfg Config) []chromedp.ExecAllocatorOption {
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox)
 	}
+	if frames {
+		opts = append(opts,
+			chromedp.Flag("enable-begin-frame-control", true),
+			chromedp.Flag("run-all-compositor-stages-before-draw", true),
+		)
+	}
 	return opts
 }
 
 // launch starts a browser. ctx bounds only the start; the browser lives
 // until kill or close.
-func launch(ctx context.Context, cfg Config, gen int, log *slog.Logger) (*proc, error) {
-	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), allocatorOptions(cfg)...)
+func launch(ctx context.Context, cfg Config, gen int, frames bool, log *slog.Logger) (*proc, error) {
+	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), allocatorOptions(cfg, frames)...)
 	bctx, bcancel := chromedp.NewContext(allocCtx,
 		chromedp.WithErrorf(func(f string, a ...any) { log.Debug("chromedp: "+fmt.Sprintf(f, a...), "browser_gen", gen) }),
 		chromedp.WithLogf(func(f string, a ...any) { log.Debug("chromedp: "+fmt.Sprintf(f, a...), "browser_gen", gen) }),
@@ -86,11 +99,12 @@ func launch(ctx context.Context, cfg Config, gen int, log *slog.Logger) (*proc, 
 		return nil, fmt.Errorf("browser: starting %s: %w (set Config.ExecPath to a working Chromium, or %s)", cfg.ExecPath, err, InstallHint)
 	}
 	c := chromedp.FromContext(bctx)
-	p := &proc{gen: gen, allocCancel: allocCancel, ctx: bctx, cancel: bcancel, b: c.Browser, probeLimit: defaultProbeTimeout}
+	p := &proc{gen: gen, allocCancel: allocCancel, ctx: bctx, cancel: bcancel, b: c.Browser,
+		probeLimit: defaultProbeTimeout, frames: frames, frameLock: make(chan struct{}, 1)}
 	if pr := c.Browser.Process(); pr != nil {
 		p.pid = pr.Pid
 	}
-	log.Debug("browser started", "browser_gen", gen, "pid", p.pid, "exec", cfg.ExecPath)
+	log.Debug("browser started", "browser_gen", gen, "pid", p.pid, "exec", cfg.ExecPath, "drawn_frames", frames)
 	return p, nil
 }
 

@@ -119,7 +119,7 @@ func (e *Executor) OpenSession(ctx context.Context, spec SessionSpec) (SessionIn
 		delete(e.sessions, id)
 		e.sessMu.Unlock()
 	}
-	p, err := e.browser(ctx)
+	p, err := e.browser(ctx, &e.sess)
 	if err != nil {
 		release()
 		return SessionInfo{}, err
@@ -131,7 +131,6 @@ func (e *Executor) OpenSession(ctx context.Context, spec SessionSpec) (SessionIn
 		rec: newRecorder(maxSessionValues, MaxSessionScreenshot, MaxSessionScreenshot*4), log: e.log.With("session", id)}
 	j.onCleanup(func() { stopLife(); cancelT(); cancel(errSessionExpired) })
 	tab, err := j.open(jctx)
-	e.kickFiller() // a session holds its context for minutes: replace it now
 	if err == nil {
 		// Open the tab now, so the first call does not pay for it.
 		err = chromedp.Do(tab, chromedp.Navigate("about:blank"))

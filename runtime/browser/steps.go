@@ -100,6 +100,8 @@ func (j *job) screenshot(ctx context.Context, st Step) error {
 		buf, err = chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(st.Selector), chromedp.NodeVisible))
 	case st.FullPage:
 		buf, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	case j.p.frames:
+		buf, err = j.p.frameScreenshot(ctx, chromedp.FromContext(ctx).Target)
 	default:
 		buf, err = chromedp.Run(ctx, viewportPNG())
 	}
