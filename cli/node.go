@@ -28,7 +28,7 @@ func nodeFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "advertise", Usage: "`HOST:PORT` other nodes dial (default: --listen; on a restart, the recorded one)", EnvVars: []string{"PALYRA_ADVERTISE"}},
 		&ucli.StringSliceFlag{Name: "label", Usage: "node label `k=v` for scheduling and policy (repeatable)"},
 		&ucli.IntFlag{Name: "wasm-slots", Usage: "wasm jobs run at once on this node (default 2 × CPUs)", EnvVars: []string{"PALYRA_WASM_SLOTS"}},
-		&ucli.IntFlag{Name: "browser-slots", Usage: "browser jobs run at once (default 2 when Chromium is installed; -1 disables)", EnvVars: []string{"PALYRA_BROWSER_SLOTS"}},
+		&ucli.IntFlag{Name: "browser-slots", Usage: "browser jobs run at once, each slot with a Chromium of its own (default 2 when Chromium is installed; -1 disables)", EnvVars: []string{"PALYRA_BROWSER_SLOTS"}},
 		&ucli.BoolFlag{Name: "browser-prewarm", Usage: "keep a browser context per slot ready ahead of jobs (short browser jobs start ~45ms sooner; each ready context holds an idle loopback proxy that admits nothing until a job takes it)", EnvVars: []string{"PALYRA_BROWSER_PREWARM"}},
 		&ucli.IntFlag{Name: "prefetch", Value: 4, Usage: "wasm jobs per slot a worker may hold waiting for a slot while jobs are short (under 250ms from placement to result on average; one per slot otherwise), so short jobs do not wait for the next scheduling round (0: none; applies while this node leads)", EnvVars: []string{"PALYRA_PREFETCH"}},
 		&ucli.IntFlag{Name: "array-prefetch", Value: 8, Usage: "the same for job-array tasks (0: none)", EnvVars: []string{"PALYRA_ARRAY_PREFETCH"}},
