@@ -84,10 +84,21 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		e.lanes = append(e.lanes, &lane{idx: i, br: browserRef{name: fmt.Sprintf("lane %d", i), frames: true}})
 	}
 	// Start the first lane's browser now, so a Chromium that cannot run
-	// fails New; the other lanes start with their first job or the filler.
+	// fails New, and the others in the background, so the first jobs to
+	// run at once do not wait for a start (a lane whose start fails starts
+	// with its first job).
 	if _, err := e.browser(ctx, &e.lanes[0].br); err != nil {
 		shutdown(err)
 		return nil, err
+	}
+	for _, l := range e.lanes[1:] {
+		e.runs.Add(1)
+		go func() {
+			defer e.runs.Done()
+			if _, err := e.browser(life, &l.br); err != nil && life.Err() == nil {
+				e.log.Debug("starting a lane's browser ahead of its first job", "lane", l.idx, "err", err)
+			}
+		}()
 	}
 	go e.reapSessions()
 	if cfg.Prewarm {

@@ -68,31 +68,35 @@ requestAnimationFrame(step);
 // and captures its page, and finishes while the busy job still runs.
 func TestBusyPageHoldsOnlyItsOwnLane(t *testing.T) {
 	e := newExecutor(t, Config{Slots: 2, Prewarm: true})
+	spinning := make(chan struct{})
+	var once sync.Once
 	site := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/busy" {
+		switch r.URL.Path {
+		case "/busy":
 			html(w, `<p>soon busy</p>`)
-			return
+		case "/spinning": // the busy page's last request before its loop
+			once.Do(func() { close(spinning) })
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			html(w, `<style>html,body{margin:0;height:100%;background:#0000cc}</style>`)
 		}
-		html(w, `<style>html,body{margin:0;height:100%;background:#0000cc}</style>`)
 	}))
-	busy := make(chan struct{})
-	e.hooks.stepStarted = func(i int) {
-		if i == 2 { // only the busy job has a third step
-			close(busy)
-		}
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	busyDone := make(chan runtime.Result, 1)
 	go func() {
+		// A synchronous request, then a loop that never yields: once the
+		// server has seen the request, the page's main thread is stuck,
+		// and so are its frames and the screenshot.
 		busyDone <- e.Run(ctx, loopbackSpec(script(t,
 			map[string]any{"action": "navigate", "url": site.URL + "/busy"},
-			map[string]any{"action": "evaluate", "expression": "setTimeout(() => { for (;;) {} }, 0), 1", "name": "one"},
+			map[string]any{"action": "evaluate", "name": "one",
+				"expression": "setTimeout(() => { const x = new XMLHttpRequest(); x.open('GET', '/spinning', false); x.send(); for (;;) {} }, 0), 1"},
 			map[string]any{"action": "screenshot", "name": "never.png", "timeout_ms": 60000},
 		)))
 	}()
 	select {
-	case <-busy:
+	case <-spinning:
 	case r := <-busyDone:
 		t.Fatalf("the busy job ended early: %s %s", r.Reason, r.Message)
 	}
@@ -106,7 +110,7 @@ func TestBusyPageHoldsOnlyItsOwnLane(t *testing.T) {
 	}
 	select {
 	case r := <-busyDone:
-		t.Fatalf("the busy job ended before the other lane's job: %s %s", r.Reason, r.Message)
+		t.Fatalf("the busy job ended before the other lane's job: %q %s", r.Reason, r.Message)
 	default:
 	}
 	cancel()
