@@ -39,7 +39,13 @@ type proc struct {
 // turn off everything that talks to the network on its own (Chromium floods
 // refused connections on a closed network otherwise), keep WebRTC from
 // sending UDP outside the per-job proxy, and drop the sandbox only as root,
-// where Chromium refuses to start with it.
+// where Chromium refuses to start with it. RenderDocument is off: with it,
+// every navigation builds a new frame host (and, in a tab whose frames we
+// draw, a new compositor surface) even when the renderer process stays the
+// same; without it a job's first navigation commits into the frame its tab
+// opened with, ~12% of a warm screenshot job (DESIGN.md). Process
+// isolation is unchanged: a navigation to another site still moves to
+// another renderer process, and each job has its own browser context.
 //
 // With frames, the browser draws a tab only when the executor asks
 // (HeadlessExperimental.beginFrame) and runs every compositor stage before
@@ -58,7 +64,7 @@ func allocatorOptions(cfg Config, frames bool) []chromedp.ExecAllocatorOption {
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("no-pings", true),
 		chromedp.Flag("disable-popup-blocking", false), // chromedp's default turns the blocker off
-		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,OptimizationHints,MediaRouter,DialMediaRouteProvider,AutofillServerCommunication,InterestFeedContentSuggestions,CertificateTransparencyComponentUpdater"),
+		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,OptimizationHints,MediaRouter,DialMediaRouteProvider,AutofillServerCommunication,InterestFeedContentSuggestions,CertificateTransparencyComponentUpdater,RenderDocument"),
 		chromedp.Flag("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"),
 		chromedp.Flag("webrtc-ip-handling-policy", "disable_non_proxied_udp"),
 	)
