@@ -30,6 +30,7 @@ var (
 	errCallerCanceled = errors.New("job canceled by the caller")
 	errPageCrashed    = errors.New("page crashed (its renderer process died)")
 	errNavBlocked     = errors.New("navigation blocked")
+	errUnreachable    = errors.New("page unreachable")
 )
 
 // job is one Run: its browser context, tab, policy, proxy and output.

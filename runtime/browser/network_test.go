@@ -1,6 +1,7 @@
 package browser
 
 import (
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -282,4 +283,37 @@ func TestPopupsArePoliced(t *testing.T) {
 		t.Errorf("the popup's navigation is not reported as blocked; stderr:\n%s", r.Stderr)
 	}
 	assertUntouched(t, other)
+}
+
+// TestUnreachablePageFailsItsNavigation: a page the egress proxy cannot
+// fetch (a closed port, a name that does not resolve) fails the navigate
+// step with the reason, as it would without the proxy, instead of
+// loading as a blank page (the proxy's empty 502) and letting the job
+// "succeed".
+func TestUnreachablePageFailsItsNavigation(t *testing.T) {
+	e := shared(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	for _, tc := range []struct {
+		url, host, want string
+	}{
+		{"http://" + closed + "/", "127.0.0.1", "connection refused"},
+		{"http://no-such-host.invalid/", "no-such-host.invalid", "no-such-host.invalid"},
+	} {
+		spec := runtime.Spec{AllowHosts: []string{tc.host}, AllowPrivate: true, Script: script(t,
+			map[string]any{"action": "navigate", "url": tc.url},
+			map[string]any{"action": "screenshot", "name": "page.png"},
+		)}
+		r := run(t, e, spec)
+		if r.Reason != runtime.ReasonStepFailed || !strings.Contains(r.Message, "steps[0] (navigate)") ||
+			!strings.Contains(r.Message, "page unreachable") || !strings.Contains(r.Message, tc.want) {
+			t.Errorf("%s: got %q %q, want step_failed at the navigate saying the page is unreachable (%s)", tc.url, r.Reason, r.Message, tc.want)
+		}
+	}
+	// The next job on the same browser is unaffected.
+	mustOK(t, run(t, e, loopbackSpec(script(t, map[string]any{"action": "navigate", "url": alivePage(t) + "/"}))))
 }

@@ -43,6 +43,7 @@ type recorder struct {
 	blockedSeen   map[string]bool
 	blockedMore   int
 	navBlocked    *BlockedError
+	navFailed     error // why the proxy could not fetch the last request that failed
 	artifacts     []runtime.Artifact
 	artifactBytes int
 }
@@ -115,6 +116,25 @@ func (r *recorder) blockNavigation(be *BlockedError) {
 	if cb != nil {
 		cb(be)
 	}
+}
+
+// fetchFailed records why the egress proxy could not fetch url (its
+// connection was refused, its name does not resolve, …), for the message
+// of a navigation that fails because of it.
+func (r *recorder) fetchFailed(url string, err error) {
+	err = fmt.Errorf("%s: %w", truncate(url, 256), err)
+	r.mu.Lock()
+	r.navFailed = err
+	r.mu.Unlock()
+}
+
+// takeNavFailed returns and clears what fetchFailed recorded last.
+func (r *recorder) takeNavFailed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	err := r.navFailed
+	r.navFailed = nil
+	return err
 }
 
 // takeNavBlocked returns and clears the blocked main-frame navigation.

@@ -71,7 +71,14 @@ func startProxy(pol *policy, rec *recorder, log *slog.Logger) (*egressProxy, err
 				p.refuse(w)
 				return
 			}
-			w.WriteHeader(http.StatusBadGateway)
+			// The upstream could not be reached. Drop the connection, so
+			// the browser sees the network error it would see without
+			// the proxy: a navigation fails (an empty 502 would load as a
+			// blank page and the step would succeed), a sub-resource is
+			// missing. The recorder keeps the reason for the step's
+			// message.
+			p.rec().fetchFailed(r.URL.String(), err)
+			p.refuse(w)
 		},
 	}
 	p.srv = &http.Server{

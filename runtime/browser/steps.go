@@ -81,7 +81,11 @@ func (j *job) navigate(ctx context.Context, u string) error {
 		j.rec.blocked(u, "Document", be.Reason, "policy")
 		return fmt.Errorf("%w: %w", errNavBlocked, be)
 	}
+	j.rec.takeNavFailed() // a failure left by an earlier page is not this one's
 	if err := chromedp.Do(ctx, chromedp.Navigate(u)); err != nil {
+		if why := j.rec.takeNavFailed(); why != nil {
+			return fmt.Errorf("%w: %v", errUnreachable, why)
+		}
 		return fmt.Errorf("loading %s: %w", truncate(u, 256), err)
 	}
 	return nil
