@@ -107,6 +107,14 @@ func TestBrowserJobThroughCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A bad script says what is wrong, once.
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte(`{"steps":[{"action":"fly"}]}`), 0o600)
+	r = c.cli("job", "submit", "--browser", bad)
+	if r.code == 0 || !strings.Contains(r.stderr, "invalid browser script: steps[0]") || strings.Count(r.stderr, "invalid browser script") != 1 {
+		t.Fatalf("bad script: %+v, want one 'invalid browser script: steps[0]…'", r)
+	}
+
 	// A plain device may not grant itself network access (policy).
 	cfg := filepath.Join(t.TempDir(), "dev")
 	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", n.Addr()); r.code != 0 {
@@ -217,7 +225,7 @@ func TestBrowserSessionCommands(t *testing.T) {
 	if user == nil || pass == nil {
 		t.Fatalf("no input refs in:\n%s", r.stdout)
 	}
-	out := t.TempDir()
+	out := filepath.Join(t.TempDir(), "not", "yet") // made by the command
 	r = c.cli("browser", "do", id, "type "+user[1]+" ada", "type "+pass[1]+" hunter2", "click #go", "wait_for #welcome", "extract #welcome greeting", "screenshot after.png", "--output-dir", out)
 	if r.code != 0 || !strings.Contains(r.stdout, `"greeting": "Welcome, ada!"`) {
 		t.Fatalf("do login: %+v", r)
@@ -226,8 +234,31 @@ func TestBrowserSessionCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot := filepath.Join(out, "s.png")
-	if r := c.cli("browser", "screenshot", id, "-o", shot); r.code != 0 {
+	if r := c.cli("browser", "screenshot", id, "-o", shot, "--json"); r.code != 0 || !strings.Contains(r.stdout, `"media_type": "image/png"`) {
 		t.Fatalf("screenshot: %+v", r)
+	}
+	if b, err := os.ReadFile(shot); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Fatalf("%s: %v, want a PNG", shot, err)
+	}
+	// A page whose PNG is over the session limit comes back as JPEG, and
+	// the file says so by its name.
+	noise := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, `<body style="margin:0"><canvas id=c width=1280 height=800></canvas><script>
+const c = document.getElementById('c').getContext('2d'), d = c.createImageData(1280, 800);
+for (let i = 0; i < d.data.length; i++) d.data[i] = i % 4 == 3 ? 255 : 120 + Math.random() * 16 | 0;
+c.putImageData(d, 0, 0);</script>`)
+	}))
+	defer noise.Close()
+	if r := c.cli("browser", "do", id, "navigate "+noise.URL+"/"); r.code != 0 {
+		t.Fatalf("navigate to the noise page: %+v", r)
+	}
+	r = c.cli("browser", "screenshot", id, "-o", filepath.Join(out, "noise.png"))
+	if r.code != 0 || !strings.Contains(r.stderr, "noise.jpg (image/jpeg") || !strings.Contains(r.stderr, "a JPEG") {
+		t.Fatalf("screenshot of a noisy page: %+v, want it written as noise.jpg, saying why", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "noise.jpg")); err != nil || !bytes.HasPrefix(b, []byte{0xff, 0xd8}) {
+		t.Fatalf("noise.jpg: %v, want a JPEG", err)
 	}
 	if r := c.cli("browser", "list"); r.code != 0 || !strings.Contains(r.stdout, id) {
 		t.Fatalf("list: %+v", r)

@@ -60,6 +60,7 @@ func browserCommand() *ucli.Command {
      extract TARGET [NAME]      the element's text, printed as NAME (default text)
      evaluate EXPRESSION…       a JavaScript expression's value, printed as value
      screenshot [NAME.png]      a PNG, written to --output-dir
+     pdf [NAME.pdf]             the page as PDF, written to --output-dir
      {"action": …}              any step as JSON (runtime/browser/SCRIPT.md)
    Steps other than navigate get 5s each.`,
 				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "output-dir", Usage: "write screenshots and PDFs the steps make to `DIR`", Value: "."}, jsonFlag},
@@ -67,7 +68,9 @@ func browserCommand() *ucli.Command {
 			},
 			{
 				Name: "screenshot", Usage: "save a screenshot of the session's page", ArgsUsage: "ID",
-				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write it to `FILE` (default screenshot.png)"}},
+				Description: `A PNG of the viewport. A PNG over the session limit (256 KiB) comes
+   back as JPEG instead, written with a .jpg extension.`,
+				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write it to `FILE` (default screenshot.png)"}, jsonFlag},
 				Action: browserScreenshot,
 			},
 			{
@@ -232,6 +235,11 @@ func browserDo(c *ucli.Context) error {
 	}
 	r := resp.Msg
 	var written []string
+	if len(r.Files) > 0 {
+		if err := os.MkdirAll(c.String("output-dir"), 0o755); err != nil {
+			return fail(c, &client.Error{Code: "io", Message: err.Error()})
+		}
+	}
 	for _, f := range r.Files {
 		path := filepath.Join(c.String("output-dir"), filepath.Base(f.Name))
 		if err := os.WriteFile(path, f.Data, 0o644); err != nil {
@@ -240,6 +248,9 @@ func browserDo(c *ucli.Context) error {
 		written = append(written, path)
 	}
 	if c.Bool("json") {
+		if written == nil {
+			written = []string{}
+		}
 		out := map[string]any{"session": sessionJSON(r.Session), "observations": r.Observations, "files": written}
 		if len(r.Values) > 0 {
 			out["values"] = json.RawMessage(r.Values)
@@ -277,14 +288,23 @@ func browserScreenshot(c *ucli.Context) error {
 	out := c.String("output")
 	if out == "" {
 		out = "screenshot.png"
-		if resp.Msg.MediaType == "image/jpeg" {
-			out = "screenshot.jpg"
+	}
+	note := ""
+	if resp.Msg.MediaType == "image/jpeg" {
+		// The page's PNG was over the session limit: the bytes are a JPEG,
+		// and a .png name would mislead whatever opens the file.
+		if ext := filepath.Ext(out); strings.EqualFold(ext, ".png") || ext == "" {
+			out = strings.TrimSuffix(out, ext) + ".jpg"
 		}
+		note = " (a JPEG: the page's PNG was over the session's screenshot limit)"
 	}
 	if err := os.WriteFile(out, resp.Msg.Data, 0o644); err != nil {
 		return fail(c, &client.Error{Code: "io", Message: err.Error()})
 	}
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%s, %d bytes)\n", out, resp.Msg.MediaType, len(resp.Msg.Data))
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, map[string]any{"file": out, "media_type": resp.Msg.MediaType, "bytes": len(resp.Msg.Data)})
+	}
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%s, %d bytes)%s\n", out, resp.Msg.MediaType, len(resp.Msg.Data), note)
 	return nil
 }
 

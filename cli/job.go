@@ -35,7 +35,7 @@ func jobCommand() *ucli.Command {
 		Subcommands: []*ucli.Command{
 			{
 				Name:      "submit",
-				Usage:     "submit a WebAssembly job or job array (WASI preview 1: stdin in, stdout/stderr out)",
+				Usage:     "submit a WebAssembly job (WASI preview 1: stdin in, stdout/stderr out), a job array, or a browser job (--browser SCRIPT.json)",
 				ArgsUsage: " ",
 				Description: `Prints the job id once the job is durably accepted (committed through Raft).
    With --wait, streams until the job ends, then prints its stdout on stdout and
@@ -351,6 +351,12 @@ func printEnded(c *ucli.Context, job *palyrav1.Job) error {
 		}
 	} else {
 		c.App.Writer.Write(job.Stdout)
+		if n := len(job.Stdout); n > 0 && job.Stdout[n-1] != '\n' && isTerminal(c.App.Writer) {
+			// On a terminal, end the line (a browser job's values are one
+			// JSON object without a newline), so the next line or the
+			// shell's prompt does not run into it; a pipe gets the bytes.
+			fmt.Fprintln(c.App.Writer)
+		}
 		c.App.ErrWriter.Write(job.Stderr)
 	}
 	if job.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED {

@@ -30,7 +30,7 @@ func (js jobService) submitBrowser(ctx context.Context, m *palyrav1.SubmitJobReq
 		return nil, invalid("--deterministic is for wasm jobs: a browser runs on real clocks and the network", "drop --deterministic")
 	}
 	if _, err := browser.ParseScript(m.BrowserScript); err != nil {
-		return nil, invalid("invalid browser script: "+err.Error(), "the format, with examples: runtime/browser/SCRIPT.md; as JSON Schema: 'palyra job submit --browser-schema'")
+		return nil, invalid(err.Error(), "the format, with examples: runtime/browser/SCRIPT.md; as JSON Schema: 'palyra job submit --browser-schema'")
 	}
 	if err := s.checkHTTPGrants(ctx, m.AllowHosts, m.AllowPrivate); err != nil {
 		return nil, err

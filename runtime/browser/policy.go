@@ -39,6 +39,7 @@ type policy struct {
 	hosts        []string // normalised AllowHosts
 	allowPrivate bool
 	res          resolver
+	owner        string // "job" or "session", for messages
 
 	mu    sync.Mutex
 	cache map[string]*lookup
@@ -54,7 +55,7 @@ type lookup struct {
 // which also admits its subdomains; a leading "*." is accepted and ignored)
 // or an IP literal, matched exactly.
 func newPolicy(allowHosts []string, allowPrivate bool, res resolver) (*policy, error) {
-	p := &policy{allowPrivate: allowPrivate, res: res, cache: map[string]*lookup{}}
+	p := &policy{allowPrivate: allowPrivate, res: res, owner: "job", cache: map[string]*lookup{}}
 	for _, h := range allowHosts {
 		n, err := normaliseAllowHost(h)
 		if err != nil {
@@ -112,9 +113,9 @@ func (p *policy) checkHost(ctx context.Context, rawHost string) ([]netip.Addr, e
 	}
 	if !p.hostAllowed(host) {
 		if len(p.hosts) == 0 {
-			return nil, fmt.Errorf("host %q is not allowed: the job has no --allow-host, so no network", truncate(host, 128))
+			return nil, fmt.Errorf("host %q is not allowed: the %s has no --allow-host, so no network", truncate(host, 128), p.owner)
 		}
-		return nil, fmt.Errorf("host %q is not in the job's --allow-host list", truncate(host, 128))
+		return nil, fmt.Errorf("host %q is not in the %s's --allow-host list", truncate(host, 128), p.owner)
 	}
 	if ip, ok := parseIP(host); ok {
 		if !p.allowPrivate {

@@ -91,6 +91,7 @@ func (e *Executor) OpenSession(ctx context.Context, spec SessionSpec) (SessionIn
 	if err != nil {
 		return SessionInfo{}, err
 	}
+	pol.owner = "session"
 	e.sessMu.Lock()
 	if e.closedLocked() {
 		e.sessMu.Unlock()

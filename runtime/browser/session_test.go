@@ -129,7 +129,7 @@ func TestSessionLoginStepByStepAndIsolation(t *testing.T) {
 		{map[string]any{"action": "click", "ref": "e1", "selector": "a"}, `"ref" or "selector"`},
 		{map[string]any{"action": "observe", "selector": "a"}, "observe takes no fields"},
 		{map[string]any{"action": "fly"}, "unknown action"},
-		{map[string]any{"action": "navigate", "url": "https://example.com/"}, "--allow-host"},
+		{map[string]any{"action": "navigate", "url": "https://example.com/"}, "not in the session's --allow-host list"},
 	} {
 		if _, err := e.Do(ctx, a.ID, steps(t, tc.step)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.step, err, tc.want)
