@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -225,6 +227,15 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 			res.Observations = append(res.Observations, obs)
 			continue
 		}
+		if ref, ok := selectorRef(st.Selector); ok && st.Action != ActionWaitFor {
+			// A ref names an element observe labelled; one that is gone
+			// will not come back, so say so now rather than after the
+			// step's timeout, in the caller's terms.
+			if err := refPresent(s.tab, st.Selector, ref); err != nil {
+				res.Values = s.j.rec.takeValues()
+				return res, fmt.Errorf("steps[%d] (%s): %w", i, st.Action, err)
+			}
+		}
 		if err := s.j.step(s.tab, i, st); err != nil {
 			r := s.j.result(s.tab, i, st.Action, err)
 			res.Values = s.j.rec.takeValues()
@@ -236,6 +247,33 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 	res.URL, _ = chromedp.Run(s.tab, chromedp.Location())
 	s.info.URL, res.Actions = res.URL, s.info.Actions
 	return res, nil
+}
+
+// selectorRef reports the ref a selector made by refSelector names.
+func selectorRef(sel string) (string, bool) {
+	q, ok := strings.CutPrefix(sel, "[data-palyra-ref=")
+	if q, ok = strings.CutSuffix(q, "]"); !ok {
+		return "", false
+	}
+	ref, err := strconv.Unquote(q)
+	if err != nil || !refRE.MatchString(ref) || refSelector(ref) != sel {
+		return "", false
+	}
+	return ref, true
+}
+
+// refPresent checks that the element labelled ref is on the page.
+func refPresent(tab context.Context, sel, ref string) error {
+	ctx, cancel := context.WithTimeout(tab, SessionActionTimeout)
+	defer cancel()
+	found, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf("document.querySelector(%s) !== null", jsString(sel))))
+	if err != nil {
+		return fmt.Errorf("looking for ref %s: %w", ref, err)
+	}
+	if !found {
+		return fmt.Errorf("ref %s is not on the page: refs come from observe and last until the page replaces their element; run observe again", ref)
+	}
+	return nil
 }
 
 // sessionStep decodes one step of a Do call, with its session defaults.
@@ -323,6 +361,7 @@ func (e *Executor) CloseSession(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.j.cleanup()
+	e.log.Info("browser session closed", "session", id)
 	return nil
 }
 

@@ -130,6 +130,9 @@ func TestSessionLoginStepByStepAndIsolation(t *testing.T) {
 		{map[string]any{"action": "observe", "selector": "a"}, "observe takes no fields"},
 		{map[string]any{"action": "fly"}, "unknown action"},
 		{map[string]any{"action": "navigate", "url": "https://example.com/"}, "not in the session's --allow-host list"},
+		// A ref no element carries fails at once, saying what to do (not
+		// after the step's 5 s, naming an internal selector).
+		{map[string]any{"action": "click", "ref": "e999"}, "ref e999 is not on the page"},
 	} {
 		if _, err := e.Do(ctx, a.ID, steps(t, tc.step)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.step, err, tc.want)
