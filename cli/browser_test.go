@@ -93,6 +93,13 @@ func TestBrowserJobThroughCLI(t *testing.T) {
 	if err != nil || img.Bounds().Dx() < 100 || img.Bounds().Dy() < 100 {
 		t.Fatalf("screenshot is not a page-sized PNG: %v", err)
 	}
+	if r := c.cli("job", "get", j.ID); r.code != 0 || !regexp.MustCompile(`(?m)^kind +browser$`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^artifacts +page\.png \(image/png, [0-9]+ bytes; palyra job artifact `+j.ID+` page\.png -o FILE\)$`).MatchString(r.stdout) {
+		t.Fatalf("job get: %+v, want its kind and its artifacts", r)
+	}
+	if r := c.cli("job", "list"); r.code != 0 || !regexp.MustCompile(`(?m)^`+j.ID+` +browser +completed`).MatchString(r.stdout) {
+		t.Fatalf("job list: %+v, want the job with its kind", r)
+	}
 	if r := c.cli("job", "artifact", j.ID, "nope.png"); r.code != 1 || !strings.Contains(r.stderr, "its artifacts are: page.png") {
 		t.Fatalf("unknown artifact: %+v", r)
 	}

@@ -586,7 +586,7 @@ func jobGet(c *ucli.Context) error {
 func printJob(w io.Writer, j *palyrav1.Job) {
 	v := toJobJSON(j)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "id\t%s\nphase\t%s\nattempt\t%d\nnode\t%s\nsubmitter\t%s\n", v.ID, v.Phase, v.Attempt, v.NodeID, v.Submitter)
+	fmt.Fprintf(tw, "id\t%s\nkind\t%s\nphase\t%s\nattempt\t%d\nnode\t%s\nsubmitter\t%s\n", v.ID, v.Kind, v.Phase, v.Attempt, v.NodeID, v.Submitter)
 	if v.ModuleSHA256 != "" {
 		fmt.Fprintf(tw, "module\tsha256:%s\n", v.ModuleSHA256)
 	}
@@ -608,6 +608,13 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 		if v.Error.Hint != "" {
 			fmt.Fprintf(tw, "hint\t%s\n", v.Error.Hint)
 		}
+	}
+	for i, a := range v.Artifacts {
+		label := ""
+		if i == 0 {
+			label = "artifacts"
+		}
+		fmt.Fprintf(tw, "%s\t%s (%s, %d bytes; palyra job artifact %s %s -o FILE)\n", label, a.Name, a.MediaType, a.Size, v.ID, a.Name)
 	}
 	tw.Flush()
 	if v.Output != "" {
@@ -655,14 +662,14 @@ func jobList(c *ucli.Context) error {
 		return writeJSON(c.App.Writer, out)
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tPHASE\tATTEMPT\tNODE\tSUBMITTED\tERROR")
+	fmt.Fprintln(tw, "ID\tKIND\tPHASE\tATTEMPT\tNODE\tSUBMITTED\tERROR")
 	for _, j := range resp.Msg.Jobs {
 		v := toJobJSON(j)
 		errText := ""
 		if v.Error != nil {
 			errText = v.Error.Code
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", v.ID, v.Phase, v.Attempt, v.NodeID, v.SubmittedAt, errText)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.ID, v.Kind, v.Phase, v.Attempt, v.NodeID, v.SubmittedAt, errText)
 	}
 	tw.Flush()
 	if next := resp.Msg.NextAfterId; next != "" {
