@@ -225,8 +225,12 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.wg.Add(1) // after a restore or recovery only (node.json replicate_blobs)
 	go func() { defer n.wg.Done(); n.replicateHeldBlobs(runCtx) }()
 
+	n.metaMu.Lock()
+	browserSlots := n.browserSlots
+	n.metaMu.Unlock()
 	n.log.Info("node ready", "address", addr, "data_dir", l.Dir, "cluster", st.ClusterName,
-		"wasm_slots", n.slots, "raft", n.store.Stats().State, "ca_keys", len(n.keeper.kr.Fingerprints()), "timers", n.timers.String())
+		"wasm_slots", n.slots, "browser_slots", browserSlots, "browser_prewarm", browserSlots > 0 && n.cfg.BrowserPrewarm,
+		"raft", n.store.Stats().State, "ca_keys", len(n.keeper.kr.Fingerprints()), "timers", n.timers.String())
 	return n, nil
 }
 
