@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,13 +46,60 @@ type proc struct {
 	log     *bytes.Buffer
 }
 
+// freeUDPAddr returns a loopback address with a free UDP port for a node
+// to listen on, kept by the node across restarts. The port is below the
+// kernel's ephemeral range: a port from that range (what binding :0
+// gives) can be handed to any other socket on the machine while its node
+// is down (a CLI call's QUIC client, a node of another test), and the
+// restarted node then fails to bind its recorded address. That happened
+// once in a CI run, with `go test` running packages in parallel.
 func freeUDPAddr(t *testing.T) string {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	lo := ephemeralLow()
+	if lo < 11000 { // no room below the range: take an ephemeral port
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		return pc.LocalAddr().String()
 	}
-	defer pc.Close()
-	return pc.LocalAddr().String()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := 10000 + rand.IntN(lo-10000)
+		if portsGiven[port] {
+			continue
+		}
+		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		portsGiven[port] = true
+		return fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	t.Fatal("no free UDP port below the ephemeral range")
+	return ""
+}
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{} // never handed out twice in one run
+)
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768,
+// Linux's default, when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		return 32768
+	}
+	return lo
 }
 
 func newProc(t *testing.T, extra ...string) *proc {
