@@ -84,21 +84,12 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		e.lanes = append(e.lanes, &lane{idx: i, br: browserRef{name: fmt.Sprintf("lane %d", i), frames: true}})
 	}
 	// Start the first lane's browser now, so a Chromium that cannot run
-	// fails New, and the others in the background, so the first jobs to
-	// run at once do not wait for a start (a lane whose start fails starts
-	// with its first job).
+	// fails New. The other lanes' browsers start with their first job, or
+	// now in the background with Prewarm (the filler), so a worker that
+	// runs one browser job at a time holds one browser.
 	if _, err := e.browser(ctx, &e.lanes[0].br); err != nil {
 		shutdown(err)
 		return nil, err
-	}
-	for _, l := range e.lanes[1:] {
-		e.runs.Add(1)
-		go func() {
-			defer e.runs.Done()
-			if _, err := e.browser(life, &l.br); err != nil && life.Err() == nil {
-				e.log.Debug("starting a lane's browser ahead of its first job", "lane", l.idx, "err", err)
-			}
-		}()
 	}
 	go e.reapSessions()
 	if cfg.Prewarm {
@@ -237,14 +228,7 @@ func (e *Executor) discard(ref *browserRef, p *proc) {
 
 // browserPID is the process ID of the first lane's browser, the one a
 // lone job runs on (0 if none); for tests.
-func (e *Executor) browserPID() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if p := e.lanes[0].br.cur; p != nil {
-		return p.pid
-	}
-	return 0
-}
+func (e *Executor) browserPID() int { return e.browserPIDs()[0] }
 
 // browserPIDs lists the lanes' browser process IDs (0 for a lane with
 // none); for tests.

@@ -325,7 +325,6 @@ func (e *Executor) fill() {
 			return
 		case <-e.kick:
 		}
-	lanes:
 		for _, l := range e.lanes {
 			if e.life.Err() != nil {
 				break
@@ -342,7 +341,7 @@ func (e *Executor) fill() {
 			cancel()
 			if err != nil {
 				e.log.Debug("preparing a browser context ahead of a job", "lane", l.idx, "err", err)
-				break lanes
+				break
 			}
 			if !e.pool.put(l, r) {
 				r.close()

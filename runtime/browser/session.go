@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -213,7 +211,7 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 	defer stop()
 	for i, raw := range steps {
 		s.info.Actions++
-		st, observe, err := sessionStep(raw, i)
+		st, observe, ref, err := sessionStep(raw, i)
 		if err != nil {
 			return res, err
 		}
@@ -227,7 +225,7 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 			res.Observations = append(res.Observations, obs)
 			continue
 		}
-		if ref, ok := selectorRef(st.Selector); ok && st.Action != ActionWaitFor {
+		if ref != "" && st.Action != ActionWaitFor {
 			// A ref names an element observe labelled; one that is gone
 			// will not come back, so say so now rather than after the
 			// step's timeout, in the caller's terms.
@@ -249,19 +247,6 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 	return res, nil
 }
 
-// selectorRef reports the ref a selector made by refSelector names.
-func selectorRef(sel string) (string, bool) {
-	q, ok := strings.CutPrefix(sel, "[data-palyra-ref=")
-	if q, ok = strings.CutSuffix(q, "]"); !ok {
-		return "", false
-	}
-	ref, err := strconv.Unquote(q)
-	if err != nil || !refRE.MatchString(ref) || refSelector(ref) != sel {
-		return "", false
-	}
-	return ref, true
-}
-
 // refPresent checks that the element labelled ref is on the page.
 func refPresent(tab context.Context, sel, ref string) error {
 	ctx, cancel := context.WithTimeout(tab, SessionActionTimeout)
@@ -276,28 +261,30 @@ func refPresent(tab context.Context, sel, ref string) error {
 	return nil
 }
 
-// sessionStep decodes one step of a Do call, with its session defaults.
-func sessionStep(raw json.RawMessage, i int) (Step, bool, error) {
+// sessionStep decodes one step of a Do call, with its session defaults. It
+// reports whether the step is observe, and the ref the step names, if any.
+func sessionStep(raw json.RawMessage, i int) (st Step, observe bool, ref string, err error) {
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return Step{}, false, fmt.Errorf("steps[%d]: not a JSON object: %v", i, err)
+		return Step{}, false, "", fmt.Errorf("steps[%d]: not a JSON object: %v", i, err)
 	}
 	if m["action"] == "observe" {
 		if len(m) != 1 {
-			return Step{}, false, fmt.Errorf("steps[%d]: observe takes no fields", i)
+			return Step{}, false, "", fmt.Errorf("steps[%d]: observe takes no fields", i)
 		}
-		return Step{}, true, nil
+		return Step{}, true, "", nil
 	}
-	if ref, ok := m["ref"]; ok {
-		r, _ := ref.(string)
+	if v, ok := m["ref"]; ok {
+		r, _ := v.(string)
 		if !refRE.MatchString(r) {
-			return Step{}, false, fmt.Errorf("steps[%d]: ref %q is not an element reference from observe (like e12)", i, r)
+			return Step{}, false, "", fmt.Errorf("steps[%d]: ref %q is not an element reference from observe (like e12)", i, r)
 		}
 		if _, both := m["selector"]; both {
-			return Step{}, false, fmt.Errorf(`steps[%d]: give "ref" or "selector", not both`, i)
+			return Step{}, false, "", fmt.Errorf(`steps[%d]: give "ref" or "selector", not both`, i)
 		}
 		delete(m, "ref")
 		m["selector"] = refSelector(r)
+		ref = r
 	}
 	if _, ok := m["timeout_ms"]; !ok {
 		d := SessionActionTimeout
@@ -311,11 +298,11 @@ func sessionStep(raw json.RawMessage, i int) (Step, bool, error) {
 	if err != nil {
 		var se *ScriptError
 		if errors.As(err, &se) {
-			return Step{}, false, fmt.Errorf("steps[%d]: %s", i, se.Msg)
+			return Step{}, false, "", fmt.Errorf("steps[%d]: %s", i, se.Msg)
 		}
-		return Step{}, false, err
+		return Step{}, false, "", err
 	}
-	return sc.Steps[0], false, nil
+	return sc.Steps[0], false, ref, nil
 }
 
 // Screenshot captures the session's viewport as PNG (JPEG when a PNG
