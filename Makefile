@@ -57,7 +57,7 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 
 test: deps vet
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	@GO=$(GO) bash scripts/test.sh $(PKGS)
 
 test-short: vet
 	$(GO) test -count=1 -short $(PKGS)

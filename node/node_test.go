@@ -13,6 +13,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/internal/testwatch"
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
@@ -24,6 +25,7 @@ var sharedWasmCache = filepath.Join(os.TempDir(), "palyra-node-test-compile-cach
 
 func start(t testing.TB, cfg node.Config) *node.Node {
 	t.Helper()
+	testwatch.Track(t)
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/palyra-mesh/palyra/internal/testwatch"
 )
 
 var palyraBin string
@@ -103,6 +105,7 @@ func ephemeralLow() int {
 }
 
 func newProc(t *testing.T, extra ...string) *proc {
+	testwatch.Track(t)
 	p := &proc{t: t, dataDir: t.TempDir(), addr: freeUDPAddr(t), args: extra}
 	t.Cleanup(func() { p.kill() })
 	return p

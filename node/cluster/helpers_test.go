@@ -17,6 +17,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/internal/testwatch"
 	"github.com/palyra-mesh/palyra/mesh"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
@@ -102,6 +103,7 @@ type tnode struct {
 }
 
 func newNode(t testing.TB, target int) *tnode {
+	testwatch.Track(t)
 	cred := issue(t, testCA, identity.KindNode)
 	n := &tnode{t: t, cred: cred, id: cred.Principal.ID, dir: t.TempDir(), target: target}
 	t.Cleanup(n.stop)

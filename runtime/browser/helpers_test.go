@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/palyra-mesh/palyra/internal/testwatch"
 	"github.com/palyra-mesh/palyra/runtime"
 )
 
@@ -45,6 +46,7 @@ func testLogger() *slog.Logger {
 // newExecutor starts an executor for one test and closes it afterwards.
 func newExecutor(t testing.TB, cfg Config) *Executor {
 	t.Helper()
+	testwatch.Track(t)
 	cfg.ExecPath = requireChromium(t)
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger()
@@ -141,6 +143,7 @@ func script(t testing.TB, steps ...map[string]any) []byte {
 // run runs a job with a generous deadline.
 func run(t testing.TB, e *Executor, spec runtime.Spec) runtime.Result {
 	t.Helper()
+	testwatch.Track(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if spec.Timeout == 0 {
