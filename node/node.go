@@ -484,6 +484,8 @@ func (n *Node) Layout() Layout { return n.layout }
 func (n *Node) Cluster() *cluster.Cluster { return n.cluster }
 
 // Close stops the node: API, worker and scheduler, gossip, raft, transport.
+// Each stage is bounded (closeStage): a part that does not stop in time is
+// logged by name and left behind, so stopping a node never hangs.
 func (n *Node) Close() error {
 	var err error
 	n.closed.Do(func() {
@@ -496,9 +498,9 @@ func (n *Node) Close() error {
 		if n.caCl.tr != nil {
 			n.caCl.tr.Close()
 		}
-		n.wg.Wait()
+		err = errors.Join(err, n.closeStage("the worker, scheduler and background loops", 30*time.Second, func() error { n.wg.Wait(); return nil }))
 		if n.cluster != nil {
-			err = errors.Join(err, n.cluster.Close())
+			err = errors.Join(err, n.closeStage("gossip and cluster loops", 20*time.Second, n.cluster.Close))
 		}
 		if n.store != nil {
 			// Raft's shutdown waits for its replication goroutines; one
@@ -514,17 +516,21 @@ func (n *Node) Close() error {
 				if n.transport != nil {
 					n.transport.Close()
 				}
-				err = errors.Join(err, <-done)
+				err = errors.Join(err, n.closeStage("raft", 20*time.Second, func() error { return <-done }))
 			}
 		}
 		if n.keeper != nil {
 			err = errors.Join(err, n.keeper.kr.Close())
 		}
 		if n.wasm != nil {
-			err = errors.Join(err, n.wasm.Close(context.Background()))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			err = errors.Join(err, n.wasm.Close(ctx))
+			cancel()
 		}
 		if n.browser != nil {
-			err = errors.Join(err, n.browser.Close(context.Background()))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			err = errors.Join(err, n.browser.Close(ctx))
+			cancel()
 		}
 		if n.transport != nil {
 			err = errors.Join(err, n.transport.Close())
@@ -534,6 +540,23 @@ func (n *Node) Close() error {
 		}
 	})
 	return err
+}
+
+// closeStage runs one stage of Close, waiting for it at most limit; a
+// stage still running then is logged by name, left to finish on its own,
+// and reported in Close's error.
+func (n *Node) closeStage(what string, limit time.Duration, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		n.log.Error("stopping the node: a part did not stop in time; going on without it", "part", what, "waited", limit)
+		return fmt.Errorf("stopping %s: still running after %v", what, limit)
+	}
 }
 
 // SetFault installs a network fault on this node's transport (tests: drop
