@@ -34,7 +34,7 @@ func submitArray(t *testing.T, cl *client.Client, module string, inputs ...strin
 	for _, in := range inputs {
 		req.Inputs = append(req.Inputs, []byte(in))
 	}
-	resp, err := cl.Jobs.SubmitJob(context.Background(), connect.NewRequest(req))
+	resp, err := cl.Jobs.SubmitJob(callCtx(t), connect.NewRequest(req))
 	if err != nil {
 		t.Fatal(cl.Explain(err))
 	}
@@ -74,7 +74,7 @@ func watchArrayDone(t *testing.T, cl *client.Client, id string) []*palyrav1.JobA
 func arrayTasks(t *testing.T, cl *client.Client, id string) []*palyrav1.Job {
 	t.Helper()
 	var out []*palyrav1.Job
-	if err := cl.ArrayTasks(context.Background(), id, false, func(j *palyrav1.Job) error {
+	if err := cl.ArrayTasks(callCtx(t), id, false, func(j *palyrav1.Job) error {
 		out = append(out, j)
 		return nil
 	}); err != nil {
@@ -131,7 +131,7 @@ func TestJobArrayRunsEveryTaskInOrder(t *testing.T) {
 		t.Fatalf("GetJob on the big task: input %d bytes, stdout %d bytes", len(j.Input), len(j.Stdout))
 	}
 	// GetJob on the array gives its counts.
-	g, err := cl.Jobs.GetJob(context.Background(), connect.NewRequest(&palyrav1.GetJobRequest{Id: a.Id}))
+	g, err := cl.Jobs.GetJob(callCtx(t), connect.NewRequest(&palyrav1.GetJobRequest{Id: a.Id}))
 	if err != nil {
 		t.Fatal(cl.Explain(err))
 	}
@@ -139,7 +139,7 @@ func TestJobArrayRunsEveryTaskInOrder(t *testing.T) {
 		t.Fatalf("GetJob on the array: %v", g.Msg)
 	}
 	// Listing the array pages in task order without outputs.
-	l, err := cl.Jobs.ListJobs(context.Background(), connect.NewRequest(&palyrav1.ListJobsRequest{ArrayId: a.Id, Limit: 2}))
+	l, err := cl.Jobs.ListJobs(callCtx(t), connect.NewRequest(&palyrav1.ListJobsRequest{ArrayId: a.Id, Limit: 2}))
 	if err != nil {
 		t.Fatal(cl.Explain(err))
 	}
@@ -159,7 +159,7 @@ func TestLargePayloadsRoundTrip(t *testing.T) {
 	if len(rec.Input) != 0 || rec.InputHash == "" || rec.InputSize != uint64(len(big)) {
 		t.Fatalf("the log holds the input: %d bytes inline, hash %q, size %d", len(rec.Input), rec.InputHash, rec.InputSize)
 	}
-	stream, err := cl.Jobs.WatchJob(context.Background(), connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
+	stream, err := cl.Jobs.WatchJob(callCtx(t), connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
 	if err != nil {
 		t.Fatal(cl.Explain(err))
 	}
@@ -204,7 +204,7 @@ func TestJobArrayWithAFailingTask(t *testing.T) {
 		for _, in := range inputs {
 			req.Inputs = append(req.Inputs, []byte(in))
 		}
-		resp, err := cl.Jobs.SubmitJob(context.Background(), connect.NewRequest(req))
+		resp, err := cl.Jobs.SubmitJob(callCtx(t), connect.NewRequest(req))
 		if err != nil {
 			return nil, err
 		}
@@ -232,7 +232,7 @@ func TestCancelJobArray(t *testing.T) {
 	// Placements run ahead of free slots (prefetch), so "running" in the
 	// log may exceed the slots; wait for instances really executing.
 	waitFor(t, "tasks executing", time.Minute, func() bool { return n.RunningJobs() > 0 })
-	resp, err := cl.Jobs.CancelJob(context.Background(), connect.NewRequest(&palyrav1.CancelJobRequest{Id: a.Id}))
+	resp, err := cl.Jobs.CancelJob(callCtx(t), connect.NewRequest(&palyrav1.CancelJobRequest{Id: a.Id}))
 	if err != nil {
 		t.Fatal(cl.Explain(err))
 	}
@@ -241,7 +241,7 @@ func TestCancelJobArray(t *testing.T) {
 	}
 	waitFor(t, "the running instances to stop", time.Minute, func() bool { return n.RunningJobs() == 0 })
 	// Cancelling again: nothing is left to cancel.
-	_, err = cl.Jobs.CancelJob(context.Background(), connect.NewRequest(&palyrav1.CancelJobRequest{Id: a.Id}))
+	_, err = cl.Jobs.CancelJob(callCtx(t), connect.NewRequest(&palyrav1.CancelJobRequest{Id: a.Id}))
 	if e := cl.Explain(err); err == nil || e.Code != "conflict" {
 		t.Fatalf("second cancel: %v", err)
 	}
@@ -270,7 +270,7 @@ func TestListNewestFirstPagesWithoutPayloads(t *testing.T) {
 	slices.Reverse(newest)
 	list := func(req *palyrav1.ListJobsRequest) *palyrav1.ListJobsResponse {
 		t.Helper()
-		resp, err := cl.Jobs.ListJobs(context.Background(), connect.NewRequest(req))
+		resp, err := cl.Jobs.ListJobs(callCtx(t), connect.NewRequest(req))
 		if err != nil {
 			t.Fatal(cl.Explain(err))
 		}
@@ -306,7 +306,7 @@ func TestListNewestFirstPagesWithoutPayloads(t *testing.T) {
 	// Outputs in bulk are for array tasks only; a cursor that names no job
 	// is refused rather than restarting the walk.
 	for _, req := range []*palyrav1.ListJobsRequest{{WithOutputs: true}, {AfterId: "j-gone"}} {
-		_, err := cl.Jobs.ListJobs(context.Background(), connect.NewRequest(req))
+		_, err := cl.Jobs.ListJobs(callCtx(t), connect.NewRequest(req))
 		var ce *connect.Error
 		if !errors.As(err, &ce) || cl.Explain(err).Hint == "" {
 			t.Fatalf("%v: want a refusal with a hint, got %v", req, err)
@@ -319,7 +319,7 @@ func TestListNewestFirstPagesWithoutPayloads(t *testing.T) {
 func TestPruneAndRetention(t *testing.T) {
 	n := start(t, node.Config{WasmSlots: 1})
 	cl := operator(t, n, n.Addr())
-	ctx := context.Background()
+	ctx := callCtx(t)
 	done := submit(t, cl, "done")
 	waitCompleted(t, cl, done)
 	arr := submitArray(t, cl, "reverse", "a", "b").Array

@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -81,7 +80,7 @@ func TestCAKeyFollowsTheVoters(t *testing.T) {
 	if spare == nil {
 		t.Fatalf("no non-voter among 4 nodes with 3 target voters: %+v", first.Cluster().Members())
 	}
-	ctx := context.Background()
+	ctx := callCtx(t)
 	if _, err := spare.Cluster().FetchCAKeys(ctx, nil, func([]cluster.CAKey) bool { return true }); !errors.Is(err, cluster.ErrNotVoter) {
 		t.Fatalf("a non-voter asked the voters for the CA key: %v; want it refused", err)
 	}
@@ -138,7 +137,7 @@ func TestRenewalRelayedByANonVoter(t *testing.T) {
 			spare = n
 		}
 	}
-	ctx := context.Background()
+	ctx := callCtx(t)
 	op := operator(t, tc.first, spare.Addr())
 	resp, err := op.Identity.CreatePairing(ctx, connect.NewRequest(&palyrav1.CreatePairingRequest{Kind: "device"}))
 	if err != nil {
@@ -192,7 +191,7 @@ func issuedBy(cred *identity.Credential, fp string) bool {
 func TestCARotationWithoutAFailedCall(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	waitFor(t, "every voter to hold the CA key", time.Minute, func() bool { return custody(t, tc.live()) == nil })
-	ctx := context.Background()
+	ctx := callCtx(t)
 	op := operator(t, tc.first, tc.first.Addr())
 	resp, err := op.Identity.CreatePairing(ctx, connect.NewRequest(&palyrav1.CreatePairingRequest{Kind: "device"}))
 	if err != nil {

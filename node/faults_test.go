@@ -185,7 +185,7 @@ func TestHistoryUnderFaults(t *testing.T) {
 	cl := clients[tc.index(tc.waitHealthy(3))]
 	for _, o := range accepted {
 		waitFor(t, "job "+o.ID+" to end", 2*time.Minute, func() bool {
-			resp, err := cl.Jobs.GetJob(context.Background(), connect.NewRequest(&palyrav1.GetJobRequest{Id: o.ID}))
+			resp, err := cl.Jobs.GetJob(callCtx(t), connect.NewRequest(&palyrav1.GetJobRequest{Id: o.ID}))
 			return err == nil && resp.Msg.Job.Phase.Terminal()
 		})
 	}

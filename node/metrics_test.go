@@ -23,7 +23,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	n := start(t, node.Config{MetricsListen: "127.0.0.1:0"})
 	op := operator(t, n, n.Addr())
 	for i := range 3 {
-		j, err := op.Run(context.Background(), &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "reverse"), Input: []byte("abc")}, nil)
+		j, err := op.Run(callCtx(t), &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "reverse"), Input: []byte("abc")}, nil)
 		if err != nil || j.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
 			t.Fatalf("job %d: %v %v", i, j, err)
 		}

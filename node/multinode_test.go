@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -100,7 +99,7 @@ func healthy(n *node.Node, alive, voters int) (bool, string) {
 
 func submit(t *testing.T, cl *client.Client, input string) string {
 	t.Helper()
-	resp, err := cl.Jobs.SubmitJob(context.Background(), connect.NewRequest(&palyrav1.SubmitJobRequest{
+	resp, err := cl.Jobs.SubmitJob(callCtx(t), connect.NewRequest(&palyrav1.SubmitJobRequest{
 		WasmModule: testwasm.Build(t, "reverse"), Input: []byte(input)}))
 	if err != nil {
 		t.Fatal(cl.Explain(err))
@@ -112,7 +111,7 @@ func waitCompleted(t *testing.T, cl *client.Client, id string) *palyrav1.Job {
 	t.Helper()
 	var j *palyrav1.Job
 	waitFor(t, "job "+id+" to complete", 2*time.Minute, func() bool {
-		resp, err := cl.Jobs.GetJob(context.Background(), connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
+		resp, err := cl.Jobs.GetJob(callCtx(t), connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
 		if err != nil {
 			return false
 		}
@@ -170,7 +169,7 @@ func TestThreeNodesFailover(t *testing.T) {
 		cl := operator(t, first, n.Addr())
 		in := fmt.Sprintf("run-%d-%s", i, strings.Repeat("x", consensus.InlineLimit*i))
 		var seen []*palyrav1.Job
-		j, err := cl.Run(context.Background(), &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "reverse"), Input: []byte(in)},
+		j, err := cl.Run(callCtx(t), &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "reverse"), Input: []byte(in)},
 			func(j *palyrav1.Job) { seen = append(seen, j) })
 		if err != nil {
 			t.Fatalf("Run through %s: %v", n.ID(), cl.Explain(err))
@@ -183,7 +182,7 @@ func TestThreeNodesFailover(t *testing.T) {
 		}
 	}
 	arr := &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "reverse"), Inputs: [][]byte{[]byte("a")}}
-	if _, err := op1.Run(context.Background(), arr, nil); op1.Explain(err).Code != "invalid_argument" {
+	if _, err := op1.Run(callCtx(t), arr, nil); op1.Explain(err).Code != "invalid_argument" {
 		t.Fatalf("Run with an array: %v; want invalid_argument", op1.Explain(err))
 	}
 
@@ -212,7 +211,7 @@ func TestThreeNodesFailover(t *testing.T) {
 		{Cmd: &raftpb.Command_SchedulerRound{SchedulerRound: &raftpb.SchedulerRound{Placements: []*raftpb.AssignJob{{Id: done.Id, Attempt: 9, NodeId: follower.ID()}}}}},
 	}
 	for i, cmd := range forged {
-		_, err := follower.Cluster().Apply(context.Background(), cmd)
+		_, err := follower.Cluster().Apply(callCtx(t), cmd)
 		var ce *consensus.Error
 		if !errors.As(err, &ce) || ce.Code != "permission_denied" {
 			t.Fatalf("forged command %d from %s: %v; want permission_denied", i, follower.ID(), err)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,7 +76,7 @@ func TestCertificateRenewsWithoutRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx := context.Background()
+	ctx := callCtx(t)
 	if _, err := cl.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{})); err != nil {
 		t.Fatal(err)
 	}
@@ -115,4 +116,26 @@ func TestCertificateRenewsWithoutRestart(t *testing.T) {
 	if _, err := cl2.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{})); err != nil {
 		t.Fatalf("new connection after the first certificate expired: %v", err)
 	}
+}
+
+// callLimit bounds every API call a test makes, counted from its first
+// call: a call that would wait for ever (a job that never ends, a stream
+// that never closes) fails the test with the call's error instead.
+const callLimit = 5 * time.Minute
+
+var callCtxs sync.Map // testing.TB → context.Context
+
+// callCtx is the context of t's API calls: it ends callLimit after t's
+// first call, or when t ends.
+func callCtx(t testing.TB) context.Context {
+	if c, ok := callCtxs.Load(t); ok {
+		return c.(context.Context)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callLimit)
+	if c, loaded := callCtxs.LoadOrStore(t, ctx); loaded {
+		cancel()
+		return c.(context.Context)
+	}
+	t.Cleanup(func() { cancel(); callCtxs.Delete(t) })
+	return ctx
 }

@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"bytes"
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -22,7 +21,7 @@ import (
 // joinWith pairs a new node through peer and starts it with cfg.
 func joinWith(t testing.TB, op *client.Client, peer string, cfg node.Config) *node.Node {
 	t.Helper()
-	ctx := context.Background()
+	ctx := callCtx(t)
 	resp, err := op.Identity.CreatePairing(ctx, connect.NewRequest(&palyrav1.CreatePairingRequest{Kind: "node"}))
 	if err != nil {
 		t.Fatal(op.Explain(err))
@@ -82,7 +81,7 @@ func TestPruneRemovesJobsAndBlobsEverywhere(t *testing.T) {
 	nodes := []*node.Node{first, joinWith(t, op, first.Addr(), gc), joinWith(t, op, first.Addr(), gc)}
 	tc := &testCluster{t: t, first: first, nodes: nodes}
 	tc.waitHealthy(3)
-	ctx := context.Background()
+	ctx := callCtx(t)
 
 	in := strings.Repeat("0123456789abcdef", 1024) // 16 KiB: a blob, and so is its reversal
 	resp, err := op.Submit(ctx, &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "reverse"), Input: []byte(in)})

@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -25,7 +24,7 @@ func getJob(t *testing.T, cl *client.Client, id string) *palyrav1.Job {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := cl.Jobs.GetJob(context.Background(), connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
+		resp, err := cl.Jobs.GetJob(callCtx(t), connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
 		if err == nil {
 			return resp.Msg.Job
 		}
@@ -69,7 +68,7 @@ func TestThousandJobsExactlyOnce(t *testing.T) {
 				var resp *palyrav1.SubmitJobResponse
 				var err error
 				for try := 0; try < 20; try++ {
-					resp, err = cl.Submit(context.Background(), &palyrav1.SubmitJobRequest{WasmModule: mod, Input: []byte(in), IdempotencyKey: in})
+					resp, err = cl.Submit(callCtx(t), &palyrav1.SubmitJobRequest{WasmModule: mod, Input: []byte(in), IdempotencyKey: in})
 					if err == nil {
 						break
 					}
@@ -128,7 +127,7 @@ func TestConstraintsDrainCancel(t *testing.T) {
 	n2 := join(t, op, first.Addr(), t.TempDir())
 	tc := &testCluster{t: t, first: first, nodes: []*node.Node{first, n2}}
 	tc.waitHealthy(2)
-	ctx := context.Background()
+	ctx := callCtx(t)
 	mod := testwasm.Build(t, "reverse")
 	spin := testwasm.Build(t, "spin")
 
@@ -201,7 +200,7 @@ func TestConstraintsDrainCancel(t *testing.T) {
 func TestIdempotencyKey(t *testing.T) {
 	n := start(t, node.Config{})
 	op := operator(t, n, n.Addr())
-	ctx := context.Background()
+	ctx := callCtx(t)
 	mod := testwasm.Build(t, "reverse")
 	req := &palyrav1.SubmitJobRequest{WasmModule: mod, Input: []byte("once"), IdempotencyKey: "deploy-42"}
 	a, err := op.Jobs.SubmitJob(ctx, connect.NewRequest(req))

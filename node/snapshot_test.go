@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"net"
 	"os"
@@ -26,7 +25,7 @@ import (
 // when the node sent the caller elsewhere.
 func saveSnapshot(t *testing.T, cl *client.Client) (file []byte, redirect string, phases []string) {
 	t.Helper()
-	stream, err := cl.Snapshots.SaveSnapshot(context.Background(), connect.NewRequest(&palyrav1.SaveSnapshotRequest{}))
+	stream, err := cl.Snapshots.SaveSnapshot(callCtx(t), connect.NewRequest(&palyrav1.SaveSnapshotRequest{}))
 	if err != nil {
 		t.Fatal(cl.Explain(err))
 	}
@@ -66,7 +65,7 @@ func freeUDP(t *testing.T) string {
 // and the restored node takes new work. A truncated file restores
 // nothing; a used data dir is refused.
 func TestSnapshotSaveAndRestore(t *testing.T) {
-	ctx := context.Background()
+	ctx := callCtx(t)
 	first := start(t, node.Config{})
 	op := operator(t, first, first.Addr())
 	n2 := join(t, op, first.Addr(), t.TempDir())

@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +18,7 @@ import (
 func TestPolicyAndRevocationReachEveryNode(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	op := operator(t, tc.first, tc.first.Addr())
-	ctx := context.Background()
+	ctx := callCtx(t)
 
 	resp, err := op.Identity.CreatePairing(ctx, connect.NewRequest(&palyrav1.CreatePairingRequest{Kind: "device", Name: "ci"}))
 	if err != nil {
