@@ -66,8 +66,9 @@ var (
 )
 
 // Summary condenses a goroutine dump to the goroutines blocked for a
-// minute or more with a frame in this module, and the goroutine running
-// test (which may be busy rather than blocked): one line giving the state
+// minute or more with a frame in this module, and the goroutines running
+// test or a function literal of it (busy rather than blocked, perhaps):
+// one line giving the state
 // and how many goroutines share the stack, then their functions in this
 // module, innermost first. It keeps at most maxLines lines.
 func Summary(dump, test string, maxLines int) string {
@@ -84,41 +85,47 @@ func Summary(dump, test string, maxLines int) string {
 		m := longWait.FindStringSubmatch(lines[0])
 		if m == nil {
 			h := goroutineHead.FindStringSubmatch(lines[0])
-			if h == nil || !strings.Contains(g, "."+test+"(") {
+			if h == nil || !strings.Contains(g, "."+test+"(") && !strings.Contains(g, "."+test+".func") {
 				continue
 			}
 			m = []string{"", h[1], "<1"}
 		}
 		var fns []string
+		blockedIn := "" // the innermost frame outside the runtime, if not in this module
 		for i := 1; i < len(lines); i++ {
 			l := lines[i]
 			if strings.HasPrefix(l, "\t") || strings.HasPrefix(l, "created by ") {
 				continue
 			}
-			if strings.Contains(l, "palyra-mesh/palyra/") {
-				fn := l
-				if j := strings.LastIndex(fn, "("); j > 0 {
-					fn = fn[:j]
-				}
-				if i+1 < len(lines) {
-					if at := strings.TrimSpace(lines[i+1]); at != "" {
-						if parts := strings.Split(at, "/"); len(parts) > 2 {
-							at = strings.Join(parts[len(parts)-2:], "/")
-						}
-						if k := strings.LastIndex(at, " +0x"); k > 0 {
-							at = at[:k]
-						}
-						fn += " " + at
-					}
-				}
-				fns = append(fns, "    "+strings.TrimPrefix(fn, "github.com/palyra-mesh/palyra/"))
+			fn := l
+			if j := strings.LastIndex(fn, "("); j > 0 {
+				fn = fn[:j]
 			}
-		}
-		if len(fns) == 0 {
-			continue
+			if i+1 < len(lines) {
+				if at := strings.TrimSpace(lines[i+1]); at != "" {
+					if parts := strings.Split(at, "/"); len(parts) > 2 {
+						at = strings.Join(parts[len(parts)-2:], "/")
+					}
+					if k := strings.LastIndex(at, " +0x"); k > 0 {
+						at = at[:k]
+					}
+					fn += " " + at
+				}
+			}
+			if strings.Contains(l, "palyra-mesh/palyra/") {
+				fns = append(fns, "    "+strings.TrimPrefix(fn, "github.com/palyra-mesh/palyra/"))
+			} else if len(fns) == 0 && blockedIn == "" && !isRuntime(l) {
+				blockedIn = "    (in " + fn + ")"
+			}
 		}
 		if len(fns) > 4 {
 			fns = fns[:4]
+		}
+		if len(fns) > 0 && blockedIn != "" {
+			fns = append([]string{blockedIn}, fns...)
+		}
+		if len(fns) == 0 {
+			continue
 		}
 		key := m[1] + "|" + strings.Join(fns, "|")
 		if gr, ok := groups[key]; ok {
@@ -141,4 +148,15 @@ func Summary(dump, test string, maxLines int) string {
 		left -= need
 	}
 	return b.String()
+}
+
+// isRuntime reports whether a stack line is a frame of the Go runtime or of
+// the synchronisation it blocks in, which says nothing of who waits.
+func isRuntime(l string) bool {
+	for _, p := range []string{"runtime.", "sync.", "internal/", "time.Sleep", "context."} {
+		if strings.HasPrefix(l, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -32,6 +32,12 @@ github.com/palyra-mesh/palyra/node.(*Node).Close.func1()
 github.com/palyra-mesh/palyra/node.(*Node).Close(0xc1)
 	/check/work/main/node/node.go:488 +0x4a
 
+goroutine 12 [select, 2 minutes]:
+github.com/quic-go/quic-go/http3.(*ClientConn).RoundTrip(0xc0)
+	/root/go/pkg/mod/github.com/quic-go/quic-go@v0.65.0/http3/client.go:10 +0x1
+github.com/palyra-mesh/palyra/cli/client.(*Client).Status(0xc0)
+	/check/work/main/cli/client/client.go:77 +0x1
+
 goroutine 9 [select, 3 minutes]:
 github.com/quic-go/quic-go.(*Conn).run(0xc0)
 	/root/go/pkg/mod/github.com/quic-go/quic-go@v0.65.0/connection.go:1 +0x1
@@ -52,11 +58,12 @@ github.com/palyra-mesh/palyra/node_test.TestBusy(0xc0)
 func TestSummary(t *testing.T) {
 	got := Summary(dump, "TestBusy/sub", 30)
 	want := "  [chan receive, 25 min] ×2\n    node.(*Node).Close.func1 node/node.go:499\n    node.(*Node).Close node/node.go:488\n" +
+		"  [select, 2 min] ×1\n    (in github.com/quic-go/quic-go/http3.(*ClientConn).RoundTrip http3/client.go:10)\n    cli/client.(*Client).Status client/client.go:77\n" +
 		"  [sleep, <1 min] ×1\n    node_test.TestBusy node/busy_test.go:12\n"
 	if got != want {
 		t.Fatalf("summary:\n%q\nwant\n%q", got, want)
 	}
-	if s := Summary(dump, "TestBusy", 2); !strings.Contains(s, "2 more stacks") {
+	if s := Summary(dump, "TestBusy", 2); !strings.Contains(s, "3 more stacks") {
 		t.Fatalf("a summary over its line budget: %q", s)
 	}
 }
