@@ -1,10 +1,12 @@
 package node_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/identity/pairing"
+	"github.com/palyra-mesh/palyra/internal/testwatch"
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
@@ -212,6 +215,7 @@ func TestCARotationWithoutAFailedCall(t *testing.T) {
 	var calls atomic.Int64
 	var failures []string
 	var failMu sync.Mutex
+	var hungAt atomic.Pointer[string]
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -231,7 +235,16 @@ func TestCARotationWithoutAFailedCall(t *testing.T) {
 			for who, cred := range map[string]*identity.Credential{"operator": opCred, "device": device()} {
 				addr := tc.addrs[i%len(tc.addrs)]
 				cl, _ := client.New(addr, cred)
-				_, err := cl.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+				// A call that hangs is a failure too; where it hung is kept.
+				cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+				watch := time.AfterFunc(25*time.Second, func() {
+					buf := make([]byte, 64<<20)
+					where := testwatch.Summary(string(buf[:goruntime.Stack(buf, true)]), t.Name(), 40)
+					hungAt.CompareAndSwap(nil, &where)
+				})
+				_, err := cl.Node.Status(cctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+				watch.Stop()
+				ccancel()
 				cl.Close()
 				calls.Add(1)
 				if err != nil {
@@ -299,6 +312,9 @@ func TestCARotationWithoutAFailedCall(t *testing.T) {
 	waitFor(t, "more calls after the old root was dropped", 30*time.Second, func() bool { return calls.Load() > before+20 })
 	close(stop)
 	<-done
+	if w := hungAt.Load(); w != nil {
+		t.Logf("a call was still waiting after 25 s:\n%s", *w)
+	}
 	if len(failures) > 0 {
 		t.Fatalf("%d of %d calls failed during the rotation, e.g. %s", len(failures), calls.Load(), failures[0])
 	}
