@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/quic-go/quic-go"
@@ -47,10 +48,15 @@ func (n *Node) signerAddrs() []string {
 	return out
 }
 
+// signerAttempt bounds one call to one signing node: signing takes
+// milliseconds, so a signer that has not answered by then (its connection
+// alive but the call stalled) gives way to the next.
+const signerAttempt = 15 * time.Second
+
 // viaSigners calls fn with an identity client of each signing node in
 // turn, until one call succeeds or fails for a reason another signer would
-// repeat.
-func (n *Node) viaSigners(ctx context.Context, fn func(palyrav1connect.IdentityServiceClient) error) error {
+// repeat. Each call gets at most signerAttempt of ctx.
+func (n *Node) viaSigners(ctx context.Context, fn func(context.Context, palyrav1connect.IdentityServiceClient) error) error {
 	addrs := n.signerAddrs()
 	if len(addrs) == 0 {
 		return errNoSigner
@@ -66,7 +72,12 @@ func (n *Node) viaSigners(ctx context.Context, fn func(palyrav1connect.IdentityS
 	})
 	var err error
 	for _, addr := range addrs {
-		err = fn(palyrav1connect.NewIdentityServiceClient(n.caCl.hc, "https://"+addr))
+		actx, cancel := context.WithTimeout(ctx, signerAttempt)
+		err = fn(actx, palyrav1connect.NewIdentityServiceClient(n.caCl.hc, "https://"+addr))
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return err // the caller gave up: no other signer can help
+		}
 		var ce *connect.Error
 		if err == nil || (errors.As(err, &ce) && ce.Code() != connect.CodeUnavailable && ce.Code() != connect.CodeUnknown && ce.Code() != connect.CodeDeadlineExceeded) {
 			return err

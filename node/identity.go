@@ -200,7 +200,7 @@ func (n *Node) reissue(ctx context.Context, cur *identity.Credential, own bool) 
 			}
 		}
 		var resp *palyrav1.RenewResponse
-		err = n.viaSigners(ctx, func(ic palyrav1connect.IdentityServiceClient) error {
+		err = n.viaSigners(ctx, func(ctx context.Context, ic palyrav1connect.IdentityServiceClient) error {
 			r, err := ic.Renew(ctx, connect.NewRequest(req))
 			if err == nil {
 				resp = r.Msg

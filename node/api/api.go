@@ -133,7 +133,7 @@ type Options struct {
 	// the active CA key), one after another until fn succeeds or fails with
 	// an error that another node would repeat; it returns fn's last error.
 	// Pairing and renewal through a node that cannot sign go this way.
-	Forward func(ctx context.Context, fn func(palyrav1connect.IdentityServiceClient) error) error
+	Forward func(ctx context.Context, fn func(context.Context, palyrav1connect.IdentityServiceClient) error) error
 	// Seal encrypts a secret's value with the cluster data key.
 	Seal func(name string, value []byte) ([]byte, error)
 	// DataKey is given to nodes that pair (never to devices).

@@ -135,7 +135,7 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 		// Relay to a node that holds the key; the code is still checked and
 		// consumed through Raft there, once, cluster-wide.
 		var out *palyrav1.PairResponse
-		err := is.forward(ctx, func(ic palyrav1connect.IdentityServiceClient) error {
+		err := is.forward(ctx, func(ctx context.Context, ic palyrav1connect.IdentityServiceClient) error {
 			resp, err := ic.Pair(ctx, connect.NewRequest(m))
 			if err == nil {
 				out = resp.Msg
@@ -278,7 +278,7 @@ func (is identityService) Renew(ctx context.Context, req *connect.Request[palyra
 			fwd.RelayChainDer = append(fwd.RelayChainDer, c.Raw)
 		}
 		var out *palyrav1.RenewResponse
-		err := is.forward(ctx, func(ic palyrav1connect.IdentityServiceClient) error {
+		err := is.forward(ctx, func(ctx context.Context, ic palyrav1connect.IdentityServiceClient) error {
 			resp, err := ic.Renew(ctx, connect.NewRequest(fwd))
 			if err == nil {
 				out = resp.Msg
@@ -314,7 +314,7 @@ func (is identityService) Renew(ctx context.Context, req *connect.Request[palyra
 func (s *Server) canSign() bool { return s.Issuer != nil && s.Issuer.CanSign() }
 
 // forward relays a call to a node that can sign.
-func (is identityService) forward(ctx context.Context, fn func(palyrav1connect.IdentityServiceClient) error) error {
+func (is identityService) forward(ctx context.Context, fn func(context.Context, palyrav1connect.IdentityServiceClient) error) error {
 	if is.s.Forward == nil {
 		return apiError(connect.CodeFailedPrecondition, "no_signer", "this node holds no key of the cluster CA",
 			"call a voter ('palyra nodes' shows them)")
