@@ -21,10 +21,13 @@ type Member struct {
 	// RaftAddress is where raft reaches the node ("" outside raft); it
 	// differs from Address for a moment after a restart on a new address.
 	RaftAddress string
-	Leader      bool
-	Labels      map[string]string
-	Capacity    map[string]int
-	Version     string
+	Leader bool
+	// Labels and Capacity are shared with the cluster's own view (a
+	// member's meta is replaced whole when it changes, never edited):
+	// read them, do not modify them.
+	Labels   map[string]string
+	Capacity map[string]int
+	Version  string
 }
 
 // Members lists every node that gossip knows or raft lists, sorted by id.
@@ -36,9 +39,9 @@ func (c *Cluster) Members() []Member {
 	c.mu.Lock()
 	out := make([]Member, 0, len(c.members)+len(conf))
 	for id, m := range c.members {
-		meta := m.meta.clone()
+		meta := m.meta // shared, not copied: meta is replaced whole, never edited (Member's doc)
 		if id == c.cfg.NodeID {
-			meta = c.meta.clone()
+			meta = c.meta
 		}
 		out = append(out, Member{ID: id, Address: m.addr, State: m.state,
 			Labels: meta.Labels, Capacity: meta.Capacity, Version: meta.Version})
