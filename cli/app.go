@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -89,12 +90,19 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 	}
 }
 
+// DefaultCallTimeout is --call-timeout's default: long enough for the
+// slowest ordinary call (a 96 MiB module upload, a browser session's
+// steps), short enough that a node which took a call and went silent
+// does not hold a command for ever.
+const DefaultCallTimeout = 5 * time.Minute
+
 func globalFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "data-dir", Usage: "node data directory (holds the local operator credential)", EnvVars: []string{"PALYRA_DATA_DIR"}, Value: "palyra-data"},
 		&ucli.StringFlag{Name: "config-dir", Usage: "where a paired device keeps its credential (default ~/.config/palyra)", EnvVars: []string{"PALYRA_CONFIG_DIR"}},
 		&ucli.BoolFlag{Name: "stale", Usage: "read the serving node's replica without a quorum round trip (may lag; works without a leader)", EnvVars: []string{"PALYRA_STALE"}},
 		&ucli.StringFlag{Name: "addr", Usage: "node API address `HOST:PORT`, or several separated by commas, tried in turn (default: every node recorded with the credential, learned on each successful call; else 127.0.0.1:7444)", EnvVars: []string{"PALYRA_ADDR"}},
+		&ucli.DurationFlag{Name: "call-timeout", Value: DefaultCallTimeout, Usage: "give up on a call the node accepted but has not answered after `DURATION` (0: wait for ever); it may still take effect. Waiting for a job (--wait, watch, logs) is never cut short by it", EnvVars: []string{"PALYRA_CALL_TIMEOUT"}},
 		&ucli.DurationFlag{Name: "dial-timeout", Value: client.DefaultDialTimeout, Usage: "how long to wait for one node to answer before giving up on it (the next is tried after 250ms already)", EnvVars: []string{"PALYRA_DIAL_TIMEOUT"}},
 	}
 }

@@ -41,7 +41,7 @@ func dialNodes(c *ucli.Context, failover bool) (*client.Client, error) {
 		}
 		return nil, fail(c, &client.Error{Code: "no_credential", Message: fmt.Sprintf("no operator credential: %v", err), Hint: hint})
 	}
-	opts := client.Options{DialTimeout: c.Duration("dial-timeout"), UnreachableHint: src.hint}
+	opts := client.Options{DialTimeout: c.Duration("dial-timeout"), CallTimeout: c.Duration("call-timeout"), UnreachableHint: src.hint}
 	addrs := src.addrs
 	explicit := c.String("addr") != ""
 	if explicit {

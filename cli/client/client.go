@@ -42,6 +42,13 @@ const (
 type Options struct {
 	DialTimeout time.Duration // per address (default DefaultDialTimeout)
 	Stagger     time.Duration // before trying the next address too (default DefaultStagger)
+	// CallTimeout bounds each unary call whose context has no deadline of
+	// its own (0: none, the default for a library user). Streaming calls
+	// (submit-and-wait, watch, logs, snapshots) are never bounded by it:
+	// they last as long as what they follow. The CLI sets it from
+	// --call-timeout, so a node that accepted a call and never answers
+	// cannot hold a command for ever.
+	CallTimeout time.Duration
 	// UnreachableHint is the hint given when no address answers (default:
 	// check the nodes and UDP). The CLI says what fits the credential: a
 	// node's data dir or a paired device.
@@ -130,6 +137,9 @@ func NewCluster(addrs []string, cred *identity.Credential, o Options) (*Client, 
 	// a job array's inputs, node/api.MaxRequestBytes); requests under 64 KiB
 	// go uncompressed (gzip costs more CPU than it saves on small messages).
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(64 << 20), connect.WithSendMaxBytes(96 << 20), connect.WithCompressMinBytes(64 << 10)}
+	if o.CallTimeout > 0 {
+		opts = append(opts, connect.WithInterceptors(callTimeout(o.CallTimeout)))
+	}
 	c.Jobs = palyrav1connect.NewJobServiceClient(hc, base, opts...)
 	c.Node = palyrav1connect.NewNodeServiceClient(hc, base, opts...)
 	c.Identity = palyrav1connect.NewIdentityServiceClient(hc, base, opts...)
