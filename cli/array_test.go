@@ -98,7 +98,7 @@ func TestArrayInputsWait(t *testing.T) {
 	lines := filepath.Join(dir, "words.txt")
 	os.WriteFile(lines, []byte("abc\nhello\r\n\nxyz\n"), 0o600)
 	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--inputs", lines, "--wait")
-	if r.code != 0 || r.stdout != "cba\nolleh\nzyx\n" {
+	if r.code != 0 || r.stdout != "cba\nolleh\n\nzyx\n" {
 		t.Fatalf("submit --inputs --wait: %+v", r)
 	}
 	if !strings.Contains(r.stderr, "4/4 ended (4 completed)") {
@@ -134,7 +134,7 @@ func TestArrayInputsWait(t *testing.T) {
 		t.Fatalf("job list --array: %+v", r)
 	}
 	// job watch on an ended array prints its outputs as --wait does.
-	if r := c.cli("job", "watch", id); r.code != 0 || r.stdout != "cba\nolleh\nzyx\n" {
+	if r := c.cli("job", "watch", id); r.code != 0 || r.stdout != "cba\nolleh\n\nzyx\n" {
 		t.Fatalf("job watch on an array: %+v", r)
 	}
 }
@@ -242,7 +242,7 @@ func TestCancelArrayPruneRetention(t *testing.T) {
 		t.Fatalf("prune: %+v", r)
 	}
 	r = c.cli("job", "get", ids[0])
-	if r.code != 1 || !strings.Contains(r.stderr, "were pruned (retention 24h)") || !strings.Contains(r.stderr, "hint: ") {
+	if r.code != 1 || !strings.Contains(r.stderr, "have been pruned (by the retention, now 24h, or by 'palyra job prune')") || !strings.Contains(r.stderr, "hint: ") {
 		t.Fatalf("get after prune: %+v", r)
 	}
 	if r := c.cli("job", "retention", "7d"); r.code != 0 || r.stdout != "ended jobs are now kept for 7d\n" {

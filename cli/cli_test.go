@@ -185,7 +185,7 @@ func TestBadInputIsRefusedAndNothingStored(t *testing.T) {
 		{"no --wasm", []string{"job", "submit"}, 2, "exactly one of --wasm"},
 		{"both inputs", []string{"job", "submit", "--wasm", garbage, "--input", "a", "--input-file", garbage}, 2, "either --input or --input-file"},
 		{"bad memory", []string{"job", "submit", "--wasm", garbage, "--memory", "lots"}, 2, "not a size"},
-		{"unknown job", []string{"job", "get", "j-doesnotexist"}, 1, "no job with id"},
+		{"unknown job", []string{"job", "get", "j-doesnotexist"}, 1, "job ids are j- and 16 hex digits"},
 		{"cancel unknown", []string{"job", "cancel", "j-doesnotexist"}, 1, "no job with id"},
 		{"bad phase", []string{"job", "list", "--phase", "sleeping"}, 2, "unknown job phase"},
 		{"get without id", []string{"job", "get"}, 2, "exactly one argument"},

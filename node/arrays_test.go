@@ -341,7 +341,7 @@ func TestPruneAndRetention(t *testing.T) {
 	}
 	for _, id := range []string{done, arr.Id, consensus.TaskID(arr.Id, 0)} {
 		_, err = cl.Jobs.GetJob(ctx, connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
-		if e := cl.Explain(err); err == nil || e.Code != "not_found" || !strings.Contains(e.Message, "were pruned (retention 24h)") ||
+		if e := cl.Explain(err); err == nil || e.Code != "not_found" || !strings.Contains(e.Message, "have been pruned (by the retention, now 24h, or by 'palyra job prune')") ||
 			!strings.Contains(e.Hint, "palyra job retention") {
 			t.Fatalf("get %s after prune: %v", id, e)
 		}

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -109,17 +110,52 @@ func stripPayloads(j *consensus.Job) {
 	j.Input, j.Stdout, j.Stderr = nil, nil, nil
 }
 
-// notFound is the answer for an id the cluster does not hold. Once jobs
-// have been pruned the id may have named one of them: then it says so,
-// with the horizon and the retention, and how to keep jobs longer.
+// notFound is the answer for an id the cluster does not hold. An id that
+// cannot be a job's says what job ids look like. Once jobs have been
+// pruned, a well-formed id may have named one of them: then it says so,
+// with the horizon, what prunes (the retention, or an operator's 'job
+// prune'), and how to keep jobs longer.
 func (s *Server) notFound(id string) error {
+	if !plausibleJobID(id) {
+		return apiError(connect.CodeNotFound, "not_found",
+			fmt.Sprintf("no job with id %q: job ids are j- and 16 hex digits (an array's task adds .N, e.g. j-0123456789abcdef.7)", id),
+			"copy the id from 'palyra job list'")
+	}
 	st := s.control.State()
 	pb := st.PrunedBefore()
 	if pb <= 0 {
 		return apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("no job with id %q", id), "list jobs with 'palyra job list'")
 	}
 	return apiError(connect.CodeNotFound, "not_found",
-		fmt.Sprintf("no job with id %q; jobs that ended before %s were pruned (retention %s), so it may have been one of them",
+		fmt.Sprintf("no job with id %q; jobs that ended before %s have been pruned (by the retention, now %s, or by 'palyra job prune'), so it may have been one of them",
 			id, rfc3339(pb), palyrav1.FormatRetention(st.Retention())),
 		"list current jobs with 'palyra job list'; keep ended jobs longer with 'palyra job retention DURATION'")
+}
+
+// plausibleJobID reports whether id has the form of a job or task id:
+// "j-", 16 lowercase hex digits, and for a task "." and its index.
+func plausibleJobID(id string) bool {
+	rest, ok := strings.CutPrefix(id, "j-")
+	if !ok || len(rest) < 16 {
+		return false
+	}
+	for _, r := range rest[:16] {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	rest = rest[16:]
+	if rest == "" {
+		return true
+	}
+	idx, ok := strings.CutPrefix(rest, ".")
+	if !ok || idx == "" || len(idx) > 10 {
+		return false
+	}
+	for _, r := range idx {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }

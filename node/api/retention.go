@@ -77,7 +77,7 @@ func (js jobService) SetRetention(ctx context.Context, req *connect.Request[paly
 	d := time.Duration(ms) * time.Millisecond
 	if ms != 0 && (ms < 0 || d < MinRetention || d > MaxRetention) {
 		return nil, invalid(fmt.Sprintf("retention %s is out of range", palyrav1.FormatRetention(ms)),
-			fmt.Sprintf("use between %s and %s, e.g. 7d (0 restores the default, %s)",
+			fmt.Sprintf("use between %s and %s, e.g. 7d; 'palyra job retention default' (retention_ms 0 in the API) restores the default, %s",
 				palyrav1.FormatRetention(MinRetention.Milliseconds()), palyrav1.FormatRetention(MaxRetention.Milliseconds()), palyrav1.FormatRetention(consensus.DefaultRetentionMS)))
 	}
 	caller, _ := PrincipalFrom(ctx)
