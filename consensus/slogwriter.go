@@ -26,7 +26,7 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 			}
 		}
 		s = strings.TrimPrefix(s, "raft: ")
-		if level == slog.LevelError && expectedRaftError(s) {
+		if level == slog.LevelError && expectedRaftError(s) || level == slog.LevelWarn && catchingUp(s) {
 			level = slog.LevelDebug
 		}
 		w.l.Log(context.Background(), level, s)
@@ -40,4 +40,12 @@ func expectedRaftError(msg string) bool {
 	return strings.Contains(msg, "failed to decode incoming command") &&
 		(strings.Contains(msg, "EOF") || strings.Contains(msg, "closed") || strings.Contains(msg, "reset") ||
 			strings.Contains(msg, "node shutting down")) // the QUIC close code our transport sends on a clean stop
+}
+
+// catchingUp reports raft's warning that a follower lacks the entry the
+// leader's append follows: what every joining or lagging follower says
+// until the leader has walked back to where its log ends (the leader then
+// sends what is missing). Normal, so not a warning.
+func catchingUp(msg string) bool {
+	return strings.HasPrefix(msg, "failed to get previous log")
 }
