@@ -409,7 +409,8 @@ func nodeRemove(c *ucli.Context) error {
 			requeued = []string{}
 		}
 		return writeJSON(c.App.Writer, map[string]any{"node_id": r.NodeId, "removed": true, "was_alive": r.WasAlive,
-			"was_voter": r.WasVoter, "in_raft": r.InRaft, "requeued": requeued, "held_ca": r.HeldCa, "already_removed": r.AlreadyRemoved})
+			"was_voter": r.WasVoter, "in_raft": r.InRaft, "requeued": requeued, "held_ca": r.HeldCa, "already_removed": r.AlreadyRemoved,
+			"ca_holders": nonNil(r.CaHolders)})
 	}
 	w := c.App.Writer
 	fmt.Fprintf(w, "node %s removed: its certificate is revoked", r.NodeId)
@@ -422,8 +423,11 @@ func nodeRemove(c *ucli.Context) error {
 	if r.WasVoter {
 		fmt.Fprintln(w, "it was a voter: a spare is promoted if the cluster has one ('palyra nodes')")
 	}
-	if r.HeldCa {
-		fmt.Fprintln(c.App.ErrWriter, "warning: it held the cluster CA: no node or device can pair, and certificates cannot be renewed, from now on")
+	switch {
+	case r.HeldCa && len(r.CaHolders) == 0:
+		fmt.Fprintln(c.App.ErrWriter, "warning: it held the cluster CA and no other live node holds it: no node or device can pair, and certificates cannot be renewed, from now on")
+	case r.HeldCa:
+		fmt.Fprintf(w, "it held the cluster CA key; %s still hold it and sign ('palyra ca status')\n", strings.Join(r.CaHolders, ", "))
 	}
 	return nil
 }

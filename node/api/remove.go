@@ -70,16 +70,16 @@ func (n nodeService) RemoveNode(ctx context.Context, req *connect.Request[palyra
 		resp.HeldCa = target.Labels[LabelCAKeys] != ""
 	}
 	// Every voter holds the CA key; removing one is refused only when no
-	// other live node holds it (the last copy).
-	otherHolder := false
+	// other live node holds it (the last copy). The others are named in
+	// the answer, so the CLI warns only when none is left.
 	if s.Members != nil {
 		for _, mm := range s.Members() {
 			if mm.ID != m.NodeId && mm.State == cluster.StateAlive && mm.Labels[LabelCAKeys] != "" {
-				otherHolder = true
+				resp.CaHolders = append(resp.CaHolders, mm.ID)
 			}
 		}
 	}
-	if resp.HeldCa && !otherHolder && !m.Force && !rec.Revoked {
+	if resp.HeldCa && len(resp.CaHolders) == 0 && !m.Force && !rec.Revoked {
 		return nil, apiError(connect.CodeFailedPrecondition, "failed_precondition",
 			fmt.Sprintf("node %s is the only node known to hold the cluster CA key: without it no node or device can pair, and certificates cannot be renewed", m.NodeId),
 			"bring that node back with 'palyra node start --data-dir DIR' if its data dir survives, or wait for another voter to fetch the key ('palyra ca status'); add --force only if it is lost for good")

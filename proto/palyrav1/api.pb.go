@@ -2792,8 +2792,11 @@ type RemoveNodeResponse struct {
 	Requeued       []string `protobuf:"bytes,5,rep,name=requeued,proto3" json:"requeued,omitempty"`                                    // the jobs it was running, queued again
 	HeldCa         bool     `protobuf:"varint,6,opt,name=held_ca,json=heldCa,proto3" json:"held_ca,omitempty"`                         // it held the cluster CA
 	AlreadyRemoved bool     `protobuf:"varint,7,opt,name=already_removed,json=alreadyRemoved,proto3" json:"already_removed,omitempty"` // it had been removed (or revoked) before
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// ca_holders: the other live nodes whose gossip says they hold a CA key
+	// (they go on signing); with held_ca and none, pairing and renewal stop.
+	CaHolders     []string `protobuf:"bytes,8,rep,name=ca_holders,json=caHolders,proto3" json:"ca_holders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RemoveNodeResponse) Reset() {
@@ -2873,6 +2876,13 @@ func (x *RemoveNodeResponse) GetAlreadyRemoved() bool {
 		return x.AlreadyRemoved
 	}
 	return false
+}
+
+func (x *RemoveNodeResponse) GetCaHolders() []string {
+	if x != nil {
+		return x.CaHolders
+	}
+	return nil
 }
 
 type SecretInfo struct {
@@ -6002,7 +6012,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\rLeaveResponse\"B\n" +
 	"\x11RemoveNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"\xde\x01\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\xfd\x01\n" +
 	"\x12RemoveNodeResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\twas_alive\x18\x02 \x01(\bR\bwasAlive\x12\x1b\n" +
@@ -6010,7 +6020,9 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\ain_raft\x18\x04 \x01(\bR\x06inRaft\x12\x1a\n" +
 	"\brequeued\x18\x05 \x03(\tR\brequeued\x12\x17\n" +
 	"\aheld_ca\x18\x06 \x01(\bR\x06heldCa\x12'\n" +
-	"\x0falready_removed\x18\a \x01(\bR\x0ealreadyRemoved\"S\n" +
+	"\x0falready_removed\x18\a \x01(\bR\x0ealreadyRemoved\x12\x1d\n" +
+	"\n" +
+	"ca_holders\x18\b \x03(\tR\tcaHolders\"S\n" +
 	"\n" +
 	"SecretInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
