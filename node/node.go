@@ -74,11 +74,31 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	return n.Wait(ctx)
+}
+
+// leaveAnswerWait bounds how long a node that left keeps its API up for
+// the calls in flight, above all the Leave call itself, to be answered.
+const leaveAnswerWait = 3 * time.Second
+
+// Wait blocks until ctx ends or the node has left the cluster (the API's
+// Leave), then stops the node. After a leave the API is shut down
+// gracefully first: the Leave call is answered before the connections
+// close (closing at once cut the answer off, and the caller saw an error
+// although the node had left).
+func (n *Node) Wait(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		n.log.Info("shutting down")
 	case <-n.leaveReq:
 		n.log.Info("left the cluster; shutting down")
+		if n.http != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), leaveAnswerWait)
+			if err := n.http.Shutdown(sctx); err != nil {
+				n.log.Debug("API calls still open after the leave; closing them", "err", err)
+			}
+			cancel()
+		}
 	}
 	return n.Close()
 }

@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/identity/pairing"
+	"github.com/palyra-mesh/palyra/node"
+	ncluster "github.com/palyra-mesh/palyra/node/cluster"
+)
+
+// joinNode pairs a new node through c's node and starts it in-process,
+// running (node.Wait) as 'palyra node start' does, so that a leave stops
+// it. done is closed once it has stopped.
+func (c *cluster) joinNode() (n *node.Node, done chan error) {
+	c.t.Helper()
+	r := c.cli("pair", "create", "--kind", "node")
+	raw := regexp.MustCompile(`P1-[A-Z0-9-]+`).FindString(r.stdout + r.stderr)
+	code, err := pairing.Parse(raw)
+	if r.code != 0 || err != nil {
+		c.t.Fatalf("pair create: %+v (%v)", r, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	peer := c.node.Addr()
+	cred, pr, err := client.Pair(ctx, peer, code, client.PairOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	dir := c.t.TempDir()
+	if err := node.PrepareJoin(dir, cred, pr.ClusterName, append([]string{peer}, pr.Peers...), pr.DataKey); err != nil {
+		c.t.Fatal(err)
+	}
+	n, err = node.Start(context.Background(), node.Config{
+		DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 1, BrowserSlots: -1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WasmCacheDir: sharedWasmCache,
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	done = make(chan error, 1)
+	go func() { done <- n.Wait(wctx); close(done) }()
+	c.t.Cleanup(func() { stop(); <-done })
+	return n, done
+}
+
+// waitCluster waits until every node sees want nodes alive, want voters,
+// a leader, and every voter gossiping that it holds the CA key.
+func waitCluster(t *testing.T, nodes []*node.Node, want int) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ok := true
+		for _, n := range nodes {
+			alive, voters, holders, leader := 0, 0, 0, false
+			for _, m := range n.Cluster().Members() {
+				if m.State == ncluster.StateAlive {
+					alive++
+				}
+				if m.Voter {
+					voters++
+				}
+				if m.Voter && m.Labels["palyra.ca"] != "" {
+					holders++
+				}
+				leader = leader || m.Leader
+			}
+			ok = ok && alive == want && voters == want && holders == want && leader
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %d alive voters holding the CA key", want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// 'node leave' answers and exits 0 (the node used to close its API before
+// the Leave call's answer was sent, and the CLI failed with H3_NO_ERROR),
+// and removing the node that left does not claim the CA is lost while the
+// two other voters still hold its key.
+func TestNodeLeaveThenRemove(t *testing.T) {
+	c := startNodeWith(t, node.Config{})
+	second, _ := c.joinNode()
+	third, thirdDone := c.joinNode()
+	waitCluster(t, []*node.Node{c.node, second, third}, 3)
+
+	r := runCLI(t, "--data-dir", c.dir, "--addr", third.Addr(), "node", "leave")
+	if r.code != 0 || !strings.Contains(r.stdout, "left the cluster") || r.stderr != "" {
+		t.Fatalf("node leave: %+v", r)
+	}
+	select {
+	case err := <-thirdDone:
+		if err != nil {
+			t.Logf("the node that left stopped with: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the node that left did not stop")
+	}
+
+	r = c.cli("node", "remove", third.ID())
+	if r.code != 0 || strings.Contains(r.stderr, "warning") || !strings.Contains(r.stdout, "still hold it") ||
+		!strings.Contains(r.stdout, c.node.ID()) || !strings.Contains(r.stdout, second.ID()) {
+		t.Fatalf("remove of the node that left: %+v", r)
+	}
+}
