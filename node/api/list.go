@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -53,13 +54,18 @@ func (js jobService) ListJobs(ctx context.Context, req *connect.Request[palyrav1
 	if m.ArrayId != "" {
 		a, ok := st.Array(m.ArrayId)
 		if !ok {
-			return nil, s.notFound(m.ArrayId)
+			return nil, s.notAnArray(ctx, st, m.ArrayId)
 		}
 		if err := s.authz.Check(ctx, policy.ActionJobRead, arrayResource(&a), nil); err != nil {
 			return nil, err
 		}
 		allowed = func(*consensus.Job) bool { return true }
 		f.Newest = false // task order
+	}
+	if m.NodeId != "" {
+		if err := s.checkListedNode(ctx, st, m.NodeId); err != nil {
+			return nil, err
+		}
 	}
 	if m.AfterId != "" {
 		// A cursor that no longer exists (pruned) would silently restart
@@ -124,4 +130,55 @@ func inArray(id string) string {
 		return ""
 	}
 	return " in array " + id
+}
+
+// notAnArray answers a list of array id's tasks where id names no array:
+// a task's id (the array's id and .N) or a single job's say what they
+// are and what to run instead; anything else is not_found.
+func (s *Server) notAnArray(ctx context.Context, st State, id string) error {
+	j, ok := st.Job(id)
+	if !ok {
+		return s.notFound(id)
+	}
+	if err := s.authz.Check(ctx, policy.ActionJobRead, jobResource(&j), nil); err != nil {
+		return err
+	}
+	if j.ArrayID != "" {
+		return invalid(fmt.Sprintf("%s is task %d of job array %s, not an array", id, j.ArrayIndex, j.ArrayID),
+			fmt.Sprintf("list the array's tasks with 'palyra job list --array %s', or show this task with 'palyra job get %s'", j.ArrayID, id))
+	}
+	return invalid(fmt.Sprintf("%s is a job, not a job array: --array takes an array's id", id),
+		fmt.Sprintf("show the job with 'palyra job get %s', or list jobs without --array", id))
+}
+
+// maxNamedNodes bounds the node ids an unknown-node error lists.
+const maxNamedNodes = 10
+
+// checkListedNode refuses a node filter that names no node the cluster
+// has known: a mistyped id would otherwise list nothing, as if the node
+// had run no jobs. A node is known if it is in the registry (nodes are
+// never deleted from it, so one that left or was removed still counts)
+// or if a job was last placed on it.
+func (s *Server) checkListedNode(ctx context.Context, st State, id string) error {
+	if _, ok := st.Member("node", id); ok {
+		return nil
+	}
+	if len(st.Jobs(consensus.JobFilter{NodeID: id, Limit: 1})) > 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("no node with id %q", id)
+	// Name the nodes to a caller who may list them anyway.
+	if s.authz.Allowed(ctx, policy.ActionNodeList, policy.ClusterResource()) {
+		var ids []string
+		for _, m := range st.Members("node") {
+			ids = append(ids, m.ID)
+		}
+		if len(ids) > maxNamedNodes {
+			ids = append(ids[:maxNamedNodes], fmt.Sprintf("and %d more", len(ids)-maxNamedNodes))
+		}
+		if len(ids) > 0 {
+			msg += "; the cluster's nodes are " + strings.Join(ids, ", ")
+		}
+	}
+	return apiError(connect.CodeNotFound, "not_found", msg, "list the nodes and their ids with 'palyra nodes'")
 }
