@@ -17,7 +17,12 @@ func nodesCommand() *ucli.Command {
 		Name:  "nodes",
 		Usage: "list the cluster's nodes as the node at --addr sees them",
 		Description: `State comes from gossip (alive, suspect, dead, left); voter and leader from
-   Raft. Every node should show the same voters and leader.`,
+   Raft. Every node should show the same voters and leader. SCHEDULING is
+   the operator's setting (eligible, ineligible, draining); a node that is
+   not alive gets no new work whatever it says. PLACED counts the jobs
+   placed on the node: running, or waiting there for a free slot (a worker
+   takes up to four placements per slot ahead, so PLACED can exceed
+   CAPACITY).`,
 		Flags: []ucli.Flag{jsonFlag},
 		Action: func(c *ucli.Context) error {
 			cl, err := dial(c)
@@ -43,13 +48,16 @@ func nodesCommand() *ucli.Command {
 				return writeJSON(c.App.Writer, map[string]any{"nodes": out, "served_by": resp.Msg.ServedBy})
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tVOTER\tLEADER\tSCHEDULING\tRUNNING\tCAPACITY\tLABELS")
+			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tVOTER\tLEADER\tSCHEDULING\tPLACED\tCAPACITY\tLABELS")
 			for _, n := range resp.Msg.Nodes {
 				sched := "eligible"
 				if n.Draining {
 					sched = "draining"
 				} else if !n.Eligible {
 					sched = "ineligible"
+				}
+				if n.State != "alive" {
+					sched += " (not alive: gets none)"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%d\t%s\t%s\n", n.Id, n.Address, n.State, n.Voter, n.Leader,
 					sched, n.Running, kv(n.Capacity), kv(n.Labels))
