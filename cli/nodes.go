@@ -50,21 +50,28 @@ func nodesCommand() *ucli.Command {
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tVOTER\tLEADER\tSCHEDULING\tPLACED\tCAPACITY\tLABELS")
 			for _, n := range resp.Msg.Nodes {
-				sched := "eligible"
-				if n.Draining {
-					sched = "draining"
-				} else if !n.Eligible {
-					sched = "ineligible"
-				}
-				if n.State != "alive" {
-					sched += " (not alive: gets none)"
-				}
+				sched := schedulingText(n)
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%d\t%s\t%s\n", n.Id, n.Address, n.State, n.Voter, n.Leader,
 					sched, n.Running, kv(n.Capacity), kv(n.Labels))
 			}
 			return tw.Flush()
 		},
 	}
+}
+
+// schedulingText is the SCHEDULING cell: the operator's setting, and for
+// a node that is not alive, that it gets no work whatever the setting.
+func schedulingText(n *palyrav1.NodeInfo) string {
+	sched := "eligible"
+	if n.Draining {
+		sched = "draining"
+	} else if !n.Eligible {
+		sched = "ineligible"
+	}
+	if n.State != "alive" {
+		sched += " (not alive: gets none)"
+	}
+	return sched
 }
 
 func kv[V any](m map[string]V) string {
