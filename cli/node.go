@@ -328,6 +328,11 @@ func nodeJoin(c *ucli.Context) error {
 func canListen(addr string) error {
 	pc, err := net.ListenPacket("udp", addr)
 	if err != nil {
+		// net's error names the address again: keep the reason only.
+		var oe *net.OpError
+		if errors.As(err, &oe) && oe.Err != nil {
+			return oe.Err
+		}
 		return err
 	}
 	return pc.Close()

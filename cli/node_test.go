@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -111,5 +114,39 @@ func TestNodeLeaveThenRemove(t *testing.T) {
 	if r.code != 0 || strings.Contains(r.stderr, "warning") || !strings.Contains(r.stdout, "still hold it") ||
 		!strings.Contains(r.stdout, c.node.ID()) || !strings.Contains(r.stdout, second.ID()) {
 		t.Fatalf("remove of the node that left: %+v", r)
+	}
+}
+
+// The first 'node start' on a port something else holds fails before it
+// makes a cluster: nothing is initialised (a retry with another --listen,
+// or a 'node join' here, starts clean) and the error names the address
+// once and the fix.
+func TestFirstStartOnABusyPortInitialisesNothing(t *testing.T) {
+	busy, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.LocalAddr().String()
+	dir := t.TempDir()
+	r := runCLI(t, "--data-dir", dir, "node", "start", "--listen", addr, "--browser-slots", "-1")
+	var errLine string
+	for _, l := range strings.Split(r.stderr, "\n") {
+		if strings.HasPrefix(l, "error: ") {
+			errLine = l
+		}
+	}
+	if r.code != 1 || strings.Count(errLine, addr) != 1 || !strings.Contains(errLine, "cannot listen on "+addr) ||
+		!strings.Contains(errLine, "--listen") || strings.Contains(r.stderr, "a new cluster") {
+		t.Fatalf("first start on a busy port: %+v", r)
+	}
+	l := node.Layout{Dir: dir}
+	if _, err := l.ReadState(); !errors.Is(err, node.ErrNoState) {
+		t.Fatalf("node.json after a failed first start: %v", err)
+	}
+	for _, d := range []string{l.CADir(), l.NodeCredDir(), l.OperatorDir()} {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s exists after a failed first start (%v)", d, err)
+		}
 	}
 }

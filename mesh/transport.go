@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/quic-go/quic-go"
 )
@@ -77,7 +78,7 @@ func Listen(cfg Config) (*Transport, error) {
 	}
 	udp, err := net.ListenUDP("udp", ua)
 	if err != nil {
-		return nil, fmt.Errorf("mesh: listen on %s (is another process using the port?): %w", cfg.ListenAddr, err)
+		return nil, listenError(cfg.ListenAddr, err)
 	}
 	advertise := cfg.AdvertiseAddr
 	if advertise == "" {
@@ -268,4 +269,40 @@ func (t *Transport) Close() error {
 		t.log.Debug("mesh closed")
 	})
 	return err
+}
+
+// ListenError is a failure to bind the transport's UDP socket. It names
+// the address once (net's own error repeats it).
+type ListenError struct {
+	Addr string
+	Err  error // the system's reason, e.g. bind: address already in use
+}
+
+func (e *ListenError) Error() string {
+	msg := "cannot listen on " + e.Addr + ": " + e.Err.Error()
+	if errors.Is(e.Err, syscall.EADDRINUSE) {
+		msg += " (another process uses this UDP port)"
+	}
+	return msg
+}
+
+func (e *ListenError) Unwrap() error { return e.Err }
+
+func listenError(addr string, err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		err = oe.Err
+	}
+	return &ListenError{Addr: addr, Err: err}
+}
+
+// CheckListen reports, as a *ListenError, whether a UDP socket can be
+// bound on addr now. A caller checks before doing what a failed bind
+// would leave half done; the port may still be taken in between.
+func CheckListen(addr string) error {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return listenError(addr, err)
+	}
+	return pc.Close()
 }

@@ -133,6 +133,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	st, err := l.ReadState()
 	if errors.Is(err, ErrNoState) {
+		// A new cluster (CA, keys, operator credential) is made only on a
+		// port this node can bind: made first, it would record the busy
+		// port, and every later start (and a 'node join' here) would fail.
+		listen, _ := listenAddrs(cfg, State{})
+		if err := mesh.CheckListen(listen); err != nil {
+			return nil, fmt.Errorf("%w; nothing was initialised: pick a free UDP port with --listen HOST:PORT", err)
+		}
 		st, err = initCluster(ctx, l, cfg)
 	}
 	if err != nil {
@@ -280,6 +287,11 @@ func (n *Node) listen() error {
 			return nil
 		},
 	})
+	var le *mesh.ListenError
+	if errors.As(err, &le) {
+		// It names the address; a restarted node may move.
+		return fmt.Errorf("%w; free the port, or move this node with --listen HOST:PORT (its cluster is told the new address)", err)
+	}
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", n.cfg.Listen, err)
 	}
