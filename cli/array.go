@@ -120,8 +120,12 @@ type arrayJSON struct {
 }
 
 func toArrayJSON(a *palyrav1.JobArray) arrayJSON {
+	tmpl := toJobJSON(a.Template)
+	// A template is the tasks' settings, never run: it has no phase (its
+	// tasks' phases are the counts).
+	tmpl.Phase = ""
 	return arrayJSON{ID: a.Id, Size: a.Size, Counts: a.Counts, Done: a.Done, EndedAt: msTime(a.EndedAtMs),
-		Template: toJobJSON(a.Template)}
+		Template: tmpl}
 }
 
 // phaseOrder is the order counts are shown in.
@@ -246,7 +250,8 @@ func watchArray(ctx context.Context, cl *client.Client, id string, show func(*pa
 
 // followArray waits for an array to end (progress on stderr), then hands
 // out every task's result in task order: stdout on stdout (a newline
-// added after an output that lacks one) or, with --output-dir, one file
+// added after an output that lacks one, an empty output an empty line,
+// so output line N is task N's when outputs are one line each) or, with --output-dir, one file
 // per task; stderr on stderr; each task that did not complete reported
 // on stderr. With --json it prints one document {array, tasks}. It fails
 // (exit 1) if any task did not complete.
@@ -293,8 +298,10 @@ func followArray(c *ucli.Context, cl *client.Client, id string) error {
 			first = false
 			fmt.Fprintf(out, "\n    %s", b)
 		} else if outDir == "" {
+			// Output line N is task N's: an output that does not end
+			// in a newline gets one, and an empty one is an empty line.
 			out.Write(t.Stdout)
-			if len(t.Stdout) > 0 && t.Stdout[len(t.Stdout)-1] != '\n' {
+			if len(t.Stdout) == 0 || t.Stdout[len(t.Stdout)-1] != '\n' {
 				fmt.Fprintln(out)
 			}
 			errw.Write(t.Stderr)

@@ -46,9 +46,10 @@ func jobCommand() *ucli.Command {
    module and settings, accepted together in one commit. The id printed is
    the array's; task i is ID.i. With --wait, shows progress on stderr, then
    prints every task's stdout in task order (a newline added after an output
-   that lacks one), or writes DIR/000042.out (and .err) with --output-dir;
-   each task that did not complete is reported on stderr, and the command
-   exits 1 if any did not.
+   that lacks one, an empty output as an empty line, so line N is task N's),
+   or writes DIR/000042.out (and .err) with --output-dir; each task that did
+   not complete is reported on stderr, and the command exits 1 if any did
+   not.
 
    Inputs and outputs larger than 4 KiB are stored as content-addressed
    blobs on several nodes, not in the Raft log; the CLI shows them as usual.

@@ -22,7 +22,7 @@ type errorJSON struct {
 // jobJSON is the stable JSON form of a job printed by the CLI.
 type jobJSON struct {
 	ID            string            `json:"id"`
-	Phase         string            `json:"phase"`
+	Phase         string            `json:"phase,omitempty"` // always set, but for an array's template
 	Kind          string            `json:"kind"`
 	Output        string            `json:"output"`
 	Stderr        string            `json:"stderr"`
