@@ -130,7 +130,7 @@ func jobCommand() *ucli.Command {
      palyra job list --array j-1a2b3c4d5e6f7a8b --phase failed`,
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "phase", Usage: "only jobs in this `PHASE` (queued, running, completed, failed, aborted, …)"},
-					&ucli.UintFlag{Name: "limit", Usage: "at most `N` jobs per page (max 1000)", Value: 100},
+					&ucli.UintFlag{Name: "limit", Usage: "at most `N` jobs per page (at most 1000)", Value: 100},
 					&ucli.StringFlag{Name: "after", Usage: "continue after job `ID` (the next page, as printed)"},
 					&ucli.StringFlag{Name: "node", Usage: "only jobs placed on node `ID`"},
 					&ucli.StringFlag{Name: "array", Usage: "only the tasks of job array `ID`, in task order"},
@@ -632,7 +632,13 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 	}
 }
 
+// maxListLimit is the most jobs a node returns in one page of ListJobs.
+const maxListLimit = 1000
+
 func jobList(c *ucli.Context) error {
+	if n := c.Uint("limit"); n > maxListLimit {
+		return usageErr("--limit %d: a page holds at most %d jobs; use --limit %d and page on with the --after ID printed after each page", n, maxListLimit, maxListLimit)
+	}
 	var ph palyrav1.JobPhase
 	if s := c.String("phase"); s != "" {
 		p, err := palyrav1.ParseJobPhase(s)

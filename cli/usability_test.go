@@ -52,3 +52,35 @@ func TestArrayEmptyOutputKeepsItsLine(t *testing.T) {
 		t.Fatalf("job get ARRAY --json claims a phase: %+v", r)
 	}
 }
+
+// job list: --array with a task's id names the array and both commands;
+// --node with an unknown id fails naming the nodes, with a node's own id
+// (no jobs there) lists nothing; --limit above the page size is refused.
+func TestJobListMistakes(t *testing.T) {
+	c := startNode(t)
+	lines := filepath.Join(t.TempDir(), "in.txt")
+	os.WriteFile(lines, []byte("x\ny\n"), 0o600)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--inputs", lines)
+	arr := strings.TrimSpace(r.stdout)
+	if r.code != 0 || arr == "" {
+		t.Fatalf("submit: %+v", r)
+	}
+	task := arr + ".1"
+	r = c.cli("job", "list", "--array", task)
+	if r.code != 1 || !strings.Contains(r.stderr, "task 1 of job array "+arr) || !strings.Contains(r.stderr, "palyra job list --array "+arr+"'") ||
+		!strings.Contains(r.stderr, "palyra job get "+task) {
+		t.Fatalf("job list --array TASK: %+v", r)
+	}
+	r = c.cli("job", "list", "--node", "n-nope")
+	if r.code != 1 || !strings.Contains(r.stderr, `no node with id "n-nope"`) || !strings.Contains(r.stderr, c.node.ID()) ||
+		!strings.Contains(r.stderr, "palyra nodes") || r.stdout != "" {
+		t.Fatalf("job list --node UNKNOWN: %+v", r)
+	}
+	if r := c.cli("job", "list", "--node", c.node.ID(), "--phase", "aborted"); r.code != 0 || strings.Count(r.stdout, "\n") != 1 {
+		t.Fatalf("job list --node OWN-ID with nothing to list: want the header alone: %+v", r)
+	}
+	r = c.cli("job", "list", "--limit", "5000")
+	if r.code != 2 || !strings.Contains(r.stderr, "at most 1000") || !strings.Contains(r.stderr, "--after") {
+		t.Fatalf("job list --limit 5000: %+v", r)
+	}
+}
