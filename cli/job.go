@@ -111,10 +111,14 @@ func jobCommand() *ucli.Command {
    behind is told what it missed, and the final output has it). stdout goes
    to stdout, stderr to stderr, notes (a new attempt, a gap) to stderr.
 
+   With --json, one JSON object per line as the output comes: {"stdout",
+   "stderr", "note", "attempt", "phase"} (fields without a value left out;
+   the last one of an ended job carries its phase).
+
    Examples:
      palyra job logs j-0123456789abcdef        # what it has written so far
      palyra job logs -f j-0123456789abcdef     # follow until it ends`,
-				Flags:  []ucli.Flag{&ucli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming until the job ends"}},
+				Flags:  []ucli.Flag{&ucli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming until the job ends"}, jsonFlag},
 				Action: jobLogs,
 			},
 			{
@@ -811,14 +815,25 @@ func jobLogs(c *ucli.Context) error {
 	}
 	defer stream.Close()
 	var last *palyrav1.JobLogsResponse
+	enc := json.NewEncoder(c.App.Writer)
 	for stream.Receive() {
 		m := stream.Msg()
+		last = m
+		if c.Bool("json") {
+			v := logJSON{Stdout: string(m.Stdout), Stderr: string(m.Stderr), Note: m.Note, Attempt: m.Attempt}
+			if m.Phase != palyrav1.JobPhase_JOB_PHASE_UNSPECIFIED {
+				v.Phase = m.Phase.WireName()
+			}
+			if err := enc.Encode(v); err != nil {
+				return err
+			}
+			continue
+		}
 		if m.Note != "" {
 			fmt.Fprintf(c.App.ErrWriter, "[palyra] %s\n", m.Note)
 		}
 		c.App.Writer.Write(m.Stdout)
 		c.App.ErrWriter.Write(m.Stderr)
-		last = m
 	}
 	if err := stream.Err(); err != nil {
 		return fail(c, cl.Explain(err))
@@ -827,6 +842,15 @@ func jobLogs(c *ucli.Context) error {
 		return ucli.Exit(fmt.Sprintf("job %s %s (see 'palyra job get %s')", id, last.Phase.WireName(), id), exitFailure)
 	}
 	return nil
+}
+
+// logJSON is one message of 'job logs --json', a line of its own.
+type logJSON struct {
+	Stdout  string `json:"stdout,omitempty"`
+	Stderr  string `json:"stderr,omitempty"`
+	Note    string `json:"note,omitempty"`
+	Attempt uint32 `json:"attempt,omitempty"`
+	Phase   string `json:"phase,omitempty"`
 }
 
 // navigateHosts lists the hosts a browser script's navigate steps name, to

@@ -84,3 +84,31 @@ func TestJobListMistakes(t *testing.T) {
 		t.Fatalf("job list --limit 5000: %+v", r)
 	}
 }
+
+// job logs --json prints one JSON object per line.
+func TestJobLogsJSON(t *testing.T) {
+	c := startNode(t)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "ticker"), "--input", "2 10ms")
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 {
+		t.Fatalf("submit: %+v", r)
+	}
+	r = c.cli("job", "logs", "-f", id, "--json")
+	if r.code != 0 {
+		t.Fatalf("logs -f --json: %+v", r)
+	}
+	var stdout, stderr, phase string
+	for _, line := range strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n") {
+		var m logJSON
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("line %q: %v (all: %q)", line, err, r.stdout)
+		}
+		stdout, stderr = stdout+m.Stdout, stderr+m.Stderr
+		if m.Phase != "" {
+			phase = m.Phase
+		}
+	}
+	if stdout != "tick 1\ntick 2\n" || stderr != "tock 1\ntock 2\n" || phase != "completed" || r.stderr != "" {
+		t.Fatalf("logs --json: stdout %q stderr %q phase %q; %+v", stdout, stderr, phase, r)
+	}
+}
