@@ -265,6 +265,12 @@ func followArray(c *ucli.Context, cl *client.Client, id string) error {
 	p := &progress{w: c.App.ErrWriter, tty: isTerminal(c.App.ErrWriter)}
 	a, err := watchArray(c.Context, cl, id, p.update)
 	if err != nil {
+		if p.drew {
+			fmt.Fprintln(p.w) // end the progress bar's line
+		}
+		if interrupted(c) {
+			return stoppedFollowing(c, "job array", id)
+		}
 		return fail(c, cl.Explain(err))
 	}
 	width := max(6, len(strconv.Itoa(int(a.Size)-1)))
@@ -315,6 +321,11 @@ func followArray(c *ucli.Context, cl *client.Client, id string) error {
 		fmt.Fprint(out, "\n  ]\n}\n")
 	}
 	if err != nil {
+		if interrupted(c) {
+			return failWith(c, &client.Error{Code: "interrupted",
+				Message: fmt.Sprintf("interrupted while printing the outputs of job array %s (every task has ended)", id),
+				Hint:    fmt.Sprintf("print them again with 'palyra job watch %s'", id)}, exitInterrupted)
+		}
 		var ce *connect.Error
 		if errors.As(err, &ce) {
 			return fail(c, cl.Explain(err))

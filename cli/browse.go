@@ -90,7 +90,7 @@ func jobBrowse(c *ucli.Context) error {
 		return ucli.Exit(fmt.Sprintf("gave up waiting after %s: job %s was still %s; cancelled it", sq.after, id, sq.job.GetPhase().WireName()), exitFailure)
 	}
 	if err != nil {
-		return fail(c, cl.Explain(err))
+		return waitFailed(c, cl, err) // an interrupted wait says the job goes on
 	}
 	if job.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
 		if len(job.Stderr) > 0 {

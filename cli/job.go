@@ -261,6 +261,9 @@ func jobSubmit(c *ucli.Context) error {
 		resp, err = cl.Submit(c.Context, req)
 	}
 	if err != nil {
+		if interrupted(c) {
+			return stoppedFollowing(c, "job", "")
+		}
 		return fail(c, cl.Explain(err))
 	}
 	job := resp.Job
@@ -322,6 +325,13 @@ func runAndWait(c *ucli.Context, cl *client.Client, req *palyrav1.SubmitJobReque
 		}
 		last = j
 	})
+	if err != nil && interrupted(c) {
+		id := ""
+		if last != nil {
+			id = last.Id
+		}
+		err = &interruptedError{id: id, err: err}
+	}
 	if err != nil && last != nil && ctx.Err() != nil && c.Context.Err() == nil {
 		if g.fired.Load() {
 			err = &stillQueuedError{job: last, id: last.Id, unplaceable: true}
@@ -337,6 +347,10 @@ func runAndWait(c *ucli.Context, cl *client.Client, req *palyrav1.SubmitJobReque
 
 // waitFailed reports a wait that ended without the job ending.
 func waitFailed(c *ucli.Context, cl *client.Client, err error) error {
+	var ie *interruptedError
+	if errors.As(err, &ie) {
+		return stoppedFollowing(c, "job", ie.id)
+	}
 	var sq *stillQueuedError
 	if errors.As(err, &sq) {
 		if c.Bool("json") && sq.job != nil {
@@ -473,7 +487,8 @@ func (r *reasonPrinter) see(j *palyrav1.Job) {
 // waitJob follows a job until it reaches a terminal phase, riding out a
 // restarting node for up to a minute. It ends early with a
 // *stillQueuedError when opts.giveUp says so, or when ctx's deadline (a
-// --wait-timeout) passes.
+// --wait-timeout) passes, and with an *interruptedError when ctx is
+// cancelled (the user interrupted the command).
 func waitJob(ctx context.Context, cl *client.Client, id string, opts waitOpts) (*palyrav1.Job, error) {
 	var lastErr error
 	var last *palyrav1.Job
@@ -491,7 +506,7 @@ func waitJob(ctx context.Context, cl *client.Client, id string, opts waitOpts) (
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return &stillQueuedError{job: last, id: id, after: waitTimeoutOf(ctx)}
 		}
-		return ctx.Err()
+		return &interruptedError{id: id, err: ctx.Err()}
 	}
 	for time.Now().Before(deadline) {
 		stream, err := cl.Jobs.WatchJob(wctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
@@ -756,6 +771,9 @@ func jobWatch(c *ucli.Context) error {
 	defer cl.Close()
 	stream, err := cl.Jobs.WatchJob(c.Context, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
 	if err != nil {
+		if interrupted(c) {
+			return stoppedFollowing(c, "job", id)
+		}
 		return fail(c, cl.Explain(err))
 	}
 	defer stream.Close()
@@ -791,6 +809,9 @@ func jobWatch(c *ucli.Context) error {
 		fmt.Fprintln(c.App.Writer, line)
 	}
 	if err := stream.Err(); err != nil {
+		if interrupted(c) {
+			return stoppedFollowing(c, "job", id)
+		}
 		return fail(c, cl.Explain(err))
 	}
 	if last != nil && last.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
@@ -811,6 +832,9 @@ func jobLogs(c *ucli.Context) error {
 	defer cl.Close()
 	stream, err := cl.Jobs.JobLogs(c.Context, connect.NewRequest(&palyrav1.JobLogsRequest{Id: id, Follow: c.Bool("follow")}))
 	if err != nil {
+		if interrupted(c) {
+			return stoppedReadingLogs(c, id)
+		}
 		return fail(c, cl.Explain(err))
 	}
 	defer stream.Close()
@@ -836,6 +860,9 @@ func jobLogs(c *ucli.Context) error {
 		c.App.ErrWriter.Write(m.Stderr)
 	}
 	if err := stream.Err(); err != nil {
+		if interrupted(c) {
+			return stoppedReadingLogs(c, id)
+		}
 		return fail(c, cl.Explain(err))
 	}
 	if c.Bool("follow") && last != nil && last.Phase.Terminal() && last.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
@@ -851,6 +878,13 @@ type logJSON struct {
 	Note    string `json:"note,omitempty"`
 	Attempt uint32 `json:"attempt,omitempty"`
 	Phase   string `json:"phase,omitempty"`
+}
+
+// stoppedReadingLogs answers an interrupted 'job logs'.
+func stoppedReadingLogs(c *ucli.Context, id string) error {
+	return failWith(c, &client.Error{Code: "interrupted",
+		Message: fmt.Sprintf("interrupted: stopped reading the logs of job %s; the job goes on (interrupting this command does not cancel it)", id),
+		Hint:    fmt.Sprintf("follow them again with 'palyra job logs -f %s', or see the job with 'palyra job get %s'", id, id)}, exitInterrupted)
 }
 
 // navigateHosts lists the hosts a browser script's navigate steps name, to

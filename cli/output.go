@@ -124,15 +124,59 @@ func writeJSON(w io.Writer, v any) error {
 // fail prints an error as "error: …" plus "hint: …" (or as JSON with
 // --json) and returns the exit error.
 func fail(c *ucli.Context, e *client.Error) error {
+	return failWith(c, e, exitFailure)
+}
+
+// failWith is fail with another exit code.
+func failWith(c *ucli.Context, e *client.Error, code int) error {
 	if c.Bool("json") {
 		_ = writeJSON(c.App.ErrWriter, map[string]any{"error": errorJSON{Code: e.Code, Message: e.Message, Hint: e.Hint}})
-		return ucli.Exit("", exitFailure)
+		return ucli.Exit("", code)
 	}
 	msg := "error: " + e.Message
 	if e.Hint != "" {
 		msg += "\nhint: " + e.Hint
 	}
-	return ucli.Exit(msg, exitFailure)
+	return ucli.Exit(msg, code)
+}
+
+// exitInterrupted is the exit code of a command the user interrupted
+// (Ctrl-C, SIGTERM): 128 + SIGINT, as a shell reports a command killed
+// by Ctrl-C.
+const exitInterrupted = 130
+
+// interrupted reports whether the command was interrupted: run cancels
+// every command's context on SIGINT or SIGTERM. A call failing then
+// fails because of it (a cancelled stream, H3_REQUEST_CANCELLED), and
+// the transport diagnosis ("check that a node runs there") is wrong.
+func interrupted(c *ucli.Context) bool {
+	return c.Context != nil && c.Context.Err() != nil
+}
+
+// interruptedError ends a wait that the user interrupted; id is the job
+// (or array) followed, "" if the submission was not yet confirmed.
+type interruptedError struct {
+	id  string
+	err error
+}
+
+func (e *interruptedError) Error() string { return "interrupted: " + e.err.Error() }
+func (e *interruptedError) Unwrap() error { return e.err }
+
+// stoppedFollowing is the answer to an interrupted command that followed
+// id, a "job" or "job array" (what): the job is not cancelled by it, so
+// say so and how to pick it up again. With id "" the submission itself
+// was cut short.
+func stoppedFollowing(c *ucli.Context, what, id string) error {
+	e := &client.Error{Code: "interrupted"}
+	if id == "" {
+		e.Message = "interrupted before the node confirmed the submission: the job may or may not have been accepted"
+		e.Hint = "look for it with 'palyra job list' before submitting again (a submission with --idempotency-key can be repeated safely)"
+	} else {
+		e.Message = fmt.Sprintf("interrupted: stopped following %s %s; the %s goes on (interrupting this command does not cancel it)", what, id, what)
+		e.Hint = fmt.Sprintf("follow it again with 'palyra job watch %s', see it with 'palyra job get %s', or stop it with 'palyra job cancel %s'", id, id, id)
+	}
+	return failWith(c, e, exitInterrupted)
 }
 
 func usageErr(format string, args ...any) error {

@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 )
@@ -111,4 +114,60 @@ func TestJobLogsJSON(t *testing.T) {
 	if stdout != "tick 1\ntick 2\n" || stderr != "tock 1\ntock 2\n" || phase != "completed" || r.stderr != "" {
 		t.Fatalf("logs --json: stdout %q stderr %q phase %q; %+v", stdout, stderr, phase, r)
 	}
+}
+
+// runInterrupted runs a command against c and cancels its context (as
+// SIGINT does, through run's signal.NotifyContext) after d.
+func (c *cluster) runInterrupted(d time.Duration, args ...string) result {
+	c.t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	time.AfterFunc(d, cancel)
+	args = append([]string{"palyra", "--data-dir", c.dir, "--addr", c.node.Addr()}, args...)
+	code := run(ctx, args, strings.NewReader(""), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+// Interrupting a command that follows a job says that it stopped
+// following, that the job goes on and how to follow it again, and exits
+// 130; never a transport diagnosis or "context canceled".
+func TestInterruptedFollowSaysTheJobGoesOn(t *testing.T) {
+	c := startNode(t)
+	sleep := testwasm.Path(t, "sleep")
+	lines := filepath.Join(t.TempDir(), "in.txt")
+	os.WriteFile(lines, []byte("5m\n5m\n"), 0o600)
+	r := c.cli("job", "submit", "--wasm", sleep, "--input", "5m", "--timeout", "10m")
+	job := strings.TrimSpace(r.stdout)
+	if r.code != 0 {
+		t.Fatalf("submit: %+v", r)
+	}
+	check := func(name string, r result, id string) {
+		t.Helper()
+		if id == "" {
+			id = "j-" // a submission: its id, whatever it is
+		}
+		if r.code != exitInterrupted || !strings.Contains(r.stderr, "stopped following") || !strings.Contains(r.stderr, "goes on") ||
+			!strings.Contains(r.stderr, "palyra job watch "+id) ||
+			strings.Contains(r.stderr, "context canceled") || strings.Contains(r.stderr, "UDP") || strings.Contains(r.stderr, "H3_") {
+			t.Errorf("%s interrupted: want exit %d, 'stopped following', the job id and no transport error: %+v", name, exitInterrupted, r)
+		}
+	}
+	check("job watch", c.runInterrupted(time.Second, "job", "watch", job), job)
+	check("job watch --json", c.runInterrupted(time.Second, "job", "watch", job, "--json"), job)
+	r = c.runInterrupted(2*time.Second, "job", "submit", "--wasm", sleep, "--input", "5m", "--timeout", "10m", "--wait")
+	check("job submit --wait", r, "")
+	r = c.runInterrupted(2*time.Second, "job", "submit", "--wasm", sleep, "--input", "5m", "--timeout", "10m", "--wait", "--idempotency-key", "k1")
+	check("job submit --wait --idempotency-key", r, "")
+	r = c.runInterrupted(2*time.Second, "job", "submit", "--wasm", sleep, "--inputs", lines, "--timeout", "10m", "--wait")
+	check("job submit --inputs --wait", r, "")
+	r = c.runInterrupted(time.Second, "job", "logs", "-f", job)
+	if r.code != exitInterrupted || !strings.Contains(r.stderr, "stopped reading the logs of job "+job) || !strings.Contains(r.stderr, "palyra job logs -f "+job) {
+		t.Errorf("job logs -f interrupted: %+v", r)
+	}
+	// The job goes on indeed.
+	if j := c.jobJSON(job); j.Phase != "running" && j.Phase != "queued" {
+		t.Fatalf("the followed job is %s", j.Phase)
+	}
+	c.cli("job", "cancel", job)
 }
