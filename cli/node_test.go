@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	ucli "github.com/urfave/cli/v2"
+
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/identity/pairing"
 	"github.com/palyra-mesh/palyra/node"
@@ -149,4 +151,30 @@ func TestFirstStartOnABusyPortInitialisesNothing(t *testing.T) {
 			t.Fatalf("%s exists after a failed first start (%v)", d, err)
 		}
 	}
+}
+
+// Every flag's help shows one default: a flag whose usage states its
+// default in words has it as DefaultText, not urfave's "(default: 0)"
+// beside it.
+func TestHelpShowsOneDefaultPerFlag(t *testing.T) {
+	// cli/job.go was being edited elsewhere when this test was written:
+	// its --timeout still needs DefaultText: "30s" (and "(default 30s)"
+	// out of its usage); remove the entry once it has it.
+	pending := map[string]bool{"palyra job submit --timeout": true}
+	app := newApp(strings.NewReader(""), io.Discard, io.Discard)
+	var walk func(path string, flags []ucli.Flag, cmds []*ucli.Command)
+	walk = func(path string, flags []ucli.Flag, cmds []*ucli.Command) {
+		for _, f := range flags {
+			if pending[path+" --"+f.Names()[0]] {
+				continue
+			}
+			if s := ucli.FlagStringer(f); strings.Count(s, "(default") > 1 {
+				t.Errorf("%s: %s", path, s)
+			}
+		}
+		for _, c := range cmds {
+			walk(path+" "+c.Name, c.Flags, c.Subcommands)
+		}
+	}
+	walk("palyra", app.Flags, app.Commands)
 }

@@ -33,7 +33,7 @@ func pairCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "kind", Value: "device", Usage: "what may join with it: node or device"},
 					&ucli.DurationFlag{Name: "ttl", Value: 10 * time.Minute, Usage: "how long the code is valid (30s to 24h)"},
 					&ucli.StringFlag{Name: "name", Usage: "a label for the member it creates"},
-					&ucli.BoolFlag{Name: "operator", Usage: "device codes: the device may administer the cluster (default: it may run and read its own jobs)"},
+					&ucli.BoolFlag{Name: "operator", Usage: "device codes: the device may administer the cluster (without it, the device may run and read only its own jobs)"},
 					jsonFlag,
 				},
 				Action: func(c *ucli.Context) error {

@@ -320,7 +320,7 @@ func skillRunCommand() *ucli.Command {
 			&ucli.DurationFlag{Name: "wait-timeout", Usage: "with --wait, give up waiting after `DURATION` (the run goes on)"},
 			&ucli.DurationFlag{Name: "timeout", Usage: "bound the run (at most the skill's wall_clock_ms)"},
 			&ucli.StringFlag{Name: "idempotency-key", Usage: "a `KEY` that makes resending this run safe (the first run's job is returned)"},
-			&ucli.DurationFlag{Name: "approval-ttl", Usage: "for a tool that requires approval: how long the run waits for a decision before it expires (default 24h)"},
+			&ucli.DurationFlag{Name: "approval-ttl", Usage: "for a tool that requires approval: how long the run waits for a decision before it expires", DefaultText: "24h"},
 			jsonFlag,
 		},
 		Action: func(c *ucli.Context) error {
