@@ -154,7 +154,7 @@ func (s *State) applyAssign(c *raftpb.AssignJob) ApplyResult {
 	n.Phase = PhaseRunning
 	n.Attempt = c.Attempt
 	n.NodeID = c.NodeId
-	n.StartedAtMS = c.AtMs
+	n.StartedAtMS, n.PlacedAtMS = c.AtMs, c.AtMs
 	n.PendingReason = ""
 	s.put(j, &n)
 	return ApplyResult{Job: n}
@@ -236,6 +236,7 @@ func (s *State) applyFinish(c *raftpb.FinishJob) ApplyResult {
 	}
 	n.Artifacts = artifactsFromPB(c.Artifacts)
 	n.FinishedAtMS = c.AtMs
+	n.StartedAtMS = runStart(n, c)
 	if c.Ok {
 		n.Phase = PhaseCompleted
 		n.Error = nil
@@ -469,4 +470,19 @@ func (s *State) applySetRetention(c *raftpb.SetRetention) ApplyResult {
 	}
 	s.retentionMS = c.RetentionMs
 	return ApplyResult{}
+}
+
+// runStart is when a run that result c reports began: c.ran_us before the
+// result's time (rounded up to the millisecond), but never before the
+// placement (the worker's clock and the leader's differ) nor after the
+// result. Without ran_us, the start stays the placement time.
+func runStart(j Job, c *raftpb.FinishJob) int64 {
+	if c.RanUs <= 0 {
+		return j.StartedAtMS
+	}
+	placed := j.PlacedAtMS
+	if placed == 0 { // placed before placed_at_ms was recorded
+		placed = j.StartedAtMS
+	}
+	return min(max(placed, c.AtMs-(c.RanUs+999)/1000), c.AtMs)
 }

@@ -33,9 +33,14 @@ type Job struct {
 	Submitter string
 
 	SubmittedAtMS int64
-	StartedAtMS   int64
-	FinishedAtMS  int64
-	CommitIndex   uint64 // raft index at which the job was accepted
+	// StartedAtMS is when the run began: the placement time while the job
+	// runs or waits on its worker for a slot, and once a result that says
+	// how long the run took (FinishJob.ran_us) is applied, that long
+	// before the result (never before the placement).
+	StartedAtMS  int64
+	PlacedAtMS   int64 // when the leader placed the current/last attempt
+	FinishedAtMS int64
+	CommitIndex  uint64 // raft index at which the job was accepted
 
 	Priority       int32
 	Constraints    map[string]string // node labels k=v all required

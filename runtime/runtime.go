@@ -133,13 +133,16 @@ type Artifact struct {
 // Result is what a run produced. Stdout/Stderr hold what was captured up to
 // MaxOutput even when the run failed.
 type Result struct {
-	Reason    Reason
-	Message   string // one line, human readable, set when Reason != ReasonNone
-	ExitCode  int
-	Stdout    []byte
-	Stderr    []byte
-	FuelUsed  uint64
-	Duration  time.Duration
+	Reason   Reason
+	Message  string // one line, human readable, set when Reason != ReasonNone
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+	FuelUsed uint64
+	Duration time.Duration // the whole call, a wait for a free slot included
+	// Ran is the run itself: from when it had a slot (for a browser job,
+	// a slot and a browser) to its end; 0 when it never got one.
+	Ran       time.Duration
 	Artifacts []Artifact
 }
 

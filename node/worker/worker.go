@@ -320,7 +320,7 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) bool {
 	fin := &raftpb.FinishJob{
 		Id: j.ID, Attempt: j.Attempt, NodeId: w.cfg.NodeID, Ok: res.OK(),
 		Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: int32(res.ExitCode),
-		FuelUsed: res.FuelUsed, AtMs: w.cfg.Now().UnixMilli(),
+		FuelUsed: res.FuelUsed, AtMs: w.cfg.Now().UnixMilli(), RanUs: res.Ran.Microseconds(),
 	}
 	// Outputs above the inline bound leave Raft: stored here and on
 	// another node before the result that names them is proposed.

@@ -103,7 +103,7 @@ type JobRecord struct {
 	NodeId         string                 `protobuf:"bytes,14,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Submitter      string                 `protobuf:"bytes,15,opt,name=submitter,proto3" json:"submitter,omitempty"`
 	SubmittedAtMs  int64                  `protobuf:"varint,16,opt,name=submitted_at_ms,json=submittedAtMs,proto3" json:"submitted_at_ms,omitempty"`
-	StartedAtMs    int64                  `protobuf:"varint,17,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	StartedAtMs    int64                  `protobuf:"varint,17,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"` // when its run began (placed_at_ms while it runs or waits on the worker)
 	FinishedAtMs   int64                  `protobuf:"varint,18,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
 	FuelUsed       uint64                 `protobuf:"varint,19,opt,name=fuel_used,json=fuelUsed,proto3" json:"fuel_used,omitempty"`
 	CommitIndex    uint64                 `protobuf:"varint,20,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
@@ -153,6 +153,7 @@ type JobRecord struct {
 	HookId string `protobuf:"bytes,54,opt,name=hook_id,json=hookId,proto3" json:"hook_id,omitempty"`
 	// annotations a before_run hook added.
 	Annotations   []string `protobuf:"bytes,55,rep,name=annotations,proto3" json:"annotations,omitempty"`
+	PlacedAtMs    int64    `protobuf:"varint,56,opt,name=placed_at_ms,json=placedAtMs,proto3" json:"placed_at_ms,omitempty"` // when the leader placed its current/last attempt
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -572,6 +573,13 @@ func (x *JobRecord) GetAnnotations() []string {
 	return nil
 }
 
+func (x *JobRecord) GetPlacedAtMs() int64 {
+	if x != nil {
+		return x.PlacedAtMs
+	}
+	return 0
+}
+
 type ArtifactRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -816,10 +824,14 @@ type FinishJob struct {
 	Artifacts []*ArtifactRef         `protobuf:"bytes,12,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	// Outputs above the inline bound: stored (and replicated) as blobs
 	// before this command is proposed; stdout/stderr are then empty.
-	StdoutSha256  string `protobuf:"bytes,13,opt,name=stdout_sha256,json=stdoutSha256,proto3" json:"stdout_sha256,omitempty"`
-	StdoutSize    uint64 `protobuf:"varint,14,opt,name=stdout_size,json=stdoutSize,proto3" json:"stdout_size,omitempty"`
-	StderrSha256  string `protobuf:"bytes,15,opt,name=stderr_sha256,json=stderrSha256,proto3" json:"stderr_sha256,omitempty"`
-	StderrSize    uint64 `protobuf:"varint,16,opt,name=stderr_size,json=stderrSize,proto3" json:"stderr_size,omitempty"`
+	StdoutSha256 string `protobuf:"bytes,13,opt,name=stdout_sha256,json=stdoutSha256,proto3" json:"stdout_sha256,omitempty"`
+	StdoutSize   uint64 `protobuf:"varint,14,opt,name=stdout_size,json=stdoutSize,proto3" json:"stdout_size,omitempty"`
+	StderrSha256 string `protobuf:"bytes,15,opt,name=stderr_sha256,json=stderrSha256,proto3" json:"stderr_sha256,omitempty"`
+	StderrSize   uint64 `protobuf:"varint,16,opt,name=stderr_size,json=stderrSize,proto3" json:"stderr_size,omitempty"`
+	// How long the run itself took on the worker (its own monotonic clock),
+	// a wait there for a free slot excluded; 0 = not measured. The job's
+	// started_at becomes this long before the result's at_ms.
+	RanUs         int64 `protobuf:"varint,17,opt,name=ran_us,json=ranUs,proto3" json:"ran_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -962,6 +974,13 @@ func (x *FinishJob) GetStderrSha256() string {
 func (x *FinishJob) GetStderrSize() uint64 {
 	if x != nil {
 		return x.StderrSize
+	}
+	return 0
+}
+
+func (x *FinishJob) GetRanUs() int64 {
+	if x != nil {
+		return x.RanUs
 	}
 	return 0
 }
@@ -5165,7 +5184,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\x91\x0f\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xb3\x0f\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -5231,7 +5250,9 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\rdecided_at_ms\x184 \x01(\x03R\vdecidedAtMs\x12'\n" +
 	"\x0fdecision_reason\x185 \x01(\tR\x0edecisionReason\x12\x17\n" +
 	"\ahook_id\x186 \x01(\tR\x06hookId\x12 \n" +
-	"\vannotations\x187 \x03(\tR\vannotations\x1a>\n" +
+	"\vannotations\x187 \x03(\tR\vannotations\x12 \n" +
+	"\fplaced_at_ms\x188 \x01(\x03R\n" +
+	"placedAtMs\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -5249,7 +5270,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x13\n" +
 	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\"J\n" +
 	"\vAssignBatch\x12;\n" +
-	"\vassignments\x18\x01 \x03(\v2\x19.palyra.raft.v1.AssignJobR\vassignments\"\xef\x03\n" +
+	"\vassignments\x18\x01 \x03(\v2\x19.palyra.raft.v1.AssignJobR\vassignments\"\x86\x04\n" +
 	"\tFinishJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x17\n" +
@@ -5269,7 +5290,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"stdoutSize\x12#\n" +
 	"\rstderr_sha256\x18\x0f \x01(\tR\fstderrSha256\x12\x1f\n" +
 	"\vstderr_size\x18\x10 \x01(\x04R\n" +
-	"stderrSize\"B\n" +
+	"stderrSize\x12\x15\n" +
+	"\x06ran_us\x18\x11 \x01(\x03R\x05ranUs\"B\n" +
 	"\vFinishBatch\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.palyra.raft.v1.FinishJobR\aresults\"C\n" +
 	"\fCommandBatch\x123\n" +

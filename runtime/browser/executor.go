@@ -148,6 +148,9 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 		return failed(runtime.ReasonInternal, err.Error())
 	}
 
+	ranFrom := time.Now()
+	defer func() { res.Ran = time.Since(ranFrom) }()
+
 	timeout := spec.Timeout
 	if timeout <= 0 {
 		timeout = e.cfg.DefaultTimeout

@@ -412,3 +412,25 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Result.Ran is the run itself, a wait for a free slot excluded;
+// Duration is the whole call.
+func TestRanExcludesTheWaitForASlot(t *testing.T) {
+	e := newExecutor(t, Config{MaxConcurrent: 1})
+	busyCtx, stopBusy := context.WithCancel(context.Background())
+	busy := make(chan runtime.Result)
+	go func() {
+		busy <- e.Run(busyCtx, runtime.Spec{Module: loopModule, Timeout: time.Hour})
+	}()
+	waitFor(t, func() bool { return len(e.slots) == 1 })
+	waited := make(chan runtime.Result)
+	go func() { waited <- e.Run(context.Background(), runtime.Spec{Module: sleepModule(uint64(50 * time.Millisecond))}) }()
+	time.Sleep(400 * time.Millisecond) // the second run waits for the slot
+	stopBusy()
+	<-busy
+	res := <-waited
+	wantReason(t, res, runtime.ReasonNone)
+	if res.Duration < 400*time.Millisecond || res.Ran < 50*time.Millisecond || res.Ran >= res.Duration-300*time.Millisecond {
+		t.Fatalf("Duration %s, Ran %s: want Ran ≥ the 50ms sleep and without the ≥400ms wait for the slot", res.Duration, res.Ran)
+	}
+}

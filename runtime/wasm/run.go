@@ -107,7 +107,7 @@ func (e *Executor) run(ctx context.Context, spec runtime.Spec, cachedOnly bool) 
 
 // runLoaded runs spec with cm, or with the module it loads from
 // spec.Module when cm is nil.
-func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compiledModule) runtime.Result {
+func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compiledModule) (res runtime.Result) {
 
 	host, err := e.newHostState(spec)
 	if err != nil {
@@ -123,6 +123,9 @@ func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compile
 	case <-e.life.Done():
 		return failed(runtime.ReasonInternal, "the wasm executor is shut down")
 	}
+
+	slotAt := time.Now()
+	defer func() { res.Ran = time.Since(slotAt) }()
 
 	lim := e.limitsFor(spec)
 	if cm == nil {
