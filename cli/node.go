@@ -67,12 +67,6 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 	if err != nil {
 		return node.Config{}, err
 	}
-	if c.Bool("print-config") {
-		if err := printConfig(c.App.Writer, src, c); err != nil {
-			return node.Config{}, err
-		}
-		return node.Config{}, errConfigPrinted
-	}
 	logger, err := newLogger(c.App.ErrWriter, c.String("log-format"), c.String("log-level"))
 	if err != nil {
 		return node.Config{}, usageErr("%v", err)
@@ -96,14 +90,24 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 	if dataDir == "" {
 		dataDir = "palyra-data"
 	}
-	return node.Config{
+	cfg := node.Config{
 		DataDir: dataDir, Listen: c.String("listen"), Advertise: c.String("advertise"),
 		ClusterName: c.String("cluster-name"), Logger: logger, Version: Version,
 		WasmSlots: c.Int("wasm-slots"), BrowserSlots: c.Int("browser-slots"), BrowserPrewarm: c.Bool("browser-prewarm"), Labels: labels, TargetVoters: tv,
 		Prefetch: prefetchFlag(c, "prefetch"), ArrayPrefetch: prefetchFlag(c, "array-prefetch"), LeaseTTL: c.Duration("lease-ttl"),
 		CertTTL: c.Duration("cert-ttl"), Network: network,
 		MetricsListen: c.String("metrics-listen"), MetricsAllowRemote: c.Bool("metrics-allow-remote"),
-	}, nil
+	}
+	if c.Bool("print-config") {
+		if err := resolveDefaults(src, cfg); err != nil {
+			return node.Config{}, fail(c, &client.Error{Code: "data_dir", Message: err.Error()})
+		}
+		if err := printConfig(c.App.Writer, src, c); err != nil {
+			return node.Config{}, err
+		}
+		return node.Config{}, errConfigPrinted
+	}
+	return cfg, nil
 }
 
 // nodeGCPercent is the Go collector's GOGC for a node process when the

@@ -3,11 +3,13 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -177,4 +179,24 @@ func TestHelpShowsOneDefaultPerFlag(t *testing.T) {
 		}
 	}
 	walk("palyra", app.Flags, app.Commands)
+}
+
+// --print-config shows what the node runs with, not the flags' zeros: the
+// address recorded in the data dir, 2 × CPUs wasm slots, 2 browser slots,
+// 3 target voters.
+func TestPrintConfigShowsResolvedDefaults(t *testing.T) {
+	c := startNode(t)
+	r := runCLI(t, "--data-dir", c.dir, "node", "start", "--print-config")
+	if r.code != 0 {
+		t.Fatalf("print-config: %+v", r)
+	}
+	for _, want := range []string{
+		`listen = "` + c.node.Addr() + `"`, "recorded in the data dir",
+		fmt.Sprintf("wasm-slots = %d ", 2*runtime.NumCPU()),
+		"browser-slots = 2 ", "target-voters = 3 ", `cert-ttl = "24h0m0s"`, `network = "lan"`,
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("print-config lacks %q:\n%s", want, r.stdout)
+		}
+	}
 }

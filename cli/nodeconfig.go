@@ -6,11 +6,14 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
 	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/node"
 )
 
 // A node's settings come, in order of precedence, from its command-line
@@ -335,4 +338,52 @@ func tomlLine(c *ucli.Context, name, value string) (string, error) {
 		return "# " + name + " = \"\"", nil
 	}
 	return fmt.Sprintf("%s = %q", name, value), nil
+}
+
+// resolveDefaults replaces the settings left to the node (those whose
+// source is "default") with what the node would use, as it decides them
+// at start: the address and network recorded in the data dir, 2 × CPUs
+// wasm slots, 2 browser slots, 3 target voters, the 24h certificate
+// lifetime. It reads the data dir and writes nothing.
+func resolveDefaults(src map[string]setting, cfg node.Config) error {
+	res, _, err := node.Resolve(cfg)
+	if err != nil {
+		return err
+	}
+	st, _ := node.Layout{Dir: cfg.DataDir}.ReadState()
+	fill := func(name, value, source string) {
+		if s, ok := src[name]; ok && s.source == "default" {
+			src[name] = setting{value, source}
+		}
+	}
+	recorded := "recorded in the data dir at the last start"
+	if st.Listen != "" || st.Address != "" {
+		fill("listen", res.Listen, recorded)
+	} else {
+		fill("listen", res.Listen, "default")
+	}
+	switch {
+	case st.Advertise != "" && res.Advertise == st.Advertise:
+		fill("advertise", res.Advertise, recorded)
+	case res.Advertise != "":
+		fill("advertise", res.Advertise, "default: this machine's primary address, for a wildcard listen")
+	default:
+		fill("advertise", "", "default: the listen address")
+	}
+	if st.Network != "" {
+		fill("network", res.Network, recorded)
+	} else {
+		fill("network", res.Network, "default")
+	}
+	fill("wasm-slots", strconv.Itoa(res.WasmSlots), "default: 2 × CPUs")
+	if res.BrowserSlots > 0 {
+		source := "default"
+		if _, ok := node.FindBrowser(); !ok {
+			source = "default; no Chromium found here, so none until one is installed"
+		}
+		fill("browser-slots", strconv.Itoa(res.BrowserSlots), source)
+	}
+	fill("target-voters", strconv.Itoa(res.TargetVoters), "default")
+	fill("cert-ttl", res.CertTTL.String(), "default")
+	return nil
 }

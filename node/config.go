@@ -1,8 +1,13 @@
 package node
 
 import (
+	"errors"
 	"log/slog"
+	"runtime"
 	"time"
+
+	"github.com/palyra-mesh/palyra/node/cluster"
+	"github.com/palyra-mesh/palyra/runtime/browser"
 )
 
 // DefaultListen is the QUIC address a node listens on by default.
@@ -95,3 +100,57 @@ func (c *Config) defaults() {
 		c.CertTTL = 24 * time.Hour
 	}
 }
+
+// defaultBrowserSlots is Config.BrowserSlots' default, used while
+// Chromium is installed.
+const defaultBrowserSlots = 2
+
+func defaultWasmSlots() int { return 2 * runtime.NumCPU() }
+
+// Resolve is cfg with what a node decides for itself filled in, as Start
+// decides it: the listen and advertise addresses (those recorded in the
+// data dir at the last start, else DefaultListen; a wildcard listen
+// advertises this machine's primary address), the network (the recorded
+// one, else lan), 2 × CPUs wasm slots, 2 browser slots (used while
+// Chromium is installed), 3 target voters and the 24h certificate
+// lifetime. It reads the data dir and writes nothing; recorded reports
+// whether the data dir holds a node, whose recorded settings then apply.
+func Resolve(cfg Config) (_ Config, recorded bool, err error) {
+	cfg.defaults()
+	st, err := Layout{Dir: cfg.DataDir}.ReadState()
+	switch {
+	case err == nil:
+		recorded = true
+	case errors.Is(err, ErrNoState):
+		st = State{}
+	default:
+		return cfg, false, err
+	}
+	cfg.Listen, cfg.Advertise = listenAddrs(cfg, st)
+	if cfg.Advertise == "" {
+		if adv, ok := wildcardAdvertise(cfg.Listen); ok {
+			cfg.Advertise = adv
+		}
+	}
+	if cfg.Network == "" {
+		cfg.Network = st.Network
+	}
+	if cfg.Network == "" {
+		cfg.Network = NetworkLAN
+	}
+	if cfg.WasmSlots <= 0 {
+		cfg.WasmSlots = defaultWasmSlots()
+	}
+	if cfg.BrowserSlots == 0 {
+		cfg.BrowserSlots = defaultBrowserSlots
+	}
+	if cfg.TargetVoters == 0 {
+		cfg.TargetVoters = cluster.DefaultTargetVoters
+	}
+	return cfg, recorded, nil
+}
+
+// FindBrowser looks for the Chromium this machine would run browser jobs
+// with, as a node does at start (it asks Chromium its version, which can
+// take a moment).
+func FindBrowser() (path string, ok bool) { return browser.Detect() }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"runtime"
 	"sync"
 	"time"
 
@@ -178,7 +177,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.slots = cfg.WasmSlots
 	if n.slots <= 0 {
-		n.slots = 2 * runtime.NumCPU()
+		n.slots = defaultWasmSlots()
 	}
 	cacheDir := cfg.WasmCacheDir
 	if cacheDir == "" {
@@ -643,7 +642,7 @@ func (n *Node) startBrowser(ctx context.Context, quiet bool) bool {
 	}
 	slots := n.cfg.BrowserSlots
 	if slots == 0 {
-		slots = 2
+		slots = defaultBrowserSlots
 	}
 	ex, err := browser.New(ctx, browser.Config{ExecPath: path, Slots: slots, Logger: n.log, SessionIdleTTL: n.cfg.BrowserSessionIdleTTL, Prewarm: n.cfg.BrowserPrewarm})
 	if err != nil {
