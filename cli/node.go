@@ -200,7 +200,7 @@ func nodeCommand() *ucli.Command {
 				Name:      "drain",
 				Usage:     "stop placing new work on a node; its running work finishes (or moves at --deadline)",
 				ArgsUsage: "NODE_ID",
-				Flags:     []ucli.Flag{&ucli.DurationFlag{Name: "deadline", Usage: "move the node's remaining work elsewhere after this long"}},
+				Flags:     []ucli.Flag{&ucli.DurationFlag{Name: "deadline", Usage: "move the node's remaining work elsewhere after this long", DefaultText: "none: its running work finishes"}, jsonFlag},
 				Action: func(c *ucli.Context) error {
 					return setSchedulable(c, &palyrav1.SetSchedulableRequest{Drain: true, DrainDeadlineMs: c.Duration("deadline").Milliseconds()})
 				},
@@ -212,6 +212,7 @@ func nodeCommand() *ucli.Command {
 				Flags: []ucli.Flag{
 					&ucli.BoolFlag{Name: "enable", Usage: "place new work on the node"},
 					&ucli.BoolFlag{Name: "disable", Usage: "place no new work on the node; running work continues"},
+					jsonFlag,
 				},
 				Action: func(c *ucli.Context) error {
 					if c.Bool("enable") == c.Bool("disable") {
@@ -260,6 +261,9 @@ func nodeCommand() *ucli.Command {
 					defer cl.Close()
 					if _, err := cl.Node.Leave(c.Context, connect.NewRequest(&palyrav1.LeaveRequest{})); err != nil {
 						return fail(c, cl.Explain(err))
+					}
+					if c.Bool("json") {
+						return writeJSON(c.App.Writer, map[string]any{"address": cl.Addr, "left": true})
 					}
 					fmt.Fprintf(c.App.Writer, "node at %s left the cluster\n", cl.Addr)
 					return nil
@@ -376,6 +380,13 @@ func setSchedulable(c *ucli.Context, req *palyrav1.SetSchedulableRequest) error 
 	defer cl.Close()
 	if _, err := cl.Node.SetSchedulable(c.Context, connect.NewRequest(req)); err != nil {
 		return fail(c, cl.Explain(err))
+	}
+	if c.Bool("json") {
+		out := map[string]any{"node_id": id, "eligible": req.Eligible, "draining": req.Drain}
+		if req.Drain && req.DrainDeadlineMs > 0 {
+			out["drain_deadline"] = (time.Duration(req.DrainDeadlineMs) * time.Millisecond).String()
+		}
+		return writeJSON(c.App.Writer, out)
 	}
 	switch {
 	case req.Drain:

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -198,5 +199,25 @@ func TestPrintConfigShowsResolvedDefaults(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("print-config lacks %q:\n%s", want, r.stdout)
 		}
+	}
+}
+
+// node drain and node eligibility take --json, as every command that
+// prints does.
+func TestDrainAndEligibilityJSON(t *testing.T) {
+	c := startNode(t)
+	id := c.node.ID()
+	var out struct {
+		NodeID   string `json:"node_id"`
+		Eligible bool   `json:"eligible"`
+		Draining bool   `json:"draining"`
+	}
+	r := c.cli("node", "drain", id, "--json")
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil || out.NodeID != id || !out.Draining || out.Eligible {
+		t.Fatalf("node drain --json: %+v → %+v", r, out)
+	}
+	r = c.cli("node", "eligibility", id, "--enable", "--json")
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil || out.NodeID != id || out.Draining || !out.Eligible {
+		t.Fatalf("node eligibility --enable --json: %+v → %+v", r, out)
 	}
 }
