@@ -37,6 +37,7 @@ type jobJSON struct {
 	FuelUsed      uint64            `json:"fuel_used"`
 	Deterministic bool              `json:"deterministic,omitempty"`
 	SubmittedAt   string            `json:"submitted_at,omitempty"`
+	PlacedAt      string            `json:"placed_at,omitempty"`
 	StartedAt     string            `json:"started_at,omitempty"`
 	FinishedAt    string            `json:"finished_at,omitempty"`
 	CommitIndex   uint64            `json:"commit_index"`
@@ -90,7 +91,7 @@ func toJobJSON(j *palyrav1.Job) jobJSON {
 		ID: j.Id, Phase: j.Phase.WireName(), Kind: j.Kind, Output: string(j.Stdout), Stderr: string(j.Stderr),
 		ExitCode: j.ExitCode, Attempt: j.Attempt, NodeID: j.NodeId, Submitter: j.Submitter,
 		TimeoutMS: j.TimeoutMs, FuelUsed: j.FuelUsed, Deterministic: j.Deterministic, SubmittedAt: msTime(j.SubmittedAtMs),
-		StartedAt: msTime(j.StartedAtMs), FinishedAt: msTime(j.FinishedAtMs), CommitIndex: j.CommitIndex,
+		PlacedAt: msTime(j.PlacedAtMs), StartedAt: msTime(j.StartedAtMs), FinishedAt: msTime(j.FinishedAtMs), CommitIndex: j.CommitIndex,
 	}
 	out.Priority, out.Constraints, out.MaxRetries, out.RetriesUsed = j.Priority, j.Constraints, j.MaxRetries, j.RetriesUsed
 	out.DeadlineAt, out.PendingReason, out.AllowHosts = msTime(j.DeadlineAtMs), j.PendingReason, j.AllowHosts

@@ -386,3 +386,33 @@ func TestJobArrayThroughFollower(t *testing.T) {
 		t.Fatalf("tasks: %v", jobIDs(tasks))
 	}
 }
+
+// A task placed on a worker whose one slot is busy waits there (tasks are
+// placed ahead); its started_at is when its own run began, not when it was
+// placed, so finished - started is its run, not its run and its wait.
+func TestStartedAtExcludesTheWaitOnTheWorker(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 1})
+	cl := operator(t, n, n.Addr())
+	a := submitArray(t, cl, "sleep", "300ms", "300ms").Array
+	watchArrayDone(t, cl, a.Id)
+	tasks := arrayTasks(t, cl, a.Id)
+	var waited int64
+	for _, task := range tasks {
+		if task.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED || task.PlacedAtMs == 0 {
+			t.Fatalf("task %s: %s, placed at %d", task.Id, task.Phase.WireName(), task.PlacedAtMs)
+		}
+		if task.StartedAtMs < task.PlacedAtMs || task.FinishedAtMs < task.StartedAtMs {
+			t.Fatalf("task %s: placed %d started %d finished %d out of order", task.Id, task.PlacedAtMs, task.StartedAtMs, task.FinishedAtMs)
+		}
+		waited = max(waited, task.StartedAtMs-task.PlacedAtMs)
+	}
+	// Both were placed in one round on the one slot: the second began
+	// only after the first's 300ms sleep.
+	if tasks[0].PlacedAtMs != tasks[1].PlacedAtMs {
+		t.Fatalf("the tasks were placed apart (%d, %d ms), not in the round that accepted them", tasks[0].PlacedAtMs, tasks[1].PlacedAtMs)
+	}
+	if waited < 200 {
+		t.Fatalf("no task's start is after its placement by the other's run: placed/started %d/%d and %d/%d",
+			tasks[0].PlacedAtMs, tasks[0].StartedAtMs, tasks[1].PlacedAtMs, tasks[1].StartedAtMs)
+	}
+}

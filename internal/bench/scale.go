@@ -79,8 +79,8 @@ func closedLoop(ctx context.Context, c *procCluster, mod []byte, conc int, d tim
 				mu.Lock()
 				if err == nil {
 					at := func(v int64) time.Time { return time.UnixMilli(v) }
-					res.place = append(res.place, at(j.StartedAtMs).Sub(at(j.SubmittedAtMs)))
-					res.run = append(res.run, at(j.FinishedAtMs).Sub(at(j.StartedAtMs)))
+					res.place = append(res.place, at(j.PlacedAtMs).Sub(at(j.SubmittedAtMs)))
+					res.run = append(res.run, at(j.FinishedAtMs).Sub(at(j.PlacedAtMs)))
 					res.seen = append(res.seen, seenAt.Sub(at(j.FinishedAtMs)))
 				}
 				if err != nil {
@@ -433,8 +433,8 @@ func timeline(ctx context.Context, c *procCluster, mod []byte, n int) {
 		t2 := time.Now()
 		ms := func(v int64) time.Time { return time.UnixMilli(v) }
 		accept = append(accept, t1.Sub(t0))
-		place = append(place, ms(j.StartedAtMs).Sub(ms(j.SubmittedAtMs)))
-		run = append(run, ms(j.FinishedAtMs).Sub(ms(j.StartedAtMs)))
+		place = append(place, ms(j.PlacedAtMs).Sub(ms(j.SubmittedAtMs)))
+		run = append(run, ms(j.FinishedAtMs).Sub(ms(j.PlacedAtMs)))
 		seen = append(seen, t2.Sub(ms(j.FinishedAtMs)))
 		total = append(total, t2.Sub(t0))
 	}

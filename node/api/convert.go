@@ -13,7 +13,7 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 		Id: j.ID, Phase: palyrav1.JobPhase(j.Phase), Kind: j.Kind,
 		Input: j.Input, TimeoutMs: j.TimeoutMS, Stdout: j.Stdout, Stderr: j.Stderr,
 		ExitCode: j.ExitCode, Attempt: j.Attempt, NodeId: j.NodeID, Submitter: j.Submitter,
-		SubmittedAtMs: j.SubmittedAtMS, StartedAtMs: j.StartedAtMS, FinishedAtMs: j.FinishedAtMS,
+		SubmittedAtMs: j.SubmittedAtMS, StartedAtMs: j.StartedAtMS, PlacedAtMs: j.PlacedAtMS, FinishedAtMs: j.FinishedAtMS,
 		FuelUsed: j.FuelUsed, CommitIndex: j.CommitIndex, MaxOutputBytes: j.MaxOutput,
 		Priority: j.Priority, Constraints: j.Constraints, MaxRetries: j.MaxRetries, RetriesUsed: j.RetriesUsed,
 		DeadlineAtMs: j.DeadlineAtMS, PendingReason: j.PendingReason, NotBeforeMs: j.NotBeforeMS,

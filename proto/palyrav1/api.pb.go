@@ -232,7 +232,7 @@ type Job struct {
 	NodeId         string            `protobuf:"bytes,12,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // node running or last ran the job
 	Submitter      string            `protobuf:"bytes,13,opt,name=submitter,proto3" json:"submitter,omitempty"`         // principal that submitted it, e.g. "device:d-1a2b"
 	SubmittedAtMs  int64             `protobuf:"varint,14,opt,name=submitted_at_ms,json=submittedAtMs,proto3" json:"submitted_at_ms,omitempty"`
-	StartedAtMs    int64             `protobuf:"varint,15,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	StartedAtMs    int64             `protobuf:"varint,15,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"` // when its run began on the worker (placed_at_ms until a result says)
 	FinishedAtMs   int64             `protobuf:"varint,16,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
 	FuelUsed       uint64            `protobuf:"varint,17,opt,name=fuel_used,json=fuelUsed,proto3" json:"fuel_used,omitempty"`
 	CommitIndex    uint64            `protobuf:"varint,18,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"` // raft index at which the job was accepted
@@ -273,8 +273,9 @@ type Job struct {
 	DecidedBy        string   `protobuf:"bytes,45,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
 	DecidedAtMs      int64    `protobuf:"varint,46,opt,name=decided_at_ms,json=decidedAtMs,proto3" json:"decided_at_ms,omitempty"`
 	DecisionReason   string   `protobuf:"bytes,47,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
-	HookId           string   `protobuf:"bytes,48,opt,name=hook_id,json=hookId,proto3" json:"hook_id,omitempty"` // this job runs a hook
-	Annotations      []string `protobuf:"bytes,49,rep,name=annotations,proto3" json:"annotations,omitempty"`     // added by before_run hooks
+	HookId           string   `protobuf:"bytes,48,opt,name=hook_id,json=hookId,proto3" json:"hook_id,omitempty"`                // this job runs a hook
+	Annotations      []string `protobuf:"bytes,49,rep,name=annotations,proto3" json:"annotations,omitempty"`                    // added by before_run hooks
+	PlacedAtMs       int64    `protobuf:"varint,50,opt,name=placed_at_ms,json=placedAtMs,proto3" json:"placed_at_ms,omitempty"` // when the leader placed its current/last attempt
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -650,6 +651,13 @@ func (x *Job) GetAnnotations() []string {
 		return x.Annotations
 	}
 	return nil
+}
+
+func (x *Job) GetPlacedAtMs() int64 {
+	if x != nil {
+		return x.PlacedAtMs
+	}
+	return 0
 }
 
 // JobArray is a job array: one task per input, all sharing a template.
@@ -5780,7 +5788,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bWasmSpec\x12#\n" +
 	"\rmodule_sha256\x18\x01 \x01(\tR\fmoduleSha256\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xc8\r\n" +
+	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xea\r\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12)\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x12\n" +
@@ -5840,7 +5848,9 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\rdecided_at_ms\x18. \x01(\x03R\vdecidedAtMs\x12'\n" +
 	"\x0fdecision_reason\x18/ \x01(\tR\x0edecisionReason\x12\x17\n" +
 	"\ahook_id\x180 \x01(\tR\x06hookId\x12 \n" +
-	"\vannotations\x181 \x03(\tR\vannotations\x1a>\n" +
+	"\vannotations\x181 \x03(\tR\vannotations\x12 \n" +
+	"\fplaced_at_ms\x182 \x01(\x03R\n" +
+	"placedAtMs\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x02\n" +

@@ -308,7 +308,7 @@ func (d *Driver) piggyInputs(cmd *raftpb.Command, extra []scheduler.Job, freed m
 			freed[j.NodeID][j.Kind]++
 			if j.ArrayID == "" {
 				d.mu.Lock()
-				d.observeRun(j.Kind, r.AtMs-j.StartedAtMS)
+				d.observeRun(j.Kind, r.AtMs-j.PlacedAtMS)
 				d.mu.Unlock()
 			}
 		}
