@@ -21,7 +21,7 @@ type Member struct {
 	// RaftAddress is where raft reaches the node ("" outside raft); it
 	// differs from Address for a moment after a restart on a new address.
 	RaftAddress string
-	Leader bool
+	Leader      bool
 	// Labels and Capacity are shared with the cluster's own view (a
 	// member's meta is replaced whole when it changes, never edited):
 	// read them, do not modify them.
