@@ -424,7 +424,9 @@ func TestRanExcludesTheWaitForASlot(t *testing.T) {
 	}()
 	waitFor(t, func() bool { return len(e.slots) == 1 })
 	waited := make(chan runtime.Result)
-	go func() { waited <- e.Run(context.Background(), runtime.Spec{Module: sleepModule(uint64(50 * time.Millisecond))}) }()
+	go func() {
+		waited <- e.Run(context.Background(), runtime.Spec{Module: sleepModule(uint64(50 * time.Millisecond))})
+	}()
 	time.Sleep(400 * time.Millisecond) // the second run waits for the slot
 	stopBusy()
 	<-busy
