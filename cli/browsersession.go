@@ -75,6 +75,7 @@ func browserCommand() *ucli.Command {
 			},
 			{
 				Name: "close", Usage: "close a session and dispose of its browser context", ArgsUsage: "ID",
+				Flags: []ucli.Flag{jsonFlag},
 				Action: func(c *ucli.Context) error {
 					id, err := oneArg(c, "session id")
 					if err != nil {
@@ -87,6 +88,9 @@ func browserCommand() *ucli.Command {
 					defer cl.Close()
 					if _, err := cl.Browser.CloseSession(c.Context, connect.NewRequest(&palyrav1.BrowserSessionRef{Id: id})); err != nil {
 						return fail(c, cl.Explain(err))
+					}
+					if c.Bool("json") {
+						return writeJSON(c.App.Writer, map[string]string{"closed": id})
 					}
 					fmt.Fprintf(c.App.Writer, "%s closed\n", id)
 					return nil

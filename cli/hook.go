@@ -64,6 +64,7 @@ func hookCommand() *ucli.Command {
 				Name:      "unbind",
 				Usage:     "remove a hook",
 				ArgsUsage: "HOOK",
+				Flags:     []ucli.Flag{jsonFlag},
 				Action: func(c *ucli.Context) error {
 					id, err := oneArg(c, "hook id")
 					if err != nil {
@@ -76,6 +77,9 @@ func hookCommand() *ucli.Command {
 					defer cl.Close()
 					if _, err := cl.Hooks.UnbindHook(c.Context, connect.NewRequest(&palyrav1.UnbindHookRequest{Id: id})); err != nil {
 						return fail(c, cl.Explain(err))
+					}
+					if c.Bool("json") {
+						return writeJSON(c.App.Writer, map[string]string{"unbound": id})
 					}
 					fmt.Fprintf(c.App.Writer, "%s unbound\n", id)
 					return nil

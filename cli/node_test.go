@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -219,5 +220,21 @@ func TestDrainAndEligibilityJSON(t *testing.T) {
 	r = c.cli("node", "eligibility", id, "--enable", "--json")
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil || out.NodeID != id || out.Draining || !out.Eligible {
 		t.Fatalf("node eligibility --enable --json: %+v → %+v", r, out)
+	}
+}
+
+// Confirmation-only commands take --json too (secret delete here; hook
+// unbind, browser close and skill trust remove print the same shape).
+func TestSecretDeleteJSON(t *testing.T) {
+	c := startNode(t)
+	f := filepath.Join(t.TempDir(), "v")
+	os.WriteFile(f, []byte("s3cret"), 0o600)
+	if r := c.cli("secret", "set", "tok", "--from-file", f); r.code != 0 {
+		t.Fatalf("secret set: %+v", r)
+	}
+	var out struct{ Deleted string }
+	r := c.cli("secret", "delete", "tok", "--json")
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil || out.Deleted != "tok" {
+		t.Fatalf("secret delete --json: %+v", r)
 	}
 }

@@ -91,6 +91,7 @@ func secretCommand() *ucli.Command {
 			},
 			{
 				Name: "delete", Usage: "delete a secret", ArgsUsage: "NAME",
+				Flags: []ucli.Flag{jsonFlag},
 				Action: func(c *ucli.Context) error {
 					name, err := oneArg(c, "secret name")
 					if err != nil {
@@ -103,6 +104,9 @@ func secretCommand() *ucli.Command {
 					defer cl.Close()
 					if _, err := cl.Secrets.DeleteSecret(c.Context, connect.NewRequest(&palyrav1.DeleteSecretRequest{Name: name})); err != nil {
 						return fail(c, cl.Explain(err))
+					}
+					if c.Bool("json") {
+						return writeJSON(c.App.Writer, map[string]string{"deleted": name})
 					}
 					fmt.Fprintf(c.App.Writer, "secret %s deleted\n", name)
 					return nil

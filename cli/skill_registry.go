@@ -282,6 +282,7 @@ func skillTrustCommand() *ucli.Command {
 				Name:      "remove",
 				Usage:     "stop trusting a publisher (installed skills stay; new installs are refused)",
 				ArgsUsage: "PUBLISHER",
+				Flags:     []ucli.Flag{jsonFlag},
 				Action: func(c *ucli.Context) error {
 					name, err := oneArg(c, "publisher")
 					if err != nil {
@@ -294,6 +295,9 @@ func skillTrustCommand() *ucli.Command {
 					defer cl.Close()
 					if _, err := cl.Skills.UntrustPublisher(c.Context, connect.NewRequest(&palyrav1.UntrustPublisherRequest{Name: name})); err != nil {
 						return fail(c, cl.Explain(err))
+					}
+					if c.Bool("json") {
+						return writeJSON(c.App.Writer, map[string]string{"untrusted": name})
 					}
 					fmt.Fprintf(c.App.Writer, "publisher %s is no longer trusted\n", name)
 					return nil
