@@ -161,17 +161,10 @@ func TestFirstStartOnABusyPortInitialisesNothing(t *testing.T) {
 // default in words has it as DefaultText, not urfave's "(default: 0)"
 // beside it.
 func TestHelpShowsOneDefaultPerFlag(t *testing.T) {
-	// cli/job.go was being edited elsewhere when this test was written:
-	// its --timeout still needs DefaultText: "30s" (and "(default 30s)"
-	// out of its usage); remove the entry once it has it.
-	pending := map[string]bool{"palyra job submit --timeout": true}
 	app := newApp(strings.NewReader(""), io.Discard, io.Discard)
 	var walk func(path string, flags []ucli.Flag, cmds []*ucli.Command)
 	walk = func(path string, flags []ucli.Flag, cmds []*ucli.Command) {
 		for _, f := range flags {
-			if pending[path+" --"+f.Names()[0]] {
-				continue
-			}
 			if s := ucli.FlagStringer(f); strings.Count(s, "(default") > 1 {
 				t.Errorf("%s: %s", path, s)
 			}
