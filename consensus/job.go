@@ -36,7 +36,10 @@ type Job struct {
 	// StartedAtMS is when the run began: the placement time while the job
 	// runs or waits on its worker for a slot, and once a result that says
 	// how long the run took (FinishJob.ran_us) is applied, that long
-	// before the result (never before the placement).
+	// before the result's time (never before the placement). The result's
+	// time is the leader's when it proposed it, a few milliseconds after
+	// the run ended on a busy cluster, so both are that much late: right
+	// for a job of seconds, not a measure of a millisecond's run.
 	StartedAtMS  int64
 	PlacedAtMS   int64 // when the leader placed the current/last attempt
 	FinishedAtMS int64
