@@ -3,8 +3,11 @@
 // to the cluster through the operator's own credential, as 'kubectl proxy'
 // and 'nomad ui' do. Nothing is fetched at run time.
 //
-// It listens on loopback only. A random token, printed once in the URL,
-// becomes an HttpOnly, SameSite=Strict cookie; every API call needs it, the
+// It listens on loopback only. A random token, printed once in the URL, is
+// single-use: the first visit consumes it and gets an HttpOnly,
+// SameSite=Strict cookie holding a different random session value (a URL
+// seen later in scrollback or history grants nothing); every API call needs
+// that session, the
 // Host header must be the loopback address it listens on (no DNS
 // rebinding), and a state-changing call must come from the console's own
 // origin.
@@ -18,12 +21,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"html"
 	"io"
 	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -61,21 +65,36 @@ type Server struct {
 
 	mu      sync.Mutex
 	samples []Sample
+
+	// session is the cookie value the token was traded for; "" until the
+	// token is used. The token is good for one exchange only.
+	authMu  sync.Mutex
+	used    bool
+	session string
 }
 
 // New returns a console that reaches the cluster through cl.
 func New(cl *client.Client, log *slog.Logger) (*Server, error) {
-	b := make([]byte, 24)
-	if _, err := rand.Read(b); err != nil {
+	token, err := randomHex()
+	if err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{cl: cl, token: hex.EncodeToString(b), log: log}, nil
+	return &Server{cl: cl, token: token, log: log}, nil
 }
 
-// Token is the session token; the URL the operator opens carries it once.
+func randomHex() (string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// Token is the one-time login token the printed URL carries; the first
+// visit consumes it.
 func (s *Server) Token() string { return s.token }
 
 // Run samples the cluster's counters for the charts until ctx ends.
@@ -155,20 +174,42 @@ func (s *Server) Handler(addr string) http.Handler {
 	return hostCheck(addr, mux)
 }
 
-// login turns the token in the URL into the session cookie, then sends
-// the browser to the same page without it (so it stays out of history).
+// login trades the token in the URL, once, for a session cookie holding a
+// different random value, then sends the browser to the same page without
+// it (so it stays out of history). A second use of the URL is refused: the
+// token is spent, and whoever finds it later in scrollback or history gets
+// nothing.
 func (s *Server) login(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if t := r.URL.Query().Get("token"); t != "" {
-			if subtle.ConstantTimeCompare([]byte(t), []byte(s.token)) != 1 {
-				http.Error(w, "wrong console token: open the URL 'palyra console' printed", http.StatusUnauthorized)
-				return
-			}
-			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: s.token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 			q := r.URL.Query()
 			q.Del("token")
 			u := *r.URL
 			u.RawQuery = q.Encode()
+			if subtle.ConstantTimeCompare([]byte(t), []byte(s.token)) != 1 {
+				refuse(w, http.StatusUnauthorized, "Wrong console token",
+					"This link does not carry this console's token. Open the URL 'palyra console' printed, or run 'palyra console' again for a new one.")
+				return
+			}
+			if s.authorized(r) {
+				// This browser already holds the session (the link
+				// opened again from its history): nothing to trade.
+				http.Redirect(w, r, u.String(), http.StatusSeeOther)
+				return
+			}
+			session, ok, err := s.consume()
+			if err != nil {
+				http.Error(w, "console: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
+			if !ok {
+				refuse(w, http.StatusForbidden, "Console link already used",
+					"This console link was already used: its token is good for one sign-in only. "+
+						"Run 'palyra console' again for a new link (or reuse the browser tab that opened it first).")
+				return
+			}
+			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: session, Path: "/", HttpOnly: true,
+				SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 			http.Redirect(w, r, u.String(), http.StatusSeeOther)
 			return
 		}
@@ -178,14 +219,42 @@ func (s *Server) login(next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) authorized(r *http.Request) bool {
-	got := ""
-	if c, err := r.Cookie(cookieName); err == nil {
-		got = c.Value
-	} else if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-		got = strings.TrimPrefix(h, "Bearer ")
+// consume spends the token: the first call returns a new session value,
+// every later one ok=false.
+func (s *Server) consume() (session string, ok bool, err error) {
+	s.authMu.Lock()
+	defer s.authMu.Unlock()
+	if s.used {
+		return "", false, nil
 	}
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1
+	session, err = randomHex()
+	if err != nil {
+		return "", false, err
+	}
+	s.used, s.session = true, session
+	return session, true, nil
+}
+
+// refuse answers a login that cannot be honoured with a small plain page.
+func refuse(w http.ResponseWriter, code int, title, msg string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	fmt.Fprintf(w, "<!doctype html><title>%s</title><h1>%s</h1><p>%s</p>\n",
+		html.EscapeString(title), html.EscapeString(title), html.EscapeString(msg))
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	c, err := r.Cookie(cookieName)
+	if err != nil || c.Value == "" {
+		return false
+	}
+	s.authMu.Lock()
+	session := s.session
+	s.authMu.Unlock()
+	return session != "" && subtle.ConstantTimeCompare([]byte(c.Value), []byte(session)) == 1
 }
 
 // hostCheck answers only requests addressed to the listener itself, by IP

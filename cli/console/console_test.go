@@ -292,3 +292,97 @@ func oneNode(t *testing.T) (*client.Client, *node.Node) {
 	t.Cleanup(func() { cl.Close() })
 	return cl, n
 }
+
+// The token in the printed URL is good for one sign-in: the session cookie
+// it buys holds another value, and the same URL opened again (from
+// scrollback or history, by anyone) is refused with a page saying how to
+// get a new link.
+func TestConsoleTokenIsSingleUse(t *testing.T) {
+	ln, err := console.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := console.New(nil, nil) // /api/series needs no cluster
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	hs := &http.Server{Handler: srv.Handler(addr)}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	noRedirect := func(jar http.CookieJar) *http.Client {
+		return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	get := func(c *http.Client, path string) (*http.Response, string) {
+		resp, err := c.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	url := "/?token=" + srv.Token()
+
+	jar, _ := cookiejar.New(nil)
+	first := noRedirect(jar)
+	r, _ := get(first, url)
+	if r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("first use: %d", r.StatusCode)
+	}
+	var session *http.Cookie
+	for _, c := range r.Cookies() {
+		if c.Name == "palyra_console" {
+			session = c
+		}
+	}
+	if session == nil {
+		t.Fatal("first use set no session cookie")
+	}
+	if session.Value == srv.Token() || strings.Contains(session.Value, srv.Token()) {
+		t.Fatalf("the session cookie is the token itself: %q", session.Value)
+	}
+	if !session.HttpOnly || session.SameSite != http.SameSiteStrictMode || session.Path != "/" || session.Secure {
+		t.Fatalf("cookie attributes: %+v", session)
+	}
+	if loc := r.Header.Get("Location"); strings.Contains(loc, "token") {
+		t.Fatalf("redirect keeps the token: %q", loc)
+	}
+	if r, _ := get(first, "/api/series"); r.StatusCode != http.StatusOK {
+		t.Fatalf("with the session: %d", r.StatusCode)
+	}
+
+	// Someone else opens the same URL later: refused, and told why.
+	jar2, _ := cookiejar.New(nil)
+	other := noRedirect(jar2)
+	r, body := get(other, url)
+	if r.StatusCode != http.StatusForbidden {
+		t.Fatalf("second use: %d, want 403", r.StatusCode)
+	}
+	for _, c := range r.Cookies() {
+		if c.Name == "palyra_console" {
+			t.Fatalf("second use set a cookie: %+v", c)
+		}
+	}
+	if !strings.Contains(body, "already used") || !strings.Contains(body, "palyra console") {
+		t.Fatalf("refusal page: %s", body)
+	}
+	if r, _ := get(other, "/api/series"); r.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("second user reaches the API: %d", r.StatusCode)
+	}
+	// The token is no credential for the API either.
+	req, _ := http.NewRequest("GET", "http://"+addr+"/api/series", nil)
+	req.AddCookie(&http.Cookie{Name: "palyra_console", Value: srv.Token()})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("token as cookie: %d", resp.StatusCode)
+	}
+	// The browser that signed in may open the link again from its history.
+	if r, _ := get(first, url); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("signed-in browser reopening the link: %d", r.StatusCode)
+	}
+}
