@@ -66,8 +66,22 @@ func (s *State) auditCommand(cmd *raftpb.Command, res ApplyResult) {
 		if c.ConsumePairing.DryRun || c.ConsumePairing.Member == nil {
 			return
 		}
-		m := c.ConsumePairing.Member
-		s.audit(c.ConsumePairing.AtMs, m.Kind+":"+m.Id, "pairing.consume", "pairing:"+c.ConsumePairing.Id, fmt.Sprintf("paired %s %s operator=%v", m.Kind, m.Id, m.Operator))
+		// What applied, not what was asked: the member's operator flag
+		// comes from the code (applyConsumePairing), never the request.
+		cp := c.ConsumePairing
+		key := cp.Member.Kind + ":" + cp.Member.Id
+		m := s.id.members[key]
+		if m == nil {
+			return
+		}
+		s.audit(cp.AtMs, key, "pairing.consume", "pairing:"+cp.Id, fmt.Sprintf("paired %s %s operator=%v", m.Kind, m.ID, m.Operator))
+		// A joining node's local operator device is added by the same
+		// command: it gets a record of its own, as any added member does.
+		if op := cp.LocalOperator; op != nil {
+			if om := s.id.members["device:"+op.Id]; om != nil {
+				s.audit(cp.AtMs, key, "member.add", "device:"+om.ID, fmt.Sprintf("operator=%v local operator of %s (pairing:%s)", om.Operator, key, cp.Id))
+			}
+		}
 	case *raftpb.Command_RevokePairing:
 		s.audit(c.RevokePairing.AtMs, c.RevokePairing.By, "pairing.revoke", "pairing:"+c.RevokePairing.Id, "")
 	case *raftpb.Command_AddMember:

@@ -3,6 +3,7 @@ package consensus
 import (
 	"bytes"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -74,5 +75,48 @@ func TestJournalChain(t *testing.T) {
 	}
 	if n, bad, why := s.VerifyJournal(); n != MaxJournal || bad != 0 {
 		t.Fatalf("verify after folding: %d %d %s", n, bad, why)
+	}
+}
+
+// The journal records what a pairing applied: the device's operator flag
+// comes from the code (the request's flag is ignored), and a joining
+// node's local operator device, added by the same command, gets a
+// member.add record of its own.
+func TestJournalRecordsWhatPairingApplied(t *testing.T) {
+	f := NewFSM()
+	asks := consume("d", "s", 2000, "device", "d-1") // the request says operator=false
+	local := consume("n", "s", 3000, "node", "n-1")
+	local.GetConsumePairing().LocalOperator = &raftpb.Member{Kind: "device", Id: "d-op1"}
+	res := applyAll(t, f,
+		createPairing("d", "device", "s", 1e9), // an operator code
+		asks,
+		createPairing("n", "node", "s", 1e9),
+		local,
+	)
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("command %d: %v", i, r.Err)
+		}
+	}
+	if m, _ := f.State().Member("device", "d-1"); !m.Operator {
+		t.Fatal("setup: the device is no operator")
+	}
+	recs, _, _, _ := f.State().Journal(0, 0, 100)
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Actor+" "+r.Action+" "+r.Subject+" "+r.Detail)
+	}
+	want := []string{
+		"device:d-op pairing.create pairing:d kind=device operator",
+		"device:d-1 pairing.consume pairing:d paired device d-1 operator=true",
+		"device:d-op pairing.create pairing:n kind=node operator",
+		"node:n-1 pairing.consume pairing:n paired node n-1 operator=false",
+		"node:n-1 member.add device:d-op1 operator=true local operator of node:n-1 (pairing:n)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("journal:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n, bad, why := f.State().VerifyJournal(); n != len(want) || bad != 0 {
+		t.Fatalf("verify: %d %d %s", n, bad, why)
 	}
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -128,5 +129,34 @@ func TestActionsMatchSchema(t *testing.T) {
 		if !slices.Contains(schemaModel.actionNames, g) {
 			t.Errorf("action group %q missing from schema", g)
 		}
+	}
+}
+
+// TestDefaultPolicyGrantExample uncomments the grant example at the end of
+// the default policy and checks that it does what it says for devices as
+// the API builds them: devices carry no labels (pairing sets none), so the
+// example must match on attributes a device really has.
+func TestDefaultPolicyGrantExample(t *testing.T) {
+	src := string(DefaultPolicy())
+	i := strings.Index(src, "// @id(")
+	if i < 0 {
+		t.Fatal("the default policy has no commented example")
+	}
+	var example []string
+	for _, line := range strings.Split(src[i:], "\n") {
+		if !strings.HasPrefix(line, "//") {
+			break
+		}
+		example = append(example, strings.TrimPrefix(strings.TrimPrefix(line, "//"), " "))
+	}
+	e := NewEngine(mustParse(t, src+"\n"+strings.Join(example, "\n")+"\n"))
+	grant := GrantResource(GrantHTTP, "api.example.com")
+	// plainDevice (d-1a2b3c4d) is the first device the example names.
+	listed := Principal{Kind: KindDevice, ID: plainDevice.ID, Name: "ci-runner"}
+	if d := e.Authorize(Request{Principal: listed, Action: ActionGrantHTTP, Resource: grant}); !d.Allow {
+		t.Errorf("the example does not grant the device it names: %s\n%s", Explain(d), strings.Join(example, "\n"))
+	}
+	if d := e.Authorize(Request{Principal: otherDevice, Action: ActionGrantHTTP, Resource: grant}); d.Allow {
+		t.Errorf("the example grants a device it does not name: %s", Explain(d))
 	}
 }

@@ -7,8 +7,10 @@
 //     built from the caller's certificate and the registry, with attributes
 //     kind ("node"/"device"), id, ref ("device:d-…", the form Job.submitter
 //     uses), operator (an admin device; false for nodes) and name (may be "").
-//     Free-form labels are Cedar entity tags, read with
-//     principal.hasTag("zone") && principal.getTag("zone") == "eu".
+//     A node's labels are Cedar entity tags, read with
+//     principal.hasTag("zone") && principal.getTag("zone") == "eu";
+//     devices carry none, so policies name devices by id:
+//     ["d-1a2b3c4d"].contains(principal.id).
 //   - Action: Palyra::Action::"job.submit" and the other Action* constants,
 //     grouped into Palyra::Action::"admin", "node_work", "jobs" and "grants"
 //     so policies can say action in Palyra::Action::"admin".
