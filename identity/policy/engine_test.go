@@ -114,6 +114,25 @@ func TestBadRequestsDenied(t *testing.T) {
 	}
 }
 
+// An unknown action (palyra policy check --action job.frobnicate) is
+// answered with the action names a person can type, not a Go identifier.
+func TestUnknownActionListsActions(t *testing.T) {
+	e := defaultEngine(t)
+	for _, c := range []struct{ action, mean string }{{"job.frobnicate", ""}, {"job.sumbit", "did you mean job.submit?"}} {
+		d := e.Authorize(Request{Principal: opDevice, Action: c.action, Resource: ClusterResource()})
+		if d.Allow || len(d.Errors) != 1 {
+			t.Fatalf("%s: got %s, want deny with one error", c.action, Explain(d))
+		}
+		msg := d.Errors[0]
+		if strings.Contains(msg, "constant") || !strings.Contains(msg, ActionJobSubmit+", ") || !strings.Contains(msg, ActionGrantKV) {
+			t.Errorf("%s: error %q does not list the action names", c.action, msg)
+		}
+		if c.mean != "" && !strings.Contains(msg, c.mean) {
+			t.Errorf("%s: error %q lacks %q", c.action, msg, c.mean)
+		}
+	}
+}
+
 func TestNoSetDeniesAll(t *testing.T) {
 	e := NewEngine(nil)
 	d := e.Authorize(Request{Principal: opDevice, Action: ActionPolicySet, Resource: ClusterResource()})

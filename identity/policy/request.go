@@ -5,6 +5,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/cedar-policy/cedar-go"
 )
@@ -75,7 +76,7 @@ func cedarRequest(r Request) (cedar.Request, *entities, error) {
 	}
 	at, ok := schemaModel.appliesTo[r.Action]
 	if !ok {
-		return cedar.Request{}, nil, fmt.Errorf("unknown action %q; use one of the policy.Action* constants", r.Action)
+		return cedar.Request{}, nil, fmt.Errorf("unknown action %q; %s", r.Action, unknownActionFix(r.Action))
 	}
 	if !slices.Contains(at.resources, res.Type) {
 		return cedar.Request{}, nil, fmt.Errorf("action %s takes a %v resource, not %q", r.Action, at.resources, res.Type)
@@ -123,6 +124,16 @@ func cedarRequest(r Request) (cedar.Request, *entities, error) {
 		Resource:  ents.resource.UID,
 		Context:   ctx,
 	}, ents, nil
+}
+
+// unknownActionFix suggests the nearest action name, and lists them all:
+// the message reaches people (palyra policy check), not only Go callers.
+func unknownActionFix(got string) string {
+	fix := "the actions are " + strings.Join(Actions(), ", ")
+	if s := suggest(got, Actions(), "%s"); strings.HasPrefix(s, "did you mean") {
+		fix = s + " " + fix
+	}
+	return fix
 }
 
 // maxDepth bounds nesting in attribute values (and breaks reference cycles).

@@ -62,8 +62,20 @@ func (ps policyService) CheckPolicy(ctx context.Context, req *connect.Request[pa
 		return nil, invalid(fmt.Sprintf("principal %q is not KIND:ID", m.Principal), "e.g. --principal device:d-1a2b3c4d")
 	}
 	pp := policy.Principal{Kind: kind, ID: id}
-	if mem, ok := s.control.State().Member(kind, id); ok {
+	// The check is a what-if: it answers for any principal, and warns when
+	// the registry would refuse the caller before the policy is asked.
+	var warnings []string
+	list := "palyra device list"
+	if kind == "node" {
+		list = "palyra nodes"
+	}
+	if mem, ok := s.control.State().Member(kind, id); !ok {
+		warnings = append(warnings, fmt.Sprintf("no %s %q is paired with this cluster (see '%s'): the decision is for a %s with no name, no labels and no operator flag", kind, id, list, kind))
+	} else {
 		pp.Operator, pp.Labels, pp.Name = mem.Operator, mem.Labels, mem.Name
+		if mem.Revoked {
+			warnings = append(warnings, fmt.Sprintf("%s %s is revoked: every node refuses it, whatever the policy decides", kind, id))
+		}
 	}
 	res, err := parseResource(s, m.Resource)
 	if err != nil {
@@ -76,7 +88,7 @@ func (ps policyService) CheckPolicy(ctx context.Context, req *connect.Request[pa
 		}
 	}
 	d := s.authz.engine.Authorize(policy.Request{Principal: pp, Action: m.Action, Resource: res, Context: rc})
-	return connect.NewResponse(&palyrav1.CheckPolicyResponse{Allow: d.Allow, Reasons: d.Reasons, Errors: d.Errors, Explanation: policy.Explain(d)}), nil
+	return connect.NewResponse(&palyrav1.CheckPolicyResponse{Allow: d.Allow, Reasons: d.Reasons, Errors: d.Errors, Explanation: policy.Explain(d), Warnings: warnings}), nil
 }
 
 // parseResource reads "Cluster::default", "Job::j-…" (attributes from the

@@ -1682,11 +1682,14 @@ func (x *CheckPolicyRequest) GetContextJson() string {
 }
 
 type CheckPolicyResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Allow         bool                   `protobuf:"varint,1,opt,name=allow,proto3" json:"allow,omitempty"`
-	Reasons       []string               `protobuf:"bytes,2,rep,name=reasons,proto3" json:"reasons,omitempty"` // ids of the policies that decided
-	Errors        []string               `protobuf:"bytes,3,rep,name=errors,proto3" json:"errors,omitempty"`
-	Explanation   string                 `protobuf:"bytes,4,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Allow       bool                   `protobuf:"varint,1,opt,name=allow,proto3" json:"allow,omitempty"`
+	Reasons     []string               `protobuf:"bytes,2,rep,name=reasons,proto3" json:"reasons,omitempty"` // ids of the policies that decided
+	Errors      []string               `protobuf:"bytes,3,rep,name=errors,proto3" json:"errors,omitempty"`
+	Explanation string                 `protobuf:"bytes,4,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	// Things about the request the decision does not show, e.g. a principal
+	// the registry does not hold (the check is still a what-if).
+	Warnings      []string `protobuf:"bytes,5,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1747,6 +1750,13 @@ func (x *CheckPolicyResponse) GetExplanation() string {
 		return x.Explanation
 	}
 	return ""
+}
+
+func (x *CheckPolicyResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
 }
 
 var File_palyra_v1_identity_proto protoreflect.FileDescriptor
@@ -1874,12 +1884,13 @@ const file_palyra_v1_identity_proto_rawDesc = "" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1a\n" +
 	"\bresource\x18\x03 \x01(\tR\bresource\x12!\n" +
-	"\fcontext_json\x18\x04 \x01(\tR\vcontextJson\"\x7f\n" +
+	"\fcontext_json\x18\x04 \x01(\tR\vcontextJson\"\x9b\x01\n" +
 	"\x13CheckPolicyResponse\x12\x14\n" +
 	"\x05allow\x18\x01 \x01(\bR\x05allow\x12\x18\n" +
 	"\areasons\x18\x02 \x03(\tR\areasons\x12\x16\n" +
 	"\x06errors\x18\x03 \x03(\tR\x06errors\x12 \n" +
-	"\vexplanation\x18\x04 \x01(\tR\vexplanation2\x9f\x05\n" +
+	"\vexplanation\x18\x04 \x01(\tR\vexplanation\x12\x1a\n" +
+	"\bwarnings\x18\x05 \x03(\tR\bwarnings2\x9f\x05\n" +
 	"\x0fIdentityService\x12R\n" +
 	"\rCreatePairing\x12\x1f.palyra.v1.CreatePairingRequest\x1a .palyra.v1.CreatePairingResponse\x12O\n" +
 	"\fListPairings\x12\x1e.palyra.v1.ListPairingsRequest\x1a\x1f.palyra.v1.ListPairingsResponse\x12R\n" +
