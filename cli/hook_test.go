@@ -112,3 +112,42 @@ func TestHooksBeforeAndAfterRun(t *testing.T) {
 		t.Fatalf("after unbind: %q", r.stderr)
 	}
 }
+
+// TestSkillWithHooksIsNotDisabledOrRemoved: a skill that a hook is bound
+// to is not disabled or removed (that left every 'job submit' failing
+// with "could not decide"); the error names the hook and the fix, and
+// --force unbinds it, saying so, and jobs keep being accepted.
+func TestSkillWithHooksIsNotDisabledOrRemoved(t *testing.T) {
+	c := startNode(t)
+	key := filepath.Join(t.TempDir(), "k")
+	runCLI(t, "skill", "keygen", "-o", key)
+	guard := packExample(t, "guard", key, "gate")
+	if r := c.cli("skill", "install", guard, "--trust-on-first-use"); r.code != 0 {
+		t.Fatalf("install guard: %q %q", r.stdout, r.stderr)
+	}
+	bound := c.cli("hook", "bind", "before_run", "example.guard", "gate")
+	if bound.code != 0 {
+		t.Fatal(bound.stderr)
+	}
+	hookID := strings.SplitN(bound.stdout, ":", 2)[0]
+	for _, verb := range []string{"disable", "remove"} {
+		r := c.cli("skill", verb, "example.guard")
+		if r.code == 0 || !strings.Contains(r.stderr, hookID+" (before_run -> gate)") || !strings.Contains(r.stderr, "palyra hook unbind HOOK_ID") || !strings.Contains(r.stderr, "--force") {
+			t.Fatalf("skill %s with a hook bound: %d %q %q", verb, r.code, r.stdout, r.stderr)
+		}
+	}
+	reverse := testwasm.Path(t, "reverse")
+	if r := c.cli("job", "submit", "--wasm", reverse, "--input", "hello", "--wait"); r.code != 0 || !strings.Contains(r.stdout, "olleh") {
+		t.Fatalf("submit after refused disable/remove: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r := c.cli("skill", "remove", "example.guard", "--force")
+	if r.code != 0 || !strings.Contains(r.stdout, "example.guard removed") || !strings.Contains(r.stdout, "hook "+hookID+" unbound") {
+		t.Fatalf("remove --force: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := c.cli("hook", "list"); strings.Contains(r.stdout, hookID) {
+		t.Fatalf("hook list after remove --force: %q", r.stdout)
+	}
+	if r := c.cli("job", "submit", "--wasm", reverse, "--input", strings.Repeat("x", 200), "--wait"); r.code != 0 {
+		t.Fatalf("submit after remove --force: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}

@@ -134,10 +134,11 @@ func skillRegistryCommands() []*ucli.Command {
 		skillStatusCommand("disable", "disabled", "stop an installed skill's tools from running"),
 		skillStatusCommand("quarantine", "quarantined", "stop a skill's tools from running and record why (--reason)"),
 		{
-			Name:      "remove",
-			Usage:     "remove an installed skill (its blobs are collected once nothing names them)",
-			ArgsUsage: "SKILL",
-			Flags:     []ucli.Flag{jsonFlag},
+			Name:        "remove",
+			Usage:       "remove an installed skill (its blobs are collected once nothing names them)",
+			ArgsUsage:   "SKILL",
+			Description: hooksBoundHelp("remove"),
+			Flags:       []ucli.Flag{forceUnbindFlag, jsonFlag},
 			Action: func(c *ucli.Context) error {
 				id, err := oneArg(c, "skill id")
 				if err != nil {
@@ -148,13 +149,15 @@ func skillRegistryCommands() []*ucli.Command {
 					return err
 				}
 				defer cl.Close()
-				if _, err := cl.Skills.RemoveSkill(c.Context, connect.NewRequest(&palyrav1.RemoveSkillRequest{SkillId: id})); err != nil {
+				resp, err := cl.Skills.RemoveSkill(c.Context, connect.NewRequest(&palyrav1.RemoveSkillRequest{SkillId: id, Force: c.Bool("force")}))
+				if err != nil {
 					return fail(c, cl.Explain(err))
 				}
 				if c.Bool("json") {
-					return writeJSON(c.App.Writer, map[string]string{"removed": id})
+					return writeJSON(c.App.Writer, map[string]any{"removed": id, "unbound_hooks": hookIDs(resp.Msg.UnboundHooks)})
 				}
 				fmt.Fprintf(c.App.Writer, "%s removed\n", id)
+				printUnbound(c.App.Writer, resp.Msg.UnboundHooks)
 				return nil
 			},
 		},
@@ -186,16 +189,52 @@ func printSkill(w io.Writer, s *palyrav1.SkillInfo) {
 
 func oneLineJSON(s string) string { return strings.Join(strings.Fields(s), " ") }
 
+// forceUnbindFlag lets disable, quarantine and remove go ahead over the
+// hooks bound to the skill, unbinding them.
+var forceUnbindFlag = &ucli.BoolFlag{Name: "force", Usage: "go ahead although hooks are bound to the skill: unbind them in the same change (they are listed)"}
+
+// hooksBoundHelp documents what disable, quarantine and remove do with the
+// hooks bound to the skill.
+func hooksBoundHelp(verb string) string {
+	return `Refused while hooks are bound to the skill ('palyra hook list'): a hook
+   whose skill cannot run would refuse every job (before_run) or be skipped
+   (after_run, events). The error names each hook; unbind them first
+   ('palyra hook unbind HOOK_ID'), or ` + verb + ` with --force, which unbinds
+   them in the same change and lists them (bind them again after
+   'palyra skill enable', if the skill comes back). --force never leaves a
+   hook dangling: jobs keep being accepted, without the unbound hooks.`
+}
+
+func hookIDs(hs []*palyrav1.HookInfo) []string {
+	ids := []string{}
+	for _, h := range hs {
+		ids = append(ids, h.Id)
+	}
+	return ids
+}
+
+func printUnbound(w io.Writer, hs []*palyrav1.HookInfo) {
+	for _, h := range hs {
+		fmt.Fprintf(w, "hook %s unbound (%s -> %s/%s); bind it again with 'palyra hook bind %s %s %s'\n", h.Id, h.Event, h.SkillId, h.Tool, h.Event, h.SkillId, h.Tool)
+	}
+}
+
 func skillStatusCommand(name, status, usage string) *ucli.Command {
 	flags := []ucli.Flag{jsonFlag}
 	if status == "quarantined" {
 		flags = append(flags, &ucli.StringFlag{Name: "reason", Usage: "why (recorded with the skill)", Required: true})
 	}
+	desc := ""
+	if status != "active" {
+		flags = append(flags, forceUnbindFlag)
+		desc = hooksBoundHelp(name)
+	}
 	return &ucli.Command{
-		Name:      name,
-		Usage:     usage,
-		ArgsUsage: "SKILL",
-		Flags:     flags,
+		Name:        name,
+		Usage:       usage,
+		ArgsUsage:   "SKILL",
+		Description: desc,
+		Flags:       flags,
 		Action: func(c *ucli.Context) error {
 			id, err := oneArg(c, "skill id")
 			if err != nil {
@@ -206,14 +245,17 @@ func skillStatusCommand(name, status, usage string) *ucli.Command {
 				return err
 			}
 			defer cl.Close()
-			resp, err := cl.Skills.SetSkillStatus(c.Context, connect.NewRequest(&palyrav1.SetSkillStatusRequest{SkillId: id, Status: status, Reason: c.String("reason")}))
+			resp, err := cl.Skills.SetSkillStatus(c.Context, connect.NewRequest(&palyrav1.SetSkillStatusRequest{
+				SkillId: id, Status: status, Reason: c.String("reason"), Force: c.Bool("force")}))
 			if err != nil {
 				return fail(c, cl.Explain(err))
 			}
 			if c.Bool("json") {
+				printUnbound(c.App.ErrWriter, resp.Msg.UnboundHooks)
 				return writeJSON(c.App.Writer, resp.Msg.Skill)
 			}
 			fmt.Fprintf(c.App.Writer, "%s is %s\n", id, resp.Msg.Skill.Status)
+			printUnbound(c.App.Writer, resp.Msg.UnboundHooks)
 			return nil
 		},
 	}

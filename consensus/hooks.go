@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,6 +35,19 @@ func (s *State) applyHook(c *raftpb.HookCommand) ApplyResult {
 		h := proto.Clone(c.Bind).(*raftpb.HookRecord)
 		if h.Id == "" || h.SkillId == "" || h.Tool == "" || !validEvent(h.Event) {
 			return ApplyResult{Err: errf(ErrInvalid, "events: "+strings.Join(HookEvents, ", "), "bad hook binding")}
+		}
+		// The skill must be active with the tool, here and not only on the
+		// API node: a disable or remove committed since would otherwise
+		// leave this hook dangling (see unbindSkillHooks).
+		sk, ok := s.data.skills[h.SkillId]
+		switch {
+		case !ok:
+			return ApplyResult{Err: errf(ErrNotFound, "list them with 'palyra skill list'", "no skill %q is installed", h.SkillId)}
+		case !slices.ContainsFunc(sk.Tools, func(t *raftpb.SkillTool) bool { return t.Id == h.Tool }):
+			return ApplyResult{Err: errf(ErrNotFound, "see its tools with 'palyra skill get "+h.SkillId+"'", "skill %s has no tool %q", h.SkillId, h.Tool)}
+		case sk.Status != SkillActive:
+			return ApplyResult{Err: errf(ErrConflict, "enable it first: 'palyra skill enable "+h.SkillId+"'",
+				"skill %s is %s: a hook bound to it could not run", h.SkillId, SkillStatusName(sk.Status))}
 		}
 		if _, ok := s.data.hooks[h.Id]; ok {
 			return ApplyResult{Err: errf(ErrConflict, "", "hook %s exists", h.Id)}

@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -106,6 +107,11 @@ func (s *State) applySkill(c *raftpb.SkillCommand) ApplyResult {
 		if SkillStatusName(c.Status) == "unknown" {
 			return ApplyResult{Err: errf(ErrInvalid, "use active, disabled or quarantined", "bad skill status %d", c.Status)}
 		}
+		if c.Status != SkillActive {
+			if err := s.unbindSkillHooks(c.SetStatusId, SkillStatusName(c.Status), c); err != nil {
+				return ApplyResult{Err: err}
+			}
+		}
 		r := proto.Clone(old).(*raftpb.SkillRecord)
 		r.Status, r.StatusAtMs, r.StatusBy = c.Status, c.AtMs, c.By
 		switch {
@@ -120,12 +126,49 @@ func (s *State) applySkill(c *raftpb.SkillCommand) ApplyResult {
 		if !ok {
 			return ApplyResult{Err: errf(ErrNotFound, "list them with 'palyra skill list'", "no skill %q", c.RemoveId)}
 		}
+		if err := s.unbindSkillHooks(c.RemoveId, "removed", c); err != nil {
+			return ApplyResult{Err: err}
+		}
 		s.skillBlobs(old, -1)
 		delete(d.skills, c.RemoveId)
 	default:
 		return ApplyResult{Err: errf(ErrInvalid, "", "empty skill command")}
 	}
 	return ApplyResult{}
+}
+
+// unbindSkillHooks keeps hooks from outliving their skill. A skill that
+// stops being active (disabled, quarantined, removed) would leave its
+// hooks unable to run: a before_run hook then refuses every submission,
+// an after_run or event hook is skipped. So the command is refused while
+// hooks are bound to the skill, naming each and the fix, unless it lists
+// every one of them in unbind_hooks (--force): then they are unbound in
+// the same entry, each journaled. Deciding here rather than on the API
+// node means a hook bound meanwhile cannot slip through: the bind is
+// ordered before this command (and refused) or after it (and then this
+// command does not list it).
+func (s *State) unbindSkillHooks(skillID, becomes string, c *raftpb.SkillCommand) *Error {
+	var bound, missing []string
+	for _, id := range sortedKeys(s.data.hooks) {
+		if h := s.data.hooks[id]; h.SkillId == skillID {
+			bound = append(bound, id)
+			if !slices.Contains(c.UnbindHooks, id) {
+				missing = append(missing, id+" ("+h.Event+" -> "+h.Tool+")")
+			}
+		}
+	}
+	if len(missing) > 0 {
+		verb := map[string]string{"disabled": "disable", "quarantined": "quarantine", "removed": "remove"}[becomes]
+		return errf(ErrConflict,
+			"unbind them first ('palyra hook unbind HOOK_ID' for each), or "+verb+" with --force, which unbinds them",
+			"skill %s has hooks bound to it: %s; if it were %s, they could not run (a before_run hook would refuse every job)",
+			skillID, strings.Join(missing, ", "), becomes)
+	}
+	for _, id := range bound {
+		delete(s.data.hooks, id)
+		s.audit(c.AtMs, c.By, "hook.unbind", "hook:"+id, "skill "+skillID+" "+becomes+" with --force")
+	}
+	return nil
 }
 
 // skillBlobs adds delta references to a skill's package and module blobs,

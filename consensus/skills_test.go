@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -212,5 +213,72 @@ func TestHooksFiredInOneEntryAreAllQueued(t *testing.T) {
 	st.Queued("wasm", func(j Job) bool { queued = append(queued, j.ID); return true })
 	if len(queued) != 2 || st.Count(PhaseQueued) != 2 || len(st.Jobs(JobFilter{Phase: PhaseQueued})) != 2 {
 		t.Fatalf("queue %v, queued count %d, listed %d: want both hook jobs everywhere", queued, st.Count(PhaseQueued), len(st.Jobs(JobFilter{Phase: PhaseQueued})))
+	}
+}
+
+// TestSkillWithHooksIsNotDisabledOrRemoved: disabling, quarantining or
+// removing a skill that hooks are bound to is refused, naming each hook,
+// unless the command lists every one of them to unbind (--force); a hook
+// is not bound to a skill that is not active, so a bind and a remove that
+// race cannot leave a hook dangling (which made every submission fail).
+func TestSkillWithHooksIsNotDisabledOrRemoved(t *testing.T) {
+	tool := &raftpb.SkillRecord{SkillId: "g", Version: "1.0.0", Publisher: "acme", PublisherKey: "k", PackageSha256: "pkg-g",
+		Tools: []*raftpb.SkillTool{{Id: "gate", ModuleSha256: "mod-g"}}}
+	bind := func(id, event string) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_Hook{Hook: &raftpb.HookCommand{Bind: &raftpb.HookRecord{Id: id, Event: event, SkillId: "g", Tool: "gate"}, AtMs: 3}}}
+	}
+	f := NewFSM()
+	for _, r := range applyAll(t, f,
+		skillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "acme", Key: "k"}, AtMs: 1}),
+		skillCmd(&raftpb.SkillCommand{Install: tool, AtMs: 2}),
+		bind("h-b", HookBeforeRun), bind("h-a", HookAfterRun),
+	) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	st := f.State()
+	for _, c := range []*raftpb.SkillCommand{
+		{SetStatusId: "g", Status: SkillDisabled, AtMs: 4},
+		{SetStatusId: "g", Status: SkillQuarantined, Reason: "x", AtMs: 4},
+		{RemoveId: "g", AtMs: 4},
+		{RemoveId: "g", UnbindHooks: []string{"h-b"}, AtMs: 4}, // h-a bound meanwhile
+	} {
+		err := applyAll(t, f, skillCmd(c))[0].Err
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Code != ErrConflict.Code || !strings.Contains(ce.Message, "h-a (after_run -> gate)") ||
+			(len(c.UnbindHooks) == 0 && !strings.Contains(ce.Message, "h-b (before_run -> gate)")) || !strings.Contains(ce.Hint, "palyra hook unbind HOOK_ID") || !strings.Contains(ce.Hint, "--force") {
+			t.Fatalf("%v: %v", c, err)
+		}
+		if r, ok := st.Skill("g"); !ok || r.Status != SkillActive || len(st.Hooks()) != 2 {
+			t.Fatalf("%v: a refused command changed the registry: %v %d hooks", c, r, len(st.Hooks()))
+		}
+	}
+	// Forced: the hooks go in the same entry, journaled; the skill is disabled.
+	if err := applyAll(t, f, skillCmd(&raftpb.SkillCommand{SetStatusId: "g", Status: SkillDisabled, UnbindHooks: []string{"h-a", "h-b"}, AtMs: 5}))[0].Err; err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := st.Skill("g"); r.Status != SkillDisabled || len(st.Hooks()) != 0 {
+		t.Fatalf("forced disable: %v, hooks %v", r.Status, st.Hooks())
+	}
+	unbinds := 0
+	recs, _, _, _ := st.Journal(0, 0, 1000)
+	for _, rec := range recs {
+		if rec.Action == "hook.unbind" && strings.Contains(rec.Detail, "--force") {
+			unbinds++
+		}
+	}
+	if unbinds != 2 {
+		t.Fatalf("journal has %d forced unbinds, want 2", unbinds)
+	}
+	// Not bound to a disabled skill, nor to one that is gone.
+	if err := applyAll(t, f, bind("h-c", HookBeforeRun))[0].Err; err == nil || !strings.Contains(err.Error(), "disabled") {
+		t.Fatalf("bind to a disabled skill: %v", err)
+	}
+	if r := applyAll(t, f, skillCmd(&raftpb.SkillCommand{RemoveId: "g", AtMs: 6}), bind("h-d", HookBeforeRun)); r[0].Err != nil || r[1].Err == nil {
+		t.Fatalf("remove %v, then bind %v", r[0].Err, r[1].Err)
+	}
+	if len(st.Hooks()) != 0 {
+		t.Fatalf("hooks %v", st.Hooks())
 	}
 }

@@ -203,24 +203,58 @@ func (ss skillService) SetSkillStatus(ctx context.Context, req *connect.Request[
 	if !ok {
 		return nil, invalid(fmt.Sprintf("status %q", m.Status), "use active, disabled or quarantined")
 	}
-	if err := ss.apply(ctx, &raftpb.SkillCommand{SetStatusId: m.SkillId, Status: st, Reason: m.Reason}); err != nil {
+	c := &raftpb.SkillCommand{SetStatusId: m.SkillId, Status: st, Reason: m.Reason}
+	var unbound []*palyrav1.HookInfo
+	if m.Force && st != consensus.SkillActive {
+		var err error
+		if unbound, err = ss.forceUnbind(ctx, c, m.SkillId); err != nil {
+			return nil, err
+		}
+	}
+	if err := ss.apply(ctx, c); err != nil {
 		return nil, err
 	}
 	r, ok := ss.s.control.State().Skill(m.SkillId)
 	if !ok {
 		return nil, skillNotFound(m.SkillId)
 	}
-	return connect.NewResponse(&palyrav1.SetSkillStatusResponse{Skill: skillInfo(r)}), nil
+	return connect.NewResponse(&palyrav1.SetSkillStatusResponse{Skill: skillInfo(r), UnboundHooks: unbound}), nil
+}
+
+// forceUnbind lists, in c, the hooks bound to a skill now, so that the
+// command (disable, quarantine or remove with --force) unbinds them in the
+// same entry. The FSM decides: a hook bound after this read is not listed
+// and refuses the command, so none is left dangling.
+func (ss skillService) forceUnbind(ctx context.Context, c *raftpb.SkillCommand, skillID string) ([]*palyrav1.HookInfo, error) {
+	if err := ss.fresh(ctx); err != nil {
+		return nil, err
+	}
+	var out []*palyrav1.HookInfo
+	for _, h := range ss.s.control.State().Hooks() {
+		if h.SkillId == skillID {
+			c.UnbindHooks = append(c.UnbindHooks, h.Id)
+			out = append(out, hookInfo(h))
+		}
+	}
+	return out, nil
 }
 
 func (ss skillService) RemoveSkill(ctx context.Context, req *connect.Request[palyrav1.RemoveSkillRequest]) (*connect.Response[palyrav1.RemoveSkillResponse], error) {
 	if err := ss.s.authz.Check(ctx, policy.ActionSkillManage, policy.ClusterResource(), map[string]any{"skill_id": req.Msg.SkillId}); err != nil {
 		return nil, err
 	}
-	if err := ss.apply(ctx, &raftpb.SkillCommand{RemoveId: req.Msg.SkillId}); err != nil {
+	c := &raftpb.SkillCommand{RemoveId: req.Msg.SkillId}
+	var unbound []*palyrav1.HookInfo
+	if req.Msg.Force {
+		var err error
+		if unbound, err = ss.forceUnbind(ctx, c, req.Msg.SkillId); err != nil {
+			return nil, err
+		}
+	}
+	if err := ss.apply(ctx, c); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&palyrav1.RemoveSkillResponse{}), nil
+	return connect.NewResponse(&palyrav1.RemoveSkillResponse{UnboundHooks: unbound}), nil
 }
 
 func (ss skillService) TrustPublisher(ctx context.Context, req *connect.Request[palyrav1.TrustPublisherRequest]) (*connect.Response[palyrav1.TrustPublisherResponse], error) {

@@ -4397,11 +4397,15 @@ func (x *GetSkillResponse) GetSkill() *SkillInfo {
 	return nil
 }
 
+// force: a skill that hooks are bound to is disabled, quarantined or
+// removed only with force, which unbinds those hooks in the same command
+// (named in unbound_hooks); without it the request is refused, naming them.
 type SetSkillStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SkillId       string                 `protobuf:"bytes,1,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
 	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Force         bool                   `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4457,9 +4461,17 @@ func (x *SetSkillStatusRequest) GetReason() string {
 	return ""
 }
 
+func (x *SetSkillStatusRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type SetSkillStatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Skill         *SkillInfo             `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	UnboundHooks  []*HookInfo            `protobuf:"bytes,2,rep,name=unbound_hooks,json=unboundHooks,proto3" json:"unbound_hooks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4501,9 +4513,17 @@ func (x *SetSkillStatusResponse) GetSkill() *SkillInfo {
 	return nil
 }
 
+func (x *SetSkillStatusResponse) GetUnboundHooks() []*HookInfo {
+	if x != nil {
+		return x.UnboundHooks
+	}
+	return nil
+}
+
 type RemoveSkillRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SkillId       string                 `protobuf:"bytes,1,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4545,8 +4565,16 @@ func (x *RemoveSkillRequest) GetSkillId() string {
 	return ""
 }
 
+func (x *RemoveSkillRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type RemoveSkillResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	UnboundHooks  []*HookInfo            `protobuf:"bytes,1,rep,name=unbound_hooks,json=unboundHooks,proto3" json:"unbound_hooks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4579,6 +4607,13 @@ func (x *RemoveSkillResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RemoveSkillResponse.ProtoReflect.Descriptor instead.
 func (*RemoveSkillResponse) Descriptor() ([]byte, []int) {
 	return file_palyra_v1_api_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *RemoveSkillResponse) GetUnboundHooks() []*HookInfo {
+	if x != nil {
+		return x.UnboundHooks
+	}
+	return nil
 }
 
 type TrustPublisherRequest struct {
@@ -6141,16 +6176,20 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x0fGetSkillRequest\x12\x19\n" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\">\n" +
 	"\x10GetSkillResponse\x12*\n" +
-	"\x05skill\x18\x01 \x01(\v2\x14.palyra.v1.SkillInfoR\x05skill\"b\n" +
+	"\x05skill\x18\x01 \x01(\v2\x14.palyra.v1.SkillInfoR\x05skill\"x\n" +
 	"\x15SetSkillStatusRequest\x12\x19\n" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"D\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\"~\n" +
 	"\x16SetSkillStatusResponse\x12*\n" +
-	"\x05skill\x18\x01 \x01(\v2\x14.palyra.v1.SkillInfoR\x05skill\"/\n" +
+	"\x05skill\x18\x01 \x01(\v2\x14.palyra.v1.SkillInfoR\x05skill\x128\n" +
+	"\runbound_hooks\x18\x02 \x03(\v2\x13.palyra.v1.HookInfoR\funboundHooks\"E\n" +
 	"\x12RemoveSkillRequest\x12\x19\n" +
-	"\bskill_id\x18\x01 \x01(\tR\askillId\"\x15\n" +
-	"\x13RemoveSkillResponse\"W\n" +
+	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"O\n" +
+	"\x13RemoveSkillResponse\x128\n" +
+	"\runbound_hooks\x18\x01 \x03(\v2\x13.palyra.v1.HookInfoR\funboundHooks\"W\n" +
 	"\x15TrustPublisherRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
@@ -6442,95 +6481,97 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	55, // 33: palyra.v1.ListSkillsResponse.skills:type_name -> palyra.v1.SkillInfo
 	55, // 34: palyra.v1.GetSkillResponse.skill:type_name -> palyra.v1.SkillInfo
 	55, // 35: palyra.v1.SetSkillStatusResponse.skill:type_name -> palyra.v1.SkillInfo
-	56, // 36: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
-	56, // 37: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
-	3,  // 38: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
-	76, // 39: palyra.v1.ListAuditResponse.records:type_name -> palyra.v1.AuditRecord
-	81, // 40: palyra.v1.BindHookResponse.hook:type_name -> palyra.v1.HookInfo
-	81, // 41: palyra.v1.ListHooksResponse.hooks:type_name -> palyra.v1.HookInfo
-	8,  // 42: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	10, // 43: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	12, // 44: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	14, // 45: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	18, // 46: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	8,  // 47: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
-	6,  // 48: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	20, // 49: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	22, // 50: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	16, // 51: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
-	27, // 52: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	25, // 53: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
-	30, // 54: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	34, // 55: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	32, // 56: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	36, // 57: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	39, // 58: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	41, // 59: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	43, // 60: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	46, // 61: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
-	48, // 62: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
-	47, // 63: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
-	47, // 64: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
-	52, // 65: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
-	57, // 66: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
-	59, // 67: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
-	61, // 68: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
-	63, // 69: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
-	65, // 70: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
-	67, // 71: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
-	69, // 72: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
-	71, // 73: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
-	73, // 74: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
-	74, // 75: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
-	77, // 76: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
-	79, // 77: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
-	82, // 78: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
-	84, // 79: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
-	86, // 80: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
-	9,  // 81: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11, // 82: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13, // 83: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15, // 84: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	19, // 85: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	19, // 86: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,  // 87: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	21, // 88: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	23, // 89: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	17, // 90: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
-	28, // 91: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	26, // 92: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
-	31, // 93: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	35, // 94: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	33, // 95: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	37, // 96: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	40, // 97: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	42, // 98: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	44, // 99: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	49, // 100: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
-	49, // 101: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
-	51, // 102: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
-	49, // 103: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
-	53, // 104: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
-	58, // 105: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
-	60, // 106: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
-	62, // 107: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
-	64, // 108: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
-	66, // 109: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
-	68, // 110: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
-	70, // 111: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
-	72, // 112: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
-	9,  // 113: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
-	75, // 114: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
-	78, // 115: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
-	80, // 116: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
-	83, // 117: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
-	85, // 118: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
-	87, // 119: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
-	81, // [81:120] is the sub-list for method output_type
-	42, // [42:81] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	81, // 36: palyra.v1.SetSkillStatusResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
+	81, // 37: palyra.v1.RemoveSkillResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
+	56, // 38: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
+	56, // 39: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
+	3,  // 40: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
+	76, // 41: palyra.v1.ListAuditResponse.records:type_name -> palyra.v1.AuditRecord
+	81, // 42: palyra.v1.BindHookResponse.hook:type_name -> palyra.v1.HookInfo
+	81, // 43: palyra.v1.ListHooksResponse.hooks:type_name -> palyra.v1.HookInfo
+	8,  // 44: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	10, // 45: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	12, // 46: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	14, // 47: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	18, // 48: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	8,  // 49: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
+	6,  // 50: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	20, // 51: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	22, // 52: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	16, // 53: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
+	27, // 54: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	25, // 55: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
+	30, // 56: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	34, // 57: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	32, // 58: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	36, // 59: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	39, // 60: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	41, // 61: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	43, // 62: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	46, // 63: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
+	48, // 64: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
+	47, // 65: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
+	47, // 66: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
+	52, // 67: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
+	57, // 68: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
+	59, // 69: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
+	61, // 70: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
+	63, // 71: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
+	65, // 72: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
+	67, // 73: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
+	69, // 74: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
+	71, // 75: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
+	73, // 76: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
+	74, // 77: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
+	77, // 78: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
+	79, // 79: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
+	82, // 80: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
+	84, // 81: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
+	86, // 82: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
+	9,  // 83: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11, // 84: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13, // 85: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15, // 86: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	19, // 87: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	19, // 88: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,  // 89: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	21, // 90: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	23, // 91: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	17, // 92: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	28, // 93: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	26, // 94: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
+	31, // 95: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	35, // 96: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	33, // 97: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	37, // 98: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	40, // 99: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	42, // 100: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	44, // 101: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	49, // 102: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
+	49, // 103: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
+	51, // 104: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
+	49, // 105: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
+	53, // 106: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
+	58, // 107: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
+	60, // 108: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
+	62, // 109: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
+	64, // 110: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
+	66, // 111: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
+	68, // 112: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
+	70, // 113: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
+	72, // 114: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
+	9,  // 115: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
+	75, // 116: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
+	78, // 117: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
+	80, // 118: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
+	83, // 119: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
+	85, // 120: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
+	87, // 121: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
+	83, // [83:122] is the sub-list for method output_type
+	44, // [44:83] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }

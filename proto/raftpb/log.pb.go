@@ -4673,17 +4673,22 @@ func (x *PublisherRecord) GetBy() string {
 
 // SkillCommand changes the skill registry; exactly one field is set.
 type SkillCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AtMs          int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
-	By            string                 `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
-	Install       *SkillRecord           `protobuf:"bytes,3,opt,name=install,proto3" json:"install,omitempty"`                              // add, or replace the same skill_id
-	SetStatusId   string                 `protobuf:"bytes,4,opt,name=set_status_id,json=setStatusId,proto3" json:"set_status_id,omitempty"` // with status and reason
-	Status        uint32                 `protobuf:"varint,5,opt,name=status,proto3" json:"status,omitempty"`
-	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
-	RemoveId      string                 `protobuf:"bytes,7,opt,name=remove_id,json=removeId,proto3" json:"remove_id,omitempty"`
-	Trust         *PublisherRecord       `protobuf:"bytes,8,opt,name=trust,proto3" json:"trust,omitempty"` // add a publisher (a different key is refused unless replace)
-	ReplaceKey    bool                   `protobuf:"varint,9,opt,name=replace_key,json=replaceKey,proto3" json:"replace_key,omitempty"`
-	Untrust       string                 `protobuf:"bytes,10,opt,name=untrust,proto3" json:"untrust,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	AtMs        int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By          string                 `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	Install     *SkillRecord           `protobuf:"bytes,3,opt,name=install,proto3" json:"install,omitempty"`                              // add, or replace the same skill_id
+	SetStatusId string                 `protobuf:"bytes,4,opt,name=set_status_id,json=setStatusId,proto3" json:"set_status_id,omitempty"` // with status and reason
+	Status      uint32                 `protobuf:"varint,5,opt,name=status,proto3" json:"status,omitempty"`
+	Reason      string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	RemoveId    string                 `protobuf:"bytes,7,opt,name=remove_id,json=removeId,proto3" json:"remove_id,omitempty"`
+	Trust       *PublisherRecord       `protobuf:"bytes,8,opt,name=trust,proto3" json:"trust,omitempty"` // add a publisher (a different key is refused unless replace)
+	ReplaceKey  bool                   `protobuf:"varint,9,opt,name=replace_key,json=replaceKey,proto3" json:"replace_key,omitempty"`
+	Untrust     string                 `protobuf:"bytes,10,opt,name=untrust,proto3" json:"untrust,omitempty"`
+	// With set_status_id (to a status other than active) or remove_id: the
+	// hooks bound to the skill that the command unbinds in the same entry
+	// (--force). A hook bound to the skill and not listed refuses the
+	// command, so a binding made meanwhile is never left dangling.
+	UnbindHooks   []string `protobuf:"bytes,11,rep,name=unbind_hooks,json=unbindHooks,proto3" json:"unbind_hooks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4786,6 +4791,13 @@ func (x *SkillCommand) GetUntrust() string {
 		return x.Untrust
 	}
 	return ""
+}
+
+func (x *SkillCommand) GetUnbindHooks() []string {
+	if x != nil {
+		return x.UnbindHooks
+	}
+	return nil
 }
 
 type Snapshot struct {
@@ -5594,7 +5606,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x13\n" +
 	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
-	"\x02by\x18\x04 \x01(\tR\x02by\"\xcd\x02\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"\xf0\x02\n" +
 	"\fSkillCommand\x12\x13\n" +
 	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\x125\n" +
@@ -5607,7 +5619,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\vreplace_key\x18\t \x01(\bR\n" +
 	"replaceKey\x12\x18\n" +
 	"\auntrust\x18\n" +
-	" \x01(\tR\auntrust\"\xdc\b\n" +
+	" \x01(\tR\auntrust\x12!\n" +
+	"\funbind_hooks\x18\v \x03(\tR\vunbindHooks\"\xdc\b\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +
