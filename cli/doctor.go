@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
@@ -40,8 +41,19 @@ func doctorCommand() *ucli.Command {
 				checks = append(checks, certCheck("node certificate", layout.NodeCredDir()))
 			}
 			if src, err := resolveCredential(c); err == nil {
-				checks = append(checks, certCheck("CLI credential ("+src.desc+")", src.dir))
-				checks = append(checks, reachCheck(c), capacityCheck(c))
+				cred := certCheck("CLI credential ("+src.desc+")", src.dir)
+				reach, refused := reachCheck(c)
+				if refused != nil {
+					// The node answered and refused the credential: that
+					// is the credential's state, whatever its file says.
+					reach.Fix = "the credential was refused (see 'CLI credential' above)"
+					if cred.Status != "fail" {
+						cred = refusedCheck(cred, src)
+					}
+					checks = append(checks, cred, reach)
+				} else {
+					checks = append(checks, cred, reach, capacityCheck(c))
+				}
 			} else {
 				checks = append(checks, check{Name: "CLI credential", Status: "warn", Detail: err.Error(),
 					Fix: "pass --data-dir on a node's machine, or pair: palyra device pair --code CODE --peer HOST:PORT"})
@@ -112,20 +124,49 @@ func certCheck(name, dir string) check {
 	return check{Name: name, Status: "ok", Detail: detail}
 }
 
-func reachCheck(c *ucli.Context) check {
+// reachCheck calls the node; refused is the node's refusal of this
+// credential (nil for any other outcome).
+func reachCheck(c *ucli.Context) (ch check, refused *client.Error) {
 	cl, err := dial(c)
 	if err != nil {
-		return check{Name: "node reachable", Status: "fail", Detail: err.Error()}
+		return check{Name: "node reachable", Status: "fail", Detail: err.Error()}, nil
 	}
 	defer cl.Close()
 	t0 := time.Now()
 	resp, err := cl.Node.Status(c.Context, connect.NewRequest(&palyrav1.StatusRequest{}))
 	if err != nil {
 		e := cl.Explain(err)
-		return check{Name: "node reachable", Status: "fail", Detail: e.Message, Fix: e.Hint}
+		if credentialRefused(e) {
+			refused = e
+		}
+		return check{Name: "node reachable", Status: "fail", Detail: e.Message, Fix: e.Hint}, refused
 	}
 	return check{Name: "node reachable", Status: "ok", Detail: fmt.Sprintf("%s at %s answered in %s (raft %s, leader %s)",
-		resp.Msg.NodeId, cl.Reached(), time.Since(t0).Round(time.Millisecond), resp.Msg.RaftState, resp.Msg.LeaderId)}
+		resp.Msg.NodeId, cl.Reached(), time.Since(t0).Round(time.Millisecond), resp.Msg.RaftState, resp.Msg.LeaderId)}, nil
+}
+
+// credentialRefused reports whether a node turned this credential away:
+// in the TLS handshake (a revoked principal or certificate) or, on a
+// connection made before the revocation, as an API error.
+func credentialRefused(e *client.Error) bool {
+	return e.Code == "unauthenticated" &&
+		(strings.Contains(e.Message, "refused this credential") || strings.Contains(e.Message, "revoked"))
+}
+
+// refusedCheck is the credential's check when a node refused it although
+// it has not expired (certCheck): the cluster revoked it, and only pairing
+// again with a new code gives this machine a working credential.
+func refusedCheck(cred check, src credentialSource) check {
+	fix := "pair this device again with a new code (on an operator machine: palyra pair create --kind device): " +
+		"palyra device pair --code CODE --peer HOST:PORT --force"
+	if !src.device {
+		fix = "this data dir's operator credential cannot be renewed once revoked: operate from a paired device " +
+			"(palyra pair create --kind device on an operator machine, then here: palyra device pair --code CODE --peer HOST:PORT --force, " +
+			"and run commands without --data-dir)"
+	}
+	return check{Name: cred.Name, Status: "fail",
+		Detail: cred.Detail + "; but the node refused it and it has not expired: it was revoked",
+		Fix:    fix}
 }
 
 // clockCheck asks the kernel whether the clock is NTP-synchronised:

@@ -143,3 +143,53 @@ func TestPolicySetCheckAndReject(t *testing.T) {
 		t.Fatalf("lock-out policy: %+v", r)
 	}
 }
+
+// doctor, run with a revoked device credential, says the credential was
+// revoked and how to pair again, not "OK" with a fix that sends the user
+// back to doctor.
+func TestDoctorSaysARevokedCredentialIsRevoked(t *testing.T) {
+	c := startNode(t)
+	cfg := filepath.Join(t.TempDir(), "laptop")
+	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr(), "--name", "laptop"); r.code != 0 {
+		t.Fatalf("device pair: %+v", r)
+	}
+	if r := device(t, cfg, "doctor", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"CLI credential (device config`) {
+		t.Fatalf("doctor before the revocation: %+v", r)
+	}
+	var devs struct{ Devices []struct{ ID, Name string } }
+	json.Unmarshal([]byte(c.cli("device", "list", "--json").stdout), &devs)
+	var id string
+	for _, d := range devs.Devices {
+		if d.Name == "laptop" {
+			id = d.ID
+		}
+	}
+	if r := c.cli("device", "revoke", id); r.code != 0 {
+		t.Fatalf("revoke: %+v", r)
+	}
+	r := device(t, cfg, "doctor", "--json")
+	var out struct{ Checks []check }
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != 1 {
+		t.Fatalf("doctor after the revocation: %v %+v", err, r)
+	}
+	byName := map[string]check{}
+	for _, ch := range out.Checks {
+		if strings.HasPrefix(ch.Name, "CLI credential") {
+			ch.Name = "CLI credential"
+		}
+		byName[ch.Name] = ch
+	}
+	cred := byName["CLI credential"]
+	if cred.Status != "fail" || !strings.Contains(cred.Detail, "revoked") ||
+		!strings.Contains(cred.Fix, "palyra device pair --code CODE --peer HOST:PORT --force") {
+		t.Fatalf("credential check: %+v", cred)
+	}
+	for _, ch := range out.Checks {
+		if strings.Contains(ch.Fix, "palyra doctor") {
+			t.Fatalf("doctor sends the user back to doctor: %+v", ch)
+		}
+	}
+	if reach := byName["node reachable"]; reach.Status != "fail" {
+		t.Fatalf("reach check: %+v", reach)
+	}
+}
