@@ -41,6 +41,13 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 		if err := s.checkGrants(ctx, m); err != nil {
 			return nil, err
 		}
+		// After the grants, so only a caller granted a secret learns
+		// whether it exists. One check covers an array's tasks. Skill
+		// runs are not checked: a manifest's secrets are what the skill
+		// may read, not what it must have.
+		if err := s.checkSecretsExist(ctx, m.SecretNames); err != nil {
+			return nil, err
+		}
 	}
 	ctx, err := s.beforeRun(ctx, m, kind, "", "")
 	if err != nil {

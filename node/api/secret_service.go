@@ -3,6 +3,10 @@ package api
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -20,13 +24,73 @@ func secretInfo(sec *consensus.Secret) *palyrav1.SecretInfo {
 	return &palyrav1.SecretInfo{Name: sec.Name, SetAtMs: sec.SetAtMS, SetBy: sec.SetBy}
 }
 
+// secretNameRE is the rule for secret names, the same as for the secrets a
+// skill manifest names: names travel in flags, policies (Grant::"NAME"),
+// manifests and logs, so they are kept to characters that need no quoting.
+var secretNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+
+// secretNameRule describes secretNameRE to people.
+const secretNameRule = "1 to 128 letters, digits, '.', '_' or '-'"
+
+// checkSecretName refuses a name a secret may not have. Only setting a
+// secret checks it: a secret stored under an older, looser rule can still
+// be deleted.
+func checkSecretName(name string) error {
+	if secretNameRE.MatchString(name) {
+		return nil
+	}
+	what := fmt.Sprintf("secret name %q is not valid", name)
+	if name == "" {
+		what = "the secret name is empty"
+	} else if len(name) > 128 {
+		what = fmt.Sprintf("secret name %.20q… is %d bytes long", name, len(name))
+	}
+	return invalid(what+": a name is "+secretNameRule, "e.g. palyra secret set api-token")
+}
+
+// checkSecretsExist refuses a job that asks for secrets the cluster does
+// not hold: it could only fail when it runs. A name missing from this
+// node's replica is looked up again after a linearizable read, so a secret
+// set a moment ago through another node counts.
+func (s *Server) checkSecretsExist(ctx context.Context, names []string) error {
+	missing := func() []string {
+		var out []string
+		for _, n := range names {
+			if _, ok := s.control.State().Secret(n); !ok && !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	miss := missing()
+	if len(miss) == 0 {
+		return nil
+	}
+	if err := s.control.VerifyRead(ctx); err != nil {
+		return fromErr(err)
+	}
+	if miss = missing(); len(miss) == 0 {
+		return nil
+	}
+	what := "no secret named " + strconv.Quote(miss[0]) + " (the job asks for it with --secret)"
+	if len(miss) > 1 {
+		q := make([]string, len(miss))
+		for i, n := range miss {
+			q[i] = strconv.Quote(n)
+		}
+		what = "no secrets named " + strings.Join(q, ", ") + " (the job asks for them with --secret)"
+	}
+	return apiError(connect.CodeFailedPrecondition, "secret_not_found", what+"; nothing was submitted",
+		"check the names with 'palyra secret list', or store the secret first with 'palyra secret set NAME'")
+}
+
 func (ss secretService) SetSecret(ctx context.Context, req *connect.Request[palyrav1.SetSecretRequest]) (*connect.Response[palyrav1.SetSecretResponse], error) {
 	s, m := ss.s, req.Msg
 	if err := s.authz.Check(ctx, policy.ActionSecretSet, policy.ClusterResource(), nil); err != nil {
 		return nil, err
 	}
-	if m.Name == "" || len(m.Name) > 256 {
-		return nil, invalid("secret name must be 1 to 256 characters", "e.g. palyra secret set api-token")
+	if err := checkSecretName(m.Name); err != nil {
+		return nil, err
 	}
 	if len(m.Value) > consensus.MaxSecretLen {
 		return nil, invalid(fmt.Sprintf("secret value is over %d bytes", consensus.MaxSecretLen), "store large material elsewhere and grant a token to it")
