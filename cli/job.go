@@ -156,7 +156,10 @@ func jobCommand() *ucli.Command {
 }
 
 func oneArg(c *ucli.Context, what string) (string, error) {
-	if c.NArg() != 1 || c.Args().First() == "" {
+	if c.NArg() == 1 && c.Args().First() == "" {
+		return "", usageErr("%s: the %s is empty", c.Command.HelpName, what)
+	}
+	if c.NArg() != 1 {
 		return "", usageErr("%s takes exactly one argument, the %s (got %d)", c.Command.HelpName, what, c.NArg())
 	}
 	return c.Args().First(), nil

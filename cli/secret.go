@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -25,8 +26,16 @@ func secretCommand() *ucli.Command {
 				Description: `The value never appears in logs, job records or API answers. A job reads it
    only when submitted with --secret NAME and the policy grants it:
      palyra secret set api-token < token.txt
-     palyra job submit --wasm app.wasm --secret api-token`,
-				Flags: []ucli.Flag{&ucli.StringFlag{Name: "from-file", Usage: "read the value from `FILE`"}, jsonFlag},
+     palyra job submit --wasm app.wasm --secret api-token
+
+   NAME is 1 to 128 letters, digits, '.', '_' or '-'. The value is stored
+   byte for byte, a trailing newline included ('echo x' gives 2 bytes; a
+   warning says so): use printf, or --trim-newline to leave one out.`,
+				Flags: []ucli.Flag{
+					&ucli.StringFlag{Name: "from-file", Usage: "read the value from `FILE`"},
+					&ucli.BoolFlag{Name: "trim-newline", Usage: "leave out one trailing newline (\\n or \\r\\n) of the value"},
+					jsonFlag,
+				},
 				Action: func(c *ucli.Context) error {
 					name, err := oneArg(c, "secret name")
 					if err != nil {
@@ -44,7 +53,19 @@ func secretCommand() *ucli.Command {
 					if err != nil {
 						return fail(c, &client.Error{Code: "invalid_argument", Message: err.Error()})
 					}
+					trimmed := false
+					if c.Bool("trim-newline") {
+						before := len(value)
+						value = bytes.TrimSuffix(value, []byte("\n"))
+						if len(value) < before {
+							value = bytes.TrimSuffix(value, []byte("\r"))
+						}
+						trimmed = len(value) < before
+					}
 					if len(value) == 0 {
+						if trimmed {
+							return usageErr("the secret value is only a newline; pipe the value in or use --from-file")
+						}
 						return usageErr("empty secret value; pipe it in or use --from-file")
 					}
 					cl, err := dial(c)
@@ -54,6 +75,10 @@ func secretCommand() *ucli.Command {
 					defer cl.Close()
 					if _, err := cl.Secrets.SetSecret(c.Context, connect.NewRequest(&palyrav1.SetSecretRequest{Name: name, Value: value})); err != nil {
 						return fail(c, cl.Explain(err))
+					}
+					if value[len(value)-1] == '\n' {
+						// Kept as given (other tools do), but rarely meant.
+						fmt.Fprintf(c.App.ErrWriter, "warning: stored %d bytes ending in a newline; use printf or --trim-newline to leave it out\n", len(value))
 					}
 					if c.Bool("json") {
 						return writeJSON(c.App.Writer, map[string]any{"name": name, "bytes": len(value)})
