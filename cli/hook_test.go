@@ -151,3 +151,52 @@ func TestSkillWithHooksIsNotDisabledOrRemoved(t *testing.T) {
 		t.Fatalf("submit after remove --force: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestHookInputIsCheckedAgainstTheToolsSchema: a hook's input is checked
+// against its tool's input_schema like a skill run's. example.web's
+// wordcount takes {"text"} only: bound to after_run, its hook job fails
+// input_invalid without running (the job stays completed); bound to
+// before_run, the submission is refused naming the hook and the error.
+func TestHookInputIsCheckedAgainstTheToolsSchema(t *testing.T) {
+	c := startNode(t)
+	key := filepath.Join(t.TempDir(), "k")
+	runCLI(t, "skill", "keygen", "-o", key)
+	web := packExample(t, "web", key, "wordcount", "fetchjson")
+	if r := c.cli("skill", "install", web, "--trust-on-first-use"); r.code != 0 {
+		t.Fatalf("install web: %q %q", r.stdout, r.stderr)
+	}
+	after := c.cli("hook", "bind", "after_run", "example.web", "wordcount")
+	if after.code != 0 {
+		t.Fatal(after.stderr)
+	}
+	afterID := strings.SplitN(after.stdout, ":", 2)[0]
+	reverse := testwasm.Path(t, "reverse")
+	r := c.cli("job", "submit", "--wasm", reverse, "--input", "hello")
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 {
+		t.Fatalf("submit: %d %q", r.code, r.stderr)
+	}
+	if j := c.waitTerminal(id); j.Phase != "completed" || j.Output != "olleh" {
+		t.Fatalf("the job: %+v", j)
+	}
+	hk := c.waitTerminal("hk-" + afterID + "-" + id)
+	if hk.Phase != "failed" || hk.Error == nil || hk.Error.Code != "input_invalid" || !strings.Contains(hk.Error.Message, "input_schema") {
+		t.Fatalf("after_run hook job with input its tool refuses: %+v %+v", hk, hk.Error)
+	}
+	if j := c.jobJSON(id); j.Phase != "completed" {
+		t.Fatalf("the job itself: %+v", j)
+	}
+	if r := c.cli("hook", "unbind", afterID); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+
+	before := c.cli("hook", "bind", "before_run", "example.web", "wordcount")
+	if before.code != 0 {
+		t.Fatal(before.stderr)
+	}
+	beforeID := strings.SplitN(before.stdout, ":", 2)[0]
+	r = c.cli("job", "submit", "--wasm", reverse, "--input", "hello")
+	if r.code == 0 || !strings.Contains(r.stderr, beforeID) || !strings.Contains(r.stderr, "input_schema of example.web/wordcount") || !strings.Contains(r.stderr, "not accepted") {
+		t.Fatalf("before_run hook with input its tool refuses: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}

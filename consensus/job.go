@@ -64,8 +64,11 @@ type Job struct {
 	// OutputSchema (a skill tool's run): stdout must be JSON this JSON
 	// Schema accepts; SkillID and SkillTool name what runs.
 	OutputSchema string
-	SkillID      string
-	SkillTool    string
+	// InputSchema (a hook job): the input must be JSON this JSON Schema
+	// accepts; the worker checks it before running (input_invalid).
+	InputSchema string
+	SkillID     string
+	SkillTool   string
 	// Approval (a run of a requires_approval tool): waiting in
 	// PhaseWaitingForApproval until DeadlineAtMS, then RunDeadlineAtMS is
 	// the job's own deadline; the decision is recorded.

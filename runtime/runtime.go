@@ -42,6 +42,7 @@ const (
 	ReasonStepFailed    Reason = "step_failed"    // a script step could not be performed
 	ReasonCrashed       Reason = "crashed"        // the sandbox process (browser) died mid-job
 	ReasonOutputInvalid Reason = "output_invalid" // a skill tool wrote output its output_schema refuses
+	ReasonInputInvalid  Reason = "input_invalid"  // a hook job's input does not match its tool's input_schema (it did not run)
 )
 
 // Spec is one unit of work with its limits. Zero limits mean "use the

@@ -1,17 +1,21 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity/policy"
+	"github.com/palyra-mesh/palyra/identity/skill"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
@@ -156,6 +160,22 @@ func (s *Server) beforeRun(ctx context.Context, sub *palyrav1.SubmitJobRequest, 
 	return context.WithValue(ctx, hookOutcomeKey{}, out), nil
 }
 
+// checkToolInput checks a tool's input against its input_schema.
+func checkToolInput(schema string, input []byte) error {
+	sch, err := skill.CompileSchema(schema)
+	if err != nil {
+		return err
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(input))
+	if err != nil {
+		return fmt.Errorf("not JSON: %w", err)
+	}
+	if err := sch.Validate(v); err != nil {
+		return errors.New(skill.DescribeSchemaError(err))
+	}
+	return nil
+}
+
 // hookDecision is what a before_run hook's tool prints.
 type hookDecision struct {
 	Decision   string `json:"decision"`
@@ -181,6 +201,11 @@ func (s *Server) runBeforeHook(ctx context.Context, h *raftpb.HookRecord, desc m
 		return d, fmt.Errorf("skill %s has no tool %s", h.SkillId, h.Tool)
 	}
 	input, _ := json.Marshal(map[string]any{"event": consensus.HookBeforeRun, "hook": h.Id, "job": desc})
+	// The input is checked against the tool's input_schema, as a skill
+	// run's is: a tool that does not take this input cannot decide.
+	if err := checkToolInput(tool.InputSchema, input); err != nil {
+		return d, fmt.Errorf("its input does not match the input_schema of %s/%s: %v", h.SkillId, h.Tool, err)
+	}
 	timeout := beforeRunTimeout
 	if sk.WallClockMs > 0 {
 		timeout = min(timeout, time.Duration(sk.WallClockMs)*time.Millisecond)

@@ -383,7 +383,7 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) bool {
 func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 	res := w.runExecutor(ctx, j)
 	if j.OutputSchema != "" && res.OK() {
-		if err := checkOutput(j.OutputSchema, res.Stdout); err != nil {
+		if err := checkSchema(j.OutputSchema, res.Stdout, "output"); err != nil {
 			res.Reason = runtime.ReasonOutputInvalid
 			res.Message = fmt.Sprintf("tool %s/%s: %v", j.SkillID, j.SkillTool, err)
 		}
@@ -400,15 +400,16 @@ var schemas struct {
 
 const maxSchemas = 256
 
-// checkOutput checks a skill tool's stdout against its output schema.
-func checkOutput(schema string, stdout []byte) error {
+// checkSchema checks a skill tool's stdout (what "output") or input
+// ("input") against its output or input schema.
+func checkSchema(schema string, doc []byte, what string) error {
 	schemas.Lock()
 	sch := schemas.m[schema]
 	schemas.Unlock()
 	if sch == nil {
 		var err error
 		if sch, err = skill.CompileSchema(schema); err != nil {
-			return fmt.Errorf("the tool's output_schema: %w", err)
+			return fmt.Errorf("the tool's %s_schema: %w", what, err)
 		}
 		schemas.Lock()
 		if schemas.m == nil || len(schemas.m) >= maxSchemas {
@@ -417,12 +418,12 @@ func checkOutput(schema string, stdout []byte) error {
 		schemas.m[schema] = sch
 		schemas.Unlock()
 	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(stdout))
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
 	if err != nil {
-		return fmt.Errorf("the output is not JSON: %w", err)
+		return fmt.Errorf("the %s is not JSON: %w", what, err)
 	}
 	if err := sch.Validate(v); err != nil {
-		return fmt.Errorf("the output does not match the tool's output_schema: %s", skill.DescribeSchemaError(err))
+		return fmt.Errorf("the %s does not match the tool's %s_schema: %s", what, what, skill.DescribeSchemaError(err))
 	}
 	return nil
 }
@@ -455,6 +456,13 @@ func (w *Worker) runExecutor(ctx context.Context, j consensus.Job) runtime.Resul
 			return runtime.Result{Reason: runtime.ReasonInternal, Message: fmt.Sprintf("input %s unavailable: %v", j.InputHash, err)}
 		}
 		spec.Input = in
+	}
+	if j.InputSchema != "" {
+		// A hook job's input is built from the event, not checked where it
+		// was submitted as a skill run's is: check it here, before it runs.
+		if err := checkSchema(j.InputSchema, spec.Input, "input"); err != nil {
+			return runtime.Result{Reason: runtime.ReasonInputInvalid, Message: fmt.Sprintf("hook %s, tool %s/%s: %v", j.HookID, j.SkillID, j.SkillTool, err)}
+		}
 	}
 	if j.ModuleHash != "" {
 		// A module the executor has compiled needs no bytes: no read, no hash.
@@ -599,6 +607,8 @@ func hintFor(r runtime.Reason) string {
 		return "see the job's stderr"
 	case runtime.ReasonTrap:
 		return "the module crashed; see the message and the job's stderr"
+	case runtime.ReasonInputInvalid:
+		return "the hook's tool does not take this event's input; bind a tool made for it ('palyra hook list', 'palyra hook unbind ID')"
 	}
 	return ""
 }
@@ -609,7 +619,7 @@ func hintFor(r runtime.Reason) string {
 func Retryable(r runtime.Reason) bool {
 	switch r {
 	case runtime.ReasonMemoryLimit, runtime.ReasonOutputLimit, runtime.ReasonOutOfFuel,
-		runtime.ReasonInvalidModule, runtime.ReasonBlocked, runtime.ReasonCanceled:
+		runtime.ReasonInvalidModule, runtime.ReasonBlocked, runtime.ReasonCanceled, runtime.ReasonInputInvalid:
 		return false
 	}
 	return true

@@ -152,8 +152,11 @@ type JobRecord struct {
 	// hook_id: this job runs a hook (it triggers no hooks itself).
 	HookId string `protobuf:"bytes,54,opt,name=hook_id,json=hookId,proto3" json:"hook_id,omitempty"`
 	// annotations a before_run hook added.
-	Annotations   []string `protobuf:"bytes,55,rep,name=annotations,proto3" json:"annotations,omitempty"`
-	PlacedAtMs    int64    `protobuf:"varint,56,opt,name=placed_at_ms,json=placedAtMs,proto3" json:"placed_at_ms,omitempty"` // when the leader placed its current/last attempt
+	Annotations []string `protobuf:"bytes,55,rep,name=annotations,proto3" json:"annotations,omitempty"`
+	PlacedAtMs  int64    `protobuf:"varint,56,opt,name=placed_at_ms,json=placedAtMs,proto3" json:"placed_at_ms,omitempty"` // when the leader placed its current/last attempt
+	// input_schema: a hook job's tool's input_schema; the worker checks the
+	// input against it before running and fails the job input_invalid.
+	InputSchema   string `protobuf:"bytes,57,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -578,6 +581,13 @@ func (x *JobRecord) GetPlacedAtMs() int64 {
 		return x.PlacedAtMs
 	}
 	return 0
+}
+
+func (x *JobRecord) GetInputSchema() string {
+	if x != nil {
+		return x.InputSchema
+	}
+	return ""
 }
 
 type ArtifactRef struct {
@@ -5196,7 +5206,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xb3\x0f\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xd6\x0f\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -5264,7 +5274,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\ahook_id\x186 \x01(\tR\x06hookId\x12 \n" +
 	"\vannotations\x187 \x03(\tR\vannotations\x12 \n" +
 	"\fplaced_at_ms\x188 \x01(\x03R\n" +
-	"placedAtMs\x1a>\n" +
+	"placedAtMs\x12!\n" +
+	"\finput_schema\x189 \x01(\tR\vinputSchema\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
