@@ -46,9 +46,14 @@ func snapshotCommand() *ucli.Command {
    holds every job accepted before the command started; jobs submitted while it
    runs may or may not be in it. The file is written next to FILE, checked
    end to end (every record, every blob's sha256, the trailing checksum) and
-   only then renamed to FILE (mode 0600). Progress goes to stderr.
+   only then renamed to FILE (mode 0600), so a failed save never leaves a
+   truncated file. An existing FILE is kept: the save is refused unless
+   --force. Progress goes to stderr.
    Needs the snapshot.save permission (operators have it).`,
-				Flags:  []ucli.Flag{jsonFlag},
+				Flags: []ucli.Flag{
+					&ucli.BoolFlag{Name: "force", Usage: "replace FILE if it exists (it is replaced only once the new snapshot is complete and checked)"},
+					jsonFlag,
+				},
 				Action: snapshotSave,
 			},
 			{
@@ -150,6 +155,9 @@ func snapshotSave(c *ucli.Context) error {
 	if path == "-" && c.Bool("json") {
 		return usageErr("--json prints to stdout, where '-' writes the snapshot; give a file name")
 	}
+	if err := refuseExisting(c, path); err != nil {
+		return err
+	}
 	src, err := resolveCredential(c)
 	if err != nil {
 		return fail(c, &client.Error{Code: "no_credential", Message: fmt.Sprintf("no operator credential: %v", err),
@@ -249,6 +257,10 @@ func snapshotSave(c *ucli.Context) error {
 			err = tmp.Close()
 		}
 		if err == nil {
+			// A file may have appeared while the snapshot streamed.
+			if err := refuseExisting(c, path); err != nil {
+				return err
+			}
 			err = os.Rename(tmp.Name(), path)
 		}
 		if err != nil {
@@ -272,6 +284,19 @@ func snapshotSave(c *ucli.Context) error {
 		h.ClusterName, h.RaftIndex, h.RaftTerm, path, info.Jobs, info.Blobs, mib(info.BlobBytes), mib(written))
 	fmt.Fprintf(msg, "sha256 %s  (it holds the cluster's CA and data keys: store it as safely as them)\n", digest)
 	warnMissing(c, info.Summary.MissingBlobs)
+	return nil
+}
+
+// refuseExisting refuses to replace an existing file (a backup, most
+// likely) unless --force.
+func refuseExisting(c *ucli.Context, path string) error {
+	if path == "-" || c.Bool("force") {
+		return nil
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return fail(c, &client.Error{Code: "exists", Message: fmt.Sprintf("%s exists; a snapshot save does not replace it", path),
+			Hint: "choose another file name, or pass --force to replace it"})
+	}
 	return nil
 }
 

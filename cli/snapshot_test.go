@@ -87,3 +87,44 @@ func TestSnapshotCommands(t *testing.T) {
 		t.Fatalf("recovering a running node: %+v", r)
 	}
 }
+
+// A save never replaces an existing file (yesterday's backup, say) unless
+// --force, and a refused save leaves neither a changed file nor a
+// temporary one beside it.
+func TestSnapshotSaveKeepsAnExistingFile(t *testing.T) {
+	c := startNode(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "backup.snap")
+	if err := os.WriteFile(file, []byte("yesterday"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := c.cli("snapshot", "save", file)
+	if r.code != 1 || !strings.Contains(r.stderr, "backup.snap exists") || !strings.Contains(r.stderr, "--force") {
+		t.Fatalf("save over an existing file: %+v; want a refusal naming --force", r)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "yesterday" {
+		t.Fatalf("the existing file was changed: %.40q", b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("the refused save left files: %v", entries)
+	}
+	if r := c.cli("snapshot", "save", file, "--force"); r.code != 0 {
+		t.Fatalf("save --force: %+v", r)
+	}
+	if info, err := node.InspectSnapshot(mustOpen(t, file)); err != nil || info.Header.RaftIndex == 0 {
+		t.Fatalf("the file saved with --force: %+v %v", info, err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("save --force left files: %v", entries)
+	}
+}
+
+func mustOpen(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
