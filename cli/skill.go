@@ -246,8 +246,8 @@ func skillInspectCommand() *ucli.Command {
 				fmt.Fprintf(w, "sha256     %s\n", skill.Hash(data))
 				fmt.Fprintf(w, "signature  %s\n", sigState)
 				cp := m.Capabilities
-				fmt.Fprintf(w, "grants     http_hosts=%s allow_private=%v secrets=%s kv_prefix=%q fuel=%d memory_mib=%d wall_clock_ms=%d\n",
-					strings.Join(cp.HTTPHosts, ","), cp.AllowPrivate, strings.Join(cp.Secrets, ","), cp.KVPrefix, cp.Fuel, cp.MemoryMiB, cp.WallClockMS)
+				fmt.Fprintf(w, "grants     http_hosts=%s allow_private=%v secrets=%s kv_prefix=%q %s\n",
+					strings.Join(cp.HTTPHosts, ","), cp.AllowPrivate, strings.Join(cp.Secrets, ","), cp.KVPrefix, limitsText(cp.Fuel, cp.MemoryMiB<<20, cp.WallClockMS))
 				for _, t := range m.Tools {
 					flags := ""
 					if t.RequiresApproval {

@@ -173,8 +173,8 @@ func printSkill(w io.Writer, s *palyrav1.SkillInfo) {
 		fmt.Fprintf(w, "finding    %s\n", f)
 	}
 	fmt.Fprintf(w, "package    sha256 %s, %d bytes, key %s\n", s.PackageSha256, s.PackageSize, s.PublisherKey)
-	fmt.Fprintf(w, "grants     http_hosts=%s allow_private=%v secrets=%s kv_prefix=%q fuel=%d memory=%d wall_clock_ms=%d\n",
-		strings.Join(s.HttpHosts, ","), s.AllowPrivate, strings.Join(s.Secrets, ","), s.KvPrefix, s.Fuel, s.MemoryBytes, s.WallClockMs)
+	fmt.Fprintf(w, "grants     http_hosts=%s allow_private=%v secrets=%s kv_prefix=%q %s\n",
+		strings.Join(s.HttpHosts, ","), s.AllowPrivate, strings.Join(s.Secrets, ","), s.KvPrefix, limitsText(s.Fuel, s.MemoryBytes, s.WallClockMs))
 	for _, t := range s.Tools {
 		fmt.Fprintf(w, "tool       %s (%s) module sha256 %s", t.Id, t.Name, t.ModuleSha256)
 		if t.RequiresApproval {
@@ -185,6 +185,23 @@ func printSkill(w io.Writer, s *palyrav1.SkillInfo) {
 		}
 		fmt.Fprintf(w, "\n           input_schema  %s\n           output_schema %s\n", oneLineJSON(t.InputSchema), oneLineJSON(t.OutputSchema))
 	}
+}
+
+// limitsText shows a skill's limits as its runs get them: a limit the
+// manifest leaves at zero shows the default that applies, marked so
+// (before, "fuel=0 memory_mib=0" read as no memory at all).
+func limitsText(fuel, memoryBytes uint64, wallClockMs int64) string {
+	show := func(name string, v, def uint64) string {
+		if v == 0 {
+			return fmt.Sprintf("%s=%d (default)", name, def)
+		}
+		return fmt.Sprintf("%s=%d", name, v)
+	}
+	mem := show("memory_mib", memoryBytes>>20, palyrav1.DefaultMemoryBytes>>20)
+	if memoryBytes%(1<<20) != 0 {
+		mem = fmt.Sprintf("memory_bytes=%d", memoryBytes)
+	}
+	return show("fuel", fuel, palyrav1.DefaultFuel) + " " + mem + " " + show("wall_clock_ms", uint64(max(wallClockMs, 0)), uint64(palyrav1.DefaultTimeoutMs))
 }
 
 func oneLineJSON(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -155,3 +155,23 @@ func rewriteEntry(t *testing.T, in, out, name string, f func([]byte) []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestSkillLimitsShowTheirDefaults: a manifest that leaves fuel and
+// memory_mib out (example.guard) is shown with the defaults its runs get,
+// not "fuel=0 memory_mib=0", by inspect and by get.
+func TestSkillLimitsShowTheirDefaults(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "k")
+	runCLI(t, "skill", "keygen", "-o", key)
+	guard := packExample(t, "guard", key, "gate")
+	want := "fuel=10000000000 (default) memory_mib=64 (default) wall_clock_ms=10000\n"
+	if r := runCLI(t, "skill", "inspect", guard); r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Fatalf("inspect: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	c := startNode(t)
+	if r := c.cli("skill", "install", guard, "--trust-on-first-use"); r.code != 0 {
+		t.Fatalf("install: %q", r.stderr)
+	}
+	if r := c.cli("skill", "get", "example.guard"); r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Fatalf("get: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}

@@ -35,9 +35,9 @@ const (
 	// MaxRequestBytes is the largest request: a module, an array's inputs,
 	// and the framing of up to a million inputs.
 	MaxRequestBytes = MaxModuleBytes + MaxArrayInputBytes + 8<<20
-	DefaultTimeout  = 30 * time.Second
+	DefaultTimeout  = time.Duration(palyrav1.DefaultTimeoutMs) * time.Millisecond
 	MaxTimeout      = 24 * time.Hour
-	DefaultMemory   = 64 << 20
+	DefaultMemory   = palyrav1.DefaultMemoryBytes
 	MaxMemory       = 4 << 30
 	MaxOutputLimit  = 16 << 20
 	MaxRetries      = 10

@@ -10,3 +10,13 @@ const (
 	// tasks together; larger work is split into several arrays.
 	MaxArrayInputBytes = 64 << 20
 )
+
+// Defaults a wasm job, and a skill's run, gets for a limit left at zero
+// (a skill manifest without fuel, memory_mib or wall_clock_ms). Clients
+// show them; node/api and runtime/wasm apply them (a test holds them
+// equal).
+const (
+	DefaultMemoryBytes uint64 = 64 << 20
+	DefaultTimeoutMs   int64  = 30_000
+	DefaultFuel        uint64 = 10_000_000_000
+)
