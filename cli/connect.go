@@ -59,7 +59,13 @@ func dialNodes(c *ucli.Context, failover bool) (*client.Client, error) {
 		return nil, fail(c, &client.Error{Code: "invalid_argument", Message: err.Error(), Hint: "set --addr HOST:PORT"})
 	}
 	watchRenewal(c, cl, src)
-	if failover && !explicit && src.learn != nil {
+	// A successful call teaches the credential the cluster's nodes, with
+	// --addr too: after the cluster moved, one call with --addr is what
+	// brings the recorded list up to date. Not for a command aimed at one
+	// node (dialOne: node leave), which reaches no further than its node.
+	// (An --addr that is a tunnel is recorded first, as any address that
+	// answered is; the cluster's own addresses follow it.)
+	if failover && src.learn != nil {
 		learnMembers(c, cl, src.learn)
 	}
 	return cl, nil

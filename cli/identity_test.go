@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -191,5 +192,42 @@ func TestDoctorSaysARevokedCredentialIsRevoked(t *testing.T) {
 	}
 	if reach := byName["node reachable"]; reach.Status != "fail" {
 		t.Fatalf("reach check: %+v", reach)
+	}
+}
+
+// A successful call with --addr teaches the device the cluster's nodes as
+// a call without it does: after the cluster moved, one call with --addr
+// brings the recorded list up to date and later calls need no --addr.
+func TestExplicitAddrLearnsTheClustersNodes(t *testing.T) {
+	c := startNode(t)
+	cfg := filepath.Join(t.TempDir(), "laptop")
+	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr(), "--name", "laptop"); r.code != 0 {
+		t.Fatalf("device pair: %+v", r)
+	}
+	// The cluster moved: the device knows only an address where no node is.
+	dc, err := readDeviceConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := "127.0.0.1:1"
+	dc.Addr, dc.Peers = gone, nil
+	if err := writeDeviceConfig(cfg, dc); err != nil {
+		t.Fatal(err)
+	}
+	if r := device(t, cfg, "--dial-timeout", "300ms", "job", "list"); r.code != 1 {
+		t.Fatalf("with a stale list: %+v", r)
+	}
+	if r := device(t, cfg, "--addr", c.node.Addr(), "job", "list"); r.code != 0 {
+		t.Fatalf("with --addr: %+v", r)
+	}
+	dc, err = readDeviceConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dc.Addr != c.node.Addr() || !slices.Contains(dc.Peers, c.node.Addr()) || slices.Contains(dc.Peers, gone) {
+		t.Fatalf("recorded after a call with --addr: addr %s peers %v (node at %s)", dc.Addr, dc.Peers, c.node.Addr())
+	}
+	if r := device(t, cfg, "job", "list"); r.code != 0 {
+		t.Fatalf("without --addr afterwards: %+v", r)
 	}
 }
