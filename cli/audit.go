@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -39,24 +41,39 @@ func auditCommand() *ucli.Command {
 		Subcommands: []*ucli.Command{
 			{
 				Name:  "list",
-				Usage: "list journal records, oldest first",
+				Usage: "list journal records, newest first (--oldest-first for journal order)",
+				Description: `Shows the newest --limit records, newest first; when older ones remain it
+   prints on stderr the flag for the next page (--before SEQ). --oldest-first
+   lists from the start of the journal (or from --after SEQ) in journal
+   order, the next page being --after SEQ. 'palyra audit export' writes all.`,
 				Flags: []ucli.Flag{
 					&ucli.Uint64Flag{Name: "after", Usage: "only records after sequence number `SEQ`"},
+					&ucli.Uint64Flag{Name: "before", Usage: "only records before sequence number `SEQ` (the next page, newest first)"},
 					&ucli.DurationFlag{Name: "since", Usage: "only records of the last `DURATION` (e.g. 24h)"},
-					&ucli.IntFlag{Name: "limit", Value: 100, Usage: "at most `N` records"},
+					&ucli.IntFlag{Name: "limit", Value: 100, Usage: "at most `N` records (1000 at most)"},
+					&ucli.BoolFlag{Name: "oldest-first", Usage: "list in journal order, from the oldest record (or --after SEQ)"},
 					jsonFlag,
 				},
 				Action: func(c *ucli.Context) error {
+					if c.Bool("oldest-first") && c.IsSet("before") {
+						return usageErr("--before pages newest first; with --oldest-first page on with --after SEQ")
+					}
 					cl, err := dial(c)
 					if err != nil {
 						return err
 					}
 					defer cl.Close()
-					req := &palyrav1.ListAuditRequest{AfterSeq: c.Uint64("after"), Limit: uint32(max(0, c.Int("limit")))}
+					var sinceMs int64
 					if d := c.Duration("since"); d > 0 {
-						req.SinceMs = time.Now().Add(-d).UnixMilli()
+						sinceMs = time.Now().Add(-d).UnixMilli()
 					}
-					resp, err := cl.Audit.ListAudit(c.Context, connect.NewRequest(req))
+					var resp *connect.Response[palyrav1.ListAuditResponse]
+					if c.Bool("oldest-first") {
+						resp, err = cl.Audit.ListAudit(c.Context, connect.NewRequest(&palyrav1.ListAuditRequest{
+							AfterSeq: c.Uint64("after"), Limit: uint32(max(0, c.Int("limit"))), SinceMs: sinceMs}))
+					} else {
+						resp, err = listAuditNewest(c, cl, sinceMs)
+					}
 					if err != nil {
 						return fail(c, cl.Explain(err))
 					}
@@ -71,9 +88,13 @@ func auditCommand() *ucli.Command {
 					if err := tw.Flush(); err != nil {
 						return err
 					}
-					if resp.Msg.More {
+					if resp.Msg.More && len(resp.Msg.Records) > 0 {
 						last := resp.Msg.Records[len(resp.Msg.Records)-1].Seq
-						fmt.Fprintf(c.App.ErrWriter, "more records follow: --after %d\n", last)
+						if c.Bool("oldest-first") {
+							fmt.Fprintf(c.App.ErrWriter, "more records follow: --oldest-first --after %d\n", last)
+						} else {
+							fmt.Fprintf(c.App.ErrWriter, "older records: --before %d\n", last)
+						}
 					}
 					return nil
 				},
@@ -170,6 +191,54 @@ func auditCommand() *ucli.Command {
 			},
 		},
 	}
+}
+
+// maxAuditPage is the most records a node returns in one ListAudit.
+const maxAuditPage = 1000
+
+// listAuditNewest lists the newest --limit records (of those after
+// --after, before --before and since sinceMs), newest first; More says
+// older ones remain. The journal's sequence numbers have no gaps, so the
+// page is the window of seqs below the head (or --before), asked for by
+// the seq just before it.
+func listAuditNewest(c *ucli.Context, cl *client.Client, sinceMs int64) (*connect.Response[palyrav1.ListAuditResponse], error) {
+	// Past the head the journal answers no records, only where it starts
+	// and ends.
+	ends, err := cl.Audit.ListAudit(c.Context, connect.NewRequest(&palyrav1.ListAuditRequest{AfterSeq: math.MaxUint64, Limit: 1}))
+	if err != nil {
+		return nil, err
+	}
+	limit := uint64(c.Int("limit"))
+	if c.Int("limit") <= 0 || limit > maxAuditPage {
+		limit = maxAuditPage
+	}
+	upper, lower := ends.Msg.HeadSeq, max(c.Uint64("after"), ends.Msg.BaseSeq)
+	if b := c.Uint64("before"); c.IsSet("before") && b <= upper {
+		upper = max(b, 1) - 1
+	}
+	resp := ends
+	resp.Msg.Records, resp.Msg.More = nil, false
+	if upper <= lower {
+		return resp, nil
+	}
+	start := lower
+	if upper-lower > limit {
+		start = upper - limit
+	}
+	page, err := cl.Audit.ListAudit(c.Context, connect.NewRequest(&palyrav1.ListAuditRequest{AfterSeq: start, Limit: uint32(upper - start), SinceMs: sinceMs}))
+	if err != nil {
+		return nil, err
+	}
+	recs := page.Msg.Records
+	// With --since the node skips older records and may fill the page
+	// with ones appended since the first call: those are not this page's.
+	recs = slices.DeleteFunc(recs, func(r *palyrav1.AuditRecord) bool { return r.Seq > upper })
+	slices.Reverse(recs)
+	page.Msg.Records = recs
+	// Records before the window remain unless --since already cut some of
+	// the window (then every older one is older still).
+	page.Msg.More = start > lower && uint64(len(recs)) == upper-start
+	return page, nil
 }
 
 // verifyAuditFile checks an export offline.

@@ -21,11 +21,13 @@ func metricsCommand() *ucli.Command {
 		Description: `The same text a node started with --metrics-listen serves at /metrics, fetched
    over the authenticated API from the node at --addr (operators only). With
    --json, one object per series: {"name", "labels", "value"}; with --match,
-   only series whose name contains the text.
+   only series whose name contains the text. Like grep, a --match that
+   matches no series exits 1 (saying so on stderr; with --json after
+   printing an empty list), so scripts can tell; errors exit 1 too.
 
    Example:
      palyra metrics --match palyra_queue_depth`,
-		Flags: []ucli.Flag{jsonFlag, &ucli.StringFlag{Name: "match", Usage: "only series whose name contains `TEXT`"}},
+		Flags: []ucli.Flag{jsonFlag, &ucli.StringFlag{Name: "match", Usage: "only series whose name contains `TEXT` (none: exit 1)"}},
 		Action: func(c *ucli.Context) error {
 			cl, err := dial(c)
 			if err != nil {
@@ -51,7 +53,7 @@ func metricsCommand() *ucli.Command {
 				Labels map[string]string `json:"labels,omitempty"`
 				Value  float64           `json:"value"`
 			}
-			var out []series
+			out := []series{}
 			names := make([]string, 0, len(families))
 			for n := range families {
 				names = append(names, n)
@@ -82,7 +84,14 @@ func metricsCommand() *ucli.Command {
 				}
 			}
 			if c.Bool("json") {
-				return writeJSON(c.App.Writer, map[string]any{"node_id": resp.Msg.NodeId, "series": out})
+				if err := writeJSON(c.App.Writer, map[string]any{"node_id": resp.Msg.NodeId, "series": out}); err != nil || len(out) > 0 || match == "" {
+					return err
+				}
+				return ucli.Exit("", exitFailure)
+			}
+			if len(out) == 0 && match != "" {
+				fmt.Fprintf(c.App.ErrWriter, "no metric name contains %q on node %s (see the names with 'palyra metrics')\n", match, resp.Msg.NodeId)
+				return ucli.Exit("", exitFailure)
 			}
 			for _, s := range out {
 				var ls []string

@@ -80,9 +80,13 @@ func pairCommand() *ucli.Command {
 						return writeJSON(c.App.Writer, map[string]any{"pairings": out})
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-					fmt.Fprintln(tw, "ID\tKIND\tSTATE\tEXPIRES\tCREATED BY\tUSED BY")
+					fmt.Fprintln(tw, "ID\tKIND\tOPERATOR\tSTATE\tEXPIRES\tCREATED BY\tUSED BY")
 					for _, p := range resp.Msg.Pairings {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Id, p.Kind, p.State, msTime(p.ExpiresAtMs), p.CreatedBy, p.UsedBy)
+						op := fmt.Sprint(p.Operator)
+						if p.Kind != "device" {
+							op = "-" // only a device may be an operator
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Id, p.Kind, op, p.State, msTime(p.ExpiresAtMs), p.CreatedBy, p.UsedBy)
 					}
 					return tw.Flush()
 				},
