@@ -200,3 +200,28 @@ func TestHookInputIsCheckedAgainstTheToolsSchema(t *testing.T) {
 		t.Fatalf("before_run hook with input its tool refuses: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestSubmitWaitHeldForApprovalSaysHowItGoesOn: 'job submit --wait' held
+// by a before_run hook's request_approval says how the job goes on, as
+// 'skill run' does, worded for a caller who may not decide: who can, and
+// the commands.
+func TestSubmitWaitHeldForApprovalSaysHowItGoesOn(t *testing.T) {
+	c := startNode(t)
+	key := filepath.Join(t.TempDir(), "k")
+	runCLI(t, "skill", "keygen", "-o", key)
+	guard := packExample(t, "guard", key, "gate")
+	if r := c.cli("skill", "install", guard, "--trust-on-first-use"); r.code != 0 {
+		t.Fatalf("install guard: %q %q", r.stdout, r.stderr)
+	}
+	if r := c.cli("hook", "bind", "before_run", "example.guard", "gate"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	for _, extra := range [][]string{nil, {"--idempotency-key", "k1"}} { // RunJob, and Submit then watch
+		args := append([]string{"job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "hi", "--allow-host", "example.com", "--wait", "--wait-timeout", "2s"}, extra...)
+		r := c.cli(args...)
+		if r.code == 0 || !strings.Contains(r.stderr, "waits for approval: an operator") || !strings.Contains(r.stderr, "can approve it with 'palyra job approve j-") ||
+			!strings.Contains(r.stderr, "'palyra job deny j-") || strings.Count(r.stderr, "waits for approval") != 1 {
+			t.Fatalf("%v: %d %q %q", extra, r.code, r.stdout, r.stderr)
+		}
+	}
+}

@@ -475,16 +475,30 @@ func (g *giveUpTimer) stop() {
 
 // reasonPrinter prints a queued job's pending reason each time it changes.
 type reasonPrinter struct {
-	w    io.Writer
-	last string
+	w        io.Writer
+	last     string
+	approval bool // the approval hint was printed
 }
 
 func (r *reasonPrinter) see(j *palyrav1.Job) {
+	if j.Phase == palyrav1.JobPhase_JOB_PHASE_WAITING_FOR_APPROVAL && !r.approval {
+		// A job a before_run hook (or a requires_approval tool) holds:
+		// say how it goes on, as 'skill run' does.
+		r.approval = true
+		printApprovalHint(r.w, j.Id)
+	}
 	if j.Phase != palyrav1.JobPhase_JOB_PHASE_QUEUED || j.PendingReason == "" || j.PendingReason == r.last {
 		return
 	}
 	r.last = j.PendingReason
 	fmt.Fprintf(r.w, "job %s waiting: %s\n", j.Id, j.PendingReason)
+}
+
+// printApprovalHint says how a job waiting for approval goes on. The
+// caller may not be allowed to decide (a device, under the default
+// policy), so it says who can rather than telling the caller to.
+func printApprovalHint(w io.Writer, id string) {
+	fmt.Fprintf(w, "job %s waits for approval: an operator (whoever the policy allows job.approve) can approve it with 'palyra job approve %s' or deny it with 'palyra job deny %s --reason …'\n", id, id, id)
 }
 
 // waitJob follows a job until it reaches a terminal phase, riding out a

@@ -425,8 +425,8 @@ func skillRunCommand() *ucli.Command {
 				return fail(c, cl.Explain(err))
 			}
 			job := resp.Msg.Job
-			if job.Phase == palyrav1.JobPhase_JOB_PHASE_WAITING_FOR_APPROVAL && !c.Bool("json") {
-				fmt.Fprintf(c.App.ErrWriter, "job %s waits for approval: 'palyra job approve %s' or 'palyra job deny %s --reason …'\n", job.Id, job.Id, job.Id)
+			if job.Phase == palyrav1.JobPhase_JOB_PHASE_WAITING_FOR_APPROVAL && !c.Bool("json") && !c.Bool("wait") {
+				printApprovalHint(c.App.ErrWriter, job.Id) // with --wait, waitJob says it
 			}
 			if !c.Bool("wait") {
 				if c.Bool("json") {
