@@ -5,10 +5,16 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 )
 
 // slogWriter turns hclog's formatted lines back into slog records.
-type slogWriter struct{ l *slog.Logger }
+// closing, when set, marks the store as shutting down: raft errors that
+// its own shutdown causes are then expected (shuttingDownError).
+type slogWriter struct {
+	l       *slog.Logger
+	closing *atomic.Bool
+}
 
 func (w *slogWriter) Write(p []byte) (int, error) {
 	for _, line := range bytes.Split(bytes.TrimRight(p, "\n"), []byte("\n")) {
@@ -26,7 +32,8 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 			}
 		}
 		s = strings.TrimPrefix(s, "raft: ")
-		if level == slog.LevelError && expectedRaftError(s) || level == slog.LevelWarn && catchingUp(s) {
+		if level == slog.LevelError && (expectedRaftError(s) || w.closing != nil && w.closing.Load() && shuttingDownError(s)) ||
+			level == slog.LevelWarn && catchingUp(s) {
 			level = slog.LevelDebug
 		}
 		w.l.Log(context.Background(), level, s)
@@ -48,4 +55,15 @@ func expectedRaftError(msg string) bool {
 // sends what is missing). Normal, so not a warning.
 func catchingUp(msg string) bool {
 	return strings.HasPrefix(msg, "failed to get previous log")
+}
+
+// shuttingDownError reports a raft error that a store's own Close causes:
+// RPCs in flight to peers fail as its transport and streams close.
+func shuttingDownError(msg string) bool {
+	for _, m := range []string{"transport shutdown", "stream canceled", "use of closed network connection", "raft is shutdown", "shutdown"} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }

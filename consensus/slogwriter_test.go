@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -37,5 +38,29 @@ func TestCatchingUpIsNotAWarning(t *testing.T) {
 	}
 	if !strings.Contains(out, `level=WARN msg="heartbeat timeout reached`) {
 		t.Errorf("another warning lost its level:\n%s", out)
+	}
+}
+
+// Once the store is closing, the errors raft's own shutdown causes are
+// debug; the same errors before Close, and other errors during it, stay
+// errors.
+func TestShutdownErrorsAreNotErrorsWhileClosing(t *testing.T) {
+	var buf bytes.Buffer
+	closing := new(atomic.Bool)
+	w := &slogWriter{l: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), closing: closing}
+	line := []byte("[ERROR] raft: failed to heartbeat to: peer=127.0.0.1:1 backoff time=10ms error=\"transport shutdown\"\n")
+	w.Write(line)
+	closing.Store(true)
+	w.Write(line)
+	w.Write([]byte("[ERROR] raft: failed to take snapshot: error=\"disk full\"\n"))
+	out := buf.String()
+	if n := strings.Count(out, "level=ERROR msg=\"failed to heartbeat"); n != 1 {
+		t.Errorf("the shutdown error before Close should be the one ERROR, got %d:\n%s", n, out)
+	}
+	if !strings.Contains(out, "level=DEBUG msg=\"failed to heartbeat") {
+		t.Errorf("the shutdown error while closing is not debug:\n%s", out)
+	}
+	if !strings.Contains(out, "level=ERROR msg=\"failed to take snapshot") {
+		t.Errorf("another error while closing lost its level:\n%s", out)
 	}
 }

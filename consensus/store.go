@@ -63,6 +63,7 @@ type Store struct {
 	log           *slog.Logger
 	stop          chan struct{} // closed by Close
 	stopOnce      sync.Once
+	closing       *atomic.Bool // set by Close: raft's errors from its own shutdown are expected
 }
 
 // Open opens (or creates) the raft state in cfg.Dir and starts the server.
@@ -77,7 +78,8 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("create raft dir: %w", err)
 	}
 	lg := cfg.Logger.With("component", "raft")
-	hl := newHCLogger(lg)
+	closing := new(atomic.Bool)
+	hl := newHCLoggerClosing(lg, closing)
 
 	bolt, err := openBolt(filepath.Join(cfg.Dir, "raft.db"))
 	if err != nil {
@@ -140,7 +142,7 @@ func Open(cfg Config) (*Store, error) {
 		bolt.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	st := &Store{cfg: cfg, raft: r, fsm: fsm, bolt: bolt, transport: transport, log: lg, stop: make(chan struct{})}
+	st := &Store{cfg: cfg, raft: r, fsm: fsm, bolt: bolt, transport: transport, log: lg, stop: make(chan struct{}), closing: closing}
 	go st.adaptSnapshots(rc.SnapshotThreshold, st.stop)
 	return st, nil
 }
@@ -321,6 +323,7 @@ func (s *Store) LeadershipChanges() <-chan bool {
 
 // Close stops raft and closes the log store. Safe to call once.
 func (s *Store) Close() error {
+	s.closing.Store(true)
 	s.stopOnce.Do(func() { close(s.stop) })
 	err := s.raft.Shutdown().Error()
 	s.transport.gate.close() // no heartbeat writes the stores from here on
@@ -337,11 +340,16 @@ func (s *Store) Close() error {
 
 // newHCLogger adapts raft's hclog output to slog: raft writes lines like
 // "2026-… [WARN]  raft: message: k=v"; we forward them with their level.
-func newHCLogger(l *slog.Logger) hclog.Logger {
+func newHCLogger(l *slog.Logger) hclog.Logger { return newHCLoggerClosing(l, nil) }
+
+// newHCLoggerClosing is newHCLogger for a store: once closing is set,
+// the errors raft's own shutdown causes (its transport and streams
+// closing under in-flight RPCs) are logged at debug.
+func newHCLoggerClosing(l *slog.Logger, closing *atomic.Bool) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:            "raft",
 		Level:           hclog.Info,
-		Output:          &slogWriter{l: l},
+		Output:          &slogWriter{l: l, closing: closing},
 		DisableTime:     true,
 		IncludeLocation: false,
 	})

@@ -42,7 +42,7 @@ func (n *Node) watchRevocations(ctx context.Context) {
 					if len(pr) > 5 && pr[:5] == "node:" {
 						id := pr[5:]
 						if f := n.store.Raft().RemoveServer(raft.ServerID(id), 0, 10*time.Second); f.Error() == nil {
-							n.log.Info("removed revoked node from raft", "node", id)
+							n.log.Info("removed revoked node from raft", "peer", id)
 						}
 					}
 				}

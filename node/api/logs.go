@@ -98,7 +98,7 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 					continue // more may be waiting
 				}
 			} else if err != nil {
-				s.log.Debug("live output unavailable", "job", id, "node", j.NodeID, "err", err)
+				s.log.Debug("live output unavailable", "job", id, "worker", j.NodeID, "err", err)
 			}
 		}
 		if !req.Msg.Follow {

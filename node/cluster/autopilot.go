@@ -109,7 +109,7 @@ func (d *apDelegate) FetchServerStats(ctx context.Context, servers map[raft.Serv
 			} else {
 				resp, err := c.call(ctx, string(s.Address), string(id), statsRequest())
 				if err != nil || resp.GetRaftStats() == nil {
-					c.log.Debug("no raft stats from server", "node", string(id), "err", err)
+					c.log.Debug("no raft stats from server", "peer", string(id), "err", err)
 					return
 				}
 				st = statsFrom(resp.GetRaftStats())
@@ -182,9 +182,9 @@ func (d *apDelegate) RemoveFailedServer(s *autopilot.Server) {
 			d.mu.Unlock()
 		}()
 		if err := c.raft.RemoveServer(s.ID, 0, 0).Error(); err != nil {
-			c.log.Warn("could not remove failed server", "node", id, "err", err)
+			c.log.Warn("could not remove failed server", "peer", id, "err", err)
 			return
 		}
-		c.log.Info("removed failed server from raft", "node", id, "status", string(s.NodeStatus))
+		c.log.Info("removed failed server from raft", "peer", id, "status", string(s.NodeStatus))
 	})
 }

@@ -151,7 +151,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	c.goLoop(func() { c.watchLeader(obsCh) })
 	c.goLoop(c.leadershipLoop)
 	c.goLoop(c.housekeeping)
-	c.log.Info("cluster started", "node", c.cfg.NodeID, "address", c.cfg.Advertise, "target_voters", c.cfg.TargetVoters)
+	c.log.Info("cluster started", "address", c.cfg.Advertise, "target_voters", c.cfg.TargetVoters)
 	return nil
 }
 

@@ -109,7 +109,7 @@ func (d *gossipDelegate) NotifyLeave(n *memberlist.Node)  { d.c.gossipGone(n) }
 func (c *Cluster) gossipAlive(n *memberlist.Node, join bool) {
 	meta, leaving, err := decodeMeta(n.Meta)
 	if err != nil {
-		c.log.Warn("ignoring bad gossip meta", "node", n.Name, "err", err)
+		c.log.Warn("ignoring bad gossip meta", "peer", n.Name, "err", err)
 	}
 	c.mu.Lock()
 	m := c.members[n.Name]
@@ -124,7 +124,7 @@ func (c *Cluster) gossipAlive(n *memberlist.Node, join bool) {
 	}
 	c.mu.Unlock()
 	if join && !wasAlive && n.Name != c.cfg.NodeID {
-		c.log.Info("member alive", "node", n.Name, "address", n.Address())
+		c.log.Info("member alive", "peer", n.Name, "address", n.Address())
 		c.kickHousekeeping()
 	}
 	c.notify()
@@ -150,9 +150,9 @@ func (c *Cluster) gossipGone(n *memberlist.Node) {
 	m.state, m.since = state, time.Now()
 	c.mu.Unlock()
 	if state == StateDead {
-		c.log.Warn("member failed", "node", n.Name, "address", n.Address())
+		c.log.Warn("member failed", "peer", n.Name, "address", n.Address())
 	} else {
-		c.log.Info("member left", "node", n.Name, "address", n.Address())
+		c.log.Info("member left", "peer", n.Name, "address", n.Address())
 	}
 	c.kickHousekeeping()
 	c.notify()

@@ -217,14 +217,14 @@ func (c *Cluster) addGossipMembers() {
 			ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
 			defer cancel()
 			if _, err := c.call(ctx, m.addr, m.id, statsRequest()); err != nil {
-				c.log.Debug("not adding gossip member to raft: it did not answer as itself", "node", m.id, "err", err)
+				c.log.Debug("not adding gossip member to raft: it did not answer as itself", "peer", m.id, "err", err)
 				return
 			}
 			if err := c.ap.AddServer(&autopilot.Server{ID: raftID(m.id), Address: raftAddr(m.addr)}); err != nil {
-				c.log.Warn("could not add gossip member to raft", "node", m.id, "err", err)
+				c.log.Warn("could not add gossip member to raft", "peer", m.id, "err", err)
 				return
 			}
-			c.log.Info("added gossip member to raft as non-voter", "node", m.id, "address", m.addr)
+			c.log.Info("added gossip member to raft as non-voter", "peer", m.id, "address", m.addr)
 		})
 	}
 }

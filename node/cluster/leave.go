@@ -116,7 +116,7 @@ func (c *Cluster) ensureSuccessor(ctx context.Context) error {
 			Message: "cannot leave: no other alive server can take over leadership",
 			Hint:    "start or join another node first, or stop this one without leaving"}
 	}
-	c.log.Info("leaving: promoting a successor", "node", pick)
+	c.log.Info("leaving: promoting a successor", "peer", pick)
 	err = c.raft.AddVoter(raftID(pick), raftAddr(conf[pick].Address), 0, bounded(ctx, 10*time.Second)).Error()
 	if err != nil {
 		return fmt.Errorf("cluster: promote successor %s: %w", pick, err)

@@ -183,7 +183,7 @@ func (c *Cluster) handleRaftJoin(pr identity.Principal, r *peerpb.RaftJoinReques
 		return &peerpb.Response{Error: toPBError(err)}
 	}
 	c.clearDeparting(r.Id)
-	c.log.Info("node joined raft as non-voter", "node", r.Id, "address", r.Address)
+	c.log.Info("node joined raft as non-voter", "peer", r.Id, "address", r.Address)
 	c.kickHousekeeping()
 	return &peerpb.Response{Body: &peerpb.Response_RaftJoin{RaftJoin: &peerpb.RaftJoinResponse{}}}
 }
@@ -213,7 +213,7 @@ func (c *Cluster) handleLeave(pr identity.Principal, r *peerpb.LeaveRequest) *pe
 	if err := c.ap.RemoveServer(raftID(r.Id)); err != nil {
 		return &peerpb.Response{Error: toPBError(err)}
 	}
-	c.log.Info("node left raft", "node", r.Id)
+	c.log.Info("node left raft", "peer", r.Id)
 	c.kickHousekeeping()
 	return &peerpb.Response{Body: &peerpb.Response_Leave{Leave: &peerpb.LeaveResponse{}}}
 }

@@ -269,7 +269,7 @@ func (d *Driver) Round(ctx context.Context) {
 			continue
 		}
 		for _, j := range st.RunningOn(node) {
-			d.log.Warn("re-queueing job", "job", j.ID, "attempt", j.Attempt, "node", node, "reason", reason)
+			d.log.Warn("re-queueing job", "job", j.ID, "attempt", j.Attempt, "worker", node, "reason", reason)
 			round.Requeues = append(round.Requeues, &raftpb.RequeueJob{Id: j.ID, Attempt: j.Attempt, Reason: reason})
 		}
 	}

@@ -75,7 +75,7 @@ func (d *Driver) lapsed(round *raftpb.SchedulerRound, now time.Time, nodes []str
 			}
 			if now.After(l.until) && len(round.Requeues) < maxRoundRequeues {
 				reason := "lease lapsed: " + node + " did not renew it for " + d.cfg.LeaseTTL.String()
-				d.log.Warn("re-queueing job", "job", j.ID, "attempt", j.Attempt, "node", node, "reason", reason)
+				d.log.Warn("re-queueing job", "job", j.ID, "attempt", j.Attempt, "worker", node, "reason", reason)
 				round.Requeues = append(round.Requeues, &raftpb.RequeueJob{Id: j.ID, Attempt: j.Attempt, Reason: reason})
 				delete(d.leases, j.ID)
 				d.silent[node] = true // no new work until it renews again
