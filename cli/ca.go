@@ -51,7 +51,16 @@ func caCommand() *ucli.Command {
 					for _, n := range resp.Msg.Nodes {
 						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", n.Id, n.State, n.Voter, dash(strings.Join(n.Holds, ",")), dash(n.CertRoot))
 					}
-					return tw.Flush()
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+					for _, n := range resp.Msg.Nodes {
+						if n.State == "removed" && len(n.Holds) > 0 {
+							fmt.Fprintf(c.App.ErrWriter, "%s was removed ('palyra node remove') and signs nothing, but its data dir may still hold the CA key of %s: wipe that machine (delete its data dir)\n",
+								n.Id, strings.Join(n.Holds, ","))
+						}
+					}
+					return nil
 				},
 			},
 			{

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/node/api"
 	"github.com/palyra-mesh/palyra/node/blob"
 	"github.com/palyra-mesh/palyra/node/cluster"
 )
@@ -185,10 +186,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if n.cluster != nil {
-		states := map[string]float64{cluster.StateAlive: 0, cluster.StateDead: 0, cluster.StateLeft: 0}
+		// The same state names as 'palyra nodes': a revoked node is removed.
+		states := map[string]float64{cluster.StateAlive: 0, cluster.StateDead: 0, cluster.StateLeft: 0, api.StateRemoved: 0}
+		var reg api.AuthzState
+		if st != nil {
+			reg = st.State()
+		}
 		voters := 0.0
 		for _, mb := range n.cluster.Members() {
-			states[mb.State]++
+			states[api.MemberState(reg, mb)]++
 			if mb.Voter {
 				voters++
 			}

@@ -341,13 +341,10 @@ func (n nodeService) ListNodes(ctx context.Context, _ *connect.Request[palyrav1.
 		return connect.NewResponse(resp), nil
 	}
 	for _, m := range s.Members() {
-		ni := &palyrav1.NodeInfo{Id: m.ID, Address: m.Address, State: m.State, Voter: m.Voter, Leader: m.Leader,
+		ni := &palyrav1.NodeInfo{Id: m.ID, Address: m.Address, State: MemberState(s.control.State(), m), Voter: m.Voter, Leader: m.Leader,
 			Labels: m.Labels, Version: m.Version, InRaft: m.InRaft, Capacity: map[string]int64{}, Eligible: true}
 		if rec, ok := s.control.State().Member("node", m.ID); ok {
 			ni.Eligible, ni.Draining = !rec.Ineligible && !rec.Draining && !rec.Revoked, rec.Draining
-			if rec.Revoked && m.State != cluster.StateAlive {
-				ni.State = "removed" // revoked (palyra node remove): it cannot come back
-			}
 		}
 		ni.Running = uint32(len(s.control.State().Jobs(consensus.JobFilter{Phase: consensus.PhaseRunning, NodeID: m.ID})))
 		for k, v := range m.Capacity {

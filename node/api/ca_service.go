@@ -68,21 +68,35 @@ func rootsToPB(b consensus.TrustBundle, holders map[string][]string) []*palyrav1
 
 // caView lists the roots and, from gossip, which node holds which key.
 func (s *Server) caView() ([]*palyrav1.CARoot, []*palyrav1.CANode) {
+	nodes, holders := s.caNodes()
+	return rootsToPB(s.control.State().Trust(), holders), nodes
+}
+
+// caNodes lists the members with the keys they gossip, and the holders of
+// each key by fingerprint prefix. A removed (revoked) node is listed with
+// what it last said it held, but holds nothing that can sign.
+func (s *Server) caNodes() ([]*palyrav1.CANode, map[string][]string) {
 	holders := map[string][]string{}
 	var nodes []*palyrav1.CANode
 	if s.Members != nil {
 		for _, m := range s.Members() {
-			n := &palyrav1.CANode{Id: m.ID, Voter: m.Voter, State: m.State, CertRoot: m.Labels[LabelCertRoot]}
+			n := &palyrav1.CANode{Id: m.ID, Voter: m.Voter, State: MemberState(s.control.State(), m), CertRoot: m.Labels[LabelCertRoot]}
+			revoked := s.control.State().IsRevoked("node", m.ID)
 			if v := m.Labels[LabelCAKeys]; v != "" {
 				n.Holds = strings.Split(v, ",")
 				for _, fp := range n.Holds {
+					if revoked {
+						// A removed node's copy is no holder that can sign;
+						// ca status tells to wipe that machine.
+						continue
+					}
 					holders[fp] = append(holders[fp], m.ID)
 				}
 			}
 			nodes = append(nodes, n)
 		}
 	}
-	return rootsToPB(s.control.State().Trust(), holders), nodes
+	return nodes, holders
 }
 
 func (is identityService) GetCA(ctx context.Context, _ *connect.Request[palyrav1.GetCARequest]) (*connect.Response[palyrav1.GetCAResponse], error) {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
@@ -57,3 +58,20 @@ type AuthzState interface {
 }
 
 var _ State = (*consensus.State)(nil)
+
+// StateRemoved is the state `palyra nodes`, `palyra ca status` and the
+// members metric give a node revoked by 'palyra node remove' that is not
+// alive: it cannot come back on its old certificate.
+const StateRemoved = "removed"
+
+// MemberState is a cluster member's state as every listing names it:
+// gossip's alive, dead or left, or StateRemoved for a revoked node that is
+// not alive.
+func MemberState(st AuthzState, m cluster.Member) string {
+	if st != nil && m.State != cluster.StateAlive {
+		if rec, ok := st.Member("node", m.ID); ok && rec.Revoked {
+			return StateRemoved
+		}
+	}
+	return m.State
+}
