@@ -36,8 +36,8 @@ func nodeFlags() []ucli.Flag {
 		&ucli.DurationFlag{Name: "cert-ttl", Usage: "lifetime of the certificates this node signs while it is a voter (5s to 90 days); every node and device renews at two thirds of it", DefaultText: "24h", EnvVars: []string{"PALYRA_CERT_TTL"}},
 		&ucli.StringFlag{Name: "network", Usage: "tune failure detection for `lan` (one site: a dead leader replaced in under a second) or wan (sites apart: slower, tolerant of slow links); default: the one recorded in the data dir, else lan", EnvVars: []string{"PALYRA_NETWORK"}},
 		&ucli.IntFlag{Name: "target-voters", Usage: "raft voters the cluster keeps: 1, 3 or 5 (the leader's setting applies)", DefaultText: "3", EnvVars: []string{"PALYRA_TARGET_VOTERS"}},
-		&ucli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics over plain HTTP at http://`HOST:PORT`/metrics (loopback only unless --metrics-allow-remote; the API stays QUIC-only)", EnvVars: []string{"PALYRA_METRICS_LISTEN"}},
-		&ucli.BoolFlag{Name: "metrics-allow-remote", Usage: "let --metrics-listen bind an address other hosts can reach (no authentication: firewall it)", EnvVars: []string{"PALYRA_METRICS_ALLOW_REMOTE"}},
+		&ucli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics over plain HTTP at http://`HOST:PORT`/metrics (loopback only unless --metrics-allow-remote; the API stays QUIC-only); remembered in the data dir, so a restart without it serves them again; 'off' (or \"\") stops serving and forgets it", DefaultText: "the address recorded in the data dir, else none", EnvVars: []string{"PALYRA_METRICS_LISTEN"}},
+		&ucli.BoolFlag{Name: "metrics-allow-remote", Usage: "let --metrics-listen bind an address other hosts can reach (no authentication: firewall it); remembered with the address", EnvVars: []string{"PALYRA_METRICS_ALLOW_REMOTE"}},
 		&ucli.StringFlag{Name: "log-format", Usage: "log format: text or json", Value: "text", EnvVars: []string{"PALYRA_LOG_FORMAT"}},
 		&ucli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"PALYRA_LOG_LEVEL"}},
 	}
@@ -86,6 +86,14 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 	if _, err := node.TimersFor(network); err != nil {
 		return node.Config{}, usageErr("--network: %v", err)
 	}
+	// --metrics-listen is remembered; off (or an explicit "") forgets it.
+	metricsListen := c.String("metrics-listen")
+	if strings.EqualFold(metricsListen, node.MetricsOff) || (metricsListen == "" && c.IsSet("metrics-listen")) {
+		metricsListen = node.MetricsOff
+		if s, ok := src["metrics-listen"]; ok {
+			src["metrics-listen"] = setting{node.MetricsOff, s.source}
+		}
+	}
 	dataDir := c.String("data-dir")
 	if dataDir == "" {
 		dataDir = "palyra-data"
@@ -96,7 +104,7 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 		WasmSlots: c.Int("wasm-slots"), BrowserSlots: c.Int("browser-slots"), BrowserPrewarm: c.Bool("browser-prewarm"), Labels: labels, TargetVoters: tv,
 		Prefetch: prefetchFlag(c, "prefetch"), ArrayPrefetch: prefetchFlag(c, "array-prefetch"), LeaseTTL: c.Duration("lease-ttl"),
 		CertTTL: c.Duration("cert-ttl"), Network: network,
-		MetricsListen: c.String("metrics-listen"), MetricsAllowRemote: c.Bool("metrics-allow-remote"),
+		MetricsListen: metricsListen, MetricsAllowRemote: c.Bool("metrics-allow-remote"),
 	}
 	if c.Bool("print-config") {
 		if err := resolveDefaults(src, cfg); err != nil {
@@ -149,7 +157,9 @@ func nodeCommand() *ucli.Command {
    resume from disk (a joined node rejoins by itself) on the address
    recorded in the data dir: restart with just 'palyra node start --data-dir D'.
    An explicit --listen moves the node; it logs the change and tells the
-   cluster its new address. SIGINT/SIGTERM stop it.
+   cluster its new address. --network and --metrics-listen are remembered
+   the same way (--metrics-listen off stops serving metrics). SIGINT/SIGTERM
+   stop it.
 
    Everything (API, Raft, gossip) is QUIC with mutual TLS on one UDP port.
 

@@ -342,7 +342,7 @@ func tomlLine(c *ucli.Context, name, value string) (string, error) {
 
 // resolveDefaults replaces the settings left to the node (those whose
 // source is "default") with what the node would use, as it decides them
-// at start: the address and network recorded in the data dir, 2 × CPUs
+// at start: the address, network and metrics address recorded in the data dir, 2 × CPUs
 // wasm slots, 2 browser slots, 3 target voters, the 24h certificate
 // lifetime. It reads the data dir and writes nothing.
 func resolveDefaults(src map[string]setting, cfg node.Config) error {
@@ -374,6 +374,14 @@ func resolveDefaults(src map[string]setting, cfg node.Config) error {
 		fill("network", res.Network, recorded)
 	} else {
 		fill("network", res.Network, "default")
+	}
+	if st.MetricsListen != "" {
+		fill("metrics-listen", res.MetricsListen, recorded+" ('off' forgets it)")
+		if st.MetricsAllowRemote {
+			fill("metrics-allow-remote", "true", recorded)
+		}
+	} else {
+		fill("metrics-listen", "", "default: none")
 	}
 	fill("wasm-slots", strconv.Itoa(res.WasmSlots), "default: 2 × CPUs")
 	if res.BrowserSlots > 0 {

@@ -111,3 +111,39 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// --print-config shows a metrics address recorded in the data dir as
+// recorded, an explicit --metrics-listen as the flag's, and off (or an
+// explicit "") as off.
+func TestPrintConfigShowsRecordedMetricsListen(t *testing.T) {
+	dir := t.TempDir()
+	l := node.Layout{Dir: dir}
+	if err := l.WriteState(node.State{NodeID: "n1", ClusterName: "palyra", Address: "127.0.0.1:7999", Listen: "127.0.0.1:7999", Version: 1, MetricsListen: "127.0.0.1:9100"}); err != nil {
+		t.Fatal(err)
+	}
+	line := func(out, key string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, key+" = ") || strings.HasPrefix(l, "# "+key+" = ") {
+				return l
+			}
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		args       []string
+		want, from string
+	}{
+		{nil, `metrics-listen = "127.0.0.1:9100"`, "recorded in the data dir"},
+		{[]string{"--metrics-listen", "127.0.0.1:9200"}, `metrics-listen = "127.0.0.1:9200"`, "# flag"},
+		{[]string{"--metrics-listen", "off"}, `metrics-listen = "off"`, "# flag"},
+		{[]string{"--metrics-listen", ""}, `metrics-listen = "off"`, "# flag"},
+	} {
+		r := runCLI(t, append([]string{"--data-dir", dir, "node", "start", "--print-config"}, tc.args...)...)
+		if r.code != 0 {
+			t.Fatalf("%v: %+v", tc.args, r)
+		}
+		if l := line(r.stdout, "metrics-listen"); !strings.Contains(l, tc.want) || !strings.Contains(l, tc.from) {
+			t.Errorf("%v: metrics-listen line %q, want %q from %q", tc.args, l, tc.want, tc.from)
+		}
+	}
+}

@@ -13,6 +13,23 @@ import (
 // DefaultListen is the QUIC address a node listens on by default.
 const DefaultListen = "127.0.0.1:7444"
 
+// MetricsOff as Config.MetricsListen (--metrics-listen off) serves no
+// metrics and forgets the address recorded in the data dir.
+const MetricsOff = "off"
+
+// metricsAddrs picks where a node serves /metrics: the configured address;
+// none for MetricsOff; else, on a restart, the one recorded at the last
+// start, with the remote allowance it was recorded with.
+func metricsAddrs(cfg Config, st State) (addr string, allowRemote bool) {
+	switch cfg.MetricsListen {
+	case MetricsOff:
+		return "", false
+	case "":
+		return st.MetricsListen, cfg.MetricsAllowRemote || st.MetricsAllowRemote
+	}
+	return cfg.MetricsListen, cfg.MetricsAllowRemote
+}
+
 // Config configures a node. The zero value of every field but DataDir has a
 // sane default.
 type Config struct {
@@ -64,7 +81,9 @@ type Config struct {
 	Network string
 	// MetricsListen, if set, serves Prometheus metrics over plain HTTP at
 	// /metrics on this address; it must be loopback unless
-	// MetricsAllowRemote.
+	// MetricsAllowRemote. It is recorded in node.json: empty means the
+	// address recorded at the last start (none on a new data dir), and
+	// MetricsOff serves none and forgets the recorded one.
 	MetricsListen      string
 	MetricsAllowRemote bool
 	// BrowserSessionIdleTTL closes a browser session unused this long
@@ -111,7 +130,8 @@ func defaultWasmSlots() int { return 2 * runtime.NumCPU() }
 // decides it: the listen and advertise addresses (those recorded in the
 // data dir at the last start, else DefaultListen; a wildcard listen
 // advertises this machine's primary address), the network (the recorded
-// one, else lan), 2 × CPUs wasm slots, 2 browser slots (used while
+// one, else lan), the metrics address (the configured one, "" for
+// MetricsOff, else the recorded one), 2 × CPUs wasm slots, 2 browser slots (used while
 // Chromium is installed), 3 target voters and the 24h certificate
 // lifetime. It reads the data dir and writes nothing; recorded reports
 // whether the data dir holds a node, whose recorded settings then apply.
@@ -138,6 +158,7 @@ func Resolve(cfg Config) (_ Config, recorded bool, err error) {
 	if cfg.Network == "" {
 		cfg.Network = NetworkLAN
 	}
+	cfg.MetricsListen, cfg.MetricsAllowRemote = metricsAddrs(cfg, st)
 	if cfg.WasmSlots <= 0 {
 		cfg.WasmSlots = defaultWasmSlots()
 	}

@@ -47,7 +47,13 @@ type State struct {
 	Advertise string `json:"advertise,omitempty"`
 	// Network is the timer set the node runs with (lan or wan).
 	Network string `json:"network,omitempty"`
-	Version int    `json:"version"`
+	// MetricsListen is the address /metrics was served on at the last
+	// start (its port resolved), and MetricsAllowRemote whether it was
+	// allowed to be other than loopback: a restart without
+	// --metrics-listen serves it again; --metrics-listen off forgets it.
+	MetricsListen      string `json:"metrics_listen,omitempty"`
+	MetricsAllowRemote bool   `json:"metrics_allow_remote,omitempty"`
+	Version            int    `json:"version"`
 	// OperatorID is the local operator device created at init (first node).
 	OperatorID string `json:"operator_id,omitempty"`
 	// Seeds are node addresses to contact at start (set by node join).

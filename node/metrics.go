@@ -297,7 +297,31 @@ func (n *Node) serveMetrics(ctx context.Context) error {
 		<-ctx.Done()
 		srv.Close()
 	}()
-	n.log.Info("serving metrics", "address", "http://"+n.metricsAddr+"/metrics")
+	n.log.Info("serving metrics", "address", "http://"+n.metricsAddr+"/metrics", "from", n.metricsFrom)
+	return nil
+}
+
+// recordMetrics writes where this start serves /metrics to node.json (the
+// bound address when the configured port was 0), or that it serves none,
+// so a restart without --metrics-listen serves the same.
+func (n *Node) recordMetrics() error {
+	addr, allow := "", false
+	if n.metricsAddr != "" {
+		addr, allow = n.cfg.MetricsListen, n.cfg.MetricsAllowRemote
+		if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+			addr = n.metricsAddr
+		}
+	}
+	if n.state.MetricsListen == addr && n.state.MetricsAllowRemote == allow {
+		return nil
+	}
+	if n.state.MetricsListen != "" && addr == "" {
+		n.log.Info("no longer serving metrics", "was", "http://"+n.state.MetricsListen+"/metrics")
+	}
+	n.state.MetricsListen, n.state.MetricsAllowRemote = addr, allow
+	if err := n.layout.WriteState(n.state); err != nil {
+		return fmt.Errorf("record metrics address: %w", err)
+	}
 	return nil
 }
 

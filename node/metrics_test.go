@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -105,5 +106,56 @@ func TestMetricsEndpoint(t *testing.T) {
 
 	if _, err := node.Start(context.Background(), node.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", MetricsListen: "0.0.0.0:9464"}); err == nil || !strings.Contains(err.Error(), "--metrics-allow-remote") {
 		t.Fatalf("a non-loopback metrics address: %v", err)
+	}
+}
+
+// --metrics-listen is recorded in the data dir, as --listen is: a restart
+// without it serves /metrics on the same address again; MetricsOff stops
+// serving and forgets it.
+func TestMetricsListenIsRecorded(t *testing.T) {
+	dir := t.TempDir()
+	cfg := node.Config{DataDir: dir, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", BrowserSlots: -1, WasmSlots: 1, Fast: true,
+		WasmCacheDir: sharedWasmCache, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	restart := func(metrics string) *node.Node {
+		t.Helper()
+		cfg.MetricsListen = metrics
+		n, err := node.Start(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Listen = ""
+		return n
+	}
+	n := restart("127.0.0.1:0")
+	addr := n.MetricsAddr()
+	n.Close()
+
+	n = restart("")
+	if n.MetricsAddr() != addr {
+		t.Fatalf("restarted without MetricsListen: metrics at %q, want the recorded %s", n.MetricsAddr(), addr)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "palyra_") {
+		t.Fatalf("GET /metrics after a restart: %d\n%.300s", resp.StatusCode, body)
+	}
+	n.Close()
+
+	n = restart(node.MetricsOff)
+	if n.MetricsAddr() != "" {
+		t.Fatalf("MetricsOff: metrics at %s", n.MetricsAddr())
+	}
+	n.Close()
+	n = restart("")
+	defer n.Close()
+	if n.MetricsAddr() != "" {
+		t.Fatalf("restarted after MetricsOff: metrics at %s, want none", n.MetricsAddr())
+	}
+	if st, err := n.Layout().ReadState(); err != nil || st.MetricsListen != "" {
+		t.Fatalf("node.json after MetricsOff: %+v %v", st, err)
 	}
 }

@@ -57,6 +57,7 @@ type Node struct {
 	timers       Timers
 	metrics      *nodeMetrics
 	metricsAddr  string
+	metricsFrom  string // where the metrics address came from, for the log
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -108,7 +109,7 @@ func (n *Node) Wait(ctx context.Context) error {
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.defaults()
 	l := Layout{Dir: cfg.DataDir}
-	if cfg.MetricsListen != "" {
+	if cfg.MetricsListen != "" && cfg.MetricsListen != MetricsOff {
 		if err := checkMetricsListen(cfg.MetricsListen, cfg.MetricsAllowRemote); err != nil {
 			return nil, err
 		}
@@ -155,6 +156,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if n.timers, err = n.pickTimers(); err != nil {
 		return nil, err
+	}
+	n.cfg.MetricsListen, n.cfg.MetricsAllowRemote = metricsAddrs(cfg, st)
+	n.metricsFrom = "--metrics-listen"
+	if n.cfg.MetricsListen != "" && cfg.MetricsListen == "" {
+		n.metricsFrom = "recorded in the data dir at the last start (--metrics-listen off stops it)"
+		// Recorded at an earlier start: it was checked then, but node.json
+		// may have been edited since.
+		if err := checkMetricsListen(n.cfg.MetricsListen, n.cfg.MetricsAllowRemote); err != nil {
+			return nil, fmt.Errorf("recorded in %s: %w (start with --metrics-listen off to stop serving metrics)", l.StateFile(), err)
+		}
 	}
 	cred, err := identity.LoadCredential(l.NodeCredDir())
 	if err != nil {
@@ -231,10 +242,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Serve the API once the replica is current and the init members are
 	// registered, so the first answers are right (no spurious denials).
 	n.serve(runCtx, addr, cred)
-	if cfg.MetricsListen != "" {
+	if n.cfg.MetricsListen != "" {
 		if err := n.serveMetrics(runCtx); err != nil {
+			if cfg.MetricsListen == "" {
+				err = fmt.Errorf("%w (the address recorded in the data dir; choose another with --metrics-listen HOST:PORT, or --metrics-listen off)", err)
+			}
 			return nil, err
 		}
+	}
+	if err := n.recordMetrics(); err != nil {
+		return nil, err
 	}
 	n.wg.Add(8)
 	go func() { defer n.wg.Done(); n.keeper.run(runCtx) }()
