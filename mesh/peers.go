@@ -122,6 +122,7 @@ func (t *Transport) dial(ua *net.UDPAddr, key string, e *peerEntry) {
 		}
 		e.err = fmt.Errorf("mesh: dial peer %s: %w", key, err)
 		t.mu.Unlock()
+		t.refused.note(key, err)
 		t.log.Debug("peer dial failed", "peer", key, "err", err)
 	}
 	close(e.done)

@@ -61,6 +61,7 @@ type Transport struct {
 	mu        sync.Mutex
 	closed    bool
 	conns     map[*quic.Conn]string // every live conn → its peer-cache key ("" for API conns)
+	refused   refusals              // why peer connections ended: this node's certificate refused?
 	peers     map[string]*peerEntry // canonical remote addr → conn used for outgoing peer traffic
 	consumers map[Tag]*consumer     // who takes inbound streams of each tag
 	closer    sync.Once
@@ -206,6 +207,7 @@ func (t *Transport) trackLocked(c *quic.Conn, key string) {
 	go func() {
 		defer t.wg.Done()
 		<-c.Context().Done()
+		t.connEnded(c, key)
 		t.forget(c)
 	}()
 }

@@ -18,6 +18,9 @@ import (
 // revocation reaches every node with the log.
 func (n *Node) watchRevocations(ctx context.Context) {
 	st := n.store.State()
+	selfDone := make(chan struct{})
+	go func() { defer close(selfDone); n.watchSelfRefused(ctx, refusedCheckEvery) }()
+	defer func() { <-selfDone }()
 	seen := map[string]bool{}
 	for {
 		changed := st.Watch(consensus.TopicMembers)
@@ -50,6 +53,52 @@ func (n *Node) watchRevocations(ctx context.Context) {
 		}
 		select {
 		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// How often a node looks whether the cluster refuses its certificate, and
+// how often at most it says so.
+const (
+	refusedCheckEvery = 2 * time.Second
+	refusedLogEvery   = 5 * time.Minute
+)
+
+// refusedMessage is what a node removed from the cluster is told.
+const refusedMessage = "this node's certificate is refused by the cluster: it was removed ('palyra node remove'); " +
+	"to bring this machine back, stop it, move its data dir away and join again with a new code " +
+	"('palyra node join --code CODE --peer HOST:PORT')"
+
+// selfRefused says whether the cluster refuses this node's certificate:
+// its own replica's registry names it revoked, or every peer it tried
+// refused its certificate in the TLS handshake. A node that merely cannot
+// reach its peers is not refused.
+func (n *Node) selfRefused() (bool, string) {
+	if st := n.store.State(); st.IsRevoked("node", n.state.NodeID) {
+		return true, "this node's registry entry is revoked"
+	}
+	if refusing, ended := n.transport.CertRefusals(); ended > 0 && refusing == ended {
+		return true, "every peer it tried refused its certificate"
+	}
+	return false, ""
+}
+
+// watchSelfRefused logs refusedMessage once, and again at most every
+// refusedLogEvery while it holds, so a removed node restarted on its old
+// data dir says what happened instead of only raft's dial errors.
+func (n *Node) watchSelfRefused(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last time.Time
+	for {
+		if refused, why := n.selfRefused(); refused && (last.IsZero() || time.Since(last) >= refusedLogEvery) {
+			last = time.Now()
+			n.log.Error(refusedMessage, "because", why)
+		}
+		select {
+		case <-t.C:
 		case <-ctx.Done():
 			return
 		}

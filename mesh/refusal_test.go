@@ -1,0 +1,71 @@
+package mesh_test
+
+import (
+	"crypto/x509"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/mesh"
+	"github.com/palyra-mesh/palyra/mesh/internal/meshtest"
+)
+
+// A peer that refuses this node's certificate in the TLS handshake (as a
+// node does with a revoked one) is counted by CertRefusals; a peer that
+// does not answer is not.
+func TestCertRefusalsCountsRefusingPeers(t *testing.T) {
+	ca := meshtest.NewCA(t, "cluster")
+	stls := ca.ServerTLS(t, "server")
+	stls.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
+		if len(chains) > 0 && chains[0][0].Subject.CommonName == "removed" {
+			return errors.New("certificate revoked")
+		}
+		return nil
+	}
+	server, err := mesh.Listen(mesh.Config{ListenAddr: "127.0.0.1:0", ServerTLS: stls, ClientTLS: ca.ClientTLS(t, "server"), Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close() })
+	serveEcho(t, server, mesh.TagRPC)
+
+	removed := newNode(t, ca, "removed")
+	if streamWorks(t, removed, addrOf(server)) {
+		t.Fatal("a refused certificate exchanged a stream")
+	}
+	eventually(t, 5*time.Second, "the refusal counted", func() bool {
+		refusing, ended := removed.CertRefusals()
+		return refusing == 1 && ended == 1
+	})
+
+	// Nobody answers at this address: unreachable, not refused.
+	l, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := l.LocalAddr().String()
+	defer l.Close()
+	lonely := newNode(t, ca, "lonely")
+	if streamWorks(t, lonely, silent) {
+		t.Fatal("a stream to nobody worked")
+	}
+	if refusing, _ := lonely.CertRefusals(); refusing != 0 {
+		t.Fatalf("an unreachable peer counted as refusing: %d", refusing)
+	}
+	if streamWorks(t, removed, silent) {
+		t.Fatal("a stream to nobody worked")
+	}
+	eventually(t, 10*time.Second, "the unreachable peer counted as ended, not refusing", func() bool {
+		refusing, ended := removed.CertRefusals()
+		return refusing == 1 && ended == 2
+	})
+	// And an accepted node is not refused.
+	friend := newNode(t, ca, "friend")
+	if !streamWorks(t, friend, addrOf(server)) {
+		t.Fatal("an accepted node could not exchange a stream")
+	}
+	if refusing, _ := friend.CertRefusals(); refusing != 0 {
+		t.Fatalf("an accepted node counted as refused: %d", refusing)
+	}
+}
