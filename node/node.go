@@ -537,6 +537,18 @@ func (n *Node) Cluster() *cluster.Cluster { return n.cluster }
 func (n *Node) Close() error {
 	var err error
 	n.closed.Do(func() {
+		began := time.Now()
+		if n.log == nil { // a Start that failed before it had a logger
+			n.log = slog.New(slog.DiscardHandler)
+		}
+		n.log.Info("stopping")
+		defer func() {
+			if err != nil {
+				n.log.Warn("stopped, with errors", "took", time.Since(began).Round(time.Millisecond), "err", err)
+				return
+			}
+			n.log.Info("stopped", "took", time.Since(began).Round(time.Millisecond))
+		}()
 		if n.cancel != nil {
 			n.cancel()
 		}
