@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"connectrpc.com/connect"
@@ -26,15 +27,31 @@ func statusCommand() *ucli.Command {
 				return fail(c, cl.Explain(err))
 			}
 			s := resp.Msg
+			// The voters' health, from the member list (a caller who may not
+			// list nodes goes without it).
+			var health *voterHealth
+			if nl, err := cl.Node.ListNodes(c.Context, connect.NewRequest(&palyrav1.ListNodesRequest{})); err == nil {
+				h := votersHealth(nl.Msg.Nodes)
+				health = &h
+			}
 			if c.Bool("json") {
-				return writeJSON(c.App.Writer, map[string]any{
+				out := map[string]any{
 					"node_id": s.NodeId, "address": s.Address, "leader_id": s.LeaderId,
 					"leader_address": s.LeaderAddress, "term": s.Term, "commit_index": s.CommitIndex,
 					"applied_index": s.AppliedIndex, "raft_state": s.RaftState, "jobs": s.JobsByPhase,
 					"version": s.Version, "cluster_name": s.ClusterName, "ca_fingerprint": s.CaFingerprint,
 					"caller": s.Caller, "uptime_ms": s.UptimeMs,
 					"retention_ms": s.RetentionMs, "pruned_before": msTime(s.PrunedBeforeMs),
-				})
+				}
+				if health != nil {
+					down := health.down
+					if down == nil {
+						down = []string{}
+					}
+					out["voters"] = map[string]any{"total": health.total, "alive": health.alive,
+						"failure_tolerance": health.tolerance(), "not_alive": down}
+				}
+				return writeJSON(c.App.Writer, out)
 			}
 			leader := s.LeaderId + " " + s.LeaderAddress
 			if s.LeaderId == "" {
@@ -44,6 +61,9 @@ func statusCommand() *ucli.Command {
 			fmt.Fprintf(tw, "node\t%s (%s)\ncluster\t%s\nraft\t%s, term %d, commit %d, applied %d\nleader\t%s\ncaller\t%s\nversion\t%s\n",
 				s.NodeId, s.Address, s.ClusterName, s.RaftState, s.Term, s.CommitIndex, s.AppliedIndex,
 				leader, s.Caller, s.Version)
+			if health != nil {
+				fmt.Fprintf(tw, "voters\t%s\n", health)
+			}
 			fmt.Fprint(tw, "jobs\t")
 			for i, p := range []palyrav1.JobPhase{1, 2, 3, 4, 5, 6, 7, 8} {
 				if i > 0 {
@@ -56,4 +76,60 @@ func statusCommand() *ucli.Command {
 			return tw.Flush()
 		},
 	}
+}
+
+// voterHealth is how many raft voters the member list shows and how many
+// of them are alive, with the ids of those that are not.
+type voterHealth struct {
+	total, alive int
+	down         []string
+}
+
+func votersHealth(nodes []*palyrav1.NodeInfo) voterHealth {
+	var h voterHealth
+	for _, n := range nodes {
+		if !n.Voter {
+			continue
+		}
+		h.total++
+		if n.State == "alive" {
+			h.alive++
+		} else {
+			h.down = append(h.down, n.Id+" "+n.State)
+		}
+	}
+	return h
+}
+
+// tolerance is how many more voters can fail with a quorum left (-1: no
+// quorum now).
+func (h voterHealth) tolerance() int {
+	if h.total == 0 {
+		return 0
+	}
+	t := h.alive - (h.total/2 + 1)
+	if t < 0 {
+		return -1
+	}
+	return t
+}
+
+func (h voterHealth) String() string {
+	s := fmt.Sprintf("%d of %d alive", h.alive, h.total)
+	switch t := h.tolerance(); {
+	case h.total == 0:
+		return "none listed"
+	case t < 0:
+		s += ": NO QUORUM (writes and linearizable reads fail until a majority is back)"
+	case t == 0:
+		s += ": can lose no voter without losing the quorum"
+	case t == 1:
+		s += ": can lose 1 more"
+	default:
+		s += fmt.Sprintf(": can lose %d more", t)
+	}
+	if len(h.down) > 0 {
+		s += " (not alive: " + strings.Join(h.down, ", ") + ")"
+	}
+	return s
 }
