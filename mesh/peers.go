@@ -124,6 +124,8 @@ func (t *Transport) dial(ua *net.UDPAddr, key string, e *peerEntry) {
 		t.mu.Unlock()
 		t.refused.note(key, err)
 		t.log.Debug("peer dial failed", "peer", key, "err", err)
+	} else {
+		t.refused.note(key, nil) // it accepts us now: an earlier refusal is over
 	}
 	close(e.done)
 }

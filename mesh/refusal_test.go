@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,8 +18,9 @@ import (
 func TestCertRefusalsCountsRefusingPeers(t *testing.T) {
 	ca := meshtest.NewCA(t, "cluster")
 	stls := ca.ServerTLS(t, "server")
+	var readmitted atomic.Bool
 	stls.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
-		if len(chains) > 0 && chains[0][0].Subject.CommonName == "removed" {
+		if len(chains) > 0 && chains[0][0].Subject.CommonName == "removed" && !readmitted.Load() {
 			return errors.New("certificate revoked")
 		}
 		return nil
@@ -67,5 +69,14 @@ func TestCertRefusalsCountsRefusingPeers(t *testing.T) {
 	}
 	if refusing, _ := friend.CertRefusals(); refusing != 0 {
 		t.Fatalf("an accepted node counted as refused: %d", refusing)
+	}
+	// A peer that refused once and accepts again is no longer counted: a
+	// healthy node must not keep saying it was removed.
+	readmitted.Store(true)
+	if !streamWorks(t, removed, addrOf(server)) {
+		t.Fatal("the readmitted node could not exchange a stream")
+	}
+	if refusing, _ := removed.CertRefusals(); refusing != 0 {
+		t.Fatalf("a peer that accepts again still counts as refusing: %d", refusing)
 	}
 }
