@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity/policy"
@@ -160,22 +158,6 @@ func (s *Server) beforeRun(ctx context.Context, sub *palyrav1.SubmitJobRequest, 
 	return context.WithValue(ctx, hookOutcomeKey{}, out), nil
 }
 
-// checkToolInput checks a tool's input against its input_schema.
-func checkToolInput(schema string, input []byte) error {
-	sch, err := skill.CompileSchema(schema)
-	if err != nil {
-		return err
-	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(input))
-	if err != nil {
-		return fmt.Errorf("not JSON: %w", err)
-	}
-	if err := sch.Validate(v); err != nil {
-		return errors.New(skill.DescribeSchemaError(err))
-	}
-	return nil
-}
-
 // hookDecision is what a before_run hook's tool prints.
 type hookDecision struct {
 	Decision   string `json:"decision"`
@@ -203,7 +185,10 @@ func (s *Server) runBeforeHook(ctx context.Context, h *raftpb.HookRecord, desc m
 	input, _ := json.Marshal(map[string]any{"event": consensus.HookBeforeRun, "hook": h.Id, "job": desc})
 	// The input is checked against the tool's input_schema, as a skill
 	// run's is: a tool that does not take this input cannot decide.
-	if err := checkToolInput(tool.InputSchema, input); err != nil {
+	if err := skill.Validate(tool.InputSchema, input); err != nil {
+		if de := (*skill.DocError)(nil); errors.As(err, &de) && !de.NotJSON {
+			err = errors.New(de.Detail)
+		}
 		return d, fmt.Errorf("its input does not match the input_schema of %s/%s: %v", h.SkillId, h.Tool, err)
 	}
 	timeout := beforeRunTimeout

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity/policy"
@@ -365,17 +363,16 @@ func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyra
 			approvalTTL = time.Duration(m.ApprovalTtlMs) * time.Millisecond
 		}
 	}
-	sch, err := skill.CompileSchema(tool.InputSchema)
-	if err != nil {
+	var de *skill.DocError
+	switch err := skill.Validate(tool.InputSchema, m.Input); {
+	case err == nil:
+	case !errors.As(err, &de):
 		return nil, fromErr(err)
-	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(m.Input))
-	if err != nil {
-		return nil, invalid(fmt.Sprintf("the input of %s/%s is not JSON: %v", r.SkillId, tool.Id, err), "pass a JSON document with --input")
-	}
-	if err := sch.Validate(v); err != nil {
+	case de.NotJSON:
+		return nil, invalid(fmt.Sprintf("the input of %s/%s is not JSON: %s", r.SkillId, tool.Id, de.Detail), "pass a JSON document with --input")
+	default:
 		return nil, apiError(connect.CodeInvalidArgument, "input_invalid",
-			fmt.Sprintf("the input does not match the input_schema of %s/%s: %s", r.SkillId, tool.Id, skill.DescribeSchemaError(err)),
+			fmt.Sprintf("the input does not match the input_schema of %s/%s: %s", r.SkillId, tool.Id, de.Detail),
 			"see the schema with 'palyra skill get "+r.SkillId+" --json'")
 	}
 	timeout := m.TimeoutMs
@@ -392,7 +389,7 @@ func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyra
 	if err := s.validateSubmit(sub); err != nil {
 		return nil, err
 	}
-	ctx, err = s.beforeRun(ctx, sub, "wasm", r.SkillId, tool.Id)
+	ctx, err := s.beforeRun(ctx, sub, "wasm", r.SkillId, tool.Id)
 	if err != nil {
 		return nil, err
 	}

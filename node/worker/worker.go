@@ -6,15 +6,12 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/palyra-mesh/palyra/identity/skill"
 
@@ -391,41 +388,20 @@ func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 	return res
 }
 
-// schemas caches compiled output schemas (a cluster holds few skills; the
-// cache is dropped whole if it ever grows past maxSchemas).
-var schemas struct {
-	sync.Mutex
-	m map[string]*jsonschema.Schema
-}
-
-const maxSchemas = 256
-
 // checkSchema checks a skill tool's stdout (what "output") or input
-// ("input") against its output or input schema.
+// ("input") against its output or input schema (skill.Validate, cached).
 func checkSchema(schema string, doc []byte, what string) error {
-	schemas.Lock()
-	sch := schemas.m[schema]
-	schemas.Unlock()
-	if sch == nil {
-		var err error
-		if sch, err = skill.CompileSchema(schema); err != nil {
-			return fmt.Errorf("the tool's %s_schema: %w", what, err)
-		}
-		schemas.Lock()
-		if schemas.m == nil || len(schemas.m) >= maxSchemas {
-			schemas.m = map[string]*jsonschema.Schema{}
-		}
-		schemas.m[schema] = sch
-		schemas.Unlock()
+	err := skill.Validate(schema, doc)
+	var de *skill.DocError
+	switch {
+	case err == nil:
+		return nil
+	case !errors.As(err, &de):
+		return fmt.Errorf("the tool's %s_schema: %w", what, err)
+	case de.NotJSON:
+		return fmt.Errorf("the %s is not JSON: %s", what, de.Detail)
 	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
-	if err != nil {
-		return fmt.Errorf("the %s is not JSON: %w", what, err)
-	}
-	if err := sch.Validate(v); err != nil {
-		return fmt.Errorf("the %s does not match the tool's %s_schema: %s", what, what, skill.DescribeSchemaError(err))
-	}
-	return nil
+	return fmt.Errorf("the %s does not match the tool's %s_schema: %s", what, what, de.Detail)
 }
 
 func (w *Worker) runExecutor(ctx context.Context, j consensus.Job) runtime.Result {
