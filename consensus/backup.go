@@ -236,7 +236,7 @@ func SeedSnapshot(cfg SeedConfig, r io.Reader) (SnapshotContents, error) {
 		return SnapshotContents{}, fmt.Errorf("open raft log: %w", err)
 	}
 	defer bolt.Close()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 3, hl)
+	snaps, err := openSnapshots(cfg.Dir, hl, cfg.Logger)
 	if err != nil {
 		return SnapshotContents{}, fmt.Errorf("open snapshot store: %w", err)
 	}

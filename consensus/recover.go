@@ -57,7 +57,7 @@ func Recover(cfg RecoverConfig) (RecoverInfo, error) {
 		return info, fmt.Errorf("open raft log: %w", err)
 	}
 	defer bolt.Close()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 3, hl)
+	snaps, err := openSnapshots(cfg.Dir, hl, cfg.Logger)
 	if err != nil {
 		return info, fmt.Errorf("open snapshot store: %w", err)
 	}

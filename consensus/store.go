@@ -85,7 +85,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open raft log %s: %w (is another palyra node using this data dir?)", filepath.Join(cfg.Dir, "raft.db"), err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.Dir), 3, hl)
+	snaps, err := openSnapshots(cfg.Dir, hl, lg)
 	if err != nil {
 		bolt.Close()
 		return nil, fmt.Errorf("open snapshot store: %w", err)
