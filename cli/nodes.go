@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
@@ -17,7 +18,12 @@ func nodesCommand() *ucli.Command {
 		Name:  "nodes",
 		Usage: "list the cluster's nodes as the node at --addr sees them",
 		Description: `State comes from gossip (alive, suspect, dead, left); voter and leader from
-   Raft. Every node should show the same voters and leader. SCHEDULING is
+   Raft. Every node should show the same voters and leader. RAFT is how far
+   the node's state is along the leader's log, asked of each live node just
+   now: "ok", or LAGGING when it trails by more than a healthy follower does
+   (250 entries) or has not heard from the leader lately; a lagging voter
+   does not count towards the quorum, and its jobs wait (look at its log:
+   a full disk, say). SCHEDULING is
    the operator's setting (eligible, ineligible, draining); a node that is
    not alive gets no new work whatever it says. PLACED counts the jobs
    placed on the node: running, or waiting there for a free slot (a worker
@@ -43,20 +49,55 @@ func nodesCommand() *ucli.Command {
 					}
 					out = append(out, map[string]any{"id": n.Id, "address": n.Address, "state": n.State, "voter": n.Voter,
 						"leader": n.Leader, "labels": labels, "capacity": n.Capacity, "version": n.Version, "in_raft": n.InRaft,
-						"eligible": n.Eligible, "draining": n.Draining, "running": n.Running})
+						"eligible": n.Eligible, "draining": n.Draining, "running": n.Running, "raft": raftJSON(n)})
 				}
 				return writeJSON(c.App.Writer, map[string]any{"nodes": out, "served_by": resp.Msg.ServedBy})
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tVOTER\tLEADER\tSCHEDULING\tPLACED\tCAPACITY\tLABELS")
+			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tVOTER\tLEADER\tRAFT\tSCHEDULING\tPLACED\tCAPACITY\tLABELS")
 			for _, n := range resp.Msg.Nodes {
 				sched := schedulingText(n)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%d\t%s\t%s\n", n.Id, n.Address, n.State, n.Voter, n.Leader,
-					sched, n.Running, kv(n.Capacity), kv(n.Labels))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%d\t%s\t%s\n", n.Id, n.Address, n.State, n.Voter, n.Leader,
+					raftText(n), sched, n.Running, kv(n.Capacity), kv(n.Labels))
 			}
 			return tw.Flush()
 		},
 	}
+}
+
+// raftText is the RAFT cell: how far the node's state is along the
+// leader's log, as the serving node found it just now.
+func raftText(n *palyrav1.NodeInfo) string {
+	switch {
+	case !n.InRaft:
+		return "-"
+	case !n.RaftKnown:
+		if n.State == "alive" {
+			return "no answer"
+		}
+		return "-"
+	case n.Leader:
+		return "leader"
+	case n.RaftLastContactMs < 0:
+		return "LAGGING: never heard from a leader"
+	case n.RaftLagging && n.RaftBehind > 0:
+		return fmt.Sprintf("LAGGING: %d entries behind", n.RaftBehind)
+	case n.RaftLagging:
+		return fmt.Sprintf("LAGGING: leader last heard %s ago", time.Duration(n.RaftLastContactMs)*time.Millisecond)
+	case n.RaftBehind > 0:
+		return fmt.Sprintf("ok (%d behind)", n.RaftBehind)
+	}
+	return "ok"
+}
+
+// raftJSON is a node's raft progress for --json (null: not in raft, or it
+// did not answer).
+func raftJSON(n *palyrav1.NodeInfo) any {
+	if !n.InRaft || !n.RaftKnown {
+		return nil
+	}
+	return map[string]any{"last_index": n.RaftLastIndex, "applied_index": n.RaftAppliedIndex,
+		"behind": n.RaftBehind, "lagging": n.RaftLagging, "last_contact_ms": n.RaftLastContactMs}
 }
 
 // schedulingText is the SCHEDULING cell: the operator's setting, and for

@@ -25,6 +25,34 @@ func TestSchedulingText(t *testing.T) {
 	}
 }
 
+// lag marks n as lagging: behind entries, last contact ms ago (-1 never).
+func lag(n *palyrav1.NodeInfo, behind uint64, contactMS int64) *palyrav1.NodeInfo {
+	n.InRaft, n.RaftKnown, n.RaftLagging, n.RaftBehind, n.RaftLastContactMs = true, true, true, behind, contactMS
+	return n
+}
+
+// The RAFT cell of 'palyra nodes'.
+func TestRaftText(t *testing.T) {
+	for _, c := range []struct {
+		n    *palyrav1.NodeInfo
+		want string
+	}{
+		{&palyrav1.NodeInfo{State: "alive"}, "-"},
+		{&palyrav1.NodeInfo{State: "alive", InRaft: true}, "no answer"},
+		{&palyrav1.NodeInfo{State: "dead", InRaft: true}, "-"},
+		{&palyrav1.NodeInfo{State: "alive", InRaft: true, RaftKnown: true, Leader: true}, "leader"},
+		{&palyrav1.NodeInfo{State: "alive", InRaft: true, RaftKnown: true}, "ok"},
+		{&palyrav1.NodeInfo{State: "alive", InRaft: true, RaftKnown: true, RaftBehind: 12}, "ok (12 behind)"},
+		{lag(&palyrav1.NodeInfo{State: "alive"}, 4000, 20), "LAGGING: 4000 entries behind"},
+		{lag(&palyrav1.NodeInfo{State: "alive"}, 0, 12000), "LAGGING: leader last heard 12s ago"},
+		{lag(&palyrav1.NodeInfo{State: "alive"}, 0, -1), "LAGGING: never heard from a leader"},
+	} {
+		if got := raftText(c.n); got != c.want {
+			t.Errorf("raftText(%v) = %q, want %q", c.n, got, c.want)
+		}
+	}
+}
+
 // status's voters line: alive voters against the quorum, and who is down.
 func TestVotersHealth(t *testing.T) {
 	n := func(id, state string, voter bool) *palyrav1.NodeInfo {
@@ -40,6 +68,12 @@ func TestVotersHealth(t *testing.T) {
 		{[]*palyrav1.NodeInfo{n("a", "alive", true), n("b", "dead", true), n("c", "left", true)}, "1 of 3 alive: NO QUORUM (writes and linearizable reads fail until a majority is back) (not alive: b dead, c left)", -1},
 		{[]*palyrav1.NodeInfo{n("a", "alive", true)}, "1 of 1 alive: can lose no voter without losing the quorum", 0},
 		{[]*palyrav1.NodeInfo{n("a", "alive", true), n("b", "alive", true), n("c", "alive", true), n("d", "alive", true), n("e", "alive", true)}, "5 of 5 alive: can lose 2 more", 2},
+		// A voter that is alive but far behind the leader's log acknowledges
+		// nothing: it does not count towards the quorum.
+		{[]*palyrav1.NodeInfo{n("a", "alive", true), lag(n("b", "alive", true), 52000, 300), n("c", "alive", true)},
+			"3 of 3 alive, 1 lagging: can lose no voter without losing the quorum (lagging, not counting towards the quorum: b 52000 entries behind; see 'palyra nodes')", 0},
+		{[]*palyrav1.NodeInfo{n("a", "alive", true), lag(n("b", "alive", true), 0, -1), n("c", "dead", true)},
+			"2 of 3 alive, 1 lagging: NO QUORUM (writes and linearizable reads fail until a majority is back) (not alive: c dead) (lagging, not counting towards the quorum: b never heard from a leader; see 'palyra nodes')", -1},
 	} {
 		h := votersHealth(c.nodes)
 		if h.String() != c.want || h.tolerance() != c.tol {

@@ -48,8 +48,12 @@ func statusCommand() *ucli.Command {
 					if down == nil {
 						down = []string{}
 					}
+					lagging := health.lagging
+					if lagging == nil {
+						lagging = []string{}
+					}
 					out["voters"] = map[string]any{"total": health.total, "alive": health.alive,
-						"failure_tolerance": health.tolerance(), "not_alive": down}
+						"failure_tolerance": health.tolerance(), "not_alive": down, "lagging": lagging}
 				}
 				return writeJSON(c.App.Writer, out)
 			}
@@ -82,7 +86,10 @@ func statusCommand() *ucli.Command {
 // of them are alive, with the ids of those that are not.
 type voterHealth struct {
 	total, alive int
-	down         []string
+	down         []string // not alive: "id state"
+	// lagging are alive voters trailing the leader's log (or not hearing
+	// from it): "id what": they do not count towards the quorum meanwhile.
+	lagging []string
 }
 
 func votersHealth(nodes []*palyrav1.NodeInfo) voterHealth {
@@ -92,10 +99,14 @@ func votersHealth(nodes []*palyrav1.NodeInfo) voterHealth {
 			continue
 		}
 		h.total++
-		if n.State == "alive" {
-			h.alive++
-		} else {
+		switch {
+		case n.State != "alive":
 			h.down = append(h.down, n.Id+" "+n.State)
+		case n.RaftKnown && n.RaftLagging:
+			h.alive++
+			h.lagging = append(h.lagging, n.Id+" "+strings.TrimPrefix(raftText(n), "LAGGING: "))
+		default:
+			h.alive++
 		}
 	}
 	return h
@@ -107,7 +118,7 @@ func (h voterHealth) tolerance() int {
 	if h.total == 0 {
 		return 0
 	}
-	t := h.alive - (h.total/2 + 1)
+	t := h.alive - len(h.lagging) - (h.total/2 + 1)
 	if t < 0 {
 		return -1
 	}
@@ -116,6 +127,9 @@ func (h voterHealth) tolerance() int {
 
 func (h voterHealth) String() string {
 	s := fmt.Sprintf("%d of %d alive", h.alive, h.total)
+	if len(h.lagging) > 0 {
+		s += fmt.Sprintf(", %d lagging", len(h.lagging))
+	}
 	switch t := h.tolerance(); {
 	case h.total == 0:
 		return "none listed"
@@ -130,6 +144,9 @@ func (h voterHealth) String() string {
 	}
 	if len(h.down) > 0 {
 		s += " (not alive: " + strings.Join(h.down, ", ") + ")"
+	}
+	if len(h.lagging) > 0 {
+		s += " (lagging, not counting towards the quorum: " + strings.Join(h.lagging, ", ") + "; see 'palyra nodes')"
 	}
 	return s
 }

@@ -2,46 +2,21 @@ package consensus
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/palyra-mesh/palyra/internal/testdisk"
 )
 
-// smallDisk mounts a tmpfs of size bytes on a fresh directory: a disk
-// that fills. It needs root; CI runs as root and must run it.
-func smallDisk(t *testing.T, size int) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		msg := fmt.Sprintf("!!! %s NOT RUN: it mounts a small tmpfs and needs root", t.Name())
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg + "; CI must run it")
-		}
-		fmt.Fprintln(os.Stderr, msg)
-		t.Skip(msg)
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Fatalf("mount a %d-byte tmpfs on %s: %v", size, dir, err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	return dir
-}
+func smallDisk(t *testing.T, size int) string { return testdisk.Small(t, size) }
 
-func freeBytes(t *testing.T, dir string) int64 {
-	t.Helper()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		t.Fatal(err)
-	}
-	return int64(st.Bavail) * st.Bsize
-}
+func freeBytes(t *testing.T, dir string) int64 { return testdisk.Free(t, dir) }
 
 func tmpSnapshotDirs(t *testing.T, dir string) []string {
 	t.Helper()
@@ -169,17 +144,7 @@ func TestFailedSnapshotCloseFreesTheDisk(t *testing.T) {
 	// Less than the buffered writer holds per flush goes in without an
 	// error; the disk refuses it only at Close's flush. Fill the disk
 	// from outside first.
-	filler := filepath.Join(dir, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := f.Write(bytes.Repeat([]byte("z"), 4096)); err != nil {
-			break
-		}
-	}
-	f.Close()
+	testdisk.Fill(t, dir, 0)
 	if _, err := sink.Write(bytes.Repeat([]byte("y"), 8<<10)); err != nil {
 		t.Logf("write: %v", err)
 	}
@@ -262,16 +227,7 @@ func TestFailedCreateSparesOpenSnapshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := f.Write(bytes.Repeat([]byte("z"), 4096)); err != nil {
-			break
-		}
-	}
-	f.Close()
+	testdisk.Fill(t, dir, 0)
 	if _, err := s.Create(raft.SnapshotVersionMax, 4, 1, testConf(), 1, trans); err == nil {
 		t.Fatal("Create on a full disk reported no error")
 	}

@@ -128,7 +128,10 @@ type Options struct {
 	Limiter *pairing.Limiter
 	Peers   func() []string // node addresses a joiner should contact
 	Members func() []cluster.Member
-	Leave   func(ctx context.Context) error
+	// Progress asks the live raft servers how far along they are (nil:
+	// node lists go without it).
+	Progress func(ctx context.Context) map[string]cluster.ServerProgress
+	Leave    func(ctx context.Context) error
 	// Forward calls fn with identity clients of nodes that can sign (hold
 	// the active CA key), one after another until fn succeeds or fails with
 	// an error that another node would repeat; it returns fn's last error.
@@ -331,6 +334,10 @@ func (s *Server) clusterPeers() []string {
 	return out
 }
 
+// progressTimeout bounds how long a node list waits for the raft servers'
+// progress (and so does half the caller's deadline).
+const progressTimeout = time.Second
+
 func (n nodeService) ListNodes(ctx context.Context, _ *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error) {
 	s := n.s
 	if err := s.authz.Check(ctx, policy.ActionNodeList, policy.ClusterResource(), nil); err != nil {
@@ -339,6 +346,18 @@ func (n nodeService) ListNodes(ctx context.Context, _ *connect.Request[palyrav1.
 	resp := &palyrav1.ListNodesResponse{ServedBy: s.info.NodeID}
 	if s.Members == nil {
 		return connect.NewResponse(resp), nil
+	}
+	var progress map[string]cluster.ServerProgress
+	if s.Progress != nil {
+		// A server that does not answer within the bound is shown as
+		// unknown rather than holding the list.
+		d := progressTimeout
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl)/2 < d {
+			d = time.Until(dl) / 2
+		}
+		pctx, cancel := context.WithTimeout(ctx, d)
+		progress = s.Progress(pctx)
+		cancel()
 	}
 	for _, m := range s.Members() {
 		ni := &palyrav1.NodeInfo{Id: m.ID, Address: m.Address, State: MemberState(s.control.State(), m), Voter: m.Voter, Leader: m.Leader,
@@ -349,6 +368,14 @@ func (n nodeService) ListNodes(ctx context.Context, _ *connect.Request[palyrav1.
 		ni.Running = uint32(len(s.control.State().Jobs(consensus.JobFilter{Phase: consensus.PhaseRunning, NodeID: m.ID})))
 		for k, v := range m.Capacity {
 			ni.Capacity[k] = int64(v)
+		}
+		if p, ok := progress[m.ID]; ok && m.InRaft {
+			ni.RaftKnown, ni.RaftLastIndex, ni.RaftAppliedIndex = true, p.LastIndex, p.AppliedIndex
+			ni.RaftBehind, ni.RaftLagging = p.Behind, p.Lagging
+			ni.RaftLastContactMs = p.LastContact.Milliseconds()
+			if p.LastContact < 0 {
+				ni.RaftLastContactMs = -1
+			}
 		}
 		resp.Nodes = append(resp.Nodes, ni)
 	}

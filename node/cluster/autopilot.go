@@ -15,9 +15,10 @@ import (
 type apDelegate struct {
 	c *Cluster
 
-	mu       sync.Mutex
-	voters   string          // last logged voter set, to log changes only
-	removing map[string]bool // removals in flight
+	mu        sync.Mutex
+	voters    string          // last logged voter set, to log changes only
+	removing  map[string]bool // removals in flight
+	unhealthy map[string]bool // live servers last logged as unhealthy
 }
 
 var _ autopilot.ApplicationIntegration = (*apDelegate)(nil)
@@ -103,17 +104,12 @@ func (d *apDelegate) FetchServerStats(ctx context.Context, servers map[raft.Serv
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var st *autopilot.ServerStats
-			if string(id) == c.cfg.NodeID {
-				st = statsFrom(c.localStats())
-			} else {
-				resp, err := c.call(ctx, string(s.Address), string(id), statsRequest())
-				if err != nil || resp.GetRaftStats() == nil {
-					c.log.Debug("no raft stats from server", "peer", string(id), "err", err)
-					return
-				}
-				st = statsFrom(resp.GetRaftStats())
+			r, err := c.raftStats(ctx, string(id), string(s.Address))
+			if err != nil {
+				c.log.Debug("no raft stats from server", "peer", string(id), "err", err)
+				return
 			}
+			st := statsFrom(r)
 			mu.Lock()
 			out[id] = st
 			mu.Unlock()
@@ -147,6 +143,54 @@ func (d *apDelegate) NotifyState(s *autopilot.State) {
 	d.mu.Unlock()
 	if changed {
 		d.c.log.Info("autopilot state", "voters", key, "healthy", s.Healthy, "failure_tolerance", s.FailureTolerance)
+	}
+	d.logServerHealth(s)
+}
+
+// unhealthyWarnAfter is how long a live server stays unhealthy before the
+// leader warns: a node that just joined or restarted is behind for a
+// moment while it catches up.
+const unhealthyWarnAfter = 10 * time.Second
+
+// logServerHealth says when a live server has been unhealthy (behind the
+// leader's log, or not hearing from it) for unhealthyWarnAfter, and when
+// it is healthy again. A server that is down is gossip's to report.
+func (d *apDelegate) logServerHealth(s *autopilot.State) {
+	var leaderLast uint64
+	if l := s.Servers[s.Leader]; l != nil {
+		leaderLast = l.Stats.LastIndex
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.unhealthy == nil {
+		d.unhealthy = map[string]bool{}
+	}
+	for id, srv := range s.Servers {
+		name := string(id)
+		if srv.Server.NodeStatus != autopilot.NodeAlive || id == s.Leader {
+			delete(d.unhealthy, name)
+			continue
+		}
+		was := d.unhealthy[name]
+		switch {
+		case !srv.Health.Healthy && !was && time.Since(srv.Health.StableSince) >= unhealthyWarnAfter:
+			d.unhealthy[name] = true
+			behind := uint64(0)
+			if leaderLast > srv.Stats.LastIndex {
+				behind = leaderLast - srv.Stats.LastIndex
+			}
+			d.c.log.Warn("raft server unhealthy: it is behind the leader's log or not hearing from it, so it does not count towards the quorum; 'palyra nodes' shows how far behind",
+				"peer", name, "last_index", srv.Stats.LastIndex, "leader_last_index", leaderLast,
+				"behind", behind, "last_contact", srv.Stats.LastContact.String())
+		case srv.Health.Healthy && was:
+			delete(d.unhealthy, name)
+			d.c.log.Info("raft server healthy again", "peer", name, "last_index", srv.Stats.LastIndex)
+		}
+	}
+	for name := range d.unhealthy {
+		if _, ok := s.Servers[raft.ServerID(name)]; !ok {
+			delete(d.unhealthy, name)
+		}
 	}
 }
 

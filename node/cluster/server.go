@@ -256,5 +256,6 @@ func (c *Cluster) localStats() *peerpb.RaftStatsResponse {
 			contact = int64(d)
 		}
 	}
-	return &peerpb.RaftStatsResponse{Id: c.cfg.NodeID, LastTerm: term, LastIndex: index, LastContactNs: contact}
+	return &peerpb.RaftStatsResponse{Id: c.cfg.NodeID, LastTerm: term, LastIndex: index, LastContactNs: contact,
+		AppliedIndex: c.store.State().AppliedIndex()}
 }

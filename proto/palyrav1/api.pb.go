@@ -2339,21 +2339,34 @@ func (x *StatusResponse) GetPeers() []string {
 }
 
 type NodeInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // alive, dead, left, or removed (revoked: it cannot come back)
-	Voter         bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
-	Leader        bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Capacity      map[string]int64       `protobuf:"bytes,7,rep,name=capacity,proto3" json:"capacity,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	Version       string                 `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
-	InRaft        bool                   `protobuf:"varint,9,opt,name=in_raft,json=inRaft,proto3" json:"in_raft,omitempty"`
-	Eligible      bool                   `protobuf:"varint,10,opt,name=eligible,proto3" json:"eligible,omitempty"`
-	Draining      bool                   `protobuf:"varint,11,opt,name=draining,proto3" json:"draining,omitempty"`
-	Running       uint32                 `protobuf:"varint,12,opt,name=running,proto3" json:"running,omitempty"` // jobs running there now
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address  string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	State    string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // alive, dead, left, or removed (revoked: it cannot come back)
+	Voter    bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	Leader   bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	Labels   map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Capacity map[string]int64       `protobuf:"bytes,7,rep,name=capacity,proto3" json:"capacity,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Version  string                 `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
+	InRaft   bool                   `protobuf:"varint,9,opt,name=in_raft,json=inRaft,proto3" json:"in_raft,omitempty"`
+	Eligible bool                   `protobuf:"varint,10,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	Draining bool                   `protobuf:"varint,11,opt,name=draining,proto3" json:"draining,omitempty"`
+	Running  uint32                 `protobuf:"varint,12,opt,name=running,proto3" json:"running,omitempty"` // jobs running there now
+	// Raft progress, as the serving node found it just now by asking each
+	// live raft server (raft_known: it answered). raft_behind is how many
+	// entries its state trails the leader's log (applied index, or its last
+	// log index from a node too old to say); raft_lagging is set when that
+	// is more than a healthy follower trails under load (autopilot's
+	// bound), or it has not heard from the leader for a while: such a voter
+	// acknowledges nothing, so it does not count towards the quorum.
+	RaftKnown         bool   `protobuf:"varint,13,opt,name=raft_known,json=raftKnown,proto3" json:"raft_known,omitempty"`
+	RaftLastIndex     uint64 `protobuf:"varint,14,opt,name=raft_last_index,json=raftLastIndex,proto3" json:"raft_last_index,omitempty"`
+	RaftAppliedIndex  uint64 `protobuf:"varint,15,opt,name=raft_applied_index,json=raftAppliedIndex,proto3" json:"raft_applied_index,omitempty"`
+	RaftBehind        uint64 `protobuf:"varint,16,opt,name=raft_behind,json=raftBehind,proto3" json:"raft_behind,omitempty"`
+	RaftLastContactMs int64  `protobuf:"varint,17,opt,name=raft_last_contact_ms,json=raftLastContactMs,proto3" json:"raft_last_contact_ms,omitempty"` // since it last heard from a leader (-1 never; 0 the leader)
+	RaftLagging       bool   `protobuf:"varint,18,opt,name=raft_lagging,json=raftLagging,proto3" json:"raft_lagging,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *NodeInfo) Reset() {
@@ -2468,6 +2481,48 @@ func (x *NodeInfo) GetRunning() uint32 {
 		return x.Running
 	}
 	return 0
+}
+
+func (x *NodeInfo) GetRaftKnown() bool {
+	if x != nil {
+		return x.RaftKnown
+	}
+	return false
+}
+
+func (x *NodeInfo) GetRaftLastIndex() uint64 {
+	if x != nil {
+		return x.RaftLastIndex
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetRaftAppliedIndex() uint64 {
+	if x != nil {
+		return x.RaftAppliedIndex
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetRaftBehind() uint64 {
+	if x != nil {
+		return x.RaftBehind
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetRaftLastContactMs() int64 {
+	if x != nil {
+		return x.RaftLastContactMs
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetRaftLagging() bool {
+	if x != nil {
+		return x.RaftLagging
+	}
+	return false
 }
 
 type ListNodesRequest struct {
@@ -6022,7 +6077,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x05peers\x18\x11 \x03(\tR\x05peers\x1a>\n" +
 	"\x10JobsByPhaseEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xed\x03\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xd7\x05\n" +
 	"\bNodeInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -6036,7 +6091,15 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\beligible\x18\n" +
 	" \x01(\bR\beligible\x12\x1a\n" +
 	"\bdraining\x18\v \x01(\bR\bdraining\x12\x18\n" +
-	"\arunning\x18\f \x01(\rR\arunning\x1a9\n" +
+	"\arunning\x18\f \x01(\rR\arunning\x12\x1d\n" +
+	"\n" +
+	"raft_known\x18\r \x01(\bR\traftKnown\x12&\n" +
+	"\x0fraft_last_index\x18\x0e \x01(\x04R\rraftLastIndex\x12,\n" +
+	"\x12raft_applied_index\x18\x0f \x01(\x04R\x10raftAppliedIndex\x12\x1f\n" +
+	"\vraft_behind\x18\x10 \x01(\x04R\n" +
+	"raftBehind\x12/\n" +
+	"\x14raft_last_contact_ms\x18\x11 \x01(\x03R\x11raftLastContactMs\x12!\n" +
+	"\fraft_lagging\x18\x12 \x01(\bR\vraftLagging\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +

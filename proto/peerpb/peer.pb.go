@@ -966,6 +966,7 @@ type RaftStatsResponse struct {
 	LastTerm      uint64                 `protobuf:"varint,2,opt,name=last_term,json=lastTerm,proto3" json:"last_term,omitempty"`
 	LastIndex     uint64                 `protobuf:"varint,3,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
 	LastContactNs int64                  `protobuf:"varint,4,opt,name=last_contact_ns,json=lastContactNs,proto3" json:"last_contact_ns,omitempty"` // -1: never heard from a leader
+	AppliedIndex  uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`      // last entry its state machine applied (0 from older nodes)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1024,6 +1025,13 @@ func (x *RaftStatsResponse) GetLastIndex() uint64 {
 func (x *RaftStatsResponse) GetLastContactNs() int64 {
 	if x != nil {
 		return x.LastContactNs
+	}
+	return 0
+}
+
+func (x *RaftStatsResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
 	}
 	return 0
 }
@@ -1773,13 +1781,14 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"9\n" +
 	"\x10RaftJoinResponse\x12%\n" +
 	"\x0ealready_member\x18\x01 \x01(\bR\ralreadyMember\"\x12\n" +
-	"\x10RaftStatsRequest\"\x87\x01\n" +
+	"\x10RaftStatsRequest\"\xac\x01\n" +
 	"\x11RaftStatsResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tlast_term\x18\x02 \x01(\x04R\blastTerm\x12\x1d\n" +
 	"\n" +
 	"last_index\x18\x03 \x01(\x04R\tlastIndex\x12&\n" +
-	"\x0flast_contact_ns\x18\x04 \x01(\x03R\rlastContactNs\"\x1e\n" +
+	"\x0flast_contact_ns\x18\x04 \x01(\x03R\rlastContactNs\x12#\n" +
+	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\"\x1e\n" +
 	"\fLeaveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x0f\n" +
 	"\rLeaveResponse\"\x12\n" +
