@@ -111,10 +111,25 @@ func (s *State) applyBatch(index uint64, b *raftpb.CommandBatch) ApplyResult {
 	return out
 }
 
+// StoreConfiguration is raft's ConfigurationStore hook, called with each
+// committed configuration entry (a join, a removal, a promotion). The
+// state has nothing to change for it, but implementing it makes raft count
+// the entry as applied: without it raft's applied index stayed at the
+// command before, and a snapshot taken right after a membership change on
+// an idle cluster was refused ("wait until the configuration entry at N
+// has been applied") until the next command came along.
+func (f *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
+	f.advance(index)
+}
+
+var _ raft.ConfigurationStore = (*FSM)(nil)
+
+// advance moves the applied index to index (never back) and wakes the
+// waiters on it.
 func (f *FSM) advance(index uint64) {
 	s := f.state
 	s.mu.Lock()
-	s.applied = index
+	s.applied = max(s.applied, index)
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()

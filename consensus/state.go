@@ -168,7 +168,8 @@ func (s *State) Changed() <-chan struct{} {
 	return s.changed
 }
 
-// AppliedIndex is the raft index of the last command applied to this state.
+// AppliedIndex is the raft index of the last entry applied to this state:
+// a command, or a configuration change (FSM.StoreConfiguration).
 func (s *State) AppliedIndex() uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

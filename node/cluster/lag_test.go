@@ -129,3 +129,32 @@ func TestFollowerWithFullDiskLagsThenCatchesUp(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot (what 'palyra snapshot save' takes) right after a membership
+// change on an idle cluster: raft refused it ("wait until the
+// configuration entry at N has been applied") until the next command,
+// because configuration entries did not count as applied.
+func TestSnapshotRightAfterAMembershipChange(t *testing.T) {
+	nodes := formCluster(t, 3, 3)
+	eventually(t, 20*time.Second, "three voters", func() error { return converged(nodes, 3, 0) })
+	leader := leaderOf(t, nodes)
+	last := leader.store.Raft().AppliedIndex()
+	_, rc, err := leader.store.TakeSnapshot()
+	if err != nil {
+		t.Fatalf("snapshot after the last membership change (raft applied %d, state applied %d): %v",
+			last, leader.store.State().AppliedIndex(), err)
+	}
+	rc.Close()
+
+	// Idle and healthy: no follower is behind (the progress once compared
+	// the leader's last index with the state's last command, so the
+	// configuration and no-op entries showed as a lag for ever).
+	eventually(t, 5*time.Second, "followers 0 behind", func() error {
+		for id, p := range leader.cl.Progress(ctxFor(t, 2*time.Second)) {
+			if p.Behind != 0 || p.Lagging {
+				return fmt.Errorf("%s: %+v", id, p)
+			}
+		}
+		return nil
+	})
+}

@@ -12,7 +12,7 @@ import (
 // RaftProgress is one raft server's progress, as it reported it.
 type RaftProgress struct {
 	LastIndex    uint64 // last entry in its raft log
-	AppliedIndex uint64 // last entry its state machine applied (0: too old a node to say)
+	AppliedIndex uint64 // last log entry raft applied, of any type, as in status (0: too old a node to say)
 	// LastContact is how long ago it last heard from a leader: negative if
 	// never, 0 for the leader itself.
 	LastContact time.Duration

@@ -257,5 +257,5 @@ func (c *Cluster) localStats() *peerpb.RaftStatsResponse {
 		}
 	}
 	return &peerpb.RaftStatsResponse{Id: c.cfg.NodeID, LastTerm: term, LastIndex: index, LastContactNs: contact,
-		AppliedIndex: c.store.State().AppliedIndex()}
+		AppliedIndex: c.store.Raft().AppliedIndex()} // raft's: counts no-op and configuration entries, as the leader's last index does
 }

@@ -966,7 +966,7 @@ type RaftStatsResponse struct {
 	LastTerm      uint64                 `protobuf:"varint,2,opt,name=last_term,json=lastTerm,proto3" json:"last_term,omitempty"`
 	LastIndex     uint64                 `protobuf:"varint,3,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
 	LastContactNs int64                  `protobuf:"varint,4,opt,name=last_contact_ns,json=lastContactNs,proto3" json:"last_contact_ns,omitempty"` // -1: never heard from a leader
-	AppliedIndex  uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`      // last entry its state machine applied (0 from older nodes)
+	AppliedIndex  uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`      // last log entry raft applied, of any type (0 from older nodes)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
