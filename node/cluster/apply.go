@@ -127,6 +127,7 @@ func (c *Cluster) onLeader(ctx context.Context, idempotent bool, local func(cont
 	backoff := 10 * time.Millisecond
 	for {
 		var err error
+		gen := c.fwd.generation()
 		addr, id := c.store.Leader()
 		switch {
 		case id == c.cfg.NodeID && c.store.IsLeader():
@@ -142,7 +143,12 @@ func (c *Cluster) onLeader(ctx context.Context, idempotent bool, local func(cont
 		default:
 			c.sawLeader(id, addr)
 			var resp *peerpb.Response
-			resp, err = c.call(ctx, addr, id, req)
+			callCtx, done := c.fwd.start(ctx, gen)
+			resp, err = c.call(callCtx, addr, id, req)
+			done()
+			if err != nil && errors.Is(context.Cause(callCtx), errLeaderMoved) && ctx.Err() == nil {
+				err = fmt.Errorf("%w: %v", errLeaderMoved, err)
+			}
 			switch {
 			case err != nil && !notSent(err) && !idempotent:
 				return &consensus.Error{Code: codeUnavailable,

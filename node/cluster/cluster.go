@@ -47,6 +47,7 @@ type Cluster struct {
 	verifying  map[string]bool      // leader: gossip members being added to raft
 	downSince  map[string]time.Time // leader: when a raft server was first seen down
 	lastLeader leaderInfo
+	fwd        forwards                       // forwards to the leader in flight, ended when it moves
 	confIDs    map[string]raft.ServerSuffrage // last raft configuration seen
 	subs       []chan struct{}
 	conflicts  map[string]bool // gossip id conflicts already logged
@@ -270,6 +271,7 @@ func (c *Cluster) watchLeader(ch chan raft.Observation) {
 			}
 			if string(lo.LeaderID) != last {
 				last = string(lo.LeaderID)
+				c.fwd.moved()
 				c.log.Info("leader changed", "leader", last, "address", string(lo.LeaderAddr))
 				c.notify()
 			}
