@@ -40,6 +40,10 @@ type Node struct {
 	keeper       *caKeeper  // the cluster CA keys this node holds (voters), the trust bundle
 	metaMu       sync.Mutex
 	labels       map[string]string // gossiped labels: the configured ones and the CA's
+	// workerReady is set once the worker has recovered what a previous
+	// process left: until then the node gossips no capacity, so nothing is
+	// placed on it that Recover would take for a leftover and requeue.
+	workerReady bool
 	transport    *mesh.Transport
 	storeMu      sync.RWMutex
 	store        *consensus.Store
@@ -224,7 +228,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.cluster.SetOutputSource(n.readOutput)
 	n.cluster.SetBrowserHandler(n.browserSession)
 	// Catch up with the log before Recover, so it sees every placement made
-	// on this node before it stopped, before anything new is placed here.
+	// on this node before it stopped. Nothing new is placed here meanwhile:
+	// the node gossips no capacity until Recover is done (workerReady).
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 	defer wcancel()
 	if err := n.catchUp(wctx); err != nil {
@@ -232,6 +237,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if err := n.worker.Recover(wctx); err != nil {
 		return nil, err
+	}
+	// Now offer the slots: work placed from here on is this process's.
+	n.metaMu.Lock()
+	n.workerReady = true
+	err = n.cluster.SetMeta(wctx, n.meta())
+	n.metaMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("offer this node's slots to the cluster: %w", err)
 	}
 	if !n.state.Joined {
 		if err := n.registerInitMembers(wctx); err != nil {
@@ -437,7 +450,11 @@ func (n *Node) meta() cluster.Meta {
 	for k, v := range n.labels {
 		labels[k] = v
 	}
-	return cluster.Meta{Labels: labels, Capacity: n.capacity(), Version: n.cfg.Version}
+	capacity := map[string]int{}
+	if n.workerReady {
+		capacity = n.capacity()
+	}
+	return cluster.Meta{Labels: labels, Capacity: capacity, Version: n.cfg.Version}
 }
 
 // setLabels replaces the CA's gossip labels (api.LabelCAKeys,
