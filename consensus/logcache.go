@@ -100,3 +100,14 @@ func (c *logCache) DeleteRange(lo, hi uint64) error {
 func (c *logCache) reset() {
 	c.logs, c.lo, c.hi, c.bytes = map[uint64]*raft.Log{}, 0, 0, 0
 }
+
+// IsMonotonic implements raft.MonotonicLogStore. Saying yes makes raft
+// remove every older entry when this server installs a snapshot from the
+// leader (or restores one). Otherwise raft compacts only to its trailing
+// count below the server's own old last index, so a follower that was far
+// behind (its disk full, say) kept thousands of entries the snapshot had
+// replaced, and on a tight disk the space an install needed. The entries
+// before an installed snapshot are never read again.
+func (c *logCache) IsMonotonic() bool { return true }
+
+var _ raft.MonotonicLogStore = (*logCache)(nil)

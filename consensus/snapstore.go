@@ -42,8 +42,10 @@ const snapshotsSubdir = "snapshots"
 // tmpSnapshotSuffix marks a snapshot being written (raft's own suffix).
 const tmpSnapshotSuffix = ".tmp"
 
-// snapshotsRetained is how many complete snapshots a store keeps.
-const snapshotsRetained = 3
+// snapshotsRetained is how many complete snapshots a store keeps: the
+// newest, and one to fall back on. Each is a full copy of the state, and
+// an install needs room for one more while the old ones are still there.
+const snapshotsRetained = 2
 
 // openSnapshots opens the snapshot store under dir after removing what
 // interrupted snapshots left there; lg (may be nil) hears what it removed.

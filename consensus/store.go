@@ -221,6 +221,16 @@ func (s *Store) raftErr(err error) error {
 	return fmt.Errorf("raft: %w", err)
 }
 
+// LogRange is the first and last index of the raft log on disk (0, 0 when
+// it is empty).
+func (s *Store) LogRange() (first, last uint64, err error) {
+	if first, err = s.bolt.FirstIndex(); err != nil {
+		return 0, 0, err
+	}
+	last, err = s.bolt.LastIndex()
+	return first, last, err
+}
+
 // IsLeader reports whether this server is the raft leader now.
 func (s *Store) IsLeader() bool { return s.raft.State() == raft.Leader }
 

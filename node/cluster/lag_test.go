@@ -119,6 +119,10 @@ func TestFollowerWithFullDiskLagsThenCatchesUp(t *testing.T) {
 		}
 		return nil
 	})
+	// The entries the installed snapshot replaced are gone from its log.
+	if first, _, err := slow.store.LogRange(); err != nil || first != 0 && first <= 20 {
+		t.Errorf("after the install the slow node's log starts at %d (%v); the entries before the snapshot should be gone", first, err)
+	}
 	ents, err := os.ReadDir(filepath.Join(slow.dir, "snapshots"))
 	if err != nil {
 		t.Fatal(err)
