@@ -31,19 +31,19 @@ import (
 
 // Node is a running node. Start returns once it serves; Close stops it.
 type Node struct {
-	cfg          Config
-	log          *slog.Logger
-	layout       Layout
-	state        State
-	cred         *identity.Live
-	credMu       sync.Mutex // serialises saving and swapping this node's credentials
-	keeper       *caKeeper  // the cluster CA keys this node holds (voters), the trust bundle
-	metaMu       sync.Mutex
-	labels       map[string]string // gossiped labels: the configured ones and the CA's
+	cfg    Config
+	log    *slog.Logger
+	layout Layout
+	state  State
+	cred   *identity.Live
+	credMu sync.Mutex // serialises saving and swapping this node's credentials
+	keeper *caKeeper  // the cluster CA keys this node holds (voters), the trust bundle
+	metaMu sync.Mutex
+	labels map[string]string // gossiped labels: the configured ones and the CA's
 	// workerReady is set once the worker has recovered what a previous
 	// process left: until then the node gossips no capacity, so nothing is
 	// placed on it that Recover would take for a leftover and requeue.
-	workerReady bool
+	workerReady  bool
 	transport    *mesh.Transport
 	storeMu      sync.RWMutex
 	store        *consensus.Store
@@ -230,11 +230,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Catch up with the log before Recover, so it sees every placement made
 	// on this node before it stopped. Nothing new is placed here meanwhile:
 	// the node gossips no capacity until Recover is done (workerReady).
-	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
-	defer wcancel()
-	if err := n.catchUp(wctx); err != nil {
+	// No deadline on the catch-up: a node far behind may need a large
+	// snapshot installed, and one that gave up after a minute exited, so a
+	// supervisor restarted it and the install began again. It waits until
+	// it is current or stopped (SIGINT/SIGTERM), saying every 5 s what for.
+	if err := n.catchUp(ctx); err != nil {
 		return nil, err
 	}
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+	defer wcancel()
 	if err := n.worker.Recover(wctx); err != nil {
 		return nil, err
 	}

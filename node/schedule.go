@@ -78,9 +78,11 @@ func (n *Node) runScheduler(ctx context.Context) {
 // workers is gossip's view of the nodes, for the scheduler.
 func (n *Node) workers() []driver.Worker {
 	ms := n.cluster.Members()
+	lagging := n.cluster.LaggingServers()
 	out := make([]driver.Worker, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, driver.Worker{ID: m.ID, Alive: m.State == cluster.StateAlive, Slots: m.Capacity, Labels: m.Labels})
+		out = append(out, driver.Worker{ID: m.ID, Alive: m.State == cluster.StateAlive, Lagging: lagging[m.ID],
+			Slots: m.Capacity, Labels: m.Labels})
 	}
 	return out
 }

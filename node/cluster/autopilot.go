@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -19,6 +21,8 @@ type apDelegate struct {
 	voters    string          // last logged voter set, to log changes only
 	removing  map[string]bool // removals in flight
 	unhealthy map[string]bool // live servers last logged as unhealthy
+	// stuck is unhealthy as the scheduler reads it: replaced whole.
+	stuck atomic.Pointer[map[string]bool]
 }
 
 var _ autopilot.ApplicationIntegration = (*apDelegate)(nil)
@@ -192,6 +196,22 @@ func (d *apDelegate) logServerHealth(s *autopilot.State) {
 			delete(d.unhealthy, name)
 		}
 	}
+	stuck := maps.Clone(d.unhealthy)
+	d.stuck.Store(&stuck)
+}
+
+// LaggingServers are the live raft servers that have been unhealthy
+// (behind the leader's log, or not hearing from it) for
+// unhealthyWarnAfter or longer, as this node's autopilot last found them.
+// Autopilot runs on the leader, so elsewhere the set is empty or stale. A
+// lagging server would see a placement late or never (it applies nothing
+// new), so the scheduler gives it no new work; what it runs is left alone,
+// since it can still report results through the leader.
+func (c *Cluster) LaggingServers() map[string]bool {
+	if m := c.apd.stuck.Load(); m != nil {
+		return *m
+	}
+	return nil
 }
 
 // RemoveFailedServer removes a server that left at once and a dead one

@@ -30,6 +30,7 @@ type Cluster struct {
 	store *consensus.Store
 	raft  *raft.Raft
 	ap    *autopilot.Autopilot
+	apd   *apDelegate
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -97,7 +98,8 @@ func New(cfg Config) (*Cluster, error) {
 		kick: make(chan struct{}, 1),
 	}
 	c.batch.c = c
-	c.ap = autopilot.New(c.raft, &apDelegate{c: c},
+	c.apd = &apDelegate{c: c}
+	c.ap = autopilot.New(c.raft, c.apd,
 		autopilot.WithLogger(newHCLogger(cfg.Logger, "autopilot")),
 		autopilot.WithPromoter(&promoter{target: cfg.TargetVoters}),
 		autopilot.WithUpdateInterval(cfg.Tuning.AutopilotUpdate),

@@ -37,10 +37,14 @@ type State interface {
 
 // Worker is one node as gossip sees it.
 type Worker struct {
-	ID     string
-	Alive  bool
-	Slots  map[string]int // kind → concurrent runs
-	Labels map[string]string
+	ID    string
+	Alive bool
+	// Lagging: its replica trails the leader's log (a full disk, say), so
+	// it would see a new placement late or never. It gets no new work;
+	// what it runs is left alone (it still reports results).
+	Lagging bool
+	Slots   map[string]int // kind → concurrent runs
+	Labels  map[string]string
 }
 
 // Config wires a Driver.

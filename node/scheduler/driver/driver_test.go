@@ -14,7 +14,8 @@ import (
 // fakeState is an in-memory State for the driver (the FSM's indexes are
 // tested in consensus; here only what the driver reads matters).
 type fakeState struct {
-	queued []consensus.Job
+	queued  []consensus.Job
+	running map[string][]consensus.Job // by node
 }
 
 func (f *fakeState) Watch(string) <-chan struct{} { return make(chan struct{}) }
@@ -27,8 +28,14 @@ func (f *fakeState) Queued(kind string, fn func(consensus.Job) bool) {
 }
 func (f *fakeState) QueuedKinds() []string                    { return []string{"wasm"} }
 func (f *fakeState) RunningCounts() map[string]map[string]int { return map[string]map[string]int{} }
-func (f *fakeState) RunningOn(string) []consensus.Job         { return nil }
-func (f *fakeState) RunningNodes() []string                   { return nil }
+func (f *fakeState) RunningOn(node string) []consensus.Job    { return f.running[node] }
+func (f *fakeState) RunningNodes() []string {
+	var out []string
+	for n := range f.running {
+		out = append(out, n)
+	}
+	return out
+}
 func (f *fakeState) DeadlinesBefore(int64, int) []consensus.Job {
 	return nil
 }
@@ -121,3 +128,50 @@ type kindState struct {
 }
 
 func (k *kindState) QueuedKinds() []string { return k.kinds() }
+
+// A lagging worker (alive, but its replica trails the leader's log) gets
+// no new work, since it would not see the placement in time; the work it
+// runs is left alone: it still reports its results.
+func TestLaggingWorkerGetsNoNewWork(t *testing.T) {
+	st := &fakeState{running: map[string][]consensus.Job{
+		"lagging": {{ID: "old", Kind: "wasm", Phase: consensus.PhaseRunning, NodeID: "lagging", Attempt: 1}},
+	}}
+	for i := range 6 {
+		st.queued = append(st.queued, consensus.Job{ID: fmt.Sprint("q-", i), Kind: "wasm", CommitIndex: uint64(i + 1)})
+	}
+	var mu sync.Mutex
+	var rounds []*raftpb.SchedulerRound
+	d := New(Config{
+		State: st,
+		Apply: func(_ context.Context, c *raftpb.Command) error {
+			mu.Lock()
+			defer mu.Unlock()
+			rounds = append(rounds, c.GetSchedulerRound())
+			return nil
+		},
+		Workers: func() []Worker {
+			return []Worker{
+				{ID: "lagging", Alive: true, Lagging: true, Slots: map[string]int{"wasm": 8}},
+				{ID: "ok", Alive: true, Slots: map[string]int{"wasm": 2}},
+			}
+		},
+		Now: func() time.Time { return time.UnixMilli(1_000_000) },
+	})
+	d.Round(context.Background())
+	d.Wait()
+	if len(rounds) != 1 {
+		t.Fatalf("%d rounds committed, want 1", len(rounds))
+	}
+	r := rounds[0]
+	if len(r.Placements) == 0 {
+		t.Fatal("nothing placed on the healthy worker")
+	}
+	for _, p := range r.Placements {
+		if p.NodeId != "ok" {
+			t.Errorf("job %s placed on %s, want only the healthy worker", p.Id, p.NodeId)
+		}
+	}
+	if len(r.Requeues) != 0 {
+		t.Errorf("requeues %v: the lagging worker's running job must be left alone", r.Requeues)
+	}
+}
