@@ -239,14 +239,19 @@ func nodeCommand() *ucli.Command {
    node is dropped from the raft configuration (autopilot promotes a spare if
    voters fall short), its certificate is revoked (every node refuses it; to
    bring that machine back, join it again with a new code and an empty data
-   dir), and the jobs it was running are queued again to run elsewhere.
+   dir), and the jobs it was running are queued again to run elsewhere. The
+   local operator credential made on its machine (when it created the
+   cluster or paired) is revoked with it, since its key stays on that disk;
+   if this very call uses that credential, it is kept and you are told to
+   revoke it once you use another operator.
 
    A node that gossip still reports alive is refused: a running node should
    leave with 'palyra --addr ADDR node leave', which moves its work first.
    --force removes it anyway (it is cut off at once). The leader is always
-   refused: stop it first, and remove it once another node leads. So is the
-   node holding the cluster CA (the first node) without --force: pairing and
-   certificate renewal need it.
+   refused: stop it first, and remove it once another node leads. Every
+   voter holds the cluster CA key; removing the last live node that holds
+   it is refused without --force, since pairing and certificate renewal
+   need it ('palyra ca status' lists the holders).
 
    Find the id with 'palyra nodes'. Needs the node.remove permission
    (operators have it by default).`,
@@ -440,7 +445,7 @@ func nodeRemove(c *ucli.Context) error {
 		}
 		return writeJSON(c.App.Writer, map[string]any{"node_id": r.NodeId, "removed": true, "was_alive": r.WasAlive,
 			"was_voter": r.WasVoter, "in_raft": r.InRaft, "requeued": requeued, "held_ca": r.HeldCa, "already_removed": r.AlreadyRemoved,
-			"ca_holders": nonNil(r.CaHolders)})
+			"ca_holders": nonNil(r.CaHolders), "revoked_devices": nonNil(r.RevokedDevices), "kept_operator": r.KeptOperator})
 	}
 	w := c.App.Writer
 	fmt.Fprintf(w, "node %s removed: its certificate is revoked", r.NodeId)
@@ -458,6 +463,12 @@ func nodeRemove(c *ucli.Context) error {
 		fmt.Fprintln(c.App.ErrWriter, "warning: it held the cluster CA and no other live node holds it: no node or device can pair, and certificates cannot be renewed, from now on")
 	case r.HeldCa:
 		fmt.Fprintf(w, "it held the cluster CA key; %s still hold it and sign ('palyra ca status')\n", strings.Join(r.CaHolders, ", "))
+	}
+	if len(r.RevokedDevices) > 0 {
+		fmt.Fprintf(w, "its local operator credential %s is revoked too\n", strings.Join(r.RevokedDevices, ", "))
+	}
+	if r.KeptOperator != "" {
+		fmt.Fprintf(c.App.ErrWriter, "warning: this call used %s, the removed node's own local operator credential, so it is not revoked; use another operator and run 'palyra device revoke %s'\n", r.KeptOperator, r.KeptOperator)
 	}
 	return nil
 }

@@ -115,9 +115,23 @@ func TestNodeRemove(t *testing.T) {
 		}
 		return nil
 	})
+	// Its local operator (made on its machine when it paired) still works
+	// before the removal, and goes with it.
+	if rr := runData(dead.dataDir, first.addr, "nodes"); rr.code != 0 {
+		t.Fatalf("the dead node's local operator before the removal: %+v", rr)
+	}
 	r = first.cli("node", "remove", dead.id)
-	if r.code != 0 || !contains(r.stdout, "node "+dead.id+" removed", "certificate is revoked") {
+	if r.code != 0 || !contains(r.stdout, "node "+dead.id+" removed", "certificate is revoked", "local operator credential", "is revoked too") {
 		t.Fatalf("remove of a dead node: %+v", r)
+	}
+	waitUntil(t, "the removed node's local operator refused", 30*time.Second, func() error {
+		if rr := runData(dead.dataDir, first.addr, "nodes"); rr.code == 0 {
+			return fmt.Errorf("still accepted: %s", rr.stdout)
+		}
+		return nil
+	})
+	if rr := first.cli("nodes"); rr.code != 0 {
+		t.Fatalf("the remover's own credential after the removal: %+v", rr)
 	}
 	c.waitViews("the dead node removed", 60*time.Second, c.running(), func(views []view) error {
 		for _, v := range views {

@@ -97,8 +97,26 @@ func (n nodeService) RemoveNode(ctx context.Context, req *connect.Request[palyra
 	for _, j := range s.control.State().Jobs(consensus.JobFilter{Phase: consensus.PhaseRunning, NodeID: m.NodeId}) {
 		resp.Requeued = append(resp.Requeued, j.ID)
 	}
+	// Its local operator credentials go with it: their keys are on the
+	// removed machine's disk. The caller's own is spared (revoking it
+	// would lock the caller out mid-operation) and named instead.
+	for _, d := range s.control.State().Members("device") {
+		if d.Revoked || !localOperatorOf(d, m.NodeId, rec) {
+			continue
+		}
+		if caller.Kind == "device" && caller.ID == d.ID {
+			resp.KeptOperator = d.ID
+			continue
+		}
+		if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_RevokeMember{RevokeMember: &raftpb.RevokeMember{
+			Kind: "device", Id: d.ID, AtMs: s.now().UnixMilli(), By: caller.String()}}}); err != nil && !errors.Is(err, consensus.ErrConflict) {
+			return nil, fromErr(err)
+		}
+		resp.RevokedDevices = append(resp.RevokedDevices, d.ID)
+	}
 	resp.InRaft = s.waitOutOfRaft(ctx, m.NodeId)
-	s.log.Warn("node removed", "removed", m.NodeId, "by", caller, "was_alive", alive, "requeued", len(resp.Requeued), "in_raft", resp.InRaft)
+	s.log.Warn("node removed", "removed", m.NodeId, "by", caller, "was_alive", alive, "requeued", len(resp.Requeued), "in_raft", resp.InRaft,
+		"revoked_devices", resp.RevokedDevices)
 	return connect.NewResponse(resp), nil
 }
 
@@ -123,4 +141,17 @@ func (s *Server) waitOutOfRaft(ctx context.Context, id string) bool {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// localOperatorOf reports whether device d is the local operator made on
+// node id's machine: when it paired (named for it, by the same pairing
+// code), or when it created the cluster (the first node: both "init").
+func localOperatorOf(d consensus.Member, id string, node consensus.Member) bool {
+	if !d.Operator {
+		return false
+	}
+	if node.AddedBy == "init" {
+		return d.AddedBy == "init" && d.Name == "local operator"
+	}
+	return node.AddedBy != "" && d.AddedBy == node.AddedBy && d.Name == "local operator on "+id
 }

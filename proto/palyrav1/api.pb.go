@@ -2857,9 +2857,15 @@ type RemoveNodeResponse struct {
 	AlreadyRemoved bool     `protobuf:"varint,7,opt,name=already_removed,json=alreadyRemoved,proto3" json:"already_removed,omitempty"` // it had been removed (or revoked) before
 	// ca_holders: the other live nodes whose gossip says they hold a CA key
 	// (they go on signing); with held_ca and none, pairing and renewal stop.
-	CaHolders     []string `protobuf:"bytes,8,rep,name=ca_holders,json=caHolders,proto3" json:"ca_holders,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CaHolders []string `protobuf:"bytes,8,rep,name=ca_holders,json=caHolders,proto3" json:"ca_holders,omitempty"`
+	// revoked_devices: the removed node's local operator credentials (made
+	// on its machine when it was created or paired), revoked with it: their
+	// keys stay on that machine's disk. kept_operator: one of them that was
+	// not revoked because it made this call (revoke it once you use another).
+	RevokedDevices []string `protobuf:"bytes,9,rep,name=revoked_devices,json=revokedDevices,proto3" json:"revoked_devices,omitempty"`
+	KeptOperator   string   `protobuf:"bytes,10,opt,name=kept_operator,json=keptOperator,proto3" json:"kept_operator,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RemoveNodeResponse) Reset() {
@@ -2946,6 +2952,20 @@ func (x *RemoveNodeResponse) GetCaHolders() []string {
 		return x.CaHolders
 	}
 	return nil
+}
+
+func (x *RemoveNodeResponse) GetRevokedDevices() []string {
+	if x != nil {
+		return x.RevokedDevices
+	}
+	return nil
+}
+
+func (x *RemoveNodeResponse) GetKeptOperator() string {
+	if x != nil {
+		return x.KeptOperator
+	}
+	return ""
 }
 
 type SecretInfo struct {
@@ -6120,7 +6140,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\rLeaveResponse\"B\n" +
 	"\x11RemoveNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"\xfd\x01\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\xcb\x02\n" +
 	"\x12RemoveNodeResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\twas_alive\x18\x02 \x01(\bR\bwasAlive\x12\x1b\n" +
@@ -6130,7 +6150,10 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\aheld_ca\x18\x06 \x01(\bR\x06heldCa\x12'\n" +
 	"\x0falready_removed\x18\a \x01(\bR\x0ealreadyRemoved\x12\x1d\n" +
 	"\n" +
-	"ca_holders\x18\b \x03(\tR\tcaHolders\"S\n" +
+	"ca_holders\x18\b \x03(\tR\tcaHolders\x12'\n" +
+	"\x0frevoked_devices\x18\t \x03(\tR\x0erevokedDevices\x12#\n" +
+	"\rkept_operator\x18\n" +
+	" \x01(\tR\fkeptOperator\"S\n" +
 	"\n" +
 	"SecretInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
