@@ -20,11 +20,11 @@ func nodesCommand() *ucli.Command {
 		Description: `State comes from gossip (alive, suspect, dead, left); voter and leader from
    Raft. Every node should show the same voters and leader. RAFT is how far
    the node's state is along the leader's log, asked of each live node just
-   now: "ok", or LAGGING when it trails by more than a healthy follower does
-   (250 entries) or has not heard from the leader lately; a lagging voter
-   does not count towards the quorum, and its jobs wait (look at its log:
-   a full disk, say). SCHEDULING is
-   the operator's setting (eligible, ineligible, draining); a node that is
+   now: "ok" (a few entries behind is normal under load), or LAGGING when it
+   trails by more than a healthy follower does (250 entries) or has not
+   heard from the leader lately. A lagging voter does not count towards the
+   failure tolerance, and after 10 s the leader gives it no new work (look
+   at its log: a full disk, say). SCHEDULING is the operator's setting (eligible, ineligible, draining); a node that is
    not alive gets no new work whatever it says. PLACED counts the jobs
    placed on the node: running, or waiting there for a free slot (a worker
    takes up to four placements per slot ahead, so PLACED can exceed

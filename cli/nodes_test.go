@@ -69,11 +69,11 @@ func TestVotersHealth(t *testing.T) {
 		{[]*palyrav1.NodeInfo{n("a", "alive", true)}, "1 of 1 alive: can lose no voter without losing the quorum", 0},
 		{[]*palyrav1.NodeInfo{n("a", "alive", true), n("b", "alive", true), n("c", "alive", true), n("d", "alive", true), n("e", "alive", true)}, "5 of 5 alive: can lose 2 more", 2},
 		// A voter that is alive but far behind the leader's log acknowledges
-		// nothing: it does not count towards the quorum.
+		// nothing: it does not count towards the failure tolerance.
 		{[]*palyrav1.NodeInfo{n("a", "alive", true), lag(n("b", "alive", true), 52000, 300), n("c", "alive", true)},
-			"3 of 3 alive, 1 lagging: can lose no voter without losing the quorum (lagging, not counting towards the quorum: b 52000 entries behind; see 'palyra nodes')", 0},
+			"3 of 3 alive, 1 lagging: can lose no voter without losing the quorum (lagging, not counted in the failure tolerance: b 52000 entries behind; see 'palyra nodes')", 0},
 		{[]*palyrav1.NodeInfo{n("a", "alive", true), lag(n("b", "alive", true), 0, -1), n("c", "dead", true)},
-			"2 of 3 alive, 1 lagging: NO QUORUM (writes and linearizable reads fail until a majority is back) (not alive: c dead) (lagging, not counting towards the quorum: b never heard from a leader; see 'palyra nodes')", -1},
+			"2 of 3 alive, 1 lagging: NO QUORUM (writes and linearizable reads fail until a majority is back) (not alive: c dead) (lagging, not counted in the failure tolerance: b never heard from a leader; see 'palyra nodes')", -1},
 	} {
 		h := votersHealth(c.nodes)
 		if h.String() != c.want || h.tolerance() != c.tol {

@@ -88,7 +88,7 @@ type voterHealth struct {
 	total, alive int
 	down         []string // not alive: "id state"
 	// lagging are alive voters trailing the leader's log (or not hearing
-	// from it): "id what": they do not count towards the quorum meanwhile.
+	// from it): "id what": they do not count towards the failure tolerance meanwhile.
 	lagging []string
 }
 
@@ -146,7 +146,7 @@ func (h voterHealth) String() string {
 		s += " (not alive: " + strings.Join(h.down, ", ") + ")"
 	}
 	if len(h.lagging) > 0 {
-		s += " (lagging, not counting towards the quorum: " + strings.Join(h.lagging, ", ") + "; see 'palyra nodes')"
+		s += " (lagging, not counted in the failure tolerance: " + strings.Join(h.lagging, ", ") + "; see 'palyra nodes')"
 	}
 	return s
 }

@@ -18,9 +18,10 @@ type apDelegate struct {
 	c *Cluster
 
 	mu        sync.Mutex
-	voters    string          // last logged voter set, to log changes only
-	removing  map[string]bool // removals in flight
-	unhealthy map[string]bool // live servers last logged as unhealthy
+	voters    string               // last logged voter set, to log changes only
+	removing  map[string]bool      // removals in flight
+	unhealthy map[string]bool      // live servers last logged as unhealthy
+	sickSince map[string]time.Time // live servers unhealthy: since when, while alive
 	// stuck is unhealthy as the scheduler reads it: replaced whole.
 	stuck atomic.Pointer[map[string]bool]
 }
@@ -148,18 +149,20 @@ func (d *apDelegate) NotifyState(s *autopilot.State) {
 	if changed {
 		d.c.log.Info("autopilot state", "voters", key, "healthy", s.Healthy, "failure_tolerance", s.FailureTolerance)
 	}
-	d.logServerHealth(s)
+	d.logServerHealth(s, time.Now())
 }
 
-// unhealthyWarnAfter is how long a live server stays unhealthy before the
-// leader warns: a node that just joined or restarted is behind for a
-// moment while it catches up.
+// unhealthyWarnAfter is how long a live server stays unhealthy (counted
+// while gossip calls it alive) before the leader warns and stops placing
+// work on it: a node that just joined or restarted is behind for a moment
+// while it catches up.
 const unhealthyWarnAfter = 10 * time.Second
 
 // logServerHealth says when a live server has been unhealthy (behind the
 // leader's log, or not hearing from it) for unhealthyWarnAfter, and when
-// it is healthy again. A server that is down is gossip's to report.
-func (d *apDelegate) logServerHealth(s *autopilot.State) {
+// it is healthy again, and publishes those servers (LaggingServers). A
+// server that is down is gossip's to report.
+func (d *apDelegate) logServerHealth(s *autopilot.State, now time.Time) {
 	var leaderLast uint64
 	if l := s.Servers[s.Leader]; l != nil {
 		leaderLast = l.Stats.LastIndex
@@ -167,28 +170,41 @@ func (d *apDelegate) logServerHealth(s *autopilot.State) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.unhealthy == nil {
-		d.unhealthy = map[string]bool{}
+		d.unhealthy, d.sickSince = map[string]bool{}, map[string]time.Time{}
 	}
 	for id, srv := range s.Servers {
 		name := string(id)
-		if srv.Server.NodeStatus != autopilot.NodeAlive || id == s.Leader {
+		if srv.Server.NodeStatus != autopilot.NodeAlive || id == s.Leader || srv.Health.Healthy {
+			// Down (gossip's to report), the leader, or healthy. autopilot's
+			// own StableSince counts a node's time dead as unhealthy too, so
+			// a restarted node would be "stuck" at once: the clock here runs
+			// only while it is alive.
+			delete(d.sickSince, name)
+			if d.unhealthy[name] && srv.Health.Healthy {
+				d.c.log.Info("raft server healthy again", "peer", name, "last_index", srv.Stats.LastIndex)
+			}
 			delete(d.unhealthy, name)
 			continue
 		}
-		was := d.unhealthy[name]
-		switch {
-		case !srv.Health.Healthy && !was && time.Since(srv.Health.StableSince) >= unhealthyWarnAfter:
+		since, ok := d.sickSince[name]
+		if !ok {
+			d.sickSince[name] = now
+			continue
+		}
+		if !d.unhealthy[name] && now.Sub(since) >= unhealthyWarnAfter {
 			d.unhealthy[name] = true
 			behind := uint64(0)
 			if leaderLast > srv.Stats.LastIndex {
 				behind = leaderLast - srv.Stats.LastIndex
 			}
-			d.c.log.Warn("raft server unhealthy: it is behind the leader's log or not hearing from it, so it does not count towards the quorum; 'palyra nodes' shows how far behind",
+			d.c.log.Warn("raft server lagging: behind the leader's log or not hearing from it; it gets no new work, and while it lags it does not count towards the failure tolerance; 'palyra nodes' shows how far behind (a full disk, say: look at its log)",
 				"peer", name, "last_index", srv.Stats.LastIndex, "leader_last_index", leaderLast,
-				"behind", behind, "last_contact", srv.Stats.LastContact.String())
-		case srv.Health.Healthy && was:
-			delete(d.unhealthy, name)
-			d.c.log.Info("raft server healthy again", "peer", name, "last_index", srv.Stats.LastIndex)
+				"behind", behind, "last_contact", srv.Stats.LastContact.String(), "for", now.Sub(since).Round(time.Second).String())
+		}
+	}
+	for name := range d.sickSince {
+		if _, ok := s.Servers[raft.ServerID(name)]; !ok {
+			delete(d.sickSince, name)
 		}
 	}
 	for name := range d.unhealthy {

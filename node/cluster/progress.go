@@ -40,8 +40,8 @@ type ServerProgress struct {
 	// Lagging is autopilot's test of health failed: further behind the
 	// leader's log than a healthy follower gets (maxTrailingLogs), or no
 	// word from a leader within the tuning's LastContactThreshold. Such a
-	// voter acknowledges no appends, so it does not count towards the
-	// quorum while it lags.
+	// voter acknowledges no new appends, so it does not count towards the
+	// failure tolerance while it lags.
 	Lagging bool
 }
 

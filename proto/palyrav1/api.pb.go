@@ -2358,7 +2358,7 @@ type NodeInfo struct {
 	// log index from a node too old to say); raft_lagging is set when that
 	// is more than a healthy follower trails under load (autopilot's
 	// bound), or it has not heard from the leader for a while: such a voter
-	// acknowledges nothing, so it does not count towards the quorum.
+	// acknowledges nothing, so it does not count towards the failure tolerance.
 	RaftKnown         bool   `protobuf:"varint,13,opt,name=raft_known,json=raftKnown,proto3" json:"raft_known,omitempty"`
 	RaftLastIndex     uint64 `protobuf:"varint,14,opt,name=raft_last_index,json=raftLastIndex,proto3" json:"raft_last_index,omitempty"`
 	RaftAppliedIndex  uint64 `protobuf:"varint,15,opt,name=raft_applied_index,json=raftAppliedIndex,proto3" json:"raft_applied_index,omitempty"`
