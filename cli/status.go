@@ -15,6 +15,18 @@ func statusCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "status",
 		Usage: "show the node's raft state and job counts",
+		Description: `Shows the node at --addr: its raft role, term, commit and applied
+   indexes, the leader it follows, who you are to it, and its version.
+
+   voters: how many raft voters gossip reports alive, how many of them lag
+   (their replica trails the leader's log: see the RAFT column of 'palyra
+   nodes'), and how many more voters the cluster can lose and still commit.
+   Writes and linearizable reads need a majority of voters.
+
+   jobs: counts by phase in this node's replica. "running" counts the jobs
+   placed on workers, including those waiting there for a free slot (a
+   worker takes placements ahead of its slots), so it can exceed the
+   cluster's slots. retention: how long ended jobs are kept.`,
 		Flags: []ucli.Flag{jsonFlag},
 		Action: func(c *ucli.Context) error {
 			cl, err := dial(c)
