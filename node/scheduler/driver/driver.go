@@ -272,10 +272,13 @@ func (d *Driver) Round(ctx context.Context) {
 		if reason == "" {
 			continue
 		}
+		var ids []string
 		for _, j := range st.RunningOn(node) {
-			d.log.Warn("re-queueing job", "job", j.ID, "attempt", j.Attempt, "worker", node, "reason", reason)
+			d.log.Debug("re-queueing job", "job", j.ID, "attempt", j.Attempt, "worker", node, "reason", reason)
 			round.Requeues = append(round.Requeues, &raftpb.RequeueJob{Id: j.ID, Attempt: j.Attempt, Reason: reason})
+			ids = append(ids, j.ID)
 		}
+		d.logRequeues(node, reason, ids)
 	}
 
 	d.lapsed(round, now, runningNodes)
@@ -370,4 +373,16 @@ func shapeKey(c map[string]string) string {
 		b.WriteByte(0)
 	}
 	return b.String()
+}
+
+// logRequeues says once per worker and round which of its jobs are queued
+// again and why (each job's line is at debug level: a dead worker with a
+// few hundred placements made as many warnings).
+func (d *Driver) logRequeues(node, reason string, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	const shown = 5
+	first := ids[:min(len(ids), shown)]
+	d.log.Warn("re-queueing jobs", "worker", node, "jobs", len(ids), "reason", reason, "first", first)
 }

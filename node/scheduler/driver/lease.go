@@ -65,8 +65,18 @@ func (d *Driver) lapsed(round *raftpb.SchedulerRound, now time.Time, nodes []str
 	d.leaseMu.Lock()
 	defer d.leaseMu.Unlock()
 	seen := make(map[string]bool, len(d.leases))
+	already := make(map[string]bool, len(round.Requeues)) // queued again in this round for another reason
+	for _, r := range round.Requeues {
+		already[r.Id] = true
+	}
 	for _, node := range nodes {
+		var ids []string
+		reason := "lease lapsed: " + node + " did not renew it for " + d.cfg.LeaseTTL.String()
 		for _, j := range st.RunningOn(node) {
+			if already[j.ID] {
+				seen[j.ID] = true
+				continue
+			}
 			seen[j.ID] = true
 			l, ok := d.leases[j.ID]
 			if !ok || l.attempt != j.Attempt || l.node != j.NodeID {
@@ -74,13 +84,14 @@ func (d *Driver) lapsed(round *raftpb.SchedulerRound, now time.Time, nodes []str
 				continue
 			}
 			if now.After(l.until) && len(round.Requeues) < maxRoundRequeues {
-				reason := "lease lapsed: " + node + " did not renew it for " + d.cfg.LeaseTTL.String()
-				d.log.Warn("re-queueing job", "job", j.ID, "attempt", j.Attempt, "worker", node, "reason", reason)
+				d.log.Debug("re-queueing job", "job", j.ID, "attempt", j.Attempt, "worker", node, "reason", reason)
 				round.Requeues = append(round.Requeues, &raftpb.RequeueJob{Id: j.ID, Attempt: j.Attempt, Reason: reason})
+				ids = append(ids, j.ID)
 				delete(d.leases, j.ID)
 				d.silent[node] = true // no new work until it renews again
 			}
 		}
+		d.logRequeues(node, reason, ids)
 	}
 	for id := range d.leases {
 		if !seen[id] {
