@@ -34,6 +34,17 @@ func (r *laggingReplica) RunningOn(string) []consensus.Job {
 	return append([]consensus.Job(nil), r.running...)
 }
 
+func (r *laggingReplica) Job(id string) (consensus.Job, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, j := range r.running {
+		if j.ID == id {
+			return j, true
+		}
+	}
+	return consensus.Job{}, false
+}
+
 // poke wakes the worker (as any change on its node would).
 func (r *laggingReplica) poke(running []consensus.Job) {
 	r.mu.Lock()

@@ -31,6 +31,7 @@ type Control interface {
 type State interface {
 	Watch(topic string) <-chan struct{}
 	RunningOn(node string) []consensus.Job
+	Job(id string) (consensus.Job, bool)
 }
 
 // Blobs resolves a module hash to its verified bytes and stores artifacts
@@ -494,7 +495,13 @@ func (w *Worker) renew(ctx context.Context) {
 		w.mu.Lock()
 		for _, l := range lost {
 			if r, ok := w.running[l.JobID]; ok && r.attempt == l.Attempt {
-				w.log.Info("placement is no longer this worker's; stopping it", "job", l.JobID, "attempt", l.Attempt)
+				if j, ok := w.cfg.State.Job(l.JobID); ok && j.Attempt == l.Attempt && j.Phase.Terminal() {
+					// Its result was recorded after the leases were read:
+					// nothing to stop, nothing to say.
+					w.log.Debug("placement ended while its lease was renewed", "job", l.JobID, "attempt", l.Attempt)
+				} else {
+					w.log.Info("placement is no longer this worker's; stopping it", "job", l.JobID, "attempt", l.Attempt)
+				}
 				// Never start this attempt again, whatever a lagging
 				// replica says.
 				w.finished[l.JobID] = l.Attempt
