@@ -437,7 +437,19 @@ func (n *Node) startCluster(ctx context.Context) error {
 	if n.state.Joined && len(n.state.Seeds) > 0 {
 		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		if err := c.Join(jctx, n.state.Seeds); err != nil {
+		// A node removed from the cluster and started again on its old
+		// data dir is refused here: say so while it tries, not only
+		// raft's dial errors (the watcher Start runs comes later).
+		wctx, stopWatch := context.WithCancel(jctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); n.watchSelfRefused(wctx, refusedCheckEvery) }()
+		err := c.Join(jctx, n.state.Seeds)
+		stopWatch()
+		<-watched
+		if err != nil {
+			if refused, why := n.selfRefused(); refused {
+				return fmt.Errorf("join the cluster via %v: %s (%s): %w", n.state.Seeds, refusedMessage, why, err)
+			}
 			return fmt.Errorf("join the cluster via %v: %w", n.state.Seeds, err)
 		}
 	}

@@ -141,4 +141,16 @@ func TestNodeRemove(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Started again on its old data dir, the removed node says why the
+	// cluster refuses it while it tries to rejoin (it used to log only
+	// raft's TLS errors until its join gave up, two minutes later).
+	dead.restartNode()
+	waitUntil(t, "the restarted removed node to say it was removed", 60*time.Second, func() error {
+		if !strings.Contains(dead.tail(400), "certificate is refused by the cluster: it was removed") {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	dead.kill()
 }
