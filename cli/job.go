@@ -696,11 +696,11 @@ func jobList(c *ucli.Context) error {
 	}
 	if c.Bool("json") {
 		out := struct {
-			Jobs        []jobJSON `json:"jobs"`
-			NextAfterID string    `json:"next_after_id,omitempty"`
-		}{Jobs: []jobJSON{}, NextAfterID: resp.Msg.NextAfterId}
+			Jobs        []listJobJSON `json:"jobs"`
+			NextAfterID string        `json:"next_after_id,omitempty"`
+		}{Jobs: []listJobJSON{}, NextAfterID: resp.Msg.NextAfterId}
 		for _, j := range resp.Msg.Jobs {
-			out.Jobs = append(out.Jobs, toJobJSON(j))
+			out.Jobs = append(out.Jobs, listJobJSON{jobJSON: toJobJSON(j)})
 		}
 		return writeJSON(c.App.Writer, out)
 	}

@@ -72,6 +72,15 @@ type jobJSON struct {
 	Annotations      []string `json:"annotations,omitempty"`
 }
 
+// listJobJSON is a job in a list: a list carries no payloads, so it has
+// no output or stderr keys (an empty "output" read as an empty result);
+// output_size and stderr_size say what 'palyra job get ID' would show.
+type listJobJSON struct {
+	jobJSON
+	Output *string `json:"output,omitempty"` // always nil: hides jobJSON's
+	Stderr *string `json:"stderr,omitempty"` // likewise
+}
+
 type artifactJSON struct {
 	Name      string `json:"name"`
 	MediaType string `json:"media_type"`
