@@ -205,6 +205,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.openStore(); err != nil {
 		return nil, err
 	}
+	// A node removed from the cluster and started again on its old data
+	// dir is refused while it joins and catches up (a removed first node
+	// has no join: it waits for a quorum it never gets): say so while it
+	// tries, not only raft's dial errors. The watcher Start runs later
+	// takes over once it serves.
+	refCtx, stopRefWatch := context.WithCancel(ctx)
+	refDone := make(chan struct{})
+	go func() { defer close(refDone); n.watchSelfRefused(refCtx, refusedCheckEvery) }()
+	stopRefusedWatch := sync.OnceFunc(func() { stopRefWatch(); <-refDone })
+	defer stopRefusedWatch()
 	if err := n.startCluster(ctx); err != nil {
 		return nil, err
 	}
@@ -237,6 +247,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.catchUp(ctx); err != nil {
 		return nil, err
 	}
+	stopRefusedWatch()
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 	defer wcancel()
 	if err := n.worker.Recover(wctx); err != nil {
@@ -437,16 +448,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 	if n.state.Joined && len(n.state.Seeds) > 0 {
 		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		// A node removed from the cluster and started again on its old
-		// data dir is refused here: say so while it tries, not only
-		// raft's dial errors (the watcher Start runs comes later).
-		wctx, stopWatch := context.WithCancel(jctx)
-		watched := make(chan struct{})
-		go func() { defer close(watched); n.watchSelfRefused(wctx, refusedCheckEvery) }()
-		err := c.Join(jctx, n.state.Seeds)
-		stopWatch()
-		<-watched
-		if err != nil {
+		if err := c.Join(jctx, n.state.Seeds); err != nil {
 			if refused, why := n.selfRefused(); refused {
 				return fmt.Errorf("join the cluster via %v: %s (%s): %w", n.state.Seeds, refusedMessage, why, err)
 			}

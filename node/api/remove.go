@@ -145,13 +145,16 @@ func (s *Server) waitOutOfRaft(ctx context.Context, id string) bool {
 
 // localOperatorOf reports whether device d is the local operator made on
 // node id's machine: when it paired (named for it, by the same pairing
-// code), or when it created the cluster (the first node: both "init").
+// code), or when it created the cluster (the first node: both "init", at
+// the same instant).
 func localOperatorOf(d consensus.Member, id string, node consensus.Member) bool {
 	if !d.Operator {
 		return false
 	}
 	if node.AddedBy == "init" {
-		return d.AddedBy == "init" && d.Name == "local operator"
+		// Both written at once when the node created the cluster; after a
+		// snapshot restore an older "init" pair exists too.
+		return d.AddedBy == "init" && d.Name == "local operator" && d.AddedAtMS == node.AddedAtMS
 	}
 	return node.AddedBy != "" && d.AddedBy == node.AddedBy && d.Name == "local operator on "+id
 }

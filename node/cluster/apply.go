@@ -127,7 +127,6 @@ func (c *Cluster) onLeader(ctx context.Context, idempotent bool, local func(cont
 	backoff := 10 * time.Millisecond
 	for {
 		var err error
-		gen := c.fwd.generation()
 		addr, id := c.store.Leader()
 		switch {
 		case id == c.cfg.NodeID && c.store.IsLeader():
@@ -143,11 +142,11 @@ func (c *Cluster) onLeader(ctx context.Context, idempotent bool, local func(cont
 		default:
 			c.sawLeader(id, addr)
 			var resp *peerpb.Response
-			callCtx, done := c.fwd.start(ctx, gen)
+			callCtx, done := c.fwd.start(ctx, id, idempotent, c.leaderID)
 			resp, err = c.call(callCtx, addr, id, req)
 			done()
 			if err != nil && errors.Is(context.Cause(callCtx), errLeaderMoved) && ctx.Err() == nil {
-				err = fmt.Errorf("%w: %v", errLeaderMoved, err)
+				err = fmt.Errorf("%w: %w", errLeaderMoved, err) // both: notSent still sees the call error
 			}
 			switch {
 			case err != nil && !notSent(err) && !idempotent:
@@ -178,6 +177,12 @@ func (c *Cluster) onLeader(ctx context.Context, idempotent bool, local func(cont
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
+}
+
+// leaderID is the leader this node follows now ("" when none is known).
+func (c *Cluster) leaderID() string {
+	_, id := c.store.Leader()
+	return id
 }
 
 // retryable reports whether a local leader-side failure means leadership

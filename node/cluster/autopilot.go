@@ -216,6 +216,16 @@ func (d *apDelegate) logServerHealth(s *autopilot.State, now time.Time) {
 	d.stuck.Store(&stuck)
 }
 
+// reset forgets the servers' health: autopilot stops or starts with a
+// change of leadership, and what an earlier term saw is stale (a server
+// sick then would be flagged lagging at once on the next unhealthy round).
+func (d *apDelegate) reset() {
+	d.mu.Lock()
+	d.unhealthy, d.sickSince = nil, nil
+	d.mu.Unlock()
+	d.stuck.Store(nil)
+}
+
 // LaggingServers are the live raft servers that have been unhealthy
 // (behind the leader's log, or not hearing from it) for
 // unhealthyWarnAfter or longer, as this node's autopilot last found them.

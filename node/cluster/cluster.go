@@ -273,7 +273,7 @@ func (c *Cluster) watchLeader(ch chan raft.Observation) {
 			}
 			if string(lo.LeaderID) != last {
 				last = string(lo.LeaderID)
-				c.fwd.moved()
+				c.fwd.moved(last)
 				c.log.Info("leader changed", "leader", last, "address", string(lo.LeaderAddr))
 				c.notify()
 			}

@@ -22,6 +22,7 @@ func (c *Cluster) leadershipLoop() {
 			if !leader {
 				c.leaderReady.Store(false)
 				<-c.ap.Stop()
+				c.apd.reset()
 				c.log.Info("lost leadership; autopilot stopped")
 				continue
 			}
@@ -37,6 +38,7 @@ func (c *Cluster) leadershipLoop() {
 			left := c.left
 			c.mu.Unlock()
 			if !left && c.ctx.Err() == nil {
+				c.apd.reset() // health seen in an earlier term is stale
 				c.ap.Start(c.ctx)
 				c.log.Info("leading; autopilot started")
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // Forwards end when the leader moves.
@@ -14,49 +15,56 @@ import (
 // notices only at its idle timeout. So the workers' results and the
 // submits in flight waited out their whole deadline while a new leader,
 // elected in under a second, had nothing to do: every result stalled for
-// ~10 s after the loss of a leader. Now a forward in flight is cancelled as
-// soon as this node sees the leadership move (a new leader, or none), and
-// the caller goes round again (an idempotent request) or hears that the
-// outcome is unknown (any other, as before, only sooner).
+// ~10 s after the loss of a leader. Now a forward in flight to a node that
+// is no longer the leader this node follows is cancelled, and the caller
+// goes round again (an idempotent request) or hears that the outcome is
+// unknown (any other, as before, only sooner).
+//
+// Only forwards to another node than the new leader are cancelled (raft
+// updates the leader before the observation arrives, so a forward may
+// already be on its way to the new one). A request that is not idempotent
+// gets movedGrace first: an old leader that is alive (a planned handover)
+// answers within milliseconds, and its answer beats "unknown outcome".
 
 // errLeaderMoved is the cause of a forward cancelled by a leader change.
 var errLeaderMoved = errors.New("the leader changed while the request was in flight")
 
-// forwards holds the cancel functions of forwards in flight, with the
-// leadership generation they were sent in.
+// movedGrace is how long a non-idempotent forward to a former leader may
+// still be answered after the leadership moved.
+const movedGrace = time.Second
+
+// forwards holds the forwards in flight, by the leader they went to.
 type forwards struct {
 	mu   sync.Mutex
-	gen  uint64 // bumped on every leader change
 	next uint64
-	m    map[uint64]context.CancelCauseFunc
+	m    map[uint64]*forward
 }
 
-// generation is the current leadership generation: read it before reading
-// the leader a forward goes to.
-func (f *forwards) generation() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.gen
+type forward struct {
+	target     string
+	idempotent bool
+	cancel     context.CancelCauseFunc
 }
 
-// start derives a context for a forward sent in generation gen: it is
-// cancelled (cause errLeaderMoved) at the next leader change, or at once
-// if one came after gen. done must be called when the forward ends.
-func (f *forwards) start(ctx context.Context, gen uint64) (_ context.Context, done func()) {
+// start registers a forward to target (the leader as read just before)
+// and returns its context, cancelled (cause errLeaderMoved) if leadership
+// moves away from target; current is read after registering, so a move
+// that happened meanwhile is not missed. done must be called when the
+// forward ends.
+func (f *forwards) start(ctx context.Context, target string, idempotent bool, current func() string) (_ context.Context, done func()) {
 	cctx, cancel := context.WithCancelCause(ctx)
+	fw := &forward{target: target, idempotent: idempotent, cancel: cancel}
 	f.mu.Lock()
-	if f.gen != gen {
-		f.mu.Unlock()
-		cancel(errLeaderMoved)
-		return cctx, func() {}
-	}
 	if f.m == nil {
-		f.m = map[uint64]context.CancelCauseFunc{}
+		f.m = map[uint64]*forward{}
 	}
 	key := f.next
 	f.next++
-	f.m[key] = cancel
+	f.m[key] = fw
 	f.mu.Unlock()
+	if current() != target {
+		f.end(fw)
+	}
 	return cctx, func() {
 		f.mu.Lock()
 		delete(f.m, key)
@@ -65,14 +73,27 @@ func (f *forwards) start(ctx context.Context, gen uint64) (_ context.Context, do
 	}
 }
 
-// moved cancels every forward in flight: the leader changed.
-func (f *forwards) moved() {
+// moved ends the forwards in flight to any node but leader ("" when none
+// is known).
+func (f *forwards) moved(leader string) {
 	f.mu.Lock()
-	f.gen++
-	m := f.m
-	f.m = nil
-	f.mu.Unlock()
-	for _, cancel := range m {
-		cancel(errLeaderMoved)
+	var gone []*forward
+	for _, fw := range f.m {
+		if fw.target != leader {
+			gone = append(gone, fw)
+		}
 	}
+	f.mu.Unlock()
+	for _, fw := range gone {
+		f.end(fw)
+	}
+}
+
+// end cancels fw at once, or after movedGrace if it is not idempotent.
+func (f *forwards) end(fw *forward) {
+	if fw.idempotent {
+		fw.cancel(errLeaderMoved)
+		return
+	}
+	time.AfterFunc(movedGrace, func() { fw.cancel(errLeaderMoved) })
 }
