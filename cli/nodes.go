@@ -36,7 +36,7 @@ func nodesCommand() *ucli.Command {
 				return err
 			}
 			defer cl.Close()
-			resp, err := cl.Node.ListNodes(c.Context, connect.NewRequest(&palyrav1.ListNodesRequest{}))
+			resp, err := cl.Node.ListNodes(c.Context, connect.NewRequest(&palyrav1.ListNodesRequest{RaftProgress: true}))
 			if err != nil {
 				return fail(c, cl.Explain(err))
 			}

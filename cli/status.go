@@ -42,7 +42,7 @@ func statusCommand() *ucli.Command {
 			// The voters' health, from the member list (a caller who may not
 			// list nodes goes without it).
 			var health *voterHealth
-			if nl, err := cl.Node.ListNodes(c.Context, connect.NewRequest(&palyrav1.ListNodesRequest{})); err == nil {
+			if nl, err := cl.Node.ListNodes(c.Context, connect.NewRequest(&palyrav1.ListNodesRequest{RaftProgress: true})); err == nil {
 				h := votersHealth(nl.Msg.Nodes)
 				health = &h
 			}

@@ -338,7 +338,7 @@ func (s *Server) clusterPeers() []string {
 // progress (and so does half the caller's deadline).
 const progressTimeout = time.Second
 
-func (n nodeService) ListNodes(ctx context.Context, _ *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error) {
+func (n nodeService) ListNodes(ctx context.Context, req *connect.Request[palyrav1.ListNodesRequest]) (*connect.Response[palyrav1.ListNodesResponse], error) {
 	s := n.s
 	if err := s.authz.Check(ctx, policy.ActionNodeList, policy.ClusterResource(), nil); err != nil {
 		return nil, err
@@ -348,7 +348,7 @@ func (n nodeService) ListNodes(ctx context.Context, _ *connect.Request[palyrav1.
 		return connect.NewResponse(resp), nil
 	}
 	var progress map[string]cluster.ServerProgress
-	if s.Progress != nil {
+	if s.Progress != nil && req.Msg.RaftProgress {
 		// A server that does not answer within the bound is shown as
 		// unknown rather than holding the list.
 		d := progressTimeout

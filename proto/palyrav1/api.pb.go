@@ -2526,7 +2526,12 @@ func (x *NodeInfo) GetRaftLagging() bool {
 }
 
 type ListNodesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// raft_progress asks each live raft server how far along it is (the
+	// raft_* fields of NodeInfo). It costs a call per server, and up to a
+	// second when one has just died and gossip does not know yet: pollers
+	// that only need the member list leave it off.
+	RaftProgress  bool `protobuf:"varint,1,opt,name=raft_progress,json=raftProgress,proto3" json:"raft_progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2559,6 +2564,13 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
 	return file_palyra_v1_api_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListNodesRequest) GetRaftProgress() bool {
+	if x != nil {
+		return x.RaftProgress
+	}
+	return false
 }
 
 type ListNodesResponse struct {
@@ -6125,8 +6137,9 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
 	"\rCapacityEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x12\n" +
-	"\x10ListNodesRequest\"[\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"7\n" +
+	"\x10ListNodesRequest\x12#\n" +
+	"\rraft_progress\x18\x01 \x01(\bR\fraftProgress\"[\n" +
 	"\x11ListNodesResponse\x12)\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.palyra.v1.NodeInfoR\x05nodes\x12\x1b\n" +
 	"\tserved_by\x18\x02 \x01(\tR\bservedBy\"\x8e\x01\n" +
