@@ -433,7 +433,7 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("capacity check without an install hint: %+v", ch)
 		}
 	}
-	for name, want := range map[string]string{"disk": "ok", "node reachable": "ok", "node certificate": "ok", "cluster capacity": "warn"} {
+	for name, want := range map[string]string{"disk": "ok", "node reachable": "ok", "node certificate": "ok", "cluster capacity": "warn", "raft replication": "ok"} {
 		if got[name] != want {
 			t.Errorf("%s: %q, want %q (all: %v)", name, got[name], want, got)
 		}

@@ -52,7 +52,7 @@ func doctorCommand() *ucli.Command {
 					}
 					checks = append(checks, cred, reach)
 				} else {
-					checks = append(checks, cred, reach, capacityCheck(c))
+					checks = append(checks, cred, reach, capacityCheck(c), raftCheck(c))
 				}
 			} else {
 				checks = append(checks, check{Name: "CLI credential", Status: "warn", Detail: err.Error(),
@@ -241,6 +241,46 @@ func capacityCheck(c *ucli.Context) check {
 			Fix: "install Chromium on a worker (Debian: apt-get install -y chromium-headless-shell); running nodes find it within 10s"}
 	}
 	return check{Name: name, Status: "ok", Detail: detail}
+}
+
+// raftCheck says whether every live raft server keeps up with the
+// leader's log (the RAFT column of 'palyra nodes').
+func raftCheck(c *ucli.Context) check {
+	cl, err := dial(c)
+	if err != nil {
+		return check{Name: "raft replication", Status: "fail", Detail: err.Error()}
+	}
+	defer cl.Close()
+	resp, err := cl.Node.ListNodes(c.Context, connect.NewRequest(&palyrav1.ListNodesRequest{RaftProgress: true}))
+	if err != nil {
+		e := cl.Explain(err)
+		return check{Name: "raft replication", Status: "warn", Detail: "cannot list the nodes: " + e.Message, Fix: e.Hint}
+	}
+	return raftCheckFrom(resp.Msg.Nodes)
+}
+
+// raftCheckFrom is raftCheck's verdict on a node list.
+func raftCheckFrom(nodes []*palyrav1.NodeInfo) check {
+	const name = "raft replication"
+	var bad []string
+	servers := 0
+	for _, n := range nodes {
+		if !n.InRaft || n.State != "alive" {
+			continue
+		}
+		servers++
+		switch {
+		case !n.RaftKnown:
+			bad = append(bad, n.Id+": no answer")
+		case n.RaftLagging:
+			bad = append(bad, n.Id+": "+strings.TrimPrefix(raftText(n), "LAGGING: "))
+		}
+	}
+	if len(bad) > 0 {
+		return check{Name: name, Status: "warn", Detail: "lagging behind the leader's log: " + strings.Join(bad, "; "),
+			Fix: "look at those nodes' logs (a full disk shows as 'no space left on device') and 'palyra nodes'; a lagging node gets no new work"}
+	}
+	return check{Name: name, Status: "ok", Detail: fmt.Sprintf("%d live raft server(s), all keeping up with the leader's log", servers)}
 }
 
 // diskCheck warns when the data dir's filesystem runs low: raft, the

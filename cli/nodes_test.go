@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
@@ -79,5 +80,21 @@ func TestVotersHealth(t *testing.T) {
 		if h.String() != c.want || h.tolerance() != c.tol {
 			t.Errorf("%q (tolerance %d), want %q (%d)", h.String(), h.tolerance(), c.want, c.tol)
 		}
+	}
+}
+
+// doctor's raft check: ok while every live raft server keeps up; a
+// lagging or silent one is a warning naming it.
+func TestRaftCheckFrom(t *testing.T) {
+	ok := &palyrav1.NodeInfo{Id: "a", State: "alive", InRaft: true, RaftKnown: true}
+	dead := &palyrav1.NodeInfo{Id: "d", State: "dead", InRaft: true}
+	if c := raftCheckFrom([]*palyrav1.NodeInfo{ok, dead}); c.Status != "ok" {
+		t.Fatalf("healthy: %+v", c)
+	}
+	slow := lag(&palyrav1.NodeInfo{Id: "b", State: "alive"}, 9000, 40)
+	silent := &palyrav1.NodeInfo{Id: "c", State: "alive", InRaft: true}
+	c := raftCheckFrom([]*palyrav1.NodeInfo{ok, slow, silent})
+	if c.Status != "warn" || !strings.Contains(c.Detail, "b: 9000 entries behind") || !strings.Contains(c.Detail, "c: no answer") || c.Fix == "" {
+		t.Fatalf("lagging: %+v", c)
 	}
 }
