@@ -29,13 +29,7 @@ func TestArrayWithWorkerSIGKILLExactlyOnce(t *testing.T) {
 	c.form()
 	views := c.waitViews("3 alive voters and one leader on every node", 90*time.Second, c.members, agree(3, 3))
 	leader := c.byID(leaderOf(views))
-	var victim *member
-	for _, m := range c.members {
-		if m != leader {
-			victim = m
-			break
-		}
-	}
+	victim := c.follower(leader)
 	cred, err := identity.LoadCredential(node.Layout{Dir: c.members[0].dataDir}.OperatorDir())
 	if err != nil {
 		t.Fatal(err)

@@ -105,6 +105,18 @@ func (c *testCluster) byID(id string) *member {
 	return nil
 }
 
+// follower returns the first member that is not leader.
+func (c *testCluster) follower(leader *member) *member {
+	c.t.Helper()
+	for _, m := range c.members {
+		if m != leader {
+			return m
+		}
+	}
+	c.t.Fatal("the cluster has no member but the leader")
+	return nil
+}
+
 // waitViews polls the views of members until check accepts them all, or
 // fails the test after d with the last views and check's last complaint.
 func (c *testCluster) waitViews(what string, d time.Duration, members []*member, check func(views []view) error) []view {

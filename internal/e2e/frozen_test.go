@@ -43,13 +43,7 @@ func TestForwardsMoveOnFromAFrozenLeader(t *testing.T) {
 	// The leader now (leadership can move while the cluster forms).
 	views := c.waitViews("one leader on every node", 30*time.Second, c.members, agree(3, 3))
 	leader := c.byID(leaderOf(views))
-	var follower *member
-	for _, m := range c.members {
-		if m != leader {
-			follower = m
-			break
-		}
-	}
+	follower := c.follower(leader)
 	t.Logf("freezing the leader %s (%s); reading through %s", leader.name, leader.id, follower.name)
 
 	leader.signal(syscall.SIGSTOP)

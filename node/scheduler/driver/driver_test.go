@@ -53,16 +53,10 @@ func (f *fakeState) Job(id string) (consensus.Job, bool) {
 func (f *fakeState) OldestEnded() (int64, bool) { return 0, false }
 func (f *fakeState) Retention() int64           { return consensus.DefaultRetentionMS }
 
-// Jobs that cannot be placed (no node matches their constraint) at the
-// head of the queue do not starve the placeable ones behind them, however
-// many there are; the unplaceable ones still get a pending reason.
-func TestUnplaceableHeadDoesNotStarveTheQueue(t *testing.T) {
-	st := &fakeState{}
-	for i := range 5000 {
-		st.queued = append(st.queued, consensus.Job{ID: fmt.Sprint("stuck-", i), Kind: "wasm", CommitIndex: uint64(i + 1),
-			Constraints: map[string]string{"zone": "nowhere"}})
-	}
-	st.queued = append(st.queued, consensus.Job{ID: "free", Kind: "wasm", CommitIndex: 9999})
+// oneRound runs one scheduling round over st and workers and returns the
+// round it committed (it must commit exactly one).
+func oneRound(t *testing.T, st State, workers []Worker) *raftpb.SchedulerRound {
+	t.Helper()
 	var mu sync.Mutex
 	var rounds []*raftpb.SchedulerRound
 	d := New(Config{
@@ -73,17 +67,30 @@ func TestUnplaceableHeadDoesNotStarveTheQueue(t *testing.T) {
 			rounds = append(rounds, c.GetSchedulerRound())
 			return nil
 		},
-		Workers: func() []Worker {
-			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 2}}}
-		},
-		Now: func() time.Time { return time.UnixMilli(1_000_000) },
+		Workers: func() []Worker { return workers },
+		Now:     func() time.Time { return time.UnixMilli(1_000_000) },
 	})
 	d.Round(context.Background())
 	d.Wait()
+	mu.Lock()
+	defer mu.Unlock()
 	if len(rounds) != 1 {
 		t.Fatalf("%d rounds committed, want 1", len(rounds))
 	}
-	r := rounds[0]
+	return rounds[0]
+}
+
+// Jobs that cannot be placed (no node matches their constraint) at the
+// head of the queue do not starve the placeable ones behind them, however
+// many there are; the unplaceable ones still get a pending reason.
+func TestUnplaceableHeadDoesNotStarveTheQueue(t *testing.T) {
+	st := &fakeState{}
+	for i := range 5000 {
+		st.queued = append(st.queued, consensus.Job{ID: fmt.Sprint("stuck-", i), Kind: "wasm", CommitIndex: uint64(i + 1),
+			Constraints: map[string]string{"zone": "nowhere"}})
+	}
+	st.queued = append(st.queued, consensus.Job{ID: "free", Kind: "wasm", CommitIndex: 9999})
+	r := oneRound(t, st, []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 2}}})
 	if len(r.Placements) != 1 || r.Placements[0].Id != "free" || r.Placements[0].NodeId != "n1" {
 		t.Fatalf("placements %v: want the one placeable job on n1", r.Placements)
 	}
@@ -102,22 +109,9 @@ func TestEachKindQueuesOnItsOwn(t *testing.T) {
 	}
 	st.queued = append(st.queued, consensus.Job{ID: "page", Kind: "browser", CommitIndex: 1 << 30})
 	kinds := func() []string { return []string{"browser", "wasm"} }
-	var rounds []*raftpb.SchedulerRound
-	d := New(Config{
-		State: &kindState{fakeState: st, kinds: kinds},
-		Apply: func(_ context.Context, c *raftpb.Command) error {
-			rounds = append(rounds, c.GetSchedulerRound())
-			return nil
-		},
-		Workers: func() []Worker {
-			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"browser": 1}}}
-		},
-		Now: func() time.Time { return time.UnixMilli(1_000_000) },
-	})
-	d.Round(context.Background())
-	d.Wait()
-	if len(rounds) != 1 || len(rounds[0].Placements) != 1 || rounds[0].Placements[0].Id != "page" {
-		t.Fatalf("rounds %v: want the browser job placed", rounds)
+	r := oneRound(t, &kindState{fakeState: st, kinds: kinds}, []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"browser": 1}}})
+	if len(r.Placements) != 1 || r.Placements[0].Id != "page" {
+		t.Fatalf("round %v: want the browser job placed", r)
 	}
 }
 
@@ -139,30 +133,10 @@ func TestLaggingWorkerGetsNoNewWork(t *testing.T) {
 	for i := range 6 {
 		st.queued = append(st.queued, consensus.Job{ID: fmt.Sprint("q-", i), Kind: "wasm", CommitIndex: uint64(i + 1)})
 	}
-	var mu sync.Mutex
-	var rounds []*raftpb.SchedulerRound
-	d := New(Config{
-		State: st,
-		Apply: func(_ context.Context, c *raftpb.Command) error {
-			mu.Lock()
-			defer mu.Unlock()
-			rounds = append(rounds, c.GetSchedulerRound())
-			return nil
-		},
-		Workers: func() []Worker {
-			return []Worker{
-				{ID: "lagging", Alive: true, Lagging: true, Slots: map[string]int{"wasm": 8}},
-				{ID: "ok", Alive: true, Slots: map[string]int{"wasm": 2}},
-			}
-		},
-		Now: func() time.Time { return time.UnixMilli(1_000_000) },
+	r := oneRound(t, st, []Worker{
+		{ID: "lagging", Alive: true, Lagging: true, Slots: map[string]int{"wasm": 8}},
+		{ID: "ok", Alive: true, Slots: map[string]int{"wasm": 2}},
 	})
-	d.Round(context.Background())
-	d.Wait()
-	if len(rounds) != 1 {
-		t.Fatalf("%d rounds committed, want 1", len(rounds))
-	}
-	r := rounds[0]
 	if len(r.Placements) == 0 {
 		t.Fatal("nothing placed on the healthy worker")
 	}
