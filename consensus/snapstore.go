@@ -211,7 +211,8 @@ func (k *cleanSink) Close() error {
 	return k.store.ReapSnapshots()
 }
 
-// finish flushes and syncs the state file and writes the final meta.json.
+// finish flushes and syncs the state file, writes the final meta.json
+// and syncs the directory holding them.
 func (k *cleanSink) finish() error {
 	if err := k.buf.Flush(); err != nil {
 		return fmt.Errorf("write snapshot: %w", err)
@@ -229,7 +230,16 @@ func (k *cleanSink) finish() error {
 	k.file = nil
 	k.meta.Size = st.Size()
 	k.meta.CRC = k.crc.Sum(nil)
-	return k.writeMeta()
+	if err := k.writeMeta(); err != nil {
+		return err
+	}
+	// The directory's own entries (state.bin, meta.json) must be durable
+	// before it is renamed into place: a power cut after the rename must
+	// not leave a snapshot directory without its files.
+	if err := syncDir(k.tmp); err != nil {
+		return fmt.Errorf("sync snapshot: %w", err)
+	}
+	return nil
 }
 
 // Cancel abandons the snapshot: its file is closed and its directory
