@@ -27,12 +27,22 @@ func skillRegistryCommands() []*ucli.Command {
    module, stores the file and modules as replicated blobs and adds the skill
    to the registry. A package that fails the audit is installed quarantined,
    with the reasons ('palyra skill get ID'); it does not run until an operator
-   enables it. Installing a skill id again replaces it.
+   enables it.
+
+   Installing a skill id again upgrades it, from the same publisher only (a
+   skill id belongs to the publisher that installed it first; an operator
+   removes it before another publisher's package can take the id). A lower
+   version is refused unless --allow-downgrade; the same version must be the
+   same package. A status an operator set (disabled, quarantined) stays
+   after an upgrade, and an upgrade that would leave a bound hook unable to
+   run (its tool gone, or the new version quarantined) is refused.
 
    A publisher must be trusted first ('palyra skill trust add NAME KEY'), or
-   --trust-on-first-use pins the key this package is signed with.`,
+   --trust-on-first-use pins the key this package is signed with (which
+   needs the skill.trust permission, like 'trust add').`,
 			Flags: []ucli.Flag{
 				&ucli.BoolFlag{Name: "trust-on-first-use", Usage: "trust the package's signing key for its publisher if the cluster trusts no key for it yet"},
+				&ucli.BoolFlag{Name: "allow-downgrade", Usage: "let a lower version replace the installed one"},
 				jsonFlag,
 			},
 			Action: func(c *ucli.Context) error {
@@ -52,22 +62,33 @@ func skillRegistryCommands() []*ucli.Command {
 					return err
 				}
 				defer cl.Close()
-				resp, err := cl.Skills.InstallSkill(c.Context, connect.NewRequest(&palyrav1.InstallSkillRequest{Package: data, TrustOnFirstUse: c.Bool("trust-on-first-use")}))
+				resp, err := cl.Skills.InstallSkill(c.Context, connect.NewRequest(&palyrav1.InstallSkillRequest{Package: data, TrustOnFirstUse: c.Bool("trust-on-first-use"), AllowDowngrade: c.Bool("allow-downgrade")}))
 				if err != nil {
 					return fail(c, cl.Explain(err))
 				}
 				sk := resp.Msg.Skill
 				if c.Bool("json") {
-					return writeJSON(c.App.Writer, map[string]any{"skill": sk, "trusted_now": resp.Msg.TrustedNow})
-				}
-				if resp.Msg.TrustedNow {
-					fmt.Fprintf(c.App.ErrWriter, "publisher %s is now trusted with key %s (first use)\n", sk.Publisher, sk.PublisherKey)
-				}
-				fmt.Fprintf(c.App.Writer, "%s %s installed, %s\n", sk.SkillId, sk.Version, sk.Status)
-				for _, f := range sk.Findings {
-					fmt.Fprintf(c.App.Writer, "  quarantined: %s\n", f)
+					if err := writeJSON(c.App.Writer, map[string]any{"skill": sk, "trusted_now": resp.Msg.TrustedNow}); err != nil {
+						return err
+					}
+				} else {
+					if resp.Msg.TrustedNow {
+						fmt.Fprintf(c.App.ErrWriter, "publisher %s is now trusted with key %s (first use)\n", sk.Publisher, sk.PublisherKey)
+					}
+					was := ""
+					if sk.PreviousVersion != "" {
+						was = " (replacing " + sk.PreviousVersion + ")"
+					}
+					fmt.Fprintf(c.App.Writer, "%s %s installed%s, %s\n", sk.SkillId, sk.Version, was, sk.Status)
+					for _, f := range sk.Findings {
+						fmt.Fprintf(c.App.Writer, "  %s: %s\n", sk.Status, f)
+					}
+					if sk.Status != "active" {
+						fmt.Fprintf(c.App.ErrWriter, "the skill does not run until an operator enables it: 'palyra skill enable %s'\n", sk.SkillId)
+					}
 				}
 				if sk.Status != "active" {
+					// Not running what was installed is a failure, with --json too.
 					return ucli.Exit("", exitFailure)
 				}
 				return nil

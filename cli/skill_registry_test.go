@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -283,5 +284,118 @@ func TestSkillApprovals(t *testing.T) {
 	id = run("--approval-ttl", "300ms")
 	if j := c.waitTerminal(id); j.Phase != "expired" || !strings.Contains(j.Error.Message, "approval expired") {
 		t.Fatalf("unapproved run: %+v", j)
+	}
+}
+
+// TestSkillInstallCannotTakeOverATrustOrAStatus: installing is not
+// trusting, not taking another publisher's skill id, not enabling.
+// Another publisher's package for an installed id is refused (and pins no
+// key with --trust-on-first-use); a version's contents never change; a
+// downgrade needs --allow-downgrade; a device allowed skill.install only
+// cannot trust a publisher on first use, and its installs are scoped by
+// the policy's context (skill_id, publisher); an upgrade keeps an
+// operator's quarantine.
+func TestSkillInstallCannotTakeOverATrustOrAStatus(t *testing.T) {
+	c := startNode(t)
+	tmp := t.TempDir()
+	dir := exampleSkillDir(t)
+	manifest, _ := os.ReadFile(filepath.Join(dir, "skill.toml"))
+	keys, pubs := map[string]string{}, map[string]string{}
+	for _, pub := range []string{"example", "mallory", "other"} {
+		keys[pub] = filepath.Join(tmp, pub+".key")
+		pubs[pub] = strings.TrimSpace(runCLI(t, "skill", "keygen", "-o", keys[pub]).stdout)
+	}
+	// pack writes a variant of the example skill and packs it.
+	pack := func(name, publisher, id, version, description string) string {
+		t.Helper()
+		m := strings.NewReplacer(`publisher = "example"`, `publisher = "`+publisher+`"`, `skill_id = "example.web"`, `skill_id = "`+id+`"`,
+			`version = "1.0.0"`, `version = "`+version+`"`, `description = "Count the words of a text;`, `description = "`+description+` Count the words of a text;`).Replace(string(manifest))
+		if err := os.WriteFile(filepath.Join(dir, "skill.toml"), []byte(m), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(tmp, name+".palyra-skill")
+		if r := runCLI(t, "skill", "pack", dir, "--key", keys[publisher], "-o", out); r.code != 0 {
+			t.Fatalf("pack %s: %q", name, r.stderr)
+		}
+		return out
+	}
+	trusted := func() string { return c.cli("skill", "trust", "list").stdout }
+
+	if r := c.cli("skill", "install", pack("web", "example", "example.web", "1.0.0", ""), "--trust-on-first-use"); r.code != 0 {
+		t.Fatalf("install: %+v", r)
+	}
+	r := c.cli("skill", "install", pack("takeover", "mallory", "example.web", "9.0.0", ""), "--trust-on-first-use")
+	if r.code == 0 || !strings.Contains(r.stderr, "published by example") || !strings.Contains(r.stderr, "skill remove example.web") {
+		t.Fatalf("another publisher's package for example.web: %+v", r)
+	}
+	if strings.Contains(trusted(), "mallory") {
+		t.Fatalf("a refused install pinned the publisher's key: %s", trusted())
+	}
+	if r := c.cli("skill", "install", pack("changed", "example", "example.web", "1.0.0", "Changed."), "--trust-on-first-use"); r.code == 0 || !strings.Contains(r.stderr, "contents do not change") {
+		t.Fatalf("the same version with other contents: %+v", r)
+	}
+	if r := c.cli("skill", "install", pack("v110", "example", "example.web", "1.1.0", "")); r.code != 0 || !strings.Contains(r.stdout, "example.web 1.1.0 installed (replacing 1.0.0), active") {
+		t.Fatalf("upgrade: %+v", r)
+	}
+	old := filepath.Join(tmp, "web.palyra-skill")
+	if r := c.cli("skill", "install", old); r.code == 0 || !strings.Contains(r.stderr, "--allow-downgrade") {
+		t.Fatalf("downgrade: %+v", r)
+	}
+	if r := c.cli("skill", "install", old, "--allow-downgrade"); r.code != 0 || !strings.Contains(r.stdout, "1.0.0 installed (replacing 1.1.0)") {
+		t.Fatalf("allowed downgrade: %+v", r)
+	}
+
+	// A device may install example's and mallory's skills, nothing else,
+	// and trust nobody.
+	cfg := filepath.Join(t.TempDir(), "dev")
+	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr(), "--name", "ci"); r.code != 0 {
+		t.Fatalf("pair: %+v", r)
+	}
+	var devs struct{ Devices []struct{ ID, Name string } }
+	json.Unmarshal([]byte(c.cli("device", "list", "--json").stdout), &devs)
+	var id string
+	for _, d := range devs.Devices {
+		if d.Name == "ci" {
+			id = d.ID
+		}
+	}
+	pol := c.cli("policy", "get").stdout + "\n@id(\"ci-installs\")\npermit (principal == Palyra::Device::\"" + id +
+		"\", action == Palyra::Action::\"skill.install\", resource) when { context has publisher && (context.publisher == \"example\" || context.publisher == \"mallory\") };\n"
+	file := filepath.Join(t.TempDir(), "p.cedar")
+	os.WriteFile(file, []byte(pol), 0o600)
+	if r := c.cli("policy", "set", file); r.code != 0 {
+		t.Fatalf("policy set: %+v", r)
+	}
+	if r := device(t, cfg, "skill", "install", pack("mal", "mallory", "mallory.tools", "1.0.0", ""), "--trust-on-first-use"); r.code == 0 || !strings.Contains(r.stderr, "skill.trust") {
+		t.Fatalf("trust on first use by a device without skill.trust: %+v", r)
+	}
+	if strings.Contains(trusted(), "mallory") {
+		t.Fatalf("the device pinned a publisher's key: %s", trusted())
+	}
+	if r := c.cli("skill", "trust", "add", "other", pubs["other"]); r.code != 0 {
+		t.Fatalf("trust other: %+v", r)
+	}
+	if r := device(t, cfg, "skill", "install", pack("oth", "other", "other.tools", "1.0.0", "")); r.code == 0 || !strings.Contains(r.stderr, "skill.install") {
+		t.Fatalf("an install outside the device's policy scope: %+v", r)
+	}
+
+	// An operator's quarantine survives the device's upgrade.
+	if r := c.cli("skill", "quarantine", "example.web", "--reason", "security hold"); r.code != 0 {
+		t.Fatalf("quarantine: %+v", r)
+	}
+	r = device(t, cfg, "skill", "install", pack("v120", "example", "example.web", "1.2.0", ""))
+	if r.code == 0 || !strings.Contains(r.stdout, "1.2.0 installed (replacing 1.0.0), quarantined") || !strings.Contains(r.stderr, "skill enable example.web") {
+		t.Fatalf("upgrade of a quarantined skill: %+v", r)
+	}
+	var got struct {
+		Status, Version string
+		Findings        []string
+	}
+	if err := json.Unmarshal([]byte(c.cli("skill", "get", "example.web", "--json").stdout), &got); err != nil || got.Status != "quarantined" ||
+		got.Version != "1.2.0" || !slices.Contains(got.Findings, "operator: security hold") {
+		t.Fatalf("after the upgrade: %v %+v", err, got)
+	}
+	if r := c.cli("skill", "install", pack("v130", "example", "example.web", "1.3.0", ""), "--json"); r.code == 0 {
+		t.Fatalf("--json install of a skill left quarantined exits 0: %+v", r)
 	}
 }

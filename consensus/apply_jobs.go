@@ -150,6 +150,14 @@ func (s *State) applyAssign(c *raftpb.AssignJob) ApplyResult {
 	if c.Attempt != j.Attempt+1 {
 		return ApplyResult{Job: *j, Err: errf(ErrStaleAttempt, "", "job %s: placement attempt %d, expected %d", j.ID, c.Attempt, j.Attempt+1)}
 	}
+	if j.SkillID != "" {
+		// A run of a skill disabled, quarantined or removed since it was
+		// queued ends here instead of starting.
+		if why := s.skillUnavailable(j.SkillID); why != "" {
+			s.endSkillRun(j, why, "", c.AtMs)
+			return ApplyResult{Job: *s.jobs[j.ID], Err: errf(ErrConflict, "", "job %s: skill %s is %s", j.ID, j.SkillID, why)}
+		}
+	}
 	n := *j
 	n.Phase = PhaseRunning
 	n.Attempt = c.Attempt
@@ -302,6 +310,13 @@ func (s *State) applyDecide(c *raftpb.DecideJob) ApplyResult {
 	if j.Phase != PhaseWaitingForApproval {
 		return ApplyResult{Job: *j, Err: errf(ErrConflict, "only a job in waiting_for_approval can be approved or denied",
 			"job %s is %s", j.ID, j.Phase)}
+	}
+	if c.Approve && j.SkillID != "" {
+		if why := s.skillUnavailable(j.SkillID); why != "" {
+			return ApplyResult{Job: *j, Err: errf(ErrConflict,
+				"an operator enables it first ('palyra skill enable "+j.SkillID+"'), or deny the run ('palyra job deny "+j.ID+" --reason …')",
+				"skill %s is %s: its runs do not start, so job %s cannot be approved", j.SkillID, why, j.ID)}
+		}
 	}
 	n := *j
 	n.DecidedBy, n.DecidedAtMS, n.DecisionReason = c.By, c.AtMs, c.Reason

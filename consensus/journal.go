@@ -115,7 +115,11 @@ func (s *State) auditCommand(cmd *raftpb.Command, res ApplyResult) {
 			s.audit(k.AtMs, k.By, "skill.untrust", "publisher:"+k.Untrust, "")
 		case k.Install != nil:
 			r := k.Install
-			detail := fmt.Sprintf("version=%s package=%s status=%s", r.Version, r.PackageSha256, SkillStatusName(s.data.skills[r.SkillId].GetStatus()))
+			now := s.data.skills[r.SkillId]
+			detail := fmt.Sprintf("publisher=%s version=%s package=%s status=%s", r.Publisher, r.Version, r.PackageSha256, SkillStatusName(now.GetStatus()))
+			if prev := now.GetPreviousVersion(); prev != "" {
+				detail += " replaces=" + prev
+			}
 			if len(r.Findings) > 0 {
 				detail += " findings=" + strings.Join(r.Findings, "; ")
 			}

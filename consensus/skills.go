@@ -1,9 +1,11 @@
 package consensus
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
+	"golang.org/x/mod/semver"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -94,7 +96,12 @@ func (s *State) applySkill(c *raftpb.SkillCommand) ApplyResult {
 			r.Status = SkillActive
 		}
 		r.InstalledAtMs, r.InstalledBy, r.StatusAtMs, r.StatusBy = c.AtMs, c.By, c.AtMs, c.By
-		if old, ok := d.skills[r.SkillId]; ok {
+		r.PreviousVersion = ""
+		old, replacing := d.skills[r.SkillId]
+		if replacing {
+			if err := s.installOver(old, r, c); err != nil {
+				return ApplyResult{Err: err}
+			}
 			s.skillBlobs(old, -1)
 		}
 		d.skills[r.SkillId] = r
@@ -111,6 +118,9 @@ func (s *State) applySkill(c *raftpb.SkillCommand) ApplyResult {
 			if err := s.unbindSkillHooks(c.SetStatusId, SkillStatusName(c.Status), c); err != nil {
 				return ApplyResult{Err: err}
 			}
+		}
+		if c.Status == SkillQuarantined {
+			s.abortSkillRuns(c.SetStatusId, "quarantined", c)
 		}
 		r := proto.Clone(old).(*raftpb.SkillRecord)
 		r.Status, r.StatusAtMs, r.StatusBy = c.Status, c.AtMs, c.By
@@ -129,12 +139,129 @@ func (s *State) applySkill(c *raftpb.SkillCommand) ApplyResult {
 		if err := s.unbindSkillHooks(c.RemoveId, "removed", c); err != nil {
 			return ApplyResult{Err: err}
 		}
+		s.abortSkillRuns(c.RemoveId, "removed", c)
 		s.skillBlobs(old, -1)
 		delete(d.skills, c.RemoveId)
 	default:
 		return ApplyResult{Err: errf(ErrInvalid, "", "empty skill command")}
 	}
 	return ApplyResult{}
+}
+
+// installOver decides whether r may replace the installed skill old, and
+// what it inherits. A skill id belongs to its publisher: a package from
+// another publisher does not replace it (an operator removes the skill
+// first), so trusting a second publisher never hands it the first one's
+// skills, hooks included. A lower version is refused unless the command
+// allows the downgrade; the same version must be the same package
+// (versions are immutable). A status an operator set (disabled,
+// quarantined) survives the upgrade: installing is not enabling. And the
+// hooks bound to the skill must still be able to run: every bound tool
+// must exist in the new version, and the new version must be active.
+func (s *State) installOver(old, r *raftpb.SkillRecord, c *raftpb.SkillCommand) *Error {
+	if old.Publisher != r.Publisher {
+		return errf(ErrConflict,
+			fmt.Sprintf("a skill id belongs to its publisher; if %s should replace it, an operator removes it first ('palyra skill remove %s'), else give the package another skill_id", r.Publisher, r.SkillId),
+			"skill %s is published by %s (version %s installed); a package from %s does not replace it", r.SkillId, old.Publisher, old.Version, r.Publisher)
+	}
+	switch cmp := semver.Compare("v"+r.Version, "v"+old.Version); {
+	case cmp < 0 && !c.AllowDowngrade:
+		return errf(ErrConflict, "install with --allow-downgrade if you mean to go back",
+			"skill %s %s is installed; %s would downgrade it", r.SkillId, old.Version, r.Version)
+	case cmp == 0 && old.PackageSha256 != r.PackageSha256:
+		return errf(ErrConflict, "publish the change as a new version (the version in skill.toml), or remove the skill first",
+			"skill %s %s is installed from another package (sha256 %s); a version's contents do not change", r.SkillId, old.Version, short(old.PackageSha256))
+	}
+	r.PreviousVersion = old.Version
+	if old.Status != SkillActive && statusSetByOperator(old) {
+		// Keep the operator's decision (and reason) over the new package's.
+		r.Status, r.StatusAtMs, r.StatusBy = old.Status, old.StatusAtMs, old.StatusBy
+		for _, f := range old.Findings {
+			if strings.HasPrefix(f, "operator: ") && !slices.Contains(r.Findings, f) {
+				r.Findings = append(r.Findings, f)
+			}
+		}
+	}
+	var problems []string
+	for _, id := range sortedKeys(s.data.hooks) {
+		h := s.data.hooks[id]
+		if h.SkillId != r.SkillId {
+			continue
+		}
+		switch {
+		case !slices.ContainsFunc(r.Tools, func(t *raftpb.SkillTool) bool { return t.Id == h.Tool }):
+			problems = append(problems, fmt.Sprintf("%s (%s -> %s): version %s has no tool %s", id, h.Event, h.Tool, r.Version, h.Tool))
+		case r.Status != SkillActive:
+			problems = append(problems, fmt.Sprintf("%s (%s -> %s): version %s would be %s", id, h.Event, h.Tool, r.Version, SkillStatusName(r.Status)))
+		}
+	}
+	if len(problems) > 0 {
+		return errf(ErrConflict, "unbind them first ('palyra hook unbind HOOK_ID'), then install",
+			"skill %s has hooks bound to it that could not run after this install: %s (a before_run hook would refuse every job)",
+			r.SkillId, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// statusSetByOperator reports whether a skill's status came from an
+// operator's command (skill disable/quarantine) rather than its install.
+func statusSetByOperator(r *raftpb.SkillRecord) bool {
+	if r.StatusAtMs != r.InstalledAtMs || r.StatusBy != r.InstalledBy {
+		return true
+	}
+	return slices.ContainsFunc(r.Findings, func(f string) bool { return strings.HasPrefix(f, "operator: ") })
+}
+
+// skillUnavailable says why runs of skill id cannot start now: "" when it
+// is installed and active, else what it is (disabled, quarantined,
+// removed).
+func (s *State) skillUnavailable(id string) string {
+	sk, ok := s.data.skills[id]
+	switch {
+	case !ok:
+		return "removed"
+	case sk.Status != SkillActive:
+		return SkillStatusName(sk.Status)
+	}
+	return ""
+}
+
+// endSkillRun ends a run whose skill stopped being runnable before or while
+// it ran: aborted, saying what happened to the skill and how to go on.
+func (s *State) endSkillRun(j *Job, why, by string, atMS int64) {
+	n := *j
+	n.Phase = PhaseAborted
+	n.FinishedAtMS = atMS
+	msg := fmt.Sprintf("skill %s is %s; the run did not start", j.SkillID, why)
+	if j.Phase == PhaseRunning {
+		msg = fmt.Sprintf("skill %s was %s by %s while the run was running; it was stopped", j.SkillID, why, by)
+	}
+	hint := "run it again once an operator enables the skill ('palyra skill enable " + j.SkillID + "')"
+	if why == "removed" {
+		hint = "install the skill again, then run it again"
+	}
+	n.Error = &JobError{Code: "skill_unavailable", Message: msg, Hint: hint}
+	s.put(j, &n)
+}
+
+// abortSkillRuns stops the running runs of a skill being quarantined or
+// removed (its code is no longer trusted, or no longer there). Queued runs
+// end when the scheduler would place them (applyRound), runs waiting for
+// approval cannot be approved (applyDecide). Running jobs are bounded by
+// the cluster's slots, so this walks no history.
+func (s *State) abortSkillRuns(id, why string, c *raftpb.SkillCommand) {
+	var hit []*Job
+	for _, node := range sortedKeys(s.idx.running) {
+		byID := s.idx.running[node]
+		for _, jid := range sortedKeys(byID) {
+			if j := byID[jid]; j.SkillID == id {
+				hit = append(hit, j)
+			}
+		}
+	}
+	for _, j := range hit {
+		s.endSkillRun(j, why, c.By, c.AtMs)
+	}
 }
 
 // unbindSkillHooks keeps hooks from outliving their skill. A skill that

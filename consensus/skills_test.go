@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
@@ -280,5 +282,165 @@ func TestSkillWithHooksIsNotDisabledOrRemoved(t *testing.T) {
 	}
 	if len(st.Hooks()) != 0 {
 		t.Fatalf("hooks %v", st.Hooks())
+	}
+}
+
+// TestSkillUpgradeRules: a skill id belongs to its publisher; a downgrade
+// needs allow_downgrade; a version's package never changes; an operator's
+// status survives an upgrade; an upgrade that would strand a bound hook is
+// refused. Each refused install leaves the registry as it was.
+func TestSkillUpgradeRules(t *testing.T) {
+	rec := func(pub, version, pkg string, tools ...string) *raftpb.SkillRecord {
+		r := &raftpb.SkillRecord{SkillId: "web", Version: version, Publisher: pub, PublisherKey: "k-" + pub, PackageSha256: pkg}
+		for _, id := range tools {
+			r.Tools = append(r.Tools, &raftpb.SkillTool{Id: id, ModuleSha256: "mod-" + id})
+		}
+		return r
+	}
+	f := NewFSM()
+	st := f.State()
+	for _, r := range applyAll(t, f,
+		skillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "example", Key: "k-example"}, AtMs: 1}),
+		skillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "mallory", Key: "k-mallory"}, AtMs: 1}),
+		skillCmd(&raftpb.SkillCommand{Install: rec("example", "1.2.0", "pkg-120", "wc", "gate"), AtMs: 2, By: "device:op"}),
+	) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	refused := func(c *raftpb.SkillCommand, want string) {
+		t.Helper()
+		before, _ := st.Skill("web")
+		err := applyAll(t, f, skillCmd(c))[0].Err
+		var ce *Error
+		if !errors.As(err, &ce) || !errors.Is(err, ErrConflict) || !strings.Contains(ce.Message+" "+ce.Hint, want) {
+			t.Fatalf("install %s %s: %v, want a conflict saying %q", c.Install.Publisher, c.Install.Version, err, want)
+		}
+		if after, _ := st.Skill("web"); !proto.Equal(before, after) {
+			t.Fatalf("a refused install changed the skill: %v -> %v", before, after)
+		}
+	}
+	refused(&raftpb.SkillCommand{Install: rec("mallory", "9.0.0", "pkg-m", "wc", "gate"), AtMs: 3}, "published by example")
+	refused(&raftpb.SkillCommand{Install: rec("mallory", "0.0.1", "pkg-m", "wc", "gate"), AllowDowngrade: true, AtMs: 3}, "published by example")
+	refused(&raftpb.SkillCommand{Install: rec("example", "1.1.9", "pkg-119", "wc", "gate"), AtMs: 3}, "--allow-downgrade")
+	refused(&raftpb.SkillCommand{Install: rec("example", "1.2.0", "pkg-other", "wc", "gate"), AtMs: 3}, "a version's contents do not change")
+
+	// The same package again is fine; a downgrade when allowed is too.
+	for _, c := range []*raftpb.SkillCommand{
+		{Install: rec("example", "1.2.0", "pkg-120", "wc", "gate"), AtMs: 4},
+		{Install: rec("example", "1.0.0", "pkg-100", "wc", "gate"), AllowDowngrade: true, AtMs: 5},
+		{Install: rec("example", "1.10.0", "pkg-1100", "wc", "gate"), AtMs: 6}, // 1.10 > 1.2: semantic, not string order
+	} {
+		if err := applyAll(t, f, skillCmd(c))[0].Err; err != nil {
+			t.Fatalf("install %s: %v", c.Install.Version, err)
+		}
+	}
+	if r, _ := st.Skill("web"); r.Version != "1.10.0" || r.PreviousVersion != "1.0.0" || r.Status != SkillActive {
+		t.Fatalf("after upgrades: %s (previous %s) %s", r.Version, r.PreviousVersion, SkillStatusName(r.Status))
+	}
+	recs, _, _, _ := st.Journal(0, 0, 1000)
+	if last := recs[len(recs)-1]; last.Action != "skill.install" || !strings.Contains(last.Detail, "publisher=example version=1.10.0") || !strings.Contains(last.Detail, "replaces=1.0.0") {
+		t.Fatalf("journal: %+v", last)
+	}
+
+	// An operator's quarantine (and its reason) survives an upgrade.
+	if err := applyAll(t, f, skillCmd(&raftpb.SkillCommand{SetStatusId: "web", Status: SkillQuarantined, Reason: "malware found", AtMs: 7, By: "device:op"}))[0].Err; err != nil {
+		t.Fatal(err)
+	}
+	if err := applyAll(t, f, skillCmd(&raftpb.SkillCommand{Install: rec("example", "1.11.0", "pkg-1110", "wc", "gate"), AtMs: 8, By: "device:vm"}))[0].Err; err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := st.Skill("web"); r.Version != "1.11.0" || r.Status != SkillQuarantined || !slices.Contains(r.Findings, "operator: malware found") || r.StatusBy != "device:op" {
+		t.Fatalf("upgrade of a quarantined skill: %s %s %v by %s", r.Version, SkillStatusName(r.Status), r.Findings, r.StatusBy)
+	}
+	// A status the install itself gave (the audit's quarantine) does not stick.
+	g := NewFSM()
+	applyAll(t, g, skillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "example", Key: "k-example"}, AtMs: 1}))
+	q := rec("example", "1.0.0", "pkg-q", "wc")
+	q.Status, q.Findings = SkillQuarantined, []string{"http_hosts: *.com"}
+	applyAll(t, g, skillCmd(&raftpb.SkillCommand{Install: q, AtMs: 2, By: "device:op"}), skillCmd(&raftpb.SkillCommand{Install: rec("example", "1.0.1", "pkg-fixed", "wc"), AtMs: 3, By: "device:op"}))
+	if r, _ := g.State().Skill("web"); r.Status != SkillActive || len(r.Findings) != 0 {
+		t.Fatalf("a fixed version after an audit quarantine: %s %v", SkillStatusName(r.Status), r.Findings)
+	}
+
+	// Hooks: a bound tool must survive the upgrade, and the new version
+	// must be active.
+	applyAll(t, f, skillCmd(&raftpb.SkillCommand{SetStatusId: "web", Status: SkillActive, AtMs: 9}))
+	if err := applyAll(t, f, &raftpb.Command{Cmd: &raftpb.Command_Hook{Hook: &raftpb.HookCommand{Bind: &raftpb.HookRecord{Id: "h-1", Event: HookBeforeRun, SkillId: "web", Tool: "gate"}, AtMs: 10}}})[0].Err; err != nil {
+		t.Fatal(err)
+	}
+	refused(&raftpb.SkillCommand{Install: rec("example", "2.0.0", "pkg-200", "wc", "gate2"), AtMs: 11}, "h-1 (before_run -> gate): version 2.0.0 has no tool gate")
+	bad := rec("example", "2.0.0", "pkg-200q", "wc", "gate")
+	bad.Status, bad.Findings = SkillQuarantined, []string{"http_hosts: *.com"}
+	refused(&raftpb.SkillCommand{Install: bad, AtMs: 11}, "version 2.0.0 would be quarantined")
+	if err := applyAll(t, f, skillCmd(&raftpb.SkillCommand{Install: rec("example", "2.0.0", "pkg-200ok", "wc", "gate", "gate2"), AtMs: 12}))[0].Err; err != nil {
+		t.Fatalf("an upgrade keeping the bound tool: %v", err)
+	}
+}
+
+// TestRunsOfAnInactiveSkillDoNotStart: a run queued before its skill was
+// disabled, quarantined or removed ends instead of being placed; a run
+// waiting for approval cannot be approved; quarantining or removing a
+// skill stops its running runs, and no other job.
+func TestRunsOfAnInactiveSkillDoNotStart(t *testing.T) {
+	f := NewFSM()
+	st := f.State()
+	run := func(id, skill string, gated bool) *raftpb.Command {
+		return submitWith(id, func(r *raftpb.JobRecord) {
+			r.SkillId, r.SkillTool = skill, "t"
+			if gated {
+				r.RequiresApproval, r.DeadlineAtMs, r.RunDeadlineAtMs = true, 100_000, 200_000
+			}
+		})
+	}
+	assign := func(id string) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_AssignJob{AssignJob: &raftpb.AssignJob{Id: id, Attempt: 1, NodeId: "n-1", AtMs: 50}}}
+	}
+	rec := func(id string) *raftpb.SkillRecord {
+		return &raftpb.SkillRecord{SkillId: id, Version: "1.0.0", Publisher: "acme", PublisherKey: "k", PackageSha256: "pkg-" + id,
+			Tools: []*raftpb.SkillTool{{Id: "t", ModuleSha256: "mod-" + id}}}
+	}
+	for _, r := range applyAll(t, f,
+		skillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "acme", Key: "k"}, AtMs: 1}),
+		skillCmd(&raftpb.SkillCommand{Install: rec("q"), AtMs: 2}),
+		skillCmd(&raftpb.SkillCommand{Install: rec("d"), AtMs: 2}),
+		skillCmd(&raftpb.SkillCommand{Install: rec("other"), AtMs: 2}),
+		run("q-running", "q", false), run("q-queued", "q", false), run("q-gated", "q", true),
+		run("d-queued", "d", false), run("other-running", "other", false), run("plain", "", false),
+		assign("q-running"), assign("other-running"),
+		skillCmd(&raftpb.SkillCommand{SetStatusId: "q", Status: SkillQuarantined, Reason: "malware", By: "device:op", AtMs: 60}),
+		skillCmd(&raftpb.SkillCommand{SetStatusId: "d", Status: SkillDisabled, AtMs: 60}),
+	) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if j, _ := st.Job("q-running"); j.Phase != PhaseAborted || j.Error.Code != "skill_unavailable" || !strings.Contains(j.Error.Message, "quarantined by device:op") {
+		t.Fatalf("running run of a quarantined skill: %s %+v", j.Phase, j.Error)
+	}
+	if j, _ := st.Job("other-running"); j.Phase != PhaseRunning {
+		t.Fatalf("another skill's run: %s", j.Phase)
+	}
+	res := applyAll(t, f, assign("q-queued"), assign("d-queued"), assign("plain"),
+		&raftpb.Command{Cmd: &raftpb.Command_DecideJob{DecideJob: &raftpb.DecideJob{Id: "q-gated", Approve: true, By: "device:op", AtMs: 70}}})
+	for _, id := range []string{"q-queued", "d-queued"} {
+		if j, _ := st.Job(id); j.Phase != PhaseAborted || j.Error.Code != "skill_unavailable" || !strings.Contains(j.Error.Hint, "palyra skill enable") {
+			t.Fatalf("%s placed after its skill stopped: %s %+v", id, j.Phase, j.Error)
+		}
+	}
+	if res[2].Err != nil {
+		t.Fatalf("a plain job: %v", res[2].Err)
+	}
+	if j, _ := st.Job("q-gated"); !errors.Is(res[3].Err, ErrConflict) || j.Phase != PhaseWaitingForApproval || !strings.Contains(res[3].Err.Error(), "cannot be approved") {
+		t.Fatalf("approving a run of a quarantined skill: %v, %s", res[3].Err, j.Phase)
+	}
+	// Removing a skill stops its running runs too; denying still works.
+	res = applyAll(t, f, skillCmd(&raftpb.SkillCommand{RemoveId: "other", AtMs: 80}),
+		&raftpb.Command{Cmd: &raftpb.Command_DecideJob{DecideJob: &raftpb.DecideJob{Id: "q-gated", Approve: false, By: "device:op", AtMs: 81}}})
+	if j, _ := st.Job("other-running"); res[0].Err != nil || j.Phase != PhaseAborted || !strings.Contains(j.Error.Message, "removed") {
+		t.Fatalf("running run of a removed skill: %v %s %+v", res[0].Err, j.Phase, j.Error)
+	}
+	if j, _ := st.Job("q-gated"); res[1].Err != nil || j.Phase != PhaseAborted {
+		t.Fatalf("deny: %v %s", res[1].Err, j.Phase)
 	}
 }

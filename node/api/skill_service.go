@@ -32,6 +32,7 @@ func skillInfo(r *raftpb.SkillRecord) *palyrav1.SkillInfo {
 		Findings: r.Findings, HttpHosts: r.HttpHosts, Secrets: r.Secrets, KvPrefix: r.KvPrefix, Fuel: r.Fuel,
 		MemoryBytes: r.MemoryBytes, WallClockMs: r.WallClockMs, InstalledAtMs: r.InstalledAtMs, InstalledBy: r.InstalledBy,
 		StatusAtMs: r.StatusAtMs, StatusBy: r.StatusBy, Description: r.Description, AllowPrivate: r.AllowPrivate,
+		PreviousVersion: r.PreviousVersion,
 	}
 	for _, t := range r.Tools {
 		info.Tools = append(info.Tools, &palyrav1.SkillToolInfo{Id: t.Id, Name: t.Name, Description: t.Description,
@@ -63,25 +64,39 @@ func (ss skillService) apply(ctx context.Context, c *raftpb.SkillCommand) error 
 
 func (ss skillService) InstallSkill(ctx context.Context, req *connect.Request[palyrav1.InstallSkillRequest]) (*connect.Response[palyrav1.InstallSkillResponse], error) {
 	s, m := ss.s, req.Msg
-	if err := s.authz.Check(ctx, policy.ActionSkillInstall, policy.ClusterResource(), nil); err != nil {
-		return nil, err
-	}
+	// The package is read first (a bounded parse, by an authenticated
+	// caller): policies may scope installs by its skill id and publisher.
 	p, err := skill.Read(m.Package)
 	if err != nil {
 		return nil, invalid(err.Error(), "check the file with 'palyra skill inspect FILE'")
+	}
+	name := p.Manifest.Publisher
+	if err := s.authz.Check(ctx, policy.ActionSkillInstall, policy.ClusterResource(), map[string]any{"skill_id": p.Manifest.SkillID, "publisher": name}); err != nil {
+		return nil, err
 	}
 	if err := ss.fresh(ctx); err != nil {
 		return nil, err
 	}
 	st := s.control.State()
-	name := p.Manifest.Publisher
+	if old, ok := st.Skill(p.Manifest.SkillID); ok && old.Publisher != name {
+		// Refused again, authoritatively, when the install applies; said
+		// here too so trust-on-first-use trusts nothing for a refused package.
+		return nil, apiError(connect.CodeFailedPrecondition, "conflict",
+			fmt.Sprintf("skill %s is published by %s (version %s installed); a package from %s does not replace it", old.SkillId, old.Publisher, old.Version, name),
+			fmt.Sprintf("a skill id belongs to its publisher; if %s should replace it, an operator removes it first ('palyra skill remove %s'), else give the package another skill_id", name, old.SkillId))
+	}
 	var trusted ed25519.PublicKey
 	pub, known := st.Publisher(name)
 	if known {
 		if trusted, err = skill.ParsePublicKey(pub.Key); err != nil {
 			return nil, fromErr(err)
 		}
-	} else if !m.TrustOnFirstUse {
+	} else if m.TrustOnFirstUse {
+		// Pinning a publisher's key is trusting it, whoever asks.
+		if err := s.authz.Check(ctx, policy.ActionSkillTrust, policy.ClusterResource(), map[string]any{"publisher": name}); err != nil {
+			return nil, err
+		}
+	} else {
 		return nil, apiError(connect.CodePermissionDenied, "untrusted_publisher",
 			fmt.Sprintf("publisher %q is not trusted by this cluster", name),
 			fmt.Sprintf("trust its key first: 'palyra skill trust add %s ed25519:…' (from the publisher), or install with --trust-on-first-use to pin the key this package is signed with", name))
@@ -145,7 +160,7 @@ func (ss skillService) InstallSkill(ctx context.Context, req *connect.Request[pa
 		rec.Tools = append(rec.Tools, &raftpb.SkillTool{Id: t.ID, Name: t.Name, Description: t.Description, ModuleSha256: h,
 			InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, RequiresApproval: t.RequiresApproval, Deterministic: t.Deterministic})
 	}
-	if err := ss.apply(ctx, &raftpb.SkillCommand{Install: rec}); err != nil {
+	if err := ss.apply(ctx, &raftpb.SkillCommand{Install: rec, AllowDowngrade: m.AllowDowngrade}); err != nil {
 		return nil, err
 	}
 	if len(findings) > 0 {
@@ -257,7 +272,7 @@ func (ss skillService) RemoveSkill(ctx context.Context, req *connect.Request[pal
 
 func (ss skillService) TrustPublisher(ctx context.Context, req *connect.Request[palyrav1.TrustPublisherRequest]) (*connect.Response[palyrav1.TrustPublisherResponse], error) {
 	m := req.Msg
-	if err := ss.s.authz.Check(ctx, policy.ActionSkillTrust, policy.ClusterResource(), nil); err != nil {
+	if err := ss.s.authz.Check(ctx, policy.ActionSkillTrust, policy.ClusterResource(), map[string]any{"publisher": m.Name}); err != nil {
 		return nil, err
 	}
 	if _, err := skill.ParsePublicKey(m.Key); err != nil {

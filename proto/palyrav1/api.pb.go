@@ -3931,31 +3931,32 @@ func (x *SkillToolInfo) GetDeterministic() bool {
 }
 
 type SkillInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SkillId       string                 `protobuf:"bytes,1,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
-	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	Publisher     string                 `protobuf:"bytes,4,opt,name=publisher,proto3" json:"publisher,omitempty"`
-	PublisherKey  string                 `protobuf:"bytes,5,opt,name=publisher_key,json=publisherKey,proto3" json:"publisher_key,omitempty"`
-	PackageSha256 string                 `protobuf:"bytes,6,opt,name=package_sha256,json=packageSha256,proto3" json:"package_sha256,omitempty"`
-	PackageSize   uint64                 `protobuf:"varint,7,opt,name=package_size,json=packageSize,proto3" json:"package_size,omitempty"`
-	Status        string                 `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"` // active | disabled | quarantined
-	Findings      []string               `protobuf:"bytes,9,rep,name=findings,proto3" json:"findings,omitempty"`
-	Tools         []*SkillToolInfo       `protobuf:"bytes,10,rep,name=tools,proto3" json:"tools,omitempty"`
-	HttpHosts     []string               `protobuf:"bytes,11,rep,name=http_hosts,json=httpHosts,proto3" json:"http_hosts,omitempty"`
-	Secrets       []string               `protobuf:"bytes,12,rep,name=secrets,proto3" json:"secrets,omitempty"`
-	KvPrefix      string                 `protobuf:"bytes,13,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`
-	Fuel          uint64                 `protobuf:"varint,14,opt,name=fuel,proto3" json:"fuel,omitempty"`
-	MemoryBytes   uint64                 `protobuf:"varint,15,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	WallClockMs   int64                  `protobuf:"varint,16,opt,name=wall_clock_ms,json=wallClockMs,proto3" json:"wall_clock_ms,omitempty"`
-	InstalledAtMs int64                  `protobuf:"varint,17,opt,name=installed_at_ms,json=installedAtMs,proto3" json:"installed_at_ms,omitempty"`
-	InstalledBy   string                 `protobuf:"bytes,18,opt,name=installed_by,json=installedBy,proto3" json:"installed_by,omitempty"`
-	StatusAtMs    int64                  `protobuf:"varint,19,opt,name=status_at_ms,json=statusAtMs,proto3" json:"status_at_ms,omitempty"`
-	StatusBy      string                 `protobuf:"bytes,20,opt,name=status_by,json=statusBy,proto3" json:"status_by,omitempty"`
-	Description   string                 `protobuf:"bytes,21,opt,name=description,proto3" json:"description,omitempty"`
-	AllowPrivate  bool                   `protobuf:"varint,22,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	SkillId         string                 `protobuf:"bytes,1,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	Version         string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Name            string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Publisher       string                 `protobuf:"bytes,4,opt,name=publisher,proto3" json:"publisher,omitempty"`
+	PublisherKey    string                 `protobuf:"bytes,5,opt,name=publisher_key,json=publisherKey,proto3" json:"publisher_key,omitempty"`
+	PackageSha256   string                 `protobuf:"bytes,6,opt,name=package_sha256,json=packageSha256,proto3" json:"package_sha256,omitempty"`
+	PackageSize     uint64                 `protobuf:"varint,7,opt,name=package_size,json=packageSize,proto3" json:"package_size,omitempty"`
+	Status          string                 `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"` // active | disabled | quarantined
+	Findings        []string               `protobuf:"bytes,9,rep,name=findings,proto3" json:"findings,omitempty"`
+	Tools           []*SkillToolInfo       `protobuf:"bytes,10,rep,name=tools,proto3" json:"tools,omitempty"`
+	HttpHosts       []string               `protobuf:"bytes,11,rep,name=http_hosts,json=httpHosts,proto3" json:"http_hosts,omitempty"`
+	Secrets         []string               `protobuf:"bytes,12,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	KvPrefix        string                 `protobuf:"bytes,13,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`
+	Fuel            uint64                 `protobuf:"varint,14,opt,name=fuel,proto3" json:"fuel,omitempty"`
+	MemoryBytes     uint64                 `protobuf:"varint,15,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	WallClockMs     int64                  `protobuf:"varint,16,opt,name=wall_clock_ms,json=wallClockMs,proto3" json:"wall_clock_ms,omitempty"`
+	InstalledAtMs   int64                  `protobuf:"varint,17,opt,name=installed_at_ms,json=installedAtMs,proto3" json:"installed_at_ms,omitempty"`
+	InstalledBy     string                 `protobuf:"bytes,18,opt,name=installed_by,json=installedBy,proto3" json:"installed_by,omitempty"`
+	StatusAtMs      int64                  `protobuf:"varint,19,opt,name=status_at_ms,json=statusAtMs,proto3" json:"status_at_ms,omitempty"`
+	StatusBy        string                 `protobuf:"bytes,20,opt,name=status_by,json=statusBy,proto3" json:"status_by,omitempty"`
+	Description     string                 `protobuf:"bytes,21,opt,name=description,proto3" json:"description,omitempty"`
+	AllowPrivate    bool                   `protobuf:"varint,22,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
+	PreviousVersion string                 `protobuf:"bytes,23,opt,name=previous_version,json=previousVersion,proto3" json:"previous_version,omitempty"` // the version the last install replaced
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SkillInfo) Reset() {
@@ -4142,6 +4143,13 @@ func (x *SkillInfo) GetAllowPrivate() bool {
 	return false
 }
 
+func (x *SkillInfo) GetPreviousVersion() string {
+	if x != nil {
+		return x.PreviousVersion
+	}
+	return ""
+}
+
 type PublisherInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -4216,8 +4224,10 @@ type InstallSkillRequest struct {
 	// trust_on_first_use trusts the package's signing key for its publisher
 	// when the cluster has no key for that publisher yet.
 	TrustOnFirstUse bool `protobuf:"varint,2,opt,name=trust_on_first_use,json=trustOnFirstUse,proto3" json:"trust_on_first_use,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// allow_downgrade lets a lower version replace the installed one.
+	AllowDowngrade bool `protobuf:"varint,3,opt,name=allow_downgrade,json=allowDowngrade,proto3" json:"allow_downgrade,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *InstallSkillRequest) Reset() {
@@ -4260,6 +4270,13 @@ func (x *InstallSkillRequest) GetPackage() []byte {
 func (x *InstallSkillRequest) GetTrustOnFirstUse() bool {
 	if x != nil {
 		return x.TrustOnFirstUse
+	}
+	return false
+}
+
+func (x *InstallSkillRequest) GetAllowDowngrade() bool {
+	if x != nil {
+		return x.AllowDowngrade
 	}
 	return false
 }
@@ -6230,7 +6247,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\finput_schema\x18\x05 \x01(\tR\vinputSchema\x12#\n" +
 	"\routput_schema\x18\x06 \x01(\tR\foutputSchema\x12+\n" +
 	"\x11requires_approval\x18\a \x01(\bR\x10requiresApproval\x12$\n" +
-	"\rdeterministic\x18\b \x01(\bR\rdeterministic\"\xc7\x05\n" +
+	"\rdeterministic\x18\b \x01(\bR\rdeterministic\"\xf2\x05\n" +
 	"\tSkillInfo\x12\x19\n" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
@@ -6256,15 +6273,17 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"statusAtMs\x12\x1b\n" +
 	"\tstatus_by\x18\x14 \x01(\tR\bstatusBy\x12 \n" +
 	"\vdescription\x18\x15 \x01(\tR\vdescription\x12#\n" +
-	"\rallow_private\x18\x16 \x01(\bR\fallowPrivate\"Z\n" +
+	"\rallow_private\x18\x16 \x01(\bR\fallowPrivate\x12)\n" +
+	"\x10previous_version\x18\x17 \x01(\tR\x0fpreviousVersion\"Z\n" +
 	"\rPublisherInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x13\n" +
 	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
-	"\x02by\x18\x04 \x01(\tR\x02by\"\\\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"\x85\x01\n" +
 	"\x13InstallSkillRequest\x12\x18\n" +
 	"\apackage\x18\x01 \x01(\fR\apackage\x12+\n" +
-	"\x12trust_on_first_use\x18\x02 \x01(\bR\x0ftrustOnFirstUse\"c\n" +
+	"\x12trust_on_first_use\x18\x02 \x01(\bR\x0ftrustOnFirstUse\x12'\n" +
+	"\x0fallow_downgrade\x18\x03 \x01(\bR\x0eallowDowngrade\"c\n" +
 	"\x14InstallSkillResponse\x12*\n" +
 	"\x05skill\x18\x01 \x01(\v2\x14.palyra.v1.SkillInfoR\x05skill\x12\x1f\n" +
 	"\vtrusted_now\x18\x02 \x01(\bR\n" +

@@ -4324,8 +4324,11 @@ type SkillRecord struct {
 	StatusBy      string                 `protobuf:"bytes,20,opt,name=status_by,json=statusBy,proto3" json:"status_by,omitempty"`
 	Description   string                 `protobuf:"bytes,21,opt,name=description,proto3" json:"description,omitempty"`
 	AllowPrivate  bool                   `protobuf:"varint,22,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// previous_version is the version this install replaced ("" for a
+	// first install).
+	PreviousVersion string `protobuf:"bytes,23,opt,name=previous_version,json=previousVersion,proto3" json:"previous_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SkillRecord) Reset() {
@@ -4510,6 +4513,13 @@ func (x *SkillRecord) GetAllowPrivate() bool {
 		return x.AllowPrivate
 	}
 	return false
+}
+
+func (x *SkillRecord) GetPreviousVersion() string {
+	if x != nil {
+		return x.PreviousVersion
+	}
+	return ""
 }
 
 type SkillTool struct {
@@ -4698,9 +4708,12 @@ type SkillCommand struct {
 	// hooks bound to the skill that the command unbinds in the same entry
 	// (--force). A hook bound to the skill and not listed refuses the
 	// command, so a binding made meanwhile is never left dangling.
-	UnbindHooks   []string `protobuf:"bytes,11,rep,name=unbind_hooks,json=unbindHooks,proto3" json:"unbind_hooks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UnbindHooks []string `protobuf:"bytes,11,rep,name=unbind_hooks,json=unbindHooks,proto3" json:"unbind_hooks,omitempty"`
+	// With install: a lower version than the installed one replaces it
+	// (otherwise a downgrade is refused).
+	AllowDowngrade bool `protobuf:"varint,12,opt,name=allow_downgrade,json=allowDowngrade,proto3" json:"allow_downgrade,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SkillCommand) Reset() {
@@ -4808,6 +4821,13 @@ func (x *SkillCommand) GetUnbindHooks() []string {
 		return x.UnbindHooks
 	}
 	return nil
+}
+
+func (x *SkillCommand) GetAllowDowngrade() bool {
+	if x != nil {
+		return x.AllowDowngrade
+	}
+	return false
 }
 
 type Snapshot struct {
@@ -5577,7 +5597,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\aapprove\x18\x02 \x01(\bR\aapprove\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x0e\n" +
 	"\x02by\x18\x04 \x01(\tR\x02by\x12\x13\n" +
-	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\xca\x05\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\xf5\x05\n" +
 	"\vSkillRecord\x12\x19\n" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
@@ -5603,7 +5623,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"statusAtMs\x12\x1b\n" +
 	"\tstatus_by\x18\x14 \x01(\tR\bstatusBy\x12 \n" +
 	"\vdescription\x18\x15 \x01(\tR\vdescription\x12#\n" +
-	"\rallow_private\x18\x16 \x01(\bR\fallowPrivate\"\x91\x02\n" +
+	"\rallow_private\x18\x16 \x01(\bR\fallowPrivate\x12)\n" +
+	"\x10previous_version\x18\x17 \x01(\tR\x0fpreviousVersion\"\x91\x02\n" +
 	"\tSkillTool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
@@ -5617,7 +5638,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x13\n" +
 	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
-	"\x02by\x18\x04 \x01(\tR\x02by\"\xf0\x02\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"\x99\x03\n" +
 	"\fSkillCommand\x12\x13\n" +
 	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\x125\n" +
@@ -5631,7 +5652,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"replaceKey\x12\x18\n" +
 	"\auntrust\x18\n" +
 	" \x01(\tR\auntrust\x12!\n" +
-	"\funbind_hooks\x18\v \x03(\tR\vunbindHooks\"\xdc\b\n" +
+	"\funbind_hooks\x18\v \x03(\tR\vunbindHooks\x12'\n" +
+	"\x0fallow_downgrade\x18\f \x01(\bR\x0eallowDowngrade\"\xdc\b\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +
