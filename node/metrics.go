@@ -178,7 +178,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descRaftIndex, float64(s.AppliedIndex), "applied")
 		state := st.State()
 		byPhase := state.CountByPhase()
-		for _, p := range []consensus.Phase{consensus.PhaseQueued, consensus.PhaseRunning, consensus.PhaseCompleted, consensus.PhaseFailed, consensus.PhaseAborted, consensus.PhaseExpired} {
+		for _, p := range consensus.AllPhases { // every phase, zeros included, so alerts see each series
 			gauge(descJobs, float64(byPhase[p]), p.String())
 		}
 		for _, kind := range []string{"wasm", "browser"} {

@@ -79,6 +79,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"palyra_raft_leader", nil, 1},
 		{"palyra_raft_index", map[string]string{"index": "applied"}, 1},
 		{"palyra_jobs", map[string]string{"phase": "completed"}, 3},
+		{"palyra_jobs", map[string]string{"phase": "waiting_for_approval"}, 0}, // every phase has its series
+		{"palyra_jobs", map[string]string{"phase": "paused"}, 0},
 		{"palyra_group_commit_alone_total", nil, 6}, // 3 submits and 3 results, one at a time
 		{"palyra_group_commit_batches_total", nil, 0},
 		{"palyra_worker_runs_total", map[string]string{"kind": "wasm", "result": "completed"}, 3},

@@ -55,8 +55,12 @@ func TestPolicyAndRevocationReachEveryNode(t *testing.T) {
 	id := strings.TrimPrefix(pr.Principal, "device:")
 	src := cur.Msg.Source + "\n@id(\"no-ci-submit\")\nforbid (principal == Palyra::Device::\"" + id + "\", action == Palyra::Action::\"job.submit\", resource);\n"
 	op3 := operator(t, tc.first, tc.addrs[2])
-	if _, err := op3.Policy.SetPolicy(ctx, connect.NewRequest(&palyrav1.SetPolicyRequest{Source: src})); err != nil {
+	set, err := op3.Policy.SetPolicy(ctx, connect.NewRequest(&palyrav1.SetPolicyRequest{Source: src}))
+	if err != nil {
 		t.Fatal(op3.Explain(err))
+	}
+	if set.Msg.Version != 1 { // through a follower, the version it has applied, not the one before
+		t.Fatalf("policy set through node 3 answered version %d, want 1", set.Msg.Version)
 	}
 	for i, cl := range devs {
 		waitFor(t, "the forbid to reach node "+tc.addrs[i], 10*time.Second, func() bool {

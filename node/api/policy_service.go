@@ -48,6 +48,11 @@ func (ps policyService) SetPolicy(ctx context.Context, req *connect.Request[paly
 		Source: []byte(req.Msg.Source), AtMs: s.now().UnixMilli(), By: caller.String()}}}); err != nil {
 		return nil, fromErr(err)
 	}
+	// The answer reads the local replica: through a follower, it may not
+	// have applied the commit yet.
+	if err := s.control.VerifyRead(ctx); err != nil {
+		return nil, fromErr(err)
+	}
 	s.log.Info("policy set", "by", caller, "version", s.control.State().Policy().Version)
 	return connect.NewResponse(&palyrav1.SetPolicyResponse{Version: s.control.State().Policy().Version}), nil
 }
