@@ -146,10 +146,3 @@ func dash(s string) string {
 	}
 	return s
 }
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}

@@ -147,6 +147,11 @@ func TestSkillWithHooksIsNotDisabledOrRemoved(t *testing.T) {
 	if r := c.cli("hook", "list"); strings.Contains(r.stdout, hookID) {
 		t.Fatalf("hook list after remove --force: %q", r.stdout)
 	}
+	for _, args := range [][]string{{"hook", "list", "--json"}, {"skill", "list", "--json"}} {
+		if r := c.cli(args...); strings.TrimSpace(r.stdout) != "[]" { // an empty list, not null
+			t.Fatalf("%v with nothing to list: %q", args, r.stdout)
+		}
+	}
 	if r := c.cli("job", "submit", "--wasm", reverse, "--input", strings.Repeat("x", 200), "--wait"); r.code != 0 {
 		t.Fatalf("submit after remove --force: %d %q %q", r.code, r.stdout, r.stderr)
 	}

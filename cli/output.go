@@ -192,3 +192,12 @@ func stoppedFollowing(c *ucli.Context, what, id string) error {
 func usageErr(format string, args ...any) error {
 	return ucli.Exit("error: "+fmt.Sprintf(format, args...), exitUsage)
 }
+
+// nonNil is s, or an empty slice when s is nil: a list printed as JSON is
+// [] when empty, never null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

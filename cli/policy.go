@@ -86,7 +86,7 @@ func policyCommand() *ucli.Command {
 					}
 					m := resp.Msg
 					if c.Bool("json") {
-						return writeJSON(c.App.Writer, map[string]any{"allow": m.Allow, "reasons": m.Reasons, "errors": m.Errors, "explanation": m.Explanation,
+						return writeJSON(c.App.Writer, map[string]any{"allow": m.Allow, "reasons": nonNil(m.Reasons), "errors": nonNil(m.Errors), "explanation": m.Explanation,
 							"warnings": nonNil(m.Warnings)})
 					}
 					for _, w := range m.Warnings {

@@ -109,7 +109,7 @@ func skillRegistryCommands() []*ucli.Command {
 					return fail(c, cl.Explain(err))
 				}
 				if c.Bool("json") {
-					return writeJSON(c.App.Writer, resp.Msg.Skills)
+					return writeJSON(c.App.Writer, nonNil(resp.Msg.Skills)) // [] when empty, not null
 				}
 				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "SKILL\tVERSION\tSTATUS\tPUBLISHER\tTOOLS\tINSTALLED")
@@ -348,7 +348,7 @@ func skillTrustCommand() *ucli.Command {
 						return fail(c, cl.Explain(err))
 					}
 					if c.Bool("json") {
-						return writeJSON(c.App.Writer, resp.Msg.Publishers)
+						return writeJSON(c.App.Writer, nonNil(resp.Msg.Publishers)) // [] when empty, not null
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "PUBLISHER\tKEY\tBY")
