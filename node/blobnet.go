@@ -42,6 +42,8 @@ type blobNet struct {
 	self      string
 	members   func() []cluster.Member
 	log       interface{ Warn(string, ...any) }
+	// allow is the policy's blob.fetch for a peer node (nil: allowed).
+	allow func(identity.Principal) error
 
 	// held remembers, per blob this node stored and replicated, the other
 	// nodes that acknowledged holding it, so a blob already held here and
@@ -63,8 +65,16 @@ func newBlobNet(local *blob.Store, tr *mesh.Transport, self string, members func
 func (b *blobNet) serve(conn net.Conn, peer mesh.PeerInfo) {
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(blobIOTimeout))
-	if p, err := identity.PeerPrincipal(peer.TLS); err != nil || p.Kind != identity.KindNode {
+	p, err := identity.PeerPrincipal(peer.TLS)
+	if err != nil || p.Kind != identity.KindNode {
 		return // only nodes exchange blobs
+	}
+	if b.allow != nil {
+		if err := b.allow(p); err != nil {
+			b.log.Warn("refused a blob exchange by the policy", "peer", p.String(), "err", err)
+			conn.Write([]byte{blobError})
+			return
+		}
 	}
 	r := bufio.NewReader(conn)
 	op, err := r.ReadByte()

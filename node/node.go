@@ -17,6 +17,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/mesh"
 	"github.com/palyra-mesh/palyra/node/api"
 	"github.com/palyra-mesh/palyra/node/blob"
@@ -215,14 +216,17 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go func() { defer close(refDone); n.watchSelfRefused(refCtx, refusedCheckEvery) }()
 	stopRefusedWatch := sync.OnceFunc(func() { stopRefWatch(); <-refDone })
 	defer stopRefusedWatch()
+	// The policy decides API calls and, through the cluster and the blob
+	// exchange, the nodes' own work (node_work), from the first peer call.
+	if n.authz, err = api.NewAuthorizer(n.store.State(), n.log); err != nil {
+		return nil, err
+	}
 	if err := n.startCluster(ctx); err != nil {
 		return nil, err
 	}
 	n.blobNet = newBlobNet(n.blobs, n.transport, st.NodeID, n.cluster.Members, n.log)
+	n.blobNet.allow = func(p identity.Principal) error { return n.authz.NodeWork(p, policy.ActionBlobFetch, "") }
 	if err := n.transport.Handle(mesh.TagBlob, n.blobNet.serve); err != nil {
-		return nil, err
-	}
-	if n.authz, err = api.NewAuthorizer(n.store.State(), n.log); err != nil {
 		return nil, err
 	}
 
@@ -436,7 +440,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 		NodeID: n.state.NodeID, Advertise: n.state.Address, Transport: n.transport, Store: n.store,
 		Meta:         n.meta(),
 		TargetVoters: n.cfg.TargetVoters, Fast: n.cfg.Fast, Tuning: n.timers.Gossip, Logger: n.log,
-		CAKeys: n.keeper.handOff,
+		CAKeys: n.keeper.handOff, NodeWork: n.authz.NodeWork,
 	})
 	if err != nil {
 		return err

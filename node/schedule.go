@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/node/scheduler/driver"
 	"github.com/palyra-mesh/palyra/node/worker"
@@ -81,7 +83,8 @@ func (n *Node) workers() []driver.Worker {
 	lagging := n.cluster.LaggingServers()
 	out := make([]driver.Worker, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, driver.Worker{ID: m.ID, Alive: m.State == cluster.StateAlive, Lagging: lagging[m.ID],
+		refused := n.authz.NodeWork(identity.Principal{Kind: identity.KindNode, ID: m.ID}, policy.ActionWorkerHeartbeat, "") != nil
+		out = append(out, driver.Worker{ID: m.ID, Alive: m.State == cluster.StateAlive, Lagging: lagging[m.ID], Refused: refused,
 			Slots: m.Capacity, Labels: m.Labels})
 	}
 	return out

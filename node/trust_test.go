@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -90,4 +91,63 @@ func TestPolicyAndRevocationReachEveryNode(t *testing.T) {
 			return err != nil
 		})
 	}
+}
+
+// TestPolicyDecidesNodeWork: the policy's node_work actions are enforced.
+// A node forbidden worker.heartbeat gets no new work (and jobs still run
+// on the others); a policy under which no node could work is refused; a
+// permit restored lets the node work again.
+func TestPolicyDecidesNodeWork(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	op := operator(t, tc.first, tc.first.Addr())
+	ctx := callCtx(t)
+	cur, err := op.Policy.GetPolicy(ctx, connect.NewRequest(&palyrav1.GetPolicyRequest{}))
+	if err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	set := func(src string) error {
+		_, err := op.Policy.SetPolicy(ctx, connect.NewRequest(&palyrav1.SetPolicyRequest{Source: src}))
+		return err
+	}
+
+	// Every node refused: rejected, naming the fix.
+	noNodes := strings.Replace(cur.Msg.Source, `Palyra::Action::"node_work",`, ``, 1)
+	if noNodes == cur.Msg.Source {
+		t.Fatal("the default policy's nodes permit changed; update this test")
+	}
+	if err := set(noNodes); err == nil || !strings.Contains(op.Explain(err).Message, "refuse every node worker.heartbeat") {
+		t.Fatalf("a policy refusing every node's work: %v", err)
+	}
+
+	// One node refused: it gets no new work.
+	banned := tc.nodes[2].ID()
+	if err := set(cur.Msg.Source + "\n@id(\"no-work-" + banned + "\")\nforbid (principal == Palyra::Node::\"" + banned +
+		"\", action == Palyra::Action::\"worker.heartbeat\", resource);\n"); err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	mod := testwasm.Build(t, "reverse")
+	time.Sleep(1500 * time.Millisecond) // past the node-work decisions' cache on every node
+	per := map[string]int{}
+	for i := range 30 {
+		resp, err := op.Submit(ctx, &palyrav1.SubmitJobRequest{WasmModule: mod, Input: []byte(fmt.Sprintf("job-%d", i))})
+		if err != nil {
+			t.Fatal(op.Explain(err))
+		}
+		per[waitCompleted(t, op, resp.Job.Id).NodeId]++
+	}
+	if per[banned] != 0 || len(per) != 2 {
+		t.Fatalf("jobs per node with %s refused worker.heartbeat: %v", banned, per)
+	}
+
+	// The permit back: it works again.
+	if err := set(cur.Msg.Source + "\n// v3\n"); err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	waitFor(t, "the node to get work again", 30*time.Second, func() bool {
+		resp, err := op.Submit(ctx, &palyrav1.SubmitJobRequest{WasmModule: mod, Input: []byte("again")})
+		if err != nil {
+			t.Fatal(op.Explain(err))
+		}
+		return waitCompleted(t, op, resp.Job.Id).NodeId == banned
+	})
 }

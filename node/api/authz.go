@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -20,7 +23,25 @@ type Authorizer struct {
 	state   AuthzState
 	version uint64
 	log     *slog.Logger
+
+	// Node-work decisions, cached briefly (they are asked per result and
+	// per scheduling round); a policy change empties the cache at once.
+	swaps     atomic.Uint64 // policy swaps so far
+	nodeMu    sync.Mutex
+	nodeSwaps uint64
+	nodeCache map[nodeWorkKey]nodeWorkDecision
 }
+
+type nodeWorkKey struct{ node, action, submitter, kind string }
+
+type nodeWorkDecision struct {
+	at  time.Time
+	err error
+}
+
+// nodeWorkTTL bounds how long a node-work decision is reused: a registry
+// change (a node's labels) reaches it within this; a policy change at once.
+const nodeWorkTTL = time.Second
 
 // NewAuthorizer starts from the stored policy, else the default.
 func NewAuthorizer(state AuthzState, log *slog.Logger) (*Authorizer, error) {
@@ -48,6 +69,7 @@ func (a *Authorizer) reload() {
 		return
 	}
 	a.engine.Swap(set)
+	a.swaps.Add(1)
 	a.version = p.Version
 	a.log.Info("policy reloaded", "version", p.Version, "set_by", p.SetBy)
 }
@@ -93,4 +115,42 @@ func (a *Authorizer) Check(ctx context.Context, action string, res policy.Resour
 // Allowed is Check as a boolean, for filtering lists.
 func (a *Authorizer) Allowed(ctx context.Context, action string, res policy.Resource) bool {
 	return a.Check(ctx, action, res, nil) == nil
+}
+
+// NodeWork authorises a node's own work (the node_work actions: raft.join,
+// worker.heartbeat, blob.fetch, and worker.report on job jobID) for a peer
+// call, where the caller is the certificate's principal, not a request
+// context. A denial names the policy's reason.
+func (a *Authorizer) NodeWork(p identity.Principal, action, jobID string) error {
+	res := policy.ClusterResource()
+	key := nodeWorkKey{node: p.String(), action: action}
+	if jobID != "" {
+		submitter, kind := "", ""
+		if j, ok := a.state.Job(jobID); ok {
+			submitter, kind = j.Submitter, j.Kind
+		}
+		res = policy.JobResource(jobID, submitter, kind)
+		key.submitter, key.kind = submitter, kind
+	}
+	now := time.Now()
+	swaps := a.swaps.Load()
+	a.nodeMu.Lock()
+	if a.nodeCache == nil || a.nodeSwaps != swaps || len(a.nodeCache) > 4096 {
+		a.nodeCache, a.nodeSwaps = map[nodeWorkKey]nodeWorkDecision{}, swaps
+	}
+	if d, ok := a.nodeCache[key]; ok && now.Sub(d.at) < nodeWorkTTL {
+		a.nodeMu.Unlock()
+		return d.err
+	}
+	a.nodeMu.Unlock()
+	var err error
+	if d := a.engine.Authorize(policy.Request{Principal: a.Principal(p), Action: action, Resource: res}); !d.Allow {
+		err = fmt.Errorf("%s: %s", action, policy.Explain(d))
+	}
+	a.nodeMu.Lock()
+	if a.nodeSwaps == swaps {
+		a.nodeCache[key] = nodeWorkDecision{at: now, err: err}
+	}
+	a.nodeMu.Unlock()
+	return err
 }

@@ -8,6 +8,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -43,6 +45,9 @@ func (ps policyService) SetPolicy(ctx context.Context, req *connect.Request[paly
 	if !d.Allow {
 		return nil, invalid("policy rejected: it would forbid you ("+caller.String()+") from setting the policy again: "+policy.Explain(d),
 			"keep a permit for policy.set for at least one operator device")
+	}
+	if err := refusesEveryNode(policy.NewEngine(set), s.authz, s.control.State().Members("node")); err != nil {
+		return nil, err
 	}
 	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SetPolicy{SetPolicy: &raftpb.SetPolicy{
 		Source: []byte(req.Msg.Source), AtMs: s.now().UnixMilli(), By: caller.String()}}}); err != nil {
@@ -120,4 +125,32 @@ func parseResource(s *Server, r string) (policy.Resource, error) {
 		return policy.GrantResource(gt, name), nil
 	}
 	return policy.Resource{}, invalid(fmt.Sprintf("unknown resource type %q", typ), "use Cluster, Job or Grant")
+}
+
+// refusesEveryNode refuses a policy under which no node of the cluster
+// could work (worker.heartbeat) or join raft: the cluster would accept
+// jobs and never run them, or never heal. Refusing some nodes is a choice
+// a policy may make; refusing all of them is a mistake.
+func refusesEveryNode(e *policy.Engine, a *Authorizer, nodes []consensus.Member) error {
+	for _, action := range []string{policy.ActionWorkerHeartbeat, policy.ActionRaftJoin} {
+		allowed, asked := false, 0
+		var last policy.Decision
+		for _, m := range nodes {
+			if m.Revoked {
+				continue
+			}
+			asked++
+			last = e.Authorize(policy.Request{Principal: a.Principal(identity.Principal{Kind: identity.KindNode, ID: m.ID}), Action: action, Resource: policy.ClusterResource()})
+			if last.Allow {
+				allowed = true
+				break
+			}
+		}
+		if asked > 0 && !allowed {
+			return invalid(fmt.Sprintf("policy rejected: it would refuse every node %s, so no node could %s: %s", action, map[string]string{
+				policy.ActionWorkerHeartbeat: "run jobs", policy.ActionRaftJoin: "join raft"}[action], policy.Explain(last)),
+				"keep a permit of the node_work actions for nodes (the default policy's \"nodes\" permit)")
+		}
+	}
+	return nil
 }

@@ -55,6 +55,7 @@ type AuthzState interface {
 	Watch(topic string) <-chan struct{}
 	Policy() consensus.Policy
 	Member(kind, id string) (consensus.Member, bool)
+	Job(id string) (consensus.Job, bool) // worker.report's resource
 }
 
 var _ State = (*consensus.State)(nil)

@@ -48,6 +48,11 @@ type Config struct {
 	// CAKeys returns the cluster CA keys this node holds, to hand to a
 	// voter that asks (FetchCAKeys). nil: this node hands out none.
 	CAKeys func() []CAKey
+	// NodeWork authorises a peer's own work by the cluster's policy: action
+	// is one of the policy's node_work actions (raft.join, worker.heartbeat,
+	// worker.report on jobID); a non-nil error refuses the call with it.
+	// nil allows everything (tests of this package).
+	NodeWork func(pr identity.Principal, action, jobID string) error
 	// withoutBatch leaves FeatureBatch out of the node's features (tests:
 	// a node of an older version).
 	withoutBatch bool

@@ -7,6 +7,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/proto/peerpb"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
@@ -73,6 +74,10 @@ func (c *Cluster) handleRenewLeases(pr identity.Principal, r *peerpb.RenewLeases
 	if !c.store.IsLeader() {
 		return c.notLeaderResp()
 	}
+	if err := c.nodeWork(pr, policy.ActionWorkerHeartbeat, ""); err != nil {
+		c.log.Warn("refused a lease renewal by the policy", "caller", pr.String(), "err", err)
+		return errResp(codePermissionDenied, err.Error(), "the cluster's policy decides which nodes work ('palyra policy get')")
+	}
 	k := c.leases.Load()
 	if k == nil {
 		return errResp(codeUnavailable, "the leader is not scheduling yet", "retry in a moment")
@@ -102,4 +107,39 @@ func (c *Cluster) RenewLeases(ctx context.Context, held []*peerpb.LeaseRef) (los
 		return nil
 	})
 	return lost, ttl, err
+}
+
+// nodeWork asks the configured policy whether pr may do action (nil
+// NodeWork: allowed).
+func (c *Cluster) nodeWork(pr identity.Principal, action, jobID string) error {
+	if c.cfg.NodeWork == nil {
+		return nil
+	}
+	return c.cfg.NodeWork(pr, action, jobID)
+}
+
+// mayReport checks a forwarded worker command against the policy's
+// worker.report, per job it names; other commands pass.
+func (c *Cluster) mayReport(pr identity.Principal, cmd *raftpb.Command) error {
+	var jobs []string
+	switch x := cmd.Cmd.(type) {
+	case *raftpb.Command_FinishJob:
+		jobs = []string{x.FinishJob.Id}
+	case *raftpb.Command_FinishBatch:
+		for _, r := range x.FinishBatch.Results {
+			jobs = append(jobs, r.Id)
+		}
+	case *raftpb.Command_RequeueJob:
+		jobs = []string{x.RequeueJob.Id}
+	case *raftpb.Command_KvPut:
+		jobs = []string{x.KvPut.JobId}
+	case *raftpb.Command_KvDelete:
+		jobs = []string{x.KvDelete.JobId}
+	}
+	for _, id := range jobs {
+		if err := c.nodeWork(pr, policy.ActionWorkerReport, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/mesh"
 	"github.com/palyra-mesh/palyra/proto/peerpb"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -132,6 +133,10 @@ func (c *Cluster) handleForwardApply(ctx context.Context, pr identity.Principal,
 			c.log.Warn("refused a forwarded command", "peer", pr.String(), "err", err)
 			return errResp(codePermissionDenied, err.Error(), "a node may report only its own work")
 		}
+		if err := c.mayReport(pr, cmd); err != nil {
+			c.log.Warn("refused a node's report by the policy", "peer", pr.String(), "err", err)
+			return errResp(codePermissionDenied, err.Error(), "the cluster's policy decides which nodes work ('palyra policy get')")
+		}
 	}
 	if !c.store.IsLeader() {
 		return c.notLeaderResp()
@@ -164,6 +169,10 @@ func (c *Cluster) handleRaftJoin(pr identity.Principal, r *peerpb.RaftJoinReques
 	if r.Id != pr.ID {
 		c.log.Warn("refused raft join for another node", "caller", pr.String(), "id", r.Id)
 		return errResp(codePermissionDenied, "a node may only join as itself ("+pr.ID+"), not as "+r.Id, "")
+	}
+	if err := c.nodeWork(pr, policy.ActionRaftJoin, ""); err != nil {
+		c.log.Warn("refused raft join by the policy", "caller", pr.String(), "err", err)
+		return errResp(codePermissionDenied, err.Error(), "the cluster's policy decides which nodes join raft ('palyra policy get')")
 	}
 	if r.Address == "" {
 		return errResp(codeInvalid, "raft join without an address", "")

@@ -43,6 +43,10 @@ type Worker struct {
 	// it would see a new placement late or never. It gets no new work;
 	// what it runs is left alone (it still reports results).
 	Lagging bool
+	// Refused: the cluster's policy does not let it work (its
+	// worker.heartbeat is denied). It gets no new work; the leader refuses
+	// its lease renewals, so what it runs goes elsewhere when they lapse.
+	Refused bool
 	Slots   map[string]int // kind → concurrent runs
 	Labels  map[string]string
 }

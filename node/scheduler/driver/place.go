@@ -73,7 +73,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 		if !w.Alive {
 			continue
 		}
-		eligible := !d.isSilent(w.ID) && !w.Lagging
+		eligible := !d.isSilent(w.ID) && !w.Lagging && !w.Refused
 		if m, ok := st.Member("node", w.ID); !ok || m.Ineligible || m.Draining || m.Revoked {
 			eligible = false
 		}
