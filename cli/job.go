@@ -776,6 +776,11 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// jobWatch prints each change of a job until it ends. A stream broken by
+// its node (stopped, restarted, unreachable) is opened again, through
+// another node when the credential knows several, for up to a minute of
+// failures; the state the new stream starts with is printed only if it
+// changed meanwhile.
 func jobWatch(c *ucli.Context) error {
 	id, err := oneArg(c, "job id")
 	if err != nil {
@@ -786,55 +791,102 @@ func jobWatch(c *ucli.Context) error {
 		return err
 	}
 	defer cl.Close()
-	stream, err := cl.Jobs.WatchJob(c.Context, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
-	if err != nil {
-		if interrupted(c) {
-			return stoppedFollowing(c, "job", id)
-		}
-		return fail(c, cl.Explain(err))
-	}
-	defer stream.Close()
 	var last *palyrav1.Job
-	for stream.Receive() {
-		if stream.Msg().Array != nil {
-			// A job array: follow it (progress, then outputs) on a
-			// stream of its own.
-			stream.Close()
-			return followArray(c, cl, id)
-		}
-		if c.IsSet("output-dir") {
-			return usageErr("--output-dir is for job arrays; %s is a job (its output: 'palyra job get %s')", id, id)
-		}
-		last = stream.Msg().Job
-		if c.Bool("json") {
-			enc := json.NewEncoder(c.App.Writer)
-			if err := enc.Encode(toJobJSON(last)); err != nil {
-				return err
+	retryUntil := time.Now().Add(time.Minute)
+	resumed, said := false, false
+	for {
+		stream, err := cl.Jobs.WatchJob(c.Context, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
+		if err == nil {
+			for stream.Receive() {
+				if stream.Msg().Array != nil {
+					// A job array: follow it (progress, then outputs) on a
+					// stream of its own.
+					stream.Close()
+					return followArray(c, cl, id)
+				}
+				if c.IsSet("output-dir") {
+					stream.Close()
+					return usageErr("--output-dir is for job arrays; %s is a job (its output: 'palyra job get %s')", id, id)
+				}
+				j := stream.Msg().Job
+				if resumed && last != nil && j.Phase == last.Phase && j.Attempt == last.Attempt && j.NodeId == last.NodeId {
+					resumed = false
+					continue // what the broken stream already showed
+				}
+				resumed = false
+				retryUntil = time.Now().Add(time.Minute) // news: failures count afresh
+				last = j
+				if err := printWatched(c, last); err != nil {
+					stream.Close()
+					return err
+				}
 			}
-			continue
+			err = stream.Err()
+			stream.Close()
+			if err == nil {
+				if last == nil || last.Phase.Terminal() {
+					break
+				}
+				err = errors.New("the node ended the stream before the job ended")
+			}
 		}
-		line := fmt.Sprintf("%s  %s  attempt %d", time.Now().UTC().Format("15:04:05.000"), last.Phase.WireName(), last.Attempt)
-		if last.NodeId != "" {
-			line += "  on " + last.NodeId
-		}
-		if last.PendingReason != "" && last.Phase == palyrav1.JobPhase_JOB_PHASE_QUEUED {
-			line += "  (" + last.PendingReason + ")"
-		}
-		if last.Error != nil {
-			line += "  " + last.Error.Code + ": " + last.Error.Message
-		}
-		fmt.Fprintln(c.App.Writer, line)
-	}
-	if err := stream.Err(); err != nil {
 		if interrupted(c) {
 			return stoppedFollowing(c, "job", id)
 		}
-		return fail(c, cl.Explain(err))
+		if !watchRetryable(err) || time.Now().After(retryUntil) {
+			return fail(c, cl.Explain(err))
+		}
+		if !said && last != nil {
+			fmt.Fprintf(c.App.ErrWriter, "lost the node's stream (%s); following %s again (the job goes on)\n", cl.Explain(err).Message, id)
+			said = true
+		}
+		resumed = true
+		select {
+		case <-c.Context.Done():
+			return stoppedFollowing(c, "job", id)
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 	if last != nil && last.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
 		return ucli.Exit("", exitFailure)
 	}
 	return nil
+}
+
+// watchRetryable: a watch that failed for its node's sake (gone, restarting,
+// unreachable) is opened again; one the cluster refused (no such job, not
+// allowed, bad request) is not.
+func watchRetryable(err error) bool {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return true
+	}
+	switch ce.Code() {
+	case connect.CodeNotFound, connect.CodePermissionDenied, connect.CodeUnauthenticated,
+		connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeResourceExhausted:
+		return false
+	}
+	return true
+}
+
+// printWatched prints one state of a watched job: a JSON object per line
+// with --json, else a timestamped line.
+func printWatched(c *ucli.Context, j *palyrav1.Job) error {
+	if c.Bool("json") {
+		return json.NewEncoder(c.App.Writer).Encode(toJobJSON(j))
+	}
+	line := fmt.Sprintf("%s  %s  attempt %d", time.Now().UTC().Format("15:04:05.000"), j.Phase.WireName(), j.Attempt)
+	if j.NodeId != "" {
+		line += "  on " + j.NodeId
+	}
+	if j.PendingReason != "" && j.Phase == palyrav1.JobPhase_JOB_PHASE_QUEUED {
+		line += "  (" + j.PendingReason + ")"
+	}
+	if j.Error != nil {
+		line += "  " + j.Error.Code + ": " + j.Error.Message
+	}
+	_, err := fmt.Fprintln(c.App.Writer, line)
+	return err
 }
 
 func jobLogs(c *ucli.Context) error {

@@ -12,12 +12,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/identity/pairing"
+	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
@@ -26,6 +28,14 @@ import (
 // through it use the first node's operator credential and whichever
 // node's address the test names.
 func threeNodeCluster(t *testing.T) (first *cluster, addrs []string) {
+	t.Helper()
+	first, addrs, _ = threeNodes(t)
+	return first, addrs
+}
+
+// threeNodes is threeNodeCluster with the two joined nodes' handles (to
+// stop one).
+func threeNodes(t *testing.T) (first *cluster, addrs []string, joined []*node.Node) {
 	t.Helper()
 	first = startNode(t)
 	cred, err := identity.LoadCredential(first.node.Layout().OperatorDir())
@@ -63,8 +73,9 @@ func threeNodeCluster(t *testing.T) (first *cluster, addrs []string) {
 		}
 		t.Cleanup(func() { n.Close() })
 		addrs = append(addrs, n.Addr())
+		joined = append(joined, n)
 	}
-	return first, addrs
+	return first, addrs, joined
 }
 
 // on runs a CLI command through the node at addr with the operator
@@ -397,5 +408,34 @@ func TestSkillInstallCannotTakeOverATrustOrAStatus(t *testing.T) {
 	}
 	if r := c.cli("skill", "install", pack("v130", "example", "example.web", "1.3.0", ""), "--json"); r.code == 0 {
 		t.Fatalf("--json install of a skill left quarantined exits 0: %+v", r)
+	}
+}
+
+// TestJobWatchOutlivesItsNode: 'job watch' through a node that stops goes
+// on through another node (the credential knows several addresses), says
+// so once, and ends with the job's result; before, it died with a
+// transport error while the job went on.
+func TestJobWatchOutlivesItsNode(t *testing.T) {
+	c, addrs, joined := threeNodes(t)
+	gone := joined[1] // serves addrs[2]; runs none of the job
+	if r := c.on(addrs[0], "node", "drain", gone.ID()); r.code != 0 {
+		t.Fatalf("drain: %+v", r)
+	}
+	r := c.on(addrs[0], "job", "submit", "--wasm", testwasm.Path(t, "sleep"), "--input", "4s")
+	if r.code != 0 {
+		t.Fatalf("submit: %+v", r)
+	}
+	id := strings.TrimSpace(r.stdout)
+	done := make(chan result, 1)
+	go func() { done <- c.on(addrs[2]+","+addrs[0], "job", "watch", id) }()
+	time.Sleep(1500 * time.Millisecond) // the watch has its first states
+	gone.Close()
+	w := <-done
+	if w.code != 0 || !strings.Contains(w.stdout, "running") || !strings.Contains(w.stdout, "completed") ||
+		!strings.Contains(w.stderr, "following "+id+" again") {
+		t.Fatalf("watch through a node that stopped: %+v", w)
+	}
+	if n := strings.Count(w.stdout, "running"); n != 1 {
+		t.Fatalf("the running state was printed %d times:\n%s", n, w.stdout)
 	}
 }
