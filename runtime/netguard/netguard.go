@@ -29,6 +29,11 @@ func NormaliseAllowHost(h string) (string, error) {
 	if n == "" || len(n) > 253 || strings.ContainsAny(n, "/:@?#*[]% \t\r\n") {
 		return "", fmt.Errorf("--allow-host %q is not a host name or IP address; give a bare host like example.com (no scheme, port or path)", clip(h))
 	}
+	if last := n[strings.LastIndexByte(n, '.')+1:]; strings.Trim(last, "0123456789") == "" {
+		// No top-level domain is all digits: this is a partial IP address
+		// ("8.8", "10.0.0"), which would otherwise read as a domain suffix.
+		return "", fmt.Errorf("--allow-host %q is neither a whole IP address nor a host name; give the whole address (e.g. 10.0.0.5) or a name like example.com", clip(h))
+	}
 	return n, nil
 }
 
@@ -46,11 +51,18 @@ func NormaliseHost(h string) string {
 
 // HostAllowed reports whether a normalised host matches one of the
 // normalised entries: exactly, or as a subdomain of a name entry — never of
-// an IP entry ("x.10.1.2.3" is a name that has nothing to do with 10.1.2.3).
+// an IP entry ("x.10.1.2.3" is a name that has nothing to do with 10.1.2.3),
+// and an IP host never as a subdomain of anything ("1.1.8.8" is not under
+// "8.8").
 func HostAllowed(entries []string, host string) bool {
+	_, err := netip.ParseAddr(host)
+	hostIsIP := err == nil
 	for _, h := range entries {
 		if host == h {
 			return true
+		}
+		if hostIsIP {
+			continue // an IP is allowed by that IP only, never by a suffix
 		}
 		if _, err := netip.ParseAddr(h); err != nil && strings.HasSuffix(host, "."+h) {
 			return true

@@ -22,7 +22,18 @@ func TestHostAllowed(t *testing.T) {
 			t.Errorf("HostAllowed(%q) = %v, want %v", host, got, want)
 		}
 	}
-	for _, bad := range []string{"", "https://x.com", "x.com/path", "user@x.com", "x.com:80", "fe80::1%eth0"} {
+	// An IP literal is matched only by that IP: never as a "subdomain" of
+	// an entry, whatever the entry (entries built by hand, say a skill
+	// record written before entries were checked).
+	for _, e := range [][]string{{"8.8"}, {"0.0.1"}, {"1"}, {"example.com"}} {
+		for _, ip := range []string{"1.1.8.8", "127.0.0.1", "10.0.0.1"} {
+			if HostAllowed(e, ip) {
+				t.Errorf("HostAllowed(%q, %q): an IP matched by suffix", e, ip)
+			}
+		}
+	}
+	for _, bad := range []string{"", "https://x.com", "x.com/path", "user@x.com", "x.com:80", "fe80::1%eth0",
+		"8.8", "0.0.1", "1", "10.0.0", "host.123"} {
 		if _, err := NormaliseAllowHost(bad); err == nil {
 			t.Errorf("NormaliseAllowHost(%q) accepted", bad)
 		}
