@@ -25,11 +25,15 @@ import (
 
 // readInputLines splits r into one input per line, without the line's
 // newline (nor a carriage return before it); a final newline does not
-// start another task.
+// start another task. It reads at most maxInputsRead bytes: the array's
+// inputs are bounded (palyrav1.MaxArrayInputBytes, checked before sending).
 func readInputLines(r io.Reader) ([][]byte, error) {
-	data, err := io.ReadAll(r)
+	data, err := io.ReadAll(io.LimitReader(r, maxInputsRead+1))
 	if err != nil {
 		return nil, err
+	}
+	if len(data) > maxInputsRead {
+		return nil, fmt.Errorf("more than %s of inputs; an array takes at most %s", client.SizeOf(maxInputsRead, 0), client.SizeOf(palyrav1.MaxArrayInputBytes, 0))
 	}
 	if len(data) == 0 {
 		return nil, nil
@@ -42,30 +46,100 @@ func readInputLines(r io.Reader) ([][]byte, error) {
 	return lines, nil
 }
 
+// maxInputsRead bounds what --inputs reads: the array limit plus room for
+// the newlines, so a huge file or an endless stream gets a clear error and
+// not an out-of-memory crash.
+const maxInputsRead = 2 * palyrav1.MaxArrayInputBytes
+
 // readInputDir reads one input per regular file in dir (symlinks to
 // regular files included), in name order, and returns the names too.
-// Subdirectories and other special files are skipped.
+// Subdirectories, other special files and hidden files (".name": editor
+// and OS droppings such as .DS_Store) are skipped. A file over the
+// per-task limit, or files over the array's limit, are refused by name
+// before they are read whole.
 func readInputDir(dir string) (inputs [][]byte, names []string, err error) {
 	entries, err := os.ReadDir(dir) // sorted by name
 	if err != nil {
 		return nil, nil, err
 	}
+	total := 0
 	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
 		p := filepath.Join(dir, e.Name())
 		st, err := os.Stat(p) // follows symlinks
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%s: %w (a dangling symlink? remove it or point it at a file)", e.Name(), err)
 		}
 		if !st.Mode().IsRegular() {
 			continue
 		}
-		b, err := os.ReadFile(p)
+		if st.Size() > palyrav1.MaxInputBytes {
+			return nil, nil, fmt.Errorf("%s is %s; the limit is %s per task", e.Name(), client.SizeOf(int(st.Size()), palyrav1.MaxInputBytes), client.SizeOf(palyrav1.MaxInputBytes, 0))
+		}
+		if total += int(st.Size()); total > palyrav1.MaxArrayInputBytes {
+			return nil, nil, fmt.Errorf("the files up to %s total more than %s, the limit per array; split them into several directories", e.Name(), client.SizeOf(palyrav1.MaxArrayInputBytes, 0))
+		}
+		b, err := readBounded(p, palyrav1.MaxInputBytes)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%s: %w", e.Name(), err)
 		}
 		inputs, names = append(inputs, b), append(names, e.Name())
 	}
 	return inputs, names, nil
+}
+
+// readBounded reads a file, or stdin for "-", refusing (without reading it
+// whole) one larger than limit bytes.
+func readBounded(path string, limit int) ([]byte, error) {
+	var r io.Reader = os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > int64(limit) {
+			return nil, &sizeError{size: int(st.Size()), limit: limit}
+		}
+		r = f
+	}
+	return readAllBounded(r, limit)
+}
+
+// readAllBounded reads r up to limit bytes; more is a *sizeError.
+func readAllBounded(r io.Reader, limit int) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > limit {
+		return nil, &sizeError{size: -1, limit: limit}
+	}
+	return b, nil
+}
+
+// readFailure says why what (module, input, script) could not be read from
+// path: over its limit ("input is 2.0 MiB; the limit is 1.0 MiB (big.bin)"),
+// or the read's own error.
+func readFailure(what, path string, err error) string {
+	var se *sizeError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s is %s (%s)", what, se, path)
+	}
+	return fmt.Sprintf("cannot read %s: %v", what, err)
+}
+
+// sizeError: a file or stream over a limit (size -1: a stream, known only
+// to be longer).
+type sizeError struct{ size, limit int }
+
+func (e *sizeError) Error() string {
+	if e.size < 0 {
+		return "more than " + client.SizeOf(e.limit, 0) + ", the limit"
+	}
+	return client.SizeOf(e.size, e.limit) + "; the limit is " + client.SizeOf(e.limit, 0)
 }
 
 // arrayInputs reads --inputs or --input-dir; nil when neither is given.
@@ -83,7 +157,7 @@ func arrayInputs(c *ucli.Context) ([][]byte, error) {
 	if dir := c.String("input-dir"); c.IsSet("input-dir") {
 		in, _, err := readInputDir(dir)
 		if err != nil {
-			return nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --input-dir: %v", err), Hint: "pass a directory holding one file per task"})
+			return nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("--input-dir %s: %v", dir, err), Hint: "pass a directory holding one file per task (hidden files are skipped)"})
 		}
 		if len(in) == 0 {
 			return nil, usageErr("--input-dir %s holds no regular files: nothing to run", dir)
@@ -347,3 +421,7 @@ func taskReason(t *palyrav1.Job) string {
 	}
 	return msg
 }
+
+// maxScriptRead bounds what --browser reads (a node takes scripts of at
+// most 1 MiB and says so; this only keeps a wrong file from filling memory).
+const maxScriptRead = palyrav1.MaxModuleBytes

@@ -202,6 +202,30 @@ func TestBadInputIsRefusedAndNothingStored(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "input is 2.0 MiB; the limit is 1.0 MiB") {
 		t.Fatalf("big input: %+v", r)
 	}
+	// Files and streams far over the limits are refused without being read
+	// whole (a 3 GiB input crashed the CLI out of memory).
+	huge := filepath.Join(t.TempDir(), "huge")
+	if err := os.WriteFile(huge, nil, 0o600); err != nil || os.Truncate(huge, 3<<30) != nil {
+		t.Fatal("sparse file")
+	}
+	hugeDir := t.TempDir()
+	os.WriteFile(filepath.Join(hugeDir, "a.txt"), []byte("a"), 0o600)
+	os.WriteFile(filepath.Join(hugeDir, ".DS_Store"), []byte("hidden"), 0o600)
+	os.Symlink(huge, filepath.Join(hugeDir, "b.bin"))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--input-file", huge}, "input is 3.0 GiB; the limit is 1.0 MiB (" + huge + ")"},
+		{[]string{"--input-file", "/dev/zero"}, "input is more than 1.0 MiB, the limit (/dev/zero)"},
+		{[]string{"--inputs", "/dev/zero"}, "more than 128.0 MiB of inputs"},
+		{[]string{"--input-dir", hugeDir}, "b.bin is 3.0 GiB; the limit is 1.0 MiB per task"},
+	} {
+		r := c.cli(append([]string{"job", "submit", "--wasm", testwasm.Path(t, "reverse")}, tc.args...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: want exit 1 and %q, got %+v", tc.args, tc.want, r)
+		}
+	}
 	if r := c.cli("job", "list", "--json"); !strings.Contains(r.stdout, `"jobs": []`) {
 		t.Fatalf("refused submissions created jobs: %s", r.stdout)
 	}
@@ -211,6 +235,11 @@ func TestBadInputIsRefusedAndNothingStored(t *testing.T) {
 	// The node is healthy afterwards.
 	if r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "ok", "--wait"); r.code != 0 || r.stdout != "ko" {
 		t.Fatalf("after bad input: %+v", r)
+	}
+	// Hidden files in an --input-dir are skipped.
+	os.Remove(filepath.Join(hugeDir, "b.bin"))
+	if r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input-dir", hugeDir, "--wait"); r.code != 0 || strings.TrimSpace(r.stdout) != "a" {
+		t.Fatalf("--input-dir with a hidden file (skipped): %+v", r)
 	}
 }
 

@@ -70,7 +70,7 @@ func jobCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "input", Usage: "`TEXT` given to the job on stdin"},
 					&ucli.StringFlag{Name: "input-file", Usage: "`FILE` whose bytes are given to the job on stdin ('-' for this command's stdin)"},
 					&ucli.StringFlag{Name: "inputs", Usage: "job array: one task per line of `FILE` ('-' for stdin), the line without its newline as the task's stdin"},
-					&ucli.StringFlag{Name: "input-dir", Usage: "job array: one task per regular file in `DIR`, in name order, the file as the task's stdin"},
+					&ucli.StringFlag{Name: "input-dir", Usage: "job array: one task per regular file in `DIR`, in name order (hidden .files skipped), the file as the task's stdin"},
 					&ucli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 1s, 5m", DefaultText: "30s"},
 					&ucli.StringFlag{Name: "memory", Usage: "linear-memory limit, e.g. 16MiB, 1GiB (default 64MiB)"},
 					&ucli.Uint64Flag{Name: "fuel", Usage: "deterministic instruction budget (0 = node default)"},
@@ -179,12 +179,12 @@ func jobSubmit(c *ucli.Context) error {
 	case c.IsSet("wasm") == c.IsSet("browser"):
 		return usageErr("give exactly one of --wasm FILE or --browser SCRIPT.json")
 	case c.IsSet("wasm"):
-		if module, err = os.ReadFile(c.String("wasm")); err != nil {
-			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read module: %v", err), Hint: "pass an existing .wasm file with --wasm"})
+		if module, err = readBounded(c.String("wasm"), palyrav1.MaxModuleBytes); err != nil {
+			return fail(c, &client.Error{Code: "invalid_argument", Message: readFailure("module", c.String("wasm"), err), Hint: "pass an existing .wasm file with --wasm (strip it if it is too large: wasm-strip, or -ldflags=-s -w)"})
 		}
 	default:
-		if script, err = os.ReadFile(c.String("browser")); err != nil {
-			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read script: %v", err), Hint: "pass an existing JSON script with --browser"})
+		if script, err = readBounded(c.String("browser"), maxScriptRead); err != nil {
+			return fail(c, &client.Error{Code: "invalid_argument", Message: readFailure("script", c.String("browser"), err), Hint: "pass an existing JSON script with --browser"})
 		}
 	}
 	inputs, err := arrayInputs(c)
@@ -201,12 +201,17 @@ func jobSubmit(c *ucli.Context) error {
 	case c.IsSet("input"):
 		input = []byte(c.String("input"))
 	case c.String("input-file") == "-":
-		if input, err = io.ReadAll(c.App.Reader); err != nil {
-			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("read stdin: %v", err)})
+		if input, err = readAllBounded(c.App.Reader, palyrav1.MaxInputBytes); err != nil {
+			return fail(c, &client.Error{Code: "invalid_argument", Message: readFailure("input", "stdin", err), Hint: "pass less input, or have the job fetch its data"})
 		}
 	case c.IsSet("input-file"):
-		if input, err = os.ReadFile(c.String("input-file")); err != nil {
-			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read input: %v", err), Hint: "pass an existing file with --input-file"})
+		if input, err = readBounded(c.String("input-file"), palyrav1.MaxInputBytes); err != nil {
+			hint := "pass an existing file with --input-file"
+			var se *sizeError
+			if errors.As(err, &se) {
+				hint = "pass less input, or have the job fetch its data"
+			}
+			return fail(c, &client.Error{Code: "invalid_argument", Message: readFailure("input", c.String("input-file"), err), Hint: hint})
 		}
 	}
 	var mem uint64
