@@ -332,6 +332,9 @@ func watchArray(ctx context.Context, cl *client.Client, id string, show func(*pa
 func followArray(c *ucli.Context, cl *client.Client, id string) error {
 	outDir := c.String("output-dir")
 	if outDir != "" {
+		if err := checkOutputDir(outDir); err != nil {
+			return err
+		}
 		if err := os.MkdirAll(outDir, 0o755); err != nil {
 			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot create --output-dir: %v", err)})
 		}
@@ -358,7 +361,12 @@ func followArray(c *ucli.Context, cl *client.Client, id string) error {
 	err = cl.ArrayTasks(c.Context, id, c.Bool("stale"), func(t *palyrav1.Job) error {
 		if outDir != "" {
 			base := filepath.Join(outDir, fmt.Sprintf("%0*d", width, t.ArrayIndex))
-			if err := os.WriteFile(base+".out", t.Stdout, 0o644); err != nil {
+			if t.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+				// No .out: an empty one would read as an empty result.
+				if err := os.WriteFile(base+".failed", []byte(taskReason(t)+"\n"), 0o644); err != nil {
+					return err
+				}
+			} else if err := os.WriteFile(base+".out", t.Stdout, 0o644); err != nil {
 				return err
 			}
 			if len(t.Stderr) > 0 {
@@ -425,3 +433,19 @@ func taskReason(t *palyrav1.Job) string {
 // maxScriptRead bounds what --browser reads (a node takes scripts of at
 // most 1 MiB and says so; this only keeps a wrong file from filling memory).
 const maxScriptRead = palyrav1.MaxModuleBytes
+
+// checkOutputDir refuses an --output-dir that holds anything: the files of
+// another run would mix with this one's (a task that failed now would keep
+// an earlier run's .out). A missing directory is fine (it is created).
+func checkOutputDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return usageErr("--output-dir %s: %v", dir, err)
+	case len(entries) > 0:
+		return usageErr("--output-dir %s is not empty (%d entries, %s first): give a new or empty directory, so no other run's files mix with these", dir, len(entries), entries[0].Name())
+	}
+	return nil
+}

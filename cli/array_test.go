@@ -170,6 +170,21 @@ func TestArrayInputDirOutputDirAndFailure(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "000000.err")); !os.IsNotExist(err) {
 		t.Fatalf("an .err file for a task with no stderr: %v", err)
 	}
+	// The failed task has a .failed saying why, and no .out (an empty one
+	// read as an empty result).
+	if _, err := os.Stat(filepath.Join(out, "000001.out")); !os.IsNotExist(err) || !strings.Contains(read("000001.failed"), "failed") {
+		t.Fatalf("failed task's files: .out %v", err)
+	}
+	// A directory that holds anything is refused before anything is
+	// submitted: another run's files would mix with this one's.
+	before := strings.Count(c.cli("job", "list").stdout, "\n")
+	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input-dir", in, "--wait", "--output-dir", out)
+	if r.code != 2 || !strings.Contains(r.stderr, "is not empty") {
+		t.Fatalf("a non-empty --output-dir: %+v", r)
+	}
+	if after := strings.Count(c.cli("job", "list").stdout, "\n"); after != before {
+		t.Fatalf("a refused --output-dir submitted jobs: %d lines, %d before", after, before)
+	}
 }
 
 func TestArrayUsageErrors(t *testing.T) {

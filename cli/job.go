@@ -26,7 +26,7 @@ var waitTimeoutFlag = &ucli.DurationFlag{Name: "wait-timeout", Usage: "with --wa
 
 var jsonFlag = &ucli.BoolFlag{Name: "json", Usage: "print machine-readable JSON"}
 
-var outputDirFlag = &ucli.StringFlag{Name: "output-dir", Usage: "job arrays: write task i's stdout to `DIR`/00000i.out (and its stderr to .err, if any) instead of printing them"}
+var outputDirFlag = &ucli.StringFlag{Name: "output-dir", Usage: "job arrays: write task i's stdout to `DIR`/00000i.out (its stderr to .err, if any; .failed, saying why, for a task that did not complete) instead of printing them; DIR must be new or empty"}
 
 func jobCommand() *ucli.Command {
 	return &ucli.Command{
@@ -47,9 +47,11 @@ func jobCommand() *ucli.Command {
    the array's; task i is ID.i. With --wait, shows progress on stderr, then
    prints every task's stdout in task order (a newline added after an output
    that lacks one, an empty output as an empty line, so line N is task N's),
-   or writes DIR/000042.out (and .err) with --output-dir; each task that did
-   not complete is reported on stderr, and the command exits 1 if any did
-   not.
+   or writes DIR/000042.out (and .err) with --output-dir (a new or empty
+   directory: another run's files would mix with this one's; a task that
+   did not complete gets DIR/000042.failed, saying why, and no .out); each
+   task that did not complete is reported on stderr, and the command exits
+   1 if any did not.
 
    Inputs and outputs larger than 4 KiB are stored as content-addressed
    blobs on several nodes, not in the Raft log; the CLI shows them as usual.
@@ -193,6 +195,11 @@ func jobSubmit(c *ucli.Context) error {
 	}
 	if c.IsSet("output-dir") && (inputs == nil || !c.Bool("wait")) {
 		return usageErr("--output-dir writes the outputs of a job array: use it with --inputs or --input-dir, and --wait")
+	}
+	if dir := c.String("output-dir"); dir != "" {
+		if err := checkOutputDir(dir); err != nil { // before anything is submitted
+			return err
+		}
 	}
 	var input []byte
 	switch {
@@ -659,6 +666,12 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 		fmt.Fprintf(tw, "%s\t%s (%s, %d bytes; palyra job artifact %s %s -o FILE)\n", label, a.Name, a.MediaType, a.Size, v.ID, a.Name)
 	}
 	tw.Flush()
+	if v.OutputBase64 != "" {
+		fmt.Fprintf(w, "--- output: %d bytes, not text (with --json: output_base64)\n", v.OutputSize)
+	}
+	if v.StderrBase64 != "" {
+		fmt.Fprintf(w, "--- stderr: %d bytes, not text (with --json: stderr_base64)\n", v.StderrSize)
+	}
 	if v.Output != "" {
 		fmt.Fprintf(w, "--- output\n%s", v.Output)
 		if v.Output[len(v.Output)-1] != '\n' {

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"time"
+	"unicode/utf8"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -21,11 +23,16 @@ type errorJSON struct {
 
 // jobJSON is the stable JSON form of a job printed by the CLI.
 type jobJSON struct {
-	ID            string            `json:"id"`
-	Phase         string            `json:"phase,omitempty"` // always set, but for an array's template
-	Kind          string            `json:"kind"`
+	ID    string `json:"id"`
+	Phase string `json:"phase,omitempty"` // always set, but for an array's template
+	Kind  string `json:"kind"`
+	// Output and Stderr are the job's stdout and stderr as text; one that
+	// is not valid UTF-8 (binary) is empty here and base64 in
+	// OutputBase64 / StderrBase64 (a JSON string would mangle its bytes).
 	Output        string            `json:"output"`
 	Stderr        string            `json:"stderr"`
+	OutputBase64  string            `json:"output_base64,omitempty"`
+	StderrBase64  string            `json:"stderr_base64,omitempty"`
 	ExitCode      int32             `json:"exit_code"`
 	Error         *errorJSON        `json:"error"`
 	Attempt       uint32            `json:"attempt"`
@@ -97,11 +104,13 @@ func msTime(ms int64) string {
 
 func toJobJSON(j *palyrav1.Job) jobJSON {
 	out := jobJSON{
-		ID: j.Id, Phase: j.Phase.WireName(), Kind: j.Kind, Output: string(j.Stdout), Stderr: string(j.Stderr),
+		ID: j.Id, Phase: j.Phase.WireName(), Kind: j.Kind,
 		ExitCode: j.ExitCode, Attempt: j.Attempt, NodeID: j.NodeId, Submitter: j.Submitter,
 		TimeoutMS: j.TimeoutMs, FuelUsed: j.FuelUsed, Deterministic: j.Deterministic, SubmittedAt: msTime(j.SubmittedAtMs),
 		PlacedAt: msTime(j.PlacedAtMs), StartedAt: msTime(j.StartedAtMs), FinishedAt: msTime(j.FinishedAtMs), CommitIndex: j.CommitIndex,
 	}
+	out.Output, out.OutputBase64 = textOrBase64(j.Stdout)
+	out.Stderr, out.StderrBase64 = textOrBase64(j.Stderr)
 	out.Priority, out.Constraints, out.MaxRetries, out.RetriesUsed = j.Priority, j.Constraints, j.MaxRetries, j.RetriesUsed
 	out.DeadlineAt, out.PendingReason, out.AllowHosts = msTime(j.DeadlineAtMs), j.PendingReason, j.AllowHosts
 	out.InputSize, out.OutputSize, out.StderrSize = j.InputSize, j.StdoutSize, j.StderrSize
@@ -200,4 +209,12 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// textOrBase64 is b as text when it is valid UTF-8, else as base64.
+func textOrBase64(b []byte) (text, b64 string) {
+	if utf8.Valid(b) {
+		return string(b), ""
+	}
+	return "", base64.StdEncoding.EncodeToString(b)
 }

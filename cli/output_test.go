@@ -26,3 +26,22 @@ func TestListJobJSONHasNoPayloadKeys(t *testing.T) {
 		t.Fatalf("single job: %s", b)
 	}
 }
+
+// Output that is not text comes through --json byte for byte, as base64
+// (a JSON string turned its bytes into U+FFFD).
+func TestBinaryOutputInJSONIsBase64(t *testing.T) {
+	bin := []byte{0xff, 0xfe, 0x00, 0x80, 'a', 'b', 'c'}
+	b, err := json.Marshal(toJobJSON(&palyrav1.Job{Id: "j-1", Stdout: bin, Stderr: []byte("warn\n"), StdoutSize: 7}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Output       string `json:"output"`
+		OutputBase64 []byte `json:"output_base64"` // encoding/json decodes base64 into []byte
+		Stderr       string `json:"stderr"`
+		StderrBase64 *string
+	}
+	if err := json.Unmarshal(b, &got); err != nil || got.Output != "" || string(got.OutputBase64) != string(bin) || got.Stderr != "warn\n" || strings.Contains(string(b), "stderr_base64") {
+		t.Fatalf("binary output as JSON: %s (%v)", b, err)
+	}
+}
