@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -340,13 +341,40 @@ func followArray(c *ucli.Context, cl *client.Client, id string) error {
 		}
 	}
 	p := &progress{w: c.App.ErrWriter, tty: isTerminal(c.App.ErrWriter)}
-	a, err := watchArray(c.Context, cl, id, p.update)
+	ctx, cancelTimeout := withWaitTimeout(c)
+	defer cancelTimeout()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var seen atomic.Pointer[palyrav1.JobArray]
+	var stuck atomic.Pointer[palyrav1.Job] // task 0, when no task can start anywhere
+	if d := giveUpFor(c); d > 0 {
+		go giveUpOnArray(wctx, cl, &seen, &stuck, d, cancel)
+	}
+	a, err := watchArray(wctx, cl, id, func(a *palyrav1.JobArray) { seen.Store(a); p.update(a) })
 	if err != nil {
 		if p.drew {
 			fmt.Fprintln(p.w) // end the progress bar's line
 		}
 		if interrupted(c) {
 			return stoppedFollowing(c, "job array", id)
+		}
+		stillText := func() string {
+			if a := seen.Load(); a != nil {
+				return countsText(a)
+			}
+			return "not ended"
+		}
+		goesOn := fmt.Sprintf("The array goes on: follow it with 'palyra job watch %s' or cancel it with 'palyra job cancel %s'", id, id)
+		switch {
+		case stuck.Load() != nil:
+			j := stuck.Load()
+			msg := fmt.Sprintf("array %s: no task can start: %s", id, j.PendingReason)
+			if j.Kind == "browser" {
+				msg += " (" + chromiumHint + ")"
+			}
+			return ucli.Exit(msg+". "+goesOn, exitFailure)
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return ucli.Exit(fmt.Sprintf("gave up waiting after %s: array %s is still %s. %s", waitTimeoutOf(ctx), id, stillText(), goesOn), exitFailure)
 		}
 		return fail(c, cl.Explain(err))
 	}
@@ -448,4 +476,34 @@ func checkOutputDir(dir string) error {
 		return usageErr("--output-dir %s is not empty (%d entries, %s first): give a new or empty directory, so no other run's files mix with these", dir, len(entries), entries[0].Name())
 	}
 	return nil
+}
+
+// giveUpOnArray cancels an array's wait when, d after the wait began (and
+// every d after), no task has run yet and its first task waits because no
+// node in the cluster can run it (its pending reason says so): the array
+// would wait for ever, as a single job would, and --wait says so instead.
+func giveUpOnArray(ctx context.Context, cl *client.Client, seen *atomic.Pointer[palyrav1.JobArray], stuck *atomic.Pointer[palyrav1.Job],
+	d time.Duration, cancel context.CancelFunc) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a := seen.Load()
+		if a == nil || a.Done || ended(a) > 0 || a.Counts["running"] > 0 {
+			continue
+		}
+		resp, err := cl.Jobs.GetJob(ctx, connect.NewRequest(&palyrav1.GetJobRequest{Id: a.Id + ".0"}))
+		if err != nil {
+			continue
+		}
+		if j := resp.Msg.Job; unplaceable(j) {
+			stuck.Store(j)
+			cancel()
+			return
+		}
+	}
 }

@@ -310,3 +310,23 @@ func TestDeviceCannotPruneAndListsItsOwn(t *testing.T) {
 		t.Fatalf("device reads the retention: %+v", r)
 	}
 }
+
+// --wait on an array gives up, as on a job, when no node can run any of
+// its tasks, and stops at --wait-timeout; the array goes on either way.
+func TestArrayWaitGivesUpAndTimesOut(t *testing.T) {
+	c := startNode(t)
+	in := filepath.Join(t.TempDir(), "in.txt")
+	os.WriteFile(in, []byte("3s\n3s\n"), 0o600)
+	start := time.Now()
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--inputs", in, "--constraint", "zone=nowhere", "--wait")
+	if r.code != 1 || !strings.Contains(r.stderr, "no task can start: no eligible node") || !strings.Contains(r.stderr, "palyra job cancel") {
+		t.Fatalf("an array no node can run: %+v", r)
+	}
+	if time.Since(start) > 30*time.Second {
+		t.Fatalf("gave up only after %s", time.Since(start))
+	}
+	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "sleep"), "--inputs", in, "--wait", "--wait-timeout", "1s")
+	if r.code != 1 || !strings.Contains(r.stderr, "gave up waiting after 1s") || !strings.Contains(r.stderr, "The array goes on") {
+		t.Fatalf("--wait-timeout on an array: %+v", r)
+	}
+}
