@@ -2,8 +2,10 @@ package node_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -414,5 +416,37 @@ func TestStartedAtExcludesTheWaitOnTheWorker(t *testing.T) {
 	if waited < 200 {
 		t.Fatalf("no task's start is after its placement by the other's run: placed/started %d/%d and %d/%d",
 			tasks[0].PlacedAtMs, tasks[0].StartedAtMs, tasks[1].PlacedAtMs, tasks[1].StartedAtMs)
+	}
+}
+
+// An array's tasks that wait for a slot on a worker holding more of them
+// than it has slots (prefetch) start in index order (they started in
+// whatever order their goroutines ran): with one slot, once the first
+// arrival has taken it, task 3 never starts before task 1.
+func TestArrayTasksStartInIndexOrder(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 1})
+	cl := operator(t, n, n.Addr())
+	in := make([]string, 8)
+	for i := range in {
+		in[i] = "20ms"
+	}
+	a := submitArray(t, cl, "sleep", in...).Array
+	watchArrayDone(t, cl, a.Id)
+	tasks := arrayTasks(t, cl, a.Id)
+	first := slices.MinFunc(tasks, func(x, y *palyrav1.Job) int { return cmp.Compare(x.StartedAtMs, y.StartedAtMs) })
+	var waited []*palyrav1.Job // every task but the one that found the slot free
+	for _, tk := range tasks {
+		if tk != first {
+			waited = append(waited, tk)
+		}
+	}
+	for i := 1; i < len(waited); i++ {
+		if waited[i].StartedAtMs < waited[i-1].StartedAtMs {
+			var order []string
+			for _, tk := range tasks {
+				order = append(order, fmt.Sprintf("%d@%d", tk.ArrayIndex, tk.StartedAtMs-first.StartedAtMs))
+			}
+			t.Fatalf("task %d started before task %d: %v", waited[i].ArrayIndex, waited[i-1].ArrayIndex, order)
+		}
 	}
 }

@@ -85,6 +85,29 @@ type Spec struct {
 	// written, for followers ('palyra job logs -f'). Executors that have
 	// no streams leave it alone; the worker closes it.
 	Tap *Tap
+	// Order ranks this run among those waiting for a slot of its executor:
+	// the first in Order starts first (see Order.Before).
+	Order Order
+}
+
+// Order ranks runs waiting for a slot: higher Priority first, then the
+// job accepted first (lower Seq, its commit index), then the lower Index
+// (an array's task index). Runs of equal order start in arrival order.
+type Order struct {
+	Priority int32
+	Seq      uint64
+	Index    uint32
+}
+
+// Before reports whether o starts before p.
+func (o Order) Before(p Order) bool {
+	if o.Priority != p.Priority {
+		return o.Priority > p.Priority
+	}
+	if o.Seq != p.Seq {
+		return o.Seq < p.Seq
+	}
+	return o.Index < p.Index
 }
 
 // Grants lists the capabilities a job may use besides the network, with

@@ -417,6 +417,7 @@ func (w *Worker) runExecutor(ctx context.Context, j consensus.Job) runtime.Resul
 		Timeout: time.Duration(j.TimeoutMS) * time.Millisecond, MemoryLimit: j.MemoryBytes, Fuel: j.Fuel,
 		MaxOutput: int(j.MaxOutput), AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate,
 		Deterministic: j.Deterministic,
+		Order:         runtime.Order{Priority: j.Priority, Seq: j.CommitIndex, Index: j.ArrayIndex},
 	}
 	spec.Tap = w.openTap(j)
 	defer w.closeTap(j.ID, spec.Tap)

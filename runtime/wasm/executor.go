@@ -39,7 +39,7 @@ type Executor struct {
 	disk    wazero.CompilationCache                      // nil without CacheDir
 	imports map[string]map[string]api.FunctionDefinition // module → function → definition
 	modules *moduleCache
-	slots   chan struct{}
+	slots   *gate
 
 	// life is cancelled by Close; runs and background compilations derive
 	// from it so shutdown can stop them.
@@ -98,7 +98,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 			wasiModule: rt.Module(wasiModule).ExportedFunctionDefinitions(),
 			hostModule: rt.Module(hostModule).ExportedFunctionDefinitions(),
 		},
-		slots: make(chan struct{}, cfg.MaxConcurrent),
+		slots: newGate(cfg.MaxConcurrent),
 	}
 	e.life, e.shutdown = context.WithCancelCause(context.Background())
 	// Compilations run on the executor's lifetime, not a caller's: they are

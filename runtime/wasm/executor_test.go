@@ -297,7 +297,7 @@ func TestWaitForSlotHonoursContext(t *testing.T) {
 		busy <- e.Run(busyCtx, runtime.Spec{Module: loopModule, Timeout: time.Hour})
 	}()
 	// Wait until the loop holds the only slot.
-	waitFor(t, func() bool { return len(e.slots) == 1 })
+	waitFor(t, func() bool { return e.slots.inUse() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	res := e.Run(ctx, runtime.Spec{Module: trivialModule})
@@ -315,7 +315,7 @@ func TestCloseStopsRunsAndRefusesNew(t *testing.T) {
 	go func() {
 		busy <- e.Run(context.Background(), runtime.Spec{Module: loopModule, Timeout: time.Hour})
 	}()
-	waitFor(t, func() bool { return len(e.slots) == 1 })
+	waitFor(t, func() bool { return e.slots.inUse() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := e.Close(ctx); err == nil || !strings.Contains(err.Error(), "still active") {
@@ -422,7 +422,7 @@ func TestRanExcludesTheWaitForASlot(t *testing.T) {
 	go func() {
 		busy <- e.Run(busyCtx, runtime.Spec{Module: loopModule, Timeout: time.Hour})
 	}()
-	waitFor(t, func() bool { return len(e.slots) == 1 })
+	waitFor(t, func() bool { return e.slots.inUse() == 1 })
 	waited := make(chan runtime.Result)
 	began := make(chan time.Time, 1)
 	go func() {

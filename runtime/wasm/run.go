@@ -115,14 +115,13 @@ func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compile
 	}
 	defer host.close()
 
-	select {
-	case e.slots <- struct{}{}:
-		defer func() { <-e.slots }()
-	case <-ctx.Done():
+	if err := e.slots.acquire(ctx, e.life.Done(), spec.Order); err != nil {
+		if e.life.Err() != nil {
+			return failed(runtime.ReasonInternal, "the wasm executor is shut down")
+		}
 		return failed(runtime.ReasonCanceled, "canceled while waiting for a free slot")
-	case <-e.life.Done():
-		return failed(runtime.ReasonInternal, "the wasm executor is shut down")
 	}
+	defer e.slots.release()
 
 	slotAt := time.Now()
 	defer func() { res.Ran = time.Since(slotAt) }()
