@@ -330,3 +330,22 @@ func TestArrayWaitGivesUpAndTimesOut(t *testing.T) {
 		t.Fatalf("--wait-timeout on an array: %+v", r)
 	}
 }
+
+// Commands on one job name an array for what it is (they said it "may
+// have been pruned").
+func TestOneJobCommandsOnAnArray(t *testing.T) {
+	c := startNode(t)
+	in := filepath.Join(t.TempDir(), "in.txt")
+	os.WriteFile(in, []byte("a\nb\n"), 0o600)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--inputs", in)
+	if r.code != 0 {
+		t.Fatalf("submit: %+v", r)
+	}
+	id := strings.TrimSpace(r.stdout)
+	for _, args := range [][]string{{"job", "logs", id}, {"job", "approve", id, "--reason", "x"}, {"job", "artifact", id, "a.txt", "-o", filepath.Join(t.TempDir(), "x")}} {
+		r := c.cli(args...)
+		if r.code == 0 || !strings.Contains(r.stderr, "is a job array of 2 tasks") || strings.Contains(r.stderr, "pruned") {
+			t.Errorf("%v: %+v", args, r)
+		}
+	}
+}

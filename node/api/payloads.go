@@ -122,6 +122,12 @@ func (s *Server) notFound(id string) error {
 			"copy the id from 'palyra job list'")
 	}
 	st := s.control.State()
+	if a, ok := st.Array(id); ok {
+		// An array is not a job: commands on one job take one of its tasks.
+		return apiError(connect.CodeInvalidArgument, "is_array",
+			fmt.Sprintf("%s is a job array of %d tasks, not a job: this command takes one task, %s.N (N from 0 to %d)", id, a.Size, id, max(a.Size, 1)-1),
+			fmt.Sprintf("'palyra job get %s' shows the array's counts; 'palyra job watch %s' its progress and outputs", id, id))
+	}
 	pb := st.PrunedBefore()
 	if pb <= 0 {
 		return apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("no job with id %q", id), "list jobs with 'palyra job list'")
