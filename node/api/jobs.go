@@ -127,7 +127,7 @@ func (s *Server) validateSubmit(m *palyrav1.SubmitJobRequest) error {
 		return invalid(fmt.Sprintf("input is %s; the limit is %s", mib(len(m.Input)), mib(MaxInputBytes)),
 			"pass less input, or have the job fetch its data")
 	case m.TimeoutMs < 0 || time.Duration(m.TimeoutMs)*time.Millisecond > MaxTimeout:
-		return invalid(fmt.Sprintf("timeout %dms is out of range", m.TimeoutMs), "use --timeout between 1ms and 24h")
+		return invalid(fmt.Sprintf("timeout %s is out of range", time.Duration(m.TimeoutMs)*time.Millisecond), "use --timeout between 1ms and 24h")
 	case m.MaxOutputBytes > MaxOutputLimit:
 		return invalid(fmt.Sprintf("output bound %s is over the %s maximum", mib(int(m.MaxOutputBytes)), mib(MaxOutputLimit)),
 			"use --max-output 16MiB or less, and return large results as artifacts")

@@ -350,7 +350,7 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) bool {
 		fin.Artifacts = append(fin.Artifacts, &raftpb.ArtifactRef{Name: a.Name, MediaType: a.MediaType, Sha256: hash, Size: uint64(len(a.Data))})
 	}
 	if !res.OK() {
-		fin.Error = &raftpb.Error{Code: string(res.Reason), Message: res.Message, Hint: hintFor(res.Reason)}
+		fin.Error = &raftpb.Error{Code: string(res.Reason), Message: res.Message, Hint: hintFor(res.Reason, len(res.Stderr) > 0)}
 		fin.Retryable = Retryable(res.Reason)
 	}
 	done := make(chan error, 1)
@@ -582,12 +582,15 @@ func (w *Worker) applyRetry(ctx context.Context, cmd *raftpb.Command) error {
 	}
 }
 
-func hintFor(r runtime.Reason) string {
+func hintFor(r runtime.Reason, hasStderr bool) string {
 	// timeout, memory_limit and output_limit messages name their flag already.
 	switch r {
 	case runtime.ReasonOutOfFuel:
 		return "raise the budget with --fuel"
 	case runtime.ReasonExitCode:
+		if !hasStderr {
+			return "the module wrote nothing to stderr: the exit code is all it said (see what the module's exit codes mean)"
+		}
 		return "see the job's stderr"
 	case runtime.ReasonTrap:
 		return "the module crashed; see the message and the job's stderr"

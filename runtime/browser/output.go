@@ -69,7 +69,7 @@ func (r *recorder) setValue(name string, v json.RawMessage) error {
 		add++ // comma
 	}
 	if r.valueBytes+add > r.maxOutput {
-		return &limitError{fmt.Sprintf("value %q (%d bytes) would make the output %d bytes, over the job's limit of %d; extract less or raise max_output",
+		return &limitError{fmt.Sprintf("value %q (%d bytes) would make the output %d bytes, over the job's limit of %d; extract less or raise it with --max-output",
 			name, buf.Len(), r.valueBytes+add, r.maxOutput)}
 	}
 	r.values[name] = json.RawMessage(buf.Bytes())

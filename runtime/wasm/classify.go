@@ -43,7 +43,7 @@ func (o outcome) classify() (reason runtime.Reason, exitCode int, msg string) {
 	case o.outputFull:
 		return runtime.ReasonOutputLimit, 0, o.outputMessage("output")
 	case o.outOfFuel:
-		return runtime.ReasonOutOfFuel, 0, fmt.Sprintf("out of fuel after %d units; raise it with --fuel", o.lim.fuel)
+		return runtime.ReasonOutOfFuel, 0, fmt.Sprintf("out of fuel after %d units", o.lim.fuel) // the hint names --fuel
 	case o.refused > 0:
 		return runtime.ReasonMemoryLimit, 0, fmt.Sprintf(
 			"memory limit %s reached (guest tried to grow to %s); raise it with --memory",

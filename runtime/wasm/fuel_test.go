@@ -64,7 +64,7 @@ func TestFuelIsDeterministic(t *testing.T) {
 	short.Fuel = first.FuelUsed - 1
 	for _, e := range []*Executor{nodeA, nodeB} {
 		res := e.Run(context.Background(), short)
-		wantReason(t, res, runtime.ReasonOutOfFuel, fmt.Sprintf("out of fuel after %d units; raise it with --fuel", short.Fuel))
+		wantReason(t, res, runtime.ReasonOutOfFuel, fmt.Sprintf("out of fuel after %d units", short.Fuel))
 		if res.FuelUsed != short.Fuel {
 			t.Errorf("out of fuel: FuelUsed = %d, want the whole budget %d", res.FuelUsed, short.Fuel)
 		}

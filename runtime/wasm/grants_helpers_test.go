@@ -97,7 +97,16 @@ func (l *logBuffer) logger() *slog.Logger {
 // hostCallModule imports palyra_v1.<name> (len(args) i32 parameters, one
 // result of type result), calls it once with args and traps unless it
 // returns want. data is placed in its single memory page.
+// hostCallModuleNoMemory is hostCallModule for a module without memory.
+func hostCallModuleNoMemory(name string, args []int32, result byte, want int32) []byte {
+	return hostCallModuleWith(name, args, result, want, false)
+}
+
 func hostCallModule(name string, args []int32, result byte, want int32, data ...testData) []byte {
+	return hostCallModuleWith(name, args, result, want, true, data...)
+}
+
+func hostCallModuleWith(name string, args []int32, result byte, want int32, withMemory bool, data ...testData) []byte {
 	params := bytes.Repeat([]byte{i32}, len(args))
 	var code []byte
 	for _, a := range args {
@@ -113,14 +122,18 @@ func hostCallModule(name string, args []int32, result byte, want int32, data ...
 	code = append(code, constOp)
 	code = append(code, sleb(want)...)
 	code = append(code, ne, opIf, blockVoid, opUnreachable, opEnd)
-	return testModule{
+	m := testModule{
 		types:   []funcType{{params: params, results: []byte{result}}, {}},
 		imports: []testImport{{module: hostModule, name: name, kind: importFunc, typeIdx: 0}},
 		funcs:   []testFunc{{typeIdx: 1, code: code}},
 		memory:  []uint32{1},
 		exports: []testExport{{"_start", 0, 1}, {"memory", 2, 0}},
 		data:    data,
-	}.bytes()
+	}
+	if !withMemory {
+		m.memory, m.exports = nil, m.exports[:1]
+	}
+	return m.bytes()
 }
 
 const i64 = 0x7e

@@ -239,6 +239,7 @@ func TestHostCallErrorsAreCodes(t *testing.T) {
 		{"fetch of garbage", hostCallModule(abi.FnHTTPFetch, []int32{100, 9, 200, 1000}, i64, int32(abi.CodeBadRequest), name), nil},
 		{"fetch request length past the limit", hostCallModule(abi.FnHTTPFetch, []int32{0, abi.MaxRequest + 1, 0, 10}, i64, int32(abi.CodeTooLarge)), nil},
 		{"no error yet", hostCallModule(abi.FnLastError, []int32{0, 100}, i32, 0), nil},
+		{"a module without memory", hostCallModuleNoMemory(abi.FnSecretGet, []int32{100, 9, 200, 16}, i64, int32(abi.CodeMemory)), kvGrant},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wantReason(t, e.Run(context.Background(), runtime.Spec{Module: tc.module, Grants: tc.grants}), runtime.ReasonNone)

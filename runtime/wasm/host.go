@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -89,7 +90,7 @@ func (f hostFunc) goFunc() api.GoModuleFunc {
 			}
 			args := make([]uint64, len(f.params))
 			copy(args, stack)
-			res, cerr = f.call(ctx, st, memory{m.Memory()}, args)
+			res, cerr = f.call(ctx, st, guestMemory(m), args)
 		}
 		if ctx.Err() != nil {
 			panic(sys.NewExitError(sys.ExitCodeDeadlineExceeded))
@@ -172,6 +173,21 @@ func (st *hostState) close() {
 	if st.client != nil {
 		st.client.Close()
 	}
+}
+
+// guestMemory is m's linear memory for the host calls; m.m is nil when
+// the module has none. wazero returns a typed nil pointer in the interface
+// for a module without memory, which a nil check does not see (a host call
+// from such a module crashed the run with a nil dereference).
+func guestMemory(m api.Module) memory {
+	mm := m.Memory()
+	if mm == nil {
+		return memory{}
+	}
+	if v := reflect.ValueOf(mm); v.Kind() == reflect.Pointer && v.IsNil() {
+		return memory{}
+	}
+	return memory{mm}
 }
 
 // memory wraps a guest's linear memory for the host calls.
