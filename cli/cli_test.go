@@ -462,13 +462,21 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("capacity check without an install hint: %+v", ch)
 		}
 	}
-	for name, want := range map[string]string{"disk": "ok", "node reachable": "ok", "node certificate": "ok", "cluster capacity": "warn", "raft replication": "ok"} {
+	for name, want := range map[string]string{"this machine's node": "ok", "disk": "ok", "node reachable": "ok", "node certificate": "ok", "cluster capacity": "warn", "raft replication": "ok"} {
 		if got[name] != want {
 			t.Errorf("%s: %q, want %q (all: %v)", name, got[name], want, got)
 		}
 	}
 	if r := c.cli("doctor", "--strict"); r.code != 1 || !strings.Contains(r.stdout, "no node runs browser jobs") {
 		t.Fatalf("doctor --strict with warnings: %+v", r)
+	}
+	// This data dir's node stopped: doctor says so (another node of a
+	// cluster answering 'node reachable' said nothing about this one).
+	c.node.Close()
+	r = c.cli("doctor")
+	if r.code != 1 || !strings.Contains(r.stdout, "FAIL  this machine's node") || !strings.Contains(r.stdout, "is not running") ||
+		!strings.Contains(r.stdout, "palyra node start --data-dir "+c.dir) {
+		t.Fatalf("doctor with this machine's node stopped: %+v", r)
 	}
 }
 

@@ -36,6 +36,7 @@ func doctorCommand() *ucli.Command {
 			var checks []check
 			layout := node.Layout{Dir: c.String("data-dir")}
 			if _, err := os.Stat(layout.StateFile()); err == nil {
+				checks = append(checks, localNodeCheck(layout))
 				checks = append(checks, dataDirChecks(layout)...)
 				checks = append(checks, diskCheck(layout.Dir))
 				checks = append(checks, certCheck("node certificate", layout.NodeCredDir()))
@@ -83,6 +84,22 @@ func doctorCommand() *ucli.Command {
 			return nil
 		},
 	}
+}
+
+// localNodeCheck says whether this data dir's node runs: 'node reachable'
+// may be answered by another node of the cluster, which says nothing
+// about this one.
+func localNodeCheck(l node.Layout) check {
+	st, err := l.ReadState()
+	if err != nil {
+		return check{Name: "this machine's node", Status: "fail", Detail: fmt.Sprintf("%s: %v", l.StateFile(), err)}
+	}
+	if !l.Running() {
+		return check{Name: "this machine's node", Status: "fail",
+			Detail: fmt.Sprintf("%s (%s) is not running on %s", st.NodeID, st.Address, l.Dir),
+			Fix:    "start it: palyra node start --data-dir " + l.Dir}
+	}
+	return check{Name: "this machine's node", Status: "ok", Detail: fmt.Sprintf("%s runs on %s", st.NodeID, l.Dir)}
 }
 
 func dataDirChecks(l node.Layout) []check {

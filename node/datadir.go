@@ -144,6 +144,22 @@ func (l Layout) lock() (release func(), err error) {
 	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
 }
 
+// Running reports whether a node process holds the data dir (its lock):
+// for 'palyra doctor', which must not take another node's answer for this
+// one's. It takes the lock only shared and only for an instant.
+func (l Layout) Running() bool {
+	f, err := os.Open(l.LockFile())
+	if err != nil {
+		return false // no lock file: no node ever ran here
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
 // makePrivate creates dir if needed and takes group and other access off
 // it: it holds keys and the cluster's secrets. It reports whether it had
 // to tighten an existing dir's mode.
