@@ -53,7 +53,7 @@ func doctorCommand() *ucli.Command {
 					}
 					checks = append(checks, cred, reach)
 				} else {
-					checks = append(checks, cred, reach, capacityCheck(c), raftCheck(c))
+					checks = append(append(checks, cred, reach, capacityCheck(c)), raftCheck(c)...)
 				}
 			} else {
 				checks = append(checks, check{Name: "CLI credential", Status: "warn", Detail: err.Error(),
@@ -262,18 +262,36 @@ func capacityCheck(c *ucli.Context) check {
 
 // raftCheck says whether every live raft server keeps up with the
 // leader's log (the RAFT column of 'palyra nodes').
-func raftCheck(c *ucli.Context) check {
+func raftCheck(c *ucli.Context) []check {
 	cl, err := dial(c)
 	if err != nil {
-		return check{Name: "raft replication", Status: "fail", Detail: err.Error()}
+		return []check{{Name: "raft replication", Status: "fail", Detail: err.Error()}}
 	}
 	defer cl.Close()
 	resp, err := cl.Node.ListNodes(c.Context, connect.NewRequest(&palyrav1.ListNodesRequest{RaftProgress: true}))
 	if err != nil {
 		e := cl.Explain(err)
-		return check{Name: "raft replication", Status: "warn", Detail: "cannot list the nodes: " + e.Message, Fix: e.Hint}
+		return []check{{Name: "raft replication", Status: "warn", Detail: "cannot list the nodes: " + e.Message, Fix: e.Hint}}
 	}
-	return raftCheckFrom(resp.Msg.Nodes)
+	return []check{raftCheckFrom(resp.Msg.Nodes), quorumCheckFrom(resp.Msg.Nodes)}
+}
+
+// quorumCheckFrom warns when the cluster can lose no more voters (one
+// more failure stops every write), as 'palyra status' says it, and fails
+// without a quorum. One voter by design is fine.
+func quorumCheckFrom(nodes []*palyrav1.NodeInfo) check {
+	const name = "failure tolerance"
+	h := votersHealth(nodes)
+	fix := "bring the voters that are down back ('palyra node start' on their machines), or replace them: 'palyra node remove ID', then join a new node"
+	switch t := h.tolerance(); {
+	case h.total <= 1:
+		return check{Name: name, Status: "ok", Detail: fmt.Sprintf("voters: %s (a single voter: add nodes to survive losing one)", h)}
+	case t < 0:
+		return check{Name: name, Status: "fail", Detail: "voters: " + h.String(), Fix: fix}
+	case t == 0:
+		return check{Name: name, Status: "warn", Detail: "voters: " + h.String(), Fix: fix}
+	}
+	return check{Name: name, Status: "ok", Detail: "voters: " + h.String()}
 }
 
 // raftCheckFrom is raftCheck's verdict on a node list.

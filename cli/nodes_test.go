@@ -98,3 +98,23 @@ func TestRaftCheckFrom(t *testing.T) {
 		t.Fatalf("lagging: %+v", c)
 	}
 }
+
+// doctor's failure tolerance: a cluster that can lose no more voters is a
+// warning (doctor said OK while status said "can lose no voter"), one
+// without a quorum a failure; a single voter by design is fine.
+func TestQuorumCheckFrom(t *testing.T) {
+	v := func(id, state string) *palyrav1.NodeInfo { return &palyrav1.NodeInfo{Id: id, State: state, Voter: true} }
+	for _, c := range []struct {
+		nodes []*palyrav1.NodeInfo
+		want  string
+	}{
+		{[]*palyrav1.NodeInfo{v("a", "alive"), v("b", "alive"), v("c", "alive")}, "ok"},
+		{[]*palyrav1.NodeInfo{v("a", "alive"), v("b", "alive"), v("c", "dead")}, "warn"},
+		{[]*palyrav1.NodeInfo{v("a", "alive"), v("b", "dead"), v("c", "dead")}, "fail"},
+		{[]*palyrav1.NodeInfo{v("a", "alive")}, "ok"},
+	} {
+		if got := quorumCheckFrom(c.nodes); got.Status != c.want || (c.want != "ok" && !strings.Contains(got.Fix, "palyra node remove")) {
+			t.Errorf("%d voters: %+v, want %s", len(c.nodes), got, c.want)
+		}
+	}
+}
