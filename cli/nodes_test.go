@@ -103,7 +103,9 @@ func TestRaftCheckFrom(t *testing.T) {
 // warning (doctor said OK while status said "can lose no voter"), one
 // without a quorum a failure; a single voter by design is fine.
 func TestQuorumCheckFrom(t *testing.T) {
-	v := func(id, state string) *palyrav1.NodeInfo { return &palyrav1.NodeInfo{Id: id, State: state, Voter: true} }
+	v := func(id, state string) *palyrav1.NodeInfo {
+		return &palyrav1.NodeInfo{Id: id, State: state, Voter: true}
+	}
 	for _, c := range []struct {
 		nodes []*palyrav1.NodeInfo
 		want  string
