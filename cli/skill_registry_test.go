@@ -390,6 +390,13 @@ func TestSkillInstallCannotTakeOverATrustOrAStatus(t *testing.T) {
 		t.Fatalf("an install outside the device's policy scope: %+v", r)
 	}
 
+	// A device's run asks for the skill's declared grants, and the denial
+	// says where they come from.
+	if r := device(t, cfg, "skill", "run", "example.web", "wordcount", "--input", `{"text":"a b"}`); r.code == 0 ||
+		!strings.Contains(r.stderr, "grant.http") || !strings.Contains(r.stderr, "capabilities its manifest declares: hosts [example.com]") {
+		t.Fatalf("a device's run of a skill declaring hosts: %+v", r)
+	}
+
 	// An operator's quarantine survives the device's upgrade.
 	if r := c.cli("skill", "quarantine", "example.web", "--reason", "security hold"); r.code != 0 {
 		t.Fatalf("quarantine: %+v", r)

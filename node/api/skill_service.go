@@ -399,6 +399,16 @@ func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyra
 		Fuel: r.Fuel, MemoryBytes: r.MemoryBytes, TimeoutMs: timeout, Deterministic: tool.Deterministic, IdempotencyKey: m.IdempotencyKey,
 	}
 	if err := s.checkGrants(ctx, sub); err != nil {
+		var ce *connect.Error
+		if errors.As(err, &ce) && ce.Code() == connect.CodePermissionDenied {
+			// The grants are the skill's, not the caller's choice: say where
+			// they come from (a pure tool of a skill that declares hosts
+			// asks for them too).
+			return nil, apiError(connect.CodePermissionDenied, "forbidden",
+				fmt.Sprintf("%s (a run of %s's tools asks for the capabilities its manifest declares: hosts %v, secrets %v, kv prefix %q)",
+					strings.TrimPrefix(ce.Message(), "forbidden: "), r.SkillId, r.HttpHosts, r.Secrets, r.KvPrefix),
+				"ask an operator to permit those grants to you (see the commented example in 'palyra policy get'), or to run the tool for you")
+		}
 		return nil, err
 	}
 	if err := s.validateSubmit(sub); err != nil {
