@@ -14,6 +14,12 @@ import (
 // signed with key.
 func packExample(t *testing.T, name, key string, tools ...string) string {
 	t.Helper()
+	return packExampleWith(t, name, key, nil, tools...)
+}
+
+// packExampleWith is packExample with the manifest passed through edit.
+func packExampleWith(t *testing.T, name, key string, edit func(string) string, tools ...string) string {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	if err := os.MkdirAll(filepath.Join(dir, "modules"), 0o755); err != nil {
 		t.Fatal(err)
@@ -21,6 +27,9 @@ func packExample(t *testing.T, name, key string, tools ...string) string {
 	m, err := os.ReadFile(filepath.Join("..", "examples", "skills", name, "skill.toml"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		m = []byte(edit(string(m)))
 	}
 	if err := os.WriteFile(filepath.Join(dir, "skill.toml"), m, 0o644); err != nil {
 		t.Fatal(err)
@@ -159,22 +168,47 @@ func TestSkillWithHooksIsNotDisabledOrRemoved(t *testing.T) {
 
 // TestHookInputIsCheckedAgainstTheToolsSchema: a hook's input is checked
 // against its tool's input_schema like a skill run's. example.web's
-// wordcount takes {"text"} only: bound to after_run, its hook job fails
-// input_invalid without running (the job stays completed); bound to
-// before_run, the submission is refused naming the hook and the error.
+// wordcount takes {"text"} only: binding it as a hook is refused (it could
+// never run as one). A version whose wordcount took anything was bound,
+// then upgraded to the strict one: as an after_run hook, its hook job
+// fails input_invalid without running (the job stays completed); as a
+// before_run hook, the submission is refused naming the hook and the error.
 func TestHookInputIsCheckedAgainstTheToolsSchema(t *testing.T) {
 	c := startNode(t)
 	key := filepath.Join(t.TempDir(), "k")
 	runCLI(t, "skill", "keygen", "-o", key)
-	web := packExample(t, "web", key, "wordcount", "fetchjson")
-	if r := c.cli("skill", "install", web, "--trust-on-first-use"); r.code != 0 {
-		t.Fatalf("install web: %q %q", r.stdout, r.stderr)
+	strict := func(version string) string {
+		return packExampleWith(t, "web", key, func(m string) string {
+			return strings.Replace(m, `version = "1.0.0"`, `version = "`+version+`"`, 1)
+		}, "wordcount", "fetchjson")
 	}
+	loose := func(version string) string {
+		return packExampleWith(t, "web", key, func(m string) string {
+			m = strings.Replace(m, `version = "1.0.0"`, `version = "`+version+`"`, 1)
+			return strings.Replace(m, `{"type": "object", "properties": {"text": {"type": "string", "maxLength": 1000000}},
+ "required": ["text"], "additionalProperties": false}`, `{"type": "object"}`, 1)
+		}, "wordcount", "fetchjson")
+	}
+	install := func(pkg string) {
+		t.Helper()
+		if r := c.cli("skill", "install", pkg, "--trust-on-first-use"); r.code != 0 {
+			t.Fatalf("install: %q %q", r.stdout, r.stderr)
+		}
+	}
+	install(strict("1.0.0"))
+	for _, event := range []string{"after_run", "before_run"} {
+		if r := c.cli("hook", "bind", event, "example.web", "wordcount"); r.code == 0 || !strings.Contains(r.stderr, "does not take "+event+" events") || !strings.Contains(r.stderr, "examples/skills/guard") {
+			t.Fatalf("binding a tool that refuses %s input: %+v", event, r)
+		}
+	}
+
+	install(loose("1.1.0"))
 	after := c.cli("hook", "bind", "after_run", "example.web", "wordcount")
 	if after.code != 0 {
 		t.Fatal(after.stderr)
 	}
 	afterID := strings.SplitN(after.stdout, ":", 2)[0]
+	install(strict("1.2.0"))
 	reverse := testwasm.Path(t, "reverse")
 	r := c.cli("job", "submit", "--wasm", reverse, "--input", "hello")
 	id := strings.TrimSpace(r.stdout)
@@ -195,11 +229,13 @@ func TestHookInputIsCheckedAgainstTheToolsSchema(t *testing.T) {
 		t.Fatal(r.stderr)
 	}
 
+	install(loose("1.3.0"))
 	before := c.cli("hook", "bind", "before_run", "example.web", "wordcount")
 	if before.code != 0 {
 		t.Fatal(before.stderr)
 	}
 	beforeID := strings.SplitN(before.stdout, ":", 2)[0]
+	install(strict("1.4.0"))
 	r = c.cli("job", "submit", "--wasm", reverse, "--input", "hello")
 	if r.code == 0 || !strings.Contains(r.stderr, beforeID) || !strings.Contains(r.stderr, "input_schema of example.web/wordcount") || !strings.Contains(r.stderr, "not accepted") {
 		t.Fatalf("before_run hook with input its tool refuses: %d %q %q", r.code, r.stdout, r.stderr)

@@ -42,12 +42,24 @@ func (hs hookService) BindHook(ctx context.Context, req *connect.Request[palyrav
 	if !ok {
 		return nil, skillNotFound(m.SkillId)
 	}
-	found := false
+	var tool *raftpb.SkillTool
 	for _, t := range sk.Tools {
-		found = found || t.Id == m.Tool
+		if t.Id == m.Tool {
+			tool = t
+		}
 	}
-	if !found {
+	if tool == nil {
 		return nil, apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("skill %s has no tool %q", m.SkillId, m.Tool), "see its tools with 'palyra skill get "+m.SkillId+"'")
+	}
+	// A tool whose input_schema refuses this event's input could never
+	// run as the hook (a before_run one would refuse every job): try a
+	// sample of the input it would get.
+	if err := skill.Validate(tool.InputSchema, sampleHookInput(m.Event)); err != nil {
+		if de := (*skill.DocError)(nil); errors.As(err, &de) && !de.NotJSON {
+			err = errors.New(de.Detail)
+		}
+		return nil, invalid(fmt.Sprintf("tool %s/%s does not take %s events: its input_schema refuses the input a hook gets (%v)", m.SkillId, m.Tool, m.Event, err),
+			"bind a tool made for hooks (its input has event, hook and job or subject: see examples/skills/guard), or change the tool's input_schema")
 	}
 	caller, _ := PrincipalFrom(ctx)
 	h := &raftpb.HookRecord{Id: "h-" + strings.TrimPrefix(newJobID(), "j-")[:8], Event: m.Event, SkillId: m.SkillId, Tool: m.Tool}
@@ -246,4 +258,24 @@ func (s *Server) runBeforeHook(ctx context.Context, h *raftpb.HookRecord, desc m
 		return d, fmt.Errorf(`its output is not {"decision": one of %s}`, strings.Join(hookDecisions, ", "))
 	}
 	return d, nil
+}
+
+// sampleHookInput is an input of the shape a hook bound to event gets, with
+// its optional fields filled, to check a tool's input_schema at bind time.
+func sampleHookInput(event string) []byte {
+	if event == consensus.HookBeforeRun {
+		b, _ := json.Marshal(map[string]any{"event": event, "hook": "h-00000000", "job": map[string]any{
+			"kind": "wasm", "submitter": "device:d-00000000", "module_sha256": strings.Repeat("0", 64), "input_size": 0,
+			"allow_hosts": []string(nil), "allow_private": false, "secrets": []string(nil), "kv_prefix": "",
+			"skill_id": "", "skill_tool": "", "tasks": 1,
+		}})
+		return b
+	}
+	ev := consensus.HookEvent{Event: event, Hook: "h-00000000", AtMS: 1, Subject: "x"}
+	if event == consensus.HookAfterRun {
+		ev.Subject = ""
+		ev.Job = &consensus.HookJob{ID: "j-0000000000000000", Phase: "completed", Kind: "wasm", Submitter: "device:d-00000000"}
+	}
+	b, _ := json.Marshal(ev)
+	return b
 }
