@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,7 +54,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
-	return &ucli.App{
+	app := &ucli.App{
 		Name:    "palyra",
 		Usage:   "a self-hosted mesh of workers for sandboxed WebAssembly and browser jobs",
 		Version: versionLine(),
@@ -78,8 +79,8 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 		Flags:                globalFlags(),
 		Action:               unknownCommand,
 		UsageText:            "palyra [global options] command [command options]", // what urfave prints for an app without an action
-		Commands: withUnknownCommand([]*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
-			caCommand(), policyCommand(), secretCommand(), doctorCommand(), snapshotCommand(), versionCommand(), completionCommand(), consoleCommand(), browserCommand(), metricsCommand(), skillCommand(), auditCommand(), hookCommand()}),
+		Commands: dedent(withUnknownCommand([]*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
+			caCommand(), policyCommand(), secretCommand(), doctorCommand(), snapshotCommand(), versionCommand(), completionCommand(), consoleCommand(), browserCommand(), metricsCommand(), skillCommand(), auditCommand(), hookCommand()})),
 		// A paired device's certificate renews after the command that
 		// found it due (see renewAfter).
 		After:          renewAfter,
@@ -88,6 +89,8 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 			return ucli.Exit(fmt.Sprintf("error: %v\nrun '%s --help' for usage", err, c.Command.HelpName), exitUsage)
 		},
 	}
+	app.Description = strings.ReplaceAll(app.Description, "\n   ", "\n")
+	return app
 }
 
 // DefaultCallTimeout is --call-timeout's default: long enough for the
@@ -143,6 +146,18 @@ func withUnknownCommand(cmds []*ucli.Command) []*ucli.Command {
 			}
 			withUnknownCommand(c.Subcommands)
 		}
+	}
+	return cmds
+}
+
+// dedent takes the three-space indent off the continuation lines of every
+// command's description: they are written indented to read well in the
+// source, and the help template indents each line itself (they came out
+// six spaces in, the first line three).
+func dedent(cmds []*ucli.Command) []*ucli.Command {
+	for _, c := range cmds {
+		c.Description = strings.ReplaceAll(c.Description, "\n   ", "\n")
+		dedent(c.Subcommands)
 	}
 	return cmds
 }

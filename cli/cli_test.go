@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	ucli "github.com/urfave/cli/v2"
+
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/node"
 )
@@ -535,5 +537,29 @@ func TestMetricsCommand(t *testing.T) {
 		if !strings.Contains(s.Name, "palyra_raft_leader") {
 			t.Fatalf("--match let %s through", s.Name)
 		}
+	}
+}
+
+// Help text: every description's lines start where the template puts
+// them (they came out three spaces further in than the first line).
+func TestHelpDescriptionsAreNotDoubleIndented(t *testing.T) {
+	handIndented := regexp.MustCompile(`\n   [^ ]`) // every line three in: the template's indent, again
+	var walk func(path string, cmds []*ucli.Command)
+	walk = func(path string, cmds []*ucli.Command) {
+		for _, c := range cmds {
+			if handIndented.MatchString(c.Description) {
+				t.Errorf("%s %s: description lines indented by hand", path, c.Name)
+			}
+			walk(path+" "+c.Name, c.Subcommands)
+		}
+	}
+	app := newApp(strings.NewReader(""), io.Discard, io.Discard)
+	if handIndented.MatchString(app.Description) {
+		t.Error("the app's description lines are indented by hand")
+	}
+	walk("palyra", app.Commands)
+	r := runCLI(t, "hook", "bind", "--help")
+	if !strings.Contains(r.stdout, "\n   skill:disabled") && !strings.Contains(r.stdout, "\n   and active") {
+		t.Fatalf("hook bind --help: %q", r.stdout)
 	}
 }

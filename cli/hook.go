@@ -38,7 +38,16 @@ func hookCommand() *ucli.Command {
 				Name:      "bind",
 				Usage:     "bind an event to a skill's tool",
 				ArgsUsage: "EVENT SKILL TOOL",
-				Flags:     []ucli.Flag{jsonFlag},
+				Description: `EVENT is one of: before_run, after_run, skill:installed, skill:enabled,
+   skill:disabled, skill:quarantined, node:joined. The skill must be installed
+   and active, and the tool's input_schema must accept the input that event
+   gives (the bind is refused otherwise). What each event's input holds and
+   what a before_run tool decides (continue, annotate, request_approval,
+   block, fail_run): 'palyra hook --help'.
+
+     palyra hook bind before_run example.guard gate
+     palyra hook bind after_run example.audit record`,
+				Flags: []ucli.Flag{jsonFlag},
 				Action: func(c *ucli.Context) error {
 					if c.NArg() != 3 {
 						return usageErr("%s takes an event (%s), a skill id and a tool id; got %d arguments", c.Command.HelpName, strings.Join(hookEvents, ", "), c.NArg())
