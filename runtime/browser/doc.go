@@ -43,7 +43,11 @@
 //     resource type as that layer saw it. A blocked sub-resource (image,
 //     fetch, iframe, WebSocket…) does not fail the job; a blocked top-level
 //     navigation (the job's tab, or a popup it opened) fails the step during
-//     which it happened with runtime.ReasonBlocked.
+//     which it happened with runtime.ReasonBlocked. After them come the
+//     JavaScript dialogs the pages opened, answered at once so they never
+//     stall a step (alert and beforeunload accepted, confirm and prompt
+//     dismissed): {"dialog":"confirm","message":"…","url":"…","handled":"dismissed"},
+//     with "count" when the same dialog came several times in a row.
 //   - Artifacts are the screenshots (image/png) and PDFs (application/pdf),
 //     each within Config.MaxArtifactBytes and together within
 //     Config.MaxArtifactsTotal; a step that would exceed them fails with

@@ -33,11 +33,20 @@ var (
 	errUnreachable    = errors.New("page unreachable")
 )
 
+// stepTimeoutError is the cause that ends a step whose timeout ran out.
+type stepTimeoutError struct{ d time.Duration }
+
+func (e *stepTimeoutError) Error() string {
+	return fmt.Sprintf("%v of %s ran out", errStepTimeout, e.d)
+}
+func (e *stepTimeoutError) Unwrap() error { return errStepTimeout }
+
 // job is one Run: its browser context, tab, policy, proxy and output.
 type job struct {
 	e       *Executor
 	p       *proc
-	lane    *lane // nil for a session
+	lane    *lane  // nil for a session
+	ready   *ready // its browser context and tab, once open
 	script  *Script
 	pol     *policy
 	rec     *recorder
@@ -175,7 +184,7 @@ func (j *job) step(tab context.Context, i int, st Step) error {
 	}
 	sctx, cancel := context.WithCancelCause(tab)
 	defer cancel(nil)
-	sctx, cancelT := context.WithTimeoutCause(sctx, d, fmt.Errorf("%w of %s ran out", errStepTimeout, d))
+	sctx, cancelT := context.WithTimeoutCause(sctx, d, &stepTimeoutError{d})
 	defer cancelT()
 	j.mu.Lock()
 	j.abortStep = cancel

@@ -13,6 +13,10 @@ import (
 // maxBlockedLines bounds the blocked-request report in Stderr.
 const maxBlockedLines = 256
 
+// maxDialogLines bounds the dialog report in Stderr, and each list of a
+// session's dialog notes.
+const maxDialogLines = 64
+
 // limitError is a step failure caused by an output or artifact bound; it
 // maps to runtime.ReasonOutputLimit.
 type limitError struct{ msg string }
@@ -28,8 +32,63 @@ type blockedLine struct {
 	By     string `json:"by"`     // "policy" (navigate pre-check), "fetch" (interception) or "proxy" (egress proxy)
 }
 
+// dialogLine is one line of Result.Stderr: a JavaScript dialog the page
+// opened, and how the executor answered it (pool.go, answerDialog).
+type dialogLine struct {
+	Type    string `json:"dialog"`          // alert, confirm, prompt or beforeunload
+	Message string `json:"message"`         // the page's text (for beforeunload, Chromium's)
+	URL     string `json:"url"`             // the frame that opened it
+	Handled string `json:"handled"`         // "accepted" or "dismissed"
+	Count   int    `json:"count,omitempty"` // this many in a row, when more than one
+}
+
+// note is the dialog as a session reports it: one line, the page's text
+// quoted.
+func (l dialogLine) note() string {
+	s := fmt.Sprintf("dialog: %s %s from %s: %s", l.Type, jsString(l.Message), l.URL, l.Handled)
+	if l.Count > 1 {
+		s += fmt.Sprintf(" (%d times)", l.Count)
+	}
+	return s
+}
+
+// dialogLog is a bounded list of dialogs; the same dialog again in a row
+// (a page that alerts in a loop) counts on one line.
+type dialogLog struct {
+	lines []dialogLine
+	more  int
+}
+
+func (d *dialogLog) add(l dialogLine) {
+	if n := len(d.lines); n > 0 {
+		if last := &d.lines[n-1]; last.Type == l.Type && last.Message == l.Message && last.URL == l.URL && last.Handled == l.Handled {
+			last.Count = max(last.Count, 1) + 1
+			return
+		}
+	}
+	if len(d.lines) >= maxDialogLines {
+		d.more++
+		return
+	}
+	d.lines = append(d.lines, l)
+}
+
+// notes returns the dialogs as a session's notes and forgets them.
+func (d *dialogLog) notes() []string {
+	var out []string
+	for _, l := range d.lines {
+		out = append(out, l.note())
+	}
+	if d.more > 0 {
+		out = append(out, fmt.Sprintf("dialog: %d more not shown", d.more))
+	}
+	*d = dialogLog{}
+	return out
+}
+
 // recorder collects what a job produces: named values (Stdout), blocked
-// requests (Stderr) and artifacts, each under its limit. It is shared by
+// requests and answered dialogs (Stderr) and artifacts, each under its
+// limit. It is shared by
 // the step loop, the Fetch handler and the egress proxy.
 type recorder struct {
 	maxOutput     int
@@ -43,7 +102,10 @@ type recorder struct {
 	blockedSeen   map[string]bool
 	blockedMore   int
 	navBlocked    *BlockedError
-	navFailed     error // why the proxy could not fetch the last request that failed
+	dialogs       dialogLog // for Stderr
+	callNotes     dialogLog // dialogs since the session's last call returned
+	observeNotes  dialogLog // dialogs since the session's last observe
+	navFailed     error     // why the proxy could not fetch the last request that failed
 	artifacts     []runtime.Artifact
 	artifactBytes int
 }
@@ -104,6 +166,37 @@ func (r *recorder) blocked(url, kind, reason, by string) {
 	r.blockedLines = append(r.blockedLines, blockedLine{URL: url, Type: kind, Reason: reason, By: by})
 }
 
+// dialog records a JavaScript dialog and how it was answered.
+func (r *recorder) dialog(kind, message, url string, accepted bool) {
+	l := dialogLine{Type: kind, Message: truncate(message, 1024), URL: truncate(url, 2048), Handled: "dismissed"}
+	if accepted {
+		l.Handled = "accepted"
+	}
+	short := l
+	short.Message, short.URL = truncate(message, 256), truncate(url, 256)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dialogs.add(l)
+	r.callNotes.add(short)
+	r.observeNotes.add(short)
+}
+
+// takeCallNotes returns the dialog notes recorded since the last call and
+// forgets them.
+func (r *recorder) takeCallNotes() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.callNotes.notes()
+}
+
+// takeObserveNotes returns the dialog notes recorded since the last
+// observe and forgets them.
+func (r *recorder) takeObserveNotes() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.observeNotes.notes()
+}
+
 // blockNavigation records that the page's main frame tried to load a
 // refused URL, and tells the step loop.
 func (r *recorder) blockNavigation(be *BlockedError) {
@@ -146,8 +239,8 @@ func (r *recorder) takeNavBlocked() *BlockedError {
 	return be
 }
 
-// stderr renders the blocked-request report, one JSON object per line,
-// bounded by maxOutput.
+// stderr renders the blocked-request report, then the dialog report, one
+// JSON object per line, bounded by maxOutput.
 func (r *recorder) stderr() []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -155,7 +248,7 @@ func (r *recorder) stderr() []byte {
 	more := r.blockedMore
 	for i, l := range r.blockedLines {
 		b, _ := json.Marshal(l)
-		if buf.Len()+len(b)+1 > r.maxOutput-64 {
+		if buf.Len()+len(b)+1 > r.maxOutput-128 {
 			more += len(r.blockedLines) - i
 			break
 		}
@@ -164,6 +257,19 @@ func (r *recorder) stderr() []byte {
 	}
 	if more > 0 {
 		fmt.Fprintf(&buf, "{\"blocked_more\":%d}\n", more)
+	}
+	more = r.dialogs.more
+	for i, l := range r.dialogs.lines {
+		b, _ := json.Marshal(l)
+		if buf.Len()+len(b)+1 > r.maxOutput-64 {
+			more += len(r.dialogs.lines) - i
+			break
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	if more > 0 {
+		fmt.Fprintf(&buf, "{\"dialogs_more\":%d}\n", more)
 	}
 	return buf.Bytes()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/inspector"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
@@ -33,12 +34,17 @@ type ready struct {
 	p     *proc
 	proxy *egressProxy
 	bc    cdp.BrowserContextID
-	tab   context.Context // the tab; lives until close
-	t     *chromedp.Target
+	log   *slog.Logger
+	// noFetch turns request interception off (a test hook, Config.layers).
+	noFetch bool
 
-	cancelTab context.CancelFunc
-	owner     atomic.Pointer[job] // the job that took it; nil while pooled
-	dead      atomic.Bool         // its page crashed while pooled
+	mu        sync.Mutex         // guards tab, t, cancelTab (replaceTab swaps them)
+	tab       context.Context    // the tab; lives until close or replaceTab
+	t         *chromedp.Target   // the tab's target
+	cancelTab context.CancelFunc // detaches from the tab
+
+	owner atomic.Pointer[job] // the job that took it; nil while pooled
+	dead  atomic.Bool         // its page crashed while pooled
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // the event goroutines
@@ -50,7 +56,7 @@ var denyAll = &policy{cache: map[string]*lookup{}}
 // prepare sets up a ready context on browser p. ctx bounds only the set-up.
 func (e *Executor) prepare(ctx context.Context, p *proc, log *slog.Logger) (r *ready, err error) {
 	noProxy, noFetch := e.cfg.layers.noProxy, e.cfg.layers.noFetch
-	r = &ready{p: p}
+	r = &ready{p: p, log: log, noFetch: noFetch}
 	defer func() {
 		if err != nil {
 			r.close()
@@ -79,27 +85,42 @@ func (e *Executor) prepare(ctx context.Context, p *proc, log *slog.Logger) (r *r
 	}); err != nil {
 		return r, fmt.Errorf("disabling downloads: %w", err)
 	}
-	// The tab lives with the browser, not with ctx: it outlasts the
-	// set-up, waiting in the pool. On a lane's browser the tab is made
-	// here, with its frames drawn on demand (lane.go).
+	// The tab outlasts the set-up, waiting in the pool.
+	if r.tab, r.t, r.cancelTab, err = r.openTab(ctx); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// openTab opens a tab in r's browser context, with request interception
+// on before it loads anything, and starts the goroutines that handle its
+// events: intercepted requests, a crash of its renderer, JavaScript
+// dialogs. The tab lives with the browser, not with ctx, which bounds only
+// the set-up; it ends when the returned cancel is called (which detaches
+// from it) or the browser context is disposed of.
+func (r *ready) openTab(ctx context.Context) (tab context.Context, t *chromedp.Target, cancelTab context.CancelFunc, err error) {
+	p, noFetch := r.p, r.noFetch
+	// On a lane's browser the tab is made here, with its frames drawn on
+	// demand (lane.go).
 	if p.frames {
 		yes := true
 		ct, err := cdp.Call(ctx, p.b, target.CreateTarget, target.CreateTargetParams{
 			URL: "about:blank", BrowserContextID: r.bc, EnableBeginFrameControl: &yes,
 		})
 		if err != nil {
-			return r, fmt.Errorf("opening a tab: %w", err)
+			return nil, nil, nil, fmt.Errorf("opening a tab: %w", err)
 		}
-		r.tab, r.cancelTab = chromedp.NewContext(p.ctx, chromedp.WithTargetID(ct.TargetID), chromedp.WithDetachOnCancel())
+		tab, cancelTab = chromedp.NewContext(p.ctx, chromedp.WithTargetID(ct.TargetID), chromedp.WithDetachOnCancel())
 	} else {
-		r.tab, r.cancelTab = chromedp.NewContext(p.ctx, chromedp.WithExistingBrowserContext(r.bc), chromedp.WithDetachOnCancel())
+		tab, cancelTab = chromedp.NewContext(p.ctx, chromedp.WithExistingBrowserContext(r.bc), chromedp.WithDetachOnCancel())
 	}
 	// Events opens the target and subscribes before any request can be
 	// made; the set-up calls are bounded by ctx.
-	setupDone := context.AfterFunc(ctx, r.cancelTab)
-	paused := chromedp.Events(r.tab, fetch.RequestPaused)
-	crashed := chromedp.Events(r.tab, inspector.TargetCrashed)
-	err = chromedp.Do(r.tab, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+	setupDone := context.AfterFunc(ctx, cancelTab)
+	paused := chromedp.Events(tab, fetch.RequestPaused)
+	crashed := chromedp.Events(tab, inspector.TargetCrashed)
+	dialogs := chromedp.Events(tab, page.JavascriptDialogOpening)
+	err = chromedp.Do(tab, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
 		if _, err := cdp.Call(ctx, t, inspector.Enable, cdp.Empty{}); err != nil {
 			return err
 		}
@@ -112,19 +133,20 @@ func (e *Executor) prepare(ctx context.Context, p *proc, log *slog.Logger) (r *r
 		return err
 	}))
 	if !setupDone() || err != nil {
+		cancelTab()
 		if err == nil {
 			err = ctx.Err()
 		}
-		return r, fmt.Errorf("opening the page: %w", err)
+		return nil, nil, nil, fmt.Errorf("opening the page: %w", err)
 	}
-	r.t = chromedp.FromContext(r.tab).Target
-	mainFrame := cdp.FrameID(r.t.TargetID)
+	t = chromedp.FromContext(tab).Target
+	mainFrame := cdp.FrameID(t.TargetID)
 
-	r.wg.Add(2)
+	r.wg.Add(3)
 	go func() {
 		defer r.wg.Done()
 		for _, err := range crashed {
-			if err != nil {
+			if err != nil || tab.Err() != nil { // a tab replaced or closed is no one's concern
 				return
 			}
 			if j := r.owner.Load(); j != nil {
@@ -132,6 +154,15 @@ func (e *Executor) prepare(ctx context.Context, p *proc, log *slog.Logger) (r *r
 			} else {
 				r.dead.Store(true)
 			}
+		}
+	}()
+	go func() {
+		defer r.wg.Done()
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			r.answerDialog(tab, t, ev)
 		}
 	}()
 	go func() {
@@ -148,22 +179,48 @@ func (e *Executor) prepare(ctx context.Context, p *proc, log *slog.Logger) (r *r
 			go func() {
 				defer func() { <-sem; wg.Done() }()
 				if j := r.owner.Load(); j != nil {
-					j.decide(r.tab, r.t, mainFrame, ev)
+					j.decide(tab, t, mainFrame, ev)
 					return
 				}
 				// Nothing may load before a job owns the context.
-				_, _ = cdp.Call(r.tab, r.t, fetch.FailRequest, fetch.FailRequestParams{
+				_, _ = cdp.Call(tab, t, fetch.FailRequest, fetch.FailRequestParams{
 					RequestID: ev.RequestID, ErrorReason: network.ErrorReasonBlockedByClient,
 				})
 			}()
 		}
 	}()
-	return r, nil
+	return tab, t, cancelTab, nil
+}
+
+// answerDialog answers a JavaScript dialog of tab t at once, so that no
+// dialog stalls the page (an open alert holds back the page's scripts, its
+// load event and every later step until it is answered): an alert is
+// accepted, a confirm or prompt dismissed (false, null), and a
+// beforeunload accepted, so the navigation that raised it proceeds. The
+// owning job records it, for its Stderr or the session's notes.
+func (r *ready) answerDialog(tab context.Context, t *chromedp.Target, ev page.EventJavascriptDialogOpening) {
+	accept := ev.Type == page.DialogTypeAlert || ev.Type == page.DialogTypeBeforeunload
+	if j := r.owner.Load(); j != nil {
+		j.rec.dialog(string(ev.Type), ev.Message, ev.URL, accept)
+	}
+	ctx, cancel := context.WithTimeout(tab, cleanupTimeout)
+	defer cancel()
+	if _, err := cdp.Call(ctx, t, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept}); err != nil && tab.Err() == nil {
+		r.log.Debug("answering a JavaScript dialog", "type", ev.Type, "err", err)
+	}
 }
 
 // usable reports whether r can still be handed to a job on browser p.
 func (r *ready) usable(p *proc) bool {
-	return r.p == p && p.usable() && !r.dead.Load() && r.tab.Err() == nil
+	tab, _ := r.current()
+	return r.p == p && p.usable() && !r.dead.Load() && tab.Err() == nil
+}
+
+// current returns r's tab and its target.
+func (r *ready) current() (context.Context, *chromedp.Target) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tab, r.t
 }
 
 // bind hands r to j: its proxy enforces j's policy and reports to j's
@@ -174,15 +231,53 @@ func (r *ready) bind(j *job, jctx context.Context) context.Context {
 		r.proxy.bind(j.pol, j.rec)
 	}
 	r.owner.Store(j)
-	tab, cancel := context.WithCancelCause(r.tab)
-	stop := context.AfterFunc(jctx, func() { cancel(context.Cause(jctx)) })
+	j.ready = r
 	j.onCleanup(r.close)
+	return r.follow(j, jctx)
+}
+
+// follow returns the context j's steps derive from: r's current tab,
+// ended (with jctx's cause) when jctx ends or the tab does. On a lane its
+// frames are drawn while it lasts.
+func (r *ready) follow(j *job, jctx context.Context) context.Context {
+	base, t := r.current()
+	tab, cancel := context.WithCancelCause(base)
+	stop := context.AfterFunc(jctx, func() { cancel(context.Cause(jctx)) })
 	j.onCleanup(func() { stop(); cancel(nil) })
 	if r.p.frames {
 		r.wg.Add(1)
-		go func() { defer r.wg.Done(); r.p.pump(tab, r.t) }()
+		go func() { defer r.wg.Done(); r.p.pump(tab, t) }()
 	}
 	return tab
+}
+
+// replaceTab gives j (r's owner) a fresh tab in r's browser context, for
+// a page that cannot be saved (its script does not stop), and closes the
+// old tab, which ends its renderer process unless another tab shares it.
+// The browser context, and so the cookies, storage and cache, stay. It
+// returns the context j's steps derive from, as bind does; ctx bounds the
+// set-up. Only the goroutine that drives j may call it.
+func (r *ready) replaceTab(ctx context.Context, j *job, jctx context.Context) (context.Context, error) {
+	tab, t, cancelTab, err := r.openTab(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	oldT, oldCancel := r.t, r.cancelTab
+	r.tab, r.t, r.cancelTab = tab, t, cancelTab
+	r.mu.Unlock()
+	// Detach first, so nothing the old tab does on its way out (a crash
+	// event) reaches j; then close it. Chromium does not wait long for a
+	// renderer that does not answer (the whole replacement takes ~0.1 s
+	// with the old page spinning), and the renderer process, serving no
+	// other page, exits.
+	oldCancel()
+	cctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer cancel()
+	if _, err := cdp.Call(cctx, r.p.b, target.CloseTarget, target.CloseTargetParams{TargetID: oldT.TargetID}); err != nil {
+		r.log.Debug("closing a replaced tab", "err", err)
+	}
+	return r.follow(j, jctx), nil
 }
 
 // close detaches from the tab, disposes of the browser context (its tabs,
@@ -190,8 +285,11 @@ func (r *ready) bind(j *job, jctx context.Context) context.Context {
 // once.
 func (r *ready) close() {
 	r.closeOnce.Do(func() {
-		if r.cancelTab != nil {
-			r.cancelTab()
+		r.mu.Lock()
+		cancelTab := r.cancelTab
+		r.mu.Unlock()
+		if cancelTab != nil {
+			cancelTab()
 		}
 		if r.bc != "" && !r.p.lost() {
 			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
@@ -278,9 +376,10 @@ const probeTimeout = 100 * time.Millisecond
 
 // alive asks r's page for a trivial evaluation.
 func (r *ready) alive() bool {
-	ctx, cancel := context.WithTimeout(r.tab, probeTimeout)
+	tab, t := r.current()
+	ctx, cancel := context.WithTimeout(tab, probeTimeout)
 	defer cancel()
-	_, err := cdp.Call(ctx, r.t, cdpruntime.Evaluate, cdpruntime.EvaluateParams{Expression: "1"})
+	_, err := cdp.Call(ctx, t, cdpruntime.Evaluate, cdpruntime.EvaluateParams{Expression: "1"})
 	return err == nil && !r.dead.Load()
 }
 

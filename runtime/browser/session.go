@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/palyra-mesh/palyra/runtime"
@@ -64,14 +67,21 @@ type SessionResult struct {
 	Artifacts    []runtime.Artifact
 	URL          string
 	Actions      int // used so far, of MaxSessionActions
+	// Notes say what happened on the page besides the steps since the last
+	// call: the JavaScript dialogs it opened and how they were answered
+	// (`dialog: confirm "Sure?" from https://…/: dismissed`), and a page
+	// that stopped answering after the last step. The next observe lists
+	// the dialogs too.
+	Notes []string
 }
 
 type session struct {
 	info   SessionInfo
 	j      *job
-	tab    context.Context
+	jctx   context.Context // the session's life; a replaced tab follows it too
+	tab    context.Context // the page steps run on; replaced by unstick
 	cancel context.CancelCauseFunc
-	mu     sync.Mutex // one call at a time
+	mu     sync.Mutex // one call at a time; guards tab
 }
 
 // sessionID is "bs-" and 16 hex digits: unguessable, so knowing a
@@ -142,7 +152,7 @@ func (e *Executor) OpenSession(ctx context.Context, spec SessionSpec) (SessionIn
 		return SessionInfo{}, fmt.Errorf("opening the browser session: %w", err)
 	}
 	now := time.Now()
-	s := &session{j: j, tab: tab, cancel: cancel, info: SessionInfo{ID: id, Owner: spec.Owner,
+	s := &session{j: j, jctx: jctx, tab: tab, cancel: cancel, info: SessionInfo{ID: id, Owner: spec.Owner,
 		AllowHosts: append([]string(nil), spec.AllowHosts...), AllowPrivate: spec.AllowPrivate, CreatedAt: now, LastUsedAt: now}}
 	e.sessMu.Lock()
 	e.sessions[id] = s
@@ -207,20 +217,23 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 	}
 	s.info.LastUsedAt = time.Now()
 	var res SessionResult
+	done := func(err error) (SessionResult, error) {
+		res.Values = s.j.rec.takeValues()
+		res.Notes = append(s.j.rec.takeCallNotes(), res.Notes...)
+		return res, err
+	}
 	stop := context.AfterFunc(ctx, func() { s.j.abort(errCallerCanceled) })
 	defer stop()
 	for i, raw := range steps {
 		s.info.Actions++
 		st, observe, ref, err := sessionStep(raw, i)
 		if err != nil {
-			return res, err
+			return done(err)
 		}
 		if observe {
-			octx, cancel := context.WithTimeout(s.tab, SessionActionTimeout)
-			obs, err := chromedp.Run(octx, chromedp.Evaluate[string](jsObserve))
-			cancel()
+			obs, err := s.observe()
 			if err != nil {
-				return res, fmt.Errorf("steps[%d] (observe): %w", i, err)
+				return done(fmt.Errorf("steps[%d] (observe): %w", i, err))
 			}
 			res.Observations = append(res.Observations, obs)
 			continue
@@ -229,31 +242,153 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 			// A ref names an element observe labelled; one that is gone
 			// will not come back, so say so now rather than after the
 			// step's timeout, in the caller's terms.
-			if err := refPresent(s.tab, st.Selector, ref); err != nil {
-				res.Values = s.j.rec.takeValues()
-				return res, fmt.Errorf("steps[%d] (%s): %w", i, st.Action, err)
+			if err := s.refPresent(st.Selector, ref); err != nil {
+				return done(fmt.Errorf("steps[%d] (%s): %w", i, st.Action, err))
 			}
 		}
 		if err := s.j.step(s.tab, i, st); err != nil {
 			r := s.j.result(s.tab, i, st.Action, err)
-			res.Values = s.j.rec.takeValues()
-			return res, errors.New(r.Message)
+			var te *stepTimeoutError
+			if r.Reason == runtime.ReasonStepFailed && errors.As(err, &te) {
+				if did := s.unstick(); did != "" {
+					// The timeout, and what was done about it; what the
+					// step was waiting on when it ran out says nothing more.
+					return done(fmt.Errorf("steps[%d] (%s): %v; %s", i, st.Action, te, did))
+				}
+			}
+			return done(errors.New(r.Message))
 		}
 	}
-	res.Values = s.j.rec.takeValues()
 	res.Artifacts = s.j.rec.takeArtifactsReset()
-	res.URL, _ = chromedp.Run(s.tab, chromedp.Location())
+	res.URL = s.location(&res)
 	s.info.URL, res.Actions = res.URL, s.info.Actions
-	return res, nil
+	return done(nil)
+}
+
+// observe runs the observe snapshot, with the dialogs the page opened
+// since the last one listed after its first line.
+func (s *session) observe() (string, error) {
+	octx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, &stepTimeoutError{SessionActionTimeout})
+	obs, err := chromedp.Run(octx, chromedp.Evaluate[string](jsObserve))
+	cancel()
+	if err != nil {
+		return "", s.timedOut(octx, err)
+	}
+	if notes := s.j.rec.takeObserveNotes(); len(notes) > 0 {
+		head, rest, _ := strings.Cut(obs, "\n")
+		obs = head + "\n" + strings.Join(notes, "\n")
+		if rest != "" {
+			obs += "\n" + rest
+		}
+	}
+	return obs, nil
+}
+
+// location is the page's URL after a call. A page that no longer answers
+// (its script began to spin after the last step) is unstuck, and a note
+// says so.
+func (s *session) location(res *SessionResult) string {
+	lctx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, &stepTimeoutError{SessionActionTimeout})
+	u, err := chromedp.Run(lctx, chromedp.Location())
+	cancel()
+	if err == nil {
+		return u
+	}
+	if lctx.Err() != nil && s.tab.Err() == nil {
+		if did := s.unstick(); did != "" {
+			res.Notes = append(res.Notes, "the page stopped answering after the last step; "+did)
+			lctx, cancel := context.WithTimeout(s.tab, SessionActionTimeout)
+			defer cancel()
+			u, _ = chromedp.Run(lctx, chromedp.Location())
+		}
+	}
+	return u
+}
+
+// timedOut explains err, from a call bounded by ctx: when ctx's time ran
+// out, the page is unstuck and the error says what was done.
+func (s *session) timedOut(ctx context.Context, err error) error {
+	var te *stepTimeoutError
+	if ctx.Err() == nil || !errors.As(context.Cause(ctx), &te) {
+		return err
+	}
+	if did := s.unstick(); did != "" {
+		return fmt.Errorf("%v; %s", te, did)
+	}
+	return te
+}
+
+// pageAnswerTimeout bounds the check that a session's page still answers
+// after a call on it ran out of time; a page whose main thread is free
+// answers within a millisecond or two. terminateTimeout bounds the wait
+// for a script to stop: one in a plain loop stops at once, one that does
+// not stop within it (a page alerting in a loop) gets its page replaced.
+const (
+	pageAnswerTimeout = 500 * time.Millisecond
+	terminateTimeout  = time.Second
+)
+
+// Why unstick acted, for the error of the call that ran out of time.
+const (
+	stoppedScript = "the page's script was stopped"
+	replacedPage  = "the page's script did not stop, so the session's page was replaced by a blank one (cookies and storage are kept)"
+)
+
+// unstick runs when a call on the session's page ran out of time. A page
+// that then does not answer is running a script that does not return
+// (while(true){}, a page that spins): its renderer would keep a core busy
+// and every later call would time out too, until the session ended. So
+// unstick stops the script (Runtime.terminateExecution, which the renderer
+// takes off its busy main thread); if the page still does not answer (a
+// timer starts the spinning again, a synchronous request hangs), the
+// session's page is closed and replaced by a blank one in the same browser
+// context, whose cookies, storage and cache stay. It says what it did, or
+// "" when the page answered: the call was waiting on something else (a
+// slow server, an element that never came), and the page is left alone.
+func (s *session) unstick() string {
+	if s.tab.Err() != nil {
+		return ""
+	}
+	t := chromedp.FromContext(s.tab).Target
+	if pageAnswers(s.tab, t) {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(s.tab, terminateTimeout)
+	_, err := cdp.Call(ctx, t, cdpruntime.TerminateExecution, cdp.Empty{})
+	cancel()
+	if err == nil && pageAnswers(s.tab, t) {
+		s.j.log.Info("a session step timed out on a script that did not return; stopped it")
+		return stoppedScript
+	}
+	// Not from s.tab: replacing the tab ends it.
+	ctx, cancel = context.WithTimeout(s.jctx, cleanupTimeout)
+	defer cancel()
+	tab, err := s.j.ready.replaceTab(ctx, s.j, s.jctx)
+	if err != nil {
+		s.j.log.Warn("replacing a session's page that does not answer", "err", err)
+		return fmt.Sprintf("the page's script did not stop, and replacing the page failed (%v); close the session", err)
+	}
+	s.tab = tab
+	s.j.log.Info("a session's page kept running a script after it was stopped; replaced it")
+	return replacedPage
+}
+
+// pageAnswers reports whether t's page answers a trivial evaluation within
+// pageAnswerTimeout; any reply counts, an error too.
+func pageAnswers(tab context.Context, t *chromedp.Target) bool {
+	ctx, cancel := context.WithTimeout(tab, pageAnswerTimeout)
+	defer cancel()
+	_, err := cdp.Call(ctx, t, cdpruntime.Evaluate, cdpruntime.EvaluateParams{Expression: "1"})
+	return err == nil || ctx.Err() == nil
 }
 
 // refPresent checks that the element labelled ref is on the page.
-func refPresent(tab context.Context, sel, ref string) error {
-	ctx, cancel := context.WithTimeout(tab, SessionActionTimeout)
+func (s *session) refPresent(sel, ref string) error {
+	ctx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, &stepTimeoutError{SessionActionTimeout})
 	defer cancel()
 	found, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf("document.querySelector(%s) !== null", jsString(sel))))
 	if err != nil {
-		return fmt.Errorf("looking for ref %s: %w", ref, err)
+		return fmt.Errorf("looking for ref %s: %w", ref, s.timedOut(ctx, err))
 	}
 	if !found {
 		return fmt.Errorf("ref %s is not on the page: refs come from observe and last until the page replaces their element; run observe again", ref)
@@ -315,13 +450,13 @@ func (e *Executor) Screenshot(ctx context.Context, id string) ([]byte, string, e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.info.LastUsedAt = time.Now()
-	sctx, cancel := context.WithTimeout(s.tab, SessionActionTimeout)
+	sctx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, &stepTimeoutError{SessionActionTimeout})
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
 	buf, err := chromedp.Run(sctx, chromedp.CaptureScreenshot())
 	if err != nil {
-		return nil, "", fmt.Errorf("taking the screenshot: %w", err)
+		return nil, "", fmt.Errorf("taking the screenshot: %w", s.timedOut(sctx, err))
 	}
 	if len(buf) <= MaxSessionScreenshot {
 		return buf, "image/png", nil

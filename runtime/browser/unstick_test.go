@@ -1,0 +1,132 @@
+package browser
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// openLoopbackSession opens a session on e that may reach 127.0.0.1.
+func openLoopbackSession(t *testing.T, e *Executor) string {
+	t.Helper()
+	s, err := e.OpenSession(context.Background(), SessionSpec{Owner: "device:d-test", AllowHosts: []string{"127.0.0.1"}, AllowPrivate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.ID
+}
+
+// sessionValues decodes the values of a Do call.
+func sessionValues(t *testing.T, r SessionResult) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal(r.Values, &v); err != nil {
+		t.Fatalf("values %q: %v", r.Values, err)
+	}
+	return v
+}
+
+// A session step whose script never returns times out, and the script is
+// stopped: the session answers again at once, on the same page (it stayed
+// stuck for good, every later step timing out, with the renderer spinning).
+// Observe, which is not a script step, recovers the same way.
+func TestSessionStepTimeoutStopsTheScript(t *testing.T) {
+	e := newExecutor(t, Config{Slots: 1})
+	site := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { html(w, `<p id="p">still here</p>`) }))
+	ctx := context.Background()
+	id := openLoopbackSession(t, e)
+	if _, err := e.Do(ctx, id, steps(t, map[string]any{"action": "navigate", "url": site.URL + "/"})); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.Do(ctx, id, steps(t, map[string]any{"action": "evaluate", "expression": "(()=>{while(true){}})()", "name": "v", "timeout_ms": 1000}))
+	if err == nil || !strings.Contains(err.Error(), "steps[0] (evaluate): step timeout of 1s ran out; the page's script was stopped") {
+		t.Fatalf("a script that never returns: %v", err)
+	}
+	start := time.Now()
+	r, err := e.Do(ctx, id, steps(t,
+		map[string]any{"action": "extract", "selector": "#p", "name": "p"},
+		map[string]any{"action": "observe"},
+		map[string]any{"action": "navigate", "url": site.URL + "/again"},
+	))
+	if err != nil {
+		t.Fatalf("the session after the stopped script: %v", err)
+	}
+	if v := sessionValues(t, r); v["p"] != "still here" || !strings.Contains(r.Observations[0], site.URL+"/>") || r.URL != site.URL+"/again" {
+		t.Fatalf("after the stopped script: values %v, observation %q, URL %q", v, r.Observations[0], r.URL)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("the next call took %s", d)
+	}
+
+	// A script that starts spinning between calls, found by observe.
+	if _, err := e.Do(ctx, id, steps(t, map[string]any{"action": "evaluate", "expression": "setTimeout(() => { for (;;) {} }, 500), 1", "name": "armed"})); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	_, err = e.Do(ctx, id, steps(t, map[string]any{"action": "observe"}))
+	if err == nil || !strings.Contains(err.Error(), "steps[0] (observe): step timeout of 5s ran out; the page's script was stopped") {
+		t.Fatalf("observe on a spinning page: %v", err)
+	}
+	r, err = e.Do(ctx, id, steps(t, map[string]any{"action": "extract", "selector": "#p", "name": "p"}))
+	if v := sessionValues(t, r); err != nil || v["p"] != "still here" {
+		t.Fatalf("after observe stopped the script: %v %v", v, err)
+	}
+}
+
+// A page whose script starts spinning again as soon as it is stopped (a
+// timer) cannot be saved: the session's page is replaced by a blank one in
+// the same browser context (its cookies kept), and the session goes on.
+func TestSessionPageThatKeepsSpinningIsReplaced(t *testing.T) {
+	e := newExecutor(t, Config{Slots: 1})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: "k", Value: "kept", Path: "/"})
+		html(w, `<p id="p">spinner</p>`)
+	})
+	mux.HandleFunc("/me", func(w http.ResponseWriter, r *http.Request) {
+		v := "none"
+		if c, err := r.Cookie("k"); err == nil {
+			v = c.Value
+		}
+		html(w, `<p id="me">`+v+`</p>`)
+	})
+	site := newCountingServer(t, mux)
+	ctx := context.Background()
+	id := openLoopbackSession(t, e)
+	// The spinning starts after the call has returned.
+	if _, err := e.Do(ctx, id, steps(t, map[string]any{"action": "navigate", "url": site.URL + "/"},
+		map[string]any{"action": "evaluate", "expression": "setTimeout(() => setInterval(() => { for (;;) {} }, 0), 500), 1", "name": "armed"})); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	_, err := e.Do(ctx, id, steps(t, map[string]any{"action": "extract", "selector": "#p", "name": "p", "timeout_ms": 1000}))
+	if err == nil || !strings.Contains(err.Error(), "steps[0] (extract): step timeout of 1s ran out; the page's script did not stop, so the session's page was replaced by a blank one") {
+		t.Fatalf("a page that keeps spinning: %v", err)
+	}
+	start := time.Now()
+	r, err := e.Do(ctx, id, steps(t, map[string]any{"action": "observe"}, map[string]any{"action": "navigate", "url": site.URL + "/me"}, map[string]any{"action": "extract", "selector": "#me", "name": "me"}))
+	if err != nil {
+		t.Fatalf("the session after its page was replaced: %v", err)
+	}
+	if v := sessionValues(t, r); v["me"] != "kept" || !strings.Contains(r.Observations[0], "<about:blank>") {
+		t.Fatalf("after the page was replaced: values %v (want the cookie kept), observation %q", v, r.Observations[0])
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("the next call took %s", d)
+	}
+
+	// Spinning at once, after the call's last step: the call still
+	// answers, its notes say what happened.
+	r, err = e.Do(ctx, id, steps(t, map[string]any{"action": "evaluate", "expression": "setInterval(() => { for (;;) {} }, 0), 1", "name": "armed"}))
+	if err != nil || r.URL != "about:blank" || len(r.Notes) != 1 ||
+		!strings.Contains(r.Notes[0], "the page stopped answering after the last step; the page's script did not stop, so the session's page was replaced") {
+		t.Fatalf("a page that spins after the last step: %v, URL %q, notes %q", err, r.URL, r.Notes)
+	}
+	r, err = e.Do(ctx, id, steps(t, map[string]any{"action": "navigate", "url": site.URL + "/me"}, map[string]any{"action": "extract", "selector": "#me", "name": "me"}))
+	if v := sessionValues(t, r); err != nil || v["me"] != "kept" {
+		t.Fatalf("after the second replacement: %v %v", v, err)
+	}
+}
