@@ -267,6 +267,16 @@ c.putImageData(d, 0, 0);</script>`)
 	if b, err := os.ReadFile(filepath.Join(out, "noise.jpg")); err != nil || !bytes.HasPrefix(b, []byte{0xff, 0xd8}) {
 		t.Fatalf("noise.jpg: %v, want a JPEG", err)
 	}
+	// A page's dialog is answered, and the call's notes say so.
+	dialog := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, `<script>confirm('really?')</script><p id=after>after</p>`)
+	}))
+	defer dialog.Close()
+	r = c.cli("browser", "do", id, "navigate "+dialog.URL+"/", "extract #after after")
+	if r.code != 0 || !strings.Contains(r.stdout, `"after": "after"`) || !strings.Contains(r.stderr, "note: dialog: confirm") || !strings.Contains(r.stderr, "really?") {
+		t.Fatalf("a page with a dialog: %+v", r)
+	}
 	if r := c.cli("browser", "list"); r.code != 0 || !strings.Contains(r.stdout, id) {
 		t.Fatalf("list: %+v", r)
 	}

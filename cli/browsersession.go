@@ -255,7 +255,7 @@ func browserDo(c *ucli.Context) error {
 		if written == nil {
 			written = []string{}
 		}
-		out := map[string]any{"session": sessionJSON(r.Session), "observations": r.Observations, "files": written}
+		out := map[string]any{"session": sessionJSON(r.Session), "observations": r.Observations, "files": written, "notes": nonNil(r.Notes)}
 		if len(r.Values) > 0 {
 			out["values"] = json.RawMessage(r.Values)
 		}
@@ -271,6 +271,9 @@ func browserDo(c *ucli.Context) error {
 	}
 	for _, p := range written {
 		fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", p)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
 	}
 	return nil
 }

@@ -86,7 +86,7 @@ func (n *Node) browserSession(ctx context.Context, r *peerpb.BrowserSessionReque
 			return fail(err)
 		}
 		info, _ = ex.Session(r.SessionId)
-		m := &palyrav1.BrowserSessionResponse{Session: pb(info), Values: res.Values, Observations: res.Observations}
+		m := &palyrav1.BrowserSessionResponse{Session: pb(info), Values: res.Values, Observations: res.Observations, Notes: res.Notes}
 		for _, a := range res.Artifacts {
 			m.Files = append(m.Files, &palyrav1.BrowserFile{Name: a.Name, MediaType: a.MediaType, Data: a.Data})
 		}

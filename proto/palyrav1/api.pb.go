@@ -3561,11 +3561,14 @@ func (x *BrowserDoRequest) GetSteps() [][]byte {
 }
 
 type BrowserSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *BrowserSession        `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Values        []byte                 `protobuf:"bytes,2,opt,name=values,proto3" json:"values,omitempty"`             // JSON object: what extract/evaluate steps of this call set
-	Observations  []string               `protobuf:"bytes,3,rep,name=observations,proto3" json:"observations,omitempty"` // one per observe step
-	Files         []*BrowserFile         `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`               // screenshots and PDFs the steps made
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Session      *BrowserSession        `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Values       []byte                 `protobuf:"bytes,2,opt,name=values,proto3" json:"values,omitempty"`             // JSON object: what extract/evaluate steps of this call set
+	Observations []string               `protobuf:"bytes,3,rep,name=observations,proto3" json:"observations,omitempty"` // one per observe step
+	Files        []*BrowserFile         `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`               // screenshots and PDFs the steps made
+	// notes say what happened on the page besides the steps: dialogs
+	// answered, a script stopped or the tab replaced after a timeout.
+	Notes         []string `protobuf:"bytes,5,rep,name=notes,proto3" json:"notes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3624,6 +3627,13 @@ func (x *BrowserSessionResponse) GetObservations() []string {
 func (x *BrowserSessionResponse) GetFiles() []*BrowserFile {
 	if x != nil {
 		return x.Files
+	}
+	return nil
+}
+
+func (x *BrowserSessionResponse) GetNotes() []string {
+	if x != nil {
+		return x.Notes
 	}
 	return nil
 }
@@ -6220,12 +6230,13 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"8\n" +
 	"\x10BrowserDoRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05steps\x18\x02 \x03(\fR\x05steps\"\xb7\x01\n" +
+	"\x05steps\x18\x02 \x03(\fR\x05steps\"\xcd\x01\n" +
 	"\x16BrowserSessionResponse\x123\n" +
 	"\asession\x18\x01 \x01(\v2\x19.palyra.v1.BrowserSessionR\asession\x12\x16\n" +
 	"\x06values\x18\x02 \x01(\fR\x06values\x12\"\n" +
 	"\fobservations\x18\x03 \x03(\tR\fobservations\x12,\n" +
-	"\x05files\x18\x04 \x03(\v2\x16.palyra.v1.BrowserFileR\x05files\"T\n" +
+	"\x05files\x18\x04 \x03(\v2\x16.palyra.v1.BrowserFileR\x05files\x12\x14\n" +
+	"\x05notes\x18\x05 \x03(\tR\x05notes\"T\n" +
 	"\vBrowserFile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
