@@ -139,7 +139,7 @@ func (s *State) lookup(id string) (*Job, error) {
 	return j, nil
 }
 
-func (s *State) applyAssign(c *raftpb.AssignJob) ApplyResult {
+func (s *State) applyAssign(c *raftpb.AssignJob, rules uint32) ApplyResult {
 	j, err := s.lookup(c.Id)
 	if err != nil {
 		return ApplyResult{Err: err}
@@ -150,7 +150,7 @@ func (s *State) applyAssign(c *raftpb.AssignJob) ApplyResult {
 	if c.Attempt != j.Attempt+1 {
 		return ApplyResult{Job: *j, Err: errf(ErrStaleAttempt, "", "job %s: placement attempt %d, expected %d", j.ID, c.Attempt, j.Attempt+1)}
 	}
-	if j.SkillID != "" {
+	if j.SkillID != "" && rules >= SkillRules {
 		// A run of a skill disabled, quarantined or removed since it was
 		// queued ends here instead of starting.
 		if why := s.skillUnavailable(j.SkillID); why != "" {
@@ -212,7 +212,7 @@ func (s *State) applyRound(c *raftpb.SchedulerRound) ApplyResult {
 		if used[k] >= limit {
 			continue
 		}
-		if s.applyAssign(&raftpb.AssignJob{Id: p.Id, Attempt: p.Attempt, NodeId: p.NodeId, AtMs: c.AtMs}).Err == nil {
+		if s.applyAssign(&raftpb.AssignJob{Id: p.Id, Attempt: p.Attempt, NodeId: p.NodeId, AtMs: c.AtMs}, c.Rules).Err == nil {
 			used[k]++
 		}
 	}
@@ -311,7 +311,7 @@ func (s *State) applyDecide(c *raftpb.DecideJob) ApplyResult {
 		return ApplyResult{Job: *j, Err: errf(ErrConflict, "only a job in waiting_for_approval can be approved or denied",
 			"job %s is %s", j.ID, j.Phase)}
 	}
-	if c.Approve && j.SkillID != "" {
+	if c.Approve && j.SkillID != "" && c.Rules >= SkillRules {
 		if why := s.skillUnavailable(j.SkillID); why != "" {
 			return ApplyResult{Job: *j, Err: errf(ErrConflict,
 				"an operator enables it first ('palyra skill enable "+j.SkillID+"'), or deny the run ('palyra job deny "+j.ID+" --reason …')",

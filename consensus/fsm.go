@@ -141,7 +141,7 @@ func (s *State) apply(index uint64, cmd *raftpb.Command) ApplyResult {
 	case *raftpb.Command_SubmitJob:
 		return s.applySubmit(index, c.SubmitJob)
 	case *raftpb.Command_AssignJob:
-		return s.applyAssign(c.AssignJob)
+		return s.applyAssign(c.AssignJob, 0) // an earlier version's command
 	case *raftpb.Command_SetSecret:
 		return s.applySetSecret(c.SetSecret)
 	case *raftpb.Command_DeleteSecret:
@@ -153,7 +153,7 @@ func (s *State) apply(index uint64, cmd *raftpb.Command) ApplyResult {
 	case *raftpb.Command_AssignBatch:
 		placed := 0
 		for _, a := range c.AssignBatch.Assignments {
-			if r := s.applyAssign(a); r.Err == nil {
+			if r := s.applyAssign(a, 0); r.Err == nil {
 				placed++
 			}
 		}

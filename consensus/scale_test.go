@@ -17,7 +17,7 @@ func addNode(id string) *raftpb.Command {
 }
 
 func round(at int64, slots map[string]uint32, placements ...*raftpb.AssignJob) *raftpb.Command {
-	r := &raftpb.SchedulerRound{AtMs: at, Placements: placements}
+	r := &raftpb.SchedulerRound{AtMs: at, Placements: placements, Rules: SkillRules}
 	for n, s := range slots {
 		r.Slots = append(r.Slots, &raftpb.NodeSlots{NodeId: n, Kind: "wasm", Slots: s})
 	}

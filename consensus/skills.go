@@ -11,6 +11,14 @@ import (
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
+// SkillRules is the version of the rules on skill installs and on runs of
+// skills that are not active (installOver, abortSkillRuns, and the checks
+// in applyAssign and applyDecide). Commands carry the version they were
+// proposed under (rules); an entry written before these rules existed
+// (0) replays as it applied then, so a restart after an upgrade rebuilds
+// the same state its log made, not a different one.
+const SkillRules = 1
+
 // Skill statuses (SkillRecord.status).
 const (
 	SkillActive      uint32 = 1
@@ -99,8 +107,10 @@ func (s *State) applySkill(c *raftpb.SkillCommand) ApplyResult {
 		r.PreviousVersion = ""
 		old, replacing := d.skills[r.SkillId]
 		if replacing {
-			if err := s.installOver(old, r, c); err != nil {
-				return ApplyResult{Err: err}
+			if c.Rules >= SkillRules { // an earlier version's entry replaces as it did then
+				if err := s.installOver(old, r, c); err != nil {
+					return ApplyResult{Err: err}
+				}
 			}
 			s.skillBlobs(old, -1)
 		}
@@ -119,7 +129,7 @@ func (s *State) applySkill(c *raftpb.SkillCommand) ApplyResult {
 				return ApplyResult{Err: err}
 			}
 		}
-		if c.Status == SkillQuarantined {
+		if c.Status == SkillQuarantined && c.Rules >= SkillRules {
 			s.abortSkillRuns(c.SetStatusId, "quarantined", c)
 		}
 		r := proto.Clone(old).(*raftpb.SkillRecord)
@@ -139,7 +149,9 @@ func (s *State) applySkill(c *raftpb.SkillCommand) ApplyResult {
 		if err := s.unbindSkillHooks(c.RemoveId, "removed", c); err != nil {
 			return ApplyResult{Err: err}
 		}
-		s.abortSkillRuns(c.RemoveId, "removed", c)
+		if c.Rules >= SkillRules {
+			s.abortSkillRuns(c.RemoveId, "removed", c)
+		}
 		s.skillBlobs(old, -1)
 		delete(d.skills, c.RemoveId)
 	default:

@@ -13,7 +13,14 @@ import (
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
+// skillCmd wraps c as this version's API proposes it (under SkillRules).
 func skillCmd(c *raftpb.SkillCommand) *raftpb.Command {
+	c.Rules = SkillRules
+	return &raftpb.Command{Cmd: &raftpb.Command_Skill{Skill: c}}
+}
+
+// legacySkillCmd wraps c as an earlier version wrote it (no rules).
+func legacySkillCmd(c *raftpb.SkillCommand) *raftpb.Command {
 	return &raftpb.Command{Cmd: &raftpb.Command_Skill{Skill: c}}
 }
 
@@ -394,13 +401,13 @@ func TestRunsOfAnInactiveSkillDoNotStart(t *testing.T) {
 		})
 	}
 	assign := func(id string) *raftpb.Command {
-		return &raftpb.Command{Cmd: &raftpb.Command_AssignJob{AssignJob: &raftpb.AssignJob{Id: id, Attempt: 1, NodeId: "n-1", AtMs: 50}}}
+		return round(50, map[string]uint32{"n-1": 10}, place(id, 1, "n-1"))
 	}
 	rec := func(id string) *raftpb.SkillRecord {
 		return &raftpb.SkillRecord{SkillId: id, Version: "1.0.0", Publisher: "acme", PublisherKey: "k", PackageSha256: "pkg-" + id,
 			Tools: []*raftpb.SkillTool{{Id: "t", ModuleSha256: "mod-" + id}}}
 	}
-	for _, r := range applyAll(t, f,
+	for _, r := range applyAll(t, f, addNode("n-1"),
 		skillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "acme", Key: "k"}, AtMs: 1}),
 		skillCmd(&raftpb.SkillCommand{Install: rec("q"), AtMs: 2}),
 		skillCmd(&raftpb.SkillCommand{Install: rec("d"), AtMs: 2}),
@@ -422,7 +429,7 @@ func TestRunsOfAnInactiveSkillDoNotStart(t *testing.T) {
 		t.Fatalf("another skill's run: %s", j.Phase)
 	}
 	res := applyAll(t, f, assign("q-queued"), assign("d-queued"), assign("plain"),
-		&raftpb.Command{Cmd: &raftpb.Command_DecideJob{DecideJob: &raftpb.DecideJob{Id: "q-gated", Approve: true, By: "device:op", AtMs: 70}}})
+		&raftpb.Command{Cmd: &raftpb.Command_DecideJob{DecideJob: &raftpb.DecideJob{Id: "q-gated", Approve: true, By: "device:op", AtMs: 70, Rules: SkillRules}}})
 	for _, id := range []string{"q-queued", "d-queued"} {
 		if j, _ := st.Job(id); j.Phase != PhaseAborted || j.Error.Code != "skill_unavailable" || !strings.Contains(j.Error.Hint, "palyra skill enable") {
 			t.Fatalf("%s placed after its skill stopped: %s %+v", id, j.Phase, j.Error)
@@ -436,11 +443,58 @@ func TestRunsOfAnInactiveSkillDoNotStart(t *testing.T) {
 	}
 	// Removing a skill stops its running runs too; denying still works.
 	res = applyAll(t, f, skillCmd(&raftpb.SkillCommand{RemoveId: "other", AtMs: 80}),
-		&raftpb.Command{Cmd: &raftpb.Command_DecideJob{DecideJob: &raftpb.DecideJob{Id: "q-gated", Approve: false, By: "device:op", AtMs: 81}}})
+		&raftpb.Command{Cmd: &raftpb.Command_DecideJob{DecideJob: &raftpb.DecideJob{Id: "q-gated", Approve: false, By: "device:op", AtMs: 81, Rules: SkillRules}}})
 	if j, _ := st.Job("other-running"); res[0].Err != nil || j.Phase != PhaseAborted || !strings.Contains(j.Error.Message, "removed") {
 		t.Fatalf("running run of a removed skill: %v %s %+v", res[0].Err, j.Phase, j.Error)
 	}
 	if j, _ := st.Job("q-gated"); res[1].Err != nil || j.Phase != PhaseAborted {
 		t.Fatalf("deny: %v %s", res[1].Err, j.Phase)
+	}
+}
+
+// TestEntriesFromBeforeTheSkillRulesReplayAsThen: a log written by an
+// earlier version replays as it applied then (a restart after an upgrade
+// replays the entries since the last snapshot): an install over another
+// publisher's skill replaces it, a quarantine leaves running runs alone,
+// a placement and an approval of an inactive skill's run go through.
+func TestEntriesFromBeforeTheSkillRulesReplayAsThen(t *testing.T) {
+	f := NewFSM()
+	st := f.State()
+	rec := func(pub, version, pkg string) *raftpb.SkillRecord {
+		return &raftpb.SkillRecord{SkillId: "web", Version: version, Publisher: pub, PublisherKey: "k-" + pub, PackageSha256: pkg,
+			Tools: []*raftpb.SkillTool{{Id: "t", ModuleSha256: "mod"}}}
+	}
+	run := func(id string, gated bool) *raftpb.Command {
+		return submitWith(id, func(r *raftpb.JobRecord) {
+			r.SkillId, r.SkillTool = "web", "t"
+			if gated {
+				r.RequiresApproval, r.DeadlineAtMs, r.RunDeadlineAtMs = true, 100_000, 200_000
+			}
+		})
+	}
+	legacyRound := &raftpb.Command{Cmd: &raftpb.Command_SchedulerRound{SchedulerRound: &raftpb.SchedulerRound{AtMs: 50,
+		Slots: []*raftpb.NodeSlots{{NodeId: "n-1", Kind: "wasm", Slots: 10}}, Placements: []*raftpb.AssignJob{place("queued", 1, "n-1")}}}}
+	for i, r := range applyAll(t, f, addNode("n-1"),
+		legacySkillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "a", Key: "k-a"}}),
+		legacySkillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "b", Key: "k-b"}}),
+		legacySkillCmd(&raftpb.SkillCommand{Install: rec("a", "2.0.0", "pkg-a")}),
+		legacySkillCmd(&raftpb.SkillCommand{Install: rec("b", "1.0.0", "pkg-b")}), // another publisher, a downgrade
+		run("running", false), run("queued", false), run("gated", true),
+		round(40, map[string]uint32{"n-1": 10}, place("running", 1, "n-1")),
+		legacySkillCmd(&raftpb.SkillCommand{SetStatusId: "web", Status: SkillQuarantined, AtMs: 45}),
+		legacyRound,
+		&raftpb.Command{Cmd: &raftpb.Command_DecideJob{DecideJob: &raftpb.DecideJob{Id: "gated", Approve: true, AtMs: 60}}},
+	) {
+		if r.Err != nil {
+			t.Fatalf("entry %d: %v", i, r.Err)
+		}
+	}
+	if r, _ := st.Skill("web"); r.Publisher != "b" || r.Version != "1.0.0" {
+		t.Fatalf("the legacy install: %s %s", r.Publisher, r.Version)
+	}
+	for id, want := range map[string]Phase{"running": PhaseRunning, "queued": PhaseRunning, "gated": PhaseQueued} {
+		if j, _ := st.Job(id); j.Phase != want {
+			t.Errorf("%s: %s, want %s as before the rules", id, j.Phase, want)
+		}
 	}
 }

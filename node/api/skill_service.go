@@ -53,7 +53,7 @@ func (ss skillService) fresh(ctx context.Context) error {
 
 func (ss skillService) apply(ctx context.Context, c *raftpb.SkillCommand) error {
 	caller, _ := PrincipalFrom(ctx)
-	c.AtMs, c.By = ss.s.now().UnixMilli(), caller.String()
+	c.AtMs, c.By, c.Rules = ss.s.now().UnixMilli(), caller.String(), consensus.SkillRules
 	_, err := ss.s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_Skill{Skill: c}})
 	if err != nil {
 		return fromErr(err)
@@ -439,7 +439,7 @@ func (as approvalService) DecideJob(ctx context.Context, req *connect.Request[pa
 	}
 	caller, _ := PrincipalFrom(ctx)
 	j, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_DecideJob{DecideJob: &raftpb.DecideJob{
-		Id: m.Id, Approve: m.Approve, Reason: m.Reason, By: caller.String(), AtMs: s.now().UnixMilli()}}})
+		Id: m.Id, Approve: m.Approve, Reason: m.Reason, By: caller.String(), AtMs: s.now().UnixMilli(), Rules: consensus.SkillRules}}})
 	if err != nil {
 		return nil, fromErr(err)
 	}

@@ -1156,13 +1156,16 @@ func (x *NodeSlots) GetSlots() uint32 {
 // again on apply against eligibility, drain and capacity), pending
 // reasons, requeues of work on dead or drained workers, and expiries.
 type SchedulerRound struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AtMs          int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
-	Placements    []*AssignJob           `protobuf:"bytes,2,rep,name=placements,proto3" json:"placements,omitempty"`
-	Slots         []*NodeSlots           `protobuf:"bytes,3,rep,name=slots,proto3" json:"slots,omitempty"`
-	Pending       []*SetPendingReason    `protobuf:"bytes,4,rep,name=pending,proto3" json:"pending,omitempty"`
-	Requeues      []*RequeueJob          `protobuf:"bytes,5,rep,name=requeues,proto3" json:"requeues,omitempty"`
-	Expire        []string               `protobuf:"bytes,6,rep,name=expire,proto3" json:"expire,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	AtMs       int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Placements []*AssignJob           `protobuf:"bytes,2,rep,name=placements,proto3" json:"placements,omitempty"`
+	Slots      []*NodeSlots           `protobuf:"bytes,3,rep,name=slots,proto3" json:"slots,omitempty"`
+	Pending    []*SetPendingReason    `protobuf:"bytes,4,rep,name=pending,proto3" json:"pending,omitempty"`
+	Requeues   []*RequeueJob          `protobuf:"bytes,5,rep,name=requeues,proto3" json:"requeues,omitempty"`
+	Expire     []string               `protobuf:"bytes,6,rep,name=expire,proto3" json:"expire,omitempty"`
+	// rules: the skill rules the round was planned under (consensus.SkillRules);
+	// 0 in entries written before them, which replay as they applied then.
+	Rules         uint32 `protobuf:"varint,7,opt,name=rules,proto3" json:"rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1237,6 +1240,13 @@ func (x *SchedulerRound) GetExpire() []string {
 		return x.Expire
 	}
 	return nil
+}
+
+func (x *SchedulerRound) GetRules() uint32 {
+	if x != nil {
+		return x.Rules
+	}
+	return 0
 }
 
 // ArrayTask is one task's input: inline, or a blob named by hash.
@@ -4228,6 +4238,7 @@ type DecideJob struct {
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
 	AtMs          int64                  `protobuf:"varint,5,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Rules         uint32                 `protobuf:"varint,6,opt,name=rules,proto3" json:"rules,omitempty"` // as SchedulerRound.rules
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4293,6 +4304,13 @@ func (x *DecideJob) GetBy() string {
 func (x *DecideJob) GetAtMs() int64 {
 	if x != nil {
 		return x.AtMs
+	}
+	return 0
+}
+
+func (x *DecideJob) GetRules() uint32 {
+	if x != nil {
+		return x.Rules
 	}
 	return 0
 }
@@ -4712,8 +4730,11 @@ type SkillCommand struct {
 	// With install: a lower version than the installed one replaces it
 	// (otherwise a downgrade is refused).
 	AllowDowngrade bool `protobuf:"varint,12,opt,name=allow_downgrade,json=allowDowngrade,proto3" json:"allow_downgrade,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// rules: as SchedulerRound.rules. An entry without them (written by an
+	// earlier version) replays as it applied then.
+	Rules         uint32 `protobuf:"varint,13,opt,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SkillCommand) Reset() {
@@ -4828,6 +4849,13 @@ func (x *SkillCommand) GetAllowDowngrade() bool {
 		return x.AllowDowngrade
 	}
 	return false
+}
+
+func (x *SkillCommand) GetRules() uint32 {
+	if x != nil {
+		return x.Rules
+	}
+	return 0
 }
 
 type Snapshot struct {
@@ -5342,7 +5370,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\tNodeSlots\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
-	"\x05slots\x18\x03 \x01(\rR\x05slots\"\x9d\x02\n" +
+	"\x05slots\x18\x03 \x01(\rR\x05slots\"\xb3\x02\n" +
 	"\x0eSchedulerRound\x12\x13\n" +
 	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x129\n" +
 	"\n" +
@@ -5351,7 +5379,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05slots\x18\x03 \x03(\v2\x19.palyra.raft.v1.NodeSlotsR\x05slots\x12:\n" +
 	"\apending\x18\x04 \x03(\v2 .palyra.raft.v1.SetPendingReasonR\apending\x126\n" +
 	"\brequeues\x18\x05 \x03(\v2\x1a.palyra.raft.v1.RequeueJobR\brequeues\x12\x16\n" +
-	"\x06expire\x18\x06 \x03(\tR\x06expire\"c\n" +
+	"\x06expire\x18\x06 \x03(\tR\x06expire\x12\x14\n" +
+	"\x05rules\x18\a \x01(\rR\x05rules\"c\n" +
 	"\tArrayTask\x12\x14\n" +
 	"\x05input\x18\x01 \x01(\fR\x05input\x12!\n" +
 	"\finput_sha256\x18\x02 \x01(\tR\vinputSha256\x12\x1d\n" +
@@ -5591,13 +5620,14 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x04bind\x18\x01 \x01(\v2\x1a.palyra.raft.v1.HookRecordR\x04bind\x12\x16\n" +
 	"\x06unbind\x18\x02 \x01(\tR\x06unbind\x12\x13\n" +
 	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
-	"\x02by\x18\x04 \x01(\tR\x02by\"r\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"\x88\x01\n" +
 	"\tDecideJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aapprove\x18\x02 \x01(\bR\aapprove\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x0e\n" +
 	"\x02by\x18\x04 \x01(\tR\x02by\x12\x13\n" +
-	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\xf5\x05\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\x12\x14\n" +
+	"\x05rules\x18\x06 \x01(\rR\x05rules\"\xf5\x05\n" +
 	"\vSkillRecord\x12\x19\n" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
@@ -5638,7 +5668,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x13\n" +
 	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
-	"\x02by\x18\x04 \x01(\tR\x02by\"\x99\x03\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"\xaf\x03\n" +
 	"\fSkillCommand\x12\x13\n" +
 	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\x125\n" +
@@ -5653,7 +5683,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\auntrust\x18\n" +
 	" \x01(\tR\auntrust\x12!\n" +
 	"\funbind_hooks\x18\v \x03(\tR\vunbindHooks\x12'\n" +
-	"\x0fallow_downgrade\x18\f \x01(\bR\x0eallowDowngrade\"\xdc\b\n" +
+	"\x0fallow_downgrade\x18\f \x01(\bR\x0eallowDowngrade\x12\x14\n" +
+	"\x05rules\x18\r \x01(\rR\x05rules\"\xdc\b\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +

@@ -224,7 +224,7 @@ func (d *Driver) Round(ctx context.Context) {
 	now := d.cfg.Now()
 	nowMS := now.UnixMilli()
 	st := d.cfg.State
-	round := &raftpb.SchedulerRound{AtMs: nowMS}
+	round := &raftpb.SchedulerRound{AtMs: nowMS, Rules: consensus.SkillRules}
 
 	workers := d.cfg.Workers()
 	alive := make(map[string]bool, len(workers))

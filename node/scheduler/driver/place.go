@@ -252,7 +252,7 @@ func (d *Driver) Piggyback(cmd *raftpb.Command) (round *raftpb.SchedulerRound, d
 		return nil, nil
 	}
 	workers := d.cfg.Workers()
-	round = &raftpb.SchedulerRound{AtMs: d.cfg.Now().UnixMilli()}
+	round = &raftpb.SchedulerRound{AtMs: d.cfg.Now().UnixMilli(), Rules: consensus.SkillRules}
 	d.planMu.Lock()
 	defer d.planMu.Unlock()
 	jobs, _ := d.place(round, workers, freed, extra, maxPiggyExamine, 0)
