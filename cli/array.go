@@ -330,7 +330,7 @@ func watchArray(ctx context.Context, cl *client.Client, id string, show func(*pa
 // per task; stderr on stderr; each task that did not complete reported
 // on stderr. With --json it prints one document {array, tasks}. It fails
 // (exit 1) if any task did not complete.
-func followArray(c *ucli.Context, cl *client.Client, id string) error {
+func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool) error {
 	outDir := c.String("output-dir")
 	if outDir != "" {
 		if err := checkOutputDir(outDir); err != nil {
@@ -347,7 +347,7 @@ func followArray(c *ucli.Context, cl *client.Client, id string) error {
 	defer cancel()
 	var seen atomic.Pointer[palyrav1.JobArray]
 	var stuck atomic.Pointer[palyrav1.Job] // task 0, when no task can start anywhere
-	if d := giveUpFor(c); d > 0 {
+	if d := giveUpFor(c); d > 0 && giveUp { // submit --wait gives up; job watch follows for as long as it takes
 		go giveUpOnArray(wctx, cl, &seen, &stuck, d, cancel)
 	}
 	a, err := watchArray(wctx, cl, id, func(a *palyrav1.JobArray) { seen.Store(a); p.update(a) })
@@ -389,13 +389,18 @@ func followArray(c *ucli.Context, cl *client.Client, id string) error {
 	err = cl.ArrayTasks(c.Context, id, c.Bool("stale"), func(t *palyrav1.Job) error {
 		if outDir != "" {
 			base := filepath.Join(outDir, fmt.Sprintf("%0*d", width, t.ArrayIndex))
-			if t.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
-				// No .out: an empty one would read as an empty result.
+			completed := t.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED
+			if !completed {
 				if err := os.WriteFile(base+".failed", []byte(taskReason(t)+"\n"), 0o644); err != nil {
 					return err
 				}
-			} else if err := os.WriteFile(base+".out", t.Stdout, 0o644); err != nil {
-				return err
+			}
+			// A task that did not complete gets a .out only if it wrote
+			// something (an empty one would read as an empty result).
+			if completed || len(t.Stdout) > 0 {
+				if err := os.WriteFile(base+".out", t.Stdout, 0o644); err != nil {
+					return err
+				}
 			}
 			if len(t.Stderr) > 0 {
 				if err := os.WriteFile(base+".err", t.Stderr, 0o644); err != nil {
@@ -434,7 +439,7 @@ func followArray(c *ucli.Context, cl *client.Client, id string) error {
 		if interrupted(c) {
 			return failWith(c, &client.Error{Code: "interrupted",
 				Message: fmt.Sprintf("interrupted while printing the outputs of job array %s (every task has ended)", id),
-				Hint:    fmt.Sprintf("print them again with 'palyra job watch %s'", id)}, exitInterrupted)
+				Hint:    fmt.Sprintf("print them again with 'palyra job watch %s' (with --output-dir, into a new directory)", id)}, exitInterrupted)
 		}
 		var ce *connect.Error
 		if errors.As(err, &ce) {

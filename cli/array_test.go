@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -324,6 +325,25 @@ func TestArrayWaitGivesUpAndTimesOut(t *testing.T) {
 	}
 	if time.Since(start) > 30*time.Second {
 		t.Fatalf("gave up only after %s", time.Since(start))
+	}
+	// 'job watch' follows it for as long as it takes (it does not give up):
+	// still following after the give-up time, it ends when the array does.
+	stuck := regexp.MustCompile(`array (j-[0-9a-f]+)`).FindStringSubmatch(r.stderr)
+	if stuck == nil {
+		t.Fatalf("no array id in %q", r.stderr)
+	}
+	done := make(chan result, 1)
+	go func() { done <- c.cli("job", "watch", stuck[1]) }()
+	select {
+	case w := <-done:
+		t.Fatalf("job watch gave up on an array no node can run: %+v", w)
+	case <-time.After(giveUpAfter + 2*time.Second):
+	}
+	if r := c.cli("job", "cancel", stuck[1]); r.code != 0 {
+		t.Fatalf("cancel: %+v", r)
+	}
+	if w := <-done; w.code != 1 || !strings.Contains(w.stderr, "did not complete") {
+		t.Fatalf("job watch of the cancelled array: %+v", w)
 	}
 	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "sleep"), "--inputs", in, "--wait", "--wait-timeout", "1s")
 	if r.code != 1 || !strings.Contains(r.stderr, "gave up waiting after 1s") || !strings.Contains(r.stderr, "The array goes on") {

@@ -26,7 +26,7 @@ var waitTimeoutFlag = &ucli.DurationFlag{Name: "wait-timeout", Usage: "with --wa
 
 var jsonFlag = &ucli.BoolFlag{Name: "json", Usage: "print machine-readable JSON"}
 
-var outputDirFlag = &ucli.StringFlag{Name: "output-dir", Usage: "job arrays: write task i's stdout to `DIR`/00000i.out (its stderr to .err, if any; .failed, saying why, for a task that did not complete) instead of printing them; DIR must be new or empty"}
+var outputDirFlag = &ucli.StringFlag{Name: "output-dir", Usage: "job arrays: write task i's stdout to `DIR`/00000i.out (its stderr to .err, if any; .failed, saying why, for a task that did not complete, and .out only if it wrote something) instead of printing them; DIR must be new or empty"}
 
 func jobCommand() *ucli.Command {
 	return &ucli.Command{
@@ -49,7 +49,8 @@ func jobCommand() *ucli.Command {
    that lacks one, an empty output as an empty line, so line N is task N's),
    or writes DIR/000042.out (and .err) with --output-dir (a new or empty
    directory: another run's files would mix with this one's; a task that
-   did not complete gets DIR/000042.failed, saying why, and no .out); each
+   did not complete gets DIR/000042.failed, saying why, and a .out only if
+   it wrote something); each
    task that did not complete is reported on stderr, and the command exits
    1 if any did not.
 
@@ -296,7 +297,7 @@ func jobSubmit(c *ucli.Context) error {
 			}
 			return nil
 		}
-		return followArray(c, cl, a.Id)
+		return followArray(c, cl, a.Id, true)
 	}
 	if !c.Bool("wait") {
 		if c.Bool("json") {
@@ -820,7 +821,7 @@ func jobWatch(c *ucli.Context) error {
 					// A job array: follow it (progress, then outputs) on a
 					// stream of its own.
 					stream.Close()
-					return followArray(c, cl, id)
+					return followArray(c, cl, id, false)
 				}
 				if c.IsSet("output-dir") {
 					stream.Close()
@@ -851,7 +852,9 @@ func jobWatch(c *ucli.Context) error {
 		if interrupted(c) {
 			return stoppedFollowing(c, "job", id)
 		}
-		if !watchRetryable(err) || time.Now().After(retryUntil) {
+		if last == nil || !watchRetryable(err) || time.Now().After(retryUntil) {
+			// Never reached: say why at once (as before); the retries are
+			// for a stream that broke after it worked.
 			return fail(c, cl.Explain(err))
 		}
 		if !said && last != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -433,11 +435,22 @@ func TestJobWatchOutlivesItsNode(t *testing.T) {
 		t.Fatalf("submit: %+v", r)
 	}
 	id := strings.TrimSpace(r.stdout)
-	done := make(chan result, 1)
-	go func() { done <- c.on(addrs[2]+","+addrs[0], "job", "watch", id) }()
-	time.Sleep(1500 * time.Millisecond) // the watch has its first states
+	var out, errb lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		done <- run(ctx, []string{"palyra", "--data-dir", c.dir, "--addr", addrs[2] + "," + addrs[0], "job", "watch", id}, strings.NewReader(""), &out, &errb)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "running") { // the watch has the job running
+		if time.Now().After(deadline) {
+			t.Fatalf("the watch printed no running state: %q %q", out.String(), errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	gone.Close()
-	w := <-done
+	w := result{<-done, out.String(), errb.String()}
 	if w.code != 0 || !strings.Contains(w.stdout, "running") || !strings.Contains(w.stdout, "completed") ||
 		!strings.Contains(w.stderr, "following "+id+" again") {
 		t.Fatalf("watch through a node that stopped: %+v", w)
@@ -445,4 +458,22 @@ func TestJobWatchOutlivesItsNode(t *testing.T) {
 	if n := strings.Count(w.stdout, "running"); n != 1 {
 		t.Fatalf("the running state was printed %d times:\n%s", n, w.stdout)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe to read while a command writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -428,7 +428,7 @@ func TestArrayTasksStartInIndexOrder(t *testing.T) {
 	cl := operator(t, n, n.Addr())
 	in := make([]string, 8)
 	for i := range in {
-		in[i] = "20ms"
+		in[i] = "150ms" // long enough that every task is waiting before the first ends, on a loaded machine too
 	}
 	a := submitArray(t, cl, "sleep", in...).Array
 	watchArrayDone(t, cl, a.Id)
