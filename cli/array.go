@@ -346,7 +346,7 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool) err
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var seen atomic.Pointer[palyrav1.JobArray]
-	var stuck atomic.Pointer[palyrav1.Job] // task 0, when no task can start anywhere
+	var stuck atomic.Pointer[palyrav1.Job]  // task 0, when no task can start anywhere
 	if d := giveUpFor(c); d > 0 && giveUp { // submit --wait gives up; job watch follows for as long as it takes
 		go giveUpOnArray(wctx, cl, &seen, &stuck, d, cancel)
 	}
