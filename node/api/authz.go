@@ -30,9 +30,19 @@ type Authorizer struct {
 	nodeMu    sync.Mutex
 	nodeSwaps uint64
 	nodeCache map[nodeWorkKey]nodeWorkDecision
+	// openNodeWork: the stored policy refuses node work to every node (a
+	// policy stored before node_work was enforced, or restored from such
+	// a backup): node work is allowed anyway, with an error in the log,
+	// until a policy that permits it is set ('policy set' refuses one that
+	// does not). Checked again every openCheckEvery.
+	openNodeWork   bool
+	openCheckedAt  time.Time
+	openCheckedFor uint64 // swaps when last checked
 }
 
-type nodeWorkKey struct{ node, action, submitter, kind string }
+const openCheckEvery = 10 * time.Second
+
+type nodeWorkKey struct{ node, action, submitter, kind, job string }
 
 type nodeWorkDecision struct {
 	at  time.Time
@@ -130,13 +140,26 @@ func (a *Authorizer) NodeWork(p identity.Principal, action, jobID string) error 
 			submitter, kind = j.Submitter, j.Kind
 		}
 		res = policy.JobResource(jobID, submitter, kind)
-		key.submitter, key.kind = submitter, kind
+		key.submitter, key.kind, key.job = submitter, kind, jobID
 	}
 	now := time.Now()
 	swaps := a.swaps.Load()
 	a.nodeMu.Lock()
 	if a.nodeCache == nil || a.nodeSwaps != swaps || len(a.nodeCache) > 4096 {
 		a.nodeCache, a.nodeSwaps = map[nodeWorkKey]nodeWorkDecision{}, swaps
+	}
+	if a.openCheckedFor != swaps || now.Sub(a.openCheckedAt) > openCheckEvery {
+		a.openCheckedFor, a.openCheckedAt = swaps, now
+		was := a.openNodeWork
+		a.openNodeWork = refusesEveryNode(a.engine, a, a.state.Members("node")) != nil
+		if a.openNodeWork && !was {
+			a.log.Error("the stored policy refuses node work (worker.heartbeat or raft.join) to every node; allowing node work anyway so the cluster keeps running: set a policy that permits it ('palyra policy get', keep the default's \"nodes\" permit, 'palyra policy set')",
+				"policy_version", a.state.Policy().Version)
+		}
+	}
+	if a.openNodeWork {
+		a.nodeMu.Unlock()
+		return nil
 	}
 	if d, ok := a.nodeCache[key]; ok && now.Sub(d.at) < nodeWorkTTL {
 		a.nodeMu.Unlock()

@@ -56,6 +56,7 @@ type AuthzState interface {
 	Policy() consensus.Policy
 	Member(kind, id string) (consensus.Member, bool)
 	Job(id string) (consensus.Job, bool) // worker.report's resource
+	Members(kind string) []consensus.Member
 }
 
 var _ State = (*consensus.State)(nil)

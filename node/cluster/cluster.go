@@ -25,12 +25,13 @@ var ErrClosed = errors.New("cluster: closed")
 // (autopilot, on the leader), the peer RPC server, and the write and read
 // paths that work the same on every node.
 type Cluster struct {
-	cfg   Config
-	log   *slog.Logger
-	store *consensus.Store
-	raft  *raft.Raft
-	ap    *autopilot.Autopilot
-	apd   *apDelegate
+	policyLogged sync.Map // node id → when a policy refusal of its work was last logged
+	cfg          Config
+	log          *slog.Logger
+	store        *consensus.Store
+	raft         *raft.Raft
+	ap           *autopilot.Autopilot
+	apd          *apDelegate
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc

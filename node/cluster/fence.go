@@ -75,7 +75,9 @@ func (c *Cluster) handleRenewLeases(pr identity.Principal, r *peerpb.RenewLeases
 		return c.notLeaderResp()
 	}
 	if err := c.nodeWork(pr, policy.ActionWorkerHeartbeat, ""); err != nil {
-		c.log.Warn("refused a lease renewal by the policy", "caller", pr.String(), "err", err)
+		if c.logPolicyRefusal(pr.ID) {
+			c.log.Warn("refused a lease renewal by the policy (said once a minute per node)", "caller", pr.String(), "err", err)
+		}
 		return errResp(codePermissionDenied, err.Error(), "the cluster's policy decides which nodes work ('palyra policy get')")
 	}
 	k := c.leases.Load()
@@ -142,4 +144,15 @@ func (c *Cluster) mayReport(pr identity.Principal, cmd *raftpb.Command) error {
 		}
 	}
 	return nil
+}
+
+// logPolicyRefusal reports whether a policy refusal of node's work should
+// be logged now: once a minute per node (a refused worker keeps asking).
+func (c *Cluster) logPolicyRefusal(node string) bool {
+	now := time.Now()
+	if last, ok := c.policyLogged.Load(node); ok && now.Sub(last.(time.Time)) < time.Minute {
+		return false
+	}
+	c.policyLogged.Store(node, now)
+	return true
 }

@@ -468,6 +468,7 @@ func (w *Worker) renew(ctx context.Context) {
 		return
 	}
 	every := firstRenewal
+	var deniedLogged time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -484,10 +485,21 @@ func (w *Worker) renew(ctx context.Context) {
 		// lapsed gets new work only after it renews again.
 		lost, ttl, err := w.cfg.Leases.RenewLeases(ctx, held)
 		if err != nil {
+			every = firstRenewal / 4
+			var ce *consensus.Error
+			if errors.As(err, &ce) && ce.Code == "permission_denied" {
+				// The cluster's policy refuses this node work: asking
+				// four times a second changes nothing; say so once a minute.
+				every = firstRenewal
+				if time.Since(deniedLogged) > time.Minute {
+					deniedLogged = time.Now()
+					w.log.Error("the cluster's policy refuses this node work (worker.heartbeat): it gets no jobs, and what it runs goes elsewhere when its leases lapse", "err", err)
+				}
+				continue
+			}
 			if ctx.Err() == nil {
 				w.log.Warn("could not renew leases; retrying", "held", len(held), "err", err)
 			}
-			every = firstRenewal / 4
 			continue
 		}
 		if ttl > 0 {
