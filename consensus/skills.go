@@ -176,7 +176,9 @@ func (s *State) installOver(old, r *raftpb.SkillRecord, c *raftpb.SkillCommand) 
 			fmt.Sprintf("a skill id belongs to its publisher; if %s should replace it, an operator removes it first ('palyra skill remove %s'), else give the package another skill_id", r.Publisher, r.SkillId),
 			"skill %s is published by %s (version %s installed); a package from %s does not replace it", r.SkillId, old.Publisher, old.Version, r.Publisher)
 	}
+	comparable := semver.IsValid("v"+r.Version) && semver.IsValid("v"+old.Version) // a record from before versions were checked may not be
 	switch cmp := semver.Compare("v"+r.Version, "v"+old.Version); {
+	case !comparable:
 	case cmp < 0 && !c.AllowDowngrade:
 		return errf(ErrConflict, "install with --allow-downgrade if you mean to go back",
 			"skill %s %s is installed; %s would downgrade it", r.SkillId, old.Version, r.Version)

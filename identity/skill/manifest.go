@@ -10,6 +10,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/mod/semver"
 )
 
 // ManifestVersion is the only skill.toml format this build reads.
@@ -122,7 +123,7 @@ func (m *Manifest) Validate() error {
 	if !idRE.MatchString(m.Publisher) {
 		bad("publisher %q: want 1-64 of a-z, 0-9, '.', '_', '-', starting with a letter or digit", m.Publisher)
 	}
-	if !versionRE.MatchString(m.Version) {
+	if !versionRE.MatchString(m.Version) || !semver.IsValid("v"+m.Version) {
 		bad("version %q: want MAJOR.MINOR.PATCH (semantic versioning)", m.Version)
 	}
 	if m.Name == "" || len(m.Name) > maxText {

@@ -191,6 +191,8 @@ func TestManifestRefusals(t *testing.T) {
 		{"unknown field", strings.Replace(goodManifest, `name = "Echo"`, `name = "Echo"`+"\nhomepage = \"x\"", 1), "unknown field(s) homepage"},
 		{"unknown capability", strings.Replace(goodManifest, `kv_prefix = "echo/"`, `kv_prefix = "echo/"`+"\nfilesystem = [\"/\"]", 1), "capabilities.filesystem"},
 		{"bad version", strings.Replace(goodManifest, `version = "1.2.3"`, `version = "latest"`, 1), "semantic versioning"},
+		{"pre-release with a leading zero", strings.Replace(goodManifest, `version = "1.2.3"`, `version = "1.2.3-01"`, 1), "semantic versioning"},
+		{"empty pre-release identifier", strings.Replace(goodManifest, `version = "1.2.3"`, `version = "1.2.3-a..b"`, 1), "semantic versioning"},
 		{"bad schema", strings.Replace(goodManifest, `output_schema = '{"type":"object"}'`, `output_schema = '{"type":12}'`, 1), "output_schema"},
 		{"remote schema ref", strings.Replace(goodManifest, `output_schema = '{"type":"object"}'`, `output_schema = '{"$ref":"https://example.com/s.json"}'`, 1), "self-contained"},
 		{"no tools", goodManifest[:strings.Index(goodManifest, "[[tools]]")], "tools"},

@@ -271,10 +271,20 @@ func sampleHookInput(event string) []byte {
 		}})
 		return b
 	}
-	ev := consensus.HookEvent{Event: event, Hook: "h-00000000", AtMS: 1, Subject: "x"}
-	if event == consensus.HookAfterRun {
+	// As consensus fires them (skillEventHooks, fireHooks).
+	ev := consensus.HookEvent{Event: event, Hook: "h-00000000", AtMS: 1, Subject: "example.skill"}
+	switch event {
+	case consensus.HookAfterRun:
 		ev.Subject = ""
 		ev.Job = &consensus.HookJob{ID: "j-0000000000000000", Phase: "completed", Kind: "wasm", Submitter: "device:d-00000000"}
+	case consensus.HookSkillInstalled:
+		ev.Detail = map[string]any{"version": "1.0.0"}
+	case consensus.HookSkillQuarantined:
+		ev.Detail = map[string]any{"findings": []string{"operator: sample"}, "reason": "sample"}
+	case consensus.HookSkillEnabled, consensus.HookSkillDisabled:
+		ev.Detail = map[string]any{"reason": "sample"}
+	case consensus.HookNodeJoined:
+		ev.Subject = "n-00000000"
 	}
 	b, _ := json.Marshal(ev)
 	return b
