@@ -187,6 +187,9 @@ func (s *State) installOver(old, r *raftpb.SkillRecord, c *raftpb.SkillCommand) 
 			"skill %s %s is installed from another package (sha256 %s); a version's contents do not change", r.SkillId, old.Version, short(old.PackageSha256))
 	}
 	r.PreviousVersion = old.Version
+	if r.Version == old.Version { // the same package again: nothing replaced
+		r.PreviousVersion = old.PreviousVersion
+	}
 	if old.Status != SkillActive && statusSetByOperator(old) {
 		// Keep the operator's decision (and reason) over the new package's.
 		r.Status, r.StatusAtMs, r.StatusBy = old.Status, old.StatusAtMs, old.StatusBy

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -126,8 +127,12 @@ func (s *Server) validateSubmit(m *palyrav1.SubmitJobRequest) error {
 	case len(m.Input) > MaxInputBytes:
 		return invalid(fmt.Sprintf("input is %s; the limit is %s", mib(len(m.Input)), mib(MaxInputBytes)),
 			"pass less input, or have the job fetch its data")
-	case m.TimeoutMs < 0 || time.Duration(m.TimeoutMs)*time.Millisecond > MaxTimeout:
-		return invalid(fmt.Sprintf("timeout %s is out of range", time.Duration(m.TimeoutMs)*time.Millisecond), "use --timeout between 1ms and 24h")
+	case m.TimeoutMs < 0 || m.TimeoutMs > MaxTimeout.Milliseconds(): // in ms: a Duration would overflow and wrap
+		what := fmt.Sprintf("%dms", m.TimeoutMs)
+		if m.TimeoutMs >= 0 && m.TimeoutMs < math.MaxInt64/int64(time.Millisecond) {
+			what = (time.Duration(m.TimeoutMs) * time.Millisecond).String()
+		}
+		return invalid(fmt.Sprintf("timeout %s is out of range", what), "use --timeout between 1ms and 24h")
 	case m.MaxOutputBytes > MaxOutputLimit:
 		return invalid(fmt.Sprintf("output bound %s is over the %s maximum", mib(int(m.MaxOutputBytes)), mib(MaxOutputLimit)),
 			"use --max-output 16MiB or less, and return large results as artifacts")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -178,5 +179,19 @@ func TestSubmitByHashValidatesOnce(t *testing.T) {
 	_, err := js.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{ModuleSha256: blob.Hash([]byte("nobody has this"))}))
 	if err == nil || apiCode(t, err).Code != "module_not_found" {
 		t.Fatalf("by-hash submit of an unknown module: %v, want module_not_found", err)
+	}
+}
+
+// A timeout so large that it overflows a Duration is refused (it wrapped
+// negative and passed the range check), and a negative one too.
+func TestSubmitTimeoutRange(t *testing.T) {
+	s := &Server{Options: Options{MaxQueued: 10}, control: &fakeControl{fsm: consensus.NewFSM()}}
+	for _, ms := range []int64{-1, MaxTimeout.Milliseconds() + 1, 9_300_000_000_000, math.MaxInt64} {
+		if err := s.validateSubmit(&palyrav1.SubmitJobRequest{WasmModule: []byte("m"), TimeoutMs: ms}); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("timeout %d ms: %v", ms, err)
+		}
+	}
+	if err := s.validateSubmit(&palyrav1.SubmitJobRequest{WasmModule: []byte("m"), TimeoutMs: 1000}); err != nil {
+		t.Fatalf("a 1s timeout: %v", err)
 	}
 }
