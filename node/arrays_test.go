@@ -450,3 +450,36 @@ func TestArrayTasksStartInIndexOrder(t *testing.T) {
 		}
 	}
 }
+
+// A higher-priority job submitted while an array fills a worker's slot and
+// prefetch runs long before the array ends: the tasks behind it stop
+// taking the prefetch, and on the worker it starts first (it waited for
+// the whole array).
+func TestPriorityJobOvertakesARunningArray(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 1})
+	cl := operator(t, n, n.Addr())
+	in := make([]string, 40)
+	for i := range in {
+		in[i] = "150ms" // the array: 6 s on the one slot
+	}
+	a := submitArray(t, cl, "sleep", in...).Array
+	time.Sleep(500 * time.Millisecond)
+	resp, err := cl.Jobs.SubmitJob(callCtx(t), connect.NewRequest(&palyrav1.SubmitJobRequest{
+		WasmModule: testwasm.Build(t, "reverse"), Input: []byte("urgent"), Priority: 100}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	j := waitCompleted(t, cl, resp.Msg.Job.Id)
+	got, err := cl.Jobs.GetJob(callCtx(t), connect.NewRequest(&palyrav1.GetJobRequest{Id: a.Id}))
+	if err != nil || got.Msg.Array == nil {
+		t.Fatalf("the array: %v %v", got, err)
+	}
+	t.Logf("the priority job completed after %d of the array's tasks", got.Msg.Array.Counts["completed"])
+	if ended := got.Msg.Array.Counts["completed"]; ended > 30 {
+		t.Fatalf("the priority-100 job completed only after %d of the array's 40 tasks (it waited for the array)", ended)
+	}
+	if string(j.Stdout) != "tnegru" {
+		t.Fatalf("output %q", j.Stdout)
+	}
+	watchArrayDone(t, cl, a.Id)
+}

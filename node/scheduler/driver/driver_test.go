@@ -149,3 +149,52 @@ func TestLaggingWorkerGetsNoNewWork(t *testing.T) {
 		t.Errorf("requeues %v: the lagging worker's running job must be left alone", r.Requeues)
 	}
 }
+
+// countState is fakeState with wasm jobs running per node.
+type countState struct {
+	*fakeState
+	counts map[string]map[string]int
+}
+
+func (c *countState) RunningCounts() map[string]map[string]int { return c.counts }
+
+// A job waiting for a slot blocks prefetch for the array tasks behind it
+// in the queue: a priority-10 job on a node whose one slot and prefetch
+// hold priority-0 tasks is not overtaken by more of them (they took the
+// prefetch as each ended, and the job waited for the whole array); with
+// nothing waiting, the tasks prefetch as before.
+func TestWaitingJobBlocksPrefetchBehindIt(t *testing.T) {
+	round := func(queued []consensus.Job) *raftpb.SchedulerRound {
+		st := &countState{fakeState: &fakeState{queued: queued}, counts: map[string]map[string]int{"n1": {"wasm": 5}}}
+		var got *raftpb.SchedulerRound
+		d := New(Config{
+			State: st,
+			Apply: func(_ context.Context, c *raftpb.Command) error { got = c.GetSchedulerRound(); return nil },
+			Workers: func() []Worker {
+				return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}}}
+			},
+			Now:           func() time.Time { return time.UnixMilli(1_000_000) },
+			ArrayPrefetch: map[string]int{"wasm": 8},
+		})
+		d.Round(context.Background())
+		d.Wait()
+		return got
+	}
+	var tasks []consensus.Job
+	for i := range 4 {
+		tasks = append(tasks, consensus.Job{ID: fmt.Sprint("arr.", i), Kind: "wasm", ArrayID: "arr", ArrayIndex: uint32(i), CommitIndex: 50})
+	}
+	if r := round(tasks); r == nil || len(r.Placements) != 4 {
+		t.Fatalf("array tasks alone: %v, want the 4 prefetched (capacity 9, 5 running)", r)
+	}
+	urgent := consensus.Job{ID: "urgent", Kind: "wasm", Priority: 10, CommitIndex: 60}
+	if r := round(append([]consensus.Job{urgent}, tasks...)); r != nil && len(r.Placements) != 0 {
+		t.Fatalf("placements %v: the tasks behind a waiting job took the prefetch", r.Placements)
+	}
+	// A job that no node could ever run (its constraint matches none)
+	// blocks nothing.
+	nowhere := consensus.Job{ID: "nowhere", Kind: "wasm", Priority: 10, CommitIndex: 60, Constraints: map[string]string{"zone": "nowhere"}}
+	if r := round(append([]consensus.Job{nowhere}, tasks...)); r == nil || len(r.Placements) != 4 {
+		t.Fatalf("behind an unplaceable job: %v, want the 4 tasks prefetched", r)
+	}
+}

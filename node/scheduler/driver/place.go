@@ -139,6 +139,14 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 			continue
 		}
 		kPlaceable, kWaiting, examined := 0, 0, 0
+		// A job that waits for a slot on nodes that could run it blocks
+		// prefetch for the jobs behind it in the queue (lower priority, or
+		// accepted later): array tasks behind it get only the nodes'
+		// single-job capacity meanwhile, so the nodes drain to where the
+		// waiting job fits (without this, tasks behind it refilled the
+		// prefetch as each ended, and a priority-100 job waited for a
+		// whole priority-0 array).
+		blocked := false
 		st.Queued(kind, func(j consensus.Job) bool {
 			if inflight[j.ID] {
 				return true // placed by a round still committing; bounded by the in-flight map
@@ -147,8 +155,12 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 			if j.NotBeforeMS > nowMS {
 				return examined < examine // retry backoff
 			}
-			pk := d.planKind(j.Kind, j.ArrayID != "")
+			task := j.ArrayID != ""
+			pk := d.planKind(j.Kind, task && !blocked)
 			key, f := freeFor(pk, j.Constraints)
+			if f == 0 && !task && !blocked && canRun(nodes, j.Kind, j.Constraints) {
+				blocked = true
+			}
 			switch {
 			case f > 0:
 				shapeFree[key] = f - 1
@@ -371,4 +383,15 @@ func trimSlots(round *raftpb.SchedulerRound) {
 	if len(kept) == 0 {
 		round.Slots = nil
 	}
+}
+
+// canRun reports whether some eligible node matching cons has slots of
+// kind at all (full or not): a job that cannot run anywhere blocks nothing.
+func canRun(nodes []scheduler.Node, kind string, cons map[string]string) bool {
+	for _, nd := range nodes {
+		if nd.Eligible && nd.Slots[kind] > 0 && scheduler.Matches(nd.Labels, cons) {
+			return true
+		}
+	}
+	return false
 }
