@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"image/jpeg"
 	"image/png"
 	"io"
 	"log/slog"
@@ -266,6 +267,31 @@ c.putImageData(d, 0, 0);</script>`)
 	}
 	if b, err := os.ReadFile(filepath.Join(out, "noise.jpg")); err != nil || !bytes.HasPrefix(b, []byte{0xff, 0xd8}) {
 		t.Fatalf("noise.jpg: %v, want a JPEG", err)
+	}
+	// A long noisy page: the JPEG is of the viewport, as the PNG was (it
+	// was of the whole page, over the limit even as a JPEG).
+	long := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, `<body style="margin:0"><canvas id=c width=1280 height=6000></canvas><script>
+const c = document.getElementById('c').getContext('2d'), d = c.createImageData(1280, 6000);
+for (let i = 0; i < d.data.length; i++) d.data[i] = i % 4 == 3 ? 255 : 120 + Math.random() * 16 | 0;
+c.putImageData(d, 0, 0);</script>`)
+	}))
+	defer long.Close()
+	if r := c.cli("browser", "do", id, "navigate "+long.URL+"/"); r.code != 0 {
+		t.Fatalf("navigate to the long page: %+v", r)
+	}
+	if r := c.cli("browser", "screenshot", id, "-o", filepath.Join(out, "long.png")); r.code != 0 || !strings.Contains(r.stderr, "long.jpg") {
+		t.Fatalf("screenshot of a long noisy page: %+v", r)
+	}
+	if f, err := os.Open(filepath.Join(out, "long.jpg")); err != nil {
+		t.Fatal(err)
+	} else {
+		cfg, err := jpeg.DecodeConfig(f)
+		f.Close()
+		if err != nil || cfg.Height >= 6000 || cfg.Height < 100 {
+			t.Fatalf("long.jpg: %+v %v, want the viewport, not the 6000-pixel page", cfg, err)
+		}
 	}
 	// A page's dialog is answered, and the call's notes say so.
 	dialog := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -461,12 +462,15 @@ func (e *Executor) Screenshot(ctx context.Context, id string) ([]byte, string, e
 	if len(buf) <= MaxSessionScreenshot {
 		return buf, "image/png", nil
 	}
-	for _, q := range []int{80, 60, 40} {
-		if buf, err = chromedp.Run(sctx, chromedp.FullScreenshot(q)); err == nil && len(buf) <= MaxSessionScreenshot {
+	for _, q := range []int64{80, 60, 40} {
+		// The same viewport as a JPEG (FullScreenshot would take the whole
+		// page, larger still on a long one).
+		buf, err = chromedp.Run(sctx, viewportJPEG(q))
+		if err == nil && len(buf) <= MaxSessionScreenshot {
 			return buf, "image/jpeg", nil
 		}
 	}
-	return nil, "", fmt.Errorf("the screenshot is over the %d KiB limit even as a JPEG", MaxSessionScreenshot>>10)
+	return nil, "", fmt.Errorf("the screenshot is over the %d KiB limit even as a JPEG; read what you need from the page instead ('observe', or 'extract SELECTOR NAME')", MaxSessionScreenshot>>10)
 }
 
 // CloseSession closes a session and disposes of its browser context.
@@ -577,3 +581,17 @@ const jsObserve = `(() => {
   }
   return lines.join('\n');
 })()`
+
+// viewportJPEG captures the viewport (not the whole page) as a JPEG of
+// quality q.
+func viewportJPEG(q int64) chromedp.Action[[]byte] {
+	return func(ctx context.Context, t *chromedp.Target) ([]byte, error) {
+		surface := true
+		r, err := cdp.Call(ctx, t, page.CaptureScreenshot, page.CaptureScreenshotParams{FromSurface: &surface,
+			Format: page.CaptureScreenshotFormatJpeg, Quality: &q})
+		if err != nil {
+			return nil, err
+		}
+		return r.Data, nil
+	}
+}
