@@ -144,44 +144,45 @@ func (e *sizeError) Error() string {
 }
 
 // arrayInputs reads --inputs or --input-dir; nil when neither is given.
-func arrayInputs(c *ucli.Context) ([][]byte, error) {
+// For --input-dir it also returns the file names, task i's first.
+func arrayInputs(c *ucli.Context) ([][]byte, []string, error) {
 	switch {
 	case !c.IsSet("inputs") && !c.IsSet("input-dir"):
-		return nil, nil
+		return nil, nil, nil
 	case c.IsSet("inputs") && c.IsSet("input-dir"):
-		return nil, usageErr("use either --inputs or --input-dir, not both")
+		return nil, nil, usageErr("use either --inputs or --input-dir, not both")
 	case c.IsSet("input") || c.IsSet("input-file"):
-		return nil, usageErr("--inputs and --input-dir give each task its own input; drop --input/--input-file")
+		return nil, nil, usageErr("--inputs and --input-dir give each task its own input; drop --input/--input-file")
 	case c.IsSet("browser"):
-		return nil, usageErr("job arrays run wasm modules; submit browser jobs one at a time")
+		return nil, nil, usageErr("job arrays run wasm modules; submit browser jobs one at a time")
 	}
 	if dir := c.String("input-dir"); c.IsSet("input-dir") {
-		in, _, err := readInputDir(dir)
+		in, names, err := readInputDir(dir)
 		if err != nil {
-			return nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("--input-dir %s: %v", dir, err), Hint: "pass a directory holding one file per task (hidden files are skipped)"})
+			return nil, nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("--input-dir %s: %v", dir, err), Hint: "pass a directory holding one file per task (hidden files are skipped)"})
 		}
 		if len(in) == 0 {
-			return nil, usageErr("--input-dir %s holds no regular files: nothing to run", dir)
+			return nil, nil, usageErr("--input-dir %s holds no regular files: nothing to run", dir)
 		}
-		return in, nil
+		return in, names, nil
 	}
 	var r io.Reader = c.App.Reader
 	if name := c.String("inputs"); name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
-			return nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --inputs: %v", err), Hint: "pass a file with one input per line ('-' for stdin)"})
+			return nil, nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --inputs: %v", err), Hint: "pass a file with one input per line ('-' for stdin)"})
 		}
 		defer f.Close()
 		r = f
 	}
 	in, err := readInputLines(r)
 	if err != nil {
-		return nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --inputs: %v", err)})
+		return nil, nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --inputs: %v", err)})
 	}
 	if len(in) == 0 {
-		return nil, usageErr("--inputs %s is empty: give one input per line", c.String("inputs"))
+		return nil, nil, usageErr("--inputs %s is empty: give one input per line", c.String("inputs"))
 	}
-	return in, nil
+	return in, nil, nil
 }
 
 // arrayJSON is the stable JSON form of a job array.
@@ -330,7 +331,10 @@ func watchArray(ctx context.Context, cl *client.Client, id string, show func(*pa
 // per task; stderr on stderr; each task that did not complete reported
 // on stderr. With --json it prints one document {array, tasks}. It fails
 // (exit 1) if any task did not complete.
-func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool) error {
+// names, when the array came from --input-dir, are its files (task i's
+// first): with --output-dir they go to DIR/inputs.tsv ("index<TAB>file"),
+// so each output can be traced to its input.
+func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, names []string) error {
 	outDir := c.String("output-dir")
 	if outDir != "" {
 		if err := checkOutputDir(outDir); err != nil {
@@ -338,6 +342,16 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool) err
 		}
 		if err := os.MkdirAll(outDir, 0o755); err != nil {
 			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot create --output-dir: %v", err)})
+		}
+		if names != nil {
+			var b strings.Builder
+			width := max(6, len(strconv.Itoa(len(names)-1)))
+			for i, n := range names {
+				fmt.Fprintf(&b, "%0*d\t%s\n", width, i, n)
+			}
+			if err := os.WriteFile(filepath.Join(outDir, "inputs.tsv"), []byte(b.String()), 0o644); err != nil {
+				return fail(c, &client.Error{Code: "io_error", Message: fmt.Sprintf("writing %s: %v", filepath.Join(outDir, "inputs.tsv"), err)})
+			}
 		}
 	}
 	p := &progress{w: c.App.ErrWriter, tty: isTerminal(c.App.ErrWriter)}

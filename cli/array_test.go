@@ -171,6 +171,10 @@ func TestArrayInputDirOutputDirAndFailure(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "000000.err")); !os.IsNotExist(err) {
 		t.Fatalf("an .err file for a task with no stderr: %v", err)
 	}
+	// inputs.tsv traces each task to its file.
+	if got := read("inputs.tsv"); got != "000000\ta\n000001\tb\n000002\tc\n" {
+		t.Fatalf("inputs.tsv: %q", got)
+	}
 	// The failed task has a .failed saying why, and no .out (an empty one
 	// read as an empty result).
 	if _, err := os.Stat(filepath.Join(out, "000001.out")); !os.IsNotExist(err) || !strings.Contains(read("000001.failed"), "failed") {

@@ -50,7 +50,8 @@ func jobCommand() *ucli.Command {
    or writes DIR/000042.out (and .err) with --output-dir (a new or empty
    directory: another run's files would mix with this one's; a task that
    did not complete gets DIR/000042.failed, saying why, and a .out only if
-   it wrote something); each
+   it wrote something; with --input-dir, DIR/inputs.tsv names each task's
+   file); each
    task that did not complete is reported on stderr, and the command exits
    1 if any did not.
 
@@ -190,7 +191,7 @@ func jobSubmit(c *ucli.Context) error {
 			return fail(c, &client.Error{Code: "invalid_argument", Message: readFailure("script", c.String("browser"), err), Hint: "pass an existing JSON script with --browser"})
 		}
 	}
-	inputs, err := arrayInputs(c)
+	inputs, inputNames, err := arrayInputs(c)
 	if err != nil {
 		return err
 	}
@@ -297,7 +298,7 @@ func jobSubmit(c *ucli.Context) error {
 			}
 			return nil
 		}
-		return followArray(c, cl, a.Id, true)
+		return followArray(c, cl, a.Id, true, inputNames)
 	}
 	if !c.Bool("wait") {
 		if c.Bool("json") {
@@ -821,7 +822,7 @@ func jobWatch(c *ucli.Context) error {
 					// A job array: follow it (progress, then outputs) on a
 					// stream of its own.
 					stream.Close()
-					return followArray(c, cl, id, false)
+					return followArray(c, cl, id, false, nil)
 				}
 				if c.IsSet("output-dir") {
 					stream.Close()
