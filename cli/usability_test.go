@@ -129,6 +129,53 @@ func (c *cluster) runInterrupted(d time.Duration, args ...string) result {
 	return result{code, out.String(), errb.String()}
 }
 
+// runInterruptedOnceAccepted is runInterrupted for a submission: it is
+// interrupted once the node holds more jobs than before (the submission
+// was accepted) and a little after, so the command is following it; on a
+// loaded machine a fixed delay could interrupt it before the node
+// answered, which is another message (the outcome is unknown then).
+func (c *cluster) runInterruptedOnceAccepted(args ...string) result {
+	c.t.Helper()
+	st := c.node.Cluster().State()
+	before := st.JobCount()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for st.JobCount() == before && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond)
+		cancel()
+	}()
+	args = append([]string{"palyra", "--data-dir", c.dir, "--addr", c.node.Addr()}, args...)
+	code := run(ctx, args, strings.NewReader(""), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+// runInterruptedOnceFollowing is runInterrupted for a command that prints
+// as it follows: it is interrupted once it has printed something (it is
+// following then), not after a fixed delay that a loaded machine can
+// outlast while still dialling.
+func (c *cluster) runInterruptedOnceFollowing(args ...string) result {
+	c.t.Helper()
+	var out, errb lockedBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for out.String() == "" && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond)
+		cancel()
+	}()
+	args = append([]string{"palyra", "--data-dir", c.dir, "--addr", c.node.Addr()}, args...)
+	code := run(ctx, args, strings.NewReader(""), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
 // Interrupting a command that follows a job says that it stopped
 // following, that the job goes on and how to follow it again, and exits
 // 130; never a transport diagnosis or "context canceled".
@@ -153,13 +200,13 @@ func TestInterruptedFollowSaysTheJobGoesOn(t *testing.T) {
 			t.Errorf("%s interrupted: want exit %d, 'stopped following', the job id and no transport error: %+v", name, exitInterrupted, r)
 		}
 	}
-	check("job watch", c.runInterrupted(time.Second, "job", "watch", job), job)
-	check("job watch --json", c.runInterrupted(time.Second, "job", "watch", job, "--json"), job)
-	r = c.runInterrupted(2*time.Second, "job", "submit", "--wasm", sleep, "--input", "5m", "--timeout", "10m", "--wait")
+	check("job watch", c.runInterruptedOnceFollowing("job", "watch", job), job)
+	check("job watch --json", c.runInterruptedOnceFollowing("job", "watch", job, "--json"), job)
+	r = c.runInterruptedOnceAccepted("job", "submit", "--wasm", sleep, "--input", "5m", "--timeout", "10m", "--wait")
 	check("job submit --wait", r, "")
-	r = c.runInterrupted(2*time.Second, "job", "submit", "--wasm", sleep, "--input", "5m", "--timeout", "10m", "--wait", "--idempotency-key", "k1")
+	r = c.runInterruptedOnceAccepted("job", "submit", "--wasm", sleep, "--input", "5m", "--timeout", "10m", "--wait", "--idempotency-key", "k1")
 	check("job submit --wait --idempotency-key", r, "")
-	r = c.runInterrupted(2*time.Second, "job", "submit", "--wasm", sleep, "--inputs", lines, "--timeout", "10m", "--wait")
+	r = c.runInterruptedOnceAccepted("job", "submit", "--wasm", sleep, "--inputs", lines, "--timeout", "10m", "--wait")
 	check("job submit --inputs --wait", r, "")
 	r = c.runInterrupted(time.Second, "job", "logs", "-f", job)
 	if r.code != exitInterrupted || !strings.Contains(r.stderr, "stopped reading the logs of job "+job) || !strings.Contains(r.stderr, "palyra job logs -f "+job) {
