@@ -103,18 +103,7 @@ func TestDevicePairingUseAndRevoke(t *testing.T) {
 
 func TestPolicySetCheckAndReject(t *testing.T) {
 	c := startNode(t)
-	cfg := filepath.Join(t.TempDir(), "dev")
-	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr(), "--name", "ci"); r.code != 0 {
-		t.Fatalf("pair: %+v", r)
-	}
-	var devs struct{ Devices []struct{ ID, Name string } }
-	json.Unmarshal([]byte(c.cli("device", "list", "--json").stdout), &devs)
-	var id string
-	for _, d := range devs.Devices {
-		if d.Name == "ci" {
-			id = d.ID
-		}
-	}
+	cfg, id := c.pairDevice("ci")
 	cur := c.cli("policy", "get").stdout
 	forbid := cur + "\n@id(\"no-submit-ci\")\nforbid (principal == Palyra::Device::\"" + id + "\", action == Palyra::Action::\"job.submit\", resource);\n"
 	file := filepath.Join(t.TempDir(), "p.cedar")
@@ -230,4 +219,22 @@ func TestExplicitAddrLearnsTheClustersNodes(t *testing.T) {
 	if r := device(t, cfg, "job", "list"); r.code != 0 {
 		t.Fatalf("without --addr afterwards: %+v", r)
 	}
+}
+
+// pairDevice pairs a plain device named name with its own config dir and
+// returns the dir and the device's id.
+func (c *cluster) pairDevice(name string) (cfg, id string) {
+	c.t.Helper()
+	cfg = filepath.Join(c.t.TempDir(), "dev")
+	if r := device(c.t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr(), "--name", name); r.code != 0 {
+		c.t.Fatalf("pair: %+v", r)
+	}
+	var devs struct{ Devices []struct{ ID, Name string } }
+	json.Unmarshal([]byte(c.cli("device", "list", "--json").stdout), &devs)
+	for _, d := range devs.Devices {
+		if d.Name == name {
+			id = d.ID
+		}
+	}
+	return cfg, id
 }

@@ -360,18 +360,7 @@ func TestSkillInstallCannotTakeOverATrustOrAStatus(t *testing.T) {
 
 	// A device may install example's and mallory's skills, nothing else,
 	// and trust nobody.
-	cfg := filepath.Join(t.TempDir(), "dev")
-	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr(), "--name", "ci"); r.code != 0 {
-		t.Fatalf("pair: %+v", r)
-	}
-	var devs struct{ Devices []struct{ ID, Name string } }
-	json.Unmarshal([]byte(c.cli("device", "list", "--json").stdout), &devs)
-	var id string
-	for _, d := range devs.Devices {
-		if d.Name == "ci" {
-			id = d.ID
-		}
-	}
+	cfg, id := c.pairDevice("ci")
 	pol := c.cli("policy", "get").stdout + "\n@id(\"ci-installs\")\npermit (principal == Palyra::Device::\"" + id +
 		"\", action == Palyra::Action::\"skill.install\", resource) when { context has publisher && (context.publisher == \"example\" || context.publisher == \"mallory\") };\n"
 	file := filepath.Join(t.TempDir(), "p.cedar")
