@@ -42,7 +42,7 @@ type Executor struct {
 
 // testHooks lets tests in this package observe a job mid-flight.
 type testHooks struct {
-	stepStarted func(step int) // called before each step runs
+	stepStarted func(step int) // called as each step (of a job or a session call) starts
 }
 
 // layers turns one enforcement layer off, so tests can show that each

@@ -111,9 +111,6 @@ func (j *job) runSteps(jctx context.Context) runtime.Result {
 		return j.result(jctx, -1, "", err)
 	}
 	for i, st := range j.script.Steps {
-		if h := j.e.hooks.stepStarted; h != nil {
-			h(i)
-		}
 		if err := j.step(tab, i, st); err != nil {
 			return j.result(jctx, i, st.Action, err)
 		}
@@ -146,6 +143,21 @@ func (j *job) pageCrashed() {
 	j.crashed = true
 	j.mu.Unlock()
 	j.abort(errPageCrashed)
+}
+
+// pageHasCrashed reports whether the job's page crashed (and was not
+// replaced since).
+func (j *job) pageHasCrashed() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.crashed
+}
+
+// clearCrashed records that the crashed page was replaced.
+func (j *job) clearCrashed() {
+	j.mu.Lock()
+	j.crashed = false
+	j.mu.Unlock()
 }
 
 // decide applies the job's policy to one intercepted request.
@@ -189,6 +201,9 @@ func (j *job) step(tab context.Context, i int, st Step) error {
 	j.mu.Lock()
 	j.abortStep = cancel
 	j.mu.Unlock()
+	if h := j.e.hooks.stepStarted; h != nil {
+		h(i)
+	}
 	defer func() {
 		j.mu.Lock()
 		j.abortStep = nil

@@ -223,6 +223,10 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 		res.Notes = append(s.j.rec.takeCallNotes(), res.Notes...)
 		return res, err
 	}
+	if s.j.pageHasCrashed() && !s.j.p.lost() {
+		// Between calls: the call goes on, on the new page.
+		res.Notes = append(res.Notes, "the page crashed after the last call ("+errPageCrashed.Error()+"); "+s.recoverCrash())
+	}
 	stop := context.AfterFunc(ctx, func() { s.j.abort(errCallerCanceled) })
 	defer stop()
 	for i, raw := range steps {
@@ -234,7 +238,7 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 		if observe {
 			obs, err := s.observe()
 			if err != nil {
-				return done(fmt.Errorf("steps[%d] (observe): %w", i, err))
+				return done(s.stepError(i, "observe", err))
 			}
 			res.Observations = append(res.Observations, obs)
 			continue
@@ -244,10 +248,13 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 			// will not come back, so say so now rather than after the
 			// step's timeout, in the caller's terms.
 			if err := s.refPresent(st.Selector, ref); err != nil {
-				return done(fmt.Errorf("steps[%d] (%s): %w", i, st.Action, err))
+				return done(s.stepError(i, string(st.Action), err))
 			}
 		}
 		if err := s.j.step(s.tab, i, st); err != nil {
+			if s.j.pageHasCrashed() && !s.j.p.lost() {
+				return done(s.stepError(i, string(st.Action), err))
+			}
 			r := s.j.result(s.tab, i, st.Action, err)
 			var te *stepTimeoutError
 			if r.Reason == runtime.ReasonStepFailed && errors.As(err, &te) {
@@ -283,6 +290,35 @@ func (s *session) observe() (string, error) {
 		}
 	}
 	return obs, nil
+}
+
+// stepError is the error of step i, which failed with err. When the
+// page's renderer died under it, that is the error, and the session's
+// page is replaced so that the session can go on (every later call
+// failed "page crashed" until the session ended).
+func (s *session) stepError(i int, action string, err error) error {
+	if s.j.pageHasCrashed() && !s.j.p.lost() {
+		return fmt.Errorf("steps[%d] (%s): %v; %s", i, action, errPageCrashed, s.recoverCrash())
+	}
+	return fmt.Errorf("steps[%d] (%s): %w", i, action, err)
+}
+
+// recoverCrash replaces the session's page, whose renderer died, by a
+// blank one in the same browser context, and says what it did. The
+// renderer of a crashed page is gone: nothing on it can be saved, but the
+// context's cookies and storage live in the browser process.
+func (s *session) recoverCrash() string {
+	ctx, cancel := context.WithTimeout(s.jctx, cleanupTimeout)
+	defer cancel()
+	tab, err := s.j.ready.replaceTab(ctx, s.j, s.jctx)
+	if err != nil {
+		s.j.log.Warn("replacing a session's crashed page", "err", err)
+		return fmt.Sprintf("replacing the page failed (%v); close the session", err)
+	}
+	s.tab = tab
+	s.j.clearCrashed()
+	s.j.log.Info("a session's page crashed; replaced it")
+	return "the session's page was replaced by a blank one (cookies and storage are kept): navigate again"
 }
 
 // location is the page's URL after a call. A page that no longer answers

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -66,7 +67,15 @@ func TestSessionStepTimeoutStopsTheScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
-	_, err = e.Do(ctx, id, steps(t, map[string]any{"action": "observe"}))
+	// On a loaded machine the timer may fire later: observe until the
+	// page spins.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, err = e.Do(ctx, id, steps(t, map[string]any{"action": "observe"}))
+		if err != nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err == nil || !strings.Contains(err.Error(), "steps[0] (observe): step timeout of 5s ran out; the page's script was stopped") {
 		t.Fatalf("observe on a spinning page: %v", err)
 	}
@@ -129,4 +138,88 @@ func TestSessionPageThatKeepsSpinningIsReplaced(t *testing.T) {
 	if v := sessionValues(t, r); err != nil || v["me"] != "kept" {
 		t.Fatalf("after the second replacement: %v %v", v, err)
 	}
+}
+
+// A session whose page's renderer dies goes on, on a blank page in the
+// same browser context (cookies kept): the call that was running says the
+// page crashed and was replaced, and a crash between calls is a note on
+// the next call (every later call failed "page crashed" until the session
+// ended).
+func TestSessionPageCrashIsReplaced(t *testing.T) {
+	e := newExecutor(t, Config{Slots: 1})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: "k", Value: "kept", Path: "/"})
+		html(w, `<p id="p">page</p>`)
+	})
+	mux.HandleFunc("/me", func(w http.ResponseWriter, r *http.Request) {
+		v := "none"
+		if c, err := r.Cookie("k"); err == nil {
+			v = c.Value
+		}
+		html(w, `<p id="me">`+v+`</p>`)
+	})
+	site := newCountingServer(t, mux)
+	ctx := context.Background()
+	id := openLoopbackSession(t, e)
+	if _, err := e.Do(ctx, id, steps(t, map[string]any{"action": "navigate", "url": site.URL + "/"})); err != nil {
+		t.Fatal(err)
+	}
+	pid := e.sessionBrowserPID()
+	killRenderers := func() {
+		rs := descendants(pid, "--type=renderer")
+		if len(rs) == 0 {
+			t.Error("no renderer to kill")
+		}
+		for _, r := range rs {
+			_ = syscall.Kill(r, syscall.SIGKILL)
+		}
+	}
+
+	// Mid-step.
+	started := onStep(e, 0)
+	go func() { <-started; killRenderers() }()
+	_, err := e.Do(ctx, id, steps(t, map[string]any{"action": "wait_for", "text": "never shown", "timeout_ms": 20000}))
+	e.hooks.stepStarted = nil
+	if err == nil || !strings.Contains(err.Error(), "steps[0] (wait_for): page crashed") || !strings.Contains(err.Error(), "replaced by a blank one") {
+		t.Fatalf("a renderer killed mid-step: %v", err)
+	}
+	r, err := e.Do(ctx, id, steps(t, map[string]any{"action": "navigate", "url": site.URL + "/me"}, map[string]any{"action": "extract", "selector": "#me", "name": "me"}))
+	if err != nil {
+		t.Fatalf("the session after its page crashed: %v", err)
+	}
+	if v := sessionValues(t, r); v["me"] != "kept" {
+		t.Fatalf("after the crash: values %v, want the cookie kept", v)
+	}
+
+	// Between calls.
+	killRenderers()
+	deadline := time.Now().Add(10 * time.Second)
+	for s, _ := e.session(id); !s.j.pageHasCrashed(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the crash was never noticed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r, err = e.Do(ctx, id, steps(t, map[string]any{"action": "observe"}, map[string]any{"action": "navigate", "url": site.URL + "/me"}, map[string]any{"action": "extract", "selector": "#me", "name": "me"}))
+	if err != nil {
+		t.Fatalf("the call after a crash between calls: %v", err)
+	}
+	if v := sessionValues(t, r); v["me"] != "kept" || !strings.Contains(r.Observations[0], "<about:blank>") || len(r.Notes) != 1 ||
+		!strings.Contains(r.Notes[0], "the page crashed after the last call") {
+		t.Fatalf("after a crash between calls: values %v, observation %q, notes %q", v, r.Observations[0], r.Notes)
+	}
+	if got := e.sessionBrowserPID(); got != pid {
+		t.Errorf("browser PID %d after a renderer crash, want the same browser %d", got, pid)
+	}
+}
+
+// sessionBrowserPID is the sessions' browser's process ID.
+func (e *Executor) sessionBrowserPID() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sess.cur == nil {
+		return 0
+	}
+	return e.sess.cur.pid
 }
