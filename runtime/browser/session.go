@@ -82,7 +82,10 @@ type session struct {
 	jctx   context.Context // the session's life; a replaced tab follows it too
 	tab    context.Context // the page steps run on; replaced by unstick
 	cancel context.CancelCauseFunc
-	mu     sync.Mutex // one call at a time; guards tab
+	mu     sync.Mutex // one call at a time; guards tab and idleNotes
+	// idleNotes say what the reaper did to the page between calls, for
+	// the next call's Notes.
+	idleNotes []string
 }
 
 // sessionID is "bs-" and 16 hex digits: unguessable, so knowing a
@@ -223,6 +226,7 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 		res.Notes = append(s.j.rec.takeCallNotes(), res.Notes...)
 		return res, err
 	}
+	res.Notes, s.idleNotes = s.idleNotes, nil
 	if s.j.pageHasCrashed() && !s.j.p.lost() {
 		// Between calls: the call goes on, on the new page.
 		res.Notes = append(res.Notes, "the page crashed after the last call ("+errPageCrashed.Error()+"); "+s.recoverCrash())
@@ -568,12 +572,15 @@ func (e *Executor) reapSessions() {
 		now := time.Now()
 		e.sessMu.Lock()
 		var stale []string
+		var idle []*session
 		for id, s := range e.sessions {
 			if s == nil || !s.mu.TryLock() {
 				continue // opening, or in a call: not idle
 			}
 			if now.Sub(s.info.LastUsedAt) > e.cfg.SessionIdleTTL || now.Sub(s.info.CreatedAt) > e.cfg.SessionLifetime {
 				stale = append(stale, id)
+			} else {
+				idle = append(idle, s)
 			}
 			s.mu.Unlock()
 		}
@@ -583,6 +590,28 @@ func (e *Executor) reapSessions() {
 				e.log.Info("browser session expired", "session", id)
 			}
 		}
+		for _, s := range idle {
+			s.checkIdlePage()
+		}
+	}
+}
+
+// checkIdlePage unsticks the page of a session between calls when it does
+// not answer: a page whose script began to spin after a call (a timer, a
+// handler) kept a renderer at 100% of a core until the next call ran out
+// of time on it or the session expired. The next call's Notes say what
+// was done. A healthy page answers within a millisecond or two; a session
+// in a call is skipped.
+func (s *session) checkIdlePage() {
+	if !s.mu.TryLock() {
+		return
+	}
+	defer s.mu.Unlock()
+	if s.jctx.Err() != nil || s.tab.Err() != nil || s.j.pageHasCrashed() {
+		return
+	}
+	if did := s.unstick(); did != "" {
+		s.idleNotes = append(s.idleNotes, "the page stopped answering between calls; "+did)
 	}
 }
 
