@@ -229,3 +229,20 @@ func TestNoGoroutineLeak(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A step the browser refuses says what was refused and what to name
+// instead, not DevTools' raw "Element is not focusable (-32000)".
+func TestRefusedStepsSayWhy(t *testing.T) {
+	e := newExecutor(t, Config{Slots: 1})
+	site := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		html(w, `<p id="p">text</p>`)
+	})).URL
+	r := run(t, e, loopbackSpec(script(t,
+		map[string]any{"action": "navigate", "url": site + "/"},
+		map[string]any{"action": "type", "selector": "#p", "text": "x"},
+	)))
+	if r.Reason != runtime.ReasonStepFailed || !strings.Contains(r.Message, "steps[1] (type): typing into #p: the element cannot take keyboard input (it is not focusable): name an input") ||
+		strings.Contains(r.Message, "-32000") {
+		t.Fatalf("typing into a paragraph: %q %q", r.Reason, r.Message)
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -24,12 +26,12 @@ func (j *job) perform(ctx context.Context, i int, st Step) error {
 		if err := waitSelector(ctx, st.Selector, true); err != nil {
 			return err
 		}
-		return chromedp.Do(ctx, chromedp.Click(chromedp.CSS(st.Selector), chromedp.NodeVisible))
+		return refused("clicking", st.Selector, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(st.Selector), chromedp.NodeVisible)))
 	case ActionType:
 		if err := waitSelector(ctx, st.Selector, true); err != nil {
 			return err
 		}
-		return chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(st.Selector), st.Text, chromedp.NodeVisible))
+		return refused("typing into", st.Selector, chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(st.Selector), st.Text, chromedp.NodeVisible)))
 	case ActionPress:
 		k, err := keyFor(st.Key)
 		if err != nil {
@@ -67,6 +69,27 @@ func (j *job) perform(ctx context.Context, i int, st Step) error {
 		return j.rec.addArtifact(st.Name, "application/pdf", buf)
 	}
 	return fmt.Errorf("unknown action %q", st.Action)
+}
+
+// refused explains an error the browser's DevTools protocol answered to
+// doing what on the element sel (raw, it read "Element is not focusable
+// (-32000)"): what the browser refused, and what to do about it where
+// that is known. Other errors pass unchanged.
+func refused(what, sel string, err error) error {
+	var ce *cdproto.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	msg := ce.Message
+	switch {
+	case strings.Contains(msg, "not focusable"):
+		return fmt.Errorf("%s %s: the element cannot take keyboard input (it is not focusable): name an input, textarea, select or contenteditable element", what, truncate(sel, 256))
+	case strings.Contains(msg, "box model"), strings.Contains(msg, "not visible"), strings.Contains(msg, "not an HTMLElement"):
+		return fmt.Errorf("%s %s: the element has no box on the page to act on (hidden, zero-sized, or not an HTML element): name a visible element", what, truncate(sel, 256))
+	case strings.Contains(msg, "No node with given id"), strings.Contains(msg, "Could not find node"):
+		return fmt.Errorf("%s %s: the element left the page while the step ran (the page replaced it): retry the step", what, truncate(sel, 256))
+	}
+	return fmt.Errorf("%s %s: the browser refused: %s", what, truncate(sel, 256), msg)
 }
 
 // navigate checks the URL against the policy before the browser sees it
