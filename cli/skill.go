@@ -55,6 +55,9 @@ func skillCommand() *ucli.Command {
      output_schema = '{"type":"object"}'
      requires_approval = false
      deterministic     = false
+     [tools.capabilities]             # optional: this tool's runs ask for these
+     http_hosts = []                  # instead (a subset of the skill's; an
+                                      # empty table: none, for a pure tool)
 
    Unknown fields are refused.
 
@@ -257,6 +260,9 @@ func skillInspectCommand() *ucli.Command {
 						flags += " deterministic"
 					}
 					fmt.Fprintf(w, "tool       %s (%s) %s%s\n", t.ID, t.Name, t.Module, flags)
+					if c := t.Capabilities; c != nil {
+						fmt.Fprintf(w, "           grants %s\n", toolGrantsText(c.HTTPHosts, c.AllowPrivate, c.Secrets, c.KVPrefix))
+					}
 				}
 				if len(findings) == 0 {
 					fmt.Fprintln(w, "audit      passed")

@@ -204,8 +204,22 @@ func printSkill(w io.Writer, s *palyrav1.SkillInfo) {
 		if t.Deterministic {
 			fmt.Fprint(w, " deterministic")
 		}
-		fmt.Fprintf(w, "\n           input_schema  %s\n           output_schema %s\n", oneLineJSON(t.InputSchema), oneLineJSON(t.OutputSchema))
+		fmt.Fprintln(w)
+		if c := t.Capabilities; c != nil {
+			fmt.Fprintf(w, "           grants        %s\n", toolGrantsText(c.HttpHosts, c.AllowPrivate, c.Secrets, c.KvPrefix))
+		}
+		fmt.Fprintf(w, "           input_schema  %s\n           output_schema %s\n", oneLineJSON(t.InputSchema), oneLineJSON(t.OutputSchema))
 	}
+}
+
+// toolGrantsText shows a tool's own capabilities, which its runs ask for
+// instead of the skill's.
+func toolGrantsText(hosts []string, allowPrivate bool, secrets []string, kv string) string {
+	if len(hosts) == 0 && !allowPrivate && len(secrets) == 0 && kv == "" {
+		return "none (its runs ask for no grants)"
+	}
+	return fmt.Sprintf("http_hosts=%s allow_private=%v secrets=%s kv_prefix=%q (instead of the skill's)",
+		strings.Join(hosts, ","), allowPrivate, strings.Join(secrets, ","), kv)
 }
 
 // limitsText shows a skill's limits as its runs get them: a limit the

@@ -381,11 +381,19 @@ func TestSkillInstallCannotTakeOverATrustOrAStatus(t *testing.T) {
 		t.Fatalf("an install outside the device's policy scope: %+v", r)
 	}
 
-	// A device's run asks for the skill's declared grants, and the denial
-	// says where they come from.
-	if r := device(t, cfg, "skill", "run", "example.web", "wordcount", "--input", `{"text":"a b"}`); r.code == 0 ||
-		!strings.Contains(r.stderr, "grant.http") || !strings.Contains(r.stderr, "capabilities its manifest declares: hosts [example.com]") {
-		t.Fatalf("a device's run of a skill declaring hosts: %+v", r)
+	// A device's run asks for the tool's declared grants, and the denial
+	// says where they come from; the pure tool, whose manifest table
+	// narrows them to none, asks for nothing (it asked for grant.http on
+	// example.com, as the skill's other tool does).
+	if r := device(t, cfg, "skill", "run", "example.web", "fetch", "--input", `{"url":"https://example.com/"}`); r.code == 0 ||
+		!strings.Contains(r.stderr, "grant.http") || !strings.Contains(r.stderr, "a run of example.web/fetch asks for the capabilities its manifest declares: hosts [example.com]") {
+		t.Fatalf("a device's run of a tool declaring hosts: %+v", r)
+	}
+	if r := device(t, cfg, "skill", "run", "example.web", "wordcount", "--input", `{"text":"a b"}`, "--wait"); r.code != 0 || !strings.Contains(r.stdout, `"words":2`) {
+		t.Fatalf("a device's run of the pure tool: %+v", r)
+	}
+	if r := c.cli("skill", "get", "example.web"); !strings.Contains(r.stdout, "grants        none (its runs ask for no grants)") {
+		t.Fatalf("skill get does not show the pure tool's grants: %s", r.stdout)
 	}
 
 	// An operator's quarantine survives the device's upgrade.

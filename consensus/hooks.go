@@ -173,10 +173,11 @@ func (s *State) fireHooks(index uint64, event, subject string, ev HookEvent) {
 		if mem == 0 {
 			mem = 64 << 20
 		}
+		g := ToolGrants(sk, tool)
 		j := Job{
 			ID: id, Phase: PhaseQueued, Kind: "wasm", ModuleHash: tool.ModuleSha256, MemoryBytes: mem, Fuel: sk.Fuel,
 			Input: input, InputSize: uint64(len(input)), TimeoutMS: timeout, Submitter: "hook:" + h.Id,
-			SubmittedAtMS: s.clockMS, CommitIndex: index, AllowHosts: sk.HttpHosts, AllowPrivate: sk.AllowPrivate, SecretNames: sk.Secrets, KVPrefix: sk.KvPrefix,
+			SubmittedAtMS: s.clockMS, CommitIndex: index, AllowHosts: g.HTTPHosts, AllowPrivate: g.AllowPrivate, SecretNames: g.Secrets, KVPrefix: g.KVPrefix,
 			Deterministic: tool.Deterministic, OutputSchema: tool.OutputSchema, InputSchema: tool.InputSchema, SkillID: sk.SkillId, SkillTool: tool.Id, HookID: h.Id,
 		}
 		s.put(nil, &j)

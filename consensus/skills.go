@@ -222,6 +222,24 @@ func (s *State) installOver(old, r *raftpb.SkillRecord, c *raftpb.SkillCommand) 
 
 // statusSetByOperator reports whether a skill's status came from an
 // operator's command (skill disable/quarantine) rather than its install.
+// Grants are the capabilities a run of one skill tool asks for.
+type Grants struct {
+	HTTPHosts    []string
+	AllowPrivate bool
+	Secrets      []string
+	KVPrefix     string
+}
+
+// ToolGrants are what a run of tool t of skill r asks for: the tool's own
+// capabilities when its manifest narrowed them, else the skill's. Records
+// from before tools could narrow them have none, and keep the skill's.
+func ToolGrants(r *raftpb.SkillRecord, t *raftpb.SkillTool) Grants {
+	if g := t.GetGrants(); g != nil {
+		return Grants{HTTPHosts: g.HttpHosts, AllowPrivate: g.AllowPrivate, Secrets: g.Secrets, KVPrefix: g.KvPrefix}
+	}
+	return Grants{HTTPHosts: r.HttpHosts, AllowPrivate: r.AllowPrivate, Secrets: r.Secrets, KVPrefix: r.KvPrefix}
+}
+
 func statusSetByOperator(r *raftpb.SkillRecord) bool {
 	if r.StatusAtMs != r.InstalledAtMs || r.StatusBy != r.InstalledBy {
 		return true

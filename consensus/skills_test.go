@@ -155,8 +155,9 @@ func TestApprovalDecisions(t *testing.T) {
 // system event queue one job per event, with the same id and input on
 // every replica, and hook jobs trigger no hooks themselves.
 func TestHooksQueueJobsDeterministically(t *testing.T) {
-	tool := &raftpb.SkillRecord{SkillId: "g", Version: "1.0.0", Publisher: "acme", PublisherKey: "k", PackageSha256: "pkg-g",
-		Tools: []*raftpb.SkillTool{{Id: "gate", ModuleSha256: "mod-g"}}}
+	// The skill declares a host; its tool narrows its grants to none.
+	tool := &raftpb.SkillRecord{SkillId: "g", Version: "1.0.0", Publisher: "acme", PublisherKey: "k", PackageSha256: "pkg-g", HttpHosts: []string{"example.com"},
+		Tools: []*raftpb.SkillTool{{Id: "gate", ModuleSha256: "mod-g", Grants: &raftpb.ToolGrants{}}}}
 	cmds := []*raftpb.Command{
 		skillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "acme", Key: "k"}, AtMs: 1}),
 		skillCmd(&raftpb.SkillCommand{Install: tool, AtMs: 2}),
@@ -177,6 +178,9 @@ func TestHooksQueueJobsDeterministically(t *testing.T) {
 	after, ok := a.State().Job("hk-h-a-j")
 	if !ok || after.Phase != PhaseQueued || after.HookID != "h-a" || after.ModuleHash != "mod-g" || !bytes.Contains(after.Input, []byte(`"event":"after_run"`)) || !bytes.Contains(after.Input, []byte(`"id":"j"`)) {
 		t.Fatalf("after_run hook job: %+v", after)
+	}
+	if len(after.AllowHosts) != 0 {
+		t.Fatalf("the hook job of a tool without grants may reach %v", after.AllowHosts)
 	}
 	other, _ := b.State().Job("hk-h-a-j")
 	if string(other.Input) != string(after.Input) {

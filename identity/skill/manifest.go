@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -66,6 +67,43 @@ type Tool struct {
 	DefaultSensitive bool `toml:"default_sensitive" json:"default_sensitive,omitempty"`
 	// Deterministic runs the tool on a virtual clock with seeded randomness.
 	Deterministic bool `toml:"deterministic" json:"deterministic,omitempty"`
+	// Capabilities, when the tool has its own [tools.capabilities] table,
+	// are what its runs ask for instead of the skill's: a subset of them
+	// (an empty table: none, for a pure tool). Quotas stay the skill's.
+	Capabilities *ToolCapabilities `toml:"capabilities" json:"capabilities,omitempty"`
+}
+
+// ToolCapabilities narrow the skill's capabilities for one tool, so that
+// running a pure tool of a skill that also fetches does not need the
+// grants the fetching one needs.
+type ToolCapabilities struct {
+	HTTPHosts    []string `toml:"http_hosts" json:"http_hosts"`
+	AllowPrivate bool     `toml:"allow_private" json:"allow_private,omitempty"`
+	Secrets      []string `toml:"secrets" json:"secrets"`
+	KVPrefix     string   `toml:"kv_prefix" json:"kv_prefix,omitempty"`
+}
+
+// validate checks that tc asks for nothing the skill's capabilities c do
+// not declare; where names the tool.
+func (tc *ToolCapabilities) validate(c Capabilities, where string) []error {
+	var errs []error
+	for _, h := range tc.HTTPHosts {
+		if !slices.Contains(c.HTTPHosts, h) {
+			errs = append(errs, fmt.Errorf("%s.capabilities.http_hosts: %q is not in the skill's capabilities.http_hosts %q: a tool's capabilities narrow the skill's", where, h, c.HTTPHosts))
+		}
+	}
+	if tc.AllowPrivate && !c.AllowPrivate {
+		errs = append(errs, fmt.Errorf("%s.capabilities.allow_private: the skill's capabilities do not allow private addresses", where))
+	}
+	for _, n := range tc.Secrets {
+		if !slices.Contains(c.Secrets, n) {
+			errs = append(errs, fmt.Errorf("%s.capabilities.secrets: %q is not in the skill's capabilities.secrets %q", where, n, c.Secrets))
+		}
+	}
+	if tc.KVPrefix != "" && (c.KVPrefix == "" || !strings.HasPrefix(tc.KVPrefix, c.KVPrefix)) {
+		errs = append(errs, fmt.Errorf("%s.capabilities.kv_prefix: %q is not under the skill's capabilities.kv_prefix %q", where, tc.KVPrefix, c.KVPrefix))
+	}
+	return errs
 }
 
 var (
@@ -157,6 +195,9 @@ func (m *Manifest) Validate() error {
 			if _, err := CompileSchema(s.doc); err != nil {
 				bad("%s.%s: %v", where, s.field, err)
 			}
+		}
+		if t.Capabilities != nil {
+			errs = append(errs, t.Capabilities.validate(m.Capabilities, where)...)
 		}
 	}
 	if len(errs) > 0 {

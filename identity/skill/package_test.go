@@ -197,6 +197,11 @@ func TestManifestRefusals(t *testing.T) {
 		{"remote schema ref", strings.Replace(goodManifest, `output_schema = '{"type":"object"}'`, `output_schema = '{"$ref":"https://example.com/s.json"}'`, 1), "self-contained"},
 		{"no tools", goodManifest[:strings.Index(goodManifest, "[[tools]]")], "tools"},
 		{"manifest version", strings.Replace(goodManifest, "manifest_version = 1", "manifest_version = 2", 1), "manifest_version is 2"},
+		{"tool host beyond the skill's", goodManifest + "[tools.capabilities]\nhttp_hosts = [\"evil.example\"]\n", `tools[0].capabilities.http_hosts: "evil.example" is not in the skill's`},
+		{"tool secret beyond the skill's", goodManifest + "[tools.capabilities]\nsecrets = [\"root\"]\n", `tools[0].capabilities.secrets: "root" is not in`},
+		{"tool kv prefix outside the skill's", goodManifest + "[tools.capabilities]\nkv_prefix = \"other/\"\n", `tools[0].capabilities.kv_prefix: "other/" is not under`},
+		{"tool private addresses", goodManifest + "[tools.capabilities]\nallow_private = true\n", "tools[0].capabilities.allow_private"},
+		{"tool unknown capability", goodManifest + "[tools.capabilities]\nfuel = 3\n", "fuel"},
 	} {
 		_, err := ParseManifest([]byte(tc.manifest))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -324,5 +329,25 @@ func TestDescribeSchemaError(t *testing.T) {
 	got := DescribeSchemaError(verr)
 	if strings.Contains(got, "urn:") || !strings.Contains(got, "/text") || !strings.Contains(got, "want string") {
 		t.Fatalf("described as %q", got)
+	}
+}
+
+// A tool may narrow the skill's capabilities; without its own table it
+// has the skill's.
+func TestToolCapabilitiesNarrowTheSkills(t *testing.T) {
+	m, err := ParseManifest([]byte(goodManifest))
+	if err != nil || m.Tools[0].Capabilities != nil {
+		t.Fatalf("no tool table: %v %+v", err, m.Tools[0].Capabilities)
+	}
+	m, err = ParseManifest([]byte(goodManifest + "[tools.capabilities]\nhttp_hosts = [\"api.example.com\"]\nkv_prefix = \"echo/sub/\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Tools[0].Capabilities; c == nil || len(c.HTTPHosts) != 1 || c.KVPrefix != "echo/sub/" {
+		t.Fatalf("narrowed: %+v", c)
+	}
+	m, err = ParseManifest([]byte(goodManifest + "[tools.capabilities]\n"))
+	if c := m.Tools[0].Capabilities; err != nil || c == nil || len(c.HTTPHosts)+len(c.Secrets) != 0 || c.KVPrefix != "" {
+		t.Fatalf("an empty table (a pure tool): %v %+v", err, c)
 	}
 }

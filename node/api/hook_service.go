@@ -212,10 +212,11 @@ func (s *Server) runBeforeHook(ctx context.Context, h *raftpb.HookRecord, desc m
 	if mem == 0 {
 		mem = DefaultMemory
 	}
+	g := consensus.ToolGrants(sk, tool)
 	rec := &raftpb.JobRecord{
 		Id: newJobID(), Kind: "wasm", ModuleSha256: tool.ModuleSha256, MemoryBytes: mem, Fuel: sk.Fuel, Input: input,
 		InputSize: uint64(len(input)), TimeoutMs: timeout.Milliseconds(), Submitter: "hook:" + h.Id, SubmittedAtMs: now,
-		DeadlineAtMs: now + 2*timeout.Milliseconds(), AllowHosts: sk.HttpHosts, AllowPrivate: sk.AllowPrivate, SecretNames: sk.Secrets, KvPrefix: sk.KvPrefix,
+		DeadlineAtMs: now + 2*timeout.Milliseconds(), AllowHosts: g.HTTPHosts, AllowPrivate: g.AllowPrivate, SecretNames: g.Secrets, KvPrefix: g.KVPrefix,
 		Deterministic: tool.Deterministic, OutputSchema: tool.OutputSchema, SkillId: sk.SkillId, SkillTool: tool.Id, HookId: h.Id,
 	}
 	if len(input) > consensus.InlineLimit {

@@ -35,9 +35,13 @@ func skillInfo(r *raftpb.SkillRecord) *palyrav1.SkillInfo {
 		PreviousVersion: r.PreviousVersion,
 	}
 	for _, t := range r.Tools {
-		info.Tools = append(info.Tools, &palyrav1.SkillToolInfo{Id: t.Id, Name: t.Name, Description: t.Description,
+		ti := &palyrav1.SkillToolInfo{Id: t.Id, Name: t.Name, Description: t.Description,
 			ModuleSha256: t.ModuleSha256, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
-			RequiresApproval: t.RequiresApproval, Deterministic: t.Deterministic})
+			RequiresApproval: t.RequiresApproval, Deterministic: t.Deterministic}
+		if g := t.Grants; g != nil {
+			ti.Capabilities = &palyrav1.SkillToolCapabilities{HttpHosts: g.HttpHosts, AllowPrivate: g.AllowPrivate, Secrets: g.Secrets, KvPrefix: g.KvPrefix}
+		}
+		info.Tools = append(info.Tools, ti)
 	}
 	return info
 }
@@ -157,8 +161,12 @@ func (ss skillService) InstallSkill(ctx context.Context, req *connect.Request[pa
 			}
 			hashes[t.Module] = h
 		}
-		rec.Tools = append(rec.Tools, &raftpb.SkillTool{Id: t.ID, Name: t.Name, Description: t.Description, ModuleSha256: h,
-			InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, RequiresApproval: t.RequiresApproval, Deterministic: t.Deterministic})
+		st := &raftpb.SkillTool{Id: t.ID, Name: t.Name, Description: t.Description, ModuleSha256: h,
+			InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, RequiresApproval: t.RequiresApproval, Deterministic: t.Deterministic}
+		if c := t.Capabilities; c != nil {
+			st.Grants = &raftpb.ToolGrants{HttpHosts: c.HTTPHosts, AllowPrivate: c.AllowPrivate, Secrets: c.Secrets, KvPrefix: c.KVPrefix}
+		}
+		rec.Tools = append(rec.Tools, st)
 	}
 	if err := ss.apply(ctx, &raftpb.SkillCommand{Install: rec, AllowDowngrade: m.AllowDowngrade}); err != nil {
 		return nil, err
@@ -394,8 +402,9 @@ func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyra
 	if r.WallClockMs > 0 && (timeout == 0 || timeout > r.WallClockMs) {
 		timeout = r.WallClockMs
 	}
+	g := consensus.ToolGrants(r, tool)
 	sub := &palyrav1.SubmitJobRequest{
-		ModuleSha256: tool.ModuleSha256, Input: m.Input, AllowHosts: r.HttpHosts, AllowPrivate: r.AllowPrivate, SecretNames: r.Secrets, KvPrefix: r.KvPrefix,
+		ModuleSha256: tool.ModuleSha256, Input: m.Input, AllowHosts: g.HTTPHosts, AllowPrivate: g.AllowPrivate, SecretNames: g.Secrets, KvPrefix: g.KVPrefix,
 		Fuel: r.Fuel, MemoryBytes: r.MemoryBytes, TimeoutMs: timeout, Deterministic: tool.Deterministic, IdempotencyKey: m.IdempotencyKey,
 	}
 	if err := s.checkGrants(ctx, sub); err != nil {
@@ -405,8 +414,8 @@ func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyra
 			// they come from (a pure tool of a skill that declares hosts
 			// asks for them too).
 			return nil, apiError(connect.CodePermissionDenied, "forbidden",
-				fmt.Sprintf("%s (a run of %s's tools asks for the capabilities its manifest declares: hosts %v, secrets %v, kv prefix %q)",
-					strings.TrimPrefix(ce.Message(), "forbidden: "), r.SkillId, r.HttpHosts, r.Secrets, r.KvPrefix),
+				fmt.Sprintf("%s (a run of %s/%s asks for the capabilities its manifest declares: hosts %v, secrets %v, kv prefix %q)",
+					strings.TrimPrefix(ce.Message(), "forbidden: "), r.SkillId, tool.Id, g.HTTPHosts, g.Secrets, g.KVPrefix),
 				"ask an operator to permit those grants to you (see the commented example in 'palyra policy get'), or to run the tool for you")
 		}
 		return nil, err

@@ -3850,8 +3850,11 @@ type SkillToolInfo struct {
 	OutputSchema     string                 `protobuf:"bytes,6,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
 	RequiresApproval bool                   `protobuf:"varint,7,opt,name=requires_approval,json=requiresApproval,proto3" json:"requires_approval,omitempty"`
 	Deterministic    bool                   `protobuf:"varint,8,opt,name=deterministic,proto3" json:"deterministic,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// capabilities, when set, are what this tool's runs ask for instead of
+	// the skill's (a subset; empty for a pure tool).
+	Capabilities  *SkillToolCapabilities `protobuf:"bytes,9,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SkillToolInfo) Reset() {
@@ -3940,6 +3943,81 @@ func (x *SkillToolInfo) GetDeterministic() bool {
 	return false
 }
 
+func (x *SkillToolInfo) GetCapabilities() *SkillToolCapabilities {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+type SkillToolCapabilities struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	HttpHosts     []string               `protobuf:"bytes,1,rep,name=http_hosts,json=httpHosts,proto3" json:"http_hosts,omitempty"`
+	AllowPrivate  bool                   `protobuf:"varint,2,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
+	Secrets       []string               `protobuf:"bytes,3,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	KvPrefix      string                 `protobuf:"bytes,4,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillToolCapabilities) Reset() {
+	*x = SkillToolCapabilities{}
+	mi := &file_palyra_v1_api_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillToolCapabilities) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillToolCapabilities) ProtoMessage() {}
+
+func (x *SkillToolCapabilities) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillToolCapabilities.ProtoReflect.Descriptor instead.
+func (*SkillToolCapabilities) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *SkillToolCapabilities) GetHttpHosts() []string {
+	if x != nil {
+		return x.HttpHosts
+	}
+	return nil
+}
+
+func (x *SkillToolCapabilities) GetAllowPrivate() bool {
+	if x != nil {
+		return x.AllowPrivate
+	}
+	return false
+}
+
+func (x *SkillToolCapabilities) GetSecrets() []string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+func (x *SkillToolCapabilities) GetKvPrefix() string {
+	if x != nil {
+		return x.KvPrefix
+	}
+	return ""
+}
+
 type SkillInfo struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	SkillId         string                 `protobuf:"bytes,1,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
@@ -3971,7 +4049,7 @@ type SkillInfo struct {
 
 func (x *SkillInfo) Reset() {
 	*x = SkillInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[54]
+	mi := &file_palyra_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3983,7 +4061,7 @@ func (x *SkillInfo) String() string {
 func (*SkillInfo) ProtoMessage() {}
 
 func (x *SkillInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[54]
+	mi := &file_palyra_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3996,7 +4074,7 @@ func (x *SkillInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillInfo.ProtoReflect.Descriptor instead.
 func (*SkillInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SkillInfo) GetSkillId() string {
@@ -4172,7 +4250,7 @@ type PublisherInfo struct {
 
 func (x *PublisherInfo) Reset() {
 	*x = PublisherInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[55]
+	mi := &file_palyra_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4184,7 +4262,7 @@ func (x *PublisherInfo) String() string {
 func (*PublisherInfo) ProtoMessage() {}
 
 func (x *PublisherInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[55]
+	mi := &file_palyra_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4197,7 +4275,7 @@ func (x *PublisherInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublisherInfo.ProtoReflect.Descriptor instead.
 func (*PublisherInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PublisherInfo) GetName() string {
@@ -4242,7 +4320,7 @@ type InstallSkillRequest struct {
 
 func (x *InstallSkillRequest) Reset() {
 	*x = InstallSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[56]
+	mi := &file_palyra_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4254,7 +4332,7 @@ func (x *InstallSkillRequest) String() string {
 func (*InstallSkillRequest) ProtoMessage() {}
 
 func (x *InstallSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[56]
+	mi := &file_palyra_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4267,7 +4345,7 @@ func (x *InstallSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSkillRequest.ProtoReflect.Descriptor instead.
 func (*InstallSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *InstallSkillRequest) GetPackage() []byte {
@@ -4301,7 +4379,7 @@ type InstallSkillResponse struct {
 
 func (x *InstallSkillResponse) Reset() {
 	*x = InstallSkillResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[57]
+	mi := &file_palyra_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4313,7 +4391,7 @@ func (x *InstallSkillResponse) String() string {
 func (*InstallSkillResponse) ProtoMessage() {}
 
 func (x *InstallSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[57]
+	mi := &file_palyra_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4326,7 +4404,7 @@ func (x *InstallSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSkillResponse.ProtoReflect.Descriptor instead.
 func (*InstallSkillResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *InstallSkillResponse) GetSkill() *SkillInfo {
@@ -4351,7 +4429,7 @@ type ListSkillsRequest struct {
 
 func (x *ListSkillsRequest) Reset() {
 	*x = ListSkillsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[58]
+	mi := &file_palyra_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4363,7 +4441,7 @@ func (x *ListSkillsRequest) String() string {
 func (*ListSkillsRequest) ProtoMessage() {}
 
 func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[58]
+	mi := &file_palyra_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4376,7 +4454,7 @@ func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSkillsRequest.ProtoReflect.Descriptor instead.
 func (*ListSkillsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 type ListSkillsResponse struct {
@@ -4388,7 +4466,7 @@ type ListSkillsResponse struct {
 
 func (x *ListSkillsResponse) Reset() {
 	*x = ListSkillsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[59]
+	mi := &file_palyra_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4400,7 +4478,7 @@ func (x *ListSkillsResponse) String() string {
 func (*ListSkillsResponse) ProtoMessage() {}
 
 func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[59]
+	mi := &file_palyra_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4413,7 +4491,7 @@ func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSkillsResponse.ProtoReflect.Descriptor instead.
 func (*ListSkillsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListSkillsResponse) GetSkills() []*SkillInfo {
@@ -4432,7 +4510,7 @@ type GetSkillRequest struct {
 
 func (x *GetSkillRequest) Reset() {
 	*x = GetSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[60]
+	mi := &file_palyra_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4444,7 +4522,7 @@ func (x *GetSkillRequest) String() string {
 func (*GetSkillRequest) ProtoMessage() {}
 
 func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[60]
+	mi := &file_palyra_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4457,7 +4535,7 @@ func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSkillRequest.ProtoReflect.Descriptor instead.
 func (*GetSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetSkillRequest) GetSkillId() string {
@@ -4476,7 +4554,7 @@ type GetSkillResponse struct {
 
 func (x *GetSkillResponse) Reset() {
 	*x = GetSkillResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[61]
+	mi := &file_palyra_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4488,7 +4566,7 @@ func (x *GetSkillResponse) String() string {
 func (*GetSkillResponse) ProtoMessage() {}
 
 func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[61]
+	mi := &file_palyra_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4501,7 +4579,7 @@ func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSkillResponse.ProtoReflect.Descriptor instead.
 func (*GetSkillResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetSkillResponse) GetSkill() *SkillInfo {
@@ -4526,7 +4604,7 @@ type SetSkillStatusRequest struct {
 
 func (x *SetSkillStatusRequest) Reset() {
 	*x = SetSkillStatusRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[62]
+	mi := &file_palyra_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4538,7 +4616,7 @@ func (x *SetSkillStatusRequest) String() string {
 func (*SetSkillStatusRequest) ProtoMessage() {}
 
 func (x *SetSkillStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[62]
+	mi := &file_palyra_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4551,7 +4629,7 @@ func (x *SetSkillStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSkillStatusRequest.ProtoReflect.Descriptor instead.
 func (*SetSkillStatusRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SetSkillStatusRequest) GetSkillId() string {
@@ -4592,7 +4670,7 @@ type SetSkillStatusResponse struct {
 
 func (x *SetSkillStatusResponse) Reset() {
 	*x = SetSkillStatusResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[63]
+	mi := &file_palyra_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4604,7 +4682,7 @@ func (x *SetSkillStatusResponse) String() string {
 func (*SetSkillStatusResponse) ProtoMessage() {}
 
 func (x *SetSkillStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[63]
+	mi := &file_palyra_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4617,7 +4695,7 @@ func (x *SetSkillStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSkillStatusResponse.ProtoReflect.Descriptor instead.
 func (*SetSkillStatusResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SetSkillStatusResponse) GetSkill() *SkillInfo {
@@ -4644,7 +4722,7 @@ type RemoveSkillRequest struct {
 
 func (x *RemoveSkillRequest) Reset() {
 	*x = RemoveSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[64]
+	mi := &file_palyra_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4656,7 +4734,7 @@ func (x *RemoveSkillRequest) String() string {
 func (*RemoveSkillRequest) ProtoMessage() {}
 
 func (x *RemoveSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[64]
+	mi := &file_palyra_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4669,7 +4747,7 @@ func (x *RemoveSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSkillRequest.ProtoReflect.Descriptor instead.
 func (*RemoveSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RemoveSkillRequest) GetSkillId() string {
@@ -4695,7 +4773,7 @@ type RemoveSkillResponse struct {
 
 func (x *RemoveSkillResponse) Reset() {
 	*x = RemoveSkillResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[65]
+	mi := &file_palyra_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4707,7 +4785,7 @@ func (x *RemoveSkillResponse) String() string {
 func (*RemoveSkillResponse) ProtoMessage() {}
 
 func (x *RemoveSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[65]
+	mi := &file_palyra_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4720,7 +4798,7 @@ func (x *RemoveSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSkillResponse.ProtoReflect.Descriptor instead.
 func (*RemoveSkillResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RemoveSkillResponse) GetUnboundHooks() []*HookInfo {
@@ -4741,7 +4819,7 @@ type TrustPublisherRequest struct {
 
 func (x *TrustPublisherRequest) Reset() {
 	*x = TrustPublisherRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[66]
+	mi := &file_palyra_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4753,7 +4831,7 @@ func (x *TrustPublisherRequest) String() string {
 func (*TrustPublisherRequest) ProtoMessage() {}
 
 func (x *TrustPublisherRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[66]
+	mi := &file_palyra_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4766,7 +4844,7 @@ func (x *TrustPublisherRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustPublisherRequest.ProtoReflect.Descriptor instead.
 func (*TrustPublisherRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *TrustPublisherRequest) GetName() string {
@@ -4799,7 +4877,7 @@ type TrustPublisherResponse struct {
 
 func (x *TrustPublisherResponse) Reset() {
 	*x = TrustPublisherResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[67]
+	mi := &file_palyra_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +4889,7 @@ func (x *TrustPublisherResponse) String() string {
 func (*TrustPublisherResponse) ProtoMessage() {}
 
 func (x *TrustPublisherResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[67]
+	mi := &file_palyra_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +4902,7 @@ func (x *TrustPublisherResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustPublisherResponse.ProtoReflect.Descriptor instead.
 func (*TrustPublisherResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *TrustPublisherResponse) GetPublisher() *PublisherInfo {
@@ -4842,7 +4920,7 @@ type ListPublishersRequest struct {
 
 func (x *ListPublishersRequest) Reset() {
 	*x = ListPublishersRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[68]
+	mi := &file_palyra_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4854,7 +4932,7 @@ func (x *ListPublishersRequest) String() string {
 func (*ListPublishersRequest) ProtoMessage() {}
 
 func (x *ListPublishersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[68]
+	mi := &file_palyra_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4867,7 +4945,7 @@ func (x *ListPublishersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPublishersRequest.ProtoReflect.Descriptor instead.
 func (*ListPublishersRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 type ListPublishersResponse struct {
@@ -4879,7 +4957,7 @@ type ListPublishersResponse struct {
 
 func (x *ListPublishersResponse) Reset() {
 	*x = ListPublishersResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[69]
+	mi := &file_palyra_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4891,7 +4969,7 @@ func (x *ListPublishersResponse) String() string {
 func (*ListPublishersResponse) ProtoMessage() {}
 
 func (x *ListPublishersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[69]
+	mi := &file_palyra_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4904,7 +4982,7 @@ func (x *ListPublishersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPublishersResponse.ProtoReflect.Descriptor instead.
 func (*ListPublishersResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListPublishersResponse) GetPublishers() []*PublisherInfo {
@@ -4923,7 +5001,7 @@ type UntrustPublisherRequest struct {
 
 func (x *UntrustPublisherRequest) Reset() {
 	*x = UntrustPublisherRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[70]
+	mi := &file_palyra_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4935,7 +5013,7 @@ func (x *UntrustPublisherRequest) String() string {
 func (*UntrustPublisherRequest) ProtoMessage() {}
 
 func (x *UntrustPublisherRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[70]
+	mi := &file_palyra_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4948,7 +5026,7 @@ func (x *UntrustPublisherRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UntrustPublisherRequest.ProtoReflect.Descriptor instead.
 func (*UntrustPublisherRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UntrustPublisherRequest) GetName() string {
@@ -4966,7 +5044,7 @@ type UntrustPublisherResponse struct {
 
 func (x *UntrustPublisherResponse) Reset() {
 	*x = UntrustPublisherResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[71]
+	mi := &file_palyra_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4978,7 +5056,7 @@ func (x *UntrustPublisherResponse) String() string {
 func (*UntrustPublisherResponse) ProtoMessage() {}
 
 func (x *UntrustPublisherResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[71]
+	mi := &file_palyra_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4991,7 +5069,7 @@ func (x *UntrustPublisherResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UntrustPublisherResponse.ProtoReflect.Descriptor instead.
 func (*UntrustPublisherResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 type RunSkillRequest struct {
@@ -5010,7 +5088,7 @@ type RunSkillRequest struct {
 
 func (x *RunSkillRequest) Reset() {
 	*x = RunSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[72]
+	mi := &file_palyra_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5022,7 +5100,7 @@ func (x *RunSkillRequest) String() string {
 func (*RunSkillRequest) ProtoMessage() {}
 
 func (x *RunSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[72]
+	mi := &file_palyra_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5035,7 +5113,7 @@ func (x *RunSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSkillRequest.ProtoReflect.Descriptor instead.
 func (*RunSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RunSkillRequest) GetSkillId() string {
@@ -5094,7 +5172,7 @@ type DecideJobRequest struct {
 
 func (x *DecideJobRequest) Reset() {
 	*x = DecideJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[73]
+	mi := &file_palyra_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5106,7 +5184,7 @@ func (x *DecideJobRequest) String() string {
 func (*DecideJobRequest) ProtoMessage() {}
 
 func (x *DecideJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[73]
+	mi := &file_palyra_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5119,7 +5197,7 @@ func (x *DecideJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJobRequest.ProtoReflect.Descriptor instead.
 func (*DecideJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *DecideJobRequest) GetId() string {
@@ -5152,7 +5230,7 @@ type DecideJobResponse struct {
 
 func (x *DecideJobResponse) Reset() {
 	*x = DecideJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[74]
+	mi := &file_palyra_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5164,7 +5242,7 @@ func (x *DecideJobResponse) String() string {
 func (*DecideJobResponse) ProtoMessage() {}
 
 func (x *DecideJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[74]
+	mi := &file_palyra_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5177,7 +5255,7 @@ func (x *DecideJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJobResponse.ProtoReflect.Descriptor instead.
 func (*DecideJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DecideJobResponse) GetJob() *Job {
@@ -5207,7 +5285,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_palyra_v1_api_proto_msgTypes[75]
+	mi := &file_palyra_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5219,7 +5297,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[75]
+	mi := &file_palyra_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5232,7 +5310,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AuditRecord) GetSeq() uint64 {
@@ -5302,7 +5380,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[76]
+	mi := &file_palyra_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5314,7 +5392,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[76]
+	mi := &file_palyra_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5327,7 +5405,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListAuditRequest) GetAfterSeq() uint64 {
@@ -5367,7 +5445,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[77]
+	mi := &file_palyra_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5379,7 +5457,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[77]
+	mi := &file_palyra_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5392,7 +5470,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -5445,7 +5523,7 @@ type VerifyAuditRequest struct {
 
 func (x *VerifyAuditRequest) Reset() {
 	*x = VerifyAuditRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[78]
+	mi := &file_palyra_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5457,7 +5535,7 @@ func (x *VerifyAuditRequest) String() string {
 func (*VerifyAuditRequest) ProtoMessage() {}
 
 func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[78]
+	mi := &file_palyra_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5470,7 +5548,7 @@ func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditRequest.ProtoReflect.Descriptor instead.
 func (*VerifyAuditRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 type VerifyAuditResponse struct {
@@ -5489,7 +5567,7 @@ type VerifyAuditResponse struct {
 
 func (x *VerifyAuditResponse) Reset() {
 	*x = VerifyAuditResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[79]
+	mi := &file_palyra_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5501,7 +5579,7 @@ func (x *VerifyAuditResponse) String() string {
 func (*VerifyAuditResponse) ProtoMessage() {}
 
 func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[79]
+	mi := &file_palyra_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5514,7 +5592,7 @@ func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditResponse.ProtoReflect.Descriptor instead.
 func (*VerifyAuditResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *VerifyAuditResponse) GetOk() bool {
@@ -5591,7 +5669,7 @@ type HookInfo struct {
 
 func (x *HookInfo) Reset() {
 	*x = HookInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[80]
+	mi := &file_palyra_v1_api_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5603,7 +5681,7 @@ func (x *HookInfo) String() string {
 func (*HookInfo) ProtoMessage() {}
 
 func (x *HookInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[80]
+	mi := &file_palyra_v1_api_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5616,7 +5694,7 @@ func (x *HookInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookInfo.ProtoReflect.Descriptor instead.
 func (*HookInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{80}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *HookInfo) GetId() string {
@@ -5672,7 +5750,7 @@ type BindHookRequest struct {
 
 func (x *BindHookRequest) Reset() {
 	*x = BindHookRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[81]
+	mi := &file_palyra_v1_api_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5684,7 +5762,7 @@ func (x *BindHookRequest) String() string {
 func (*BindHookRequest) ProtoMessage() {}
 
 func (x *BindHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[81]
+	mi := &file_palyra_v1_api_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5697,7 +5775,7 @@ func (x *BindHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindHookRequest.ProtoReflect.Descriptor instead.
 func (*BindHookRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{81}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *BindHookRequest) GetEvent() string {
@@ -5730,7 +5808,7 @@ type BindHookResponse struct {
 
 func (x *BindHookResponse) Reset() {
 	*x = BindHookResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[82]
+	mi := &file_palyra_v1_api_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5742,7 +5820,7 @@ func (x *BindHookResponse) String() string {
 func (*BindHookResponse) ProtoMessage() {}
 
 func (x *BindHookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[82]
+	mi := &file_palyra_v1_api_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5755,7 +5833,7 @@ func (x *BindHookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindHookResponse.ProtoReflect.Descriptor instead.
 func (*BindHookResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{82}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *BindHookResponse) GetHook() *HookInfo {
@@ -5774,7 +5852,7 @@ type UnbindHookRequest struct {
 
 func (x *UnbindHookRequest) Reset() {
 	*x = UnbindHookRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[83]
+	mi := &file_palyra_v1_api_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5786,7 +5864,7 @@ func (x *UnbindHookRequest) String() string {
 func (*UnbindHookRequest) ProtoMessage() {}
 
 func (x *UnbindHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[83]
+	mi := &file_palyra_v1_api_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5799,7 +5877,7 @@ func (x *UnbindHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbindHookRequest.ProtoReflect.Descriptor instead.
 func (*UnbindHookRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{83}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *UnbindHookRequest) GetId() string {
@@ -5817,7 +5895,7 @@ type UnbindHookResponse struct {
 
 func (x *UnbindHookResponse) Reset() {
 	*x = UnbindHookResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[84]
+	mi := &file_palyra_v1_api_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5829,7 +5907,7 @@ func (x *UnbindHookResponse) String() string {
 func (*UnbindHookResponse) ProtoMessage() {}
 
 func (x *UnbindHookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[84]
+	mi := &file_palyra_v1_api_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5842,7 +5920,7 @@ func (x *UnbindHookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbindHookResponse.ProtoReflect.Descriptor instead.
 func (*UnbindHookResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{84}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{85}
 }
 
 type ListHooksRequest struct {
@@ -5853,7 +5931,7 @@ type ListHooksRequest struct {
 
 func (x *ListHooksRequest) Reset() {
 	*x = ListHooksRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[85]
+	mi := &file_palyra_v1_api_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5865,7 +5943,7 @@ func (x *ListHooksRequest) String() string {
 func (*ListHooksRequest) ProtoMessage() {}
 
 func (x *ListHooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[85]
+	mi := &file_palyra_v1_api_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5878,7 +5956,7 @@ func (x *ListHooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHooksRequest.ProtoReflect.Descriptor instead.
 func (*ListHooksRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{85}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{86}
 }
 
 type ListHooksResponse struct {
@@ -5890,7 +5968,7 @@ type ListHooksResponse struct {
 
 func (x *ListHooksResponse) Reset() {
 	*x = ListHooksResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[86]
+	mi := &file_palyra_v1_api_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5902,7 +5980,7 @@ func (x *ListHooksResponse) String() string {
 func (*ListHooksResponse) ProtoMessage() {}
 
 func (x *ListHooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[86]
+	mi := &file_palyra_v1_api_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5915,7 +5993,7 @@ func (x *ListHooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHooksResponse.ProtoReflect.Descriptor instead.
 func (*ListHooksResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{86}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListHooksResponse) GetHooks() []*HookInfo {
@@ -6249,7 +6327,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x1aListBrowserSessionsRequest\"v\n" +
 	"\x1bListBrowserSessionsResponse\x125\n" +
 	"\bsessions\x18\x01 \x03(\v2\x19.palyra.v1.BrowserSessionR\bsessions\x12 \n" +
-	"\vunreachable\x18\x02 \x03(\tR\vunreachable\"\x95\x02\n" +
+	"\vunreachable\x18\x02 \x03(\tR\vunreachable\"\xdb\x02\n" +
 	"\rSkillToolInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
@@ -6258,7 +6336,14 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\finput_schema\x18\x05 \x01(\tR\vinputSchema\x12#\n" +
 	"\routput_schema\x18\x06 \x01(\tR\foutputSchema\x12+\n" +
 	"\x11requires_approval\x18\a \x01(\bR\x10requiresApproval\x12$\n" +
-	"\rdeterministic\x18\b \x01(\bR\rdeterministic\"\xf2\x05\n" +
+	"\rdeterministic\x18\b \x01(\bR\rdeterministic\x12D\n" +
+	"\fcapabilities\x18\t \x01(\v2 .palyra.v1.SkillToolCapabilitiesR\fcapabilities\"\x92\x01\n" +
+	"\x15SkillToolCapabilities\x12\x1d\n" +
+	"\n" +
+	"http_hosts\x18\x01 \x03(\tR\thttpHosts\x12#\n" +
+	"\rallow_private\x18\x02 \x01(\bR\fallowPrivate\x12\x18\n" +
+	"\asecrets\x18\x03 \x03(\tR\asecrets\x12\x1b\n" +
+	"\tkv_prefix\x18\x04 \x01(\tR\bkvPrefix\"\xf2\x05\n" +
 	"\tSkillInfo\x12\x19\n" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
@@ -6476,7 +6561,7 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 94)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                       // 0: palyra.v1.JobPhase
 	(*Error)(nil),                       // 1: palyra.v1.Error
@@ -6533,56 +6618,57 @@ var file_palyra_v1_api_proto_goTypes = []any{
 	(*ListBrowserSessionsRequest)(nil),  // 52: palyra.v1.ListBrowserSessionsRequest
 	(*ListBrowserSessionsResponse)(nil), // 53: palyra.v1.ListBrowserSessionsResponse
 	(*SkillToolInfo)(nil),               // 54: palyra.v1.SkillToolInfo
-	(*SkillInfo)(nil),                   // 55: palyra.v1.SkillInfo
-	(*PublisherInfo)(nil),               // 56: palyra.v1.PublisherInfo
-	(*InstallSkillRequest)(nil),         // 57: palyra.v1.InstallSkillRequest
-	(*InstallSkillResponse)(nil),        // 58: palyra.v1.InstallSkillResponse
-	(*ListSkillsRequest)(nil),           // 59: palyra.v1.ListSkillsRequest
-	(*ListSkillsResponse)(nil),          // 60: palyra.v1.ListSkillsResponse
-	(*GetSkillRequest)(nil),             // 61: palyra.v1.GetSkillRequest
-	(*GetSkillResponse)(nil),            // 62: palyra.v1.GetSkillResponse
-	(*SetSkillStatusRequest)(nil),       // 63: palyra.v1.SetSkillStatusRequest
-	(*SetSkillStatusResponse)(nil),      // 64: palyra.v1.SetSkillStatusResponse
-	(*RemoveSkillRequest)(nil),          // 65: palyra.v1.RemoveSkillRequest
-	(*RemoveSkillResponse)(nil),         // 66: palyra.v1.RemoveSkillResponse
-	(*TrustPublisherRequest)(nil),       // 67: palyra.v1.TrustPublisherRequest
-	(*TrustPublisherResponse)(nil),      // 68: palyra.v1.TrustPublisherResponse
-	(*ListPublishersRequest)(nil),       // 69: palyra.v1.ListPublishersRequest
-	(*ListPublishersResponse)(nil),      // 70: palyra.v1.ListPublishersResponse
-	(*UntrustPublisherRequest)(nil),     // 71: palyra.v1.UntrustPublisherRequest
-	(*UntrustPublisherResponse)(nil),    // 72: palyra.v1.UntrustPublisherResponse
-	(*RunSkillRequest)(nil),             // 73: palyra.v1.RunSkillRequest
-	(*DecideJobRequest)(nil),            // 74: palyra.v1.DecideJobRequest
-	(*DecideJobResponse)(nil),           // 75: palyra.v1.DecideJobResponse
-	(*AuditRecord)(nil),                 // 76: palyra.v1.AuditRecord
-	(*ListAuditRequest)(nil),            // 77: palyra.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 78: palyra.v1.ListAuditResponse
-	(*VerifyAuditRequest)(nil),          // 79: palyra.v1.VerifyAuditRequest
-	(*VerifyAuditResponse)(nil),         // 80: palyra.v1.VerifyAuditResponse
-	(*HookInfo)(nil),                    // 81: palyra.v1.HookInfo
-	(*BindHookRequest)(nil),             // 82: palyra.v1.BindHookRequest
-	(*BindHookResponse)(nil),            // 83: palyra.v1.BindHookResponse
-	(*UnbindHookRequest)(nil),           // 84: palyra.v1.UnbindHookRequest
-	(*UnbindHookResponse)(nil),          // 85: palyra.v1.UnbindHookResponse
-	(*ListHooksRequest)(nil),            // 86: palyra.v1.ListHooksRequest
-	(*ListHooksResponse)(nil),           // 87: palyra.v1.ListHooksResponse
-	nil,                                 // 88: palyra.v1.Job.ConstraintsEntry
-	nil,                                 // 89: palyra.v1.JobArray.CountsEntry
-	nil,                                 // 90: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                                 // 91: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                                 // 92: palyra.v1.NodeInfo.LabelsEntry
-	nil,                                 // 93: palyra.v1.NodeInfo.CapacityEntry
+	(*SkillToolCapabilities)(nil),       // 55: palyra.v1.SkillToolCapabilities
+	(*SkillInfo)(nil),                   // 56: palyra.v1.SkillInfo
+	(*PublisherInfo)(nil),               // 57: palyra.v1.PublisherInfo
+	(*InstallSkillRequest)(nil),         // 58: palyra.v1.InstallSkillRequest
+	(*InstallSkillResponse)(nil),        // 59: palyra.v1.InstallSkillResponse
+	(*ListSkillsRequest)(nil),           // 60: palyra.v1.ListSkillsRequest
+	(*ListSkillsResponse)(nil),          // 61: palyra.v1.ListSkillsResponse
+	(*GetSkillRequest)(nil),             // 62: palyra.v1.GetSkillRequest
+	(*GetSkillResponse)(nil),            // 63: palyra.v1.GetSkillResponse
+	(*SetSkillStatusRequest)(nil),       // 64: palyra.v1.SetSkillStatusRequest
+	(*SetSkillStatusResponse)(nil),      // 65: palyra.v1.SetSkillStatusResponse
+	(*RemoveSkillRequest)(nil),          // 66: palyra.v1.RemoveSkillRequest
+	(*RemoveSkillResponse)(nil),         // 67: palyra.v1.RemoveSkillResponse
+	(*TrustPublisherRequest)(nil),       // 68: palyra.v1.TrustPublisherRequest
+	(*TrustPublisherResponse)(nil),      // 69: palyra.v1.TrustPublisherResponse
+	(*ListPublishersRequest)(nil),       // 70: palyra.v1.ListPublishersRequest
+	(*ListPublishersResponse)(nil),      // 71: palyra.v1.ListPublishersResponse
+	(*UntrustPublisherRequest)(nil),     // 72: palyra.v1.UntrustPublisherRequest
+	(*UntrustPublisherResponse)(nil),    // 73: palyra.v1.UntrustPublisherResponse
+	(*RunSkillRequest)(nil),             // 74: palyra.v1.RunSkillRequest
+	(*DecideJobRequest)(nil),            // 75: palyra.v1.DecideJobRequest
+	(*DecideJobResponse)(nil),           // 76: palyra.v1.DecideJobResponse
+	(*AuditRecord)(nil),                 // 77: palyra.v1.AuditRecord
+	(*ListAuditRequest)(nil),            // 78: palyra.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 79: palyra.v1.ListAuditResponse
+	(*VerifyAuditRequest)(nil),          // 80: palyra.v1.VerifyAuditRequest
+	(*VerifyAuditResponse)(nil),         // 81: palyra.v1.VerifyAuditResponse
+	(*HookInfo)(nil),                    // 82: palyra.v1.HookInfo
+	(*BindHookRequest)(nil),             // 83: palyra.v1.BindHookRequest
+	(*BindHookResponse)(nil),            // 84: palyra.v1.BindHookResponse
+	(*UnbindHookRequest)(nil),           // 85: palyra.v1.UnbindHookRequest
+	(*UnbindHookResponse)(nil),          // 86: palyra.v1.UnbindHookResponse
+	(*ListHooksRequest)(nil),            // 87: palyra.v1.ListHooksRequest
+	(*ListHooksResponse)(nil),           // 88: palyra.v1.ListHooksResponse
+	nil,                                 // 89: palyra.v1.Job.ConstraintsEntry
+	nil,                                 // 90: palyra.v1.JobArray.CountsEntry
+	nil,                                 // 91: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                                 // 92: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                                 // 93: palyra.v1.NodeInfo.LabelsEntry
+	nil,                                 // 94: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	88, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	89, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
 	5,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	89, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	90, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
 	3,  // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
 	5,  // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	90, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	91, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
 	3,  // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
 	3,  // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
@@ -6596,111 +6682,112 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,  // 19: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
 	3,  // 20: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
 	4,  // 21: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
-	91, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	92, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	93, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	92, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	93, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	94, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
 	29, // 25: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
 	38, // 26: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
 	38, // 27: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
 	45, // 28: palyra.v1.BrowserSessionResponse.session:type_name -> palyra.v1.BrowserSession
 	50, // 29: palyra.v1.BrowserSessionResponse.files:type_name -> palyra.v1.BrowserFile
 	45, // 30: palyra.v1.ListBrowserSessionsResponse.sessions:type_name -> palyra.v1.BrowserSession
-	54, // 31: palyra.v1.SkillInfo.tools:type_name -> palyra.v1.SkillToolInfo
-	55, // 32: palyra.v1.InstallSkillResponse.skill:type_name -> palyra.v1.SkillInfo
-	55, // 33: palyra.v1.ListSkillsResponse.skills:type_name -> palyra.v1.SkillInfo
-	55, // 34: palyra.v1.GetSkillResponse.skill:type_name -> palyra.v1.SkillInfo
-	55, // 35: palyra.v1.SetSkillStatusResponse.skill:type_name -> palyra.v1.SkillInfo
-	81, // 36: palyra.v1.SetSkillStatusResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
-	81, // 37: palyra.v1.RemoveSkillResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
-	56, // 38: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
-	56, // 39: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
-	3,  // 40: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
-	76, // 41: palyra.v1.ListAuditResponse.records:type_name -> palyra.v1.AuditRecord
-	81, // 42: palyra.v1.BindHookResponse.hook:type_name -> palyra.v1.HookInfo
-	81, // 43: palyra.v1.ListHooksResponse.hooks:type_name -> palyra.v1.HookInfo
-	8,  // 44: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	10, // 45: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	12, // 46: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	14, // 47: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	18, // 48: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	8,  // 49: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
-	6,  // 50: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	20, // 51: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	22, // 52: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	16, // 53: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
-	27, // 54: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	25, // 55: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
-	30, // 56: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	34, // 57: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	32, // 58: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	36, // 59: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	39, // 60: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	41, // 61: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	43, // 62: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	46, // 63: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
-	48, // 64: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
-	47, // 65: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
-	47, // 66: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
-	52, // 67: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
-	57, // 68: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
-	59, // 69: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
-	61, // 70: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
-	63, // 71: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
-	65, // 72: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
-	67, // 73: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
-	69, // 74: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
-	71, // 75: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
-	73, // 76: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
-	74, // 77: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
-	77, // 78: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
-	79, // 79: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
-	82, // 80: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
-	84, // 81: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
-	86, // 82: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
-	9,  // 83: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11, // 84: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13, // 85: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15, // 86: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	19, // 87: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	19, // 88: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,  // 89: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	21, // 90: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	23, // 91: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	17, // 92: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
-	28, // 93: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	26, // 94: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
-	31, // 95: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	35, // 96: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	33, // 97: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	37, // 98: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	40, // 99: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	42, // 100: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	44, // 101: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	49, // 102: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
-	49, // 103: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
-	51, // 104: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
-	49, // 105: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
-	53, // 106: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
-	58, // 107: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
-	60, // 108: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
-	62, // 109: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
-	64, // 110: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
-	66, // 111: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
-	68, // 112: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
-	70, // 113: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
-	72, // 114: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
-	9,  // 115: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
-	75, // 116: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
-	78, // 117: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
-	80, // 118: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
-	83, // 119: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
-	85, // 120: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
-	87, // 121: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
-	83, // [83:122] is the sub-list for method output_type
-	44, // [44:83] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	55, // 31: palyra.v1.SkillToolInfo.capabilities:type_name -> palyra.v1.SkillToolCapabilities
+	54, // 32: palyra.v1.SkillInfo.tools:type_name -> palyra.v1.SkillToolInfo
+	56, // 33: palyra.v1.InstallSkillResponse.skill:type_name -> palyra.v1.SkillInfo
+	56, // 34: palyra.v1.ListSkillsResponse.skills:type_name -> palyra.v1.SkillInfo
+	56, // 35: palyra.v1.GetSkillResponse.skill:type_name -> palyra.v1.SkillInfo
+	56, // 36: palyra.v1.SetSkillStatusResponse.skill:type_name -> palyra.v1.SkillInfo
+	82, // 37: palyra.v1.SetSkillStatusResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
+	82, // 38: palyra.v1.RemoveSkillResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
+	57, // 39: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
+	57, // 40: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
+	3,  // 41: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
+	77, // 42: palyra.v1.ListAuditResponse.records:type_name -> palyra.v1.AuditRecord
+	82, // 43: palyra.v1.BindHookResponse.hook:type_name -> palyra.v1.HookInfo
+	82, // 44: palyra.v1.ListHooksResponse.hooks:type_name -> palyra.v1.HookInfo
+	8,  // 45: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	10, // 46: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	12, // 47: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	14, // 48: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	18, // 49: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	8,  // 50: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
+	6,  // 51: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	20, // 52: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	22, // 53: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	16, // 54: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
+	27, // 55: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	25, // 56: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
+	30, // 57: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	34, // 58: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	32, // 59: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	36, // 60: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	39, // 61: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	41, // 62: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	43, // 63: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	46, // 64: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
+	48, // 65: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
+	47, // 66: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
+	47, // 67: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
+	52, // 68: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
+	58, // 69: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
+	60, // 70: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
+	62, // 71: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
+	64, // 72: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
+	66, // 73: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
+	68, // 74: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
+	70, // 75: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
+	72, // 76: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
+	74, // 77: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
+	75, // 78: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
+	78, // 79: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
+	80, // 80: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
+	83, // 81: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
+	85, // 82: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
+	87, // 83: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
+	9,  // 84: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11, // 85: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13, // 86: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15, // 87: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	19, // 88: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	19, // 89: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,  // 90: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	21, // 91: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	23, // 92: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	17, // 93: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	28, // 94: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	26, // 95: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
+	31, // 96: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	35, // 97: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	33, // 98: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	37, // 99: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	40, // 100: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	42, // 101: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	44, // 102: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	49, // 103: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
+	49, // 104: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
+	51, // 105: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
+	49, // 106: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
+	53, // 107: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
+	59, // 108: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
+	61, // 109: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
+	63, // 110: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
+	65, // 111: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
+	67, // 112: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
+	69, // 113: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
+	71, // 114: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
+	73, // 115: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
+	9,  // 116: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
+	76, // 117: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
+	79, // 118: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
+	81, // 119: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
+	84, // 120: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
+	86, // 121: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
+	88, // 122: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
+	84, // [84:123] is the sub-list for method output_type
+	45, // [45:84] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -6714,7 +6801,7 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   93,
+			NumMessages:   94,
 			NumExtensions: 0,
 			NumServices:   8,
 		},

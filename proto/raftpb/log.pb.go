@@ -4550,8 +4550,11 @@ type SkillTool struct {
 	OutputSchema     string                 `protobuf:"bytes,6,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
 	RequiresApproval bool                   `protobuf:"varint,7,opt,name=requires_approval,json=requiresApproval,proto3" json:"requires_approval,omitempty"`
 	Deterministic    bool                   `protobuf:"varint,8,opt,name=deterministic,proto3" json:"deterministic,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// grants, when set, are what the tool's runs ask for instead of the
+	// skill's (a subset of them; empty for a pure tool). Unset: the skill's.
+	Grants        *ToolGrants `protobuf:"bytes,9,opt,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SkillTool) Reset() {
@@ -4640,6 +4643,81 @@ func (x *SkillTool) GetDeterministic() bool {
 	return false
 }
 
+func (x *SkillTool) GetGrants() *ToolGrants {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+type ToolGrants struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	HttpHosts     []string               `protobuf:"bytes,1,rep,name=http_hosts,json=httpHosts,proto3" json:"http_hosts,omitempty"`
+	AllowPrivate  bool                   `protobuf:"varint,2,opt,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
+	Secrets       []string               `protobuf:"bytes,3,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	KvPrefix      string                 `protobuf:"bytes,4,opt,name=kv_prefix,json=kvPrefix,proto3" json:"kv_prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolGrants) Reset() {
+	*x = ToolGrants{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolGrants) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolGrants) ProtoMessage() {}
+
+func (x *ToolGrants) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolGrants.ProtoReflect.Descriptor instead.
+func (*ToolGrants) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ToolGrants) GetHttpHosts() []string {
+	if x != nil {
+		return x.HttpHosts
+	}
+	return nil
+}
+
+func (x *ToolGrants) GetAllowPrivate() bool {
+	if x != nil {
+		return x.AllowPrivate
+	}
+	return false
+}
+
+func (x *ToolGrants) GetSecrets() []string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+func (x *ToolGrants) GetKvPrefix() string {
+	if x != nil {
+		return x.KvPrefix
+	}
+	return ""
+}
+
 // PublisherRecord is a trusted skill publisher and its key.
 type PublisherRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4653,7 +4731,7 @@ type PublisherRecord struct {
 
 func (x *PublisherRecord) Reset() {
 	*x = PublisherRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4665,7 +4743,7 @@ func (x *PublisherRecord) String() string {
 func (*PublisherRecord) ProtoMessage() {}
 
 func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4678,7 +4756,7 @@ func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublisherRecord.ProtoReflect.Descriptor instead.
 func (*PublisherRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PublisherRecord) GetName() string {
@@ -4739,7 +4817,7 @@ type SkillCommand struct {
 
 func (x *SkillCommand) Reset() {
 	*x = SkillCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4751,7 +4829,7 @@ func (x *SkillCommand) String() string {
 func (*SkillCommand) ProtoMessage() {}
 
 func (x *SkillCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4764,7 +4842,7 @@ func (x *SkillCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillCommand.ProtoReflect.Descriptor instead.
 func (*SkillCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SkillCommand) GetAtMs() int64 {
@@ -4894,7 +4972,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4906,7 +4984,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4919,7 +4997,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -5109,7 +5187,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5121,7 +5199,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5134,7 +5212,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AuditRecord) GetSeq() uint64 {
@@ -5204,7 +5282,7 @@ type ArrayRecord struct {
 
 func (x *ArrayRecord) Reset() {
 	*x = ArrayRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5216,7 +5294,7 @@ func (x *ArrayRecord) String() string {
 func (*ArrayRecord) ProtoMessage() {}
 
 func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5229,7 +5307,7 @@ func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayRecord.ProtoReflect.Descriptor instead.
 func (*ArrayRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{54}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ArrayRecord) GetTemplate() *JobRecord {
@@ -5654,7 +5732,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\tstatus_by\x18\x14 \x01(\tR\bstatusBy\x12 \n" +
 	"\vdescription\x18\x15 \x01(\tR\vdescription\x12#\n" +
 	"\rallow_private\x18\x16 \x01(\bR\fallowPrivate\x12)\n" +
-	"\x10previous_version\x18\x17 \x01(\tR\x0fpreviousVersion\"\x91\x02\n" +
+	"\x10previous_version\x18\x17 \x01(\tR\x0fpreviousVersion\"\xc5\x02\n" +
 	"\tSkillTool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
@@ -5663,7 +5741,15 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\finput_schema\x18\x05 \x01(\tR\vinputSchema\x12#\n" +
 	"\routput_schema\x18\x06 \x01(\tR\foutputSchema\x12+\n" +
 	"\x11requires_approval\x18\a \x01(\bR\x10requiresApproval\x12$\n" +
-	"\rdeterministic\x18\b \x01(\bR\rdeterministic\"\\\n" +
+	"\rdeterministic\x18\b \x01(\bR\rdeterministic\x122\n" +
+	"\x06grants\x18\t \x01(\v2\x1a.palyra.raft.v1.ToolGrantsR\x06grants\"\x87\x01\n" +
+	"\n" +
+	"ToolGrants\x12\x1d\n" +
+	"\n" +
+	"http_hosts\x18\x01 \x03(\tR\thttpHosts\x12#\n" +
+	"\rallow_private\x18\x02 \x01(\bR\fallowPrivate\x12\x18\n" +
+	"\asecrets\x18\x03 \x03(\tR\asecrets\x12\x1b\n" +
+	"\tkv_prefix\x18\x04 \x01(\tR\bkvPrefix\"\\\n" +
 	"\x0fPublisherRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x13\n" +
@@ -5742,7 +5828,7 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
@@ -5794,17 +5880,18 @@ var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*DecideJob)(nil),          // 47: palyra.raft.v1.DecideJob
 	(*SkillRecord)(nil),        // 48: palyra.raft.v1.SkillRecord
 	(*SkillTool)(nil),          // 49: palyra.raft.v1.SkillTool
-	(*PublisherRecord)(nil),    // 50: palyra.raft.v1.PublisherRecord
-	(*SkillCommand)(nil),       // 51: palyra.raft.v1.SkillCommand
-	(*Snapshot)(nil),           // 52: palyra.raft.v1.Snapshot
-	(*AuditRecord)(nil),        // 53: palyra.raft.v1.AuditRecord
-	(*ArrayRecord)(nil),        // 54: palyra.raft.v1.ArrayRecord
-	nil,                        // 55: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 56: palyra.raft.v1.Member.LabelsEntry
+	(*ToolGrants)(nil),         // 50: palyra.raft.v1.ToolGrants
+	(*PublisherRecord)(nil),    // 51: palyra.raft.v1.PublisherRecord
+	(*SkillCommand)(nil),       // 52: palyra.raft.v1.SkillCommand
+	(*Snapshot)(nil),           // 53: palyra.raft.v1.Snapshot
+	(*AuditRecord)(nil),        // 54: palyra.raft.v1.AuditRecord
+	(*ArrayRecord)(nil),        // 55: palyra.raft.v1.ArrayRecord
+	nil,                        // 56: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 57: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	55, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	56, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
 	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
 	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
@@ -5818,7 +5905,7 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	19, // 12: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
 	1,  // 13: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
 	11, // 14: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
-	56, // 15: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	57, // 15: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
 	20, // 16: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
 	21, // 17: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
 	21, // 18: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
@@ -5849,7 +5936,7 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	12, // 43: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
 	13, // 44: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
 	14, // 45: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
-	51, // 46: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
+	52, // 46: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
 	47, // 47: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
 	46, // 48: palyra.raft.v1.Command.hook:type_name -> palyra.raft.v1.HookCommand
 	8,  // 49: palyra.raft.v1.Command.batch:type_name -> palyra.raft.v1.CommandBatch
@@ -5862,27 +5949,28 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	42, // 56: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
 	45, // 57: palyra.raft.v1.HookCommand.bind:type_name -> palyra.raft.v1.HookRecord
 	49, // 58: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
-	48, // 59: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
-	50, // 60: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
-	1,  // 61: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	20, // 62: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	21, // 63: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	43, // 64: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	44, // 65: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	30, // 66: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	32, // 67: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	35, // 68: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
-	36, // 69: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
-	48, // 70: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
-	50, // 71: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
-	53, // 72: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
-	45, // 73: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
-	1,  // 74: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	75, // [75:75] is the sub-list for method output_type
-	75, // [75:75] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	50, // 59: palyra.raft.v1.SkillTool.grants:type_name -> palyra.raft.v1.ToolGrants
+	48, // 60: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
+	51, // 61: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
+	1,  // 62: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	20, // 63: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	21, // 64: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	43, // 65: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	44, // 66: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	30, // 67: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	32, // 68: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	35, // 69: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
+	36, // 70: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
+	48, // 71: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
+	51, // 72: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
+	54, // 73: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
+	45, // 74: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
+	1,  // 75: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	76, // [76:76] is the sub-list for method output_type
+	76, // [76:76] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -5936,7 +6024,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   57,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
