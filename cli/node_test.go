@@ -231,3 +231,81 @@ func TestSecretDeleteJSON(t *testing.T) {
 		t.Fatalf("secret delete --json: %+v", r)
 	}
 }
+
+// The node that created the cluster, lost for good: removed through
+// another node, its local operator credential (whose key is on the lost
+// machine) is revoked with it, and a node that joined through it starts
+// again: it rejoins through the members it knew, not only through the
+// node it first joined through (it tried that one alone for two minutes
+// and exited: no node that joined through the first could ever restart).
+func TestLosingTheFirstNodeForGood(t *testing.T) {
+	c := startNodeWith(t, node.Config{})
+	second, _ := c.joinNode()
+	third, _ := c.joinNode()
+	waitCluster(t, []*node.Node{c.node, second, third}, 3)
+	first := c.node.ID()
+	var founderOp string
+	var list struct {
+		Devices []struct {
+			ID, Name string
+			Revoked  bool
+		}
+	}
+	devices := func(r result) {
+		t.Helper()
+		list.Devices = nil
+		if err := json.Unmarshal([]byte(r.stdout), &list); r.code != 0 || err != nil {
+			t.Fatalf("device list: %+v (%v)", r, err)
+		}
+	}
+	devices(c.cli("device", "list", "--json"))
+	for _, d := range list.Devices {
+		if d.Name == "local operator" {
+			founderOp = d.ID
+		}
+	}
+	if founderOp == "" {
+		t.Fatal("no local operator of the first node in device list")
+	}
+	// An operator laptop, paired before the loss.
+	laptop := filepath.Join(t.TempDir(), "laptop")
+	if r := device(t, laptop, "device", "pair", "--code", c.pairCode("device", "--operator"), "--peer", c.node.Addr(), "--name", "laptop"); r.code != 0 {
+		t.Fatalf("pair the laptop: %+v", r)
+	}
+	c.node.Close()
+
+	secondDir := second.Layout().Dir
+	viaSecond := func(args ...string) result {
+		return device(t, laptop, append([]string{"--addr", second.Addr() + "," + third.Addr()}, args...)...)
+	}
+	var r result
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		// Until gossip declares it dead (and a new leader is elected).
+		if r = viaSecond("node", "remove", first); r.code == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if r.code != 0 || !strings.Contains(r.stdout, founderOp) {
+		t.Fatalf("node remove of the first node (its local operator %s must be revoked too): %+v", founderOp, r)
+	}
+	devices(viaSecond("device", "list", "--json"))
+	for _, d := range list.Devices {
+		if d.ID == founderOp && !d.Revoked {
+			t.Fatalf("the first node's local operator is not revoked: %+v", list.Devices)
+		}
+	}
+
+	// The second node joined through the first (its only seed) and restarts.
+	second.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	back, err := node.Start(ctx, node.Config{
+		DataDir: secondDir, Fast: true, WasmSlots: 1, BrowserSlots: -1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WasmCacheDir: sharedWasmCache,
+	})
+	if err != nil {
+		t.Fatalf("restarting a node whose only seed was removed: %v", err)
+	}
+	t.Cleanup(func() { back.Close() })
+	waitCluster(t, []*node.Node{back, third}, 2)
+}

@@ -64,8 +64,10 @@ func snapshotCommand() *ucli.Command {
    restored cluster: the same CA and data key (devices paired before keep
    working, secrets open), every job, member, policy and secret at the
    snapshot's raft index, its blobs, one new node as the only voter and a new
-   local operator credential. The old cluster's nodes are revoked: wipe those
-   machines and join them again with new codes. Jobs that were running are
+   local operator credential. The old cluster's nodes are revoked, with the
+   local operator credentials made on their machines (paired devices, an
+   operator's laptop say, keep working): wipe those machines and join them
+   again with new codes. Jobs that were running are
    run again (as a new attempt).
 
    The data dir must be empty or absent unless --force (which deletes what it
@@ -499,7 +501,7 @@ func snapshotRestore(c *ucli.Context) error {
 		info.Jobs, info.Arrays, len(info.Members), info.Secrets, info.PolicyVersion, info.Blobs, mib(info.BlobBytes))
 	fmt.Fprintf(w, "  this node: %s at %s, the only voter; local operator: %s\n", info.NodeID, info.Address, info.OperatorID)
 	if len(info.Revoked) > 0 {
-		fmt.Fprintf(w, "  revoked the old cluster's nodes %s: they hold another history; wipe those machines and join them again with new codes\n",
+		fmt.Fprintf(w, "  revoked the old cluster's nodes %s and their machines' local operator credentials: they hold another history; wipe those machines and join them again with new codes\n",
 			strings.Join(info.Revoked, ", "))
 	}
 	warnMissing(c, info.Summary.MissingBlobs)

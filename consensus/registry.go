@@ -345,6 +345,40 @@ func (s *State) Member(kind, id string) (Member, bool) {
 }
 
 // Members returns members of a kind ("" = all), sorted by kind then id.
+// LocalOperatorsOf returns the local operator devices among devs made on
+// node's machine, whose keys are on its disk: for a node that joined, the
+// one its pairing made ("local operator on ID", by the same code); for the
+// node that created the cluster ("init"), the init device registered right
+// after it. The two init entries are a few milliseconds apart (each gets
+// its proposer's clock: equal times, asked before, never matched), and
+// after a snapshot restore an older init pair exists too, so that device
+// is the one closest in time, within a minute.
+func LocalOperatorsOf(devs []Member, node Member) []Member {
+	var out []Member
+	if node.AddedBy != "init" {
+		for _, d := range devs {
+			if d.Kind == "device" && d.Operator && node.AddedBy != "" && d.AddedBy == node.AddedBy && d.Name == "local operator on "+node.ID {
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+	dist := func(d Member) int64 { return max(d.AddedAtMS-node.AddedAtMS, node.AddedAtMS-d.AddedAtMS) }
+	best := -1
+	for i, d := range devs {
+		if d.Kind != "device" || !d.Operator || d.AddedBy != "init" || d.Name != "local operator" || dist(d) > 60_000 {
+			continue
+		}
+		if best < 0 || dist(d) < dist(devs[best]) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		out = append(out, devs[best])
+	}
+	return out
+}
+
 func (s *State) Members(kind string) []Member {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -449,17 +450,35 @@ func (n *Node) startCluster(ctx context.Context) error {
 	if err := c.Start(ctx); err != nil {
 		return fmt.Errorf("start gossip: %w", err)
 	}
-	if n.state.Joined && len(n.state.Seeds) > 0 {
+	if seeds := n.joinSeeds(); len(seeds) > 0 {
 		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		if err := c.Join(jctx, n.state.Seeds); err != nil {
+		if err := c.Join(jctx, seeds); err != nil {
 			if refused, why := n.selfRefused(); refused {
-				return fmt.Errorf("join the cluster via %v: %s (%s): %w", n.state.Seeds, refusedMessage, why, err)
+				return fmt.Errorf("join the cluster via %v: %s (%s): %w", seeds, refusedMessage, why, err)
 			}
-			return fmt.Errorf("join the cluster via %v: %w", n.state.Seeds, err)
+			return fmt.Errorf("join the cluster via %v: %w", seeds, err)
 		}
 	}
 	return nil
+}
+
+// joinSeeds are the addresses a joined node contacts at start: the other
+// servers of its raft configuration (the members it last knew), then the
+// seeds it first joined through. A node restarted after the node it joined
+// through was removed for good (the first node, say) tried only that one,
+// for two minutes, and exited: it could never start again.
+func (n *Node) joinSeeds() []string {
+	if !n.state.Joined || len(n.state.Seeds) == 0 {
+		return nil
+	}
+	seeds := n.cluster.KnownPeers()
+	for _, s := range n.state.Seeds {
+		if !slices.Contains(seeds, s) {
+			seeds = append(seeds, s)
+		}
+	}
+	return seeds
 }
 
 // meta is what this node gossips: its configured labels plus the CA's

@@ -295,17 +295,33 @@ func restoreIdentity(ctx context.Context, l Layout, k backup.Keys, hdr backup.He
 }
 
 // revokeOldNodes returns commands revoking every node member not revoked
-// yet, and their ids.
+// yet, with the local operator credentials made on their machines (their
+// keys are on the disks the operator is told to wipe; paired devices, an
+// operator's laptop say, stay), and the nodes' ids.
 func revokeOldNodes(members []consensus.Member, atMS int64, by string) ([]*raftpb.Command, []string) {
 	var cmds []*raftpb.Command
 	var ids []string
+	var devices []consensus.Member
+	for _, m := range members {
+		if m.Kind == "device" {
+			devices = append(devices, m)
+		}
+	}
+	revoke := func(m consensus.Member) {
+		cmds = append(cmds, &raftpb.Command{Cmd: &raftpb.Command_RevokeMember{RevokeMember: &raftpb.RevokeMember{
+			Kind: m.Kind, Id: m.ID, AtMs: atMS, By: by}}})
+	}
 	for _, m := range members {
 		if m.Kind != "node" || m.Revoked {
 			continue
 		}
 		ids = append(ids, m.ID)
-		cmds = append(cmds, &raftpb.Command{Cmd: &raftpb.Command_RevokeMember{RevokeMember: &raftpb.RevokeMember{
-			Kind: m.Kind, Id: m.ID, AtMs: atMS, By: by}}})
+		revoke(m)
+		for _, d := range consensus.LocalOperatorsOf(devices, m) {
+			if !d.Revoked {
+				revoke(d)
+			}
+		}
 	}
 	return cmds, ids
 }

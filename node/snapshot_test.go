@@ -140,8 +140,13 @@ func TestSnapshotSaveAndRestore(t *testing.T) {
 	if r.ID() != res.NodeID {
 		t.Fatalf("restored node is %s, restore said %s", r.ID(), res.NodeID)
 	}
-	// The operator of the old cluster works with its old credential.
-	old := operator(t, first, r.Addr())
+	// The old nodes' local operator credentials went with them (their keys
+	// are on the machines the operator is told to wipe); the restored
+	// node's own works, as would a paired laptop's.
+	if _, err := operator(t, first, r.Addr()).Jobs.GetJob(ctx, connect.NewRequest(&palyrav1.GetJobRequest{Id: jSmall.Id})); err == nil {
+		t.Fatal("the old first node's local operator still works after the restore")
+	}
+	old := operator(t, r, r.Addr())
 	for _, want := range []*palyrav1.Job{jBig, jSmall} {
 		got := waitCompleted(t, old, want.Id)
 		if string(got.Stdout) != string(want.Stdout) || string(got.Input) != string(want.Input) || got.CommitIndex != want.CommitIndex {

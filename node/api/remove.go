@@ -100,8 +100,8 @@ func (n nodeService) RemoveNode(ctx context.Context, req *connect.Request[palyra
 	// Its local operator credentials go with it: their keys are on the
 	// removed machine's disk. The caller's own is spared (revoking it
 	// would lock the caller out mid-operation) and named instead.
-	for _, d := range s.control.State().Members("device") {
-		if d.Revoked || !localOperatorOf(d, m.NodeId, rec) {
+	for _, d := range consensus.LocalOperatorsOf(s.control.State().Members("device"), rec) {
+		if d.Revoked {
 			continue
 		}
 		if caller.Kind == "device" && caller.ID == d.ID {
@@ -141,20 +141,4 @@ func (s *Server) waitOutOfRaft(ctx context.Context, id string) bool {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// localOperatorOf reports whether device d is the local operator made on
-// node id's machine: when it paired (named for it, by the same pairing
-// code), or when it created the cluster (the first node: both "init", at
-// the same instant).
-func localOperatorOf(d consensus.Member, id string, node consensus.Member) bool {
-	if !d.Operator {
-		return false
-	}
-	if node.AddedBy == "init" {
-		// Both written at once when the node created the cluster; after a
-		// snapshot restore an older "init" pair exists too.
-		return d.AddedBy == "init" && d.Name == "local operator" && d.AddedAtMS == node.AddedAtMS
-	}
-	return node.AddedBy != "" && d.AddedBy == node.AddedBy && d.Name == "local operator on "+id
 }

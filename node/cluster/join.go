@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -59,6 +60,25 @@ func (c *Cluster) Join(ctx context.Context, seeds []string) error {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// KnownPeers returns the addresses of the other servers in this node's
+// raft configuration, as its log last had it: on a restart, the members it
+// knew, which may be other than the seeds it first joined through (those
+// may be gone for good).
+func (c *Cluster) KnownPeers() []string {
+	conf, err := c.raftServers()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for id, s := range conf {
+		if id != c.cfg.NodeID && s.Address != "" && s.Address != c.cfg.Advertise {
+			out = append(out, s.Address)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // running returns the memberlist once Start ran, and refuses after Close or
