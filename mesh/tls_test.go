@@ -139,3 +139,40 @@ func TestHandshakeWithUnknownALPNFails(t *testing.T) {
 		t.Fatal("handshake with an unknown ALPN succeeded")
 	}
 }
+
+// While RefuseAPI says so, API handshakes fail with its alert (a starting
+// node took calls it could not answer, holding them until it served);
+// peer connections are unaffected, and API ones work again after.
+func TestRefuseAPIRefusesOnlyAPIHandshakes(t *testing.T) {
+	ca := meshtest.NewCA(t, "cluster")
+	a, err := mesh.Listen(mesh.Config{ListenAddr: "127.0.0.1:0", ServerTLS: ca.ServerTLS(t, "node-a"), ClientTLS: ca.ClientTLS(t, "node-a"), Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	dial := func(alpn string) (*quic.Conn, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		cfg := ca.ClientTLS(t, "node-b")
+		cfg.NextProtos = []string{alpn}
+		return quic.DialAddr(ctx, addrOf(a), cfg, nil)
+	}
+	a.RefuseAPI(true)
+	if c, err := dial(mesh.ALPNAPI); err == nil || !strings.Contains(err.Error(), mesh.APIRefusedAlert) {
+		if c != nil {
+			c.CloseWithError(0, "")
+		}
+		t.Fatalf("API dial while refused: %v, want the refusal's reason", err)
+	}
+	peer, err := dial(mesh.ALPNPeer)
+	if err != nil {
+		t.Fatalf("peer dial while the API is refused: %v", err)
+	}
+	peer.CloseWithError(0, "")
+	a.RefuseAPI(false)
+	api, err := dial(mesh.ALPNAPI)
+	if err != nil {
+		t.Fatalf("API dial after the refusal ended: %v", err)
+	}
+	api.CloseWithError(0, "")
+}

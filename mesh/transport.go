@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -65,6 +66,40 @@ type Transport struct {
 	peers     map[string]*peerEntry // canonical remote addr → conn used for outgoing peer traffic
 	consumers map[Tag]*consumer     // who takes inbound streams of each tag
 	closer    sync.Once
+	apiRefused atomic.Bool // API handshakes are refused (RefuseAPI)
+}
+
+// RefuseAPI makes the transport refuse API connections (ALPNAPI) in their
+// handshake while refuse is true: a node that is starting (joining,
+// catching up with its log) serves no API yet, and a call it took waited,
+// unanswered, until the node served; refused, a client tries another node
+// at once. The refusal is an ALPN mismatch (TLS alert
+// no_application_protocol, QUIC CRYPTO_ERROR 0x178): a handshake carries
+// no reason text, and this alert is one a palyra client can tell apart
+// (APIRefusedAlert). Peer connections are never refused by
+// it.
+func (t *Transport) RefuseAPI(refuse bool) { t.apiRefused.Store(refuse) }
+
+// APIRefusedAlert is the text of the handshake error a client gets from a
+// transport refusing API connections.
+const APIRefusedAlert = "tls: no application protocol"
+
+// gateAPI wraps srv's GetConfigForClient so that API handshakes are
+// refused while RefuseAPI says so.
+func (t *Transport) gateAPI(srv *tls.Config) *tls.Config {
+	inner := srv.GetConfigForClient
+	refusing := srv.Clone()
+	refusing.NextProtos = []string{"palyra-not-serving"}
+	srv.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		if t.apiRefused.Load() && !slices.Contains(hi.SupportedProtos, ALPNPeer) {
+			return refusing, nil
+		}
+		if inner != nil {
+			return inner(hi)
+		}
+		return nil, nil
+	}
+	return srv
 }
 
 // Listen binds the UDP socket, starts the QUIC listener and returns the
@@ -119,7 +154,7 @@ func Listen(cfg Config) (*Transport, error) {
 		StatelessResetKey: key,
 		ConnContext:       t.admit,
 	}
-	t.ln, err = t.qt.Listen(tlsWithALPN(cfg.ServerTLS, ALPNAPI, ALPNPeer), t.qconf)
+	t.ln, err = t.qt.Listen(t.gateAPI(tlsWithALPN(cfg.ServerTLS, ALPNAPI, ALPNPeer)), t.qconf)
 	if err != nil {
 		t.qt.Close()
 		udp.Close()

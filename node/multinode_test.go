@@ -1,8 +1,11 @@
 package node_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -315,4 +318,69 @@ func TestRestartOnANewAddressRejoins(t *testing.T) {
 	})
 	cl := operator(t, first, others[0].Addr())
 	waitCompleted(t, cl, submit(t, cl, "after the move"))
+}
+
+// A node that is starting (here: restarted while the only other voter is
+// down, so it cannot join or catch up) refuses API connections in their
+// handshake instead of taking calls it cannot answer: a call fails at once
+// saying so (it waited until the node served), and a client that knows
+// another node reaches it. Once the node serves, calls to it work.
+func TestStartingNodeRefusesAPICalls(t *testing.T) {
+	first, second, _ := twoNodes(t)
+	firstDir, firstAddr := first.Layout().Dir, first.Addr()
+	secondDir, secondAddr := second.Layout().Dir, second.Addr()
+	cred, err := identity.LoadCredential(first.Layout().OperatorDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Close()
+	first.Close()
+
+	type started struct {
+		n   *node.Node
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		n, err := node.Start(context.Background(), node.Config{DataDir: secondDir, Fast: true, BrowserSlots: -1, WasmCacheDir: sharedWasmCache,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		ch <- started{n, err}
+	}()
+	t.Cleanup(func() {
+		if s := <-ch; s.n != nil {
+			s.n.Close()
+		}
+	})
+	cl, err := client.New(secondAddr, cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var callErr error
+	waitFor(t, "the starting node to refuse API calls", 30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, callErr = cl.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+		return callErr != nil && strings.Contains(cl.Explain(callErr).Message, "does not serve the API yet")
+	})
+
+	// The first node back: the second one finishes starting and serves.
+	back := start(t, node.Config{DataDir: firstDir, Listen: firstAddr})
+	both, err := client.NewCluster([]string{secondAddr, back.Addr()}, cred, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer both.Close()
+	waitFor(t, "a call through the pair of addresses", 30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := both.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+		return err == nil
+	})
+	waitFor(t, "the second node to serve", time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := cl.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+		return err == nil
+	})
 }

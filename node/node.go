@@ -187,6 +187,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.listen(); err != nil {
 		return nil, err
 	}
+	// Until it serves, the node refuses API handshakes: a call it took
+	// while joining and catching up (minutes, for a node far behind)
+	// waited unanswered; refused, a client tries another node at once.
+	n.transport.RefuseAPI(true)
 	addr := n.state.Address
 
 	if n.blobs, err = blob.Open(l.BlobDir()); err != nil {
@@ -275,6 +279,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Serve the API once the replica is current and the init members are
 	// registered, so the first answers are right (no spurious denials).
 	n.serve(runCtx, addr, cred)
+	n.transport.RefuseAPI(false)
 	if n.cfg.MetricsListen != "" {
 		if err := n.serveMetrics(runCtx); err != nil {
 			if cfg.MetricsListen == "" {

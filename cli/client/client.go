@@ -19,6 +19,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/mesh"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
 )
@@ -432,6 +433,10 @@ func (c *Client) transportError(addr string, err error) *Error {
 	switch {
 	case errors.As(err, &idle), errors.As(err, &hs), strings.Contains(msg, "timeout: no recent network activity"):
 		return c.unreachable(&UnreachableError{Addrs: []string{addr}, Errs: []error{err}})
+	case strings.Contains(msg, "(remote): "+mesh.APIRefusedAlert):
+		return &Error{Code: "unavailable",
+			Message: fmt.Sprintf("the node at %s does not serve the API yet: it is starting (joining its cluster, catching up with its log)", addr),
+			Hint:    "wait until its log says it serves, or reach another node (--addr A,B,C; a paired device tries every node it knows)"}
 	case strings.Contains(msg, "(remote): tls: bad certificate"), strings.Contains(msg, "(remote): tls: certificate required"):
 		return &Error{Code: "unauthenticated",
 			Message: fmt.Sprintf("the node at %s refused this credential: it was revoked, has expired, or belongs to another cluster", addr),
