@@ -59,13 +59,13 @@ type Transport struct {
 	fault  atomic.Pointer[FaultFunc]
 	gossip atomic.Pointer[gossipTransport]
 
-	mu        sync.Mutex
-	closed    bool
-	conns     map[*quic.Conn]string // every live conn → its peer-cache key ("" for API conns)
-	refused   refusals              // why peer connections ended: this node's certificate refused?
-	peers     map[string]*peerEntry // canonical remote addr → conn used for outgoing peer traffic
-	consumers map[Tag]*consumer     // who takes inbound streams of each tag
-	closer    sync.Once
+	mu         sync.Mutex
+	closed     bool
+	conns      map[*quic.Conn]string // every live conn → its peer-cache key ("" for API conns)
+	refused    refusals              // why peer connections ended: this node's certificate refused?
+	peers      map[string]*peerEntry // canonical remote addr → conn used for outgoing peer traffic
+	consumers  map[Tag]*consumer     // who takes inbound streams of each tag
+	closer     sync.Once
 	apiRefused atomic.Bool // API handshakes are refused (RefuseAPI)
 }
 
