@@ -70,9 +70,13 @@ func (s *State) applyKVPut(c *raftpb.KVPut) ApplyResult {
 	if err := s.fenceWrite(c.JobId, c.Attempt, c.NodeId); err != nil {
 		return ApplyResult{Err: err}
 	}
+	if s.kvRetry(c.JobId, c.Attempt, c.Seq) {
+		return ApplyResult{}
+	}
 	if _, ok := s.data.kv[c.Key]; !ok && len(s.data.kv) >= MaxKVEntries {
 		return ApplyResult{Err: errf(ErrInvalid, "delete unused keys", "the key-value store holds %d entries, its limit", MaxKVEntries)}
 	}
+	s.kvApplied(c.JobId, c.Attempt, c.Seq)
 	s.data.kv[c.Key] = append([]byte(nil), c.Value...)
 	return ApplyResult{}
 }
@@ -81,8 +85,35 @@ func (s *State) applyKVDelete(c *raftpb.KVDelete) ApplyResult {
 	if err := s.fenceWrite(c.JobId, c.Attempt, c.NodeId); err != nil {
 		return ApplyResult{Err: err}
 	}
+	if s.kvRetry(c.JobId, c.Attempt, c.Seq) {
+		return ApplyResult{}
+	}
+	s.kvApplied(c.JobId, c.Attempt, c.Seq)
 	delete(s.data.kv, c.Key)
 	return ApplyResult{}
+}
+
+// kvRetry reports whether write seq of job's attempt (fenced: the job runs
+// at attempt) was applied already: the worker sent it again because it
+// never learnt the first one's outcome (a leader lost under it). Applied
+// twice, a put could overwrite another job's later write to the key.
+func (s *State) kvRetry(job string, attempt uint32, seq uint64) bool {
+	if job == "" || seq == 0 {
+		return false
+	}
+	j := s.jobs[job]
+	return j.KVSeqAttempt == attempt && seq <= j.KVSeq
+}
+
+// kvApplied records write seq of job's attempt as applied.
+func (s *State) kvApplied(job string, attempt uint32, seq uint64) {
+	if job == "" || seq == 0 {
+		return
+	}
+	j := s.jobs[job]
+	n := *j
+	n.KVSeq, n.KVSeqAttempt = seq, attempt
+	s.put(j, &n)
 }
 
 // fenceWrite refuses a job's write unless the job is running at attempt

@@ -3,7 +3,11 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
 
+	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 	"github.com/palyra-mesh/palyra/runtime"
 )
@@ -31,18 +35,20 @@ type nodeKV struct {
 	n       *Node
 	job     string
 	attempt uint32
+	seq     *atomic.Uint64 // numbers the attempt's writes (nil: no job)
 }
 
 // ForAttempt is the store as attempt of job sees it: its writes are
-// refused once the attempt is superseded.
+// refused once the attempt is superseded, and numbered, so that one sent
+// again is applied once.
 func (k nodeKV) ForAttempt(job string, attempt uint32) runtime.KV {
-	return nodeKV{n: k.n, job: job, attempt: attempt}
+	return nodeKV{n: k.n, job: job, attempt: attempt, seq: new(atomic.Uint64)}
 }
 
 var _ runtime.KV = nodeKV{}
 
 func (k nodeKV) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if err := k.n.cluster.VerifyRead(ctx); err != nil {
+	if err := k.retry(ctx, func() error { return k.n.cluster.VerifyRead(ctx) }); err != nil {
 		return nil, false, err
 	}
 	v, ok := k.n.store.State().KV(key)
@@ -50,13 +56,47 @@ func (k nodeKV) Get(ctx context.Context, key string) ([]byte, bool, error) {
 }
 
 func (k nodeKV) Put(ctx context.Context, key string, val []byte) error {
-	_, err := k.n.cluster.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: key, Value: val, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID()}}})
-	return err
+	cmd := &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: key, Value: val, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID(), Seq: k.next()}}}
+	return k.retry(ctx, func() error { _, err := k.n.cluster.Apply(ctx, cmd); return err })
 }
 
 func (k nodeKV) Delete(ctx context.Context, key string) error {
-	_, err := k.n.cluster.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: key, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID()}}})
-	return err
+	cmd := &raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: key, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID(), Seq: k.next()}}}
+	return k.retry(ctx, func() error { _, err := k.n.cluster.Apply(ctx, cmd); return err })
+}
+
+// next is the sequence number of the attempt's next write (0 without one).
+func (k nodeKV) next() uint64 {
+	if k.seq == nil {
+		return 0
+	}
+	return k.seq.Add(1)
+}
+
+// retry runs a job's key-value call until it succeeds, fails for good, or
+// the job's context ends. While there is no leader (an election takes about
+// a second) and when the outcome of a write is unknown (the leader was
+// lost under it), the call is made again: a read changes nothing, and a
+// write carries its sequence number, so the FSM applies it once. Before,
+// such a job failed for good (exit_code) on a leader's loss, and a write
+// it was told had failed had been stored.
+func (k nodeKV) retry(ctx context.Context, call func() error) error {
+	backoff := 50 * time.Millisecond
+	for {
+		err := call()
+		var ce *consensus.Error
+		if err == nil || k.seq == nil || !errors.As(err, &ce) ||
+			(ce.Code != consensus.ErrNoQuorum.Code && ce.Code != consensus.ErrNotLeader.Code && ce.Code != consensus.ErrUnknownOutcome.Code) {
+			return err
+		}
+		k.n.log.Warn("key-value call of a job waits for the control plane", "job", k.job, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (the control plane did not answer in the job's time: %v)", err, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
 }
 
 // sealSecret seals a value for the API's SetSecret.

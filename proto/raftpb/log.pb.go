@@ -156,7 +156,12 @@ type JobRecord struct {
 	PlacedAtMs  int64    `protobuf:"varint,56,opt,name=placed_at_ms,json=placedAtMs,proto3" json:"placed_at_ms,omitempty"` // when the leader placed its current/last attempt
 	// input_schema: a hook job's tool's input_schema; the worker checks the
 	// input against it before running and fails the job input_invalid.
-	InputSchema   string `protobuf:"bytes,57,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	InputSchema string `protobuf:"bytes,57,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	// kv_seq is the sequence number of the last key-value write applied for
+	// attempt kv_seq_attempt: a retried write (its outcome unknown to the
+	// worker) is applied once.
+	KvSeq         uint64 `protobuf:"varint,58,opt,name=kv_seq,json=kvSeq,proto3" json:"kv_seq,omitempty"`
+	KvSeqAttempt  uint32 `protobuf:"varint,59,opt,name=kv_seq_attempt,json=kvSeqAttempt,proto3" json:"kv_seq_attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -588,6 +593,20 @@ func (x *JobRecord) GetInputSchema() string {
 		return x.InputSchema
 	}
 	return ""
+}
+
+func (x *JobRecord) GetKvSeq() uint64 {
+	if x != nil {
+		return x.KvSeq
+	}
+	return 0
+}
+
+func (x *JobRecord) GetKvSeqAttempt() uint32 {
+	if x != nil {
+		return x.KvSeqAttempt
+	}
+	return 0
 }
 
 type ArtifactRef struct {
@@ -2699,6 +2718,9 @@ func (x *DeleteSecret) GetAtMs() int64 {
 
 // KV writes come from a job's granted prefix and are fenced like its
 // result: refused unless job_id is running at attempt on node_id.
+// seq numbers a job attempt's key-value writes (1, 2, …; 0: none, an
+// operator's write or one from before seq existed): a write whose seq the
+// attempt has applied already is a retry, and changes nothing.
 type KVPut struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2706,6 +2728,7 @@ type KVPut struct {
 	JobId         string                 `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Attempt       uint32                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	NodeId        string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2775,12 +2798,20 @@ func (x *KVPut) GetNodeId() string {
 	return ""
 }
 
+func (x *KVPut) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 type KVDelete struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Attempt       uint32                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2841,6 +2872,13 @@ func (x *KVDelete) GetNodeId() string {
 		return x.NodeId
 	}
 	return ""
+}
+
+func (x *KVDelete) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 type Command struct {
@@ -5332,7 +5370,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xd6\x0f\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\x93\x10\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -5401,7 +5439,9 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\vannotations\x187 \x03(\tR\vannotations\x12 \n" +
 	"\fplaced_at_ms\x188 \x01(\x03R\n" +
 	"placedAtMs\x12!\n" +
-	"\finput_schema\x189 \x01(\tR\vinputSchema\x1a>\n" +
+	"\finput_schema\x189 \x01(\tR\vinputSchema\x12\x15\n" +
+	"\x06kv_seq\x18: \x01(\x04R\x05kvSeq\x12$\n" +
+	"\x0ekv_seq_attempt\x18; \x01(\rR\fkvSeqAttempt\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -5576,18 +5616,20 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\fDeleteSecret\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\x12\x13\n" +
-	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\"y\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\"\x8b\x01\n" +
 	"\x05KVPut\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x15\n" +
 	"\x06job_id\x18\x03 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\rR\aattempt\x12\x17\n" +
-	"\anode_id\x18\x05 \x01(\tR\x06nodeId\"f\n" +
+	"\anode_id\x18\x05 \x01(\tR\x06nodeId\x12\x10\n" +
+	"\x03seq\x18\x06 \x01(\x04R\x03seq\"x\n" +
 	"\bKVDelete\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x17\n" +
-	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\xf8\x0f\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xf8\x0f\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
