@@ -32,7 +32,7 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 			}
 		}
 		s = strings.TrimPrefix(s, "raft: ")
-		if level == slog.LevelError && (expectedRaftError(s) || w.closing != nil && w.closing.Load() && shuttingDownError(s)) ||
+		if level == slog.LevelError && (expectedRaftError(s) || refusedByPeer(s) || w.closing != nil && w.closing.Load() && shuttingDownError(s)) ||
 			level == slog.LevelWarn && catchingUp(s) {
 			level = slog.LevelDebug
 		}
@@ -47,6 +47,16 @@ func expectedRaftError(msg string) bool {
 	return strings.Contains(msg, "failed to decode incoming command") &&
 		(strings.Contains(msg, "EOF") || strings.Contains(msg, "closed") || strings.Contains(msg, "reset") ||
 			strings.Contains(msg, "node shutting down")) // the QUIC close code our transport sends on a clean stop
+}
+
+// refusedByPeer reports a raft RPC that failed because the peer refused
+// this node's certificate in the handshake: a node removed from the
+// cluster and started again on its old data dir logged one every half
+// second (its elections, its appends) and kept doing so. The node says
+// what happened itself, once, and every five minutes while it lasts (node
+// watchSelfRefused), so raft's lines are debug.
+func refusedByPeer(msg string) bool {
+	return strings.Contains(msg, "tls: bad certificate") || strings.Contains(msg, "tls: certificate required")
 }
 
 // catchingUp reports raft's warning that a follower lacks the entry the

@@ -64,3 +64,20 @@ func TestShutdownErrorsAreNotErrorsWhileClosing(t *testing.T) {
 		t.Errorf("another error while closing lost its level:\n%s", out)
 	}
 }
+
+// A removed node's raft RPCs fail because peers refuse its certificate:
+// debug (the node says so itself, at most every five minutes), where they
+// were an error every half second. Other RPC failures stay errors.
+func TestRefusedCertificateRPCsAreNotErrors(t *testing.T) {
+	var buf bytes.Buffer
+	w := &slogWriter{l: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	w.Write([]byte(`[ERROR] raft: failed to make requestVote RPC: target="{Voter n-1 127.0.0.1:1}" error="CRYPTO_ERROR 0x12a (remote): tls: bad certificate" term=7` + "\n"))
+	w.Write([]byte(`[ERROR] raft: failed to make requestVote RPC: target="{Voter n-1 127.0.0.1:1}" error="dial: timeout" term=7` + "\n"))
+	out := buf.String()
+	if !strings.Contains(out, `level=DEBUG msg="failed to make requestVote RPC: target=\"{Voter n-1 127.0.0.1:1}\" error=\"CRYPTO_ERROR 0x12a (remote): tls: bad certificate`) {
+		t.Errorf("a refused certificate's RPC failure not at debug:\n%s", out)
+	}
+	if !strings.Contains(out, `level=ERROR msg="failed to make requestVote RPC: target=\"{Voter n-1 127.0.0.1:1}\" error=\"dial: timeout`) {
+		t.Errorf("another RPC failure lost its level:\n%s", out)
+	}
+}
