@@ -212,6 +212,9 @@ func nodeCommand() *ucli.Command {
 				ArgsUsage: "NODE_ID",
 				Flags:     []ucli.Flag{&ucli.DurationFlag{Name: "deadline", Usage: "move the node's remaining work elsewhere after this long", DefaultText: "none: its running work finishes"}, jsonFlag},
 				Action: func(c *ucli.Context) error {
+					if d := c.Duration("deadline"); d < 0 {
+						return usageErr("--deadline must be positive, e.g. 10m (leave it out to let running work finish)")
+					}
 					return setSchedulable(c, &palyrav1.SetSchedulableRequest{Drain: true, DrainDeadlineMs: c.Duration("deadline").Milliseconds()})
 				},
 			},

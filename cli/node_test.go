@@ -214,6 +214,9 @@ func TestDrainAndEligibilityJSON(t *testing.T) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil || out.NodeID != id || out.Draining || !out.Eligible {
 		t.Fatalf("node eligibility --enable --json: %+v → %+v", r, out)
 	}
+	if r := c.cli("node", "drain", id, "--deadline", "-5s"); r.code == 0 || !strings.Contains(r.stderr, "--deadline must be positive") {
+		t.Fatalf("a negative drain deadline: %+v", r)
+	}
 }
 
 // Confirmation-only commands take --json too (secret delete here; hook
@@ -287,6 +290,11 @@ func TestLosingTheFirstNodeForGood(t *testing.T) {
 	}
 	if r.code != 0 || !strings.Contains(r.stdout, founderOp) {
 		t.Fatalf("node remove of the first node (its local operator %s must be revoked too): %+v", founderOp, r)
+	}
+	for _, args := range [][]string{{"node", "eligibility", first, "--enable"}, {"node", "drain", first}} {
+		if r := viaSecond(args...); r.code == 0 || !strings.Contains(r.stderr, "was removed from the cluster") {
+			t.Fatalf("%v on the removed node: %+v", args, r)
+		}
 	}
 	devices(viaSecond("device", "list", "--json"))
 	for _, d := range list.Devices {

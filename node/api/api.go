@@ -401,8 +401,17 @@ func (n nodeService) SetSchedulable(ctx context.Context, req *connect.Request[pa
 	if err := s.authz.Check(ctx, policy.ActionNodeDrain, policy.ClusterResource(), map[string]any{"target_node": m.NodeId}); err != nil {
 		return nil, err
 	}
-	if _, ok := s.control.State().Member("node", m.NodeId); !ok {
+	rec, ok := s.control.State().Member("node", m.NodeId)
+	switch {
+	case !ok:
 		return nil, apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("no node with id %q", m.NodeId), "list nodes with 'palyra nodes'")
+	case rec.Revoked:
+		// It takes no work whatever its flags say: answering "eligible"
+		// for it misled.
+		return nil, apiError(connect.CodeFailedPrecondition, "failed_precondition", fmt.Sprintf("node %s was removed from the cluster", m.NodeId),
+			"a removed node never takes work again; a machine comes back by joining with a new code ('palyra pair create --kind node')")
+	case m.DrainDeadlineMs < 0:
+		return nil, invalid(fmt.Sprintf("drain deadline %s is negative", time.Duration(m.DrainDeadlineMs)*time.Millisecond), "give a positive duration, e.g. --deadline 10m, or none to let running work finish")
 	}
 	now := s.now().UnixMilli()
 	cmd := &raftpb.SetNodeSchedulable{Id: m.NodeId, Eligible: m.Eligible && !m.Drain, Draining: m.Drain, AtMs: now}
