@@ -68,9 +68,11 @@ func skillRegistryCommands() []*ucli.Command {
 				}
 				sk := resp.Msg.Skill
 				if c.Bool("json") {
-					if err := writeJSON(c.App.Writer, map[string]any{"skill": sk, "trusted_now": resp.Msg.TrustedNow}); err != nil {
+					if err := writeJSON(c.App.Writer, map[string]any{"skill": sk, "trusted_now": resp.Msg.TrustedNow, "unchanged": resp.Msg.Unchanged}); err != nil {
 						return err
 					}
+				} else if resp.Msg.Unchanged {
+					fmt.Fprintf(c.App.Writer, "%s %s is installed already, with these contents: nothing changed (%s)\n", sk.SkillId, sk.Version, sk.Status)
 				} else {
 					if resp.Msg.TrustedNow {
 						fmt.Fprintf(c.App.ErrWriter, "publisher %s is now trusted with key %s (first use)\n", sk.Publisher, sk.PublisherKey)
@@ -305,6 +307,10 @@ func skillStatusCommand(name, status, usage string) *ucli.Command {
 			if c.Bool("json") {
 				printUnbound(c.App.ErrWriter, resp.Msg.UnboundHooks)
 				return writeJSON(c.App.Writer, resp.Msg.Skill)
+			}
+			if resp.Msg.Unchanged {
+				fmt.Fprintf(c.App.Writer, "%s is %s already: nothing changed\n", id, resp.Msg.Skill.Status)
+				return nil
 			}
 			fmt.Fprintf(c.App.Writer, "%s is %s\n", id, resp.Msg.Skill.Status)
 			printUnbound(c.App.Writer, resp.Msg.UnboundHooks)

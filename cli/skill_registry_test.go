@@ -337,6 +337,33 @@ func TestSkillInstallCannotTakeOverATrustOrAStatus(t *testing.T) {
 	if r := c.cli("skill", "install", pack("web", "example", "example.web", "1.0.0", ""), "--trust-on-first-use"); r.code != 0 {
 		t.Fatalf("install: %+v", r)
 	}
+	// The same package again, or the same contents in another zip
+	// framing (a header byte changed): nothing to do, nothing recorded.
+	journal := func() string { return c.cli("audit", "list", "--json").stdout }
+	before := journal()
+	web := filepath.Join(tmp, "web.palyra-skill")
+	raw, _ := os.ReadFile(web)
+	raw[5] ^= 0xff // the local file header's "version needed" byte
+	reframed := filepath.Join(tmp, "reframed.palyra-skill")
+	os.WriteFile(reframed, raw, 0o644)
+	for _, f := range []string{web, reframed} {
+		if r := c.cli("skill", "install", f); r.code != 0 || !strings.Contains(r.stdout, "example.web 1.0.0 is installed already, with these contents: nothing changed") {
+			t.Fatalf("installing %s again: %+v", filepath.Base(f), r)
+		}
+	}
+	if r := c.cli("skill", "disable", "example.web"); r.code != 0 {
+		t.Fatalf("disable: %+v", r)
+	}
+	mid := journal()
+	if r := c.cli("skill", "disable", "example.web"); r.code != 0 || !strings.Contains(r.stdout, "example.web is disabled already: nothing changed") {
+		t.Fatalf("disable again: %+v", r)
+	}
+	if after := journal(); after != mid || strings.Count(mid, "skill.install") != strings.Count(before, "skill.install") {
+		t.Fatalf("repeats were recorded:\nbefore %s\nafter %s", before, after)
+	}
+	if r := c.cli("skill", "enable", "example.web"); r.code != 0 {
+		t.Fatalf("enable: %+v", r)
+	}
 	r := c.cli("skill", "install", pack("takeover", "mallory", "example.web", "9.0.0", ""), "--trust-on-first-use")
 	if r.code == 0 || !strings.Contains(r.stderr, "published by example") || !strings.Contains(r.stderr, "skill remove example.web") {
 		t.Fatalf("another publisher's package for example.web: %+v", r)

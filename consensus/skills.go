@@ -182,7 +182,9 @@ func (s *State) installOver(old, r *raftpb.SkillRecord, c *raftpb.SkillCommand) 
 	case cmp < 0 && !c.AllowDowngrade:
 		return errf(ErrConflict, "install with --allow-downgrade if you mean to go back",
 			"skill %s %s is installed; %s would downgrade it", r.SkillId, old.Version, r.Version)
-	case cmp == 0 && old.PackageSha256 != r.PackageSha256:
+	case cmp == 0 && old.PackageSha256 != r.PackageSha256 && (r.ContentSha256 == "" || r.ContentSha256 != old.ContentSha256):
+		// The same contents in another zip framing (a header byte changed,
+		// the same files packed again) are the same version.
 		return errf(ErrConflict, "publish the change as a new version (the version in skill.toml), or remove the skill first",
 			"skill %s %s is installed from another package (sha256 %s); a version's contents do not change", r.SkillId, old.Version, short(old.PackageSha256))
 	}
@@ -220,8 +222,6 @@ func (s *State) installOver(old, r *raftpb.SkillRecord, c *raftpb.SkillCommand) 
 	return nil
 }
 
-// statusSetByOperator reports whether a skill's status came from an
-// operator's command (skill disable/quarantine) rather than its install.
 // Grants are the capabilities a run of one skill tool asks for.
 type Grants struct {
 	HTTPHosts    []string
@@ -240,6 +240,8 @@ func ToolGrants(r *raftpb.SkillRecord, t *raftpb.SkillTool) Grants {
 	return Grants{HTTPHosts: r.HttpHosts, AllowPrivate: r.AllowPrivate, Secrets: r.Secrets, KVPrefix: r.KvPrefix}
 }
 
+// statusSetByOperator reports whether a skill's status came from an
+// operator's command (skill disable/quarantine) rather than its install.
 func statusSetByOperator(r *raftpb.SkillRecord) bool {
 	if r.StatusAtMs != r.InstalledAtMs || r.StatusBy != r.InstalledBy {
 		return true

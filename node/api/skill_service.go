@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -113,6 +114,14 @@ func (ss skillService) InstallSkill(ctx context.Context, req *connect.Request[pa
 		}
 		return nil, apiError(connect.CodePermissionDenied, code, err.Error(), "only packages signed with the publisher's trusted key install")
 	}
+	// The same version with the same contents again: nothing to do. It
+	// was an upgrade "replacing" the version before, a journal record and
+	// a skill:installed event each time.
+	digest := hex.EncodeToString(func() []byte { d := p.Digest(); return d[:] }())
+	if old, ok := st.Skill(p.Manifest.SkillID); ok && old.Version == p.Manifest.Version &&
+		(old.ContentSha256 == digest || old.ContentSha256 == "" && old.PackageSha256 == skill.Hash(m.Package)) {
+		return connect.NewResponse(&palyrav1.InstallSkillResponse{Skill: skillInfo(old), Unchanged: true}), nil
+	}
 	trustedNow := false
 	if !known {
 		if err := ss.apply(ctx, &raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: name, Key: skill.FormatPublicKey(key)}}); err != nil {
@@ -141,7 +150,7 @@ func (ss skillService) InstallSkill(ctx context.Context, req *connect.Request[pa
 	man := p.Manifest
 	rec := &raftpb.SkillRecord{
 		SkillId: man.SkillID, Version: man.Version, Name: man.Name, Publisher: name, PublisherKey: skill.FormatPublicKey(key),
-		PackageSize: uint64(len(m.Package)), Status: consensus.SkillActive, Findings: findings, Description: man.Description,
+		PackageSize: uint64(len(m.Package)), ContentSha256: digest, Status: consensus.SkillActive, Findings: findings, Description: man.Description,
 		HttpHosts: man.Capabilities.HTTPHosts, AllowPrivate: man.Capabilities.AllowPrivate, Secrets: man.Capabilities.Secrets, KvPrefix: man.Capabilities.KVPrefix,
 		Fuel: man.Capabilities.Fuel, MemoryBytes: man.Capabilities.MemoryMiB << 20, WallClockMs: man.Capabilities.WallClockMS,
 	}
@@ -223,6 +232,15 @@ func (ss skillService) SetSkillStatus(ctx context.Context, req *connect.Request[
 	st, ok := consensus.ParseSkillStatus(m.Status)
 	if !ok {
 		return nil, invalid(fmt.Sprintf("status %q", m.Status), "use active, disabled or quarantined")
+	}
+	if err := ss.fresh(ctx); err != nil {
+		return nil, err
+	}
+	if r, ok := ss.s.control.State().Skill(m.SkillId); ok && r.Status == st && (m.Reason == "" || st == consensus.SkillActive) {
+		// Already so: nothing to record (each repeat was a journal record
+		// and a hook event). A new reason for a disable or quarantine is
+		// recorded.
+		return connect.NewResponse(&palyrav1.SetSkillStatusResponse{Skill: skillInfo(r), Unchanged: true}), nil
 	}
 	c := &raftpb.SkillCommand{SetStatusId: m.SkillId, Status: st, Reason: m.Reason}
 	var unbound []*palyrav1.HookInfo

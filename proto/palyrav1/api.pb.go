@@ -4369,10 +4369,13 @@ func (x *InstallSkillRequest) GetAllowDowngrade() bool {
 	return false
 }
 
+// unchanged: this version was installed already with these contents;
+// nothing was done (no journal record, no skill:installed event).
 type InstallSkillResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Skill         *SkillInfo             `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
 	TrustedNow    bool                   `protobuf:"varint,2,opt,name=trusted_now,json=trustedNow,proto3" json:"trusted_now,omitempty"`
+	Unchanged     bool                   `protobuf:"varint,3,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4417,6 +4420,13 @@ func (x *InstallSkillResponse) GetSkill() *SkillInfo {
 func (x *InstallSkillResponse) GetTrustedNow() bool {
 	if x != nil {
 		return x.TrustedNow
+	}
+	return false
+}
+
+func (x *InstallSkillResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
 	}
 	return false
 }
@@ -4660,10 +4670,12 @@ func (x *SetSkillStatusRequest) GetForce() bool {
 	return false
 }
 
+// unchanged: the skill had that status already; nothing was done.
 type SetSkillStatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Skill         *SkillInfo             `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
 	UnboundHooks  []*HookInfo            `protobuf:"bytes,2,rep,name=unbound_hooks,json=unboundHooks,proto3" json:"unbound_hooks,omitempty"`
+	Unchanged     bool                   `protobuf:"varint,3,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4710,6 +4722,13 @@ func (x *SetSkillStatusResponse) GetUnboundHooks() []*HookInfo {
 		return x.UnboundHooks
 	}
 	return nil
+}
+
+func (x *SetSkillStatusResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
 }
 
 type RemoveSkillRequest struct {
@@ -6379,11 +6398,12 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x13InstallSkillRequest\x12\x18\n" +
 	"\apackage\x18\x01 \x01(\fR\apackage\x12+\n" +
 	"\x12trust_on_first_use\x18\x02 \x01(\bR\x0ftrustOnFirstUse\x12'\n" +
-	"\x0fallow_downgrade\x18\x03 \x01(\bR\x0eallowDowngrade\"c\n" +
+	"\x0fallow_downgrade\x18\x03 \x01(\bR\x0eallowDowngrade\"\x81\x01\n" +
 	"\x14InstallSkillResponse\x12*\n" +
 	"\x05skill\x18\x01 \x01(\v2\x14.palyra.v1.SkillInfoR\x05skill\x12\x1f\n" +
 	"\vtrusted_now\x18\x02 \x01(\bR\n" +
-	"trustedNow\"\x13\n" +
+	"trustedNow\x12\x1c\n" +
+	"\tunchanged\x18\x03 \x01(\bR\tunchanged\"\x13\n" +
 	"\x11ListSkillsRequest\"B\n" +
 	"\x12ListSkillsResponse\x12,\n" +
 	"\x06skills\x18\x01 \x03(\v2\x14.palyra.v1.SkillInfoR\x06skills\",\n" +
@@ -6395,10 +6415,11 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
-	"\x05force\x18\x04 \x01(\bR\x05force\"~\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\"\x9c\x01\n" +
 	"\x16SetSkillStatusResponse\x12*\n" +
 	"\x05skill\x18\x01 \x01(\v2\x14.palyra.v1.SkillInfoR\x05skill\x128\n" +
-	"\runbound_hooks\x18\x02 \x03(\v2\x13.palyra.v1.HookInfoR\funboundHooks\"E\n" +
+	"\runbound_hooks\x18\x02 \x03(\v2\x13.palyra.v1.HookInfoR\funboundHooks\x12\x1c\n" +
+	"\tunchanged\x18\x03 \x01(\bR\tunchanged\"E\n" +
 	"\x12RemoveSkillRequest\x12\x19\n" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"O\n" +

@@ -4383,8 +4383,12 @@ type SkillRecord struct {
 	// previous_version is the version this install replaced ("" for a
 	// first install).
 	PreviousVersion string `protobuf:"bytes,23,opt,name=previous_version,json=previousVersion,proto3" json:"previous_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// content_sha256 is the package's signed digest (identity/skill
+	// Package.Digest, hex): what the package holds, whatever its zip
+	// framing; the same version must keep it. Empty before it was recorded.
+	ContentSha256 string `protobuf:"bytes,24,opt,name=content_sha256,json=contentSha256,proto3" json:"content_sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SkillRecord) Reset() {
@@ -4574,6 +4578,13 @@ func (x *SkillRecord) GetAllowPrivate() bool {
 func (x *SkillRecord) GetPreviousVersion() string {
 	if x != nil {
 		return x.PreviousVersion
+	}
+	return ""
+}
+
+func (x *SkillRecord) GetContentSha256() string {
+	if x != nil {
+		return x.ContentSha256
 	}
 	return ""
 }
@@ -5747,7 +5758,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x0e\n" +
 	"\x02by\x18\x04 \x01(\tR\x02by\x12\x13\n" +
 	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\x12\x14\n" +
-	"\x05rules\x18\x06 \x01(\rR\x05rules\"\xf5\x05\n" +
+	"\x05rules\x18\x06 \x01(\rR\x05rules\"\x9c\x06\n" +
 	"\vSkillRecord\x12\x19\n" +
 	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
@@ -5774,7 +5785,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\tstatus_by\x18\x14 \x01(\tR\bstatusBy\x12 \n" +
 	"\vdescription\x18\x15 \x01(\tR\vdescription\x12#\n" +
 	"\rallow_private\x18\x16 \x01(\bR\fallowPrivate\x12)\n" +
-	"\x10previous_version\x18\x17 \x01(\tR\x0fpreviousVersion\"\xc5\x02\n" +
+	"\x10previous_version\x18\x17 \x01(\tR\x0fpreviousVersion\x12%\n" +
+	"\x0econtent_sha256\x18\x18 \x01(\tR\rcontentSha256\"\xc5\x02\n" +
 	"\tSkillTool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
