@@ -69,6 +69,9 @@ func TestHooksBeforeAndAfterRun(t *testing.T) {
 	}
 	beforeID := strings.SplitN(before.stdout, ":", 2)[0]
 	afterID := strings.SplitN(after.stdout, ":", 2)[0]
+	if r := c.cli("hook", "bind", "before_run", "example.guard", "gate"); r.code == 0 || !strings.Contains(r.stderr, "hook "+beforeID+" binds before_run to example.guard/gate already") {
+		t.Fatalf("the same binding again: %+v", r)
+	}
 	if r := c.cli("hook", "list"); !strings.Contains(r.stdout, beforeID) || !strings.Contains(r.stdout, "after_run") {
 		t.Fatalf("hook list: %q", r.stdout)
 	}

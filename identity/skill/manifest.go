@@ -139,7 +139,7 @@ func ParseManifest(data []byte) (*Manifest, error) {
 		for i, k := range und {
 			keys[i] = k.String()
 		}
-		return nil, fmt.Errorf("skill.toml: unknown field(s) %s; see 'palyra skill pack --help' for the fields", strings.Join(keys, ", "))
+		return nil, fmt.Errorf("skill.toml: unknown field(s) %s; see 'palyra skill --help' for the fields", strings.Join(keys, ", "))
 	}
 	if err := m.Validate(); err != nil {
 		return nil, err

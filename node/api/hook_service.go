@@ -61,6 +61,14 @@ func (hs hookService) BindHook(ctx context.Context, req *connect.Request[palyrav
 		return nil, invalid(fmt.Sprintf("tool %s/%s does not take %s events: its input_schema refuses the input a hook gets (%v)", m.SkillId, m.Tool, m.Event, err),
 			"bind a tool made for hooks (its input has event, hook and job or subject: see examples/skills/guard), or change the tool's input_schema")
 	}
+	// The same binding twice ran the tool twice per event (a guard judged
+	// every job twice).
+	for _, h := range s.control.State().Hooks() {
+		if h.Event == m.Event && h.SkillId == m.SkillId && h.Tool == m.Tool {
+			return nil, apiError(connect.CodeAlreadyExists, "conflict", fmt.Sprintf("hook %s binds %s to %s/%s already", h.Id, m.Event, m.SkillId, m.Tool),
+				"see the hooks with 'palyra hook list'")
+		}
+	}
 	caller, _ := PrincipalFrom(ctx)
 	h := &raftpb.HookRecord{Id: "h-" + strings.TrimPrefix(newJobID(), "j-")[:8], Event: m.Event, SkillId: m.SkillId, Tool: m.Tool}
 	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_Hook{Hook: &raftpb.HookCommand{Bind: h, AtMs: s.now().UnixMilli(), By: caller.String()}}}); err != nil {
