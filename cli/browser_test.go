@@ -327,3 +327,28 @@ func waitForCLI(t *testing.T, ok func() bool) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// 'browser do' names what a step does not name by the step's place in the
+// call, as a browser job names unnamed artifacts: two evaluates both wrote
+// "value", two screenshots both step0.png (the second file replaced the
+// first in --output-dir). A wait_text step is named so in errors.
+func TestBrowserDoStepNames(t *testing.T) {
+	var names []any
+	for i, arg := range []string{"evaluate 1", "evaluate 2", "extract #a", "extract #b b", "screenshot", "screenshot", "pdf", "screenshot x.png"} {
+		m, err := parseStep(i, arg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, m["name"])
+	}
+	if got := fmt.Sprint(names); got != "[step0 step1 step2 b step4.png step5.png step6.pdf x.png]" {
+		t.Fatalf("names %s", got)
+	}
+	msg := "steps[1] (wait_for): gave up waiting for the page text to contain \"x\": step timeout of 5s (set by the session's default) ran out"
+	if got := relabelWaitText(msg, []int{1}); !strings.HasPrefix(got, "steps[1] (wait_text): gave up") {
+		t.Fatalf("relabelled: %s", got)
+	}
+	if got := relabelWaitText(msg, []int{0, 11}); got != msg {
+		t.Fatalf("relabelled another step's error: %s", got)
+	}
+}

@@ -57,12 +57,13 @@ func browserCommand() *ucli.Command {
      press KEY                  Enter, Tab, Escape, a character…
      wait_for TARGET            until the element is visible
      wait_text TEXT…            until the page's text contains TEXT
-     extract TARGET [NAME]      the element's text, printed as NAME (default text)
-     evaluate EXPRESSION…       a JavaScript expression's value, printed as value
-     screenshot [NAME.png]      a PNG, written to --output-dir
-     pdf [NAME.pdf]             the page as PDF, written to --output-dir
+     extract TARGET [NAME]      the element's text, printed as NAME (default stepN)
+     evaluate EXPRESSION…       a JavaScript expression's value, printed as stepN
+     screenshot [NAME.png]      a PNG, written to --output-dir (default stepN.png)
+     pdf [NAME.pdf]             the page as PDF, written to --output-dir (default stepN.pdf)
      {"action": …}              any step as JSON (runtime/browser/SCRIPT.md)
-   Steps other than navigate get 5s each.`,
+   N is the step's place in the call, from 0; two steps of one call may not
+   use the same name. Steps other than navigate get 5s each.`,
 				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "output-dir", Usage: "write screenshots and PDFs the steps make to `DIR`", Value: "."}, jsonFlag},
 				Action: browserDo,
 			},
@@ -137,8 +138,10 @@ func target(m map[string]any, t string) {
 	}
 }
 
-// parseStep turns one STEP argument into a step object.
-func parseStep(arg string) (map[string]any, error) {
+// parseStep turns STEP argument i into a step object. A value or file it
+// does not name is named by i, as a browser job names unnamed artifacts,
+// so two steps of one call never write the same name.
+func parseStep(i int, arg string) (map[string]any, error) {
 	arg = strings.TrimSpace(arg)
 	if strings.HasPrefix(arg, "{") {
 		var m map[string]any
@@ -195,7 +198,7 @@ func parseStep(arg string) (map[string]any, error) {
 			return nil, err
 		}
 		target(m, f[1])
-		m["name"] = "text"
+		m["name"] = fmt.Sprintf("step%d", i)
 		if len(f) > 2 {
 			m["name"] = f[2]
 		}
@@ -203,8 +206,13 @@ func parseStep(arg string) (map[string]any, error) {
 		if err := need(2, "evaluate EXPRESSION"); err != nil {
 			return nil, err
 		}
-		m["expression"], m["name"] = rest(1), "value"
+		m["expression"], m["name"] = rest(1), fmt.Sprintf("step%d", i)
 	case "screenshot", "pdf":
+		ext := ".png"
+		if f[0] == "pdf" {
+			ext = ".pdf"
+		}
+		m["name"] = fmt.Sprintf("step%d%s", i, ext)
 		if len(f) > 1 {
 			m["name"] = f[1]
 		}
@@ -214,16 +222,30 @@ func parseStep(arg string) (map[string]any, error) {
 	return m, nil
 }
 
+// relabelWaitText names the steps at waitText in msg as the user wrote
+// them, wait_text: they go to the worker as wait_for steps, and its errors
+// say "steps[N] (wait_for)".
+func relabelWaitText(msg string, waitText []int) string {
+	for _, i := range waitText {
+		msg = strings.Replace(msg, fmt.Sprintf("steps[%d] (wait_for)", i), fmt.Sprintf("steps[%d] (wait_text)", i), 1)
+	}
+	return msg
+}
+
 func browserDo(c *ucli.Context) error {
 	if c.NArg() < 2 {
 		return usageErr("browser do takes a session id and at least one step, e.g. palyra browser do ID observe")
 	}
 	id := c.Args().First()
 	var steps [][]byte
-	for _, a := range c.Args().Slice()[1:] {
-		m, err := parseStep(a)
+	var waitText []int // the steps written wait_text, sent as wait_for
+	for i, a := range c.Args().Slice()[1:] {
+		m, err := parseStep(i, a)
 		if err != nil {
 			return usageErr("%v", err)
+		}
+		if strings.HasPrefix(strings.TrimSpace(a), "wait_text") {
+			waitText = append(waitText, i)
 		}
 		b, _ := json.Marshal(m)
 		steps = append(steps, b)
@@ -235,7 +257,9 @@ func browserDo(c *ucli.Context) error {
 	defer cl.Close()
 	resp, err := cl.Browser.Do(c.Context, connect.NewRequest(&palyrav1.BrowserDoRequest{Id: id, Steps: steps}))
 	if err != nil {
-		return fail(c, cl.Explain(err))
+		e := cl.Explain(err)
+		e.Message = relabelWaitText(e.Message, waitText)
+		return fail(c, e)
 	}
 	r := resp.Msg
 	var written []string

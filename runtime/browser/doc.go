@@ -13,7 +13,7 @@
 //
 // Spec.Script is a JSON object (see ParseScript, which is strict):
 //
-//	{"timeout_ms": 30000,            // optional, can only lower Spec.Timeout
+//	{"timeout_ms": 30000,            // optional: each step's default time limit (not the run's)
 //	 "steps": [
 //	  {"action":"navigate",  "url":"https://example.com/login"},
 //	  {"action":"type",      "selector":"#user", "text":"bob"},
@@ -28,8 +28,10 @@
 //	  {"action":"pdf",       "name":"page.pdf"}
 //	 ]}
 //
-// Every step also takes "timeout_ms" (default Config.StepTimeout). Steps run
-// in order; the first failing step ends the job.
+// Every step also takes "timeout_ms" (default: the script's "timeout_ms",
+// else Config.StepTimeout). Spec.Timeout (the job's --timeout, default
+// Config.DefaultTimeout) bounds the whole run. Steps run in order; the
+// first failing step ends the job.
 //
 // # Result
 //
@@ -54,7 +56,9 @@
 //     runtime.ReasonOutputLimit.
 //
 // Reasons: step_failed (invalid script, a step that could not be done or
-// whose step timeout ran out), blocked, timeout (the job's deadline),
+// whose step timeout ran out: "step timeout of 2s (set by the script's
+// timeout_ms) ran out"), blocked, timeout (the job's deadline: "job timed
+// out after 20s (the job's --timeout)"),
 // canceled (caller or Close), crashed (browser or page process died or hung),
 // output_limit, internal (the browser could not start).
 //

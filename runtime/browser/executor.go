@@ -151,19 +151,18 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 	ranFrom := time.Now()
 	defer func() { res.Ran = time.Since(ranFrom) }()
 
-	timeout := spec.Timeout
+	// The job's timeout bounds the whole run; the script's timeout_ms is
+	// only each step's default (job.stepTimeout).
+	timeout, timeoutBy := spec.Timeout, "the job's --timeout"
 	if timeout <= 0 {
-		timeout = e.cfg.DefaultTimeout
-	}
-	if script.TimeoutMS > 0 {
-		timeout = min(timeout, time.Duration(script.TimeoutMS)*time.Millisecond)
+		timeout, timeoutBy = e.cfg.DefaultTimeout, "the worker's default job timeout; set the job's --timeout"
 	}
 	maxOutput := spec.MaxOutput
 	if maxOutput <= 0 {
 		maxOutput = e.cfg.DefaultMaxOutput
 	}
 	j := &job{
-		e: e, p: p, lane: l, script: script, pol: pol, timeout: timeout,
+		e: e, p: p, lane: l, script: script, pol: pol, timeout: timeout, timeoutBy: timeoutBy,
 		rec: newRecorder(maxOutput, e.cfg.MaxArtifactBytes, e.cfg.MaxArtifactsTotal),
 		log: e.log.With("browser_gen", p.gen), release: release,
 	}

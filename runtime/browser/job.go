@@ -33,11 +33,16 @@ var (
 	errUnreachable    = errors.New("page unreachable")
 )
 
-// stepTimeoutError is the cause that ends a step whose timeout ran out.
-type stepTimeoutError struct{ d time.Duration }
+// stepTimeoutError is the cause that ends a step whose timeout ran out:
+// d, set by the setting by names (a step's or the script's timeout_ms, a
+// default).
+type stepTimeoutError struct {
+	d  time.Duration
+	by string
+}
 
 func (e *stepTimeoutError) Error() string {
-	return fmt.Sprintf("%v of %s ran out", errStepTimeout, e.d)
+	return fmt.Sprintf("%v of %s (set by %s) ran out", errStepTimeout, e.d, e.by)
 }
 func (e *stepTimeoutError) Unwrap() error { return errStepTimeout }
 
@@ -51,7 +56,10 @@ type job struct {
 	pol     *policy
 	rec     *recorder
 	timeout time.Duration
-	log     *slog.Logger
+	// timeoutBy names the setting timeout came from, for the error of a
+	// job that runs out of it.
+	timeoutBy string
+	log       *slog.Logger
 
 	mu        sync.Mutex
 	abortStep context.CancelCauseFunc // cancels the running step, if any
@@ -188,15 +196,27 @@ func (j *job) decide(ctx context.Context, t *chromedp.Target, mainFrame cdp.Fram
 	}
 }
 
+// stepTimeout is step st's time limit, and the setting it came from: the
+// step's timeout_ms, else the script's, else the executor's default. The
+// job's deadline bounds it too.
+func (j *job) stepTimeout(st Step) (time.Duration, string) {
+	switch {
+	case st.TimeoutMS > 0 && st.timeoutBy != "":
+		return time.Duration(st.TimeoutMS) * time.Millisecond, st.timeoutBy
+	case st.TimeoutMS > 0:
+		return time.Duration(st.TimeoutMS) * time.Millisecond, "the step's timeout_ms"
+	case j.script.TimeoutMS > 0:
+		return time.Duration(j.script.TimeoutMS) * time.Millisecond, "the script's timeout_ms"
+	}
+	return j.e.cfg.StepTimeout, "the worker's default step timeout"
+}
+
 // step runs one step under its own timeout.
 func (j *job) step(tab context.Context, i int, st Step) error {
-	d := j.e.cfg.StepTimeout
-	if st.TimeoutMS > 0 {
-		d = time.Duration(st.TimeoutMS) * time.Millisecond
-	}
+	d, by := j.stepTimeout(st)
 	sctx, cancel := context.WithCancelCause(tab)
 	defer cancel(nil)
-	sctx, cancelT := context.WithTimeoutCause(sctx, d, &stepTimeoutError{d})
+	sctx, cancelT := context.WithTimeoutCause(sctx, d, &stepTimeoutError{d, by})
 	defer cancelT()
 	j.mu.Lock()
 	j.abortStep = cancel
@@ -272,7 +292,7 @@ func (j *job) result(jctx context.Context, i int, a Action, err error) runtime.R
 		return failed(runtime.ReasonCrashed, fmt.Sprintf("%s: %v; the next job gets a fresh browser", where, perr))
 	}
 	if errors.Is(context.Cause(jctx), errJobTimeout) {
-		return failed(runtime.ReasonTimeout, fmt.Sprintf("%s: job timed out after %s", where, j.timeout))
+		return failed(runtime.ReasonTimeout, fmt.Sprintf("%s: job timed out after %s (%s)", where, j.timeout, j.timeoutBy))
 	}
 	return failed(runtime.ReasonStepFailed, fmt.Sprintf("%s: %v", where, err))
 }

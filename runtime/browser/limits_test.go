@@ -96,25 +96,62 @@ func TestTimeouts(t *testing.T) {
 	r := run(t, e, spec)
 	// On a loaded machine the deadline can strike during setup already;
 	// either way the 60 s step must not run out its own timeout.
-	if r.Reason != runtime.ReasonTimeout || !strings.Contains(r.Message, "job timed out after 700ms") {
-		t.Fatalf("Spec.Timeout: got %q %q, want a job timeout after 700ms", r.Reason, r.Message)
+	if r.Reason != runtime.ReasonTimeout || !strings.Contains(r.Message, "job timed out after 700ms (the job's --timeout)") {
+		t.Fatalf("Spec.Timeout: got %q %q, want a job timeout after 700ms naming --timeout", r.Reason, r.Message)
 	}
 
-	// The script's timeout_ms lowers the job's limit.
+	// The script's timeout_ms is each step's default, and a step that
+	// runs out of it says so: it does not bound the whole run.
 	b, _ := json.Marshal(map[string]any{"timeout_ms": 700, "steps": []any{
-		map[string]any{"action": "navigate", "url": site + "/"}, wait}})
+		map[string]any{"action": "navigate", "url": site + "/"},
+		map[string]any{"action": "wait_for", "text": "never shown"}}})
 	r = run(t, e, loopbackSpec(b))
-	if r.Reason != runtime.ReasonTimeout || !strings.Contains(r.Message, "700ms") {
-		t.Fatalf("script timeout_ms: got %q %q, want timeout after 700ms", r.Reason, r.Message)
+	if r.Reason != runtime.ReasonStepFailed || !strings.HasPrefix(r.Message, "steps[1] (wait_for): ") || !strings.Contains(r.Message, "step timeout of 700ms (set by the script's timeout_ms) ran out") {
+		t.Fatalf("script timeout_ms: got %q %q, want steps[1] failing at the script's 700ms step timeout", r.Reason, r.Message)
 	}
 
 	// A step's own timeout is a step failure; the job goes on being usable.
 	r = run(t, e, loopbackSpec(script(t,
 		map[string]any{"action": "navigate", "url": site + "/"},
 		map[string]any{"action": "wait_for", "selector": "#missing", "timeout_ms": 300})))
-	if r.Reason != runtime.ReasonStepFailed || !strings.Contains(r.Message, "step timeout") || !strings.Contains(r.Message, "#missing") {
+	if r.Reason != runtime.ReasonStepFailed || !strings.Contains(r.Message, "step timeout of 300ms (set by the step's timeout_ms) ran out") || !strings.Contains(r.Message, "#missing") {
 		t.Fatalf("step timeout: got %q %q, want step_failed saying what it waited for", r.Reason, r.Message)
 	}
+}
+
+// The script's timeout_ms is the default of each step, not a bound on the
+// whole run: three 800 ms steps under "timeout_ms": 2000 take 2.4 s in
+// all and pass within the job's 20 s (the run failed "job timed out after
+// 2s"). The job's timeout still bounds the run, and says it is --timeout.
+func TestScriptTimeoutIsEachStepsDefault(t *testing.T) {
+	e := shared(t)
+	site := alivePage(t)
+	slow := map[string]any{"action": "evaluate", "expression": "new Promise(r=>setTimeout(()=>r(1),800))"}
+	b, _ := json.Marshal(map[string]any{"timeout_ms": 2000, "steps": []any{
+		map[string]any{"action": "navigate", "url": site + "/"},
+		withName(slow, "a"), withName(slow, "b"), withName(slow, "c")}})
+	spec := loopbackSpec(b)
+	spec.Timeout = 20 * time.Second
+	r := run(t, e, spec)
+	mustOK(t, r)
+	if v := values(t, r); v["a"] != 1.0 || v["b"] != 1.0 || v["c"] != 1.0 {
+		t.Fatalf("values %v", v)
+	}
+
+	// The same script in a job of 1.5 s runs out of the job's time.
+	spec.Timeout = 1500 * time.Millisecond
+	r = run(t, e, spec)
+	if r.Reason != runtime.ReasonTimeout || !strings.Contains(r.Message, "job timed out after 1.5s (the job's --timeout)") {
+		t.Fatalf("a run longer than the job's timeout: got %q %q", r.Reason, r.Message)
+	}
+}
+
+func withName(m map[string]any, name string) map[string]any {
+	out := map[string]any{"name": name}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 func TestInvalidSpec(t *testing.T) {

@@ -40,12 +40,19 @@ type dialogLine struct {
 	URL     string `json:"url"`             // the frame that opened it
 	Handled string `json:"handled"`         // "accepted" or "dismissed"
 	Count   int    `json:"count,omitempty"` // this many in a row, when more than one
+
+	// text, when set, is a session note of another kind (a blocked
+	// navigation) that shares the dialogs' lists of notes.
+	text string
 }
 
 // note is the dialog as a session reports it: one line, the page's text
 // quoted.
 func (l dialogLine) note() string {
-	s := fmt.Sprintf("dialog: %s %s from %s: %s", l.Type, jsString(l.Message), l.URL, l.Handled)
+	s := l.text
+	if s == "" {
+		s = fmt.Sprintf("dialog: %s %s from %s: %s", l.Type, jsString(l.Message), l.URL, l.Handled)
+	}
 	if l.Count > 1 {
 		s += fmt.Sprintf(" (%d times)", l.Count)
 	}
@@ -61,7 +68,7 @@ type dialogLog struct {
 
 func (d *dialogLog) add(l dialogLine) {
 	if n := len(d.lines); n > 0 {
-		if last := &d.lines[n-1]; last.Type == l.Type && last.Message == l.Message && last.URL == l.URL && last.Handled == l.Handled {
+		if last := &d.lines[n-1]; last.Type == l.Type && last.Message == l.Message && last.URL == l.URL && last.Handled == l.Handled && last.text == l.text {
 			last.Count = max(last.Count, 1) + 1
 			return
 		}
@@ -195,6 +202,17 @@ func (r *recorder) takeObserveNotes() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.observeNotes.notes()
+}
+
+// navBlockedNote is a session's note for a blocked main-frame navigation
+// that no step is failed for (when says when it came); the next observe
+// lists it too, after its first line, as it does dialogs.
+func (r *recorder) navBlockedNote(be *BlockedError, when string) string {
+	n := fmt.Sprintf("navigation blocked %s: the page tried to load %s: %s", when, truncate(be.URL, 256), truncate(be.Reason, 512))
+	r.mu.Lock()
+	r.observeNotes.add(dialogLine{text: n})
+	r.mu.Unlock()
+	return n
 }
 
 // blockNavigation records that the page's main frame tried to load a

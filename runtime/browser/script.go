@@ -48,8 +48,10 @@ const (
 // Script is a parsed, validated browser job program (Spec.Script).
 type Script struct {
 	Steps []Step `json:"steps"`
-	// TimeoutMS, when set, lowers the job's wall-clock limit; it never raises
-	// it above Spec.Timeout (or the executor's default).
+	// TimeoutMS, when set, is the default time limit of each step (in
+	// place of Config.StepTimeout); a step's own timeout_ms overrides it.
+	// It does not bound the whole run: Spec.Timeout (the job's --timeout)
+	// does.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
 
@@ -65,9 +67,18 @@ type Step struct {
 	Name       string `json:"name,omitempty"`
 	Expression string `json:"expression,omitempty"`
 	FullPage   bool   `json:"full_page,omitempty"`
-	// TimeoutMS overrides the executor's per-step timeout for this step
-	// (still bounded by the job's deadline).
+	// TimeoutMS overrides the script's timeout_ms and the executor's
+	// per-step timeout for this step (still bounded by the job's deadline).
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+
+	// timeoutBy names the setting TimeoutMS came from when it is not the
+	// step's own timeout_ms (a session's defaults), for the error of a
+	// step that runs out of it.
+	timeoutBy string
+	// ref is the observe ref a session step named instead of a selector
+	// (Selector is then refSelector(ref)); messages name the ref, not the
+	// internal selector.
+	ref string
 }
 
 // actionFields lists, per action, the fields it accepts besides "action"
@@ -148,28 +159,45 @@ func ParseScript(data []byte) (*Script, error) {
 		}
 		s.TimeoutMS = *top.TimeoutMS
 	}
-	values := map[string]int{}
-	artifacts := map[string]int{}
+	var names usedNames
 	for i, raw := range top.Steps {
 		st, err := parseStep(i, raw)
 		if err != nil {
 			return nil, err
 		}
-		switch st.Action {
-		case ActionExtract, ActionEvaluate:
-			if j, dup := values[st.Name]; dup {
-				return nil, scriptErr(i, "name %q is already used by steps[%d]; give each value a unique name", st.Name, j)
-			}
-			values[st.Name] = i
-		case ActionScreenshot, ActionPDF:
-			if j, dup := artifacts[st.Name]; dup {
-				return nil, scriptErr(i, "artifact name %q is already used by steps[%d]; give each artifact a unique name", st.Name, j)
-			}
-			artifacts[st.Name] = i
+		if err := names.add(i, st); err != nil {
+			return nil, err
 		}
 		s.Steps[i] = st
 	}
 	return s, nil
+}
+
+// usedNames refuses a value or artifact name that an earlier step of the
+// same script (or session call) already uses: the later one would
+// silently replace the earlier one's output.
+type usedNames struct {
+	values, artifacts map[string]int
+}
+
+// add records step i's name, or says which step already uses it.
+func (u *usedNames) add(i int, st Step) error {
+	if u.values == nil {
+		u.values, u.artifacts = map[string]int{}, map[string]int{}
+	}
+	switch st.Action {
+	case ActionExtract, ActionEvaluate:
+		if j, dup := u.values[st.Name]; dup {
+			return scriptErr(i, "name %q is already used by steps[%d]; give each value a unique name", st.Name, j)
+		}
+		u.values[st.Name] = i
+	case ActionScreenshot, ActionPDF:
+		if j, dup := u.artifacts[st.Name]; dup {
+			return scriptErr(i, "artifact name %q is already used by steps[%d]; give each artifact a unique name", st.Name, j)
+		}
+		u.artifacts[st.Name] = i
+	}
+	return nil
 }
 
 // decodeStrict decodes one JSON value into v, refusing unknown fields and

@@ -70,9 +70,11 @@ type SessionResult struct {
 	Actions      int // used so far, of MaxSessionActions
 	// Notes say what happened on the page besides the steps since the last
 	// call: the JavaScript dialogs it opened and how they were answered
-	// (`dialog: confirm "Sure?" from https://…/: dismissed`), and a page
-	// that stopped answering after the last step. The next observe lists
-	// the dialogs too.
+	// (`dialog: confirm "Sure?" from https://…/: dismissed`), a
+	// navigation the page started by itself that the policy blocked
+	// (`navigation blocked between calls: …`), and a page that stopped
+	// answering after the last step. The next observe lists the dialogs
+	// and blocked navigations too.
 	Notes []string
 }
 
@@ -205,7 +207,8 @@ func refSelector(ref string) string { return fmt.Sprintf(`[data-palyra-ref=%q]`,
 // name an element by "ref", from an earlier observe, instead of by
 // "selector"), plus "observe", which returns a compact snapshot of the
 // page with a ref for each element a later step can target. Navigations
-// get 15 s, other steps 5 s, unless they set timeout_ms.
+// get 15 s, other steps 5 s, unless they set timeout_ms. The steps are
+// checked before any runs (sessionSteps): no two may use one name.
 func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (SessionResult, error) {
 	s, err := e.session(id)
 	if err != nil {
@@ -219,27 +222,38 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 	if s.info.Actions+len(steps) > MaxSessionActions {
 		return SessionResult{}, fmt.Errorf("the session has used %d of its %d actions; %d more would pass the limit: open a new session", s.info.Actions, MaxSessionActions, len(steps))
 	}
+	calls, err := sessionSteps(steps)
+	if err != nil {
+		return SessionResult{}, err
+	}
 	s.info.LastUsedAt = time.Now()
 	var res SessionResult
 	done := func(err error) (SessionResult, error) {
+		if be := s.j.rec.takeNavBlocked(); be != nil {
+			// Refused after the call's last step had returned (a link it
+			// clicked, a script it started).
+			res.Notes = append(res.Notes, s.j.rec.navBlockedNote(be, "after the call's last step"))
+		}
 		res.Values = s.j.rec.takeValues()
 		res.Notes = append(s.j.rec.takeCallNotes(), res.Notes...)
 		return res, err
 	}
 	res.Notes, s.idleNotes = s.idleNotes, nil
+	if be := s.j.rec.takeNavBlocked(); be != nil {
+		// The page started it by itself between calls (a timer, a meta
+		// refresh): a note, not the failure of this call's first step.
+		res.Notes = append(res.Notes, s.j.rec.navBlockedNote(be, "between calls"))
+	}
 	if s.j.pageHasCrashed() && !s.j.p.lost() {
 		// Between calls: the call goes on, on the new page.
 		res.Notes = append(res.Notes, "the page crashed after the last call ("+errPageCrashed.Error()+"); "+s.recoverCrash())
 	}
 	stop := context.AfterFunc(ctx, func() { s.j.abort(errCallerCanceled) })
 	defer stop()
-	for i, raw := range steps {
+	for i, cs := range calls {
 		s.info.Actions++
-		st, observe, ref, err := sessionStep(raw, i)
-		if err != nil {
-			return done(err)
-		}
-		if observe {
+		st := cs.st
+		if cs.observe {
 			obs, err := s.observe()
 			if err != nil {
 				return done(s.stepError(i, "observe", err))
@@ -247,11 +261,11 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 			res.Observations = append(res.Observations, obs)
 			continue
 		}
-		if ref != "" && st.Action != ActionWaitFor {
+		if st.ref != "" && st.Action != ActionWaitFor {
 			// A ref names an element observe labelled; one that is gone
 			// will not come back, so say so now rather than after the
 			// step's timeout, in the caller's terms.
-			if err := s.refPresent(st.Selector, ref); err != nil {
+			if err := s.refPresent(st.Selector, st.ref); err != nil {
 				return done(s.stepError(i, string(st.Action), err))
 			}
 		}
@@ -280,7 +294,7 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 // observe runs the observe snapshot, with the dialogs the page opened
 // since the last one listed after its first line.
 func (s *session) observe() (string, error) {
-	octx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, &stepTimeoutError{SessionActionTimeout})
+	octx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, sessionTimeout())
 	obs, err := chromedp.Run(octx, chromedp.Evaluate[string](jsObserve))
 	cancel()
 	if err != nil {
@@ -329,7 +343,7 @@ func (s *session) recoverCrash() string {
 // (its script began to spin after the last step) is unstuck, and a note
 // says so.
 func (s *session) location(res *SessionResult) string {
-	lctx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, &stepTimeoutError{SessionActionTimeout})
+	lctx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, sessionTimeout())
 	u, err := chromedp.Run(lctx, chromedp.Location())
 	cancel()
 	if err == nil {
@@ -425,7 +439,7 @@ func pageAnswers(tab context.Context, t *chromedp.Target) bool {
 
 // refPresent checks that the element labelled ref is on the page.
 func (s *session) refPresent(sel, ref string) error {
-	ctx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, &stepTimeoutError{SessionActionTimeout})
+	ctx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, sessionTimeout())
 	defer cancel()
 	found, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf("document.querySelector(%s) !== null", jsString(sel))))
 	if err != nil {
@@ -437,48 +451,92 @@ func (s *session) refPresent(sel, ref string) error {
 	return nil
 }
 
-// sessionStep decodes one step of a Do call, with its session defaults. It
-// reports whether the step is observe, and the ref the step names, if any.
-func sessionStep(raw json.RawMessage, i int) (st Step, observe bool, ref string, err error) {
+// sessionTimeout is the cause that ends a session's observe, ref check,
+// URL read or Screenshot that ran out of time.
+func sessionTimeout() error {
+	return &stepTimeoutError{SessionActionTimeout, "the session's default"}
+}
+
+// callStep is one step of a Do call, decoded.
+type callStep struct {
+	st      Step
+	observe bool
+}
+
+// sessionSteps decodes and checks the steps of a Do call, before any runs,
+// as a job's script is: a bad step, or a value or artifact name that an
+// earlier step of the call already uses, refuses the call. A step may name
+// an element by "ref" (from observe) instead of by "selector"; an unnamed
+// extract or evaluate gets the name step<i>, and an unnamed screenshot or
+// pdf step<i>.png or step<i>.pdf, i being its index in the call, so no two
+// steps of a call write the same name. A step without timeout_ms gets the
+// session's default (15 s for navigate, 5 s for the others).
+func sessionSteps(raws []json.RawMessage) ([]callStep, error) {
+	out := make([]callStep, len(raws))
+	var names usedNames
+	for i, raw := range raws {
+		st, observe, err := sessionStep(raw, i)
+		if err == nil && !observe {
+			err = names.add(i, st)
+		}
+		if err != nil {
+			var se *ScriptError
+			if errors.As(err, &se) {
+				return nil, fmt.Errorf("steps[%d]: %s", i, se.Msg)
+			}
+			return nil, err
+		}
+		out[i] = callStep{st: st, observe: observe}
+	}
+	return out, nil
+}
+
+// sessionStep decodes step i of a Do call, with its session defaults. It
+// reports whether the step is observe.
+func sessionStep(raw json.RawMessage, i int) (st Step, observe bool, err error) {
+	if len(raw) > MaxScriptBytes {
+		return Step{}, false, fmt.Errorf("steps[%d]: the step is %d bytes, the limit is %d", i, len(raw), MaxScriptBytes)
+	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return Step{}, false, "", fmt.Errorf("steps[%d]: not a JSON object: %v", i, err)
+		return Step{}, false, fmt.Errorf("steps[%d]: not a JSON object: %v", i, err)
 	}
 	if m["action"] == "observe" {
 		if len(m) != 1 {
-			return Step{}, false, "", fmt.Errorf("steps[%d]: observe takes no fields", i)
+			return Step{}, false, fmt.Errorf("steps[%d]: observe takes no fields", i)
 		}
-		return Step{}, true, "", nil
+		return Step{}, true, nil
 	}
+	var ref string
 	if v, ok := m["ref"]; ok {
 		r, _ := v.(string)
 		if !refRE.MatchString(r) {
-			return Step{}, false, "", fmt.Errorf("steps[%d]: ref %q is not an element reference from observe (like e12)", i, r)
+			return Step{}, false, fmt.Errorf("steps[%d]: ref %q is not an element reference from observe (like e12)", i, r)
 		}
 		if _, both := m["selector"]; both {
-			return Step{}, false, "", fmt.Errorf(`steps[%d]: give "ref" or "selector", not both`, i)
+			return Step{}, false, fmt.Errorf(`steps[%d]: give "ref" or "selector", not both`, i)
 		}
 		delete(m, "ref")
 		m["selector"] = refSelector(r)
 		ref = r
 	}
-	if _, ok := m["timeout_ms"]; !ok {
-		d := SessionActionTimeout
-		if m["action"] == "navigate" {
-			d = SessionNavigateTimeout
-		}
-		m["timeout_ms"] = d.Milliseconds()
+	if _, named := m["name"]; !named && (m["action"] == string(ActionExtract) || m["action"] == string(ActionEvaluate)) {
+		m["name"] = fmt.Sprintf("step%d", i)
 	}
-	one, _ := json.Marshal(map[string]any{"steps": []any{m}})
-	sc, err := ParseScript(one)
+	one, _ := json.Marshal(m)
+	st, err = parseStep(i, one)
 	if err != nil {
-		var se *ScriptError
-		if errors.As(err, &se) {
-			return Step{}, false, "", fmt.Errorf("steps[%d]: %s", i, se.Msg)
-		}
-		return Step{}, false, "", err
+		return Step{}, false, err
 	}
-	return sc.Steps[0], false, ref, nil
+	st.ref = ref
+	if st.TimeoutMS == 0 {
+		d, by := SessionActionTimeout, "the session's default"
+		if st.Action == ActionNavigate {
+			d, by = SessionNavigateTimeout, "the session's default for navigate"
+		}
+		st.TimeoutMS, st.timeoutBy = d.Milliseconds(), by
+	}
+	return st, false, nil
 }
 
 // Screenshot captures the session's viewport as PNG (JPEG when a PNG
@@ -491,7 +549,7 @@ func (e *Executor) Screenshot(ctx context.Context, id string) ([]byte, string, e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.info.LastUsedAt = time.Now()
-	sctx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, &stepTimeoutError{SessionActionTimeout})
+	sctx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, sessionTimeout())
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()

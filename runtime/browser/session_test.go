@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +173,150 @@ func TestSessionIdleTTLAndCap(t *testing.T) {
 	}
 	if _, err := e.OpenSession(ctx, SessionSpec{Owner: "x"}); err != nil {
 		t.Fatalf("a slot should be free again: %v", err)
+	}
+}
+
+// A navigation the page starts by itself between calls (a timer setting
+// location) that the session's policy blocks is a note on the next call,
+// and the next observe lists it; that call's steps run as usual (its first
+// step failed "request to http://example.net/ blocked", whatever it was).
+// A step during which the page's navigation is blocked still fails.
+func TestSessionBlockedNavigationBetweenCallsIsANote(t *testing.T) {
+	e := shared(t)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/leaves", func(w http.ResponseWriter, r *http.Request) {
+		html(w, `<p>here</p><script>setTimeout(() => { location = 'http://example.net/' }, 300)</script>`)
+	})
+	mux.HandleFunc("/other", func(w http.ResponseWriter, r *http.Request) { html(w, `<h1 id="o">other</h1>`) })
+	site := httptest.NewServer(mux)
+	t.Cleanup(site.Close)
+	ctx := context.Background()
+	id := openLoopbackSession(t, e)
+	t.Cleanup(func() { e.CloseSession(id) })
+	s, _ := e.session(id)
+
+	r1, err := e.Do(ctx, id, steps(t, map[string]any{"action": "navigate", "url": site.URL + "/leaves"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Contains(s.j.rec.blockedURLs(), "http://example.net/") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the page's navigation was never blocked: %q", s.j.rec.blockedURLs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r2, err := e.Do(ctx, id, steps(t, map[string]any{"action": "navigate", "url": site.URL + "/other"},
+		map[string]any{"action": "observe"}, map[string]any{"action": "extract", "selector": "#o", "name": "o"}))
+	if err != nil {
+		t.Fatalf("a call after the page's own blocked navigation: %v", err)
+	}
+	const want = `the page tried to load http://example.net/: host "example.net" is not in the session's --allow-host list`
+	// Usually between the calls; on a slow machine the timer may fire
+	// before the first call has read the page's URL.
+	notes := strings.Join(append(r1.Notes, r2.Notes...), "\n")
+	if !strings.Contains(notes, "navigation blocked") || !strings.Contains(notes, want) {
+		t.Fatalf("notes %q, want one saying %q", notes, want)
+	}
+	if !strings.Contains(r2.Observations[0], want) {
+		t.Fatalf("observe does not list the blocked navigation:\n%s", r2.Observations[0])
+	}
+	if v := sessionValues(t, r2); v["o"] != "other" || r2.URL != site.URL+"/other" {
+		t.Fatalf("values %v, URL %q", v, r2.URL)
+	}
+
+	// Within a call, the step during which it happens fails, as in a job.
+	_, err = e.Do(ctx, id, steps(t, map[string]any{"action": "navigate", "url": site.URL + "/leaves"},
+		map[string]any{"action": "wait_for", "text": "never shown"}))
+	if err == nil || !strings.Contains(err.Error(), "steps[1] (wait_for): request to http://example.net/ blocked") {
+		t.Fatalf("a step during which the page's navigation is blocked: %v", err)
+	}
+	r, err := e.Do(ctx, id, steps(t, map[string]any{"action": "evaluate", "expression": "1", "name": "one"}))
+	if err != nil || len(r.Notes) != 0 {
+		t.Fatalf("the call after: %v, notes %q", err, r.Notes)
+	}
+}
+
+// Within one call, as in a job: a name two steps give is refused before
+// any step runs, with the job's message; unnamed values and artifacts are
+// named by their step's index (two evaluates both wrote "value", two
+// screenshots both step0.png).
+func TestSessionCallNamesAreDistinct(t *testing.T) {
+	e := shared(t)
+	site := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		html(w, `<h1 id="h">Title</h1><p id="p" style="display:none">hidden</p>`)
+	}))
+	ctx := context.Background()
+	id := openLoopbackSession(t, e)
+	t.Cleanup(func() { e.CloseSession(id) })
+
+	r, err := e.Do(ctx, id, steps(t, map[string]any{"action": "navigate", "url": site.URL + "/"},
+		map[string]any{"action": "evaluate", "expression": "1"}, map[string]any{"action": "evaluate", "expression": "2"},
+		map[string]any{"action": "extract", "selector": "#h"},
+		map[string]any{"action": "screenshot"}, map[string]any{"action": "screenshot"}, map[string]any{"action": "pdf"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := sessionValues(t, r); len(v) != 3 || v["step1"] != 1.0 || v["step2"] != 2.0 || v["step3"] != "Title" {
+		t.Fatalf("values %v, want step1, step2 and step3", v)
+	}
+	var names []string
+	for _, a := range r.Artifacts {
+		names = append(names, a.Name)
+	}
+	if !slices.Equal(names, []string{"step4.png", "step5.png", "step6.pdf"}) {
+		t.Fatalf("artifacts %q", names)
+	}
+
+	for _, tc := range []struct {
+		steps []map[string]any
+		want  string
+	}{
+		{[]map[string]any{{"action": "evaluate", "expression": "1", "name": "x"}, {"action": "extract", "selector": "#h", "name": "x"}},
+			`steps[1]: name "x" is already used by steps[0]; give each value a unique name`},
+		{[]map[string]any{{"action": "screenshot", "name": "a.png"}, {"action": "observe"}, {"action": "screenshot", "name": "a.png"}},
+			`steps[2]: artifact name "a.png" is already used by steps[0]; give each artifact a unique name`},
+		{[]map[string]any{{"action": "screenshot", "name": "step1.png"}, {"action": "screenshot"}},
+			`steps[1]: artifact name "step1.png" is already used by steps[0]`},
+	} {
+		before, _ := e.Session(id)
+		r, err := e.Do(ctx, id, steps(t, tc.steps...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.steps, err, tc.want)
+		}
+		if after, _ := e.Session(id); len(r.Artifacts) != 0 || after.Actions != before.Actions {
+			t.Errorf("%v: a refused call ran steps: %d artifacts, actions %d → %d", tc.steps, len(r.Artifacts), before.Actions, after.Actions)
+		}
+	}
+	// Calls are separate: each may use a name again.
+	for range 2 {
+		if r, err := e.Do(ctx, id, steps(t, map[string]any{"action": "evaluate", "expression": "3", "name": "x"})); err != nil || sessionValues(t, r)["x"] != 3.0 {
+			t.Fatalf("a name again in another call: %v %s", err, r.Values)
+		}
+	}
+}
+
+// A step on a ref names the ref in its errors, not the internal selector
+// it stands for ("typing into [data-palyra-ref=...]").
+func TestSessionRefErrorsNameTheRef(t *testing.T) {
+	e := shared(t)
+	site := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		html(w, `<h1>Title</h1><button id="b" onclick="this.style.display='none'">Hide me</button>`)
+	}))
+	ctx := context.Background()
+	id := openLoopbackSession(t, e)
+	t.Cleanup(func() { e.CloseSession(id) })
+	r, err := e.Do(ctx, id, steps(t, map[string]any{"action": "navigate", "url": site.URL + "/"}, map[string]any{"action": "observe"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, btn := refOf(t, r.Observations[0], `h1 "Title"`), refOf(t, r.Observations[0], `button "Hide me"`)
+	_, err = e.Do(ctx, id, steps(t, map[string]any{"action": "type", "ref": h1, "text": "x"}))
+	if err == nil || !strings.Contains(err.Error(), "typing into ref "+h1+": the element cannot take keyboard input") || strings.Contains(err.Error(), "data-palyra-ref") {
+		t.Fatalf("typing into a heading: %v", err)
+	}
+	_, err = e.Do(ctx, id, steps(t, map[string]any{"action": "click", "ref": btn}, map[string]any{"action": "wait_for", "ref": btn, "timeout_ms": 300}))
+	if err == nil || !strings.Contains(err.Error(), "gave up waiting for ref "+btn+" to be visible") || strings.Contains(err.Error(), "data-palyra-ref") {
+		t.Fatalf("waiting for a hidden ref: %v", err)
 	}
 }

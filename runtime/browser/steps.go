@@ -23,15 +23,15 @@ func (j *job) perform(ctx context.Context, i int, st Step) error {
 	case ActionNavigate:
 		return j.navigate(ctx, st.URL)
 	case ActionClick:
-		if err := waitSelector(ctx, st.Selector, true); err != nil {
+		if err := waitElement(ctx, st, true); err != nil {
 			return err
 		}
-		return refused("clicking", st.Selector, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(st.Selector), chromedp.NodeVisible)))
+		return refused("clicking", st.target(), chromedp.Do(ctx, chromedp.Click(chromedp.CSS(st.Selector), chromedp.NodeVisible)))
 	case ActionType:
-		if err := waitSelector(ctx, st.Selector, true); err != nil {
+		if err := waitElement(ctx, st, true); err != nil {
 			return err
 		}
-		return refused("typing into", st.Selector, chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(st.Selector), st.Text, chromedp.NodeVisible)))
+		return refused("typing into", st.target(), chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(st.Selector), st.Text, chromedp.NodeVisible)))
 	case ActionPress:
 		k, err := keyFor(st.Key)
 		if err != nil {
@@ -40,11 +40,11 @@ func (j *job) perform(ctx context.Context, i int, st Step) error {
 		return chromedp.Do(ctx, chromedp.KeyEvent(k))
 	case ActionWaitFor:
 		if st.Selector != "" {
-			return waitSelector(ctx, st.Selector, true)
+			return waitElement(ctx, st, true)
 		}
 		return waitText(ctx, st.Text)
 	case ActionExtract:
-		v, err := extract(ctx, st.Selector, st.Attribute)
+		v, err := extract(ctx, st)
 		if err != nil {
 			return err
 		}
@@ -69,6 +69,24 @@ func (j *job) perform(ctx context.Context, i int, st Step) error {
 		return j.rec.addArtifact(st.Name, "application/pdf", buf)
 	}
 	return fmt.Errorf("unknown action %q", st.Action)
+}
+
+// target names the element step st acts on, for messages: its selector,
+// or the observe ref a session step named it by (not the internal
+// selector the ref stands for).
+func (st Step) target() string {
+	if st.ref != "" {
+		return "ref " + st.ref
+	}
+	return truncate(st.Selector, 256)
+}
+
+// quoted is target with a selector quoted, for messages that quote it.
+func (st Step) quoted() string {
+	if st.ref != "" {
+		return "ref " + st.ref
+	}
+	return jsString(truncate(st.Selector, 128))
 }
 
 // refused explains an error the browser's DevTools protocol answered to
@@ -121,7 +139,7 @@ func (j *job) screenshot(ctx context.Context, st Step) error {
 	)
 	switch {
 	case st.Selector != "":
-		if err := waitSelector(ctx, st.Selector, true); err != nil {
+		if err := waitElement(ctx, st, true); err != nil {
 			return err
 		}
 		buf, err = chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(st.Selector), chromedp.NodeVisible))
@@ -198,10 +216,24 @@ func waitText(ctx context.Context, text string) error {
 	return poll(ctx, fmt.Sprintf(jsHasText, jsString(text)), "the page text to contain "+jsString(truncate(text, 128)))
 }
 
-// extract reads an element's text, or one of its attributes, waiting for
-// the element to exist.
-func extract(ctx context.Context, sel, attr string) (string, error) {
-	if err := waitSelector(ctx, sel, false); err != nil {
+// waitElement waits until step st's element is on the page (and visible
+// when visible is set), naming it as the step did.
+func waitElement(ctx context.Context, st Step, visible bool) error {
+	if st.ref == "" {
+		return waitSelector(ctx, st.Selector, visible)
+	}
+	what := st.target() + " to be on the page"
+	if visible {
+		what = st.target() + " to be visible"
+	}
+	return poll(ctx, fmt.Sprintf(jsSelectorState, jsString(st.Selector), visible), what)
+}
+
+// extract reads the text of step st's element, or one of its attributes,
+// waiting for the element to exist.
+func extract(ctx context.Context, st Step) (string, error) {
+	sel, attr, q := st.Selector, st.Attribute, st.quoted()
+	if err := waitElement(ctx, st, false); err != nil {
 		return "", err
 	}
 	var out struct {
@@ -211,16 +243,16 @@ func extract(ctx context.Context, sel, attr string) (string, error) {
 	}
 	raw, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte](fmt.Sprintf(jsExtract, jsString(sel), jsString(attr))))
 	if err != nil {
-		return "", fmt.Errorf("reading %s: %w", jsString(truncate(sel, 128)), err)
+		return "", fmt.Errorf("reading %s: %w", q, err)
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return "", fmt.Errorf("reading %s: %w", jsString(truncate(sel, 128)), err)
+		return "", fmt.Errorf("reading %s: %w", q, err)
 	}
 	switch {
 	case !out.Found:
-		return "", fmt.Errorf("no element matches %s any more", jsString(truncate(sel, 128)))
+		return "", fmt.Errorf("no element matches %s any more", q)
 	case out.Missing:
-		return "", fmt.Errorf("the element matching %s has no attribute %q", jsString(truncate(sel, 128)), attr)
+		return "", fmt.Errorf("the element matching %s has no attribute %q", q, attr)
 	}
 	return out.Value, nil
 }

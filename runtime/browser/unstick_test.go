@@ -43,7 +43,7 @@ func TestSessionStepTimeoutStopsTheScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := e.Do(ctx, id, steps(t, map[string]any{"action": "evaluate", "expression": "(()=>{while(true){}})()", "name": "v", "timeout_ms": 1000}))
-	if err == nil || !strings.Contains(err.Error(), "steps[0] (evaluate): step timeout of 1s ran out; the page's script was stopped") {
+	if err == nil || !strings.Contains(err.Error(), "steps[0] (evaluate): step timeout of 1s (set by the step's timeout_ms) ran out; the page's script was stopped") {
 		t.Fatalf("a script that never returns: %v", err)
 	}
 	start := time.Now()
@@ -76,7 +76,7 @@ func TestSessionStepTimeoutStopsTheScript(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err == nil || !strings.Contains(err.Error(), "steps[0] (observe): step timeout of 5s ran out; the page's script was stopped") {
+	if err == nil || !strings.Contains(err.Error(), "steps[0] (observe): step timeout of 5s (set by the session's default) ran out; the page's script was stopped") {
 		t.Fatalf("observe on a spinning page: %v", err)
 	}
 	r, err = e.Do(ctx, id, steps(t, map[string]any{"action": "extract", "selector": "#p", "name": "p"}))
@@ -112,7 +112,7 @@ func TestSessionPageThatKeepsSpinningIsReplaced(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	_, err := e.Do(ctx, id, steps(t, map[string]any{"action": "extract", "selector": "#p", "name": "p", "timeout_ms": 1000}))
-	if err == nil || !strings.Contains(err.Error(), "steps[0] (extract): step timeout of 1s ran out; the page's script did not stop, so the session's page was replaced by a blank one") {
+	if err == nil || !strings.Contains(err.Error(), "steps[0] (extract): step timeout of 1s (set by the step's timeout_ms) ran out; the page's script did not stop, so the session's page was replaced by a blank one") {
 		t.Fatalf("a page that keeps spinning: %v", err)
 	}
 	start := time.Now()
