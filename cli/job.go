@@ -651,6 +651,33 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 	if v.PendingReason != "" && v.Phase == "queued" {
 		fmt.Fprintf(tw, "waiting\t%s\n", v.PendingReason)
 	}
+	// What an approver needs to see (it was in --json only): the tool,
+	// the grants the run asks for, why it waits, and the hooks' notes.
+	if v.SkillID != "" {
+		fmt.Fprintf(tw, "skill\t%s/%s\n", v.SkillID, v.SkillTool)
+	}
+	if v.HookID != "" {
+		fmt.Fprintf(tw, "hook\t%s\n", v.HookID)
+	}
+	if len(v.AllowHosts) > 0 {
+		fmt.Fprintf(tw, "grants\thosts %s\n", strings.Join(v.AllowHosts, ", "))
+	}
+	for _, a := range v.Annotations {
+		fmt.Fprintf(tw, "note\t%s\n", a)
+	}
+	if v.Phase == "waiting_for_approval" {
+		fmt.Fprintf(tw, "approval\tneeded: palyra job approve %s, or palyra job deny %s --reason TEXT\n", v.ID, v.ID)
+	}
+	if v.DecidedBy != "" {
+		verdict := "approved"
+		if v.Error != nil && strings.Contains(v.Error.Message, "denied by") {
+			verdict = "denied"
+		}
+		if v.DecisionReason != "" {
+			verdict += ": " + v.DecisionReason
+		}
+		fmt.Fprintf(tw, "decided\t%s by %s at %s\n", verdict, v.DecidedBy, v.DecidedAt)
+	}
 	if v.MaxRetries > 0 {
 		fmt.Fprintf(tw, "retries\t%d of %d used\n", v.RetriesUsed, v.MaxRetries)
 	}

@@ -271,8 +271,15 @@ func TestSkillApprovals(t *testing.T) {
 	if j := c.jobJSON(id); j.Phase != "waiting_for_approval" {
 		t.Fatalf("phase %q, want waiting_for_approval", j.Phase)
 	}
+	// The text view shows an approver what it is and what to do.
+	if r := c.cli("job", "get", id); !strings.Contains(r.stdout, "example.gated/wordcount") || !strings.Contains(r.stdout, "palyra job approve "+id) {
+		t.Fatalf("job get of a run waiting for approval:\n%s", r.stdout)
+	}
 	if r := c.cli("job", "approve", id, "--reason", "looks fine"); r.code != 0 {
 		t.Fatalf("approve: %q", r.stderr)
+	}
+	if r := c.cli("job", "get", id); !strings.Contains(r.stdout, "approved: looks fine by ") {
+		t.Fatalf("job get of an approved run:\n%s", r.stdout)
 	}
 	if j := c.waitTerminal(id); j.Phase != "completed" || !strings.Contains(j.Output, `"words":3`) || j.DecidedBy == "" || j.DecisionReason != "looks fine" {
 		t.Fatalf("approved run: %+v", j)
