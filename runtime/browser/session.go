@@ -114,8 +114,19 @@ func (e *Executor) OpenSession(ctx context.Context, spec SessionSpec) (SessionIn
 		return SessionInfo{}, errExecutorClosed
 	}
 	if len(e.sessions) >= e.cfg.MaxSessions {
+		mine := 0
+		for _, s := range e.sessions {
+			if s != nil && s.info.Owner == spec.Owner {
+				mine++
+			}
+		}
 		e.sessMu.Unlock()
-		return SessionInfo{}, fmt.Errorf("%w (%d); close one ('palyra browser close ID') or use another worker", ErrSessionsFull, e.cfg.MaxSessions)
+		if mine == 0 {
+			// Closing one is no advice to a caller who holds none (and
+			// cannot see or close the others').
+			return SessionInfo{}, fmt.Errorf("%w (%d), all held by other callers; they close after %s unused: try again later or on another worker", ErrSessionsFull, e.cfg.MaxSessions, e.cfg.SessionIdleTTL)
+		}
+		return SessionInfo{}, fmt.Errorf("%w (%d), %d of them yours; close one ('palyra browser list', 'palyra browser close ID') or use another worker", ErrSessionsFull, e.cfg.MaxSessions, mine)
 	}
 	id := spec.ID
 	if id == "" {

@@ -158,8 +158,12 @@ func TestSessionIdleTTLAndCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.OpenSession(ctx, SessionSpec{Owner: "x"}); !errors.Is(err, ErrSessionsFull) {
+	if _, err := e.OpenSession(ctx, SessionSpec{Owner: "x"}); !errors.Is(err, ErrSessionsFull) || !strings.Contains(err.Error(), "1 of them yours; close one") {
 		t.Fatalf("over the cap: %v", err)
+	}
+	// Another caller is not told to close sessions it cannot see.
+	if _, err := e.OpenSession(ctx, SessionSpec{Owner: "y"}); !errors.Is(err, ErrSessionsFull) || !strings.Contains(err.Error(), "all held by other callers") {
+		t.Fatalf("over the cap, for another caller: %v", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for len(e.Sessions()) > 0 {
