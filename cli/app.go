@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -85,9 +87,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 		// found it due (see renewAfter).
 		After:          renewAfter,
 		ExitErrHandler: func(*ucli.Context, error) {}, // Main prints and exits
-		OnUsageError: func(c *ucli.Context, err error, _ bool) error {
-			return ucli.Exit(fmt.Sprintf("error: %v\nrun '%s --help' for usage", err, c.Command.HelpName), exitUsage)
-		},
+		OnUsageError:   onUsageError,
 	}
 	app.Description = strings.ReplaceAll(app.Description, "\n   ", "\n")
 	return app
@@ -157,7 +157,77 @@ func withUnknownCommand(cmds []*ucli.Command) []*ucli.Command {
 func dedent(cmds []*ucli.Command) []*ucli.Command {
 	for _, c := range cmds {
 		c.Description = strings.ReplaceAll(c.Description, "\n   ", "\n")
+		if c.OnUsageError == nil {
+			c.OnUsageError = onUsageError
+		}
+		if c.Before == nil {
+			c.Before = noNegativeDurations
+		}
 		dedent(c.Subcommands)
 	}
 	return cmds
+}
+
+// noNegativeDurations refuses a negative value for any duration flag set
+// on the command (or globally): each was taken, and ignored or read as
+// "none", without a word (--wait-timeout -3s, --dial-timeout -1s, a drain
+// --deadline). Zero keeps its meaning where a flag gives it one.
+func noNegativeDurations(c *ucli.Context) error {
+	for _, cc := range c.Lineage() {
+		var flags []ucli.Flag
+		switch {
+		case cc.Command != nil && cc.Command.Name != "":
+			flags = cc.Command.Flags
+		case cc.App != nil:
+			flags = cc.App.Flags
+		}
+		for _, f := range flags {
+			df, ok := f.(*ucli.DurationFlag)
+			if !ok || !cc.IsSet(df.Name) {
+				continue
+			}
+			if d := cc.Duration(df.Name); d < 0 {
+				return usageErr("--%s %s is negative: give a positive duration, e.g. 30s or 10m", df.Name, d)
+			}
+		}
+	}
+	return nil
+}
+
+// badValueRE matches the flag package's error for a value it cannot parse.
+var badValueRE = regexp.MustCompile(`^invalid value "(.*)" for flag -(\S+): parse error$`)
+
+// onUsageError answers a command's bad flags in one line and the usage
+// exit code: urfave/cli printed the whole help page after a bare "parse
+// error". A duration says what a duration looks like (days are not a
+// unit there).
+func onUsageError(c *ucli.Context, err error, _ bool) error {
+	msg := err.Error()
+	if m := badValueRE.FindStringSubmatch(msg); m != nil {
+		msg = fmt.Sprintf("invalid value %q for --%s", m[1], m[2])
+		var flags []ucli.Flag
+		if c.Command != nil {
+			flags = append(flags, c.Command.Flags...)
+		}
+		flags = append(flags, c.App.Flags...)
+		for _, f := range flags {
+			if !slices.Contains(f.Names(), m[2]) {
+				continue
+			}
+			switch f.(type) {
+			case *ucli.DurationFlag:
+				msg += ": want a duration such as 90s, 15m or 12h (units ns, us, ms, s, m, h; 7 days is 168h)"
+			case *ucli.IntFlag, *ucli.Int64Flag:
+				msg += ": want a whole number"
+			case *ucli.UintFlag, *ucli.Uint64Flag:
+				msg += ": want a whole number, 0 or more"
+			}
+			break
+		}
+	}
+	help := c.App.Name
+	if c.Command != nil && c.Command.HelpName != "" {
+		help = c.Command.HelpName
+	}
+	return ucli.Exit(fmt.Sprintf("error: %s\nrun '%s --help' for usage", msg, help), exitUsage)
 }

@@ -214,7 +214,7 @@ func TestDrainAndEligibilityJSON(t *testing.T) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil || out.NodeID != id || out.Draining || !out.Eligible {
 		t.Fatalf("node eligibility --enable --json: %+v → %+v", r, out)
 	}
-	if r := c.cli("node", "drain", id, "--deadline", "-5s"); r.code == 0 || !strings.Contains(r.stderr, "--deadline must be positive") {
+	if r := c.cli("node", "drain", id, "--deadline", "-5s"); r.code == 0 || !strings.Contains(r.stderr, "--deadline -5s is negative") {
 		t.Fatalf("a negative drain deadline: %+v", r)
 	}
 }
