@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/palyra-mesh/palyra/consensus"
@@ -86,6 +87,12 @@ func (c *Cluster) VerifyRead(ctx context.Context) error {
 		index = resp.GetReadIndex().GetIndex()
 		return nil
 	})
+	var ce *consensus.Error
+	if errors.As(err, &ce) && ce.Code == consensus.ErrNoQuorum.Code {
+		// A read: say so, and how to read anyway.
+		return &consensus.Error{Code: ce.Code, Message: strings.Replace(ce.Message, "cannot commit", "cannot confirm that this node's replica is current for a read", 1),
+			Hint: ce.Hint + "; to read this node's replica anyway (it may lag), add --stale"}
+	}
 	if err != nil || index == 0 {
 		return err
 	}
