@@ -451,6 +451,10 @@ func nodeRemove(c *ucli.Context) error {
 			"ca_holders": nonNil(r.CaHolders), "revoked_devices": nonNil(r.RevokedDevices), "kept_operator": r.KeptOperator})
 	}
 	w := c.App.Writer
+	if r.AlreadyRemoved && len(r.RevokedDevices) == 0 && !r.InRaft && len(r.Requeued) == 0 {
+		fmt.Fprintf(w, "node %s was removed already: nothing left to do\n", r.NodeId)
+		return nil
+	}
 	fmt.Fprintf(w, "node %s removed: its certificate is revoked", r.NodeId)
 	if r.InRaft {
 		fmt.Fprintf(w, "; the leader is taking it out of raft")

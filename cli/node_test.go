@@ -291,6 +291,9 @@ func TestLosingTheFirstNodeForGood(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, founderOp) {
 		t.Fatalf("node remove of the first node (its local operator %s must be revoked too): %+v", founderOp, r)
 	}
+	if r := viaSecond("node", "remove", first); r.code != 0 || !strings.Contains(r.stdout, "was removed already: nothing left to do") {
+		t.Fatalf("removing the removed node again: %+v", r)
+	}
 	for _, args := range [][]string{{"node", "eligibility", first, "--enable"}, {"node", "drain", first}} {
 		if r := viaSecond(args...); r.code == 0 || !strings.Contains(r.stderr, "was removed from the cluster") {
 			t.Fatalf("%v on the removed node: %+v", args, r)

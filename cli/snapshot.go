@@ -206,9 +206,13 @@ func snapshotSave(c *ucli.Context) error {
 	if path == "-" {
 		out = c.App.Writer
 	} else {
-		tmp, err = os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+		dir := filepath.Dir(path)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return fail(c, &client.Error{Code: "io", Message: fmt.Sprintf("cannot write %s: directory %s does not exist", path, dir), Hint: "create it first (mkdir -p " + dir + "), or choose a file in an existing directory"})
+		}
+		tmp, err = os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 		if err != nil {
-			return fail(c, &client.Error{Code: "io", Message: err.Error(), Hint: "choose a file in a writable directory"})
+			return fail(c, &client.Error{Code: "io", Message: fmt.Sprintf("cannot write %s: %v", path, err), Hint: "choose a file in a writable directory"})
 		}
 		defer os.Remove(tmp.Name()) // no-op once renamed
 		defer tmp.Close()

@@ -70,6 +70,9 @@ func TestSnapshotCommands(t *testing.T) {
 	if r := c.cli("snapshot", "save", "-", "--json"); r.code != 2 {
 		t.Fatalf("--json with '-': %+v", r)
 	}
+	if r := c.cli("snapshot", "save", filepath.Join(t.TempDir(), "nodir", "x.snap")); r.code == 0 || !strings.Contains(r.stderr, "nodir does not exist") || strings.Contains(r.stderr, ".tmp-") {
+		t.Fatalf("a file in a missing directory: %+v", r)
+	}
 
 	cfg := filepath.Join(t.TempDir(), "device")
 	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr()); r.code != 0 {
