@@ -165,6 +165,15 @@ func TestSkillInstallOnceRunAnywhere(t *testing.T) {
 	if r := c.on(b, "skill", "run", "example.web", "wordcount", "--input", `{"txt":1}`); r.code == 0 || !strings.Contains(r.stderr, "does not match the input_schema") {
 		t.Fatalf("bad input: %d %q", r.code, r.stderr)
 	}
+	// Flags the run cannot honour are refused, not bent: a timeout over
+	// the skill's limit (the example's is 30s), an approval TTL for a tool
+	// that needs no approval.
+	if r := c.on(b, "skill", "run", "example.web", "wordcount", "--input", `{"text":"x"}`, "--timeout", "60s"); r.code == 0 || !strings.Contains(r.stderr, "--timeout 1m0s is over example.web's limit of 30s") {
+		t.Fatalf("a timeout over the skill's limit: %d %q", r.code, r.stderr)
+	}
+	if r := c.on(b, "skill", "run", "example.web", "wordcount", "--input", `{"text":"x"}`, "--approval-ttl", "1h"); r.code == 0 || !strings.Contains(r.stderr, "does not require approval") {
+		t.Fatalf("an approval TTL for a tool without approval: %d %q", r.code, r.stderr)
+	}
 	if after := strings.Count(c.on(a, "job", "list").stdout, "\n"); after != before {
 		t.Fatalf("a refused run left a job: %d lines in job list, %d before", after, before)
 	}

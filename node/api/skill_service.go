@@ -395,6 +395,14 @@ func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyra
 		return nil, apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("skill %s has no tool %q", r.SkillId, m.Tool), "its tools: "+strings.Join(names, ", "))
 	}
 	var approvalTTL time.Duration
+	if !tool.RequiresApproval && m.ApprovalTtlMs != 0 {
+		return nil, invalid(fmt.Sprintf("%s/%s does not require approval, so --approval-ttl does not apply", r.SkillId, tool.Id), "leave --approval-ttl out")
+	}
+	if m.TimeoutMs > 0 && r.WallClockMs > 0 && m.TimeoutMs > r.WallClockMs {
+		// It was lowered to the skill's limit without a word.
+		return nil, invalid(fmt.Sprintf("--timeout %s is over %s's limit of %s per run (its manifest's wall_clock_ms)", time.Duration(m.TimeoutMs)*time.Millisecond, r.SkillId, time.Duration(r.WallClockMs)*time.Millisecond),
+			fmt.Sprintf("give --timeout %s or less, or leave it out to get the limit", time.Duration(r.WallClockMs)*time.Millisecond))
+	}
 	if tool.RequiresApproval {
 		approvalTTL = DefaultApprovalTTL
 		if m.ApprovalTtlMs < 0 || time.Duration(m.ApprovalTtlMs)*time.Millisecond > 7*24*time.Hour {
