@@ -75,6 +75,9 @@ type Spec struct {
 	// Grants are the host capabilities beyond the network (secrets,
 	// key-value storage) and the services behind them. Nil grants nothing.
 	Grants *Grants
+	// GrantsFrom names where AllowHosts and Grants came from when not from
+	// the job's own flags (a skill tool's manifest), for refusals.
+	GrantsFrom string
 	// Deterministic (wasm) runs the guest on a virtual clock that advances
 	// with the fuel it burns (and by what it sleeps, without waiting),
 	// with random bytes from a generator seeded by the module and input:

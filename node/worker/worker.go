@@ -419,6 +419,9 @@ func (w *Worker) runExecutor(ctx context.Context, j consensus.Job) runtime.Resul
 		Deterministic: j.Deterministic,
 		Order:         runtime.Order{Priority: j.Priority, Seq: j.CommitIndex, Index: j.ArrayIndex},
 	}
+	if j.SkillID != "" {
+		spec.GrantsFrom = fmt.Sprintf("the capabilities of %s/%s (its skill's manifest)", j.SkillID, j.SkillTool)
+	}
 	spec.Tap = w.openTap(j)
 	defer w.closeTap(j.ID, spec.Tap)
 	if len(j.SecretNames) > 0 || j.KVPrefix != "" {

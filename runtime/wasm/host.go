@@ -147,6 +147,7 @@ func (e *Executor) newHostState(spec runtime.Spec) (*hostState, error) {
 	if err != nil {
 		return nil, err
 	}
+	policy.From(spec.GrantsFrom)
 	st := &hostState{
 		log:         e.log,
 		policy:      policy,

@@ -240,3 +240,25 @@ func TestFetchRefusals(t *testing.T) {
 		t.Error("the server saw no request at all")
 	}
 }
+
+// A skill tool's run has no --allow-host flag: its refusals name where its
+// grants come from instead.
+func TestRefusalsNameWhereTheGrantsComeFrom(t *testing.T) {
+	none, _ := NewPolicy(nil, false)
+	some, _ := NewPolicy([]string{"example.com", "10.1.2.3"}, false)
+	from := "the capabilities of acme.web/get (its skill's manifest)"
+	for _, c := range []struct {
+		p    *Policy
+		raw  string
+		want string
+	}{
+		{none.From(from), "https://example.org/", `host "example.org" is not allowed: ` + from + " grant no hosts, so no network"},
+		{some.From(from), "https://example.org/", `host "example.org" is not among the hosts ` + from + " grant"},
+		{some.From(from), "https://10.1.2.3/", "private targets need allow_private in " + from},
+	} {
+		u, _ := url.Parse(c.raw)
+		if err := c.p.CheckURL(u); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "--allow") {
+			t.Errorf("CheckURL(%s) = %v, want %q and no flag", c.raw, err, c.want)
+		}
+	}
+}

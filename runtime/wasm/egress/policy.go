@@ -40,6 +40,16 @@ func blocked(format string, args ...any) error {
 type Policy struct {
 	hosts        []string // normalised AllowHosts entries
 	allowPrivate bool
+	from         string // where the grants come from, for errors ("": the job's flags)
+}
+
+// From names where the allowlist came from, for refusals: a skill tool's
+// run has no --allow-host flag to point at (its manifest's capabilities
+// decide), and naming one sent users looking for a flag that does not
+// exist.
+func (p *Policy) From(src string) *Policy {
+	p.from = src
+	return p
 }
 
 // NewPolicy normalises an allowlist. An entry is a host name (a leading
@@ -80,7 +90,12 @@ func (p *Policy) checkHost(raw string) error {
 		return blocked("URL has no host")
 	}
 	if !p.hostAllowed(host) {
-		if len(p.hosts) == 0 {
+		switch {
+		case p.from != "" && len(p.hosts) == 0:
+			return blocked("host %q is not allowed: %s grant no hosts, so no network", clip(host), p.from)
+		case p.from != "":
+			return blocked("host %q is not among the hosts %s grant", clip(host), p.from)
+		case len(p.hosts) == 0:
 			return blocked("host %q is not allowed: the job has no --allow-host, so no network", clip(host))
 		}
 		return blocked("host %q is not in the job's --allow-host list", clip(host))
@@ -97,6 +112,9 @@ func (p *Policy) CheckAddr(a netip.Addr) error {
 		return nil
 	}
 	if why := privateReason(a); why != "" {
+		if p.from != "" {
+			return blocked("address %s is %s; private targets need allow_private in %s", a.Unmap(), why, p.from)
+		}
 		return blocked("address %s is %s; private targets need --allow-private", a.Unmap(), why)
 	}
 	return nil
