@@ -39,7 +39,7 @@ func deviceCommand() *ucli.Command {
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "code", Required: true, Usage: "the code printed by 'palyra pair create --kind device'"},
 					&ucli.StringFlag{Name: "peer", Required: true, Usage: "a node's address HOST:PORT"},
-					&ucli.StringFlag{Name: "name", Usage: "a label for this device (default: the host name)"},
+					&ucli.StringFlag{Name: "name", Usage: "a label for this device (default: the code's name, from 'pair create --name', else the host name)"},
 					&ucli.BoolFlag{Name: "force", Usage: "replace a device credential already stored in the config dir"},
 					jsonFlag,
 				},
@@ -122,15 +122,14 @@ func devicePair(c *ucli.Context) error {
 		return fail(c, &client.Error{Code: "exists", Message: "a device credential is already stored in " + dir,
 			Hint: "pass --force to replace it, or use another --config-dir"})
 	}
-	name := c.String("name")
-	if name == "" {
-		name, _ = os.Hostname()
-	}
+	// The device's --name, else the code's name (pair create --name),
+	// else the host name: the host name won over the code's before.
+	host, _ := os.Hostname()
 	peer, err := peerFlag(c)
 	if err != nil {
 		return err
 	}
-	cred, resp, err := client.Pair(c.Context, peer, code, client.PairOptions{Name: name})
+	cred, resp, err := client.Pair(c.Context, peer, code, client.PairOptions{Name: c.String("name"), HostName: host})
 	if err != nil {
 		return fail(c, explainPair(peer, err))
 	}

@@ -238,3 +238,37 @@ func (c *cluster) pairDevice(name string) (cfg, id string) {
 	}
 	return cfg, id
 }
+
+// A device paired with a named code takes the code's name (its host name
+// won before); its own --name wins over both.
+func TestDeviceTakesTheCodesName(t *testing.T) {
+	c := startNode(t)
+	names := func() []string {
+		var devs struct{ Devices []struct{ Name string } }
+		json.Unmarshal([]byte(c.cli("device", "list", "--json").stdout), &devs)
+		var out []string
+		for _, d := range devs.Devices {
+			out = append(out, d.Name)
+		}
+		return out
+	}
+	if r := device(t, filepath.Join(t.TempDir(), "a"), "device", "pair", "--code", c.pairCode("device", "--name", "laptop"), "--peer", c.node.Addr()); r.code != 0 {
+		t.Fatalf("pair: %+v", r)
+	}
+	if r := device(t, filepath.Join(t.TempDir(), "b"), "device", "pair", "--code", c.pairCode("device", "--name", "tablet"), "--peer", c.node.Addr(), "--name", "mine"); r.code != 0 {
+		t.Fatalf("pair: %+v", r)
+	}
+	host, _ := os.Hostname()
+	if r := device(t, filepath.Join(t.TempDir(), "c"), "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr()); r.code != 0 {
+		t.Fatalf("pair: %+v", r)
+	}
+	got := names()
+	for _, want := range []string{"laptop", "mine", host} {
+		if !slices.Contains(got, want) {
+			t.Fatalf("device names %q, want %q among them", got, want)
+		}
+	}
+	if slices.Contains(got, "tablet") {
+		t.Fatalf("the code's name won over the device's --name: %q", got)
+	}
+}

@@ -21,8 +21,10 @@ import (
 
 // PairOptions describe the member being paired.
 type PairOptions struct {
-	Name   string
-	Labels map[string]string
+	Name string // the member's name; "" takes the code's, else HostName
+	// HostName names the member when neither Name nor the code does.
+	HostName string
+	Labels   map[string]string
 	// LocalOperator (node codes) also asks for an operator credential for
 	// this machine, returned in Paired.Operator.
 	LocalOperator bool
@@ -60,7 +62,7 @@ func PairMember(ctx context.Context, addr string, code pairing.Code, o PairOptio
 	}
 	req := &palyrav1.PairRequest{
 		PairingId: code.IDString(), Secret: code.Secret(), CsrDer: csr,
-		Kind: string(p.Kind), MemberId: p.ID, Name: o.Name, Labels: o.Labels,
+		Kind: string(p.Kind), MemberId: p.ID, Name: o.Name, HostName: o.HostName, Labels: o.Labels,
 	}
 	var opKey crypto.Signer
 	if o.LocalOperator && code.Kind() == identity.KindNode {

@@ -162,7 +162,18 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 	if len(m.Secret) == 0 || len(m.Secret) > 64 {
 		return nil, invalid("missing or malformed pairing secret", "type the whole code")
 	}
-	member := &raftpb.Member{Kind: string(kind), Id: p.ID, Name: m.Name, Labels: m.Labels}
+	name := m.Name
+	if name == "" {
+		// The code's name wins over the joiner's host name (the FSM gives
+		// the code's to a member without one).
+		name = m.HostName
+		for _, pr := range s.control.State().Pairings() {
+			if pr.ID == m.PairingId && pr.Name != "" {
+				name = ""
+			}
+		}
+	}
+	member := &raftpb.Member{Kind: string(kind), Id: p.ID, Name: name, Labels: m.Labels}
 	// A joining node may ask for a local operator credential for its
 	// machine; the code must grant one (checked in the FSM).
 	var opP identity.Principal

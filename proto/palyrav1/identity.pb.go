@@ -438,8 +438,11 @@ type PairRequest struct {
 	// leaves it).
 	OperatorCsrDer []byte `protobuf:"bytes,8,opt,name=operator_csr_der,json=operatorCsrDer,proto3" json:"operator_csr_der,omitempty"`
 	OperatorId     string `protobuf:"bytes,9,opt,name=operator_id,json=operatorId,proto3" json:"operator_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// host_name names the member when neither name (the joiner's --name)
+	// nor the code's name does.
+	HostName      string `protobuf:"bytes,10,opt,name=host_name,json=hostName,proto3" json:"host_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PairRequest) Reset() {
@@ -531,6 +534,13 @@ func (x *PairRequest) GetOperatorCsrDer() []byte {
 func (x *PairRequest) GetOperatorId() string {
 	if x != nil {
 		return x.OperatorId
+	}
+	return ""
+}
+
+func (x *PairRequest) GetHostName() string {
+	if x != nil {
+		return x.HostName
 	}
 	return ""
 }
@@ -1789,7 +1799,7 @@ const file_palyra_v1_identity_proto_rawDesc = "" +
 	"\x14RevokePairingRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"E\n" +
 	"\x15RevokePairingResponse\x12,\n" +
-	"\apairing\x18\x01 \x01(\v2\x12.palyra.v1.PairingR\apairing\"\xe4\x02\n" +
+	"\apairing\x18\x01 \x01(\v2\x12.palyra.v1.PairingR\apairing\"\x81\x03\n" +
 	"\vPairRequest\x12\x1d\n" +
 	"\n" +
 	"pairing_id\x18\x01 \x01(\tR\tpairingId\x12\x16\n" +
@@ -1801,7 +1811,9 @@ const file_palyra_v1_identity_proto_rawDesc = "" +
 	"\x06labels\x18\a \x03(\v2\".palyra.v1.PairRequest.LabelsEntryR\x06labels\x12(\n" +
 	"\x10operator_csr_der\x18\b \x01(\fR\x0eoperatorCsrDer\x12\x1f\n" +
 	"\voperator_id\x18\t \x01(\tR\n" +
-	"operatorId\x1a9\n" +
+	"operatorId\x12\x1b\n" +
+	"\thost_name\x18\n" +
+	" \x01(\tR\bhostName\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x83\x02\n" +
