@@ -238,7 +238,7 @@ func skillInspectCommand() *ucli.Command {
 			if c.Bool("json") {
 				if err := writeJSON(c.App.Writer, map[string]any{
 					"sha256": skill.Hash(data), "manifest": p.Manifest, "signature": sigState,
-					"signed": p.Signature != nil, "signature_ok": sigErr == nil, "audit": findings,
+					"signed": p.Signature != nil, "signature_ok": sigErr == nil, "audit": nonNil(findings),
 				}); err != nil {
 					return err
 				}

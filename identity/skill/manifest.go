@@ -2,6 +2,7 @@ package skill
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -81,6 +82,20 @@ type ToolCapabilities struct {
 	AllowPrivate bool     `toml:"allow_private" json:"allow_private,omitempty"`
 	Secrets      []string `toml:"secrets" json:"secrets"`
 	KVPrefix     string   `toml:"kv_prefix" json:"kv_prefix,omitempty"`
+}
+
+// MarshalJSON writes empty lists as [], not null: an empty table (a pure
+// tool) read as "unknown" otherwise.
+func (tc ToolCapabilities) MarshalJSON() ([]byte, error) {
+	type plain ToolCapabilities
+	p := plain(tc)
+	if p.HTTPHosts == nil {
+		p.HTTPHosts = []string{}
+	}
+	if p.Secrets == nil {
+		p.Secrets = []string{}
+	}
+	return json.Marshal(p)
 }
 
 // validate checks that tc asks for nothing the skill's capabilities c do

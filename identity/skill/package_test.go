@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -349,5 +350,13 @@ func TestToolCapabilitiesNarrowTheSkills(t *testing.T) {
 	m, err = ParseManifest([]byte(goodManifest + "[tools.capabilities]\n"))
 	if c := m.Tools[0].Capabilities; err != nil || c == nil || len(c.HTTPHosts)+len(c.Secrets) != 0 || c.KVPrefix != "" {
 		t.Fatalf("an empty table (a pure tool): %v %+v", err, c)
+	}
+}
+
+// An empty tool table (a pure tool) is empty lists in JSON, not null.
+func TestToolCapabilitiesJSON(t *testing.T) {
+	b, err := json.Marshal(ToolCapabilities{})
+	if err != nil || string(b) != `{"http_hosts":[],"secrets":[]}` {
+		t.Fatalf("%s %v", b, err)
 	}
 }
