@@ -440,8 +440,8 @@ func (ss skillService) RunSkill(ctx context.Context, req *connect.Request[palyra
 			// they come from (a pure tool of a skill that declares hosts
 			// asks for them too).
 			return nil, apiError(connect.CodePermissionDenied, "forbidden",
-				fmt.Sprintf("%s (a run of %s/%s asks for the capabilities its manifest declares: hosts %v, secrets %v, kv prefix %q)",
-					strings.TrimPrefix(ce.Message(), "forbidden: "), r.SkillId, tool.Id, g.HTTPHosts, g.Secrets, g.KVPrefix),
+				fmt.Sprintf("%s (a run of %s/%s asks for the capabilities its manifest declares: hosts %v, private addresses %v, secrets %v, kv prefix %q)",
+					strings.TrimPrefix(ce.Message(), "forbidden: "), r.SkillId, tool.Id, g.HTTPHosts, g.AllowPrivate, g.Secrets, g.KVPrefix),
 				"ask an operator to permit those grants to you (see the commented example in 'palyra policy get'), or to run the tool for you")
 		}
 		return nil, err
