@@ -364,8 +364,13 @@ func browserList(c *ucli.Context) error {
 		}
 		return writeJSON(c.App.Writer, map[string]any{"sessions": list, "unreachable": resp.Msg.Unreachable})
 	}
+	if len(resp.Msg.Sessions) == 0 {
+		fmt.Fprintln(c.App.Writer, "no open sessions (open one with 'palyra browser open --allow-host HOST')")
+	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION\tNODE\tOWNER\tACTIONS\tIDLE\tURL")
+	if len(resp.Msg.Sessions) > 0 {
+		fmt.Fprintln(tw, "SESSION\tNODE\tOWNER\tACTIONS\tIDLE\tURL")
+	}
 	for _, s := range resp.Msg.Sessions {
 		idle := time.Since(time.UnixMilli(s.LastUsedAtMs)).Round(time.Second)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.Id, s.NodeId, s.Owner, s.Actions, idle, s.Url)

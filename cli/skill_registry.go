@@ -113,6 +113,10 @@ func skillRegistryCommands() []*ucli.Command {
 				if c.Bool("json") {
 					return writeJSON(c.App.Writer, nonNil(resp.Msg.Skills)) // [] when empty, not null
 				}
+				if len(resp.Msg.Skills) == 0 {
+					fmt.Fprintln(c.App.Writer, "no skills installed (install one with 'palyra skill install FILE'; 'palyra skill --help' says how to make one)")
+					return nil
+				}
 				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "SKILL\tVERSION\tSTATUS\tPUBLISHER\tTOOLS\tINSTALLED")
 				for _, s := range resp.Msg.Skills {
