@@ -31,7 +31,7 @@ func jobFromRecord(r *raftpb.JobRecord) Job {
 		OutputSchema: r.OutputSchema, InputSchema: r.InputSchema, SkillID: r.SkillId, SkillTool: r.SkillTool,
 		RequiresApproval: r.RequiresApproval, RunDeadlineAtMS: r.RunDeadlineAtMs, DecidedBy: r.DecidedBy, DecidedAtMS: r.DecidedAtMs, DecisionReason: r.DecisionReason,
 		HookID: r.HookId, Annotations: r.Annotations,
-		SecretNames: r.SecretNames, KVPrefix: r.KvPrefix, KVSeq: r.KvSeq, KVSeqAttempt: r.KvSeqAttempt,
+		SecretNames: r.SecretNames, KVPrefix: r.KvPrefix, KVSeq: r.KvSeq, KVSeqRun: r.KvSeqRun,
 		InputHash: r.InputSha256, InputSize: r.InputSize, StdoutHash: r.StdoutSha256, StdoutSize: r.StdoutSize,
 		StderrHash: r.StderrSha256, StderrSize: r.StderrSize, ArrayID: r.ArrayId, ArrayIndex: r.ArrayIndex,
 	}
@@ -80,7 +80,7 @@ func jobToRecord(j *Job) *raftpb.JobRecord {
 		OutputSchema: j.OutputSchema, InputSchema: j.InputSchema, SkillId: j.SkillID, SkillTool: j.SkillTool,
 		RequiresApproval: j.RequiresApproval, RunDeadlineAtMs: j.RunDeadlineAtMS, DecidedBy: j.DecidedBy, DecidedAtMs: j.DecidedAtMS, DecisionReason: j.DecisionReason,
 		HookId: j.HookID, Annotations: j.Annotations,
-		SecretNames: j.SecretNames, KvPrefix: j.KVPrefix, KvSeq: j.KVSeq, KvSeqAttempt: j.KVSeqAttempt,
+		SecretNames: j.SecretNames, KvPrefix: j.KVPrefix, KvSeq: j.KVSeq, KvSeqRun: j.KVSeqRun,
 		InputSha256: j.InputHash, InputSize: j.InputSize, StdoutSha256: j.StdoutHash, StdoutSize: j.StdoutSize,
 		StderrSha256: j.StderrHash, StderrSize: j.StderrSize, ArrayId: j.ArrayID, ArrayIndex: j.ArrayIndex,
 	}

@@ -70,13 +70,13 @@ func (s *State) applyKVPut(c *raftpb.KVPut) ApplyResult {
 	if err := s.fenceWrite(c.JobId, c.Attempt, c.NodeId); err != nil {
 		return ApplyResult{Err: err}
 	}
-	if s.kvRetry(c.JobId, c.Attempt, c.Seq) {
+	if s.kvRetry(c.JobId, c.Run, c.Seq) {
 		return ApplyResult{}
 	}
 	if _, ok := s.data.kv[c.Key]; !ok && len(s.data.kv) >= MaxKVEntries {
 		return ApplyResult{Err: errf(ErrInvalid, "delete unused keys", "the key-value store holds %d entries, its limit", MaxKVEntries)}
 	}
-	s.kvApplied(c.JobId, c.Attempt, c.Seq)
+	s.kvApplied(c.JobId, c.Run, c.Seq)
 	s.data.kv[c.Key] = append([]byte(nil), c.Value...)
 	return ApplyResult{}
 }
@@ -85,34 +85,37 @@ func (s *State) applyKVDelete(c *raftpb.KVDelete) ApplyResult {
 	if err := s.fenceWrite(c.JobId, c.Attempt, c.NodeId); err != nil {
 		return ApplyResult{Err: err}
 	}
-	if s.kvRetry(c.JobId, c.Attempt, c.Seq) {
+	if s.kvRetry(c.JobId, c.Run, c.Seq) {
 		return ApplyResult{}
 	}
-	s.kvApplied(c.JobId, c.Attempt, c.Seq)
+	s.kvApplied(c.JobId, c.Run, c.Seq)
 	delete(s.data.kv, c.Key)
 	return ApplyResult{}
 }
 
-// kvRetry reports whether write seq of job's attempt (fenced: the job runs
-// at attempt) was applied already: the worker sent it again because it
-// never learnt the first one's outcome (a leader lost under it). Applied
-// twice, a put could overwrite another job's later write to the key.
-func (s *State) kvRetry(job string, attempt uint32, seq uint64) bool {
-	if job == "" || seq == 0 {
+// kvRetry reports whether write seq of one run of a job's attempt (fenced
+// before: the job runs at that attempt) was applied already: the worker
+// sent it again because it never learnt the first one's outcome (a leader
+// lost under it). Applied twice, a put could overwrite another job's later
+// write to the key. run is the worker's nonce for the run: an attempt run
+// again on its node (its result could not be recorded) numbers its writes
+// from 1 again, and they are new.
+func (s *State) kvRetry(job string, run, seq uint64) bool {
+	if job == "" || seq == 0 || run == 0 {
 		return false
 	}
 	j := s.jobs[job]
-	return j.KVSeqAttempt == attempt && seq <= j.KVSeq
+	return j.KVSeqRun == run && seq <= j.KVSeq
 }
 
-// kvApplied records write seq of job's attempt as applied.
-func (s *State) kvApplied(job string, attempt uint32, seq uint64) {
-	if job == "" || seq == 0 {
+// kvApplied records write seq of run as the job's last applied one.
+func (s *State) kvApplied(job string, run, seq uint64) {
+	if job == "" || seq == 0 || run == 0 {
 		return
 	}
 	j := s.jobs[job]
 	n := *j
-	n.KVSeq, n.KVSeqAttempt = seq, attempt
+	n.KVSeq, n.KVSeqRun = seq, run
 	s.put(j, &n)
 }
 

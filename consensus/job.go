@@ -84,10 +84,11 @@ type Job struct {
 	Artifacts   []Artifact
 	SecretNames []string // granted secrets
 	KVPrefix    string   // granted key-value prefix
-	// KVSeq is the last key-value write (its seq) applied for attempt
-	// KVSeqAttempt: a retry of it is applied once.
-	KVSeq        uint64
-	KVSeqAttempt uint32
+	// KVSeq is the last key-value write (its seq) applied for the run
+	// KVSeqRun (a worker's nonce for one run of the current attempt): a
+	// retry of it is applied once.
+	KVSeq    uint64
+	KVSeqRun uint64
 
 	// Payloads above InlineLimit are blobs: the hash names the content and
 	// the inline field is empty. Size is the payload's length either way.

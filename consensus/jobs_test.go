@@ -220,25 +220,27 @@ func TestLiveModules(t *testing.T) {
 	}
 }
 
-// A job's key-value write sent again with its sequence number (the worker
-// never learnt the first one's outcome: the leader was lost under it) is
-// applied once: it does not overwrite a later write to the key by someone
-// else. A new attempt numbers its writes afresh; writes without a seq (an
+// A job's key-value write sent again with its run and sequence number
+// (the worker never learnt the first one's outcome: the leader was lost
+// under it) is applied once: it does not overwrite a later write to the
+// key by someone else. Another run of the same attempt (the worker runs it
+// again when its result could not be recorded) numbers its writes afresh
+// and they apply, as do a new attempt's; writes without a seq (an
 // operator's, or entries from before seq existed) apply as always. The
 // sequence survives a snapshot.
 func TestRetriedKVWriteAppliesOnce(t *testing.T) {
-	put := func(job string, attempt uint32, seq uint64, val string) *raftpb.Command {
-		return &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k", Value: []byte(val), JobId: job, Attempt: attempt, NodeId: "n1", Seq: seq}}}
+	put := func(job string, attempt uint32, run, seq uint64, val string) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k", Value: []byte(val), JobId: job, Attempt: attempt, NodeId: "n1", Seq: seq, Run: run}}}
 	}
-	del := func(job string, attempt uint32, seq uint64) *raftpb.Command {
-		return &raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: "k", JobId: job, Attempt: attempt, NodeId: "n1", Seq: seq}}}
+	del := func(job string, attempt uint32, run, seq uint64) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: "k", JobId: job, Attempt: attempt, NodeId: "n1", Seq: seq, Run: run}}}
 	}
 	value := func(f *FSM) string { v, _ := f.State().KV("k"); return string(v) }
 	f := NewFSM()
 	for _, r := range applyAll(t, f, submitWith("a", func(*raftpb.JobRecord) {}), assign("a", 1, "n1"),
-		put("a", 1, 1, "first"),
-		put("", 0, 0, "operator"), // another writer, after
-		put("a", 1, 1, "first"),   // the retry of seq 1
+		put("a", 1, 7, 1, "first"),
+		put("", 0, 0, 0, "operator"), // another writer, after
+		put("a", 1, 7, 1, "first"),   // the retry of seq 1
 	) {
 		if r.Err != nil {
 			t.Fatal(r.Err)
@@ -247,13 +249,13 @@ func TestRetriedKVWriteAppliesOnce(t *testing.T) {
 	if got := value(f); got != "operator" {
 		t.Fatalf("after a retried write: %q, want the later write kept", got)
 	}
-	applyAll(t, f, del("a", 1, 2), put("", 0, 0, "again"), del("a", 1, 2))
+	applyAll(t, f, del("a", 1, 7, 2), put("", 0, 0, 0, "again"), del("a", 1, 7, 2))
 	if got := value(f); got != "again" {
 		t.Fatalf("after a retried delete: %q, want the later write kept", got)
 	}
-	applyAll(t, f, put("a", 1, 3, "third"))
+	applyAll(t, f, put("a", 1, 7, 3, "third"))
 	if got := value(f); got != "third" {
-		t.Fatalf("a new write of the attempt: %q", got)
+		t.Fatalf("a new write of the run: %q", got)
 	}
 
 	// Through a snapshot, a retry is still known as one.
@@ -261,18 +263,22 @@ func TestRetriedKVWriteAppliesOnce(t *testing.T) {
 	if err := g.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
 		t.Fatal(err)
 	}
-	applyAll(t, g, put("", 0, 0, "op2"), put("a", 1, 3, "third"))
+	applyAll(t, g, put("", 0, 0, 0, "op2"), put("a", 1, 7, 3, "third"))
 	if got := value(g); got != "op2" {
 		t.Fatalf("after a snapshot, a retried write: %q", got)
 	}
 
-	// A new attempt starts its numbering again.
+	// The same attempt run again: its writes start at 1 and apply.
+	if r := applyAll(t, f, put("a", 1, 9, 1, "rerun"))[0]; r.Err != nil || value(f) != "rerun" {
+		t.Fatalf("another run's first write: %v %q", r.Err, value(f))
+	}
+	// A new attempt too.
 	applyAll(t, f, &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{Id: "a", Attempt: 1, NodeId: "n1"}}}, assign("a", 2, "n1"))
-	if r := applyAll(t, f, put("a", 2, 1, "second attempt"))[0]; r.Err != nil || value(f) != "second attempt" {
+	if r := applyAll(t, f, put("a", 2, 11, 1, "second attempt"))[0]; r.Err != nil || value(f) != "second attempt" {
 		t.Fatalf("the second attempt's first write: %v %q", r.Err, value(f))
 	}
 	// Without seq: applied every time.
-	applyAll(t, f, put("a", 2, 0, "x"), put("", 0, 0, "y"), put("a", 2, 0, "x"))
+	applyAll(t, f, put("a", 2, 0, 0, "x"), put("", 0, 0, 0, "y"), put("a", 2, 0, 0, "x"))
 	if got := value(f); got != "x" {
 		t.Fatalf("writes without seq: %q", got)
 	}

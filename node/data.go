@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -35,14 +37,17 @@ type nodeKV struct {
 	n       *Node
 	job     string
 	attempt uint32
-	seq     *atomic.Uint64 // numbers the attempt's writes (nil: no job)
+	seq     *atomic.Uint64 // numbers this run's writes (nil: no job)
+	run     uint64         // this run's nonce: the attempt may run again
 }
 
 // ForAttempt is the store as attempt of job sees it: its writes are
 // refused once the attempt is superseded, and numbered, so that one sent
 // again is applied once.
 func (k nodeKV) ForAttempt(job string, attempt uint32) runtime.KV {
-	return nodeKV{n: k.n, job: job, attempt: attempt, seq: new(atomic.Uint64)}
+	var b [8]byte
+	rand.Read(b[:])
+	return nodeKV{n: k.n, job: job, attempt: attempt, seq: new(atomic.Uint64), run: binary.LittleEndian.Uint64(b[:]) | 1}
 }
 
 var _ runtime.KV = nodeKV{}
@@ -56,12 +61,12 @@ func (k nodeKV) Get(ctx context.Context, key string) ([]byte, bool, error) {
 }
 
 func (k nodeKV) Put(ctx context.Context, key string, val []byte) error {
-	cmd := &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: key, Value: val, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID(), Seq: k.next()}}}
+	cmd := &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: key, Value: val, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID(), Seq: k.next(), Run: k.run}}}
 	return k.retry(ctx, func() error { _, err := k.n.cluster.Apply(ctx, cmd); return err })
 }
 
 func (k nodeKV) Delete(ctx context.Context, key string) error {
-	cmd := &raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: key, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID(), Seq: k.next()}}}
+	cmd := &raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: key, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID(), Seq: k.next(), Run: k.run}}}
 	return k.retry(ctx, func() error { _, err := k.n.cluster.Apply(ctx, cmd); return err })
 }
 
@@ -74,7 +79,7 @@ func (k nodeKV) next() uint64 {
 }
 
 // retry runs a job's key-value call until it succeeds, fails for good, or
-// the job's context ends. While there is no leader (an election takes about
+// ctx (the host call's bound, within the job's time) ends. While there is no leader (an election takes about
 // a second) and when the outcome of a write is unknown (the leader was
 // lost under it), the call is made again: a read changes nothing, and a
 // write carries its sequence number, so the FSM applies it once. Before,
@@ -92,7 +97,7 @@ func (k nodeKV) retry(ctx context.Context, call func() error) error {
 		k.n.log.Warn("key-value call of a job waits for the control plane", "job", k.job, "err", err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (the control plane did not answer in the job's time: %v)", err, ctx.Err())
+			return fmt.Errorf("%w (the control plane did not answer within the host call's time: %v)", err, ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, time.Second)

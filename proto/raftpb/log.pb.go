@@ -158,10 +158,11 @@ type JobRecord struct {
 	// input against it before running and fails the job input_invalid.
 	InputSchema string `protobuf:"bytes,57,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
 	// kv_seq is the sequence number of the last key-value write applied for
-	// attempt kv_seq_attempt: a retried write (its outcome unknown to the
-	// worker) is applied once.
+	// the run kv_seq_run (a worker's nonce for one run of the attempt): a
+	// retried write (its outcome unknown to the worker) is applied once,
+	// and a new run of the same attempt numbers its writes afresh.
 	KvSeq         uint64 `protobuf:"varint,58,opt,name=kv_seq,json=kvSeq,proto3" json:"kv_seq,omitempty"`
-	KvSeqAttempt  uint32 `protobuf:"varint,59,opt,name=kv_seq_attempt,json=kvSeqAttempt,proto3" json:"kv_seq_attempt,omitempty"`
+	KvSeqRun      uint64 `protobuf:"varint,59,opt,name=kv_seq_run,json=kvSeqRun,proto3" json:"kv_seq_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -602,9 +603,9 @@ func (x *JobRecord) GetKvSeq() uint64 {
 	return 0
 }
 
-func (x *JobRecord) GetKvSeqAttempt() uint32 {
+func (x *JobRecord) GetKvSeqRun() uint64 {
 	if x != nil {
-		return x.KvSeqAttempt
+		return x.KvSeqRun
 	}
 	return 0
 }
@@ -2718,9 +2719,11 @@ func (x *DeleteSecret) GetAtMs() int64 {
 
 // KV writes come from a job's granted prefix and are fenced like its
 // result: refused unless job_id is running at attempt on node_id.
-// seq numbers a job attempt's key-value writes (1, 2, …; 0: none, an
-// operator's write or one from before seq existed): a write whose seq the
-// attempt has applied already is a retry, and changes nothing.
+// seq numbers the key-value writes of one run of a job's attempt (1, 2,
+// …; 0: none, an operator's write or one from before seq existed), run is
+// that run's nonce (the worker may run an attempt again, and the new run
+// starts at 1): a write whose (run, seq) was applied already is a retry,
+// and changes nothing.
 type KVPut struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2729,6 +2732,7 @@ type KVPut struct {
 	Attempt       uint32                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	NodeId        string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Seq           uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	Run           uint64                 `protobuf:"varint,7,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2805,6 +2809,13 @@ func (x *KVPut) GetSeq() uint64 {
 	return 0
 }
 
+func (x *KVPut) GetRun() uint64 {
+	if x != nil {
+		return x.Run
+	}
+	return 0
+}
+
 type KVDelete struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2812,6 +2823,7 @@ type KVDelete struct {
 	Attempt       uint32                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Seq           uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	Run           uint64                 `protobuf:"varint,6,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2877,6 +2889,13 @@ func (x *KVDelete) GetNodeId() string {
 func (x *KVDelete) GetSeq() uint64 {
 	if x != nil {
 		return x.Seq
+	}
+	return 0
+}
+
+func (x *KVDelete) GetRun() uint64 {
+	if x != nil {
+		return x.Run
 	}
 	return 0
 }
@@ -5381,7 +5400,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\x93\x10\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\x8b\x10\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -5451,8 +5470,9 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\fplaced_at_ms\x188 \x01(\x03R\n" +
 	"placedAtMs\x12!\n" +
 	"\finput_schema\x189 \x01(\tR\vinputSchema\x12\x15\n" +
-	"\x06kv_seq\x18: \x01(\x04R\x05kvSeq\x12$\n" +
-	"\x0ekv_seq_attempt\x18; \x01(\rR\fkvSeqAttempt\x1a>\n" +
+	"\x06kv_seq\x18: \x01(\x04R\x05kvSeq\x12\x1c\n" +
+	"\n" +
+	"kv_seq_run\x18; \x01(\x04R\bkvSeqRun\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -5627,20 +5647,22 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\fDeleteSecret\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\x12\x13\n" +
-	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\"\x8b\x01\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\"\x9d\x01\n" +
 	"\x05KVPut\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x15\n" +
 	"\x06job_id\x18\x03 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\rR\aattempt\x12\x17\n" +
 	"\anode_id\x18\x05 \x01(\tR\x06nodeId\x12\x10\n" +
-	"\x03seq\x18\x06 \x01(\x04R\x03seq\"x\n" +
+	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03run\x18\a \x01(\x04R\x03run\"\x8a\x01\n" +
 	"\bKVDelete\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x17\n" +
 	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xf8\x0f\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03run\x18\x06 \x01(\x04R\x03run\"\xf8\x0f\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
