@@ -192,7 +192,7 @@ func (s *State) installOver(old, r *raftpb.SkillRecord, c *raftpb.SkillCommand) 
 	if r.Version == old.Version { // the same package again: nothing replaced
 		r.PreviousVersion = old.PreviousVersion
 	}
-	if old.Status != SkillActive && statusSetByOperator(old) {
+	if old.Status != SkillActive && StatusSetByOperator(old) {
 		// Keep the operator's decision (and reason) over the new package's.
 		r.Status, r.StatusAtMs, r.StatusBy = old.Status, old.StatusAtMs, old.StatusBy
 		for _, f := range old.Findings {
@@ -240,9 +240,9 @@ func ToolGrants(r *raftpb.SkillRecord, t *raftpb.SkillTool) Grants {
 	return Grants{HTTPHosts: r.HttpHosts, AllowPrivate: r.AllowPrivate, Secrets: r.Secrets, KVPrefix: r.KvPrefix}
 }
 
-// statusSetByOperator reports whether a skill's status came from an
+// StatusSetByOperator reports whether a skill's status came from an
 // operator's command (skill disable/quarantine) rather than its install.
-func statusSetByOperator(r *raftpb.SkillRecord) bool {
+func StatusSetByOperator(r *raftpb.SkillRecord) bool {
 	if r.StatusAtMs != r.InstalledAtMs || r.StatusBy != r.InstalledBy {
 		return true
 	}

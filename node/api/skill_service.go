@@ -236,10 +236,12 @@ func (ss skillService) SetSkillStatus(ctx context.Context, req *connect.Request[
 	if err := ss.fresh(ctx); err != nil {
 		return nil, err
 	}
-	if r, ok := ss.s.control.State().Skill(m.SkillId); ok && r.Status == st && (m.Reason == "" || st == consensus.SkillActive) {
+	if r, ok := ss.s.control.State().Skill(m.SkillId); ok && r.Status == st && (st == consensus.SkillActive || m.Reason == "" && consensus.StatusSetByOperator(r)) {
 		// Already so: nothing to record (each repeat was a journal record
 		// and a hook event). A new reason for a disable or quarantine is
-		// recorded.
+		// recorded, and so is an operator's quarantine of a skill its
+		// audit quarantined: the operator's decision outlives a clean
+		// upgrade, the audit's does not.
 		return connect.NewResponse(&palyrav1.SetSkillStatusResponse{Skill: skillInfo(r), Unchanged: true}), nil
 	}
 	c := &raftpb.SkillCommand{SetStatusId: m.SkillId, Status: st, Reason: m.Reason}
