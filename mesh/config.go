@@ -47,6 +47,9 @@ type Config struct {
 	// before any stream or datagram is read: e.g. only nodes, not devices,
 	// may speak gossip and raft.
 	PeerFilter func(tls.ConnectionState) error
+	// RefuseAPI refuses API handshakes from the first packet, until
+	// Transport.RefuseAPI(false): a node that does not serve yet.
+	RefuseAPI bool
 }
 
 // Defaults applied to Config.QUIC fields left zero.

@@ -154,6 +154,7 @@ func Listen(cfg Config) (*Transport, error) {
 		StatelessResetKey: key,
 		ConnContext:       t.admit,
 	}
+	t.apiRefused.Store(cfg.RefuseAPI)
 	t.ln, err = t.qt.Listen(t.gateAPI(tlsWithALPN(cfg.ServerTLS, ALPNAPI, ALPNPeer)), t.qconf)
 	if err != nil {
 		t.qt.Close()

@@ -187,10 +187,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.listen(); err != nil {
 		return nil, err
 	}
-	// Until it serves, the node refuses API handshakes: a call it took
-	// while joining and catching up (minutes, for a node far behind)
-	// waited unanswered; refused, a client tries another node at once.
-	n.transport.RefuseAPI(true)
 	addr := n.state.Address
 
 	if n.blobs, err = blob.Open(l.BlobDir()); err != nil {
@@ -328,6 +324,10 @@ func (n *Node) listen() error {
 		ClientTLS:         identity.LiveClientTLSConfig(n.cred, nil, n.peerCheck),
 		Logger:            n.log,
 		StatelessResetKey: n.resetKey(),
+		// Until it serves, the node refuses API handshakes: a call it took
+		// while joining and catching up (minutes, for a node far behind)
+		// waited unanswered; refused, a client tries another node at once.
+		RefuseAPI: true,
 		// Only nodes speak the peer protocol (gossip, raft, blobs, peer
 		// RPC); devices reach the API only.
 		PeerFilter: func(cs tls.ConnectionState) error {

@@ -165,7 +165,9 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 	name := m.Name
 	if name == "" {
 		// The code's name wins over the joiner's host name (the FSM gives
-		// the code's to a member without one).
+		// the code's to a member without one). A code made through
+		// another node a moment ago is seen once this replica is current.
+		_ = s.control.VerifyRead(ctx)
 		name = m.HostName
 		for _, pr := range s.control.State().Pairings() {
 			if pr.ID == m.PairingId && pr.Name != "" {
