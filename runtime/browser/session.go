@@ -86,8 +86,10 @@ type session struct {
 	cancel context.CancelCauseFunc
 	mu     sync.Mutex // one call at a time; guards tab and idleNotes
 	// idleNotes say what the reaper did to the page between calls, for
-	// the next call's Notes.
-	idleNotes []string
+	// the next call's Notes; idleMisses counts its checks in a row that
+	// the page did not answer.
+	idleNotes  []string
+	idleMisses int
 }
 
 // sessionID is "bs-" and 16 hex digits: unguessable, so knowing a
@@ -665,12 +667,16 @@ func (e *Executor) reapSessions() {
 	}
 }
 
-// checkIdlePage unsticks the page of a session between calls when it does
-// not answer: a page whose script began to spin after a call (a timer, a
-// handler) kept a renderer at 100% of a core until the next call ran out
-// of time on it or the session expired. The next call's Notes say what
-// was done. A healthy page answers within a millisecond or two; a session
-// in a call is skipped.
+// checkIdlePage stops the script of a session's page that has not
+// answered two checks in a row between calls: a page whose script began
+// to spin after a call (a timer, a handler) kept a renderer at 100% of a
+// core until the next call ran out of time on it or the session expired.
+// One slow answer (a page busy with a heavy load the last click started,
+// a loaded host) is not enough, and the reaper only stops the script: a
+// page that still does not answer is replaced by the next call (unstick),
+// which says so, never between calls. A healthy page answers within a
+// millisecond or two; a session in a call is skipped. The next call's
+// Notes say what was done.
 func (s *session) checkIdlePage() {
 	if !s.mu.TryLock() {
 		return
@@ -679,8 +685,21 @@ func (s *session) checkIdlePage() {
 	if s.jctx.Err() != nil || s.tab.Err() != nil || s.j.pageHasCrashed() {
 		return
 	}
-	if did := s.unstick(); did != "" {
-		s.idleNotes = append(s.idleNotes, "the page stopped answering between calls; "+did)
+	t := chromedp.FromContext(s.tab).Target
+	if pageAnswers(s.tab, t) {
+		s.idleMisses = 0
+		return
+	}
+	if s.idleMisses++; s.idleMisses < 2 {
+		return
+	}
+	s.idleMisses = 0
+	ctx, cancel := context.WithTimeout(s.tab, terminateTimeout)
+	_, err := cdp.Call(ctx, t, cdpruntime.TerminateExecution, cdp.Empty{})
+	cancel()
+	if err == nil && pageAnswers(s.tab, t) {
+		s.j.log.Info("an idle session's page kept running a script; stopped it")
+		s.idleNotes = append(s.idleNotes, "the page stopped answering between calls; its script was stopped")
 	}
 }
 
