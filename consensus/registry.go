@@ -344,7 +344,6 @@ func (s *State) Member(kind, id string) (Member, bool) {
 	return *m, true
 }
 
-// Members returns members of a kind ("" = all), sorted by kind then id.
 // LocalOperatorsOf returns the local operator devices among devs made on
 // node's machine, whose keys are on its disk: for a node that joined, the
 // one its pairing made ("local operator on ID", by the same code); for the
@@ -379,6 +378,7 @@ func LocalOperatorsOf(devs []Member, node Member) []Member {
 	return out
 }
 
+// Members returns members of a kind ("" = all), sorted by kind then id.
 func (s *State) Members(kind string) []Member {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
