@@ -659,8 +659,21 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 	if v.HookID != "" {
 		fmt.Fprintf(tw, "hook\t%s\n", v.HookID)
 	}
+	var grants []string
 	if len(v.AllowHosts) > 0 {
-		fmt.Fprintf(tw, "grants\thosts %s\n", strings.Join(v.AllowHosts, ", "))
+		grants = append(grants, "hosts "+strings.Join(v.AllowHosts, ", "))
+	}
+	if v.AllowPrivate {
+		grants = append(grants, "private addresses")
+	}
+	if len(v.SecretNames) > 0 {
+		grants = append(grants, "secrets "+strings.Join(v.SecretNames, ", "))
+	}
+	if v.KVPrefix != "" {
+		grants = append(grants, "key-value prefix "+v.KVPrefix)
+	}
+	if len(grants) > 0 {
+		fmt.Fprintf(tw, "grants\t%s\n", strings.Join(grants, "; "))
 	}
 	for _, a := range v.Annotations {
 		fmt.Fprintf(tw, "note\t%s\n", a)

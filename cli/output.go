@@ -56,6 +56,9 @@ type jobJSON struct {
 	PendingReason string            `json:"pending_reason,omitempty"`
 	Artifacts     []artifactJSON    `json:"artifacts,omitempty"`
 	AllowHosts    []string          `json:"allow_hosts,omitempty"`
+	AllowPrivate  bool              `json:"allow_private,omitempty"`
+	SecretNames   []string          `json:"secrets,omitempty"`
+	KVPrefix      string            `json:"kv_prefix,omitempty"`
 	// Sizes are always there; hashes name payloads stored as blobs. A
 	// list carries no input or output bytes, only these.
 	InputSize    uint64 `json:"input_size"`
@@ -113,6 +116,7 @@ func toJobJSON(j *palyrav1.Job) jobJSON {
 	out.Stderr, out.StderrBase64 = textOrBase64(j.Stderr)
 	out.Priority, out.Constraints, out.MaxRetries, out.RetriesUsed = j.Priority, j.Constraints, j.MaxRetries, j.RetriesUsed
 	out.DeadlineAt, out.PendingReason, out.AllowHosts = msTime(j.DeadlineAtMs), j.PendingReason, j.AllowHosts
+	out.AllowPrivate, out.SecretNames, out.KVPrefix = j.AllowPrivate, j.SecretNames, j.KvPrefix
 	out.InputSize, out.OutputSize, out.StderrSize = j.InputSize, j.StdoutSize, j.StderrSize
 	out.InputSHA256, out.OutputSHA256, out.StderrSHA256 = j.InputSha256, j.StdoutSha256, j.StderrSha256
 	out.SkillID, out.SkillTool, out.RequiresApproval = j.SkillId, j.SkillTool, j.RequiresApproval
