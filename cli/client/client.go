@@ -19,7 +19,6 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/palyra-mesh/palyra/identity"
-	"github.com/palyra-mesh/palyra/mesh"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
 )
@@ -424,6 +423,12 @@ func (c *Client) unreachable(ue *UnreachableError) *Error {
 	return &Error{Code: "unreachable", Message: fmt.Sprintf("no palyra node answered %s (%s)", what, how), Hint: hint}
 }
 
+// apiRefusedAlert is the handshake error of a node that refuses API
+// connections because it does not serve yet (mesh.APIRefusedAlert; cli
+// does not import mesh; node's TestStartingNodeRefusesAPICalls checks the
+// two agree).
+const apiRefusedAlert = "tls: no application protocol"
+
 func (c *Client) transportError(addr string, err error) *Error {
 	msg := err.Error()
 	var idle *quic.IdleTimeoutError
@@ -433,7 +438,7 @@ func (c *Client) transportError(addr string, err error) *Error {
 	switch {
 	case errors.As(err, &idle), errors.As(err, &hs), strings.Contains(msg, "timeout: no recent network activity"):
 		return c.unreachable(&UnreachableError{Addrs: []string{addr}, Errs: []error{err}})
-	case strings.Contains(msg, "(remote): "+mesh.APIRefusedAlert):
+	case strings.Contains(msg, "(remote): "+apiRefusedAlert):
 		return &Error{Code: "unavailable",
 			Message: fmt.Sprintf("the node at %s does not serve the API yet: it is starting (joining its cluster, catching up with its log)", addr),
 			Hint:    "wait until its log says it serves, or reach another node (--addr A,B,C; a paired device tries every node it knows)"}
