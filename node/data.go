@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 	"github.com/palyra-mesh/palyra/runtime"
 )
@@ -53,7 +54,7 @@ func (k nodeKV) ForAttempt(job string, attempt uint32) runtime.KV {
 var _ runtime.KV = nodeKV{}
 
 func (k nodeKV) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if err := k.retry(ctx, func() error { return k.n.cluster.VerifyRead(ctx) }); err != nil {
+	if err := k.retry(ctx, true, func() error { return k.n.cluster.VerifyRead(ctx) }); err != nil {
 		return nil, false, err
 	}
 	v, ok := k.n.store.State().KV(key)
@@ -61,21 +62,25 @@ func (k nodeKV) Get(ctx context.Context, key string) ([]byte, bool, error) {
 }
 
 func (k nodeKV) Put(ctx context.Context, key string, val []byte) error {
-	cmd := &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: key, Value: val, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID(), Seq: k.next(), Run: k.run}}}
-	return k.retry(ctx, func() error { _, err := k.n.cluster.Apply(ctx, cmd); return err })
+	seq, run := k.next()
+	cmd := &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: key, Value: val, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID(), Seq: seq, Run: run}}}
+	return k.retry(ctx, seq != 0, func() error { _, err := k.n.cluster.Apply(ctx, cmd); return err })
 }
 
 func (k nodeKV) Delete(ctx context.Context, key string) error {
-	cmd := &raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: key, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID(), Seq: k.next(), Run: k.run}}}
-	return k.retry(ctx, func() error { _, err := k.n.cluster.Apply(ctx, cmd); return err })
+	seq, run := k.next()
+	cmd := &raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: key, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID(), Seq: seq, Run: run}}}
+	return k.retry(ctx, seq != 0, func() error { _, err := k.n.cluster.Apply(ctx, cmd); return err })
 }
 
-// next is the sequence number of the attempt's next write (0 without one).
-func (k nodeKV) next() uint64 {
-	if k.seq == nil {
-		return 0
+// next numbers the run's next write: (0, 0) without a job, and while a
+// member runs software that would apply a numbered write again (it
+// ignores the numbers: the replicas would differ).
+func (k nodeKV) next() (seq, run uint64) {
+	if k.seq == nil || !k.n.cluster.AllSupport(cluster.FeatureKVRun) {
+		return 0, 0
 	}
-	return k.seq.Add(1)
+	return k.seq.Add(1), k.run
 }
 
 // retry runs a job's key-value call until it succeeds, fails for good, or
@@ -85,13 +90,14 @@ func (k nodeKV) next() uint64 {
 // write carries its sequence number, so the FSM applies it once. Before,
 // such a job failed for good (exit_code) on a leader's loss, and a write
 // it was told had failed had been stored.
-func (k nodeKV) retry(ctx context.Context, call func() error) error {
+// A write without a number is not sent again after an unknown outcome.
+func (k nodeKV) retry(ctx context.Context, numbered bool, call func() error) error {
 	backoff := 50 * time.Millisecond
 	for {
 		err := call()
 		var ce *consensus.Error
 		if err == nil || k.seq == nil || !errors.As(err, &ce) ||
-			(ce.Code != consensus.ErrNoQuorum.Code && ce.Code != consensus.ErrNotLeader.Code && ce.Code != consensus.ErrUnknownOutcome.Code) {
+			(ce.Code != consensus.ErrNoQuorum.Code && ce.Code != consensus.ErrNotLeader.Code && (ce.Code != consensus.ErrUnknownOutcome.Code || !numbered)) {
 			return err
 		}
 		k.n.log.Warn("key-value call of a job waits for the control plane", "job", k.job, "err", err, "retry_in", backoff)

@@ -60,6 +60,9 @@ type Control interface {
 	VerifyRead(ctx context.Context) error
 	Leader() (addr, id string)
 	Stats() consensus.Stats
+	// AllSupport reports whether every member runs software with feature
+	// (cluster.Feature…): a rolling upgrade has old and new nodes.
+	AllSupport(feature string) bool
 }
 
 // Blobs stores modules and large job inputs content-addressed.

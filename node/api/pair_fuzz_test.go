@@ -45,6 +45,7 @@ func (f *fakeControl) Apply(_ context.Context, cmd *raftpb.Command) (consensus.J
 func (f *fakeControl) VerifyRead(context.Context) error { return nil }
 func (f *fakeControl) Leader() (string, string)         { return "", "n-fake" }
 func (f *fakeControl) Stats() consensus.Stats           { return consensus.Stats{} }
+func (f *fakeControl) AllSupport(string) bool           { return true }
 
 // countingIssuer wraps the real CA and counts the certificates it issued;
 // failNext makes the next signatures fail as a CA that cannot sign would.

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/identity/skill"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
@@ -173,6 +174,13 @@ func (ss skillService) InstallSkill(ctx context.Context, req *connect.Request[pa
 		st := &raftpb.SkillTool{Id: t.ID, Name: t.Name, Description: t.Description, ModuleSha256: h,
 			InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, RequiresApproval: t.RequiresApproval, Deterministic: t.Deterministic}
 		if c := t.Capabilities; c != nil {
+			if !s.control.AllSupport(cluster.FeatureToolGrants) {
+				// An older node would run the tool's hook jobs with the
+				// skill's wider grants, and its replica would differ.
+				return nil, apiError(connect.CodeFailedPrecondition, "failed_precondition",
+					fmt.Sprintf("tool %s has its own capabilities, which not every node's software honours yet", t.ID),
+					"finish upgrading every node ('palyra nodes' shows their versions), then install")
+			}
 			st.Grants = &raftpb.ToolGrants{HttpHosts: c.HTTPHosts, AllowPrivate: c.AllowPrivate, Secrets: c.Secrets, KvPrefix: c.KVPrefix}
 		}
 		rec.Tools = append(rec.Tools, st)

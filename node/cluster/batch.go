@@ -204,13 +204,17 @@ func (c *Cluster) applyBatch(ctx context.Context, cmds []*raftpb.Command) ([]con
 	return out, err
 }
 
-// canBatch reports whether every member may be sent a CommandBatch entry:
-// every server of the raft configuration, and every gossip member that is
-// not gone (a node is in gossip before the leader adds it to raft, so an
-// older node is seen before it can receive entries), advertises
-// FeatureBatch. An older node would refuse the entry and diverge. The
-// sender checks before batching and the leader again before proposing.
-func (c *Cluster) canBatch() bool {
+// canBatch reports whether every member may be sent a CommandBatch entry
+// (AllSupport FeatureBatch): an older node would refuse the entry and
+// diverge. The sender checks before batching and the leader again before
+// proposing.
+func (c *Cluster) canBatch() bool { return c.AllSupport(FeatureBatch) }
+
+// AllSupport reports whether every member advertises feature: every
+// server of the raft configuration, and every gossip member that is not
+// gone (a node is in gossip before the leader adds it to raft, so an older
+// node is seen before it can receive entries).
+func (c *Cluster) AllSupport(feature string) bool {
 	conf, err := c.raftServers()
 	if err != nil {
 		return false
@@ -219,12 +223,12 @@ func (c *Cluster) canBatch() bool {
 	defer c.mu.Unlock()
 	for id := range conf {
 		m := c.members[id]
-		if m == nil || !slices.Contains(m.meta.Features, FeatureBatch) {
+		if m == nil || !slices.Contains(m.meta.Features, feature) {
 			return false
 		}
 	}
 	for _, m := range c.members {
-		if m.state != StateDead && m.state != StateLeft && !slices.Contains(m.meta.Features, FeatureBatch) {
+		if m.state != StateDead && m.state != StateLeft && !slices.Contains(m.meta.Features, feature) {
 			return false
 		}
 	}

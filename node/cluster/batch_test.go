@@ -169,6 +169,13 @@ func TestNoBatchWhileAMemberIsOlder(t *testing.T) {
 			if n.cl.canBatch() {
 				return fmt.Errorf("%s would batch", n.id)
 			}
+			// Nor may numbered key-value writes or a tool's own grants be
+			// used: the old node would apply them differently.
+			for _, f := range []string{FeatureKVRun, FeatureToolGrants} {
+				if n.cl.AllSupport(f) {
+					return fmt.Errorf("%s would use %s", n.id, f)
+				}
+			}
 		}
 		return nil
 	})

@@ -81,8 +81,12 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	cfg.Meta = cfg.Meta.clone()
-	if !cfg.withoutBatch && !slices.Contains(cfg.Meta.Features, FeatureBatch) {
-		cfg.Meta.Features = append(cfg.Meta.Features, FeatureBatch)
+	if !cfg.withoutBatch { // tests leave them out to play an older node
+		for _, f := range features {
+			if !slices.Contains(cfg.Meta.Features, f) {
+				cfg.Meta.Features = append(cfg.Meta.Features, f)
+			}
+		}
 	}
 	mb, err := encodeMeta(cfg.Meta, false)
 	if err != nil {

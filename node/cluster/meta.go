@@ -33,6 +33,20 @@ type Meta struct {
 // refuse (and so diverge from the others).
 const FeatureBatch = "batch"
 
+// FeatureKVRun says a node applies a job's key-value writes once per (run,
+// seq) and FeatureToolGrants that it gives a skill tool's runs (hook jobs
+// queued in Apply) the tool's own grants: a write sent again, or a tool
+// narrowing its skill's grants, would apply differently on an older node
+// (it ignores the fields), so nodes use them only while every member says
+// so (AllSupport).
+const (
+	FeatureKVRun      = "kv-run"
+	FeatureToolGrants = "tool-grants"
+)
+
+// features are those this software has.
+var features = []string{FeatureBatch, FeatureKVRun, FeatureToolGrants}
+
 // encodeMeta encodes m (deterministically, so equal metas give equal bytes)
 // and refuses results larger than MaxMetaSize.
 func encodeMeta(m Meta, leaving bool) ([]byte, error) {
