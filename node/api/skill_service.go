@@ -12,9 +12,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/palyra-mesh/palyra/consensus"
-	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/identity/skill"
+	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 	"github.com/palyra-mesh/palyra/runtime/wasm"
