@@ -74,10 +74,10 @@ func (k nodeKV) Delete(ctx context.Context, key string) error {
 }
 
 // next numbers the run's next write: (0, 0) without a job, and while a
-// member runs software that would apply a numbered write again (it
-// ignores the numbers: the replicas would differ).
+// member this node knows runs software that would apply a numbered write
+// again (it ignores the numbers: the replicas would differ).
 func (k nodeKV) next() (seq, run uint64) {
-	if k.seq == nil || !k.n.cluster.AllSupport(cluster.FeatureKVRun) {
+	if k.seq == nil || !k.n.cluster.SeenSupport(cluster.FeatureKVRun) {
 		return 0, 0
 	}
 	return k.seq.Add(1), k.run

@@ -213,8 +213,19 @@ func (c *Cluster) canBatch() bool { return c.AllSupport(FeatureBatch) }
 // AllSupport reports whether every member advertises feature: every
 // server of the raft configuration, and every gossip member that is not
 // gone (a node is in gossip before the leader adds it to raft, so an older
-// node is seen before it can receive entries).
-func (c *Cluster) AllSupport(feature string) bool {
+// node is seen before it can receive entries). A raft server this node has
+// never heard from in gossip counts as older.
+func (c *Cluster) AllSupport(feature string) bool { return c.allSupport(feature, false) }
+
+// SeenSupport is AllSupport counting only the raft servers this node has
+// heard from: one down since this node started is left out. For features
+// whose entries an older node would apply a little differently rather than
+// refuse (a retried key-value write applied twice): refusing them whenever
+// a member is down (a node restarted after a peer died never hears of it)
+// cost more than the narrow case it guards, an older node coming back.
+func (c *Cluster) SeenSupport(feature string) bool { return c.allSupport(feature, true) }
+
+func (c *Cluster) allSupport(feature string, seenOnly bool) bool {
 	conf, err := c.raftServers()
 	if err != nil {
 		return false
@@ -223,6 +234,9 @@ func (c *Cluster) AllSupport(feature string) bool {
 	defer c.mu.Unlock()
 	for id := range conf {
 		m := c.members[id]
+		if m == nil && seenOnly {
+			continue
+		}
 		if m == nil || !slices.Contains(m.meta.Features, feature) {
 			return false
 		}

@@ -211,3 +211,35 @@ func TestNoBatchWhileAMemberIsOlder(t *testing.T) {
 		t.Fatalf("a forwarded batch of 3 took %d entries with an older member", entries)
 	}
 }
+
+// A raft server this node never heard from in gossip (down since it
+// started) counts as older for AllSupport (batches, tool grants), not for
+// SeenSupport (numbered key-value writes): a node restarted after a peer
+// died never hears of it, and its jobs' writes went unnumbered, failing
+// for good on a leader's loss.
+func TestSeenSupportLeavesOutServersNeverHeardFrom(t *testing.T) {
+	nodes := formCluster(t, 3, 3)
+	eventually(t, 20*time.Second, "3-voter cluster", func() error { return converged(nodes, 3, 0) })
+	me, gone := nodes[0], nodes[2]
+	if !me.cl.AllSupport(FeatureKVRun) || !me.cl.SeenSupport(FeatureKVRun) {
+		t.Fatal("a cluster of this version does not support its own features")
+	}
+	gone.stop()
+	eventually(t, 20*time.Second, "the stopped node seen dead", func() error {
+		for _, m := range me.cl.Members() {
+			if m.ID == gone.id && m.State == StateDead {
+				return nil
+			}
+		}
+		return errors.New("not dead yet")
+	})
+	me.cl.mu.Lock()
+	delete(me.cl.members, gone.id) // as on a node that started after it died
+	me.cl.mu.Unlock()
+	if me.cl.AllSupport(FeatureKVRun) {
+		t.Error("AllSupport counts a raft server never heard from as supporting")
+	}
+	if !me.cl.SeenSupport(FeatureKVRun) {
+		t.Error("SeenSupport refuses because of a raft server never heard from")
+	}
+}
