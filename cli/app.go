@@ -216,7 +216,7 @@ func onUsageError(c *ucli.Context, err error, _ bool) error {
 			}
 			switch f.(type) {
 			case *ucli.DurationFlag:
-				msg += ": want a duration such as 90s, 15m or 12h (units ns, us, ms, s, m, h; 7 days is 168h)"
+				msg += ": want a duration such as 90s, 15m or 12h (units ns, us, ms, s, m, h; no days: 2 days is 48h)"
 			case *ucli.IntFlag, *ucli.Int64Flag:
 				msg += ": want a whole number"
 			case *ucli.UintFlag, *ucli.Uint64Flag:
