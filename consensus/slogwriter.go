@@ -14,6 +14,7 @@ import (
 type slogWriter struct {
 	l       *slog.Logger
 	closing *atomic.Bool
+	refused *atomic.Bool // the cluster refuses this node: raft's complaints are debug
 }
 
 func (w *slogWriter) Write(p []byte) (int, error) {
@@ -33,7 +34,8 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 		}
 		s = strings.TrimPrefix(s, "raft: ")
 		if level == slog.LevelError && (expectedRaftError(s) || refusedByPeer(s) || w.closing != nil && w.closing.Load() && shuttingDownError(s)) ||
-			level == slog.LevelWarn && catchingUp(s) {
+			level == slog.LevelWarn && catchingUp(s) ||
+			level >= slog.LevelWarn && w.refused != nil && w.refused.Load() {
 			level = slog.LevelDebug
 		}
 		w.l.Log(context.Background(), level, s)

@@ -81,3 +81,19 @@ func TestRefusedCertificateRPCsAreNotErrors(t *testing.T) {
 		t.Errorf("another RPC failure lost its level:\n%s", out)
 	}
 }
+
+// While the cluster refuses this node (it was removed), raft's warnings
+// and errors (its elections that cannot win, every half second) are
+// debug; before and after, they keep their level.
+func TestRaftIsQuietWhileRefused(t *testing.T) {
+	var buf bytes.Buffer
+	refused := new(atomic.Bool)
+	w := &slogWriter{l: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), refused: refused}
+	w.Write([]byte("[WARN]  raft: Election timeout reached, restarting election\n"))
+	refused.Store(true)
+	w.Write([]byte("[WARN]  raft: Election timeout reached, restarting election\n"))
+	out := buf.String()
+	if strings.Count(out, "level=WARN") != 1 || strings.Count(out, "level=DEBUG") != 1 {
+		t.Fatalf("want one warning before and one debug line while refused:\n%s", out)
+	}
+}

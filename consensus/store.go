@@ -31,6 +31,10 @@ type Config struct {
 	Logger    *slog.Logger
 	// Tune, when set, adjusts the raft configuration (tests shorten timers).
 	Tune func(*raft.Config)
+	// Refused, when set and true, says the cluster refuses this node (it
+	// was removed): raft's warnings and errors, its elections that cannot
+	// win, are logged at debug (the node says what happened itself).
+	Refused *atomic.Bool
 }
 
 // commitTimeout bounds how long a follower waits to learn that an entry
@@ -79,7 +83,8 @@ func Open(cfg Config) (*Store, error) {
 	}
 	lg := cfg.Logger.With("component", "raft")
 	closing := new(atomic.Bool)
-	hl := newHCLoggerClosing(lg, closing)
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Info,
+		Output: &slogWriter{l: lg, closing: closing, refused: cfg.Refused}, DisableTime: true})
 
 	bolt, err := openBolt(filepath.Join(cfg.Dir, "raft.db"))
 	if err != nil {

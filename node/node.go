@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -42,6 +43,9 @@ type Node struct {
 	keeper *caKeeper  // the cluster CA keys this node holds (voters), the trust bundle
 	metaMu sync.Mutex
 	labels map[string]string // gossiped labels: the configured ones and the CA's
+	// refused: the cluster refuses this node (watchSelfRefused); raft's
+	// warnings and errors are debug meanwhile.
+	refused atomic.Bool
 	// workerReady is set once the worker has recovered what a previous
 	// process left: until then the node gossips no capacity, so nothing is
 	// placed on it that Recover would take for a leftover and requeue.
@@ -429,6 +433,7 @@ func (n *Node) openStore() error {
 		Bootstrap: !n.state.Joined, Logger: n.log,
 	}
 	sc.Tune = n.timers.tuneRaft
+	sc.Refused = &n.refused
 	store, err := consensus.Open(sc)
 	if err != nil {
 		return err

@@ -93,7 +93,9 @@ func (n *Node) watchSelfRefused(ctx context.Context, every time.Duration) {
 	defer t.Stop()
 	var last time.Time
 	for {
-		if refused, why := n.selfRefused(); refused && (last.IsZero() || time.Since(last) >= refusedLogEvery) {
+		refused, why := n.selfRefused()
+		n.refused.Store(refused) // raft's own complaints go quiet meanwhile
+		if refused && (last.IsZero() || time.Since(last) >= refusedLogEvery) {
 			last = time.Now()
 			n.log.Error(refusedMessage, "because", why)
 		}
