@@ -339,17 +339,27 @@ func (s *session) stepError(i int, action string, err error) error {
 // renderer of a crashed page is gone: nothing on it can be saved, but the
 // context's cookies and storage live in the browser process.
 func (s *session) recoverCrash() string {
+	if err := s.replacePage("crashed"); err != nil {
+		return fmt.Sprintf("replacing the page failed (%v); close the session", err)
+	}
+	s.j.clearCrashed()
+	return "the session's page was replaced by a blank one (cookies and storage are kept): navigate again"
+}
+
+// replacePage puts a blank tab in the same browser context in place of the
+// session's page (ready.replaceTab), and logs why.
+func (s *session) replacePage(why string) error {
+	// Not from s.tab: replacing the tab ends it.
 	ctx, cancel := context.WithTimeout(s.jctx, cleanupTimeout)
 	defer cancel()
 	tab, err := s.j.ready.replaceTab(ctx, s.j, s.jctx)
 	if err != nil {
-		s.j.log.Warn("replacing a session's crashed page", "err", err)
-		return fmt.Sprintf("replacing the page failed (%v); close the session", err)
+		s.j.log.Warn("replacing a session's page", "why", why, "err", err)
+		return err
 	}
 	s.tab = tab
-	s.j.clearCrashed()
-	s.j.log.Info("a session's page crashed; replaced it")
-	return "the session's page was replaced by a blank one (cookies and storage are kept): navigate again"
+	s.j.log.Info("replaced a session's page", "why", why)
+	return nil
 }
 
 // location is the page's URL after a call. A page that no longer answers
@@ -421,24 +431,24 @@ func (s *session) unstick() string {
 	if pageAnswers(s.tab, t) {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(s.tab, terminateTimeout)
-	_, err := cdp.Call(ctx, t, cdpruntime.TerminateExecution, cdp.Empty{})
-	cancel()
-	if err == nil && pageAnswers(s.tab, t) {
+	if s.stopScript(t) {
 		s.j.log.Info("a session step timed out on a script that did not return; stopped it")
 		return stoppedScript
 	}
-	// Not from s.tab: replacing the tab ends it.
-	ctx, cancel = context.WithTimeout(s.jctx, cleanupTimeout)
-	defer cancel()
-	tab, err := s.j.ready.replaceTab(ctx, s.j, s.jctx)
-	if err != nil {
-		s.j.log.Warn("replacing a session's page that does not answer", "err", err)
+	if err := s.replacePage("its script did not stop"); err != nil {
 		return fmt.Sprintf("the page's script did not stop, and replacing the page failed (%v); close the session", err)
 	}
-	s.tab = tab
-	s.j.log.Info("a session's page kept running a script after it was stopped; replaced it")
 	return replacedPage
+}
+
+// stopScript stops the script running on t's page
+// (Runtime.terminateExecution, which the renderer takes off its busy main
+// thread) and reports whether the page answers afterwards.
+func (s *session) stopScript(t *chromedp.Target) bool {
+	ctx, cancel := context.WithTimeout(s.tab, terminateTimeout)
+	_, err := cdp.Call(ctx, t, cdpruntime.TerminateExecution, cdp.Empty{})
+	cancel()
+	return err == nil && pageAnswers(s.tab, t)
 }
 
 // pageAnswers reports whether t's page answers a trivial evaluation within
@@ -694,10 +704,7 @@ func (s *session) checkIdlePage() {
 		return
 	}
 	s.idleMisses = 0
-	ctx, cancel := context.WithTimeout(s.tab, terminateTimeout)
-	_, err := cdp.Call(ctx, t, cdpruntime.TerminateExecution, cdp.Empty{})
-	cancel()
-	if err == nil && pageAnswers(s.tab, t) {
+	if s.stopScript(t) {
 		s.j.log.Info("an idle session's page kept running a script; stopped it")
 		s.idleNotes = append(s.idleNotes, "the page stopped answering between calls; its script was stopped")
 	}

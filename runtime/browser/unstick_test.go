@@ -20,6 +20,25 @@ func openLoopbackSession(t *testing.T, e *Executor) string {
 	return s.ID
 }
 
+// keptCookieSite serves body at / with a cookie k=kept, and at /me the
+// cookie's value (or "none"): a page replaced in the same browser context
+// keeps it.
+func keptCookieSite(t *testing.T, body string) *countingServer {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: "k", Value: "kept", Path: "/"})
+		html(w, body)
+	})
+	mux.HandleFunc("/me", func(w http.ResponseWriter, r *http.Request) {
+		v := "none"
+		if c, err := r.Cookie("k"); err == nil {
+			v = c.Value
+		}
+		html(w, `<p id="me">`+v+`</p>`)
+	})
+	return newCountingServer(t, mux)
+}
+
 // sessionValues decodes the values of a Do call.
 func sessionValues(t *testing.T, r SessionResult) map[string]any {
 	t.Helper()
@@ -90,19 +109,7 @@ func TestSessionStepTimeoutStopsTheScript(t *testing.T) {
 // the same browser context (its cookies kept), and the session goes on.
 func TestSessionPageThatKeepsSpinningIsReplaced(t *testing.T) {
 	e := newExecutor(t, Config{Slots: 1})
-	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		http.SetCookie(w, &http.Cookie{Name: "k", Value: "kept", Path: "/"})
-		html(w, `<p id="p">spinner</p>`)
-	})
-	mux.HandleFunc("/me", func(w http.ResponseWriter, r *http.Request) {
-		v := "none"
-		if c, err := r.Cookie("k"); err == nil {
-			v = c.Value
-		}
-		html(w, `<p id="me">`+v+`</p>`)
-	})
-	site := newCountingServer(t, mux)
+	site := keptCookieSite(t, `<p id="p">spinner</p>`)
 	ctx := context.Background()
 	id := openLoopbackSession(t, e)
 	// The spinning starts after the call has returned.
@@ -147,19 +154,7 @@ func TestSessionPageThatKeepsSpinningIsReplaced(t *testing.T) {
 // ended).
 func TestSessionPageCrashIsReplaced(t *testing.T) {
 	e := newExecutor(t, Config{Slots: 1})
-	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		http.SetCookie(w, &http.Cookie{Name: "k", Value: "kept", Path: "/"})
-		html(w, `<p id="p">page</p>`)
-	})
-	mux.HandleFunc("/me", func(w http.ResponseWriter, r *http.Request) {
-		v := "none"
-		if c, err := r.Cookie("k"); err == nil {
-			v = c.Value
-		}
-		html(w, `<p id="me">`+v+`</p>`)
-	})
-	site := newCountingServer(t, mux)
+	site := keptCookieSite(t, `<p id="p">page</p>`)
 	ctx := context.Background()
 	id := openLoopbackSession(t, e)
 	if _, err := e.Do(ctx, id, steps(t, map[string]any{"action": "navigate", "url": site.URL + "/"})); err != nil {
