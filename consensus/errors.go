@@ -37,6 +37,18 @@ var (
 	ErrUnknownOutcome = &Error{Code: "unavailable"}
 )
 
+// WorthRetrying reports whether a command that failed with err may be
+// sent again: there was no leader or quorum (it was not applied), or, when
+// safe (a command fenced or numbered so that applying it twice is applying
+// it once), its outcome is unknown.
+func WorthRetrying(err error, safeTwice bool) bool {
+	var ce *Error
+	if !errors.As(err, &ce) {
+		return false
+	}
+	return ce.Code == ErrNoQuorum.Code || ce.Code == ErrNotLeader.Code || safeTwice && ce.Code == ErrUnknownOutcome.Code
+}
+
 func errf(base *Error, hint, format string, args ...any) *Error {
 	return &Error{Code: base.Code, Message: fmt.Sprintf(format, args...), Hint: hint}
 }

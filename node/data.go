@@ -95,9 +95,7 @@ func (k nodeKV) retry(ctx context.Context, numbered bool, call func() error) err
 	backoff := 50 * time.Millisecond
 	for {
 		err := call()
-		var ce *consensus.Error
-		if err == nil || k.seq == nil || !errors.As(err, &ce) ||
-			(ce.Code != consensus.ErrNoQuorum.Code && ce.Code != consensus.ErrNotLeader.Code && (ce.Code != consensus.ErrUnknownOutcome.Code || !numbered)) {
+		if err == nil || k.seq == nil || !consensus.WorthRetrying(err, numbered) {
 			return err
 		}
 		k.n.log.Warn("key-value call of a job waits for the control plane", "job", k.job, "err", err, "retry_in", backoff)

@@ -580,11 +580,10 @@ func (w *Worker) applyRetry(ctx context.Context, cmd *raftpb.Command) error {
 	backoff := 50 * time.Millisecond
 	for {
 		_, err := w.cfg.Control.Apply(ctx, cmd)
-		var ce *consensus.Error
 		// Unknown outcomes are retried too: the commands the worker sends
 		// are fenced by attempt, so a duplicate is refused as stale.
-		if err == nil || (errors.As(err, &ce) && ce.Code != consensus.ErrNoQuorum.Code && ce.Code != consensus.ErrNotLeader.Code &&
-			ce.Code != consensus.ErrUnknownOutcome.Code) {
+		var ce *consensus.Error
+		if err == nil || errors.As(err, &ce) && !consensus.WorthRetrying(err, true) {
 			return err
 		}
 		w.log.Warn("control plane unavailable; retrying", "err", err, "in", backoff)
