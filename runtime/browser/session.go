@@ -441,6 +441,9 @@ func (s *session) unstick() string {
 	return replacedPage
 }
 
+// maxIdleNotes bounds the notes the reaper keeps for a session's next call.
+const maxIdleNotes = 8
+
 // stopScript stops the script running on t's page
 // (Runtime.terminateExecution, which the renderer takes off its busy main
 // thread) and reports whether the page answers afterwards.
@@ -706,7 +709,9 @@ func (s *session) checkIdlePage() {
 	s.idleMisses = 0
 	if s.stopScript(t) {
 		s.j.log.Info("an idle session's page kept running a script; stopped it")
-		s.idleNotes = append(s.idleNotes, "the page stopped answering between calls; its script was stopped")
+		if len(s.idleNotes) < maxIdleNotes { // a page that keeps doing it between two calls of a long idle
+			s.idleNotes = append(s.idleNotes, "the page stopped answering between calls; its script was stopped")
+		}
 	}
 }
 
