@@ -28,6 +28,23 @@ var HookEvents = []string{HookBeforeRun, HookAfterRun, HookSkillInstalled, HookS
 // MaxHooks bounds the bindings.
 const MaxHooks = 256
 
+// HookRules is the version of the rules on hook bindings: from 1, a
+// binding of an (event, skill, tool) already bound is refused here, not
+// only by the API node that proposed it (two binds racing through two
+// nodes both passed that check, and the tool then ran twice per event).
+// A bind written before (rules 0) replays as it applied then.
+const HookRules = 1
+
+// hookBinding is the hook binding event to skill's tool, if any.
+func (s *State) hookBinding(event, skillID, tool string) *raftpb.HookRecord {
+	for _, id := range sortedKeys(s.data.hooks) { // at most MaxHooks
+		if h := s.data.hooks[id]; h.Event == event && h.SkillId == skillID && h.Tool == tool {
+			return h
+		}
+	}
+	return nil
+}
+
 // applyHook binds or unbinds a hook.
 func (s *State) applyHook(c *raftpb.HookCommand) ApplyResult {
 	switch {
@@ -51,6 +68,12 @@ func (s *State) applyHook(c *raftpb.HookCommand) ApplyResult {
 		}
 		if _, ok := s.data.hooks[h.Id]; ok {
 			return ApplyResult{Err: errf(ErrConflict, "", "hook %s exists", h.Id)}
+		}
+		if c.Rules >= HookRules {
+			if d := s.hookBinding(h.Event, h.SkillId, h.Tool); d != nil {
+				return ApplyResult{Err: errf(ErrConflict, "see the hooks with 'palyra hook list'",
+					"hook %s binds %s to %s/%s already", d.Id, h.Event, h.SkillId, h.Tool)}
+			}
 		}
 		if len(s.data.hooks) >= MaxHooks {
 			return ApplyResult{Err: errf(ErrInvalid, "unbind unused hooks", "the cluster holds %d hooks, its limit", MaxHooks)}

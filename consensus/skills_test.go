@@ -502,3 +502,45 @@ func TestEntriesFromBeforeTheSkillRulesReplayAsThen(t *testing.T) {
 		}
 	}
 }
+
+// TestDuplicateHookBindRefusedInApply: a bind of an (event, skill, tool)
+// already bound is refused by the FSM itself under HookRules, so two binds
+// racing through two API nodes cannot both land (the tool would run twice
+// per event); a bind from before those rules replays as it applied then.
+func TestDuplicateHookBindRefusedInApply(t *testing.T) {
+	tool := &raftpb.SkillRecord{SkillId: "g", Version: "1.0.0", Publisher: "acme", PublisherKey: "k", PackageSha256: "pkg-g",
+		Tools: []*raftpb.SkillTool{{Id: "gate", ModuleSha256: "mod-g"}, {Id: "other", ModuleSha256: "mod-o"}}}
+	bind := func(id, event, toolID string, rules uint32) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_Hook{Hook: &raftpb.HookCommand{
+			Bind: &raftpb.HookRecord{Id: id, Event: event, SkillId: "g", Tool: toolID}, AtMs: 3, Rules: rules}}}
+	}
+	f := NewFSM()
+	res := applyAll(t, f,
+		skillCmd(&raftpb.SkillCommand{Trust: &raftpb.PublisherRecord{Name: "acme", Key: "k"}, AtMs: 1}),
+		skillCmd(&raftpb.SkillCommand{Install: tool, AtMs: 2}),
+		bind("h-1", HookAfterRun, "gate", HookRules),
+		bind("h-2", HookAfterRun, "gate", HookRules),  // the racing duplicate
+		bind("h-3", HookBeforeRun, "gate", HookRules), // another event
+		bind("h-4", HookAfterRun, "other", HookRules), // another tool
+		bind("h-5", HookAfterRun, "gate", 0),          // an old entry replayed
+	)
+	for i, r := range res {
+		if i == 3 {
+			continue
+		}
+		if r.Err != nil {
+			t.Fatalf("command %d refused: %v", i, r.Err)
+		}
+	}
+	var err *Error
+	if !errors.As(res[3].Err, &err) || err.Code != ErrConflict.Code || !strings.Contains(err.Message, "h-1") || !strings.Contains(err.Hint, "hook list") {
+		t.Fatalf("duplicate bind: %v, want a conflict naming h-1 and 'palyra hook list'", res[3].Err)
+	}
+	var ids []string
+	for _, h := range f.State().Hooks() {
+		ids = append(ids, h.Id)
+	}
+	if want := []string{"h-1", "h-3", "h-4", "h-5"}; !slices.Equal(ids, want) {
+		t.Fatalf("hooks %v, want %v", ids, want)
+	}
+}

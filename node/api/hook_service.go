@@ -71,7 +71,7 @@ func (hs hookService) BindHook(ctx context.Context, req *connect.Request[palyrav
 	}
 	caller, _ := PrincipalFrom(ctx)
 	h := &raftpb.HookRecord{Id: "h-" + strings.TrimPrefix(newJobID(), "j-")[:8], Event: m.Event, SkillId: m.SkillId, Tool: m.Tool}
-	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_Hook{Hook: &raftpb.HookCommand{Bind: h, AtMs: s.now().UnixMilli(), By: caller.String()}}}); err != nil {
+	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_Hook{Hook: &raftpb.HookCommand{Bind: h, AtMs: s.now().UnixMilli(), By: caller.String(), Rules: consensus.HookRules}}}); err != nil {
 		return nil, fromErr(err)
 	}
 	h.AtMs, h.By = s.now().UnixMilli(), caller.String()

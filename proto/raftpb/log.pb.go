@@ -4225,6 +4225,7 @@ type HookCommand struct {
 	Unbind        string                 `protobuf:"bytes,2,opt,name=unbind,proto3" json:"unbind,omitempty"`
 	AtMs          int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	Rules         uint32                 `protobuf:"varint,5,opt,name=rules,proto3" json:"rules,omitempty"` // consensus.HookRules the bind was proposed under (0: before them)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4285,6 +4286,13 @@ func (x *HookCommand) GetBy() string {
 		return x.By
 	}
 	return ""
+}
+
+func (x *HookCommand) GetRules() uint32 {
+	if x != nil {
+		return x.Rules
+	}
+	return 0
 }
 
 // DecideJob approves or denies a job waiting for approval.
@@ -5768,12 +5776,13 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\bskill_id\x18\x03 \x01(\tR\askillId\x12\x12\n" +
 	"\x04tool\x18\x04 \x01(\tR\x04tool\x12\x13\n" +
 	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\x12\x0e\n" +
-	"\x02by\x18\x06 \x01(\tR\x02by\"z\n" +
+	"\x02by\x18\x06 \x01(\tR\x02by\"\x90\x01\n" +
 	"\vHookCommand\x12.\n" +
 	"\x04bind\x18\x01 \x01(\v2\x1a.palyra.raft.v1.HookRecordR\x04bind\x12\x16\n" +
 	"\x06unbind\x18\x02 \x01(\tR\x06unbind\x12\x13\n" +
 	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x0e\n" +
-	"\x02by\x18\x04 \x01(\tR\x02by\"\x88\x01\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\x12\x14\n" +
+	"\x05rules\x18\x05 \x01(\rR\x05rules\"\x88\x01\n" +
 	"\tDecideJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aapprove\x18\x02 \x01(\bR\aapprove\x12\x16\n" +
