@@ -3,9 +3,12 @@ package consensus
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // slogWriter turns hclog's formatted lines back into slog records.
@@ -15,7 +18,26 @@ type slogWriter struct {
 	l       *slog.Logger
 	closing *atomic.Bool
 	refused *atomic.Bool // the cluster refuses this node: raft's complaints are debug
+
+	// unreachable is, per peer address, when raft's last error about
+	// reaching it was logged as an error, and how many have been debug
+	// since (see peerUnreachable).
+	mu          sync.Mutex
+	unreachable map[string]*peerErrors
+	now         func() time.Time // nil: time.Now
 }
+
+// peerErrors counts a peer's replication errors between two logged ones.
+type peerErrors struct {
+	logged time.Time
+	quiet  int
+}
+
+// unreachableEvery is how often raft's errors about one unreachable peer
+// are logged as errors: a peer that is down for good (a dead worker still
+// in the raft configuration) had the leader log one every few seconds
+// for as long as nobody removed it.
+const unreachableEvery = 5 * time.Minute
 
 func (w *slogWriter) Write(p []byte) (int, error) {
 	for _, line := range bytes.Split(bytes.TrimRight(p, "\n"), []byte("\n")) {
@@ -37,6 +59,11 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 			level == slog.LevelWarn && catchingUp(s) ||
 			level >= slog.LevelWarn && w.refused != nil && w.refused.Load() {
 			level = slog.LevelDebug
+		}
+		if level == slog.LevelError {
+			if addr, ok := peerUnreachable(s); ok {
+				level, s = w.rateLimitPeer(addr, s)
+			}
 		}
 		w.l.Log(context.Background(), level, s)
 	}
@@ -78,4 +105,67 @@ func shuttingDownError(msg string) bool {
 		}
 	}
 	return false
+}
+
+// peerUnreachable reports raft's errors about replicating to a peer (an
+// append or a heartbeat that failed) and the peer's address.
+func peerUnreachable(msg string) (addr string, ok bool) {
+	if !strings.HasPrefix(msg, "failed to appendEntries to") && !strings.HasPrefix(msg, "failed to heartbeat to") {
+		return "", false
+	}
+	_, v, ok := strings.Cut(msg, "peer=")
+	if !ok {
+		return "", false
+	}
+	// peer="{Voter n2 127.0.0.1:7445}" or peer=127.0.0.1:7445
+	v = strings.TrimPrefix(v, `"`)
+	if strings.HasPrefix(v, "{") {
+		end := strings.IndexByte(v, '}')
+		if end < 0 {
+			return "", false
+		}
+		f := strings.Fields(v[1:end])
+		if len(f) == 0 {
+			return "", false
+		}
+		return f[len(f)-1], true
+	}
+	if end := strings.IndexAny(v, "\" \t"); end >= 0 {
+		v = v[:end]
+	}
+	return v, v != ""
+}
+
+// rateLimitPeer logs one error about an unreachable peer per
+// unreachableEvery, with how many were left out and what to do if the
+// peer is gone for good; the others are debug.
+func (w *slogWriter) rateLimitPeer(addr, msg string) (slog.Level, string) {
+	now := time.Now
+	if w.now != nil {
+		now = w.now
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.unreachable == nil {
+		w.unreachable = map[string]*peerErrors{}
+	}
+	pe := w.unreachable[addr]
+	t := now()
+	if pe != nil && t.Sub(pe.logged) < unreachableEvery {
+		pe.quiet++
+		return slog.LevelDebug, msg
+	}
+	if pe == nil {
+		if len(w.unreachable) >= 1024 { // peers come and go: forget the oldest rather than grow
+			w.unreachable = map[string]*peerErrors{}
+		}
+		pe = &peerErrors{}
+		w.unreachable[addr] = pe
+	}
+	if pe.quiet > 0 {
+		msg += fmt.Sprintf(" (%d more like it since %s, logged at debug)", pe.quiet, pe.logged.UTC().Format(time.TimeOnly))
+	}
+	msg += fmt.Sprintf("; raft keeps retrying %s: if that node is gone for good, remove it with 'palyra node remove' (errors about it are logged once per %s)", addr, unreachableEvery)
+	pe.logged, pe.quiet = t, 0
+	return slog.LevelError, msg
 }

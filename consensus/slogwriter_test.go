@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // A peer's clean stop ends raft's connections mid-read; the errors that
@@ -95,5 +96,59 @@ func TestRaftIsQuietWhileRefused(t *testing.T) {
 	out := buf.String()
 	if strings.Count(out, "level=WARN") != 1 || strings.Count(out, "level=DEBUG") != 1 {
 		t.Fatalf("want one warning before and one debug line while refused:\n%s", out)
+	}
+}
+
+// A peer that is down for good (a dead worker left in the raft
+// configuration) had the leader log an error about it every few seconds
+// for as long as nobody removed it: one error per peer per
+// unreachableEvery, saying how many were left out and how to remove the
+// node; the others are debug. Another peer's errors and other errors are
+// not held back by it.
+func TestUnreachablePeerErrorsAreRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	clock := time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC)
+	w := &slogWriter{l: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), now: func() time.Time { return clock }}
+	dead := []string{
+		`[ERROR] raft: failed to appendEntries to: peer="{Nonvoter n-3 127.0.0.1:7446}" error="dial: timeout"`,
+		`[ERROR] raft: failed to heartbeat to: peer=127.0.0.1:7446 backoff time=5s error="dial: timeout"`,
+	}
+	for i := 0; i < 30; i++ { // 5 s apart: two and a half minutes
+		w.Write([]byte(dead[i%2] + "\n"))
+		clock = clock.Add(5 * time.Second)
+	}
+	w.Write([]byte(`[ERROR] raft: failed to heartbeat to: peer=127.0.0.1:7445 backoff time=10ms error="dial: timeout"` + "\n"))
+	w.Write([]byte(`[ERROR] raft: failed to take snapshot: error="disk full"` + "\n"))
+	out := buf.String()
+	if n := strings.Count(out, "level=ERROR"); n != 3 {
+		t.Fatalf("want 3 errors (the dead peer once, another peer, the snapshot), got %d:\n%s", n, out)
+	}
+	if n := strings.Count(out, "level=DEBUG"); n != 29 {
+		t.Fatalf("want the dead peer's 29 other lines at debug, got %d:\n%s", n, out)
+	}
+	if !strings.Contains(out, "palyra node remove") || !strings.Contains(out, "127.0.0.1:7446") {
+		t.Fatalf("the error does not say how to remove a node gone for good:\n%s", out)
+	}
+	// Past the interval, the next error about it is logged again, with the
+	// count of those left out.
+	clock = clock.Add(unreachableEvery)
+	buf.Reset()
+	w.Write([]byte(dead[0] + "\n"))
+	if out := buf.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "29 more like it") {
+		t.Fatalf("after the interval: %s", out)
+	}
+}
+
+func TestPeerUnreachableParsesRaftsLines(t *testing.T) {
+	for msg, want := range map[string]string{
+		`failed to appendEntries to: peer="{Voter n-2 10.0.0.2:7444}" error="x"`: "10.0.0.2:7444",
+		`failed to heartbeat to: peer=10.0.0.3:7444 backoff time=10ms error="x"`: "10.0.0.3:7444",
+		`failed to appendEntries to: peer="{}" error="x"`:                        "",
+		`failed to take snapshot: error="x"`:                                     "",
+	} {
+		got, ok := peerUnreachable(msg)
+		if got != want || ok != (want != "") {
+			t.Errorf("%s: %q %v, want %q", msg, got, ok, want)
+		}
 	}
 }
