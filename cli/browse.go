@@ -93,6 +93,10 @@ func jobBrowse(c *ucli.Context) error {
 		return waitFailed(c, cl, err) // an interrupted wait says the job goes on
 	}
 	if job.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+		if c.Bool("json") {
+			// One object on stdout, as 'job submit --wait --json' gives.
+			return printEnded(c, job)
+		}
 		if len(job.Stderr) > 0 {
 			c.App.ErrWriter.Write(job.Stderr)
 		}

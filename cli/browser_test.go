@@ -352,3 +352,87 @@ func TestBrowserDoStepNames(t *testing.T) {
 		t.Fatalf("relabelled another step's error: %s", got)
 	}
 }
+
+// startBrowserNode starts a one-node cluster with a browser slot, and
+// fails the test when there is no Chromium (skips it under -short).
+func startBrowserNode(t *testing.T) *cluster {
+	t.Helper()
+	if _, ok := browser.Detect(); !ok {
+		if testing.Short() {
+			t.Skip("no Chromium; " + browser.InstallHint)
+		}
+		t.Fatal("no Chromium: " + browser.InstallHint + " (make deps installs it)")
+	}
+	dir := t.TempDir()
+	n, err := node.Start(context.Background(), node.Config{DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 1, BrowserSlots: 1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return &cluster{t: t, node: n, dir: dir}
+}
+
+// A browser job that fails prints no empty values block ("{}") before its
+// error, on --wait or on 'job get'; values its steps set before the
+// failure are printed labelled as partial, on stderr (--wait) or under a
+// heading of their own (job get); --json stays one object; the exit code
+// of a failed job is 1.
+func TestFailedBrowserJobPrintsNoEmptyValues(t *testing.T) {
+	c := startBrowserNode(t)
+	site := loginSite(t)
+	script := func(steps string) string {
+		f := filepath.Join(t.TempDir(), "s.json")
+		os.WriteFile(f, fmt.Appendf(nil, `{"steps":[{"action":"navigate","url":"%s/"},%s
+ {"action":"wait_for","selector":"#never","timeout_ms":300}]}`, site.URL, steps), 0o600)
+		return f
+	}
+	submit := func(file string, json ...string) result {
+		return c.cli(append([]string{"job", "submit", "--browser", file, "--allow-host", "127.0.0.1", "--allow-private", "--wait"}, json...)...)
+	}
+	jobOf := func(r result) jobJSON {
+		t.Helper()
+		var j jobJSON
+		if err := json.Unmarshal([]byte(r.stdout), &j); err != nil || j.Phase != "failed" {
+			t.Fatalf("--wait --json of a failed job: %v, want one JSON object of a failed job: %+v", err, r)
+		}
+		return j
+	}
+
+	none := script("")
+	r := submit(none)
+	if r.code != 1 || strings.Contains(r.stdout, "{}") || strings.Contains(r.stderr, "{}") || !strings.Contains(r.stderr, "steps[1] (wait_for)") {
+		t.Fatalf("a failed job with no values, --wait: %+v, want its error and no {}", r)
+	}
+	r = submit(none, "--json")
+	if r.code != 1 {
+		t.Fatalf("--wait --json: %+v", r)
+	}
+	j := jobOf(r)
+	if g := c.cli("job", "get", j.ID); g.code != 0 || strings.Contains(g.stdout, "{}") || strings.Contains(g.stdout, "--- output") ||
+		!strings.Contains(g.stdout, "steps[1] (wait_for)") {
+		t.Fatalf("job get of a failed job with no values: %+v, want no output block", g)
+	}
+
+	partial := script(`{"action":"extract","selector":"h1","name":"title"},`)
+	r = submit(partial)
+	if r.code != 1 || r.stdout != "" || !regexp.MustCompile(`(?m)^partial values.*\n\{"title":"Sign in"\}$`).MatchString(r.stderr) {
+		t.Fatalf("a failed job with values set before the failure, --wait: %+v, want them on stderr labelled partial", r)
+	}
+	j = jobOf(submit(partial, "--json"))
+	if g := c.cli("job", "get", j.ID); g.code != 0 || strings.Contains(g.stdout, "--- output") ||
+		!regexp.MustCompile(`(?m)^--- partial values.*\n\{"title":"Sign in"\}$`).MatchString(g.stdout) {
+		t.Fatalf("job get of a failed job with partial values: %+v, want them under a heading saying so", g)
+	}
+
+	// browse: nothing on stdout but its error; with --json, the job.
+	r = c.cli("job", "browse", site.URL+"/", "--text", "#never", "--timeout", "1s", "--allow-private")
+	if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "job timed out") {
+		t.Fatalf("browse of a job that fails: %+v", r)
+	}
+	r = c.cli("job", "browse", site.URL+"/", "--text", "#never", "--timeout", "1s", "--allow-private", "--json")
+	var b jobJSON
+	if err := json.Unmarshal([]byte(r.stdout), &b); r.code != 1 || err != nil || b.Phase != "failed" {
+		t.Fatalf("browse --json of a job that fails: %+v (%v), want the job as one JSON object", r, err)
+	}
+}

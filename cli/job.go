@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -385,6 +386,13 @@ func printEnded(c *ucli.Context, job *palyrav1.Job) error {
 		if err := writeJSON(c.App.Writer, toJobJSON(job)); err != nil {
 			return err
 		}
+	} else if vals, failed := partialValues(job); failed {
+		// A failed browser job's values are not its output: none is no
+		// "{}" block, and those set before the failure are labelled.
+		if vals != nil {
+			fmt.Fprintf(c.App.ErrWriter, "%s:\n%s\n", partialHeading, vals)
+		}
+		c.App.ErrWriter.Write(job.Stderr)
 	} else {
 		c.App.Writer.Write(job.Stdout)
 		if n := len(job.Stdout); n > 0 && job.Stdout[n-1] != '\n' && isTerminal(c.App.Writer) {
@@ -399,6 +407,25 @@ func printEnded(c *ucli.Context, job *palyrav1.Job) error {
 		return nil
 	}
 	return ucli.Exit(jobReason(job), exitFailure)
+}
+
+// partialHeading labels the values a browser job's steps set before it
+// failed (or was cancelled).
+const partialHeading = "partial values (set by its steps before the job stopped)"
+
+// partialValues reports whether j is a browser job that ended without
+// completing, and the values its steps set before it ended: nil when they
+// set none (its output is then "{}", which is no values block worth
+// printing). Such values are partial, never the job's output.
+func partialValues(j *palyrav1.Job) (vals []byte, failed bool) {
+	if j.Kind != "browser" || !j.Phase.Terminal() || j.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+		return nil, false
+	}
+	vals = bytes.TrimSpace(j.Stdout)
+	if len(vals) == 0 || bytes.Equal(vals, []byte("{}")) {
+		return nil, true
+	}
+	return vals, true
 }
 
 // jobReason is the one-line reason a job did not complete.
@@ -714,8 +741,12 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 	if v.StderrBase64 != "" {
 		fmt.Fprintf(w, "--- stderr: %d bytes, not text (with --json: stderr_base64)\n", v.StderrSize)
 	}
+	heading := "--- output"
+	if vals, failed := partialValues(j); failed {
+		heading, v.Output = "--- "+partialHeading, string(vals)
+	}
 	if v.Output != "" {
-		fmt.Fprintf(w, "--- output\n%s", v.Output)
+		fmt.Fprintf(w, "%s\n%s", heading, v.Output)
 		if v.Output[len(v.Output)-1] != '\n' {
 			fmt.Fprintln(w)
 		}
