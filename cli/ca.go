@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
@@ -21,7 +22,7 @@ func caCommand() *ucli.Command {
 		Subcommands: []*ucli.Command{
 			{
 				Name:  "status",
-				Usage: "show the trusted roots, which nodes hold their keys, and which root each node's certificate comes from",
+				Usage: "show the trusted roots, which nodes hold their keys, which root each node's certificate comes from and when it expires",
 				Flags: []ucli.Flag{jsonFlag},
 				Action: func(c *ucli.Context) error {
 					cl, err := dial(c)
@@ -37,7 +38,8 @@ func caCommand() *ucli.Command {
 						nodes := []map[string]any{}
 						for _, n := range resp.Msg.Nodes {
 							nodes = append(nodes, map[string]any{"id": n.Id, "voter": n.Voter, "state": n.State,
-								"holds": nonNil(n.Holds), "cert_root": n.CertRoot})
+								"holds": nonNil(n.Holds), "cert_root": n.CertRoot,
+								"cert_expires": msTime(n.CertExpiresMs), "cert_renew_at": msTime(n.CertRenewAtMs)})
 						}
 						return writeJSON(c.App.Writer, map[string]any{"roots": rootsJSON(resp.Msg.Roots), "rotating": resp.Msg.Rotating, "nodes": nodes})
 					}
@@ -47,12 +49,16 @@ func caCommand() *ucli.Command {
 					}
 					fmt.Fprintln(c.App.Writer)
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-					fmt.Fprintln(tw, "NODE\tSTATE\tVOTER\tHOLDS KEYS OF\tCERTIFICATE FROM")
+					fmt.Fprintln(tw, "NODE\tSTATE\tVOTER\tHOLDS KEYS OF\tCERTIFICATE FROM\tCERTIFICATE EXPIRES")
+					now := time.Now()
 					for _, n := range resp.Msg.Nodes {
-						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", n.Id, n.State, n.Voter, dash(strings.Join(n.Holds, ",")), dash(n.CertRoot))
+						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", n.Id, n.State, n.Voter, dash(strings.Join(n.Holds, ",")), dash(n.CertRoot), certExpiry(n.CertExpiresMs, now))
 					}
 					if err := tw.Flush(); err != nil {
 						return err
+					}
+					for _, w := range certWarnings(resp.Msg.Nodes, now) {
+						fmt.Fprintln(c.App.ErrWriter, w)
 					}
 					for _, n := range resp.Msg.Nodes {
 						if n.State == "removed" && len(n.Holds) > 0 {
@@ -145,4 +151,52 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// certExpiry is when a node's certificate expires, with how long that is
+// from now ("-" when the node does not say).
+func certExpiry(ms int64, now time.Time) string {
+	if ms == 0 {
+		return "-"
+	}
+	t := time.UnixMilli(ms).UTC()
+	if left := t.Sub(now); left > 0 {
+		return fmt.Sprintf("%s (in %s)", t.Format("2006-01-02 15:04"), roughDuration(left))
+	}
+	return fmt.Sprintf("%s (EXPIRED %s ago)", t.Format("2006-01-02 15:04"), roughDuration(now.Sub(t)))
+}
+
+// roughDuration is d in its largest whole unit: 29d, 5h, 12m, 40s.
+func roughDuration(d time.Duration) string {
+	switch {
+	case d >= 48*time.Hour:
+		return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+	case d >= time.Hour:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	}
+	return fmt.Sprintf("%ds", int(d/time.Second))
+}
+
+// certWarnings names the live nodes whose certificate is past its renewal
+// time (a node renews two thirds into the lifetime; one that has not cannot
+// reach a voter, or its clock is off) or has expired.
+func certWarnings(nodes []*palyrav1.CANode, now time.Time) []string {
+	var out []string
+	for _, n := range nodes {
+		if n.State == "removed" || n.State == "dead" || n.CertRenewAtMs == 0 {
+			continue
+		}
+		exp, renew := time.UnixMilli(n.CertExpiresMs), time.UnixMilli(n.CertRenewAtMs)
+		switch {
+		case !now.Before(exp):
+			out = append(out, fmt.Sprintf("%s's certificate expired at %s: its peers refuse it; remove it ('palyra node remove %s') and join that machine again with a new code ('palyra node join', a fresh data dir)",
+				n.Id, exp.UTC().Format(time.RFC3339), n.Id))
+		case now.Sub(renew) > time.Hour: // renewal is tried every few minutes from then
+			out = append(out, fmt.Sprintf("%s should have renewed its certificate at %s and has not (it expires at %s): check that it reaches a voter ('palyra doctor' on it) and its log",
+				n.Id, renew.UTC().Format(time.RFC3339), exp.UTC().Format(time.RFC3339)))
+		}
+	}
+	return out
 }

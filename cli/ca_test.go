@@ -9,6 +9,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/node"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
 // waitDevice runs `status` as the device until its stored credential
@@ -85,6 +86,8 @@ func TestDeviceRenewsAfterCommands(t *testing.T) {
 			ID       string
 			Holds    []string
 			CertRoot string `json:"cert_root"`
+			Expires  string `json:"cert_expires"`
+			RenewAt  string `json:"cert_renew_at"`
 		}
 	}
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil || len(st.Roots) != 1 || st.Roots[0].State != "active" ||
@@ -92,7 +95,53 @@ func TestDeviceRenewsAfterCommands(t *testing.T) {
 		len(st.Roots[0].Holders) != 1 {
 		t.Fatalf("ca status after the rotation: %+v\n%+v", r, st)
 	}
+	// The node says when its certificate expires and when it renews it
+	// (a 9 s lifetime here, renewed two thirds in).
+	exp, err1 := time.Parse(time.RFC3339Nano, st.Nodes[0].Expires)
+	renew, err2 := time.Parse(time.RFC3339Nano, st.Nodes[0].RenewAt)
+	if err1 != nil || err2 != nil || !renew.Before(exp) || exp.Sub(renew) > 9*time.Second || time.Until(exp) > 10*time.Second || time.Until(exp) < -10*time.Second {
+		t.Fatalf("ca status: certificate expires %q, renews %q", st.Nodes[0].Expires, st.Nodes[0].RenewAt)
+	}
+	if r := c.cli("ca", "status"); r.code != 0 || !strings.Contains(r.stdout, "CERTIFICATE EXPIRES") || !strings.Contains(r.stdout, exp.UTC().Format("2006-01-02")) {
+		t.Fatalf("ca status (text) does not show the certificate's expiry: %+v", r)
+	}
 	if r := c.cli("ca", "rotate", "--overlap", "1s"); r.code != 1 || !strings.Contains(r.stderr, "--overlap between") {
 		t.Fatalf("rotate with a too short overlap: %+v", r)
+	}
+}
+
+// ca status warns of a live node past its renewal time by more than the
+// retries take, and of one whose certificate expired, naming what to do;
+// not of removed or dead nodes, nor of a node that does not say (older).
+func TestCertWarnings(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	ms := func(d time.Duration) int64 { return now.Add(d).UnixMilli() }
+	nodes := []*palyrav1.CANode{
+		{Id: "current", State: "alive", CertExpiresMs: ms(20 * 24 * time.Hour), CertRenewAtMs: ms(10 * 24 * time.Hour)},
+		{Id: "renewing", State: "alive", CertExpiresMs: ms(9 * 24 * time.Hour), CertRenewAtMs: ms(-30 * time.Minute)},
+		{Id: "stuck", State: "alive", CertExpiresMs: ms(5 * 24 * time.Hour), CertRenewAtMs: ms(-2 * 24 * time.Hour)},
+		{Id: "expired", State: "suspect", CertExpiresMs: ms(-time.Hour), CertRenewAtMs: ms(-10 * 24 * time.Hour)},
+		{Id: "gone", State: "removed", CertExpiresMs: ms(-time.Hour), CertRenewAtMs: ms(-10 * 24 * time.Hour)},
+		{Id: "old", State: "alive"},
+	}
+	w := strings.Join(certWarnings(nodes, now), "\n")
+	for _, want := range []string{"stuck should have renewed", "palyra doctor", "expired's certificate expired", "palyra node remove expired"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings lack %q:\n%s", want, w)
+		}
+	}
+	for _, not := range []string{"current", "renewing", "gone", "old"} {
+		if strings.Contains(w, not) {
+			t.Errorf("warnings name %s:\n%s", not, w)
+		}
+	}
+	if got := certExpiry(ms(20*24*time.Hour), now); got != "2026-12-17 12:00 (in 20d)" {
+		t.Errorf("certExpiry: %q", got)
+	}
+	if got := certExpiry(ms(-90*time.Minute), now); got != "2026-11-27 10:30 (EXPIRED 1h ago)" {
+		t.Errorf("certExpiry of an expired one: %q", got)
+	}
+	if got := certExpiry(0, now); got != "-" {
+		t.Errorf("certExpiry unknown: %q", got)
 	}
 }

@@ -240,6 +240,9 @@ func (k *caKeeper) labels(b consensus.TrustBundle) map[string]string {
 	if r := identity.IssuingRoot(cur.Leaf, roots); r != nil {
 		out[api.LabelCertRoot] = prefix(identity.Fingerprint(r.Raw))
 	}
+	if cur.Leaf != nil {
+		out[api.LabelCertTimes] = api.CertTimes(cur.Leaf.NotAfter, identity.RenewAt(cur.Leaf))
+	}
 	return out
 }
 
@@ -501,7 +504,7 @@ func (k *caKeeper) fetch(ctx context.Context, missing []string) {
 // publish gossips this node's CA labels when they changed.
 func (k *caKeeper) publish(ctx context.Context, b consensus.TrustBundle) {
 	l := k.labels(b)
-	enc := l[api.LabelCAKeys] + "|" + l[api.LabelCertRoot]
+	enc := l[api.LabelCAKeys] + "|" + l[api.LabelCertRoot] + "|" + l[api.LabelCertTimes]
 	if enc == k.lastLabels {
 		return
 	}

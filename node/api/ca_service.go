@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,10 @@ const (
 	// LabelCertRoot is the fingerprint prefix of the root that issued a
 	// node's current certificate.
 	LabelCertRoot = "palyra.cert"
+	// LabelCertTimes is "EXPIRES,RENEWAT" of a node's current certificate,
+	// unix seconds (identity.RenewAt): ca status shows them and warns of a
+	// node past its renewal time.
+	LabelCertTimes = "palyra.certexp"
 	// FingerprintPrefix is how many hex digits of a fingerprint the labels carry.
 	FingerprintPrefix = 12
 )
@@ -81,6 +86,7 @@ func (s *Server) caNodes() ([]*palyrav1.CANode, map[string][]string) {
 	if s.Members != nil {
 		for _, m := range s.Members() {
 			n := &palyrav1.CANode{Id: m.ID, Voter: m.Voter, State: MemberState(s.control.State(), m), CertRoot: m.Labels[LabelCertRoot]}
+			n.CertExpiresMs, n.CertRenewAtMs = ParseCertTimes(m.Labels[LabelCertTimes])
 			revoked := s.control.State().IsRevoked("node", m.ID)
 			if v := m.Labels[LabelCAKeys]; v != "" {
 				n.Holds = strings.Split(v, ",")
@@ -160,4 +166,25 @@ func (is identityService) RotateCA(ctx context.Context, req *connect.Request[pal
 	}
 	resp.Roots, _ = s.caView()
 	return connect.NewResponse(resp), nil
+}
+
+// CertTimes is the LabelCertTimes value for a certificate that expires at
+// notAfter and is due for renewal at renewAt.
+func CertTimes(notAfter, renewAt time.Time) string {
+	return strconv.FormatInt(notAfter.Unix(), 10) + "," + strconv.FormatInt(renewAt.Unix(), 10)
+}
+
+// ParseCertTimes reverses CertTimes, in unix ms; zeros for a value that
+// does not parse (none, or from another version).
+func ParseCertTimes(v string) (expiresMs, renewAtMs int64) {
+	a, b, ok := strings.Cut(v, ",")
+	if !ok {
+		return 0, 0
+	}
+	exp, err1 := strconv.ParseInt(a, 10, 64)
+	ren, err2 := strconv.ParseInt(b, 10, 64)
+	if err1 != nil || err2 != nil || exp <= 0 || ren <= 0 {
+		return 0, 0
+	}
+	return exp * 1000, ren * 1000
 }

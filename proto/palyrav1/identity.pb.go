@@ -872,12 +872,16 @@ func (x *CARoot) GetHolders() []string {
 // CANode is one node's part in the CA: whether it votes, which roots'
 // keys it holds, and which root issued its current certificate.
 type CANode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Voter         bool                   `protobuf:"varint,2,opt,name=voter,proto3" json:"voter,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	Holds         []string               `protobuf:"bytes,4,rep,name=holds,proto3" json:"holds,omitempty"`                       // fingerprint prefixes
-	CertRoot      string                 `protobuf:"bytes,5,opt,name=cert_root,json=certRoot,proto3" json:"cert_root,omitempty"` // fingerprint prefix of its certificate's root
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Voter    bool                   `protobuf:"varint,2,opt,name=voter,proto3" json:"voter,omitempty"`
+	State    string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Holds    []string               `protobuf:"bytes,4,rep,name=holds,proto3" json:"holds,omitempty"`                       // fingerprint prefixes
+	CertRoot string                 `protobuf:"bytes,5,opt,name=cert_root,json=certRoot,proto3" json:"cert_root,omitempty"` // fingerprint prefix of its certificate's root
+	// Its certificate's expiry and when the node should renew it (two thirds
+	// into its lifetime), unix ms; 0 when the node does not say (an older node).
+	CertExpiresMs int64 `protobuf:"varint,6,opt,name=cert_expires_ms,json=certExpiresMs,proto3" json:"cert_expires_ms,omitempty"`
+	CertRenewAtMs int64 `protobuf:"varint,7,opt,name=cert_renew_at_ms,json=certRenewAtMs,proto3" json:"cert_renew_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -945,6 +949,20 @@ func (x *CANode) GetCertRoot() string {
 		return x.CertRoot
 	}
 	return ""
+}
+
+func (x *CANode) GetCertExpiresMs() int64 {
+	if x != nil {
+		return x.CertExpiresMs
+	}
+	return 0
+}
+
+func (x *CANode) GetCertRenewAtMs() int64 {
+	if x != nil {
+		return x.CertRenewAtMs
+	}
+	return 0
 }
 
 type GetCARequest struct {
@@ -1843,13 +1861,15 @@ const file_palyra_v1_identity_proto_rawDesc = "" +
 	"\x0factivated_at_ms\x18\x06 \x01(\x03R\ractivatedAtMs\x12 \n" +
 	"\fretire_at_ms\x18\a \x01(\x03R\n" +
 	"retireAtMs\x12\x18\n" +
-	"\aholders\x18\b \x03(\tR\aholders\"w\n" +
+	"\aholders\x18\b \x03(\tR\aholders\"\xc8\x01\n" +
 	"\x06CANode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05voter\x18\x02 \x01(\bR\x05voter\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x14\n" +
 	"\x05holds\x18\x04 \x03(\tR\x05holds\x12\x1b\n" +
-	"\tcert_root\x18\x05 \x01(\tR\bcertRoot\"\x0e\n" +
+	"\tcert_root\x18\x05 \x01(\tR\bcertRoot\x12&\n" +
+	"\x0fcert_expires_ms\x18\x06 \x01(\x03R\rcertExpiresMs\x12'\n" +
+	"\x10cert_renew_at_ms\x18\a \x01(\x03R\rcertRenewAtMs\"\x0e\n" +
 	"\fGetCARequest\"}\n" +
 	"\rGetCAResponse\x12'\n" +
 	"\x05roots\x18\x01 \x03(\v2\x11.palyra.v1.CARootR\x05roots\x12\x1a\n" +
