@@ -197,6 +197,8 @@ func noNegativeDurations(c *ucli.Context) error {
 // badValueRE matches the flag package's error for a value it cannot parse.
 var badValueRE = regexp.MustCompile(`^invalid value "(.*)" for flag -(\S+): parse error$`)
 
+var negativeArgRE = regexp.MustCompile(`^flag provided but not defined: -?(-[0-9][0-9.]*[a-zµ]*)$`)
+
 // onUsageError answers a command's bad flags in one line and the usage
 // exit code: urfave/cli printed the whole help page after a bare "parse
 // error". A duration says what a duration looks like (days are not a
@@ -224,6 +226,11 @@ func onUsageError(c *ucli.Context, err error, _ bool) error {
 			}
 			break
 		}
+	}
+	// A negative number or duration given as an argument ("job retention
+	// -2h") reads as an unknown flag: say what it is.
+	if m := negativeArgRE.FindStringSubmatch(msg); m != nil {
+		msg = fmt.Sprintf("%q is negative (a leading - reads as a flag): give a positive value", m[1])
 	}
 	help := c.App.Name
 	if c.Command != nil && c.Command.HelpName != "" {

@@ -88,6 +88,9 @@ func TestParseDays(t *testing.T) {
 			t.Errorf("parseDays(%q) accepted", bad)
 		}
 	}
+	if _, err := parseDays("-2h"); err == nil || !strings.Contains(err.Error(), "negative") {
+		t.Errorf("parseDays(-2h): %v, want it called negative", err)
+	}
 }
 
 // A job array from --inputs runs every line; --wait prints the outputs in

@@ -19,6 +19,9 @@ func TestBadFlagValuesSayWhatTheyWant(t *testing.T) {
 		{[]string{"job", "submit", "--wasm", "x.wasm", "--priority", "high"}, `invalid value "high" for --priority: want a whole number`},
 		{[]string{"job", "submit", "--wasm", "x.wasm", "--wait-timeout", "-3s"}, "--wait-timeout -3s is negative"},
 		{[]string{"--dial-timeout", "-1s", "status"}, "--dial-timeout -1s is negative"},
+		// A negative argument reads as an unknown flag.
+		{[]string{"job", "retention", "-2h"}, `"-2h" is negative (a leading - reads as a flag): give a positive value`},
+		{[]string{"job", "retention", "--bogus"}, "flag provided but not defined: -bogus"},
 	} {
 		r := runCLI(t, c.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "USAGE:") {

@@ -145,7 +145,10 @@ func parseDays(s string) (time.Duration, error) {
 		}
 	}
 	rest, err := time.ParseDuration(t)
-	if err != nil || rest < 0 {
+	if err == nil && rest < 0 {
+		return 0, fmt.Errorf("%q is negative; use a positive duration, e.g. 90m, 12h, 7d", s)
+	}
+	if err != nil {
 		return 0, fmt.Errorf("%q is not a duration; use e.g. 90m, 12h, 7d", s)
 	}
 	return d + rest, nil
