@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,10 @@ func browseCommand() *ucli.Command {
    of a CSS selector, take a screenshot, print to PDF. The URL's host is granted
    automatically; other hosts the page loads from need --allow-host.
 
+   A page that answers an HTTP error status (4xx, 5xx) loads as any page
+   does and the command exits 0, with a note on stderr naming the status;
+   with --fail (as curl --fail) it is an error instead, exit 1.
+
    Example:
      palyra job browse https://example.com --text h1 --screenshot page.png`,
 		Flags: []ucli.Flag{
@@ -33,6 +38,7 @@ func browseCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "pdf", Usage: "save the page as PDF to `FILE`"},
 			&ucli.StringSliceFlag{Name: "allow-host", Usage: "other `HOST`s the page may load from (repeatable)"},
 			&ucli.BoolFlag{Name: "allow-private", Usage: "allow private, loopback and link-local targets (a policy grant)"},
+			&ucli.BoolFlag{Name: "fail", Usage: "exit 1 when the page answers an HTTP error status (4xx, 5xx), as curl --fail does; by default it is a note on stderr"},
 			&ucli.DurationFlag{Name: "timeout", Usage: "job time limit", Value: time.Minute},
 			&ucli.DurationFlag{Name: "wait-timeout", Usage: "stop waiting after `DURATION` and cancel the job; by default browse waits for the job's end, but gives up within seconds when no node in the cluster can run browser jobs"},
 			jsonFlag,
@@ -92,6 +98,17 @@ func jobBrowse(c *ucli.Context) error {
 	if err != nil {
 		return waitFailed(c, cl, err) // an interrupted wait says the job goes on
 	}
+	status := pageStatus(job)
+	if status != "" && c.Bool("fail") && job.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+		if c.Bool("json") {
+			writeJSON(c.App.Writer, toJobJSON(job))
+		}
+		return ucli.Exit(status+" (--fail)", exitFailure)
+	}
+	if status != "" && !c.Bool("json") {
+		// Also why a --text step that waited in vain failed.
+		fmt.Fprintf(c.App.ErrWriter, "note: %s\n", status)
+	}
 	if job.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
 		if c.Bool("json") {
 			// One object on stdout, as 'job submit --wait --json' gives.
@@ -119,6 +136,26 @@ func jobBrowse(c *ucli.Context) error {
 		}
 	}
 	return nil
+}
+
+// pageStatus says which HTTP error status (4xx, 5xx) the page of a browse
+// job's navigate step answered, "" when none: the worker records it in the
+// job's stderr as a JSON line {"status":404,"status_text":…,"url":…,
+// "step":0} (runtime/browser, statusLine).
+func pageStatus(job *palyrav1.Job) string {
+	for _, line := range bytes.Split(job.Stderr, []byte("\n")) {
+		var l struct {
+			Status     int    `json:"status"`
+			StatusText string `json:"status_text"`
+			URL        string `json:"url"`
+			Step       int    `json:"step"`
+		}
+		if json.Unmarshal(line, &l) != nil || l.Status < 400 || l.Step != 0 {
+			continue
+		}
+		return fmt.Sprintf("the page answered %d %s: %s", l.Status, l.StatusText, l.URL)
+	}
+	return ""
 }
 
 func artifactCommand() *ucli.Command {

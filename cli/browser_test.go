@@ -436,3 +436,38 @@ func TestFailedBrowserJobPrintsNoEmptyValues(t *testing.T) {
 		t.Fatalf("browse --json of a job that fails: %+v (%v), want the job as one JSON object", r, err)
 	}
 }
+
+// 'job browse' of a page that answers an HTTP error status decides as
+// curl does: exit 0 by default, with a note on stderr naming the status
+// (it exited 0 silently); --fail makes it an error, exit 1, printing no
+// values. A page that answers 200 gets no note, --fail or not.
+func TestBrowseHTTPErrorStatus(t *testing.T) {
+	c := startBrowserNode(t)
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		if r.URL.Path != "/" {
+			w.WriteHeader(http.StatusNotFound)
+		}
+		fmt.Fprintf(w, `<h1>%s</h1>`, r.URL.Path)
+	}))
+	t.Cleanup(site.Close)
+	const note = "the page answered 404 Not Found"
+
+	r := c.cli("job", "browse", site.URL+"/missing", "--text", "h1", "--allow-private")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "/missing" || !strings.Contains(r.stderr, note) {
+		t.Fatalf("browse of a 404 page: %+v, want its text, exit 0 and a note saying %q", r, note)
+	}
+	r = c.cli("job", "browse", site.URL+"/missing", "--text", "h1", "--allow-private", "--fail")
+	if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, note) {
+		t.Fatalf("browse --fail of a 404 page: %+v, want exit 1 saying %q and nothing on stdout", r, note)
+	}
+	r = c.cli("job", "browse", site.URL+"/missing", "--allow-private", "--fail", "--json")
+	var j jobJSON
+	if err := json.Unmarshal([]byte(r.stdout), &j); r.code != 1 || err != nil || !strings.Contains(r.stderr, note) {
+		t.Fatalf("browse --fail --json of a 404 page: %+v (%v), want exit 1, the job as one JSON object", r, err)
+	}
+	r = c.cli("job", "browse", site.URL+"/", "--text", "h1", "--allow-private", "--fail")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "/" || strings.Contains(r.stderr, "answered") {
+		t.Fatalf("browse --fail of a page that answers 200: %+v", r)
+	}
+}

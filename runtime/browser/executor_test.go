@@ -2,11 +2,14 @@ package browser
 
 import (
 	"bytes"
+	"encoding/json"
 	"image"
 	"image/png"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,6 +146,49 @@ func TestStepFailureKeepsEarlierOutput(t *testing.T) {
 	)))
 	if r.Reason != runtime.ReasonStepFailed || !strings.Contains(r.Message, "boom") {
 		t.Fatalf("exception: got %q %q, want step_failed carrying the exception", r.Reason, r.Message)
+	}
+}
+
+// A navigate step whose page answers an HTTP error (4xx, 5xx) loads it as
+// any page (a 404 page is a page), and the job's Stderr records the
+// status of the main document, after redirects: the CLI's --fail and its
+// note read it there. A page that answers 200 records nothing.
+func TestNavigateRecordsAnHTTPErrorStatus(t *testing.T) {
+	e := shared(t)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { html(w, `<h1>home</h1>`) })
+	mux.HandleFunc("GET /gone", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/missing", http.StatusFound) })
+	mux.HandleFunc("GET /missing", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `<h1>no such page</h1>`)
+	})
+	mux.HandleFunc("GET /broken", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "oops", http.StatusBadGateway) })
+	site := newCountingServer(t, mux)
+	r := run(t, e, loopbackSpec(script(t,
+		map[string]any{"action": "navigate", "url": site.URL + "/"},
+		map[string]any{"action": "navigate", "url": site.URL + "/gone"},
+		map[string]any{"action": "extract", "selector": "h1", "name": "h1"},
+		map[string]any{"action": "navigate", "url": site.URL + "/broken"},
+	)))
+	mustOK(t, r)
+	if v := values(t, r); v["h1"] != "no such page" {
+		t.Errorf("values %s, want the 404 page's heading", r.Stdout)
+	}
+	want := []statusLine{
+		{Status: 404, StatusText: "Not Found", URL: site.URL + "/missing", Step: 1},
+		{Status: 502, StatusText: "Bad Gateway", URL: site.URL + "/broken", Step: 3},
+	}
+	var got []statusLine
+	for _, line := range strings.Split(strings.TrimSpace(string(r.Stderr)), "\n") {
+		var l statusLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil || l.Status == 0 {
+			t.Fatalf("stderr line %q is not an HTTP status line (%v):\n%s", line, err, r.Stderr)
+		}
+		got = append(got, l)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("status lines %+v, want %+v", got, want)
 	}
 }
 

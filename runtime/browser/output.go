@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"sort"
 	"sync"
 
@@ -16,6 +17,9 @@ const maxBlockedLines = 256
 // maxDialogLines bounds the dialog report in Stderr, and each list of a
 // session's dialog notes.
 const maxDialogLines = 64
+
+// maxStatusLines bounds the HTTP-status report in Stderr.
+const maxStatusLines = 64
 
 // limitError is a step failure caused by an output or artifact bound; it
 // maps to runtime.ReasonOutputLimit.
@@ -30,6 +34,17 @@ type blockedLine struct {
 	Type   string `json:"type"`   // resource type: Document, Image, Fetch, XHR, Script, connect, ...
 	Reason string `json:"reason"` // why the policy refused it
 	By     string `json:"by"`     // "policy" (navigate pre-check), "fetch" (interception) or "proxy" (egress proxy)
+}
+
+// statusLine is one line of Result.Stderr: a navigate step whose page
+// (the main document, after redirects) answered an HTTP error status,
+// 4xx or 5xx. The page loads all the same (a 404 page is a page); the CLI
+// reads the line for its note and for 'job browse --fail'.
+type statusLine struct {
+	Status     int64  `json:"status"`
+	StatusText string `json:"status_text"`
+	URL        string `json:"url"`
+	Step       int    `json:"step"`
 }
 
 // dialogLine is one line of Result.Stderr: a JavaScript dialog the page
@@ -94,7 +109,7 @@ func (d *dialogLog) notes() []string {
 }
 
 // recorder collects what a job produces: named values (Stdout), blocked
-// requests and answered dialogs (Stderr) and artifacts, each under its
+// requests, answered dialogs and HTTP error statuses (Stderr) and artifacts, each under its
 // limit. It is shared by
 // the step loop, the Fetch handler and the egress proxy.
 type recorder struct {
@@ -109,6 +124,8 @@ type recorder struct {
 	blockedSeen   map[string]bool
 	blockedMore   int
 	navBlocked    *BlockedError
+	statusLines   []statusLine
+	statusMore    int
 	dialogs       dialogLog // for Stderr
 	callNotes     dialogLog // dialogs since the session's last call returned
 	observeNotes  dialogLog // dialogs since the session's last observe
@@ -171,6 +188,22 @@ func (r *recorder) blocked(url, kind, reason, by string) {
 	}
 	r.blockedSeen[url] = true
 	r.blockedLines = append(r.blockedLines, blockedLine{URL: url, Type: kind, Reason: reason, By: by})
+}
+
+// httpError records that navigate step i loaded a page that answered an
+// HTTP error status (4xx, 5xx).
+func (r *recorder) httpError(i int, status int64, text, url string) {
+	if text == "" {
+		text = http.StatusText(int(status))
+	}
+	l := statusLine{Status: status, StatusText: truncate(text, 256), URL: truncate(url, 2048), Step: i}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.statusLines) >= maxStatusLines {
+		r.statusMore++
+		return
+	}
+	r.statusLines = append(r.statusLines, l)
 }
 
 // dialog records a JavaScript dialog and how it was answered.
@@ -257,8 +290,9 @@ func (r *recorder) takeNavBlocked() *BlockedError {
 	return be
 }
 
-// stderr renders the blocked-request report, then the dialog report, one
-// JSON object per line, bounded by maxOutput.
+// stderr renders the blocked-request report, then the dialog report, then
+// the HTTP error statuses of navigate steps, one JSON object per line,
+// bounded by maxOutput.
 func (r *recorder) stderr() []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -288,6 +322,19 @@ func (r *recorder) stderr() []byte {
 	}
 	if more > 0 {
 		fmt.Fprintf(&buf, "{\"dialogs_more\":%d}\n", more)
+	}
+	more = r.statusMore
+	for i, l := range r.statusLines {
+		b, _ := json.Marshal(l)
+		if buf.Len()+len(b)+1 > r.maxOutput-64 {
+			more += len(r.statusLines) - i
+			break
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	if more > 0 {
+		fmt.Fprintf(&buf, "{\"statuses_more\":%d}\n", more)
 	}
 	return buf.Bytes()
 }

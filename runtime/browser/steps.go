@@ -21,7 +21,7 @@ const pollInterval = 50 * time.Millisecond
 func (j *job) perform(ctx context.Context, i int, st Step) error {
 	switch st.Action {
 	case ActionNavigate:
-		return j.navigate(ctx, st.URL)
+		return j.navigate(ctx, i, st.URL)
 	case ActionClick:
 		if err := waitElement(ctx, st, true); err != nil {
 			return err
@@ -112,8 +112,10 @@ func refused(what, sel string, err error) error {
 
 // navigate checks the URL against the policy before the browser sees it
 // (interception would refuse it too; this gives the clearest message), then
-// loads it and waits for the load event.
-func (j *job) navigate(ctx context.Context, u string) error {
+// loads it and waits for the load event. A page that answers an HTTP
+// error status (4xx, 5xx) loads as any other; step i's status is recorded
+// for Stderr.
+func (j *job) navigate(ctx context.Context, i int, u string) error {
 	if err := j.pol.checkURL(ctx, u); err != nil {
 		var be *BlockedError
 		if !errors.As(err, &be) {
@@ -123,11 +125,15 @@ func (j *job) navigate(ctx context.Context, u string) error {
 		return fmt.Errorf("%w: %w", errNavBlocked, be)
 	}
 	j.rec.takeNavFailed() // a failure left by an earlier page is not this one's
-	if err := chromedp.Do(ctx, chromedp.Navigate(u)); err != nil {
+	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(u))
+	if err != nil {
 		if why := j.rec.takeNavFailed(); why != nil {
 			return fmt.Errorf("%w: %v", errUnreachable, why)
 		}
 		return fmt.Errorf("loading %s: %w", truncate(u, 256), err)
+	}
+	if resp != nil && resp.Status >= 400 { // nil: about:blank, a fragment
+		j.rec.httpError(i, resp.Status, resp.StatusText, resp.URL)
 	}
 	return nil
 }
