@@ -116,7 +116,7 @@ func (s *State) kvApplied(job string, run, seq uint64) {
 	j := s.jobs[job]
 	n := *j
 	n.KVSeq, n.KVSeqRun = seq, run
-	s.put(j, &n)
+	s.swap(&n)
 }
 
 // fenceWrite refuses a job's write unless the job is running at attempt

@@ -283,3 +283,45 @@ func TestRetriedKVWriteAppliesOnce(t *testing.T) {
 		t.Fatalf("writes without seq: %q", got)
 	}
 }
+
+// A numbered key-value write records its sequence in the job without
+// waking the job's watchers or its worker's reconcile (every write of a
+// job writing many keys did), and every index serves the updated record.
+func TestKVWriteWakesNobody(t *testing.T) {
+	f := NewFSM()
+	applyAll(t, f, submitWith("a", func(*raftpb.JobRecord) {}), assign("a", 1, "n1"))
+	st := f.State()
+	job, node, queue := st.Watch(TopicJob("a")), st.Watch(TopicNode("n1")), st.Watch(TopicQueue)
+	put := &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k", Value: []byte("v"), JobId: "a", Attempt: 1, NodeId: "n1", Seq: 1, Run: 7}}}
+	if r := applyAll(t, f, put)[0]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	for name, ch := range map[string]<-chan struct{}{"job": job, "node": node, "queue": queue} {
+		select {
+		case <-ch:
+			t.Errorf("the write woke the %s's watchers", name)
+		default:
+		}
+	}
+	if j, _ := st.Job("a"); j.KVSeq != 1 || j.KVSeqRun != 7 {
+		t.Fatalf("job record: seq %d run %d", j.KVSeq, j.KVSeqRun)
+	}
+	for _, j := range st.Jobs(JobFilter{Phase: PhaseRunning}) {
+		if j.ID == "a" && j.KVSeq != 1 {
+			t.Fatalf("the phase index serves the old record: seq %d", j.KVSeq)
+		}
+	}
+	for _, j := range st.Jobs(JobFilter{}) {
+		if j.ID == "a" && j.KVSeq != 1 {
+			t.Fatalf("the order index serves the old record: seq %d", j.KVSeq)
+		}
+	}
+	if on := st.RunningOn("n1"); len(on) != 1 || on[0].KVSeq != 1 {
+		t.Fatalf("the running index: %+v", on)
+	}
+	// The job still ends, and leaves every index, as any other.
+	applyAll(t, f, &raftpb.Command{Cmd: &raftpb.Command_FinishJob{FinishJob: &raftpb.FinishJob{Id: "a", Attempt: 1, NodeId: "n1", Ok: true, AtMs: 6}}})
+	if j, _ := st.Job("a"); j.Phase != PhaseCompleted || st.Count(PhaseRunning) != 0 || len(st.Jobs(JobFilter{Phase: PhaseRunning})) != 0 {
+		t.Fatalf("after finishing: phase %s, running count %d", j.Phase, st.Count(PhaseRunning))
+	}
+}

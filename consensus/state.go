@@ -208,6 +208,27 @@ func blobsOf(j *Job, f func(string)) {
 	}
 }
 
+// swap replaces a job with nw, a copy that differs only in fields no index
+// orders by and no watcher waits on (a key-value write's sequence number):
+// the trees and maps get the new pointer, nobody is woken. A job's
+// watchers and its worker's reconcile were woken by every write of a job
+// writing many keys. The caller holds s.mu.
+func (s *State) swap(nw *Job) {
+	x := &s.idx
+	x.order.ReplaceOrInsert(nw)
+	s.phaseTree(nw.Phase).ReplaceOrInsert(nw)
+	if nw.NodeID != "" {
+		s.nodeTree(nw.NodeID).ReplaceOrInsert(nw)
+	}
+	switch nw.Phase {
+	case PhaseQueued:
+		x.queue[nw.Kind].ReplaceOrInsert(nw)
+	case PhaseRunning:
+		x.running[nw.NodeID][nw.ID] = nw
+	}
+	s.jobs[nw.ID] = nw
+}
+
 // put replaces old with nw in the state and every index (old nil: insert;
 // nw nil: delete) and wakes the topics the change concerns. Every job
 // mutation goes through here. The caller holds s.mu.
