@@ -299,9 +299,10 @@ c.putImageData(d, 0, 0);</script>`)
 		io.WriteString(w, `<script>confirm('really?')</script><p id=after>after</p>`)
 	}))
 	defer dialog.Close()
-	r = c.cli("browser", "do", id, "navigate "+dialog.URL+"/", "extract #after after")
-	if r.code != 0 || !strings.Contains(r.stdout, `"after": "after"`) || !strings.Contains(r.stderr, "note: dialog: confirm") || !strings.Contains(r.stderr, "really?") {
-		t.Fatalf("a page with a dialog: %+v", r)
+	r = c.cli("browser", "do", id, "navigate "+dialog.URL+"/", "extract #after after", "observe")
+	if r.code != 0 || !strings.Contains(r.stdout, `"after": "after"`) || !strings.Contains(r.stderr, "note: dialog: confirm") ||
+		strings.Count(r.stdout+r.stderr, "really?") != 1 {
+		t.Fatalf("a page with a dialog: %+v, want its note once, on stderr (not in observe too)", r)
 	}
 	if r := c.cli("browser", "list"); r.code != 0 || !strings.Contains(r.stdout, id) {
 		t.Fatalf("list: %+v", r)

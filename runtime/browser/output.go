@@ -55,19 +55,12 @@ type dialogLine struct {
 	URL     string `json:"url"`             // the frame that opened it
 	Handled string `json:"handled"`         // "accepted" or "dismissed"
 	Count   int    `json:"count,omitempty"` // this many in a row, when more than one
-
-	// text, when set, is a session note of another kind (a blocked
-	// navigation) that shares the dialogs' lists of notes.
-	text string
 }
 
 // note is the dialog as a session reports it: one line, the page's text
 // quoted.
 func (l dialogLine) note() string {
-	s := l.text
-	if s == "" {
-		s = fmt.Sprintf("dialog: %s %s from %s: %s", l.Type, jsString(l.Message), l.URL, l.Handled)
-	}
+	s := fmt.Sprintf("dialog: %s %s from %s: %s", l.Type, jsString(l.Message), l.URL, l.Handled)
 	if l.Count > 1 {
 		s += fmt.Sprintf(" (%d times)", l.Count)
 	}
@@ -83,7 +76,7 @@ type dialogLog struct {
 
 func (d *dialogLog) add(l dialogLine) {
 	if n := len(d.lines); n > 0 {
-		if last := &d.lines[n-1]; last.Type == l.Type && last.Message == l.Message && last.URL == l.URL && last.Handled == l.Handled && last.text == l.text {
+		if last := &d.lines[n-1]; last.Type == l.Type && last.Message == l.Message && last.URL == l.URL && last.Handled == l.Handled {
 			last.Count = max(last.Count, 1) + 1
 			return
 		}
@@ -128,7 +121,6 @@ type recorder struct {
 	statusMore    int
 	dialogs       dialogLog // for Stderr
 	callNotes     dialogLog // dialogs since the session's last call returned
-	observeNotes  dialogLog // dialogs since the session's last observe
 	navFailed     error     // why the proxy could not fetch the last request that failed
 	artifacts     []runtime.Artifact
 	artifactBytes int
@@ -218,7 +210,6 @@ func (r *recorder) dialog(kind, message, url string, accepted bool) {
 	defer r.mu.Unlock()
 	r.dialogs.add(l)
 	r.callNotes.add(short)
-	r.observeNotes.add(short)
 }
 
 // takeCallNotes returns the dialog notes recorded since the last call and
@@ -229,23 +220,10 @@ func (r *recorder) takeCallNotes() []string {
 	return r.callNotes.notes()
 }
 
-// takeObserveNotes returns the dialog notes recorded since the last
-// observe and forgets them.
-func (r *recorder) takeObserveNotes() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.observeNotes.notes()
-}
-
 // navBlockedNote is a session's note for a blocked main-frame navigation
-// that no step is failed for (when says when it came); the next observe
-// lists it too, after its first line, as it does dialogs.
-func (r *recorder) navBlockedNote(be *BlockedError, when string) string {
-	n := fmt.Sprintf("navigation blocked %s: the page tried to load %s: %s", when, truncate(be.URL, 256), truncate(be.Reason, 512))
-	r.mu.Lock()
-	r.observeNotes.add(dialogLine{text: n})
-	r.mu.Unlock()
-	return n
+// that no step is failed for (when says when it came).
+func navBlockedNote(be *BlockedError, when string) string {
+	return fmt.Sprintf("navigation blocked %s: the page tried to load %s: %s", when, truncate(be.URL, 256), truncate(be.Reason, 512))
 }
 
 // blockNavigation records that the page's main frame tried to load a

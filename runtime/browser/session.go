@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -73,8 +72,8 @@ type SessionResult struct {
 	// (`dialog: confirm "Sure?" from https://…/: dismissed`), a
 	// navigation the page started by itself that the policy blocked
 	// (`navigation blocked between calls: …`), and a page that stopped
-	// answering after the last step. The next observe lists the dialogs
-	// and blocked navigations too.
+	// answering after the last step. Each is said once, here: observe
+	// shows the page's state only.
 	Notes []string
 }
 
@@ -245,7 +244,7 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 		if be := s.j.rec.takeNavBlocked(); be != nil {
 			// Refused after the call's last step had returned (a link it
 			// clicked, a script it started).
-			res.Notes = append(res.Notes, s.j.rec.navBlockedNote(be, "after the call's last step"))
+			res.Notes = append(res.Notes, navBlockedNote(be, "after the call's last step"))
 		}
 		res.Values = s.j.rec.takeValues()
 		res.Notes = append(s.j.rec.takeCallNotes(), res.Notes...)
@@ -255,7 +254,7 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 	if be := s.j.rec.takeNavBlocked(); be != nil {
 		// The page started it by itself between calls (a timer, a meta
 		// refresh): a note, not the failure of this call's first step.
-		res.Notes = append(res.Notes, s.j.rec.navBlockedNote(be, "between calls"))
+		res.Notes = append(res.Notes, navBlockedNote(be, "between calls"))
 	}
 	if s.j.pageHasCrashed() && !s.j.p.lost() {
 		// Between calls: the call goes on, on the new page.
@@ -304,21 +303,15 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 	return done(nil)
 }
 
-// observe runs the observe snapshot, with the dialogs the page opened
-// since the last one listed after its first line.
+// observe runs the observe snapshot: the page's state only. What else
+// happened on the page (dialogs, blocked navigations) is in the call's
+// Notes, once.
 func (s *session) observe() (string, error) {
 	octx, cancel := context.WithTimeoutCause(s.tab, SessionActionTimeout, sessionTimeout())
 	obs, err := chromedp.Run(octx, chromedp.Evaluate[string](jsObserve))
 	cancel()
 	if err != nil {
 		return "", s.timedOut(octx, err)
-	}
-	if notes := s.j.rec.takeObserveNotes(); len(notes) > 0 {
-		head, rest, _ := strings.Cut(obs, "\n")
-		obs = head + "\n" + strings.Join(notes, "\n")
-		if rest != "" {
-			obs += "\n" + rest
-		}
 	}
 	return obs, nil
 }
