@@ -313,8 +313,22 @@ c.putImageData(d, 0, 0);</script>`)
 	if r := c.cli("browser", "close", id); r.code != 0 {
 		t.Fatalf("close: %+v", r)
 	}
-	if r := c.cli("browser", "do", id, "observe"); r.code != 1 || !strings.Contains(r.stderr, "no such browser session") {
+	if r := c.cli("browser", "do", id, "observe"); r.code != 1 || !strings.Contains(r.stderr, "browser session "+id+" is already closed") {
 		t.Fatalf("do on a closed session: %+v", r)
+	}
+	// Closing it again fails as cancelling an ended job does (exit 1),
+	// saying the session is already closed.
+	again := c.cli("browser", "close", id)
+	if again.code != 1 || !strings.Contains(again.stderr, "browser session "+id+" is already closed") {
+		t.Fatalf("close of a closed session: %+v, want exit 1 saying it is already closed", again)
+	}
+	b := c.cli("job", "browse", site.URL+"/", "--allow-private", "--json")
+	var done jobJSON
+	if err := json.Unmarshal([]byte(b.stdout), &done); err != nil || b.code != 0 {
+		t.Fatalf("browse: %+v (%v)", b, err)
+	}
+	if r := c.cli("job", "cancel", done.ID); r.code != again.code || !strings.Contains(r.stderr, "already completed") {
+		t.Fatalf("job cancel of a completed job: %+v; browser close of a closed session exits %d: they should agree", r, again.code)
 	}
 }
 

@@ -35,6 +35,7 @@ type Executor struct {
 
 	sessMu   sync.Mutex
 	sessions map[string]*session // nil value: reserved while opening
+	ended    endedSessions       // the sessions that ended lately, to say so
 
 	pool readyPool     // contexts made ahead of jobs, one per slot (pool.go)
 	kick chan struct{} // asks the filler to top the pool up

@@ -191,10 +191,75 @@ func (e *Executor) session(id string) (*session, error) {
 	defer e.sessMu.Unlock()
 	s := e.sessions[id]
 	if s == nil {
-		return nil, fmt.Errorf("%w %s on this worker: it was closed, expired (idle %s, lifetime %s) or its worker restarted", ErrNoSession, id, e.cfg.SessionIdleTTL, e.cfg.SessionLifetime)
+		return nil, e.noSessionLocked(id)
 	}
 	return s, nil
 }
+
+// noSessionLocked is the error of a call to session id, which is not
+// open: one that ended here lately is already closed or expired, and says
+// so; of another, the worker knows nothing more. It is an ErrNoSession.
+// e.sessMu is held.
+func (e *Executor) noSessionLocked(id string) error {
+	if end, ok := e.ended.by[id]; ok {
+		return &sessionEndedError{id: id, end: end}
+	}
+	return fmt.Errorf("%w %s on this worker: it was closed, expired (idle %s, lifetime %s) or its worker restarted", ErrNoSession, id, e.cfg.SessionIdleTTL, e.cfg.SessionLifetime)
+}
+
+// maxEndedSessions bounds how many ended sessions an executor remembers,
+// to tell a later call that its session is already closed or expired.
+const maxEndedSessions = 256
+
+// sessionEnd is how and when a session ended: closed, or expired (why
+// says how).
+type sessionEnd struct {
+	state string // "closed" or "expired"
+	why   string // for "expired": "unused for more than 10m0s", …
+	at    time.Time
+}
+
+// endedSessions remembers the sessions that ended here lately, the
+// latest maxEndedSessions (guarded by Executor.sessMu).
+type endedSessions struct {
+	by    map[string]sessionEnd
+	order []string // oldest first
+}
+
+func (es *endedSessions) add(id string, end sessionEnd) {
+	if es.by == nil {
+		es.by = map[string]sessionEnd{}
+	}
+	if len(es.order) >= maxEndedSessions {
+		delete(es.by, es.order[0])
+		es.order = es.order[1:]
+	}
+	es.by[id] = end
+	es.order = append(es.order, id)
+}
+
+// sessionEndedError is the error of a call to a session that ended here:
+// closing it again, or driving it after. It is an ErrNoSession (the API's
+// not_found), as cancelling a job that ended is an error.
+type sessionEndedError struct {
+	id  string
+	end sessionEnd
+}
+
+func (e *sessionEndedError) Error() string {
+	ago := time.Since(e.end.at)
+	if ago >= time.Second {
+		ago = ago.Round(time.Second)
+	} else {
+		ago = ago.Round(time.Millisecond)
+	}
+	if e.end.why == "" {
+		return fmt.Sprintf("browser session %s is already %s (%s %s ago)", e.id, e.end.state, e.end.state, ago)
+	}
+	return fmt.Sprintf("browser session %s is already %s (%s; it ended %s ago)", e.id, e.end.state, e.end.why, ago)
+}
+
+func (e *sessionEndedError) Unwrap() error { return ErrNoSession }
 
 // Session describes session id.
 func (e *Executor) Session(id string) (SessionInfo, error) {
@@ -590,15 +655,24 @@ func (e *Executor) Screenshot(ctx context.Context, id string) ([]byte, string, e
 	return nil, "", fmt.Errorf("the screenshot is over the %d KiB limit even as a JPEG; read what you need from the page instead ('observe', or 'extract SELECTOR NAME')", MaxSessionScreenshot>>10)
 }
 
-// CloseSession closes a session and disposes of its browser context.
+// CloseSession closes a session and disposes of its browser context. A
+// session that is not open is an error (an ErrNoSession), which says when
+// the session was already closed or expired.
 func (e *Executor) CloseSession(id string) error {
+	return e.closeSession(id, sessionEnd{state: "closed"})
+}
+
+// closeSession closes session id, remembering how it ended.
+func (e *Executor) closeSession(id string, end sessionEnd) error {
 	e.sessMu.Lock()
 	s := e.sessions[id]
 	if s == nil {
-		e.sessMu.Unlock()
-		return fmt.Errorf("%w %s on this worker", ErrNoSession, id)
+		defer e.sessMu.Unlock()
+		return e.noSessionLocked(id)
 	}
 	delete(e.sessions, id)
+	end.at = time.Now()
+	e.ended.add(id, end)
 	e.sessMu.Unlock()
 	s.cancel(errSessionExpired)
 	s.mu.Lock()
@@ -648,23 +722,26 @@ func (e *Executor) reapSessions() {
 		}
 		now := time.Now()
 		e.sessMu.Lock()
-		var stale []string
+		stale := map[string]sessionEnd{}
 		var idle []*session
 		for id, s := range e.sessions {
 			if s == nil || !s.mu.TryLock() {
 				continue // opening, or in a call: not idle
 			}
-			if now.Sub(s.info.LastUsedAt) > e.cfg.SessionIdleTTL || now.Sub(s.info.CreatedAt) > e.cfg.SessionLifetime {
-				stale = append(stale, id)
-			} else {
+			switch {
+			case now.Sub(s.info.CreatedAt) > e.cfg.SessionLifetime:
+				stale[id] = sessionEnd{state: "expired", why: fmt.Sprintf("its lifetime of %s ran out", e.cfg.SessionLifetime)}
+			case now.Sub(s.info.LastUsedAt) > e.cfg.SessionIdleTTL:
+				stale[id] = sessionEnd{state: "expired", why: fmt.Sprintf("unused for more than %s", e.cfg.SessionIdleTTL)}
+			default:
 				idle = append(idle, s)
 			}
 			s.mu.Unlock()
 		}
 		e.sessMu.Unlock()
-		for _, id := range stale {
-			if e.CloseSession(id) == nil {
-				e.log.Info("browser session expired", "session", id)
+		for id, end := range stale {
+			if e.closeSession(id, end) == nil {
+				e.log.Info("browser session expired", "session", id, "why", end.why)
 			}
 		}
 		for _, s := range idle {

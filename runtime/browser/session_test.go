@@ -150,6 +150,29 @@ func TestSessionLoginStepByStepAndIsolation(t *testing.T) {
 	}
 }
 
+// Closing a session twice is an error, as cancelling a job that ended is
+// ('palyra job cancel': "job … is already completed"), and says so: the
+// session is already closed, not that there is no such session (it said
+// "no such browser session … on this worker"). An id the worker never
+// had is still no such session.
+func TestClosingASessionTwiceSaysItIsAlreadyClosed(t *testing.T) {
+	e := shared(t)
+	id := openLoopbackSession(t, e)
+	if err := e.CloseSession(id); err != nil {
+		t.Fatal(err)
+	}
+	err := e.CloseSession(id)
+	if !errors.Is(err, ErrNoSession) || !strings.Contains(err.Error(), "browser session "+id+" is already closed (closed ") {
+		t.Fatalf("closing it again: %v, want it to say the session is already closed", err)
+	}
+	if _, err := e.Session(id); !errors.Is(err, ErrNoSession) || !strings.Contains(err.Error(), "is already closed") {
+		t.Fatalf("looking it up after: %v", err)
+	}
+	if err := e.CloseSession("bs-never"); !errors.Is(err, ErrNoSession) || !strings.Contains(err.Error(), "no such browser session bs-never") {
+		t.Fatalf("closing a session never opened: %v", err)
+	}
+}
+
 // A session idle past its TTL is closed; the cap on open sessions holds.
 func TestSessionIdleTTLAndCap(t *testing.T) {
 	e := newExecutor(t, Config{Slots: 1, MaxSessions: 1, SessionIdleTTL: 300 * time.Millisecond})
@@ -172,8 +195,11 @@ func TestSessionIdleTTLAndCap(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := e.Do(ctx, s.ID, steps(t, map[string]any{"action": "observe"})); !errors.Is(err, ErrNoSession) {
-		t.Fatalf("expired session: %v", err)
+	if _, err := e.Do(ctx, s.ID, steps(t, map[string]any{"action": "observe"})); !errors.Is(err, ErrNoSession) || !strings.Contains(err.Error(), "is already expired (unused for more than 300ms") {
+		t.Fatalf("expired session: %v, want it to say the session expired, and why", err)
+	}
+	if err := e.CloseSession(s.ID); !errors.Is(err, ErrNoSession) || !strings.Contains(err.Error(), "is already expired") {
+		t.Fatalf("closing an expired session: %v, want it to say the session already expired", err)
 	}
 	if _, err := e.OpenSession(ctx, SessionSpec{Owner: "x"}); err != nil {
 		t.Fatalf("a slot should be free again: %v", err)
