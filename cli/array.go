@@ -284,14 +284,18 @@ func (p *progress) update(a *palyrav1.JobArray) {
 }
 
 // watchArray follows array id until every task has ended, showing
-// progress, and rides out a restarting node for up to a minute.
+// progress, and rides out a restarting or silent node (through another,
+// if the client knows one) for up to a minute of failures.
 func watchArray(ctx context.Context, cl *client.Client, id string, show func(*palyrav1.JobArray)) (*palyrav1.JobArray, error) {
 	var lastErr error
 	deadline := time.Now().Add(time.Minute)
+	f := cl.Follow(id)
+	defer f.Close()
 	for time.Now().Before(deadline) {
 		stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
 		if err == nil {
 			for stream.Receive() {
+				f.Delivered()
 				a := stream.Msg().Array
 				if a == nil {
 					stream.Close()
@@ -315,10 +319,8 @@ func watchArray(ctx context.Context, cl *client.Client, id string, show func(*pa
 			return nil, err
 		}
 		lastErr = err
-		select {
-		case <-ctx.Done():
+		if !f.Broke(ctx, err) {
 			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
 		}
 	}
 	return nil, lastErr
@@ -355,6 +357,9 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, nam
 		}
 	}
 	p := &progress{w: c.App.ErrWriter, tty: isTerminal(c.App.ErrWriter)}
+	if cl.Notify == nil {
+		cl.Notify = reconnectNotices(c.App.ErrWriter)
+	}
 	ctx, cancelTimeout := withWaitTimeout(c)
 	defer cancelTimeout()
 	wctx, cancel := context.WithCancel(ctx)

@@ -104,7 +104,13 @@ func jobCommand() *ucli.Command {
    For a job array: progress on stderr until every task has ended, then each
    task's stdout in task order (or files with --output-dir), as 'job submit
    --wait' does; with --json, one document {"array": …, "tasks": […]}.
-   Exits 1 if the job, or any task, did not complete.`,
+   Exits 1 if the job, or any task, did not complete.
+
+   A node that goes away while it serves the watch (stopped, restarted,
+   killed: 2 s without an answer) is left for another node the command
+   knows (--addr A,B,C, the credential's nodes, or those the cluster
+   names), or for the same one once it serves again; stderr says through
+   which. 'job submit --wait' does the same.`,
 				Flags:  []ucli.Flag{outputDirFlag, jsonFlag},
 				Action: jobWatch,
 			},
@@ -331,6 +337,7 @@ func runAndWait(c *ucli.Context, cl *client.Client, req *palyrav1.SubmitJobReque
 	g := &giveUpTimer{d: giveUpFor(c), cancel: cancel}
 	defer g.stop()
 	reasons := &reasonPrinter{w: c.App.ErrWriter}
+	cl.Notify = reconnectNotices(c.App.ErrWriter)
 	job, err := cl.Run(ctx, req, func(j *palyrav1.Job) {
 		reasons.see(j)
 		g.see(j)
@@ -543,7 +550,8 @@ func printApprovalHint(w io.Writer, id string) {
 }
 
 // waitJob follows a job until it reaches a terminal phase, riding out a
-// restarting node for up to a minute. It ends early with a
+// restarting or silent node (through another, if the client knows one) for
+// up to a minute of failures. It ends early with a
 // *stillQueuedError when opts.giveUp says so, or when ctx's deadline (a
 // --wait-timeout) passes, and with an *interruptedError when ctx is
 // cancelled (the user interrupted the command).
@@ -557,6 +565,11 @@ func waitJob(ctx context.Context, cl *client.Client, id string, opts waitOpts) (
 	g := &giveUpTimer{d: opts.giveUp, cancel: cancel}
 	defer g.stop()
 	reasons := &reasonPrinter{w: opts.progress}
+	if cl.Notify == nil && opts.progress != nil {
+		cl.Notify = reconnectNotices(opts.progress)
+	}
+	f := cl.Follow(id)
+	defer f.Close()
 	ended := func() error {
 		if g.fired.Load() {
 			return &stillQueuedError{job: last, id: id, unplaceable: true}
@@ -570,6 +583,7 @@ func waitJob(ctx context.Context, cl *client.Client, id string, opts waitOpts) (
 		stream, err := cl.Jobs.WatchJob(wctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
 		if err == nil {
 			for stream.Receive() {
+				f.Delivered()
 				last = stream.Msg().Job
 				deadline = time.Now().Add(time.Minute)
 				if tty {
@@ -593,10 +607,8 @@ func waitJob(ctx context.Context, cl *client.Client, id string, opts waitOpts) (
 			return nil, err
 		}
 		lastErr = err
-		select {
-		case <-wctx.Done():
+		if !f.Broke(wctx, err) {
 			return nil, ended()
-		case <-time.After(500 * time.Millisecond):
 		}
 	}
 	return nil, lastErr
@@ -868,10 +880,12 @@ func isTerminal(w io.Writer) bool {
 }
 
 // jobWatch prints each change of a job until it ends. A stream broken by
-// its node (stopped, restarted, unreachable) is opened again, through
-// another node when the credential knows several, for up to a minute of
-// failures; the state the new stream starts with is printed only if it
-// changed meanwhile.
+// its node (stopped, restarted, unreachable, silent) is opened again, at
+// once through another node when the client knows several (the
+// credential's, --addr's, or the cluster's members it learned), then
+// every second at most, for up to a minute of failures; stderr says so
+// (reconnectNotices). The state the new stream starts with is printed
+// only if it changed meanwhile.
 func jobWatch(c *ucli.Context) error {
 	id, err := oneArg(c, "job id")
 	if err != nil {
@@ -884,11 +898,15 @@ func jobWatch(c *ucli.Context) error {
 	defer cl.Close()
 	var last *palyrav1.Job
 	retryUntil := time.Now().Add(time.Minute)
-	resumed, said := false, false
+	resumed := false
+	cl.Notify = reconnectNotices(c.App.ErrWriter)
+	f := cl.Follow(id)
+	defer f.Close()
 	for {
 		stream, err := cl.Jobs.WatchJob(c.Context, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
 		if err == nil {
 			for stream.Receive() {
+				f.Delivered()
 				if stream.Msg().Array != nil {
 					// A job array: follow it (progress, then outputs) on a
 					// stream of its own.
@@ -929,21 +947,33 @@ func jobWatch(c *ucli.Context) error {
 			// for a stream that broke after it worked.
 			return fail(c, cl.Explain(err))
 		}
-		if !said && last != nil {
-			fmt.Fprintf(c.App.ErrWriter, "lost the node's stream (%s); following %s again (the job goes on)\n", cl.Explain(err).Message, id)
-			said = true
-		}
 		resumed = true
-		select {
-		case <-c.Context.Done():
+		if !f.Broke(c.Context, err) {
 			return stoppedFollowing(c, "job", id)
-		case <-time.After(500 * time.Millisecond):
 		}
 	}
 	if last != nil && last.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
 		return ucli.Exit("", exitFailure)
 	}
 	return nil
+}
+
+// reconnectNotices prints a wait's reconnects on w: on a terminal each
+// loss and each resumption as they happen (clearing a progress bar's
+// line), else one short line once the wait follows the job again, naming
+// the node it lost and the one it goes on through.
+func reconnectNotices(w io.Writer) func(client.Notice) {
+	tty := isTerminal(w)
+	return func(n client.Notice) {
+		switch {
+		case tty && n.Through != "":
+			fmt.Fprintf(w, "\r\033[Kfollowing %s again through %s\n", n.What, n.Through)
+		case tty:
+			fmt.Fprintf(w, "\r\033[K%s\n", n)
+		case n.Through != "":
+			fmt.Fprintln(w, n)
+		}
+	}
 }
 
 // watchRetryable: a watch that failed for its node's sake (gone, restarting,

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -53,14 +54,27 @@ type Options struct {
 	// check the nodes and UDP). The CLI says what fits the credential: a
 	// node's data dir or a paired device.
 	UnreachableHint string
+	// SilentAfter is how long a connection may stay silent (no packet at
+	// all: keep-alives go every 500 ms, and a live node acknowledges each)
+	// while a Follower waits on it, before it is taken for dead and closed,
+	// so the wait goes on through another node (default DefaultSilentAfter;
+	// four round trips are added on a slow path).
+	SilentAfter time.Duration
 }
+
+// DefaultSilentAfter is Options.SilentAfter's default: four keep-alives
+// unanswered. A node SIGKILLed or cut off sends nothing to say so; without
+// this a waiting stream would notice only at the idle timeout (8 s).
+const DefaultSilentAfter = 2 * time.Second
 
 // Client talks to a cluster through one of its nodes. It knows several
 // node addresses and connects to the first that answers, trying the one
 // that answered last first; when that connection fails, the next call
 // dials again, so a client outlives any one node. A call in flight when
 // its node dies fails (it may have taken effect); only connecting is
-// retried.
+// retried. A Follower (a long wait on a stream) is more eager: it takes a
+// silent connection for dead within seconds, and tries the other nodes
+// first when it reconnects.
 type Client struct {
 	Addr     string   // the first address, as given
 	Addrs    []string // every address it may dial, in order
@@ -81,14 +95,32 @@ type Client struct {
 	Audit palyrav1connect.AuditServiceClient
 	// Hooks binds events to skill tools.
 	Hooks palyrav1connect.HookServiceClient
-	tr    *http3.Transport
-	opts  Options
+	// Notify, when set, is told when a Follower loses its node's stream
+	// and when it follows again, and through which node (the CLI prints
+	// it on stderr).
+	Notify func(Notice)
+	tr     *http3.Transport
+	opts   Options
 
 	mu       sync.Mutex
 	answered string // the address of the current (or last) connection
 	qt       *quic.Transport
 	closed   bool
 	onClose  []func()
+	// learned are the cluster's node addresses Peers found that Addrs
+	// lacks: dialled after Addrs.
+	learned []string
+	// avoid is the address of a connection that went silent or whose
+	// stream broke: dialled last until it answers again.
+	avoid string
+	// conn is the current connection, heard the last time a packet was
+	// seen arriving on it (at heardPackets), for the silence watch.
+	conn         *quic.Conn
+	heard        time.Time
+	heardPackets uint64
+	checked      time.Time     // the silence watch's last look
+	followers    int           // Followers under way
+	stopSilence  chan struct{} // ends the silence watch
 }
 
 // New returns a client for the node at addr using cred. No connection is
@@ -116,16 +148,20 @@ func NewCluster(addrs []string, cred *identity.Credential, o Options) (*Client, 
 	if o.Stagger <= 0 {
 		o.Stagger = DefaultStagger
 	}
+	if o.SilentAfter <= 0 {
+		o.SilentAfter = DefaultSilentAfter
+	}
 	c := &Client{Addr: addrs[0], Addrs: addrs, opts: o}
 	c.tr = &http3.Transport{
 		TLSClientConfig: identity.ClientTLSConfig(cred, []string{http3.NextProtoH3}, nil),
 		QUICConfig: &quic.Config{
 			HandshakeIdleTimeout: o.DialTimeout,
 			// A node that stops answering is given up after 8 s of
-			// silence (keep-alives every 2 s), then the next call dials
-			// another.
+			// silence, then the next call dials another. Keep-alives go
+			// every 500 ms (a few bytes), so a Follower can tell a
+			// silent node from a quiet one much sooner (SilentAfter).
 			MaxIdleTimeout:  8 * time.Second,
-			KeepAlivePeriod: 2 * time.Second,
+			KeepAlivePeriod: keepAlive,
 		},
 		Dial: c.dial,
 	}
@@ -184,13 +220,29 @@ func (c *Client) OnClose(f func()) {
 
 // Peers asks the cluster for the addresses of its nodes: the one this
 // client reached first, then every node that node knows (raft servers and
-// alive members).
+// alive members). The client dials those it did not know too, after its
+// own, when its node goes away.
 func (c *Client) Peers(ctx context.Context) ([]string, error) {
 	resp, err := c.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
 	if err != nil {
 		return nil, err
 	}
-	return dedup(append([]string{c.Answered()}, resp.Msg.Peers...)), nil
+	peers := dedup(append([]string{c.Answered()}, resp.Msg.Peers...))
+	c.learn(peers)
+	return peers, nil
+}
+
+// learn adds the addresses among addrs that the client does not know to
+// those it dials.
+func (c *Client) learn(addrs []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil || slices.Contains(c.Addrs, a) || slices.Contains(c.learned, a) {
+			continue
+		}
+		c.learned = append(c.learned, a)
+	}
 }
 
 // Reached is the address of the node the client reached, or (before any
@@ -242,19 +294,23 @@ func (c *Client) transport() (*quic.Transport, error) {
 }
 
 // order is the dial order: the address that answered last, then the
-// others as given.
+// others as given, then those learned from the cluster; an address to
+// avoid (its connection went silent, or a Follower's stream broke there)
+// comes last.
 func (c *Client) order() []string {
 	c.mu.Lock()
-	last := c.answered
-	c.mu.Unlock()
-	out := make([]string, 0, len(c.Addrs))
-	if last != "" {
-		out = append(out, last)
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.Addrs)+len(c.learned)+1)
+	if c.answered != "" {
+		out = append(out, c.answered)
 	}
-	for _, a := range c.Addrs {
-		if a != last {
+	for _, a := range slices.Concat(c.Addrs, c.learned) {
+		if !slices.Contains(out, a) {
 			out = append(out, a)
 		}
+	}
+	if i := slices.Index(out, c.avoid); i >= 0 && len(out) > 1 {
+		out = append(slices.Delete(out, i, i+1), c.avoid)
 	}
 	return out
 }
@@ -320,6 +376,10 @@ func (c *Client) dial(ctx context.Context, _ string, tlsCfg *tls.Config, qcfg *q
 			if r.err == nil {
 				c.mu.Lock()
 				c.answered = addrs[r.i]
+				if c.avoid == c.answered {
+					c.avoid = ""
+				}
+				c.conn, c.heard, c.heardPackets = r.conn, time.Now(), r.conn.ConnectionStats().PacketsReceived
 				c.mu.Unlock()
 				go func(n int) { // close the handshakes that lost the race
 					for ; n > 0; n-- {
@@ -431,6 +491,11 @@ const apiRefusedAlert = "tls: no application protocol"
 
 func (c *Client) transportError(addr string, err error) *Error {
 	msg := err.Error()
+	var app *quic.ApplicationError
+	if errors.As(err, &app) && !app.Remote && app.ErrorCode == silentCode {
+		return &Error{Code: "unavailable", Message: fmt.Sprintf("the node at %s stopped answering (%s)", addr, app.ErrorMessage),
+			Hint: "check that it runs ('palyra status'), or reach another node (--addr A,B,C; a paired device tries every node it knows)"}
+	}
 	var idle *quic.IdleTimeoutError
 	var hs *quic.HandshakeTimeoutError
 	var tlsAlert tls.AlertError

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -17,9 +16,10 @@ import (
 // Run submits one wasm job and follows it to its end in one call (the
 // RunJob RPC), naming the module by hash first as Submit does. accepted,
 // when set, is called with the job once the cluster has accepted it. If
-// the stream breaks after that (the node restarted, say), Run follows the
-// job with WatchJob until ctx ends. It returns the ended job, whatever its
-// phase; an error means the job's end was not seen.
+// the stream breaks after that (the node restarted, was killed or went
+// silent), Run follows the job with WatchJob, as a Follower, until ctx
+// ends. It returns the ended job, whatever its phase; an error means the
+// job's end was not seen.
 func (c *Client) Run(ctx context.Context, req *palyrav1.SubmitJobRequest, update func(*palyrav1.Job)) (*palyrav1.Job, error) {
 	if err := checkSize(req); err != nil {
 		return nil, err
@@ -27,6 +27,8 @@ func (c *Client) Run(ctx context.Context, req *palyrav1.SubmitJobRequest, update
 	sum := sha256.Sum256(req.WasmModule)
 	byHash := proto.Clone(req).(*palyrav1.SubmitJobRequest)
 	byHash.WasmModule, byHash.ModuleSha256 = nil, hex.EncodeToString(sum[:])
+	f := c.Follow("")
+	defer f.Close()
 	job, id, err := c.runOnce(ctx, byHash, update)
 	if err != nil && id == "" && c.Explain(err).Code == "module_not_found" {
 		job, id, err = c.runOnce(ctx, req, update)
@@ -34,7 +36,8 @@ func (c *Client) Run(ctx context.Context, req *palyrav1.SubmitJobRequest, update
 	if err == nil || id == "" {
 		return job, err
 	}
-	return c.followJob(ctx, id, update)
+	f.what = id
+	return c.followJob(ctx, f, id, err, update)
 }
 
 // runOnce sends one RunJob and reads it to the end. id is set once the
@@ -61,13 +64,19 @@ func (c *Client) runOnce(ctx context.Context, req *palyrav1.SubmitJobRequest, up
 	return nil, id, err
 }
 
-// followJob watches job id until it ends, riding out a node that restarts
-// or loses its leader, until ctx ends.
-func (c *Client) followJob(ctx context.Context, id string, update func(*palyrav1.Job)) (*palyrav1.Job, error) {
+// followJob watches job id, whose stream broke with err, until it ends,
+// riding out a node that restarts, goes silent or loses its leader, until
+// ctx ends.
+func (c *Client) followJob(ctx context.Context, f *Follower, id string, err error, update func(*palyrav1.Job)) (*palyrav1.Job, error) {
 	for {
-		stream, err := c.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
+		if !f.Broke(ctx, err) {
+			return nil, fmt.Errorf("job %s accepted, but its end was not seen: %w (last error: %v)", id, ctx.Err(), err)
+		}
+		var stream *connect.ServerStreamForClient[palyrav1.WatchJobResponse]
+		stream, err = c.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
 		if err == nil {
 			for stream.Receive() {
+				f.Delivered()
 				j := stream.Msg().Job
 				if update != nil {
 					update(j)
@@ -77,17 +86,14 @@ func (c *Client) followJob(ctx context.Context, id string, update func(*palyrav1
 					return j, nil
 				}
 			}
-			err = stream.Err()
+			if err = stream.Err(); err == nil {
+				err = errors.New("the node ended the stream before the job ended")
+			}
 			stream.Close()
 		}
 		var ce *connect.Error
 		if errors.As(err, &ce) && ce.Code() == connect.CodeNotFound {
 			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("job %s accepted, but its end was not seen: %w (last error: %v)", id, ctx.Err(), err)
-		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

@@ -1,0 +1,69 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The dial order: the node that answered last, the given addresses, then
+// those learned from the cluster; a node whose stream broke (or went
+// silent) last, so a reconnect tries the others at once.
+func TestDialOrderLearnedAndAvoided(t *testing.T) {
+	c, err := NewCluster([]string{"10.0.0.1:7444", "10.0.0.2:7444"}, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.learn([]string{"10.0.0.2:7444", "10.0.0.3:7444", "nonsense", "10.0.0.3:7444"})
+	if got, want := c.order(), []string{"10.0.0.1:7444", "10.0.0.2:7444", "10.0.0.3:7444"}; !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+	c.answered = "10.0.0.2:7444"
+	if got, want := c.order(), []string{"10.0.0.2:7444", "10.0.0.1:7444", "10.0.0.3:7444"}; !slices.Equal(got, want) {
+		t.Fatalf("order after 10.0.0.2 answered %v, want %v", got, want)
+	}
+	f := c.Follow("j-1")
+	defer f.Close()
+	var notes []Notice
+	c.Notify = func(n Notice) { notes = append(notes, n) }
+	if !f.Broke(context.Background(), errors.New("stream reset")) {
+		t.Fatal("Broke gave up with a live context")
+	}
+	if got, want := c.order(), []string{"10.0.0.1:7444", "10.0.0.3:7444", "10.0.0.2:7444"}; !slices.Equal(got, want) {
+		t.Fatalf("order after its stream broke %v, want %v", got, want)
+	}
+	c.answered = "10.0.0.3:7444"
+	f.Delivered()
+	if len(notes) != 2 || notes[0].Through != "" || notes[0].Lost != "10.0.0.2:7444" || notes[1].Through != "10.0.0.3:7444" || notes[1].What != "j-1" {
+		t.Fatalf("notices %+v", notes)
+	}
+	f.Delivered() // no news: no notice
+	if len(notes) != 2 {
+		t.Fatalf("notices %+v", notes)
+	}
+}
+
+// A broken stream is opened again at once, then after pauses that grow
+// but never exceed a second (a node merely restarting is used again
+// within a second of serving); a cancelled wait stops at once.
+func TestReconnectPausesStayShort(t *testing.T) {
+	if reconnectPauses[0] != 0 || slices.Max(reconnectPauses) > time.Second || !slices.IsSorted(reconnectPauses) {
+		t.Fatalf("reconnect pauses %v", reconnectPauses)
+	}
+	c, err := NewCluster([]string{"10.0.0.1:7444"}, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.Follow("j-1")
+	defer f.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	if !f.Broke(ctx, errors.New("gone")) {
+		t.Fatal("first reconnect refused")
+	}
+	cancel()
+	if f.Broke(ctx, errors.New("gone")) {
+		t.Fatal("a cancelled wait reconnects")
+	}
+}

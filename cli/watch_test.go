@@ -1,0 +1,218 @@
+package cli
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// silenceable is a UDP relay in front of a node: the CLI reaches the node
+// through it until silence makes it drop every packet both ways, as a
+// node SIGKILLed (or a machine unplugged) looks to its clients: no
+// connection close, no error, nothing.
+type silenceable struct {
+	pc     *net.UDPConn
+	target *net.UDPAddr
+	silent atomic.Bool
+	mu     sync.Mutex
+	up     map[string]*net.UDPConn // the relay's socket to the node, per client address
+}
+
+func newSilenceable(t *testing.T, target string) *silenceable {
+	t.Helper()
+	ta, err := net.ResolveUDPAddr("udp", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &silenceable{pc: pc, target: ta, up: map[string]*net.UDPConn{}}
+	t.Cleanup(s.close)
+	go s.relay()
+	return s
+}
+
+func (s *silenceable) addr() string { return s.pc.LocalAddr().String() }
+
+// silence drops everything from now on.
+func (s *silenceable) silence() { s.silent.Store(true) }
+
+func (s *silenceable) close() {
+	s.pc.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, u := range s.up {
+		u.Close()
+	}
+}
+
+func (s *silenceable) relay() {
+	buf := make([]byte, 64<<10)
+	for {
+		n, from, err := s.pc.ReadFromUDP(buf)
+		if err != nil {
+			return
+		}
+		if s.silent.Load() {
+			continue
+		}
+		s.mu.Lock()
+		u := s.up[from.String()]
+		if u == nil {
+			if u, err = net.DialUDP("udp", nil, s.target); err != nil {
+				s.mu.Unlock()
+				continue
+			}
+			s.up[from.String()] = u
+			go s.back(u, from)
+		}
+		s.mu.Unlock()
+		u.Write(buf[:n])
+	}
+}
+
+// back relays the node's packets to the client at to.
+func (s *silenceable) back(u *net.UDPConn, to *net.UDPAddr) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := u.Read(buf)
+		if err != nil {
+			return
+		}
+		if !s.silent.Load() {
+			s.pc.WriteToUDP(buf[:n], to)
+		}
+	}
+}
+
+// TestWaitOutlivesASilentNode: a node that vanishes without a word (as a
+// SIGKILLed one does) while 'job submit --wait' or 'job watch' follows a
+// job through it: the command notices within seconds that nothing comes
+// back, follows the job through another node of the cluster (one it
+// learned from the cluster: --addr names only the silent one), says so on
+// stderr, and ends with the job's result. Before, the stream hung until
+// the QUIC idle timeout (8 s of silence), then the command retried only
+// the address it was given, for a minute.
+func TestWaitOutlivesASilentNode(t *testing.T) {
+	c, addrs, _ := threeNodes(t)
+	sleep := testwasm.Path(t, "sleep")
+	inputs := filepath.Join(t.TempDir(), "inputs")
+	if err := os.WriteFile(inputs, []byte("2s\n2s\n2s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// follow runs args through a relay to the third node, silences the
+	// relay once following says the command follows the job, and returns
+	// how the command ended, how long after the silence, and the relay's
+	// address.
+	follow := func(t *testing.T, following func(stdout, stderr string) bool, args ...string) (result, time.Duration, string) {
+		t.Helper()
+		relay := newSilenceable(t, addrs[2])
+		var out, errb lockedBuffer
+		done := make(chan int, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			done <- run(ctx, append([]string{"palyra", "--data-dir", c.dir, "--addr", relay.addr()}, args...), strings.NewReader(""), &out, &errb)
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for !following(out.String(), errb.String()) {
+			select {
+			case code := <-done:
+				t.Fatalf("%v ended before it followed the job: %+v", args, result{code, out.String(), errb.String()})
+			case <-time.After(20 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%v does not follow the job: %q %q", args, out.String(), errb.String())
+			}
+		}
+		relay.silence()
+		silenced := time.Now()
+		select {
+		case code := <-done:
+			return result{code, out.String(), errb.String()}, time.Since(silenced), relay.addr()
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%v still waits 30 s after its node went silent (the job ended within 2 s of that): %q %q", args, out.String(), errb.String())
+		}
+		panic("unreachable")
+	}
+	// The old stream hung for the QUIC idle timeout (8 s of silence)
+	// before anything was tried; the jobs end within 2 s of the silence.
+	const prompt = 6 * time.Second
+	check := func(t *testing.T, r result, took time.Duration, silent, id string) {
+		t.Helper()
+		t.Logf("ended %s after the silence; stderr:\n%s", took.Round(time.Millisecond), r.stderr)
+		if !strings.Contains(r.stderr, "following "+id+" again through ") {
+			t.Errorf("no word on stderr that the command follows %s again, and through which node: %q", id, r.stderr)
+		}
+		if strings.Contains(r.stderr, "again through "+silent) {
+			t.Errorf("followed again through the silent node %s: %q", silent, r.stderr)
+		}
+		if took > prompt {
+			t.Errorf("the command ended %s after its node went silent; the job ended within 2 s of that", took.Round(time.Millisecond))
+		}
+	}
+
+	t.Run("array submit --wait", func(t *testing.T) {
+		r, took, silent := follow(t, func(_, stderr string) bool { return strings.Contains(stderr, " ended (") },
+			"job", "submit", "--wasm", sleep, "--inputs", inputs, "--wait")
+		if r.code != 0 || r.stdout != "slept 2s\nslept 2s\nslept 2s\n" {
+			t.Fatalf("array submit --wait through a node that went silent: %+v", r)
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(r.stderr, "array "), ":")
+		check(t, r, took, silent, id)
+	})
+	t.Run("job watch", func(t *testing.T) {
+		r := c.on(addrs[0], "job", "submit", "--wasm", sleep, "--input", "2s")
+		if r.code != 0 {
+			t.Fatalf("submit: %+v", r)
+		}
+		id := strings.TrimSpace(r.stdout)
+		r, took, silent := follow(t, func(stdout, _ string) bool { return strings.Contains(stdout, "running") }, "job", "watch", id)
+		if r.code != 0 || !strings.Contains(r.stdout, "completed") {
+			t.Fatalf("job watch through a node that went silent: %+v", r)
+		}
+		check(t, r, took, silent, id)
+	})
+	t.Run("submit --wait", func(t *testing.T) {
+		// Polled with a client of its own: two CLI commands at once in
+		// one process share urfave/cli's flags.
+		cred, err := identity.LoadCredential(c.node.Layout().OperatorDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := client.New(addrs[0], cred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		var id string
+		running := func(string, string) bool { // the job runs: the command follows it
+			resp, err := cl.Jobs.ListJobs(context.Background(), connect.NewRequest(&palyrav1.ListJobsRequest{Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING}))
+			if err != nil || len(resp.Msg.Jobs) != 1 {
+				return false
+			}
+			id = resp.Msg.Jobs[0].Id
+			return true
+		}
+		r, took, silent := follow(t, running, "job", "submit", "--wasm", sleep, "--input", "2s", "--wait")
+		if r.code != 0 || r.stdout != "slept 2s" {
+			t.Fatalf("submit --wait through a node that went silent: %+v", r)
+		}
+		check(t, r, took, silent, id)
+	})
+}
