@@ -227,6 +227,9 @@ func (s *State) applyFinish(c *raftpb.FinishJob) ApplyResult {
 	if err != nil {
 		return ApplyResult{Err: err}
 	}
+	if c.EndedOutput {
+		return s.applyEndedOutput(j, c)
+	}
 	if j.Phase != PhaseRunning || c.Attempt != j.Attempt || c.NodeId != j.NodeID {
 		s.staleResults++
 		return ApplyResult{Job: *j, Err: errf(ErrStaleAttempt, "",
@@ -262,6 +265,30 @@ func (s *State) applyFinish(c *raftpb.FinishJob) ApplyResult {
 		if n.Error == nil {
 			n.Error = &JobError{Code: "failed", Message: "job failed"}
 		}
+	}
+	s.put(j, &n)
+	return ApplyResult{Job: n}
+}
+
+// applyEndedOutput keeps the output a run had written when its job was
+// cancelled or expired under it (FinishJob.ended_output): the job keeps
+// its phase, error and times; only its stdout, stderr and fuel are set
+// (an earlier attempt's, kept while it was retried, give way), and only
+// from the attempt and node the job ended on. Sent again after an unknown
+// outcome, it sets the same again.
+func (s *State) applyEndedOutput(j *Job, c *raftpb.FinishJob) ApplyResult {
+	if (j.Phase != PhaseAborted && j.Phase != PhaseExpired) || c.Attempt != j.Attempt || c.NodeId != j.NodeID || j.Attempt == 0 {
+		return ApplyResult{Job: *j, Err: errf(ErrStaleAttempt, "",
+			"output of job %s attempt %d from %s not kept: job is %s at attempt %d on %q", j.ID, c.Attempt, c.NodeId, j.Phase, j.Attempt, j.NodeID)}
+	}
+	n := *j
+	n.Stdout, n.Stderr, n.FuelUsed = c.Stdout, c.Stderr, c.FuelUsed
+	n.StdoutHash, n.StdoutSize, n.StderrHash, n.StderrSize = c.StdoutSha256, c.StdoutSize, c.StderrSha256, c.StderrSize
+	if n.StdoutHash == "" {
+		n.StdoutSize = uint64(len(c.Stdout))
+	}
+	if n.StderrHash == "" {
+		n.StderrSize = uint64(len(c.Stderr))
 	}
 	s.put(j, &n)
 	return ApplyResult{Job: n}

@@ -325,3 +325,60 @@ func TestKVWriteWakesNobody(t *testing.T) {
 		t.Fatalf("after finishing: phase %s, running count %d", j.Phase, st.Count(PhaseRunning))
 	}
 }
+
+// The output a run had written when its job was cancelled under it is kept
+// on the ended job (FinishJob.ended_output), from the attempt and node the
+// job ended on only; the job keeps its phase, error and times. A job that
+// has not ended, another attempt's or node's output, and an ordinary
+// result for the ended job are refused as stale and change nothing.
+func TestEndedOutputIsKeptOnTheEndedJob(t *testing.T) {
+	ended := func(id string, attempt uint32, node, out string) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_FinishJob{FinishJob: &raftpb.FinishJob{
+			Id: id, Attempt: attempt, NodeId: node, EndedOutput: true, Stdout: []byte(out), Stderr: []byte("e"), FuelUsed: 7, AtMs: 50}}}
+	}
+	f := NewFSM()
+	applyAll(t, f, submit("a"), assign("a", 1, "n1"), submit("b"), assign("b", 1, "n1"))
+	// Not ended yet: refused, and the job runs on.
+	if r := applyAll(t, f, ended("a", 1, "n1", "early"))[0]; !errors.Is(r.Err, ErrStaleAttempt) {
+		t.Fatalf("output of a running job kept: %v", r.Err)
+	}
+	applyAll(t, f, &raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{Id: "a", AtMs: 40}}})
+	before, _ := f.State().Job("a")
+	for _, c := range []*raftpb.Command{
+		ended("a", 2, "n1", "other attempt"),
+		ended("a", 1, "n2", "other node"),
+		{Cmd: &raftpb.Command_FinishJob{FinishJob: &raftpb.FinishJob{Id: "a", Attempt: 1, NodeId: "n1", Ok: true, Stdout: []byte("done"), AtMs: 60}}},
+	} {
+		if r := applyAll(t, f, c)[0]; !errors.Is(r.Err, ErrStaleAttempt) {
+			t.Fatalf("%v: %v, want stale", c, r.Err)
+		}
+	}
+	if j, _ := f.State().Job("a"); len(j.Stdout) != 0 || j.Phase != PhaseAborted {
+		t.Fatalf("a refused output changed the job: %+v", j)
+	}
+	if r := applyAll(t, f, ended("a", 1, "n1", "tick 1\n"))[0]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	j, _ := f.State().Job("a")
+	if string(j.Stdout) != "tick 1\n" || string(j.Stderr) != "e" || j.StdoutSize != 7 || j.FuelUsed != 7 ||
+		j.Phase != PhaseAborted || j.Error == nil || j.Error.Code != "aborted" || j.FinishedAtMS != before.FinishedAtMS {
+		t.Fatalf("ended job after its output: %+v", j)
+	}
+	if n := f.State().Count(PhaseAborted); n != 1 {
+		t.Fatalf("aborted count %d, want 1", n)
+	}
+	// The same again (the worker never learnt the outcome): the same job.
+	if r := applyAll(t, f, ended("a", 1, "n1", "tick 1\n"))[0]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if again, _ := f.State().Job("a"); string(again.Stdout) != "tick 1\n" {
+		t.Fatalf("sent again: %q", again.Stdout)
+	}
+	// A big output is a blob the job now refers to.
+	applyAll(t, f, &raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{Id: "b", AtMs: 40}}},
+		&raftpb.Command{Cmd: &raftpb.Command_FinishJob{FinishJob: &raftpb.FinishJob{
+			Id: "b", Attempt: 1, NodeId: "n1", EndedOutput: true, StdoutSha256: "h-out", StdoutSize: 9000, AtMs: 50}}})
+	if b, _ := f.State().Job("b"); b.StdoutHash != "h-out" || b.StdoutSize != 9000 || !f.State().BlobReferenced("h-out") {
+		t.Fatalf("ended job with a blob output: %+v", b)
+	}
+}

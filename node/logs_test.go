@@ -89,3 +89,65 @@ func snapshotLogs(t *testing.T, ctx context.Context, cl *client.Client, id strin
 	}
 	return out.String()
 }
+
+// A job cancelled, or past its deadline, while it runs keeps the output
+// its run had written (its logs streamed it, and then the ended job had
+// none): the worker, on another node than the leader, sends it after the
+// job has ended, and the job keeps its phase and error.
+func TestEndedJobKeepsItsOutput(t *testing.T) {
+	first := start(t, node.Config{})
+	op := operator(t, first, first.Addr())
+	n2 := joinWith(t, op, first.Addr(), node.Config{Labels: map[string]string{"role": "worker"}})
+	tc := &testCluster{t: t, first: first, nodes: []*node.Node{first, n2}}
+	tc.waitHealthy(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	for _, c := range []struct {
+		name     string
+		deadline time.Duration
+		phase    palyrav1.JobPhase
+	}{
+		{"cancelled", 0, palyrav1.JobPhase_JOB_PHASE_ABORTED},
+		{"expired", 3 * time.Second, palyrav1.JobPhase_JOB_PHASE_EXPIRED},
+	} {
+		resp, err := op.Jobs.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{
+			WasmModule: testwasm.Build(t, "ticker"), Input: []byte("100 300ms"), DeadlineMs: c.deadline.Milliseconds(),
+			Constraints: map[string]string{"role": "worker"}}))
+		if err != nil {
+			t.Fatal(op.Explain(err))
+		}
+		id := resp.Msg.Job.Id
+		waitFor(t, c.name+": the job's first lines", time.Minute, func() bool {
+			s, err := op.Jobs.JobLogs(ctx, connect.NewRequest(&palyrav1.JobLogsRequest{Id: id}))
+			if err != nil {
+				return false
+			}
+			var out strings.Builder
+			for s.Receive() {
+				out.Write(s.Msg().Stdout)
+			}
+			return strings.Contains(out.String(), "tick 2\n")
+		})
+		if c.deadline == 0 {
+			if _, err := op.Jobs.CancelJob(ctx, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id})); err != nil {
+				t.Fatal(op.Explain(err))
+			}
+		}
+		var j *palyrav1.Job
+		waitFor(t, c.name+": the ended job's output", time.Minute, func() bool {
+			resp, err := op.Jobs.GetJob(ctx, connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
+			if err != nil {
+				return false
+			}
+			j = resp.Msg.Job
+			return j.Phase.Terminal() && strings.Contains(string(j.Stdout), "tick 2\n")
+		})
+		if j.Phase != c.phase || j.Error == nil || j.NodeId != n2.ID() || !strings.HasPrefix(string(j.Stdout), "tick 1\n") || !strings.Contains(string(j.Stderr), "tock 1\n") {
+			t.Fatalf("%s: %s on %s, error %v, output %q / %q", c.name, j.Phase.WireName(), j.NodeId, j.Error, j.Stdout, j.Stderr)
+		}
+		if got := snapshotLogs(t, ctx, op, id); got != string(j.Stdout) {
+			t.Fatalf("%s: logs of the ended job %q, want its output %q", c.name, got, j.Stdout)
+		}
+	}
+}

@@ -159,6 +159,9 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 	}
 	seq := 0
 	finish := func(f *raftpb.FinishJob) {
+		if f.EndedOutput { // output kept on an ended job: not a result (checked against the FSM below)
+			return
+		}
 		i := seq
 		seq++
 		j := jobs[f.Id]
@@ -339,6 +342,12 @@ func Check(log []*raftpb.Command, accepted []Observed) *Report {
 			}
 		}
 		for k, f := range results {
+			if f.EndedOutput {
+				if j, _ := fsm.State().Job(f.Id); errs[k] == nil && j.Phase != consensus.PhaseAborted && j.Phase != consensus.PhaseExpired {
+					r.violate("entry %d: output kept on job %s, which is %s, not cancelled or expired", i, f.Id, j.Phase)
+				}
+				continue
+			}
 			fsmOK := errs[k] == nil
 			if fsmOK != model[seq] {
 				r.violate("entry %d (result of job %s attempt %d): FSM accepted=%v, model accepted=%v", i, f.Id, f.Attempt, fsmOK, model[seq])

@@ -70,3 +70,17 @@ func TestCheckerReadsBatches(t *testing.T) {
 			r.Jobs, r.Completed, r.StaleRefused, r.Violations)
 	}
 }
+
+// The output a cancelled job's run had written, kept on it after the
+// cancel (FinishJob.ended_output), is not a result: the checker neither
+// counts it as a second outcome nor as a stale result, and the other
+// jobs' verdicts stay aligned with the FSM's.
+func TestCheckerSkipsEndedOutput(t *testing.T) {
+	cancel := &raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{Id: "a"}}}
+	kept := &raftpb.Command{Cmd: &raftpb.Command_FinishJob{FinishJob: &raftpb.FinishJob{Id: "a", Attempt: 1, NodeId: "n1", EndedOutput: true, Stdout: []byte("partial")}}}
+	log := []*raftpb.Command{sub("a"), sub("b"), asg("a", 1, "n1"), asg("b", 1, "n1"), cancel, kept, fin("b", 1, "n1", "y"), fin("b", 1, "n1", "y-dup")}
+	r := Check(log, []Observed{{ID: "b", Expected: []byte("y")}})
+	if len(r.Violations) != 0 || r.StaleRefused != 1 || r.Completed != 1 {
+		t.Fatalf("history with kept output: stale %d, completed %d, violations %v", r.StaleRefused, r.Completed, r.Violations)
+	}
+}

@@ -44,8 +44,13 @@ const (
 	FeatureToolGrants = "tool-grants"
 )
 
+// FeatureEndedOutput says a node keeps on a job cancelled or expired under
+// its run the output the run had written (FinishJob.ended_output); an
+// older node refuses such a result as stale and would keep none.
+const FeatureEndedOutput = "ended-output"
+
 // features are those this software has.
-var features = []string{FeatureBatch, FeatureKVRun, FeatureToolGrants}
+var features = []string{FeatureBatch, FeatureKVRun, FeatureToolGrants, FeatureEndedOutput}
 
 // encodeMeta encodes m (deterministically, so equal metas give equal bytes)
 // and refuses results larger than MaxMetaSize.

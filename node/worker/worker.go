@@ -66,6 +66,10 @@ type Config struct {
 	// OnRun, if set, hears of each finished run: its kind, whether it
 	// completed, how long it took and when its job was submitted.
 	OnRun func(kind string, ok bool, took time.Duration, submitted time.Time)
+	// KeepEndedOutput reports whether the cluster keeps the output a run
+	// had written when its job was cancelled or expired under it
+	// (FinishJob.ended_output: every member must apply it alike); nil: no.
+	KeepEndedOutput func() bool
 }
 
 // Lease names one placement: a job and the attempt given to this worker.
@@ -173,8 +177,14 @@ func (w *Worker) AddExecutor(kind runtime.Kind, ex runtime.Executor) {
 	w.executors[kind] = ex
 }
 
-// errSuperseded is the cancel cause when the job was aborted or re-placed.
-var errSuperseded = errors.New("job superseded")
+// errSuperseded is the cancel cause when the job was re-placed, or is no
+// longer this worker's; errEnded when it ended under the run, at this
+// attempt on this node (cancelled, or past its deadline): the output the
+// run had written is then kept on the job (keepEndedOutput).
+var (
+	errSuperseded = errors.New("job superseded")
+	errEnded      = errors.New("job ended (cancelled, or past its deadline)")
+)
 
 // New returns a Worker; call Recover, then Run.
 func New(cfg Config) *Worker {
@@ -261,7 +271,7 @@ func (w *Worker) reconcile(ctx context.Context) {
 	}
 	for id, r := range w.running {
 		if a, ok := want[id]; !ok || a != r.attempt {
-			r.cancel(errSuperseded)
+			r.cancel(w.whyStopped(id, r.attempt))
 		}
 	}
 	for id, a := range w.finished {
@@ -269,6 +279,17 @@ func (w *Worker) reconcile(ctx context.Context) {
 			delete(w.finished, id)
 		}
 	}
+}
+
+// whyStopped is the cause for stopping the run of attempt of job id that
+// the state no longer has running here: errEnded if the job ended at that
+// attempt on this node, else errSuperseded.
+func (w *Worker) whyStopped(id string, attempt uint32) error {
+	j, ok := w.cfg.State.Job(id)
+	if ok && (j.Phase == consensus.PhaseAborted || j.Phase == consensus.PhaseExpired) && j.Attempt == attempt && j.NodeID == w.cfg.NodeID {
+		return errEnded
+	}
+	return errSuperseded
 }
 
 // start launches one run; w.mu is held.
@@ -283,7 +304,7 @@ func (w *Worker) start(ctx context.Context, j consensus.Job) {
 	go func() {
 		defer w.wg.Done()
 		defer cancel(nil)
-		reported := w.execute(rctx, j)
+		reported := w.execute(rctx, ctx, j)
 		w.mu.Lock()
 		if w.running[j.ID] == r {
 			delete(w.running, j.ID)
@@ -296,8 +317,9 @@ func (w *Worker) start(ctx context.Context, j consensus.Job) {
 }
 
 // execute runs j and reports its result; it returns whether the leader
-// committed (or refused as stale) the result.
-func (w *Worker) execute(ctx context.Context, j consensus.Job) bool {
+// committed (or refused as stale) the result. ctx is the run's; parent,
+// the worker's (it outlives a run stopped because its job ended).
+func (w *Worker) execute(ctx, parent context.Context, j consensus.Job) bool {
 	log := w.log.With("job", j.ID, "attempt", j.Attempt)
 	log.Debug("run started")
 	t0 := time.Now()
@@ -311,8 +333,12 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) bool {
 	}
 	if cause := context.Cause(ctx); cause != nil {
 		// Aborted, re-placed, or this node is shutting down: nobody wants
-		// this attempt's result.
+		// this attempt's result; a job that ended under it keeps what it
+		// wrote.
 		log.Info("run stopped", "cause", cause)
+		if errors.Is(cause, errEnded) {
+			w.keepEndedOutput(parent, j, res, log)
+		}
 		return false
 	}
 	fin := &raftpb.FinishJob{
@@ -320,24 +346,10 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) bool {
 		Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: int32(res.ExitCode),
 		FuelUsed: res.FuelUsed, AtMs: w.cfg.Now().UnixMilli(), RanUs: res.Ran.Microseconds(),
 	}
-	// Outputs above the inline bound leave Raft: stored here and on
-	// another node before the result that names them is proposed.
-	for _, o := range []struct {
-		data *[]byte
-		hash *string
-		size *uint64
-	}{{&fin.Stdout, &fin.StdoutSha256, &fin.StdoutSize}, {&fin.Stderr, &fin.StderrSha256, &fin.StderrSize}} {
-		if len(*o.data) <= consensus.InlineLimit {
-			continue
-		}
-		hash, err := w.cfg.Blobs.Put(*o.data)
-		if err != nil {
-			log.Error("could not store output; reporting the job failed", "err", err)
-			res.Reason, res.Message = runtime.ReasonInternal, fmt.Sprintf("could not store the job's output: %v", err)
-			fin.Ok, fin.Stdout, fin.Stderr, fin.StdoutSha256, fin.StderrSha256, fin.StdoutSize, fin.StderrSize = false, nil, nil, "", "", 0, 0
-			break
-		}
-		*o.hash, *o.size, *o.data = hash, uint64(len(*o.data)), nil
+	if err := w.storeOutputs(fin); err != nil {
+		log.Error("could not store output; reporting the job failed", "err", err)
+		res.Reason, res.Message = runtime.ReasonInternal, fmt.Sprintf("could not store the job's output: %v", err)
+		fin.Ok = false
 	}
 	for _, a := range res.Artifacts {
 		hash, err := w.cfg.Blobs.Put(a.Data)
@@ -377,6 +389,61 @@ func (w *Worker) execute(ctx context.Context, j consensus.Job) bool {
 		return false
 	}
 }
+
+// storeOutputs moves a result's outputs above the inline bound out of
+// Raft: stored here and on another node before the result that names them
+// is proposed. On an error, the result carries no output.
+func (w *Worker) storeOutputs(fin *raftpb.FinishJob) error {
+	for _, o := range []struct {
+		data *[]byte
+		hash *string
+		size *uint64
+	}{{&fin.Stdout, &fin.StdoutSha256, &fin.StdoutSize}, {&fin.Stderr, &fin.StderrSha256, &fin.StderrSize}} {
+		if len(*o.data) <= consensus.InlineLimit {
+			continue
+		}
+		hash, err := w.cfg.Blobs.Put(*o.data)
+		if err != nil {
+			fin.Stdout, fin.Stderr, fin.StdoutSha256, fin.StderrSha256, fin.StdoutSize, fin.StderrSize = nil, nil, "", "", 0, 0
+			return err
+		}
+		*o.hash, *o.size, *o.data = hash, uint64(len(*o.data)), nil
+	}
+	return nil
+}
+
+// keepEndedOutput records on a job that was cancelled or expired under its
+// run the output the run had written (a job's logs streamed it, and then
+// the ended job had none). Best effort: it gives up after endedOutputWait.
+func (w *Worker) keepEndedOutput(parent context.Context, j consensus.Job, res runtime.Result, log *slog.Logger) {
+	if w.cfg.KeepEndedOutput == nil || !w.cfg.KeepEndedOutput() || len(res.Stdout)+len(res.Stderr) == 0 {
+		return
+	}
+	fin := &raftpb.FinishJob{Id: j.ID, Attempt: j.Attempt, NodeId: w.cfg.NodeID, EndedOutput: true,
+		Stdout: res.Stdout, Stderr: res.Stderr, FuelUsed: res.FuelUsed, AtMs: w.cfg.Now().UnixMilli()}
+	if err := w.storeOutputs(fin); err != nil {
+		log.Warn("could not store the output of a job that ended under its run", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(parent, endedOutputWait)
+	defer cancel()
+	done := make(chan error, 1)
+	select {
+	case w.results <- pending{fin: fin, done: done}:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			log.Debug("output of a job that ended under its run not kept", "err", err)
+		}
+	case <-ctx.Done():
+	}
+}
+
+// endedOutputWait bounds keepEndedOutput.
+const endedOutputWait = 30 * time.Second
 
 func (w *Worker) runJob(ctx context.Context, j consensus.Job) runtime.Result {
 	res := w.runExecutor(ctx, j)

@@ -861,7 +861,13 @@ type FinishJob struct {
 	// How long the run itself took on the worker (its own monotonic clock),
 	// a wait there for a free slot excluded; 0 = not measured. The job's
 	// started_at becomes this long before the result's at_ms.
-	RanUs         int64 `protobuf:"varint,17,opt,name=ran_us,json=ranUs,proto3" json:"ran_us,omitempty"`
+	RanUs int64 `protobuf:"varint,17,opt,name=ran_us,json=ranUs,proto3" json:"ran_us,omitempty"`
+	// The output a run had written when its job ended under it (cancelled,
+	// or its deadline passed): kept on the ended job if it has none yet;
+	// ok, error and exit_code are not used. Sent only while every member
+	// advertises the "ended-output" feature (older nodes would refuse it as
+	// a stale result and keep no output).
+	EndedOutput   bool `protobuf:"varint,18,opt,name=ended_output,json=endedOutput,proto3" json:"ended_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1013,6 +1019,13 @@ func (x *FinishJob) GetRanUs() int64 {
 		return x.RanUs
 	}
 	return 0
+}
+
+func (x *FinishJob) GetEndedOutput() bool {
+	if x != nil {
+		return x.EndedOutput
+	}
+	return false
 }
 
 // FinishBatch records a worker's results in one entry; each is fenced on
@@ -5498,7 +5511,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x13\n" +
 	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\"J\n" +
 	"\vAssignBatch\x12;\n" +
-	"\vassignments\x18\x01 \x03(\v2\x19.palyra.raft.v1.AssignJobR\vassignments\"\x86\x04\n" +
+	"\vassignments\x18\x01 \x03(\v2\x19.palyra.raft.v1.AssignJobR\vassignments\"\xa9\x04\n" +
 	"\tFinishJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x17\n" +
@@ -5519,7 +5532,8 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\rstderr_sha256\x18\x0f \x01(\tR\fstderrSha256\x12\x1f\n" +
 	"\vstderr_size\x18\x10 \x01(\x04R\n" +
 	"stderrSize\x12\x15\n" +
-	"\x06ran_us\x18\x11 \x01(\x03R\x05ranUs\"B\n" +
+	"\x06ran_us\x18\x11 \x01(\x03R\x05ranUs\x12!\n" +
+	"\fended_output\x18\x12 \x01(\bR\vendedOutput\"B\n" +
 	"\vFinishBatch\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.palyra.raft.v1.FinishJobR\aresults\"C\n" +
 	"\fCommandBatch\x123\n" +
