@@ -1,7 +1,9 @@
 package consensus
 
 import (
-	"sort"
+	"strings"
+
+	"github.com/google/btree"
 
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
@@ -27,13 +29,14 @@ type Secret struct {
 type dataState struct {
 	secrets    map[string]*Secret
 	kv         map[string][]byte
+	kvKeys     *btree.BTreeG[string] // kv's keys in order (KVList, snapshots)
 	skills     map[string]*raftpb.SkillRecord     // by skill_id (skills.go)
 	publishers map[string]*raftpb.PublisherRecord // by name
 	hooks      map[string]*raftpb.HookRecord      // by id (hooks.go)
 }
 
 func newDataState() dataState {
-	return dataState{secrets: map[string]*Secret{}, kv: map[string][]byte{},
+	return dataState{secrets: map[string]*Secret{}, kv: map[string][]byte{}, kvKeys: btree.NewOrderedG[string](btreeDegree),
 		skills: map[string]*raftpb.SkillRecord{}, publishers: map[string]*raftpb.PublisherRecord{},
 		hooks: map[string]*raftpb.HookRecord{}}
 }
@@ -78,6 +81,7 @@ func (s *State) applyKVPut(c *raftpb.KVPut) ApplyResult {
 	}
 	s.kvApplied(c.JobId, c.Run, c.Seq)
 	s.data.kv[c.Key] = append([]byte(nil), c.Value...)
+	s.data.kvKeys.ReplaceOrInsert(c.Key)
 	return ApplyResult{}
 }
 
@@ -90,6 +94,7 @@ func (s *State) applyKVDelete(c *raftpb.KVDelete) ApplyResult {
 	}
 	s.kvApplied(c.JobId, c.Run, c.Seq)
 	delete(s.data.kv, c.Key)
+	s.data.kvKeys.Delete(c.Key)
 	return ApplyResult{}
 }
 
@@ -166,19 +171,50 @@ func (s *State) KV(key string) ([]byte, bool) {
 	return append([]byte(nil), v...), ok
 }
 
+// KVEntry is one key and its value.
+type KVEntry struct {
+	Key   string
+	Value []byte
+}
+
+// KVList lists, in key order, up to limit entries whose key starts with
+// prefix and comes after after (a cursor: the last key of the previous
+// page; "" starts at the prefix), and whether more follow. Values are
+// left out with keysOnly.
+func (s *State) KVList(prefix, after string, limit int, keysOnly bool) (out []KVEntry, more bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	from := max(prefix, after)
+	s.data.kvKeys.AscendGreaterOrEqual(from, func(k string) bool {
+		if !strings.HasPrefix(k, prefix) {
+			return false
+		}
+		if k == after {
+			return true
+		}
+		if len(out) == limit {
+			more = true
+			return false
+		}
+		e := KVEntry{Key: k}
+		if !keysOnly {
+			e.Value = append([]byte(nil), s.data.kv[k]...)
+		}
+		out = append(out, e)
+		return true
+	})
+	return out, more
+}
+
 func (s *State) snapshotData(snap *raftpb.Snapshot) {
 	for _, k := range sortedKeys(s.data.secrets) {
 		sec := s.data.secrets[k]
 		snap.Secrets = append(snap.Secrets, &raftpb.SetSecret{Name: sec.Name, Sealed: sec.Sealed, AtMs: sec.SetAtMS, By: sec.SetBy})
 	}
-	keys := make([]string, 0, len(s.data.kv))
-	for k := range s.data.kv {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	s.data.kvKeys.Ascend(func(k string) bool {
 		snap.Kv = append(snap.Kv, &raftpb.KVPut{Key: k, Value: s.data.kv[k]})
-	}
+		return true
+	})
 	s.snapshotSkills(snap)
 	s.snapshotJournal(snap)
 	for _, id := range sortedKeys(s.data.hooks) {
@@ -193,6 +229,7 @@ func (s *State) restoreData(snap *raftpb.Snapshot) {
 	}
 	for _, e := range snap.Kv {
 		s.data.kv[e.Key] = e.Value
+		s.data.kvKeys.ReplaceOrInsert(e.Key)
 	}
 	s.restoreSkills(snap)
 	s.restoreJournal(snap)

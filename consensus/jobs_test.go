@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -380,5 +381,44 @@ func TestEndedOutputIsKeptOnTheEndedJob(t *testing.T) {
 			Id: "b", Attempt: 1, NodeId: "n1", EndedOutput: true, StdoutSha256: "h-out", StdoutSize: 9000, AtMs: 50}}})
 	if b, _ := f.State().Job("b"); b.StdoutHash != "h-out" || b.StdoutSize != 9000 || !f.State().BlobReferenced("h-out") {
 		t.Fatalf("ended job with a blob output: %+v", b)
+	}
+}
+
+// KVList pages through the keys under a prefix in order, with a cursor,
+// and follows puts, deletes and a snapshot restore.
+func TestKVListPagesInKeyOrder(t *testing.T) {
+	put := func(k string) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: k, Value: []byte("v-" + k)}}}
+	}
+	f := NewFSM()
+	applyAll(t, f, put("notes/b"), put("notes/a"), put("notesX"), put("other/x"), put("notes/c"), put("no"),
+		&raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: "notes/b"}}}, put("notes/d"))
+	keys := func(es []KVEntry) (out []string) {
+		for _, e := range es {
+			out = append(out, e.Key)
+		}
+		return out
+	}
+	for _, st := range []*State{f.State(), func() *State {
+		g := NewFSM()
+		if err := g.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
+			t.Fatal(err)
+		}
+		return g.State()
+	}()} {
+		page, more := st.KVList("notes/", "", 2, false)
+		if got := keys(page); !slices.Equal(got, []string{"notes/a", "notes/c"}) || !more || string(page[0].Value) != "v-notes/a" {
+			t.Fatalf("first page %v more=%v", got, more)
+		}
+		page, more = st.KVList("notes/", "notes/c", 2, true)
+		if got := keys(page); !slices.Equal(got, []string{"notes/d"}) || more || page[0].Value != nil {
+			t.Fatalf("second page %v more=%v (keys only: %q)", got, more, page[0].Value)
+		}
+		if all, _ := st.KVList("", "", 100, true); !slices.Equal(keys(all), []string{"no", "notes/a", "notes/c", "notes/d", "notesX", "other/x"}) {
+			t.Fatalf("all keys %v", keys(all))
+		}
+		if page, more := st.KVList("zzz", "", 10, false); len(page) != 0 || more {
+			t.Fatalf("empty prefix range: %v %v", page, more)
+		}
 	}
 }

@@ -3296,6 +3296,482 @@ func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
 	return file_palyra_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
+// KVEntry is one key of the replicated key-value store jobs use (granted
+// with --kv-prefix) and its value.
+type KVEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVEntry) Reset() {
+	*x = KVEntry{}
+	mi := &file_palyra_v1_api_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVEntry) ProtoMessage() {}
+
+func (x *KVEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVEntry.ProtoReflect.Descriptor instead.
+func (*KVEntry) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *KVEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVEntry) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type GetKVRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Stale         bool                   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKVRequest) Reset() {
+	*x = GetKVRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKVRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKVRequest) ProtoMessage() {}
+
+func (x *GetKVRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKVRequest.ProtoReflect.Descriptor instead.
+func (*GetKVRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *GetKVRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GetKVRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type GetKVResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entry         *KVEntry               `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	Read          *ReadInfo              `protobuf:"bytes,2,opt,name=read,proto3" json:"read,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKVResponse) Reset() {
+	*x = GetKVResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKVResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKVResponse) ProtoMessage() {}
+
+func (x *GetKVResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKVResponse.ProtoReflect.Descriptor instead.
+func (*GetKVResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GetKVResponse) GetEntry() *KVEntry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+func (x *GetKVResponse) GetRead() *ReadInfo {
+	if x != nil {
+		return x.Read
+	}
+	return nil
+}
+
+type PutKVRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutKVRequest) Reset() {
+	*x = PutKVRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutKVRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutKVRequest) ProtoMessage() {}
+
+func (x *PutKVRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutKVRequest.ProtoReflect.Descriptor instead.
+func (*PutKVRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *PutKVRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PutKVRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type PutKVResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutKVResponse) Reset() {
+	*x = PutKVResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutKVResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutKVResponse) ProtoMessage() {}
+
+func (x *PutKVResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutKVResponse.ProtoReflect.Descriptor instead.
+func (*PutKVResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{48}
+}
+
+type DeleteKVRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteKVRequest) Reset() {
+	*x = DeleteKVRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteKVRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteKVRequest) ProtoMessage() {}
+
+func (x *DeleteKVRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteKVRequest.ProtoReflect.Descriptor instead.
+func (*DeleteKVRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *DeleteKVRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// DeleteKVResponse: existed is false when there was no such key (the
+// delete is then a no-op, not an error).
+type DeleteKVResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Existed       bool                   `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteKVResponse) Reset() {
+	*x = DeleteKVResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteKVResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteKVResponse) ProtoMessage() {}
+
+func (x *DeleteKVResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteKVResponse.ProtoReflect.Descriptor instead.
+func (*DeleteKVResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *DeleteKVResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
+// ListKVRequest lists keys under prefix in key order, after the cursor
+// after (the last key of the previous page), at most limit (0: 100; at
+// most 1000).
+type ListKVRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	After         string                 `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
+	Limit         uint32                 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	KeysOnly      bool                   `protobuf:"varint,4,opt,name=keys_only,json=keysOnly,proto3" json:"keys_only,omitempty"`
+	Stale         bool                   `protobuf:"varint,5,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListKVRequest) Reset() {
+	*x = ListKVRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListKVRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListKVRequest) ProtoMessage() {}
+
+func (x *ListKVRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListKVRequest.ProtoReflect.Descriptor instead.
+func (*ListKVRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ListKVRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListKVRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *ListKVRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListKVRequest) GetKeysOnly() bool {
+	if x != nil {
+		return x.KeysOnly
+	}
+	return false
+}
+
+func (x *ListKVRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+// ListKVResponse: next is the cursor for the next page ("" when none).
+type ListKVResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*KVEntry             `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	Next          string                 `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
+	Read          *ReadInfo              `protobuf:"bytes,3,opt,name=read,proto3" json:"read,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListKVResponse) Reset() {
+	*x = ListKVResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListKVResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListKVResponse) ProtoMessage() {}
+
+func (x *ListKVResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListKVResponse.ProtoReflect.Descriptor instead.
+func (*ListKVResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ListKVResponse) GetEntries() []*KVEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListKVResponse) GetNext() string {
+	if x != nil {
+		return x.Next
+	}
+	return ""
+}
+
+func (x *ListKVResponse) GetRead() *ReadInfo {
+	if x != nil {
+		return x.Read
+	}
+	return nil
+}
+
 type BrowserSession struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`                       // "bs-…"
@@ -3313,7 +3789,7 @@ type BrowserSession struct {
 
 func (x *BrowserSession) Reset() {
 	*x = BrowserSession{}
-	mi := &file_palyra_v1_api_proto_msgTypes[44]
+	mi := &file_palyra_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3325,7 +3801,7 @@ func (x *BrowserSession) String() string {
 func (*BrowserSession) ProtoMessage() {}
 
 func (x *BrowserSession) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[44]
+	mi := &file_palyra_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3338,7 +3814,7 @@ func (x *BrowserSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSession.ProtoReflect.Descriptor instead.
 func (*BrowserSession) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *BrowserSession) GetId() string {
@@ -3415,7 +3891,7 @@ type OpenBrowserSessionRequest struct {
 
 func (x *OpenBrowserSessionRequest) Reset() {
 	*x = OpenBrowserSessionRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[45]
+	mi := &file_palyra_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3903,7 @@ func (x *OpenBrowserSessionRequest) String() string {
 func (*OpenBrowserSessionRequest) ProtoMessage() {}
 
 func (x *OpenBrowserSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[45]
+	mi := &file_palyra_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3916,7 @@ func (x *OpenBrowserSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenBrowserSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenBrowserSessionRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *OpenBrowserSessionRequest) GetAllowHosts() []string {
@@ -3473,7 +3949,7 @@ type BrowserSessionRef struct {
 
 func (x *BrowserSessionRef) Reset() {
 	*x = BrowserSessionRef{}
-	mi := &file_palyra_v1_api_proto_msgTypes[46]
+	mi := &file_palyra_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3485,7 +3961,7 @@ func (x *BrowserSessionRef) String() string {
 func (*BrowserSessionRef) ProtoMessage() {}
 
 func (x *BrowserSessionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[46]
+	mi := &file_palyra_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3498,7 +3974,7 @@ func (x *BrowserSessionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSessionRef.ProtoReflect.Descriptor instead.
 func (*BrowserSessionRef) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BrowserSessionRef) GetId() string {
@@ -3518,7 +3994,7 @@ type BrowserDoRequest struct {
 
 func (x *BrowserDoRequest) Reset() {
 	*x = BrowserDoRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[47]
+	mi := &file_palyra_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +4006,7 @@ func (x *BrowserDoRequest) String() string {
 func (*BrowserDoRequest) ProtoMessage() {}
 
 func (x *BrowserDoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[47]
+	mi := &file_palyra_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +4019,7 @@ func (x *BrowserDoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserDoRequest.ProtoReflect.Descriptor instead.
 func (*BrowserDoRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BrowserDoRequest) GetId() string {
@@ -3575,7 +4051,7 @@ type BrowserSessionResponse struct {
 
 func (x *BrowserSessionResponse) Reset() {
 	*x = BrowserSessionResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[48]
+	mi := &file_palyra_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3587,7 +4063,7 @@ func (x *BrowserSessionResponse) String() string {
 func (*BrowserSessionResponse) ProtoMessage() {}
 
 func (x *BrowserSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[48]
+	mi := &file_palyra_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3600,7 +4076,7 @@ func (x *BrowserSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSessionResponse.ProtoReflect.Descriptor instead.
 func (*BrowserSessionResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BrowserSessionResponse) GetSession() *BrowserSession {
@@ -3649,7 +4125,7 @@ type BrowserFile struct {
 
 func (x *BrowserFile) Reset() {
 	*x = BrowserFile{}
-	mi := &file_palyra_v1_api_proto_msgTypes[49]
+	mi := &file_palyra_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3661,7 +4137,7 @@ func (x *BrowserFile) String() string {
 func (*BrowserFile) ProtoMessage() {}
 
 func (x *BrowserFile) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[49]
+	mi := &file_palyra_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3674,7 +4150,7 @@ func (x *BrowserFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserFile.ProtoReflect.Descriptor instead.
 func (*BrowserFile) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BrowserFile) GetName() string {
@@ -3708,7 +4184,7 @@ type BrowserScreenshotResponse struct {
 
 func (x *BrowserScreenshotResponse) Reset() {
 	*x = BrowserScreenshotResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[50]
+	mi := &file_palyra_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3720,7 +4196,7 @@ func (x *BrowserScreenshotResponse) String() string {
 func (*BrowserScreenshotResponse) ProtoMessage() {}
 
 func (x *BrowserScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[50]
+	mi := &file_palyra_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3733,7 +4209,7 @@ func (x *BrowserScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*BrowserScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BrowserScreenshotResponse) GetData() []byte {
@@ -3758,7 +4234,7 @@ type ListBrowserSessionsRequest struct {
 
 func (x *ListBrowserSessionsRequest) Reset() {
 	*x = ListBrowserSessionsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[51]
+	mi := &file_palyra_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3770,7 +4246,7 @@ func (x *ListBrowserSessionsRequest) String() string {
 func (*ListBrowserSessionsRequest) ProtoMessage() {}
 
 func (x *ListBrowserSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[51]
+	mi := &file_palyra_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3783,7 +4259,7 @@ func (x *ListBrowserSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrowserSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListBrowserSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 type ListBrowserSessionsResponse struct {
@@ -3796,7 +4272,7 @@ type ListBrowserSessionsResponse struct {
 
 func (x *ListBrowserSessionsResponse) Reset() {
 	*x = ListBrowserSessionsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[52]
+	mi := &file_palyra_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3808,7 +4284,7 @@ func (x *ListBrowserSessionsResponse) String() string {
 func (*ListBrowserSessionsResponse) ProtoMessage() {}
 
 func (x *ListBrowserSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[52]
+	mi := &file_palyra_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3821,7 +4297,7 @@ func (x *ListBrowserSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrowserSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListBrowserSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListBrowserSessionsResponse) GetSessions() []*BrowserSession {
@@ -3859,7 +4335,7 @@ type SkillToolInfo struct {
 
 func (x *SkillToolInfo) Reset() {
 	*x = SkillToolInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[53]
+	mi := &file_palyra_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +4347,7 @@ func (x *SkillToolInfo) String() string {
 func (*SkillToolInfo) ProtoMessage() {}
 
 func (x *SkillToolInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[53]
+	mi := &file_palyra_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +4360,7 @@ func (x *SkillToolInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillToolInfo.ProtoReflect.Descriptor instead.
 func (*SkillToolInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SkillToolInfo) GetId() string {
@@ -3962,7 +4438,7 @@ type SkillToolCapabilities struct {
 
 func (x *SkillToolCapabilities) Reset() {
 	*x = SkillToolCapabilities{}
-	mi := &file_palyra_v1_api_proto_msgTypes[54]
+	mi := &file_palyra_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3974,7 +4450,7 @@ func (x *SkillToolCapabilities) String() string {
 func (*SkillToolCapabilities) ProtoMessage() {}
 
 func (x *SkillToolCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[54]
+	mi := &file_palyra_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3987,7 +4463,7 @@ func (x *SkillToolCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillToolCapabilities.ProtoReflect.Descriptor instead.
 func (*SkillToolCapabilities) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SkillToolCapabilities) GetHttpHosts() []string {
@@ -4049,7 +4525,7 @@ type SkillInfo struct {
 
 func (x *SkillInfo) Reset() {
 	*x = SkillInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[55]
+	mi := &file_palyra_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4061,7 +4537,7 @@ func (x *SkillInfo) String() string {
 func (*SkillInfo) ProtoMessage() {}
 
 func (x *SkillInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[55]
+	mi := &file_palyra_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4074,7 +4550,7 @@ func (x *SkillInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillInfo.ProtoReflect.Descriptor instead.
 func (*SkillInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SkillInfo) GetSkillId() string {
@@ -4250,7 +4726,7 @@ type PublisherInfo struct {
 
 func (x *PublisherInfo) Reset() {
 	*x = PublisherInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[56]
+	mi := &file_palyra_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4262,7 +4738,7 @@ func (x *PublisherInfo) String() string {
 func (*PublisherInfo) ProtoMessage() {}
 
 func (x *PublisherInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[56]
+	mi := &file_palyra_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4275,7 +4751,7 @@ func (x *PublisherInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublisherInfo.ProtoReflect.Descriptor instead.
 func (*PublisherInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PublisherInfo) GetName() string {
@@ -4320,7 +4796,7 @@ type InstallSkillRequest struct {
 
 func (x *InstallSkillRequest) Reset() {
 	*x = InstallSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[57]
+	mi := &file_palyra_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4332,7 +4808,7 @@ func (x *InstallSkillRequest) String() string {
 func (*InstallSkillRequest) ProtoMessage() {}
 
 func (x *InstallSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[57]
+	mi := &file_palyra_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4345,7 +4821,7 @@ func (x *InstallSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSkillRequest.ProtoReflect.Descriptor instead.
 func (*InstallSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *InstallSkillRequest) GetPackage() []byte {
@@ -4382,7 +4858,7 @@ type InstallSkillResponse struct {
 
 func (x *InstallSkillResponse) Reset() {
 	*x = InstallSkillResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[58]
+	mi := &file_palyra_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4394,7 +4870,7 @@ func (x *InstallSkillResponse) String() string {
 func (*InstallSkillResponse) ProtoMessage() {}
 
 func (x *InstallSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[58]
+	mi := &file_palyra_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4407,7 +4883,7 @@ func (x *InstallSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSkillResponse.ProtoReflect.Descriptor instead.
 func (*InstallSkillResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *InstallSkillResponse) GetSkill() *SkillInfo {
@@ -4439,7 +4915,7 @@ type ListSkillsRequest struct {
 
 func (x *ListSkillsRequest) Reset() {
 	*x = ListSkillsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[59]
+	mi := &file_palyra_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4451,7 +4927,7 @@ func (x *ListSkillsRequest) String() string {
 func (*ListSkillsRequest) ProtoMessage() {}
 
 func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[59]
+	mi := &file_palyra_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4464,7 +4940,7 @@ func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSkillsRequest.ProtoReflect.Descriptor instead.
 func (*ListSkillsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 type ListSkillsResponse struct {
@@ -4476,7 +4952,7 @@ type ListSkillsResponse struct {
 
 func (x *ListSkillsResponse) Reset() {
 	*x = ListSkillsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[60]
+	mi := &file_palyra_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4488,7 +4964,7 @@ func (x *ListSkillsResponse) String() string {
 func (*ListSkillsResponse) ProtoMessage() {}
 
 func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[60]
+	mi := &file_palyra_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4501,7 +4977,7 @@ func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSkillsResponse.ProtoReflect.Descriptor instead.
 func (*ListSkillsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListSkillsResponse) GetSkills() []*SkillInfo {
@@ -4520,7 +4996,7 @@ type GetSkillRequest struct {
 
 func (x *GetSkillRequest) Reset() {
 	*x = GetSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[61]
+	mi := &file_palyra_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4532,7 +5008,7 @@ func (x *GetSkillRequest) String() string {
 func (*GetSkillRequest) ProtoMessage() {}
 
 func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[61]
+	mi := &file_palyra_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4545,7 +5021,7 @@ func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSkillRequest.ProtoReflect.Descriptor instead.
 func (*GetSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetSkillRequest) GetSkillId() string {
@@ -4564,7 +5040,7 @@ type GetSkillResponse struct {
 
 func (x *GetSkillResponse) Reset() {
 	*x = GetSkillResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[62]
+	mi := &file_palyra_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4576,7 +5052,7 @@ func (x *GetSkillResponse) String() string {
 func (*GetSkillResponse) ProtoMessage() {}
 
 func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[62]
+	mi := &file_palyra_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4589,7 +5065,7 @@ func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSkillResponse.ProtoReflect.Descriptor instead.
 func (*GetSkillResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetSkillResponse) GetSkill() *SkillInfo {
@@ -4614,7 +5090,7 @@ type SetSkillStatusRequest struct {
 
 func (x *SetSkillStatusRequest) Reset() {
 	*x = SetSkillStatusRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[63]
+	mi := &file_palyra_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4626,7 +5102,7 @@ func (x *SetSkillStatusRequest) String() string {
 func (*SetSkillStatusRequest) ProtoMessage() {}
 
 func (x *SetSkillStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[63]
+	mi := &file_palyra_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4639,7 +5115,7 @@ func (x *SetSkillStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSkillStatusRequest.ProtoReflect.Descriptor instead.
 func (*SetSkillStatusRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SetSkillStatusRequest) GetSkillId() string {
@@ -4682,7 +5158,7 @@ type SetSkillStatusResponse struct {
 
 func (x *SetSkillStatusResponse) Reset() {
 	*x = SetSkillStatusResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[64]
+	mi := &file_palyra_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4694,7 +5170,7 @@ func (x *SetSkillStatusResponse) String() string {
 func (*SetSkillStatusResponse) ProtoMessage() {}
 
 func (x *SetSkillStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[64]
+	mi := &file_palyra_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4707,7 +5183,7 @@ func (x *SetSkillStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSkillStatusResponse.ProtoReflect.Descriptor instead.
 func (*SetSkillStatusResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SetSkillStatusResponse) GetSkill() *SkillInfo {
@@ -4741,7 +5217,7 @@ type RemoveSkillRequest struct {
 
 func (x *RemoveSkillRequest) Reset() {
 	*x = RemoveSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[65]
+	mi := &file_palyra_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4753,7 +5229,7 @@ func (x *RemoveSkillRequest) String() string {
 func (*RemoveSkillRequest) ProtoMessage() {}
 
 func (x *RemoveSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[65]
+	mi := &file_palyra_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4766,7 +5242,7 @@ func (x *RemoveSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSkillRequest.ProtoReflect.Descriptor instead.
 func (*RemoveSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RemoveSkillRequest) GetSkillId() string {
@@ -4792,7 +5268,7 @@ type RemoveSkillResponse struct {
 
 func (x *RemoveSkillResponse) Reset() {
 	*x = RemoveSkillResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[66]
+	mi := &file_palyra_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4804,7 +5280,7 @@ func (x *RemoveSkillResponse) String() string {
 func (*RemoveSkillResponse) ProtoMessage() {}
 
 func (x *RemoveSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[66]
+	mi := &file_palyra_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4817,7 +5293,7 @@ func (x *RemoveSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSkillResponse.ProtoReflect.Descriptor instead.
 func (*RemoveSkillResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RemoveSkillResponse) GetUnboundHooks() []*HookInfo {
@@ -4838,7 +5314,7 @@ type TrustPublisherRequest struct {
 
 func (x *TrustPublisherRequest) Reset() {
 	*x = TrustPublisherRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[67]
+	mi := &file_palyra_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4850,7 +5326,7 @@ func (x *TrustPublisherRequest) String() string {
 func (*TrustPublisherRequest) ProtoMessage() {}
 
 func (x *TrustPublisherRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[67]
+	mi := &file_palyra_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4863,7 +5339,7 @@ func (x *TrustPublisherRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustPublisherRequest.ProtoReflect.Descriptor instead.
 func (*TrustPublisherRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *TrustPublisherRequest) GetName() string {
@@ -4896,7 +5372,7 @@ type TrustPublisherResponse struct {
 
 func (x *TrustPublisherResponse) Reset() {
 	*x = TrustPublisherResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[68]
+	mi := &file_palyra_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4908,7 +5384,7 @@ func (x *TrustPublisherResponse) String() string {
 func (*TrustPublisherResponse) ProtoMessage() {}
 
 func (x *TrustPublisherResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[68]
+	mi := &file_palyra_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4921,7 +5397,7 @@ func (x *TrustPublisherResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustPublisherResponse.ProtoReflect.Descriptor instead.
 func (*TrustPublisherResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *TrustPublisherResponse) GetPublisher() *PublisherInfo {
@@ -4939,7 +5415,7 @@ type ListPublishersRequest struct {
 
 func (x *ListPublishersRequest) Reset() {
 	*x = ListPublishersRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[69]
+	mi := &file_palyra_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4951,7 +5427,7 @@ func (x *ListPublishersRequest) String() string {
 func (*ListPublishersRequest) ProtoMessage() {}
 
 func (x *ListPublishersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[69]
+	mi := &file_palyra_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4964,7 +5440,7 @@ func (x *ListPublishersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPublishersRequest.ProtoReflect.Descriptor instead.
 func (*ListPublishersRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 type ListPublishersResponse struct {
@@ -4976,7 +5452,7 @@ type ListPublishersResponse struct {
 
 func (x *ListPublishersResponse) Reset() {
 	*x = ListPublishersResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[70]
+	mi := &file_palyra_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4988,7 +5464,7 @@ func (x *ListPublishersResponse) String() string {
 func (*ListPublishersResponse) ProtoMessage() {}
 
 func (x *ListPublishersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[70]
+	mi := &file_palyra_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5001,7 +5477,7 @@ func (x *ListPublishersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPublishersResponse.ProtoReflect.Descriptor instead.
 func (*ListPublishersResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListPublishersResponse) GetPublishers() []*PublisherInfo {
@@ -5020,7 +5496,7 @@ type UntrustPublisherRequest struct {
 
 func (x *UntrustPublisherRequest) Reset() {
 	*x = UntrustPublisherRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[71]
+	mi := &file_palyra_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5032,7 +5508,7 @@ func (x *UntrustPublisherRequest) String() string {
 func (*UntrustPublisherRequest) ProtoMessage() {}
 
 func (x *UntrustPublisherRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[71]
+	mi := &file_palyra_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5045,7 +5521,7 @@ func (x *UntrustPublisherRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UntrustPublisherRequest.ProtoReflect.Descriptor instead.
 func (*UntrustPublisherRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *UntrustPublisherRequest) GetName() string {
@@ -5063,7 +5539,7 @@ type UntrustPublisherResponse struct {
 
 func (x *UntrustPublisherResponse) Reset() {
 	*x = UntrustPublisherResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[72]
+	mi := &file_palyra_v1_api_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5075,7 +5551,7 @@ func (x *UntrustPublisherResponse) String() string {
 func (*UntrustPublisherResponse) ProtoMessage() {}
 
 func (x *UntrustPublisherResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[72]
+	mi := &file_palyra_v1_api_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5088,7 +5564,7 @@ func (x *UntrustPublisherResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UntrustPublisherResponse.ProtoReflect.Descriptor instead.
 func (*UntrustPublisherResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{81}
 }
 
 type RunSkillRequest struct {
@@ -5107,7 +5583,7 @@ type RunSkillRequest struct {
 
 func (x *RunSkillRequest) Reset() {
 	*x = RunSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[73]
+	mi := &file_palyra_v1_api_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5119,7 +5595,7 @@ func (x *RunSkillRequest) String() string {
 func (*RunSkillRequest) ProtoMessage() {}
 
 func (x *RunSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[73]
+	mi := &file_palyra_v1_api_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5132,7 +5608,7 @@ func (x *RunSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSkillRequest.ProtoReflect.Descriptor instead.
 func (*RunSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RunSkillRequest) GetSkillId() string {
@@ -5191,7 +5667,7 @@ type DecideJobRequest struct {
 
 func (x *DecideJobRequest) Reset() {
 	*x = DecideJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[74]
+	mi := &file_palyra_v1_api_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5203,7 +5679,7 @@ func (x *DecideJobRequest) String() string {
 func (*DecideJobRequest) ProtoMessage() {}
 
 func (x *DecideJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[74]
+	mi := &file_palyra_v1_api_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5216,7 +5692,7 @@ func (x *DecideJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJobRequest.ProtoReflect.Descriptor instead.
 func (*DecideJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *DecideJobRequest) GetId() string {
@@ -5249,7 +5725,7 @@ type DecideJobResponse struct {
 
 func (x *DecideJobResponse) Reset() {
 	*x = DecideJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[75]
+	mi := &file_palyra_v1_api_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5261,7 +5737,7 @@ func (x *DecideJobResponse) String() string {
 func (*DecideJobResponse) ProtoMessage() {}
 
 func (x *DecideJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[75]
+	mi := &file_palyra_v1_api_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5274,7 +5750,7 @@ func (x *DecideJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJobResponse.ProtoReflect.Descriptor instead.
 func (*DecideJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *DecideJobResponse) GetJob() *Job {
@@ -5304,7 +5780,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_palyra_v1_api_proto_msgTypes[76]
+	mi := &file_palyra_v1_api_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5316,7 +5792,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[76]
+	mi := &file_palyra_v1_api_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5329,7 +5805,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *AuditRecord) GetSeq() uint64 {
@@ -5399,7 +5875,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[77]
+	mi := &file_palyra_v1_api_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5411,7 +5887,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[77]
+	mi := &file_palyra_v1_api_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5424,7 +5900,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListAuditRequest) GetAfterSeq() uint64 {
@@ -5464,7 +5940,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[78]
+	mi := &file_palyra_v1_api_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5476,7 +5952,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[78]
+	mi := &file_palyra_v1_api_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5489,7 +5965,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -5542,7 +6018,7 @@ type VerifyAuditRequest struct {
 
 func (x *VerifyAuditRequest) Reset() {
 	*x = VerifyAuditRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[79]
+	mi := &file_palyra_v1_api_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5554,7 +6030,7 @@ func (x *VerifyAuditRequest) String() string {
 func (*VerifyAuditRequest) ProtoMessage() {}
 
 func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[79]
+	mi := &file_palyra_v1_api_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5567,7 +6043,7 @@ func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditRequest.ProtoReflect.Descriptor instead.
 func (*VerifyAuditRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{88}
 }
 
 type VerifyAuditResponse struct {
@@ -5586,7 +6062,7 @@ type VerifyAuditResponse struct {
 
 func (x *VerifyAuditResponse) Reset() {
 	*x = VerifyAuditResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[80]
+	mi := &file_palyra_v1_api_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5598,7 +6074,7 @@ func (x *VerifyAuditResponse) String() string {
 func (*VerifyAuditResponse) ProtoMessage() {}
 
 func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[80]
+	mi := &file_palyra_v1_api_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5611,7 +6087,7 @@ func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditResponse.ProtoReflect.Descriptor instead.
 func (*VerifyAuditResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{80}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *VerifyAuditResponse) GetOk() bool {
@@ -5688,7 +6164,7 @@ type HookInfo struct {
 
 func (x *HookInfo) Reset() {
 	*x = HookInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[81]
+	mi := &file_palyra_v1_api_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5700,7 +6176,7 @@ func (x *HookInfo) String() string {
 func (*HookInfo) ProtoMessage() {}
 
 func (x *HookInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[81]
+	mi := &file_palyra_v1_api_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5713,7 +6189,7 @@ func (x *HookInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookInfo.ProtoReflect.Descriptor instead.
 func (*HookInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{81}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *HookInfo) GetId() string {
@@ -5769,7 +6245,7 @@ type BindHookRequest struct {
 
 func (x *BindHookRequest) Reset() {
 	*x = BindHookRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[82]
+	mi := &file_palyra_v1_api_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5781,7 +6257,7 @@ func (x *BindHookRequest) String() string {
 func (*BindHookRequest) ProtoMessage() {}
 
 func (x *BindHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[82]
+	mi := &file_palyra_v1_api_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5794,7 +6270,7 @@ func (x *BindHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindHookRequest.ProtoReflect.Descriptor instead.
 func (*BindHookRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{82}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *BindHookRequest) GetEvent() string {
@@ -5827,7 +6303,7 @@ type BindHookResponse struct {
 
 func (x *BindHookResponse) Reset() {
 	*x = BindHookResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[83]
+	mi := &file_palyra_v1_api_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5839,7 +6315,7 @@ func (x *BindHookResponse) String() string {
 func (*BindHookResponse) ProtoMessage() {}
 
 func (x *BindHookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[83]
+	mi := &file_palyra_v1_api_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5852,7 +6328,7 @@ func (x *BindHookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindHookResponse.ProtoReflect.Descriptor instead.
 func (*BindHookResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{83}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *BindHookResponse) GetHook() *HookInfo {
@@ -5871,7 +6347,7 @@ type UnbindHookRequest struct {
 
 func (x *UnbindHookRequest) Reset() {
 	*x = UnbindHookRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[84]
+	mi := &file_palyra_v1_api_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5883,7 +6359,7 @@ func (x *UnbindHookRequest) String() string {
 func (*UnbindHookRequest) ProtoMessage() {}
 
 func (x *UnbindHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[84]
+	mi := &file_palyra_v1_api_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5896,7 +6372,7 @@ func (x *UnbindHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbindHookRequest.ProtoReflect.Descriptor instead.
 func (*UnbindHookRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{84}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *UnbindHookRequest) GetId() string {
@@ -5914,7 +6390,7 @@ type UnbindHookResponse struct {
 
 func (x *UnbindHookResponse) Reset() {
 	*x = UnbindHookResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[85]
+	mi := &file_palyra_v1_api_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5926,7 +6402,7 @@ func (x *UnbindHookResponse) String() string {
 func (*UnbindHookResponse) ProtoMessage() {}
 
 func (x *UnbindHookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[85]
+	mi := &file_palyra_v1_api_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5939,7 +6415,7 @@ func (x *UnbindHookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbindHookResponse.ProtoReflect.Descriptor instead.
 func (*UnbindHookResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{85}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{94}
 }
 
 type ListHooksRequest struct {
@@ -5950,7 +6426,7 @@ type ListHooksRequest struct {
 
 func (x *ListHooksRequest) Reset() {
 	*x = ListHooksRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[86]
+	mi := &file_palyra_v1_api_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5962,7 +6438,7 @@ func (x *ListHooksRequest) String() string {
 func (*ListHooksRequest) ProtoMessage() {}
 
 func (x *ListHooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[86]
+	mi := &file_palyra_v1_api_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5975,7 +6451,7 @@ func (x *ListHooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHooksRequest.ProtoReflect.Descriptor instead.
 func (*ListHooksRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{86}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{95}
 }
 
 type ListHooksResponse struct {
@@ -5987,7 +6463,7 @@ type ListHooksResponse struct {
 
 func (x *ListHooksResponse) Reset() {
 	*x = ListHooksResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[87]
+	mi := &file_palyra_v1_api_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5999,7 +6475,7 @@ func (x *ListHooksResponse) String() string {
 func (*ListHooksResponse) ProtoMessage() {}
 
 func (x *ListHooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[87]
+	mi := &file_palyra_v1_api_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6012,7 +6488,7 @@ func (x *ListHooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHooksResponse.ProtoReflect.Descriptor instead.
 func (*ListHooksResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{87}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ListHooksResponse) GetHooks() []*HookInfo {
@@ -6306,7 +6782,34 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\asecrets\x18\x01 \x03(\v2\x15.palyra.v1.SecretInfoR\asecrets\")\n" +
 	"\x13DeleteSecretRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
-	"\x14DeleteSecretResponse\"\x8c\x02\n" +
+	"\x14DeleteSecretResponse\"1\n" +
+	"\aKVEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"6\n" +
+	"\fGetKVRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"b\n" +
+	"\rGetKVResponse\x12(\n" +
+	"\x05entry\x18\x01 \x01(\v2\x12.palyra.v1.KVEntryR\x05entry\x12'\n" +
+	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\"6\n" +
+	"\fPutKVRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\x0f\n" +
+	"\rPutKVResponse\"#\n" +
+	"\x0fDeleteKVRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\",\n" +
+	"\x10DeleteKVResponse\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"\x86\x01\n" +
+	"\rListKVRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x1b\n" +
+	"\tkeys_only\x18\x04 \x01(\bR\bkeysOnly\x12\x14\n" +
+	"\x05stale\x18\x05 \x01(\bR\x05stale\"{\n" +
+	"\x0eListKVResponse\x12,\n" +
+	"\aentries\x18\x01 \x03(\v2\x12.palyra.v1.KVEntryR\aentries\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\tR\x04next\x12'\n" +
+	"\x04read\x18\x03 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\"\x8c\x02\n" +
 	"\x0eBrowserSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
@@ -6539,7 +7042,12 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\rSecretService\x12F\n" +
 	"\tSetSecret\x12\x1b.palyra.v1.SetSecretRequest\x1a\x1c.palyra.v1.SetSecretResponse\x12L\n" +
 	"\vListSecrets\x12\x1d.palyra.v1.ListSecretsRequest\x1a\x1e.palyra.v1.ListSecretsResponse\x12O\n" +
-	"\fDeleteSecret\x12\x1e.palyra.v1.DeleteSecretRequest\x1a\x1f.palyra.v1.DeleteSecretResponse2\xb0\x03\n" +
+	"\fDeleteSecret\x12\x1e.palyra.v1.DeleteSecretRequest\x1a\x1f.palyra.v1.DeleteSecretResponse2\x87\x02\n" +
+	"\tKVService\x12:\n" +
+	"\x05GetKV\x12\x17.palyra.v1.GetKVRequest\x1a\x18.palyra.v1.GetKVResponse\x12:\n" +
+	"\x05PutKV\x12\x17.palyra.v1.PutKVRequest\x1a\x18.palyra.v1.PutKVResponse\x12C\n" +
+	"\bDeleteKV\x12\x1a.palyra.v1.DeleteKVRequest\x1a\x1b.palyra.v1.DeleteKVResponse\x12=\n" +
+	"\x06ListKV\x12\x18.palyra.v1.ListKVRequest\x1a\x19.palyra.v1.ListKVResponse2\xb0\x03\n" +
 	"\x0eBrowserService\x12V\n" +
 	"\vOpenSession\x12$.palyra.v1.OpenBrowserSessionRequest\x1a!.palyra.v1.BrowserSessionResponse\x12D\n" +
 	"\x02Do\x12\x1b.palyra.v1.BrowserDoRequest\x1a!.palyra.v1.BrowserSessionResponse\x12P\n" +
@@ -6582,7 +7090,7 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 94)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                       // 0: palyra.v1.JobPhase
 	(*Error)(nil),                       // 1: palyra.v1.Error
@@ -6629,186 +7137,207 @@ var file_palyra_v1_api_proto_goTypes = []any{
 	(*ListSecretsResponse)(nil),         // 42: palyra.v1.ListSecretsResponse
 	(*DeleteSecretRequest)(nil),         // 43: palyra.v1.DeleteSecretRequest
 	(*DeleteSecretResponse)(nil),        // 44: palyra.v1.DeleteSecretResponse
-	(*BrowserSession)(nil),              // 45: palyra.v1.BrowserSession
-	(*OpenBrowserSessionRequest)(nil),   // 46: palyra.v1.OpenBrowserSessionRequest
-	(*BrowserSessionRef)(nil),           // 47: palyra.v1.BrowserSessionRef
-	(*BrowserDoRequest)(nil),            // 48: palyra.v1.BrowserDoRequest
-	(*BrowserSessionResponse)(nil),      // 49: palyra.v1.BrowserSessionResponse
-	(*BrowserFile)(nil),                 // 50: palyra.v1.BrowserFile
-	(*BrowserScreenshotResponse)(nil),   // 51: palyra.v1.BrowserScreenshotResponse
-	(*ListBrowserSessionsRequest)(nil),  // 52: palyra.v1.ListBrowserSessionsRequest
-	(*ListBrowserSessionsResponse)(nil), // 53: palyra.v1.ListBrowserSessionsResponse
-	(*SkillToolInfo)(nil),               // 54: palyra.v1.SkillToolInfo
-	(*SkillToolCapabilities)(nil),       // 55: palyra.v1.SkillToolCapabilities
-	(*SkillInfo)(nil),                   // 56: palyra.v1.SkillInfo
-	(*PublisherInfo)(nil),               // 57: palyra.v1.PublisherInfo
-	(*InstallSkillRequest)(nil),         // 58: palyra.v1.InstallSkillRequest
-	(*InstallSkillResponse)(nil),        // 59: palyra.v1.InstallSkillResponse
-	(*ListSkillsRequest)(nil),           // 60: palyra.v1.ListSkillsRequest
-	(*ListSkillsResponse)(nil),          // 61: palyra.v1.ListSkillsResponse
-	(*GetSkillRequest)(nil),             // 62: palyra.v1.GetSkillRequest
-	(*GetSkillResponse)(nil),            // 63: palyra.v1.GetSkillResponse
-	(*SetSkillStatusRequest)(nil),       // 64: palyra.v1.SetSkillStatusRequest
-	(*SetSkillStatusResponse)(nil),      // 65: palyra.v1.SetSkillStatusResponse
-	(*RemoveSkillRequest)(nil),          // 66: palyra.v1.RemoveSkillRequest
-	(*RemoveSkillResponse)(nil),         // 67: palyra.v1.RemoveSkillResponse
-	(*TrustPublisherRequest)(nil),       // 68: palyra.v1.TrustPublisherRequest
-	(*TrustPublisherResponse)(nil),      // 69: palyra.v1.TrustPublisherResponse
-	(*ListPublishersRequest)(nil),       // 70: palyra.v1.ListPublishersRequest
-	(*ListPublishersResponse)(nil),      // 71: palyra.v1.ListPublishersResponse
-	(*UntrustPublisherRequest)(nil),     // 72: palyra.v1.UntrustPublisherRequest
-	(*UntrustPublisherResponse)(nil),    // 73: palyra.v1.UntrustPublisherResponse
-	(*RunSkillRequest)(nil),             // 74: palyra.v1.RunSkillRequest
-	(*DecideJobRequest)(nil),            // 75: palyra.v1.DecideJobRequest
-	(*DecideJobResponse)(nil),           // 76: palyra.v1.DecideJobResponse
-	(*AuditRecord)(nil),                 // 77: palyra.v1.AuditRecord
-	(*ListAuditRequest)(nil),            // 78: palyra.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 79: palyra.v1.ListAuditResponse
-	(*VerifyAuditRequest)(nil),          // 80: palyra.v1.VerifyAuditRequest
-	(*VerifyAuditResponse)(nil),         // 81: palyra.v1.VerifyAuditResponse
-	(*HookInfo)(nil),                    // 82: palyra.v1.HookInfo
-	(*BindHookRequest)(nil),             // 83: palyra.v1.BindHookRequest
-	(*BindHookResponse)(nil),            // 84: palyra.v1.BindHookResponse
-	(*UnbindHookRequest)(nil),           // 85: palyra.v1.UnbindHookRequest
-	(*UnbindHookResponse)(nil),          // 86: palyra.v1.UnbindHookResponse
-	(*ListHooksRequest)(nil),            // 87: palyra.v1.ListHooksRequest
-	(*ListHooksResponse)(nil),           // 88: palyra.v1.ListHooksResponse
-	nil,                                 // 89: palyra.v1.Job.ConstraintsEntry
-	nil,                                 // 90: palyra.v1.JobArray.CountsEntry
-	nil,                                 // 91: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                                 // 92: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                                 // 93: palyra.v1.NodeInfo.LabelsEntry
-	nil,                                 // 94: palyra.v1.NodeInfo.CapacityEntry
+	(*KVEntry)(nil),                     // 45: palyra.v1.KVEntry
+	(*GetKVRequest)(nil),                // 46: palyra.v1.GetKVRequest
+	(*GetKVResponse)(nil),               // 47: palyra.v1.GetKVResponse
+	(*PutKVRequest)(nil),                // 48: palyra.v1.PutKVRequest
+	(*PutKVResponse)(nil),               // 49: palyra.v1.PutKVResponse
+	(*DeleteKVRequest)(nil),             // 50: palyra.v1.DeleteKVRequest
+	(*DeleteKVResponse)(nil),            // 51: palyra.v1.DeleteKVResponse
+	(*ListKVRequest)(nil),               // 52: palyra.v1.ListKVRequest
+	(*ListKVResponse)(nil),              // 53: palyra.v1.ListKVResponse
+	(*BrowserSession)(nil),              // 54: palyra.v1.BrowserSession
+	(*OpenBrowserSessionRequest)(nil),   // 55: palyra.v1.OpenBrowserSessionRequest
+	(*BrowserSessionRef)(nil),           // 56: palyra.v1.BrowserSessionRef
+	(*BrowserDoRequest)(nil),            // 57: palyra.v1.BrowserDoRequest
+	(*BrowserSessionResponse)(nil),      // 58: palyra.v1.BrowserSessionResponse
+	(*BrowserFile)(nil),                 // 59: palyra.v1.BrowserFile
+	(*BrowserScreenshotResponse)(nil),   // 60: palyra.v1.BrowserScreenshotResponse
+	(*ListBrowserSessionsRequest)(nil),  // 61: palyra.v1.ListBrowserSessionsRequest
+	(*ListBrowserSessionsResponse)(nil), // 62: palyra.v1.ListBrowserSessionsResponse
+	(*SkillToolInfo)(nil),               // 63: palyra.v1.SkillToolInfo
+	(*SkillToolCapabilities)(nil),       // 64: palyra.v1.SkillToolCapabilities
+	(*SkillInfo)(nil),                   // 65: palyra.v1.SkillInfo
+	(*PublisherInfo)(nil),               // 66: palyra.v1.PublisherInfo
+	(*InstallSkillRequest)(nil),         // 67: palyra.v1.InstallSkillRequest
+	(*InstallSkillResponse)(nil),        // 68: palyra.v1.InstallSkillResponse
+	(*ListSkillsRequest)(nil),           // 69: palyra.v1.ListSkillsRequest
+	(*ListSkillsResponse)(nil),          // 70: palyra.v1.ListSkillsResponse
+	(*GetSkillRequest)(nil),             // 71: palyra.v1.GetSkillRequest
+	(*GetSkillResponse)(nil),            // 72: palyra.v1.GetSkillResponse
+	(*SetSkillStatusRequest)(nil),       // 73: palyra.v1.SetSkillStatusRequest
+	(*SetSkillStatusResponse)(nil),      // 74: palyra.v1.SetSkillStatusResponse
+	(*RemoveSkillRequest)(nil),          // 75: palyra.v1.RemoveSkillRequest
+	(*RemoveSkillResponse)(nil),         // 76: palyra.v1.RemoveSkillResponse
+	(*TrustPublisherRequest)(nil),       // 77: palyra.v1.TrustPublisherRequest
+	(*TrustPublisherResponse)(nil),      // 78: palyra.v1.TrustPublisherResponse
+	(*ListPublishersRequest)(nil),       // 79: palyra.v1.ListPublishersRequest
+	(*ListPublishersResponse)(nil),      // 80: palyra.v1.ListPublishersResponse
+	(*UntrustPublisherRequest)(nil),     // 81: palyra.v1.UntrustPublisherRequest
+	(*UntrustPublisherResponse)(nil),    // 82: palyra.v1.UntrustPublisherResponse
+	(*RunSkillRequest)(nil),             // 83: palyra.v1.RunSkillRequest
+	(*DecideJobRequest)(nil),            // 84: palyra.v1.DecideJobRequest
+	(*DecideJobResponse)(nil),           // 85: palyra.v1.DecideJobResponse
+	(*AuditRecord)(nil),                 // 86: palyra.v1.AuditRecord
+	(*ListAuditRequest)(nil),            // 87: palyra.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 88: palyra.v1.ListAuditResponse
+	(*VerifyAuditRequest)(nil),          // 89: palyra.v1.VerifyAuditRequest
+	(*VerifyAuditResponse)(nil),         // 90: palyra.v1.VerifyAuditResponse
+	(*HookInfo)(nil),                    // 91: palyra.v1.HookInfo
+	(*BindHookRequest)(nil),             // 92: palyra.v1.BindHookRequest
+	(*BindHookResponse)(nil),            // 93: palyra.v1.BindHookResponse
+	(*UnbindHookRequest)(nil),           // 94: palyra.v1.UnbindHookRequest
+	(*UnbindHookResponse)(nil),          // 95: palyra.v1.UnbindHookResponse
+	(*ListHooksRequest)(nil),            // 96: palyra.v1.ListHooksRequest
+	(*ListHooksResponse)(nil),           // 97: palyra.v1.ListHooksResponse
+	nil,                                 // 98: palyra.v1.Job.ConstraintsEntry
+	nil,                                 // 99: palyra.v1.JobArray.CountsEntry
+	nil,                                 // 100: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                                 // 101: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                                 // 102: palyra.v1.NodeInfo.LabelsEntry
+	nil,                                 // 103: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
-	0,  // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
-	2,  // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
-	1,  // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	89, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
-	5,  // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	90, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
-	3,  // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
-	5,  // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	91, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
-	3,  // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
-	4,  // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
-	3,  // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
-	24, // 12: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
-	4,  // 13: palyra.v1.GetJobResponse.array:type_name -> palyra.v1.JobArray
-	0,  // 14: palyra.v1.ListJobsRequest.phase:type_name -> palyra.v1.JobPhase
-	3,  // 15: palyra.v1.ListJobsResponse.jobs:type_name -> palyra.v1.Job
-	24, // 16: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
-	3,  // 17: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
-	4,  // 18: palyra.v1.CancelJobResponse.array:type_name -> palyra.v1.JobArray
-	0,  // 19: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
-	3,  // 20: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
-	4,  // 21: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
-	92, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	93, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	94, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
-	29, // 25: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
-	38, // 26: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
-	38, // 27: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
-	45, // 28: palyra.v1.BrowserSessionResponse.session:type_name -> palyra.v1.BrowserSession
-	50, // 29: palyra.v1.BrowserSessionResponse.files:type_name -> palyra.v1.BrowserFile
-	45, // 30: palyra.v1.ListBrowserSessionsResponse.sessions:type_name -> palyra.v1.BrowserSession
-	55, // 31: palyra.v1.SkillToolInfo.capabilities:type_name -> palyra.v1.SkillToolCapabilities
-	54, // 32: palyra.v1.SkillInfo.tools:type_name -> palyra.v1.SkillToolInfo
-	56, // 33: palyra.v1.InstallSkillResponse.skill:type_name -> palyra.v1.SkillInfo
-	56, // 34: palyra.v1.ListSkillsResponse.skills:type_name -> palyra.v1.SkillInfo
-	56, // 35: palyra.v1.GetSkillResponse.skill:type_name -> palyra.v1.SkillInfo
-	56, // 36: palyra.v1.SetSkillStatusResponse.skill:type_name -> palyra.v1.SkillInfo
-	82, // 37: palyra.v1.SetSkillStatusResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
-	82, // 38: palyra.v1.RemoveSkillResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
-	57, // 39: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
-	57, // 40: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
-	3,  // 41: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
-	77, // 42: palyra.v1.ListAuditResponse.records:type_name -> palyra.v1.AuditRecord
-	82, // 43: palyra.v1.BindHookResponse.hook:type_name -> palyra.v1.HookInfo
-	82, // 44: palyra.v1.ListHooksResponse.hooks:type_name -> palyra.v1.HookInfo
-	8,  // 45: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	10, // 46: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	12, // 47: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	14, // 48: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	18, // 49: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	8,  // 50: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
-	6,  // 51: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	20, // 52: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	22, // 53: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	16, // 54: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
-	27, // 55: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	25, // 56: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
-	30, // 57: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	34, // 58: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	32, // 59: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	36, // 60: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	39, // 61: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	41, // 62: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	43, // 63: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	46, // 64: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
-	48, // 65: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
-	47, // 66: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
-	47, // 67: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
-	52, // 68: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
-	58, // 69: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
-	60, // 70: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
-	62, // 71: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
-	64, // 72: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
-	66, // 73: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
-	68, // 74: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
-	70, // 75: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
-	72, // 76: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
-	74, // 77: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
-	75, // 78: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
-	78, // 79: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
-	80, // 80: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
-	83, // 81: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
-	85, // 82: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
-	87, // 83: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
-	9,  // 84: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11, // 85: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13, // 86: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15, // 87: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	19, // 88: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	19, // 89: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,  // 90: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	21, // 91: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	23, // 92: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	17, // 93: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
-	28, // 94: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	26, // 95: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
-	31, // 96: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	35, // 97: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	33, // 98: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	37, // 99: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	40, // 100: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	42, // 101: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	44, // 102: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	49, // 103: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
-	49, // 104: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
-	51, // 105: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
-	49, // 106: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
-	53, // 107: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
-	59, // 108: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
-	61, // 109: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
-	63, // 110: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
-	65, // 111: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
-	67, // 112: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
-	69, // 113: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
-	71, // 114: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
-	73, // 115: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
-	9,  // 116: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
-	76, // 117: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
-	79, // 118: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
-	81, // 119: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
-	84, // 120: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
-	86, // 121: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
-	88, // 122: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
-	84, // [84:123] is the sub-list for method output_type
-	45, // [45:84] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	0,   // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
+	2,   // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
+	1,   // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
+	98,  // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	5,   // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
+	99,  // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	3,   // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
+	5,   // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
+	100, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	3,   // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
+	4,   // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
+	3,   // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
+	24,  // 12: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
+	4,   // 13: palyra.v1.GetJobResponse.array:type_name -> palyra.v1.JobArray
+	0,   // 14: palyra.v1.ListJobsRequest.phase:type_name -> palyra.v1.JobPhase
+	3,   // 15: palyra.v1.ListJobsResponse.jobs:type_name -> palyra.v1.Job
+	24,  // 16: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
+	3,   // 17: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
+	4,   // 18: palyra.v1.CancelJobResponse.array:type_name -> palyra.v1.JobArray
+	0,   // 19: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
+	3,   // 20: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
+	4,   // 21: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
+	101, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	102, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	103, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	29,  // 25: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
+	38,  // 26: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
+	38,  // 27: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
+	45,  // 28: palyra.v1.GetKVResponse.entry:type_name -> palyra.v1.KVEntry
+	24,  // 29: palyra.v1.GetKVResponse.read:type_name -> palyra.v1.ReadInfo
+	45,  // 30: palyra.v1.ListKVResponse.entries:type_name -> palyra.v1.KVEntry
+	24,  // 31: palyra.v1.ListKVResponse.read:type_name -> palyra.v1.ReadInfo
+	54,  // 32: palyra.v1.BrowserSessionResponse.session:type_name -> palyra.v1.BrowserSession
+	59,  // 33: palyra.v1.BrowserSessionResponse.files:type_name -> palyra.v1.BrowserFile
+	54,  // 34: palyra.v1.ListBrowserSessionsResponse.sessions:type_name -> palyra.v1.BrowserSession
+	64,  // 35: palyra.v1.SkillToolInfo.capabilities:type_name -> palyra.v1.SkillToolCapabilities
+	63,  // 36: palyra.v1.SkillInfo.tools:type_name -> palyra.v1.SkillToolInfo
+	65,  // 37: palyra.v1.InstallSkillResponse.skill:type_name -> palyra.v1.SkillInfo
+	65,  // 38: palyra.v1.ListSkillsResponse.skills:type_name -> palyra.v1.SkillInfo
+	65,  // 39: palyra.v1.GetSkillResponse.skill:type_name -> palyra.v1.SkillInfo
+	65,  // 40: palyra.v1.SetSkillStatusResponse.skill:type_name -> palyra.v1.SkillInfo
+	91,  // 41: palyra.v1.SetSkillStatusResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
+	91,  // 42: palyra.v1.RemoveSkillResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
+	66,  // 43: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
+	66,  // 44: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
+	3,   // 45: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
+	86,  // 46: palyra.v1.ListAuditResponse.records:type_name -> palyra.v1.AuditRecord
+	91,  // 47: palyra.v1.BindHookResponse.hook:type_name -> palyra.v1.HookInfo
+	91,  // 48: palyra.v1.ListHooksResponse.hooks:type_name -> palyra.v1.HookInfo
+	8,   // 49: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	10,  // 50: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	12,  // 51: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	14,  // 52: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	18,  // 53: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	8,   // 54: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
+	6,   // 55: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	20,  // 56: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	22,  // 57: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	16,  // 58: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
+	27,  // 59: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	25,  // 60: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
+	30,  // 61: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	34,  // 62: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	32,  // 63: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	36,  // 64: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	39,  // 65: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	41,  // 66: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	43,  // 67: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	46,  // 68: palyra.v1.KVService.GetKV:input_type -> palyra.v1.GetKVRequest
+	48,  // 69: palyra.v1.KVService.PutKV:input_type -> palyra.v1.PutKVRequest
+	50,  // 70: palyra.v1.KVService.DeleteKV:input_type -> palyra.v1.DeleteKVRequest
+	52,  // 71: palyra.v1.KVService.ListKV:input_type -> palyra.v1.ListKVRequest
+	55,  // 72: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
+	57,  // 73: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
+	56,  // 74: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
+	56,  // 75: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
+	61,  // 76: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
+	67,  // 77: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
+	69,  // 78: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
+	71,  // 79: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
+	73,  // 80: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
+	75,  // 81: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
+	77,  // 82: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
+	79,  // 83: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
+	81,  // 84: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
+	83,  // 85: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
+	84,  // 86: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
+	87,  // 87: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
+	89,  // 88: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
+	92,  // 89: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
+	94,  // 90: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
+	96,  // 91: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
+	9,   // 92: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11,  // 93: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13,  // 94: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15,  // 95: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	19,  // 96: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	19,  // 97: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,   // 98: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	21,  // 99: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	23,  // 100: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	17,  // 101: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	28,  // 102: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	26,  // 103: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
+	31,  // 104: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	35,  // 105: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	33,  // 106: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	37,  // 107: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	40,  // 108: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	42,  // 109: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	44,  // 110: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	47,  // 111: palyra.v1.KVService.GetKV:output_type -> palyra.v1.GetKVResponse
+	49,  // 112: palyra.v1.KVService.PutKV:output_type -> palyra.v1.PutKVResponse
+	51,  // 113: palyra.v1.KVService.DeleteKV:output_type -> palyra.v1.DeleteKVResponse
+	53,  // 114: palyra.v1.KVService.ListKV:output_type -> palyra.v1.ListKVResponse
+	58,  // 115: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
+	58,  // 116: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
+	60,  // 117: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
+	58,  // 118: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
+	62,  // 119: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
+	68,  // 120: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
+	70,  // 121: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
+	72,  // 122: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
+	74,  // 123: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
+	76,  // 124: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
+	78,  // 125: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
+	80,  // 126: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
+	82,  // 127: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
+	9,   // 128: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
+	85,  // 129: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
+	88,  // 130: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
+	90,  // 131: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
+	93,  // 132: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
+	95,  // 133: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
+	97,  // 134: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
+	92,  // [92:135] is the sub-list for method output_type
+	49,  // [49:92] is the sub-list for method input_type
+	49,  // [49:49] is the sub-list for extension type_name
+	49,  // [49:49] is the sub-list for extension extendee
+	0,   // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -6822,9 +7351,9 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   94,
+			NumMessages:   103,
 			NumExtensions: 0,
-			NumServices:   8,
+			NumServices:   9,
 		},
 		GoTypes:           file_palyra_v1_api_proto_goTypes,
 		DependencyIndexes: file_palyra_v1_api_proto_depIdxs,

@@ -30,6 +30,8 @@ const (
 	NodeServiceName = "palyra.v1.NodeService"
 	// SecretServiceName is the fully-qualified name of the SecretService service.
 	SecretServiceName = "palyra.v1.SecretService"
+	// KVServiceName is the fully-qualified name of the KVService service.
+	KVServiceName = "palyra.v1.KVService"
 	// BrowserServiceName is the fully-qualified name of the BrowserService service.
 	BrowserServiceName = "palyra.v1.BrowserService"
 	// SkillServiceName is the fully-qualified name of the SkillService service.
@@ -91,6 +93,14 @@ const (
 	// SecretServiceDeleteSecretProcedure is the fully-qualified name of the SecretService's
 	// DeleteSecret RPC.
 	SecretServiceDeleteSecretProcedure = "/palyra.v1.SecretService/DeleteSecret"
+	// KVServiceGetKVProcedure is the fully-qualified name of the KVService's GetKV RPC.
+	KVServiceGetKVProcedure = "/palyra.v1.KVService/GetKV"
+	// KVServicePutKVProcedure is the fully-qualified name of the KVService's PutKV RPC.
+	KVServicePutKVProcedure = "/palyra.v1.KVService/PutKV"
+	// KVServiceDeleteKVProcedure is the fully-qualified name of the KVService's DeleteKV RPC.
+	KVServiceDeleteKVProcedure = "/palyra.v1.KVService/DeleteKV"
+	// KVServiceListKVProcedure is the fully-qualified name of the KVService's ListKV RPC.
+	KVServiceListKVProcedure = "/palyra.v1.KVService/ListKV"
 	// BrowserServiceOpenSessionProcedure is the fully-qualified name of the BrowserService's
 	// OpenSession RPC.
 	BrowserServiceOpenSessionProcedure = "/palyra.v1.BrowserService/OpenSession"
@@ -801,6 +811,154 @@ func (UnimplementedSecretServiceHandler) ListSecrets(context.Context, *connect.R
 
 func (UnimplementedSecretServiceHandler) DeleteSecret(context.Context, *connect.Request[palyrav1.DeleteSecretRequest]) (*connect.Response[palyrav1.DeleteSecretResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.SecretService.DeleteSecret is not implemented"))
+}
+
+// KVServiceClient is a client for the palyra.v1.KVService service.
+type KVServiceClient interface {
+	GetKV(context.Context, *connect.Request[palyrav1.GetKVRequest]) (*connect.Response[palyrav1.GetKVResponse], error)
+	PutKV(context.Context, *connect.Request[palyrav1.PutKVRequest]) (*connect.Response[palyrav1.PutKVResponse], error)
+	DeleteKV(context.Context, *connect.Request[palyrav1.DeleteKVRequest]) (*connect.Response[palyrav1.DeleteKVResponse], error)
+	ListKV(context.Context, *connect.Request[palyrav1.ListKVRequest]) (*connect.Response[palyrav1.ListKVResponse], error)
+}
+
+// NewKVServiceClient constructs a client for the palyra.v1.KVService service. By default, it uses
+// the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewKVServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) KVServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	kVServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("KVService").Methods()
+	return &kVServiceClient{
+		getKV: connect.NewClient[palyrav1.GetKVRequest, palyrav1.GetKVResponse](
+			httpClient,
+			baseURL+KVServiceGetKVProcedure,
+			connect.WithSchema(kVServiceMethods.ByName("GetKV")),
+			connect.WithClientOptions(opts...),
+		),
+		putKV: connect.NewClient[palyrav1.PutKVRequest, palyrav1.PutKVResponse](
+			httpClient,
+			baseURL+KVServicePutKVProcedure,
+			connect.WithSchema(kVServiceMethods.ByName("PutKV")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteKV: connect.NewClient[palyrav1.DeleteKVRequest, palyrav1.DeleteKVResponse](
+			httpClient,
+			baseURL+KVServiceDeleteKVProcedure,
+			connect.WithSchema(kVServiceMethods.ByName("DeleteKV")),
+			connect.WithClientOptions(opts...),
+		),
+		listKV: connect.NewClient[palyrav1.ListKVRequest, palyrav1.ListKVResponse](
+			httpClient,
+			baseURL+KVServiceListKVProcedure,
+			connect.WithSchema(kVServiceMethods.ByName("ListKV")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// kVServiceClient implements KVServiceClient.
+type kVServiceClient struct {
+	getKV    *connect.Client[palyrav1.GetKVRequest, palyrav1.GetKVResponse]
+	putKV    *connect.Client[palyrav1.PutKVRequest, palyrav1.PutKVResponse]
+	deleteKV *connect.Client[palyrav1.DeleteKVRequest, palyrav1.DeleteKVResponse]
+	listKV   *connect.Client[palyrav1.ListKVRequest, palyrav1.ListKVResponse]
+}
+
+// GetKV calls palyra.v1.KVService.GetKV.
+func (c *kVServiceClient) GetKV(ctx context.Context, req *connect.Request[palyrav1.GetKVRequest]) (*connect.Response[palyrav1.GetKVResponse], error) {
+	return c.getKV.CallUnary(ctx, req)
+}
+
+// PutKV calls palyra.v1.KVService.PutKV.
+func (c *kVServiceClient) PutKV(ctx context.Context, req *connect.Request[palyrav1.PutKVRequest]) (*connect.Response[palyrav1.PutKVResponse], error) {
+	return c.putKV.CallUnary(ctx, req)
+}
+
+// DeleteKV calls palyra.v1.KVService.DeleteKV.
+func (c *kVServiceClient) DeleteKV(ctx context.Context, req *connect.Request[palyrav1.DeleteKVRequest]) (*connect.Response[palyrav1.DeleteKVResponse], error) {
+	return c.deleteKV.CallUnary(ctx, req)
+}
+
+// ListKV calls palyra.v1.KVService.ListKV.
+func (c *kVServiceClient) ListKV(ctx context.Context, req *connect.Request[palyrav1.ListKVRequest]) (*connect.Response[palyrav1.ListKVResponse], error) {
+	return c.listKV.CallUnary(ctx, req)
+}
+
+// KVServiceHandler is an implementation of the palyra.v1.KVService service.
+type KVServiceHandler interface {
+	GetKV(context.Context, *connect.Request[palyrav1.GetKVRequest]) (*connect.Response[palyrav1.GetKVResponse], error)
+	PutKV(context.Context, *connect.Request[palyrav1.PutKVRequest]) (*connect.Response[palyrav1.PutKVResponse], error)
+	DeleteKV(context.Context, *connect.Request[palyrav1.DeleteKVRequest]) (*connect.Response[palyrav1.DeleteKVResponse], error)
+	ListKV(context.Context, *connect.Request[palyrav1.ListKVRequest]) (*connect.Response[palyrav1.ListKVResponse], error)
+}
+
+// NewKVServiceHandler builds an HTTP handler from the service implementation. It returns the path
+// on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewKVServiceHandler(svc KVServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	kVServiceMethods := palyrav1.File_palyra_v1_api_proto.Services().ByName("KVService").Methods()
+	kVServiceGetKVHandler := connect.NewUnaryHandler(
+		KVServiceGetKVProcedure,
+		svc.GetKV,
+		connect.WithSchema(kVServiceMethods.ByName("GetKV")),
+		connect.WithHandlerOptions(opts...),
+	)
+	kVServicePutKVHandler := connect.NewUnaryHandler(
+		KVServicePutKVProcedure,
+		svc.PutKV,
+		connect.WithSchema(kVServiceMethods.ByName("PutKV")),
+		connect.WithHandlerOptions(opts...),
+	)
+	kVServiceDeleteKVHandler := connect.NewUnaryHandler(
+		KVServiceDeleteKVProcedure,
+		svc.DeleteKV,
+		connect.WithSchema(kVServiceMethods.ByName("DeleteKV")),
+		connect.WithHandlerOptions(opts...),
+	)
+	kVServiceListKVHandler := connect.NewUnaryHandler(
+		KVServiceListKVProcedure,
+		svc.ListKV,
+		connect.WithSchema(kVServiceMethods.ByName("ListKV")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/palyra.v1.KVService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case KVServiceGetKVProcedure:
+			kVServiceGetKVHandler.ServeHTTP(w, r)
+		case KVServicePutKVProcedure:
+			kVServicePutKVHandler.ServeHTTP(w, r)
+		case KVServiceDeleteKVProcedure:
+			kVServiceDeleteKVHandler.ServeHTTP(w, r)
+		case KVServiceListKVProcedure:
+			kVServiceListKVHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedKVServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedKVServiceHandler struct{}
+
+func (UnimplementedKVServiceHandler) GetKV(context.Context, *connect.Request[palyrav1.GetKVRequest]) (*connect.Response[palyrav1.GetKVResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.KVService.GetKV is not implemented"))
+}
+
+func (UnimplementedKVServiceHandler) PutKV(context.Context, *connect.Request[palyrav1.PutKVRequest]) (*connect.Response[palyrav1.PutKVResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.KVService.PutKV is not implemented"))
+}
+
+func (UnimplementedKVServiceHandler) DeleteKV(context.Context, *connect.Request[palyrav1.DeleteKVRequest]) (*connect.Response[palyrav1.DeleteKVResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.KVService.DeleteKV is not implemented"))
+}
+
+func (UnimplementedKVServiceHandler) ListKV(context.Context, *connect.Request[palyrav1.ListKVRequest]) (*connect.Response[palyrav1.ListKVResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.KVService.ListKV is not implemented"))
 }
 
 // BrowserServiceClient is a client for the palyra.v1.BrowserService service.
