@@ -29,7 +29,7 @@ type Secret struct {
 type dataState struct {
 	secrets    map[string]*Secret
 	kv         map[string][]byte
-	kvKeys     *btree.BTreeG[string] // kv's keys in order (KVList, snapshots)
+	kvKeys     *btree.BTreeG[string]              // kv's keys in order (KVList, snapshots)
 	skills     map[string]*raftpb.SkillRecord     // by skill_id (skills.go)
 	publishers map[string]*raftpb.PublisherRecord // by name
 	hooks      map[string]*raftpb.HookRecord      // by id (hooks.go)
