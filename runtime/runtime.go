@@ -160,8 +160,11 @@ type Artifact struct {
 // Result is what a run produced. Stdout/Stderr hold what was captured up to
 // MaxOutput even when the run failed.
 type Result struct {
-	Reason   Reason
-	Message  string // one line, human readable, set when Reason != ReasonNone
+	Reason  Reason
+	Message string // what happened: one line, human readable, set when Reason != ReasonNone
+	// Hint is what to do about it, one line (e.g. "raise it with
+	// --timeout"); empty when the executor has nothing to suggest.
+	Hint     string
 	ExitCode int
 	Stdout   []byte
 	Stderr   []byte

@@ -362,7 +362,11 @@ func (w *Worker) execute(ctx, parent context.Context, j consensus.Job) bool {
 		fin.Artifacts = append(fin.Artifacts, &raftpb.ArtifactRef{Name: a.Name, MediaType: a.MediaType, Sha256: hash, Size: uint64(len(a.Data))})
 	}
 	if !res.OK() {
-		fin.Error = &raftpb.Error{Code: string(res.Reason), Message: res.Message, Hint: hintFor(res.Reason, len(res.Stderr) > 0)}
+		hint := res.Hint
+		if hint == "" {
+			hint = hintFor(res.Reason, len(res.Stderr) > 0)
+		}
+		fin.Error = &raftpb.Error{Code: string(res.Reason), Message: res.Message, Hint: hint}
 		fin.Retryable = Retryable(res.Reason)
 	}
 	done := make(chan error, 1)
@@ -663,11 +667,12 @@ func (w *Worker) applyRetry(ctx context.Context, cmd *raftpb.Command) error {
 	}
 }
 
+// hintFor is the hint of a failure whose executor gave none: the limits
+// an executor enforces (timeout, memory, output, fuel) come with theirs
+// (Result.Hint), naming the flag that raises them; what to do about the
+// guest's own failures is said here.
 func hintFor(r runtime.Reason, hasStderr bool) string {
-	// timeout, memory_limit and output_limit messages name their flag already.
 	switch r {
-	case runtime.ReasonOutOfFuel:
-		return "raise the budget with --fuel"
 	case runtime.ReasonExitCode:
 		if !hasStderr {
 			return "the module wrote nothing to stderr: the exit code is all it said (see what the module's exit codes mean)"

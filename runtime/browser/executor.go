@@ -156,7 +156,7 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 	// only each step's default (job.stepTimeout).
 	timeout, timeoutBy := spec.Timeout, "the job's --timeout"
 	if timeout <= 0 {
-		timeout, timeoutBy = e.cfg.DefaultTimeout, "the worker's default job timeout; set the job's --timeout"
+		timeout, timeoutBy = e.cfg.DefaultTimeout, "the worker's default job timeout"
 	}
 	maxOutput := spec.MaxOutput
 	if maxOutput <= 0 {

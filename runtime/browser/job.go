@@ -283,7 +283,9 @@ func (j *job) result(jctx context.Context, i int, a Action, err error) runtime.R
 	case errors.Is(err, errNavBlocked) && errors.As(err, &be):
 		return failed(runtime.ReasonBlocked, fmt.Sprintf("%s: %v", where, be))
 	case errors.As(err, &le):
-		return failed(runtime.ReasonOutputLimit, fmt.Sprintf("%s: %v", where, le))
+		res := failed(runtime.ReasonOutputLimit, fmt.Sprintf("%s: %s", where, le.msg))
+		res.Hint = le.hint
+		return res
 	}
 	// A timeout or an odd failure may be a hung browser: probe it, and if
 	// it does not answer, kill it now so the cleanup does not wait on it.
@@ -292,7 +294,9 @@ func (j *job) result(jctx context.Context, i int, a Action, err error) runtime.R
 		return failed(runtime.ReasonCrashed, fmt.Sprintf("%s: %v; the next job gets a fresh browser", where, perr))
 	}
 	if errors.Is(context.Cause(jctx), errJobTimeout) {
-		return failed(runtime.ReasonTimeout, fmt.Sprintf("%s: job timed out after %s (%s)", where, j.timeout, j.timeoutBy))
+		res := failed(runtime.ReasonTimeout, fmt.Sprintf("%s: job timed out after %s (%s)", where, j.timeout, j.timeoutBy))
+		res.Hint = "raise it with --timeout"
+		return res
 	}
 	return failed(runtime.ReasonStepFailed, fmt.Sprintf("%s: %v", where, err))
 }

@@ -57,6 +57,9 @@ func TestArtifactAndOutputLimits(t *testing.T) {
 	if r.Reason != runtime.ReasonOutputLimit || !strings.Contains(r.Message, `value "big"`) {
 		t.Fatalf("got %q %q, want output_limit naming the value", r.Reason, r.Message)
 	}
+	if strings.Contains(r.Message, "--max-output") || !strings.Contains(r.Hint, "--max-output") {
+		t.Errorf("message %q, hint %q: want the fix (--max-output) in the hint alone", r.Message, r.Hint)
+	}
 	if string(r.Stdout) != `{"small":1}` {
 		t.Errorf("stdout %s, want the values that fitted", r.Stdout)
 	}
@@ -98,6 +101,9 @@ func TestTimeouts(t *testing.T) {
 	// either way the 60 s step must not run out its own timeout.
 	if r.Reason != runtime.ReasonTimeout || !strings.Contains(r.Message, "job timed out after 700ms (the job's --timeout)") {
 		t.Fatalf("Spec.Timeout: got %q %q, want a job timeout after 700ms naming --timeout", r.Reason, r.Message)
+	}
+	if r.Hint != "raise it with --timeout" {
+		t.Errorf("Spec.Timeout: hint %q, want how to raise it", r.Hint)
 	}
 
 	// The script's timeout_ms is each step's default, and a step that

@@ -23,9 +23,11 @@ const maxStatusLines = 64
 
 // limitError is a step failure caused by an output or artifact bound; it
 // maps to runtime.ReasonOutputLimit.
-type limitError struct{ msg string }
+type limitError struct{ msg, hint string }
 
-func (e *limitError) Error() string { return e.msg }
+// Error is the message and the hint on one line (a browser session's
+// step shows it whole); a job's result keeps them apart.
+func (e *limitError) Error() string { return e.msg + "; " + e.hint }
 
 // blockedLine is one line of Result.Stderr: a request the job's policy
 // refused.
@@ -147,8 +149,8 @@ func (r *recorder) setValue(name string, v json.RawMessage) error {
 		add++ // comma
 	}
 	if r.valueBytes+add > r.maxOutput {
-		return &limitError{fmt.Sprintf("value %q (%d bytes) would make the output %d bytes, over the job's limit of %d; extract less or raise it with --max-output",
-			name, buf.Len(), r.valueBytes+add, r.maxOutput)}
+		return &limitError{fmt.Sprintf("value %q (%d bytes) would make the output %d bytes, over the job's limit of %d",
+			name, buf.Len(), r.valueBytes+add, r.maxOutput), "extract less, or raise the limit with --max-output"}
 	}
 	r.values[name] = json.RawMessage(buf.Bytes())
 	r.valueBytes += add
@@ -334,11 +336,11 @@ func (r *recorder) addArtifact(name, mediaType string, data []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(data) > r.maxArtifact {
-		return &limitError{fmt.Sprintf("artifact %q is %d bytes, over the per-artifact limit of %d; capture a smaller element or page", name, len(data), r.maxArtifact)}
+		return &limitError{fmt.Sprintf("artifact %q is %d bytes, over the per-artifact limit of %d", name, len(data), r.maxArtifact), "capture a smaller element or page"}
 	}
 	if r.artifactBytes+len(data) > r.maxArtifacts {
-		return &limitError{fmt.Sprintf("artifact %q (%d bytes) would bring the job's artifacts to %d bytes, over the total limit of %d; capture fewer or smaller ones",
-			name, len(data), r.artifactBytes+len(data), r.maxArtifacts)}
+		return &limitError{fmt.Sprintf("artifact %q (%d bytes) would bring the job's artifacts to %d bytes, over the total limit of %d",
+			name, len(data), r.artifactBytes+len(data), r.maxArtifacts), "capture fewer or smaller ones"}
 	}
 	r.artifacts = append(r.artifacts, runtime.Artifact{Name: name, MediaType: mediaType, Data: data})
 	r.artifactBytes += len(data)

@@ -45,7 +45,7 @@ func newExecutor(t testing.TB, cfg Config) *Executor {
 // containing each of parts.
 func wantReason(t *testing.T, res runtime.Result, reason runtime.Reason, parts ...string) {
 	t.Helper()
-	t.Logf("reason %q, message %q", res.Reason, res.Message)
+	t.Logf("reason %q, message %q, hint %q", res.Reason, res.Message, res.Hint)
 	if res.Reason != reason {
 		t.Fatalf("reason = %q (%s), want %q; stderr: %s", res.Reason, res.Message, reason, clip(string(res.Stderr)))
 	}
@@ -96,7 +96,7 @@ func TestTimeoutStopsCallFreeLoop(t *testing.T) {
 	e := newExecutor(t, Config{})
 	spin := testwasm.Build(t, "spin")
 	res := e.Run(context.Background(), runtime.Spec{Module: spin, Timeout: 300 * time.Millisecond})
-	wantReason(t, res, runtime.ReasonTimeout, "timed out after 300ms", "--timeout")
+	wantReason(t, res, runtime.ReasonTimeout, "timed out after 300ms")
 
 	// A hand-built loop with no calls at all, not even in a runtime.
 	res = e.Run(context.Background(), runtime.Spec{Module: loopModule, Timeout: 100 * time.Millisecond})
@@ -154,7 +154,7 @@ func TestCallerCancelIsNotTimeout(t *testing.T) {
 func TestMembombHitsMemoryLimit(t *testing.T) {
 	e := newExecutor(t, Config{})
 	res := e.Run(context.Background(), runtime.Spec{Module: testwasm.Build(t, "membomb"), MemoryLimit: 16 << 20})
-	wantReason(t, res, runtime.ReasonMemoryLimit, "memory limit 16 MiB reached", "--memory")
+	wantReason(t, res, runtime.ReasonMemoryLimit, "memory limit 16 MiB reached")
 }
 
 func TestMemoryLimitHandBuilt(t *testing.T) {
@@ -190,7 +190,7 @@ func TestOutputLimit(t *testing.T) {
 	// executor can stop it.
 	flood := writeModule(1, strings.Repeat("flood ", 1000), true, 0)
 	res := e.Run(context.Background(), runtime.Spec{Module: flood, MaxOutput: limit})
-	wantReason(t, res, runtime.ReasonOutputLimit, "stdout exceeded 64 KiB", "--max-output")
+	wantReason(t, res, runtime.ReasonOutputLimit, "stdout exceeded 64 KiB")
 	if len(res.Stdout) != limit {
 		t.Errorf("captured %d bytes of stdout, want exactly %d", len(res.Stdout), limit)
 	}
@@ -253,7 +253,10 @@ func TestTraps(t *testing.T) {
 func TestRunRefusesInvalidModule(t *testing.T) {
 	e := newExecutor(t, Config{})
 	res := e.Run(context.Background(), runtime.Spec{Module: []byte("#!/bin/sh\necho hi\n")})
-	wantReason(t, res, runtime.ReasonInvalidModule, "not a WebAssembly module (bad magic)", "GOOS=wasip1")
+	wantReason(t, res, runtime.ReasonInvalidModule, "not a WebAssembly module (bad magic)")
+	if !strings.Contains(res.Hint, "GOOS=wasip1") || strings.Contains(res.Message, "GOOS=wasip1") {
+		t.Errorf("bad magic: message %q, hint %q: want what to do in the hint alone", res.Message, res.Hint)
+	}
 
 	noStart := testModule{types: []funcType{{}}, funcs: []testFunc{{}}, exports: []testExport{{"main", 0, 0}}}.bytes()
 	res = e.Run(context.Background(), runtime.Spec{Module: noStart})
@@ -444,5 +447,48 @@ func TestRanExcludesTheWaitForASlot(t *testing.T) {
 	if res.Ran < 50*time.Millisecond || res.Ran > since || res.Duration < res.Ran {
 		t.Fatalf("Duration %s, Ran %s, %s since the slot's release (the run began %s before it): want 50ms ≤ Ran ≤ the time since the release",
 			res.Duration, res.Ran, since, released.Sub(start))
+	}
+}
+
+// Every limit a run hits says what happened in its message and what to do
+// in its hint, the same way for each (the fix for a timeout or a memory
+// limit was inside the message, and the hint empty, while out_of_fuel had
+// it in the hint): a client shows them apart.
+func TestLimitFailuresPutTheFixInTheHint(t *testing.T) {
+	e := newExecutor(t, Config{})
+	small := newExecutor(t, Config{DefaultFuel: 1_000_000})
+	ctx := context.Background()
+	big := testModule{
+		types: []funcType{{}}, funcs: []testFunc{{}}, memory: []uint32{512},
+		exports: []testExport{{"_start", 0, 0}},
+	}.bytes()
+	for _, tc := range []struct {
+		name   string
+		res    runtime.Result
+		reason runtime.Reason
+		hint   []string
+	}{
+		{"timeout", e.Run(ctx, runtime.Spec{Module: loopModule, Timeout: 100 * time.Millisecond}), runtime.ReasonTimeout, []string{"--timeout"}},
+		{"memory", e.Run(ctx, runtime.Spec{Module: growModule(320, true), MemoryLimit: 16 << 20}), runtime.ReasonMemoryLimit, []string{"--memory"}},
+		{"initial memory", e.Run(ctx, runtime.Spec{Module: big, MemoryLimit: 16 << 20}), runtime.ReasonMemoryLimit, []string{"--memory", "32 MiB"}},
+		{"stdout", e.Run(ctx, runtime.Spec{Module: writeModule(1, "out", true, 0), MaxOutput: 4096}), runtime.ReasonOutputLimit, []string{"--max-output"}},
+		{"stderr", e.Run(ctx, runtime.Spec{Module: writeModule(2, "err", true, 0), MaxOutput: 4096}), runtime.ReasonOutputLimit, []string{"--max-output"}},
+		{"fuel given", e.Run(ctx, runtime.Spec{Module: loopModule, Fuel: 5_000_000, Timeout: time.Hour}), runtime.ReasonOutOfFuel,
+			[]string{"--fuel 50000000 ", "--fuel 0 is the default, 10,000,000,000 units, not an unlimited"}},
+		{"default fuel", small.Run(ctx, runtime.Spec{Module: loopModule, Timeout: time.Hour}), runtime.ReasonOutOfFuel,
+			[]string{"--fuel 10000000 ", "without --fuel, or with --fuel 0, gets the default of 1,000,000 units", "no budget is unlimited"}},
+	} {
+		if tc.res.Reason != tc.reason {
+			t.Errorf("%s: reason %q (%s), want %q", tc.name, tc.res.Reason, tc.res.Message, tc.reason)
+			continue
+		}
+		if tc.res.Message == "" || strings.Contains(tc.res.Message, "--") || strings.Contains(tc.res.Message, "raise") {
+			t.Errorf("%s: message %q: want what happened, without the fix", tc.name, tc.res.Message)
+		}
+		for _, p := range tc.hint {
+			if !strings.Contains(tc.res.Hint, p) {
+				t.Errorf("%s: hint %q does not contain %q", tc.name, tc.res.Hint, p)
+			}
+		}
 	}
 }

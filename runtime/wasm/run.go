@@ -31,7 +31,11 @@ type limits struct {
 	memory    uint64
 	maxOutput int
 	fuel      int64 // budget; ignored when the executor is unmetered
-	tap       *runtime.Tap
+	// defaultFuel says fuel is the executor's default (the Spec had none);
+	// defaultBudget is that default.
+	defaultFuel   bool
+	defaultBudget int64
+	tap           *runtime.Tap
 	// deterministic runs on a virtual clock and seeded randomness; seed
 	// is the generator's seed.
 	deterministic bool
@@ -39,7 +43,8 @@ type limits struct {
 }
 
 func (e *Executor) limitsFor(spec runtime.Spec) limits {
-	l := limits{timeout: spec.Timeout, memory: spec.MemoryLimit, maxOutput: spec.MaxOutput, fuel: e.budgetFor(spec), tap: spec.Tap}
+	l := limits{timeout: spec.Timeout, memory: spec.MemoryLimit, maxOutput: spec.MaxOutput, fuel: e.budgetFor(spec), tap: spec.Tap,
+		defaultFuel: spec.Fuel == 0, defaultBudget: e.budgetFor(runtime.Spec{})}
 	if l.timeout <= 0 {
 		l.timeout = e.cfg.DefaultTimeout
 	}
@@ -142,9 +147,10 @@ func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compile
 		lim.deterministic, lim.seed = true, deterministicSeed(hash, spec.Input)
 	}
 	if initial := uint64(cm.layout.MemoryMinPages) * pageSize; initial > lim.memory {
-		return failed(runtime.ReasonMemoryLimit, fmt.Sprintf(
-			"module's initial memory %s exceeds the memory limit %s; raise it with --memory",
-			humanBytes(initial), humanBytes(lim.memory)))
+		res := failed(runtime.ReasonMemoryLimit, fmt.Sprintf(
+			"module's initial memory %s exceeds the memory limit %s", humanBytes(initial), humanBytes(lim.memory)))
+		res.Hint = fmt.Sprintf("raise it with --memory, to %s or more", humanBytes(initial))
+		return res
 	}
 	return e.execute(ctx, cm.module, spec.Input, lim, host)
 }
@@ -154,7 +160,9 @@ func loadFailure(ctx context.Context, err error) runtime.Result {
 	var merr *ModuleError
 	switch {
 	case errors.As(err, &merr):
-		return failed(merr.Reason, merr.Error())
+		res := failed(merr.Reason, merr.Message)
+		res.Hint = merr.Hint
+		return res
 	case ctx.Err() != nil:
 		return failed(runtime.ReasonCanceled, "canceled while the module was compiling")
 	}
@@ -237,7 +245,7 @@ func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, 
 		lim:          lim,
 		stderr:       res.Stderr,
 	}
-	res.Reason, res.ExitCode, res.Message = o.classify()
+	res.Reason, res.ExitCode, res.Message, res.Hint = o.classify()
 	return res
 }
 
