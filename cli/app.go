@@ -82,7 +82,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 		Action:               unknownCommand,
 		UsageText:            "palyra [global options] command [command options]", // what urfave prints for an app without an action
 		Commands: dedent(withUnknownCommand([]*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
-			caCommand(), policyCommand(), secretCommand(), doctorCommand(), snapshotCommand(), versionCommand(), completionCommand(), consoleCommand(), browserCommand(), metricsCommand(), skillCommand(), auditCommand(), hookCommand()})),
+			caCommand(), policyCommand(), secretCommand(), kvCommand(), doctorCommand(), snapshotCommand(), versionCommand(), completionCommand(), consoleCommand(), browserCommand(), metricsCommand(), skillCommand(), auditCommand(), hookCommand()})),
 		// A paired device's certificate renews after the command that
 		// found it due (see renewAfter).
 		After:          renewAfter,

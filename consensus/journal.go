@@ -98,6 +98,14 @@ func (s *State) auditCommand(cmd *raftpb.Command, res ApplyResult) {
 		s.audit(c.SetSecret.AtMs, c.SetSecret.By, "secret.set", "secret:"+c.SetSecret.Name, "") // the name only
 	case *raftpb.Command_DeleteSecret:
 		s.audit(c.DeleteSecret.AtMs, c.DeleteSecret.By, "secret.delete", "secret:"+c.DeleteSecret.Name, "")
+	case *raftpb.Command_KvPut: // an operator's; jobs' writes are theirs to log
+		if k := c.KvPut; k.By != "" {
+			s.audit(k.AtMs, k.By, "kv.put", "kv:"+k.Key, fmt.Sprintf("%d bytes", len(k.Value)))
+		}
+	case *raftpb.Command_KvDelete:
+		if k := c.KvDelete; k.By != "" {
+			s.audit(k.AtMs, k.By, "kv.delete", "kv:"+k.Key, "")
+		}
 	case *raftpb.Command_SetRetention:
 		s.audit(c.SetRetention.AtMs, c.SetRetention.By, "retention.set", "cluster", fmt.Sprintf("retention_ms=%d", c.SetRetention.RetentionMs))
 	case *raftpb.Command_DecideJob:

@@ -83,6 +83,7 @@ type Client struct {
 	Identity palyrav1connect.IdentityServiceClient
 	Policy   palyrav1connect.PolicyServiceClient
 	Secrets  palyrav1connect.SecretServiceClient
+	KV       palyrav1connect.KVServiceClient
 	// Snapshots streams cluster snapshots (palyra snapshot save).
 	Snapshots palyrav1connect.SnapshotServiceClient
 	// Browser drives interactive browser sessions (palyra browser).
@@ -181,6 +182,7 @@ func NewCluster(addrs []string, cred *identity.Credential, o Options) (*Client, 
 	c.Identity = palyrav1connect.NewIdentityServiceClient(hc, base, opts...)
 	c.Policy = palyrav1connect.NewPolicyServiceClient(hc, base, opts...)
 	c.Secrets = palyrav1connect.NewSecretServiceClient(hc, base, opts...)
+	c.KV = palyrav1connect.NewKVServiceClient(hc, base, opts...)
 	c.Snapshots = palyrav1connect.NewSnapshotServiceClient(hc, base, opts...)
 	c.Browser = palyrav1connect.NewBrowserServiceClient(hc, base, opts...)
 	c.Skills = palyrav1connect.NewSkillServiceClient(hc, base, opts...)

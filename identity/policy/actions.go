@@ -63,6 +63,13 @@ const (
 	// action: it shows who did what).
 	ActionAuditRead = "audit.read"
 
+	// ActionKVRead reads and lists the replicated key-value store and
+	// ActionKVWrite puts and deletes in it, on Grant resources of type kv
+	// named by the key (or, for a list, the prefix): admin actions under
+	// the default policy (jobs reach the store only through grant.kv).
+	ActionKVRead  = "kv.read"
+	ActionKVWrite = "kv.write"
+
 	// ActionSnapshotSave copies the whole cluster out (every job's data,
 	// the sealed secrets, the CA key and the data key): an admin action.
 	ActionSnapshotSave = "snapshot.save"
@@ -110,7 +117,7 @@ func Actions() []string {
 		ActionPairCreate, ActionPairList, ActionPairRevoke, ActionDeviceList, ActionDeviceRevoke,
 		ActionCAStatus, ActionCARotate,
 		ActionPolicyGet, ActionPolicySet, ActionPolicyCheck,
-		ActionSecretSet, ActionSecretList, ActionSecretDelete, ActionSnapshotSave,
+		ActionSecretSet, ActionSecretList, ActionSecretDelete, ActionKVRead, ActionKVWrite, ActionSnapshotSave,
 		ActionSkillInstall, ActionSkillManage, ActionSkillTrust, ActionSkillList, ActionSkillRun, ActionAuditRead,
 		ActionWorkerHeartbeat, ActionWorkerReport, ActionRaftJoin, ActionBlobFetch,
 		ActionGrantHTTP, ActionGrantSecret, ActionGrantKV,

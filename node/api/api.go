@@ -208,6 +208,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(palyrav1connect.NewIdentityServiceHandler(identityService{s}, opts...))
 	mux.Handle(palyrav1connect.NewPolicyServiceHandler(policyService{s}, opts...))
 	mux.Handle(palyrav1connect.NewSecretServiceHandler(secretService{s}, opts...))
+	mux.Handle(palyrav1connect.NewKVServiceHandler(kvService{s}, opts...))
 	mux.Handle(palyrav1connect.NewSnapshotServiceHandler(snapshotService{s}, opts...))
 	mux.Handle(palyrav1connect.NewBrowserServiceHandler(browserService{s}, opts...))
 	mux.Handle(palyrav1connect.NewSkillServiceHandler(skillService{s}, opts...))

@@ -33,6 +33,10 @@ type State interface {
 	Secret(name string) (consensus.Secret, bool)
 	Secrets() []consensus.Secret
 
+	// The key-value store.
+	KV(key string) ([]byte, bool)
+	KVList(prefix, after string, limit int, keysOnly bool) ([]consensus.KVEntry, bool)
+
 	// The skill registry.
 	Skill(id string) (*raftpb.SkillRecord, bool)
 	Skills() []*raftpb.SkillRecord

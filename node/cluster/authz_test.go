@@ -10,6 +10,7 @@ import (
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/mesh"
 	"github.com/palyra-mesh/palyra/proto/peerpb"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
 // (f) A node whose certificate comes from another CA cannot join gossip or
@@ -120,4 +121,26 @@ func refusedStream(ctx context.Context, tr *mesh.Transport, addr string, tag mes
 		return errors.New("the stream was kept open for a device")
 	}
 	return nil
+}
+
+// A node forwards only its own work: a key-value write names a job it
+// runs, or is an API caller's (by set, authorised by the forwarding node,
+// as every command on behalf of a caller); one naming neither is refused.
+func TestMayForwardKeyValueWrites(t *testing.T) {
+	n1 := identity.Principal{Kind: identity.KindNode, ID: "n1"}
+	for _, c := range []struct {
+		cmd *raftpb.Command
+		ok  bool
+	}{
+		{&raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k", JobId: "j", NodeId: "n1"}}}, true},
+		{&raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k", JobId: "j", NodeId: "n2"}}}, false},
+		{&raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k", By: "device:d-1"}}}, true},
+		{&raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k"}}}, false},
+		{&raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: "k", By: "device:d-1"}}}, true},
+		{&raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: "k"}}}, false},
+	} {
+		if err := mayForward(n1, c.cmd); (err == nil) != c.ok {
+			t.Errorf("%v: %v, want allowed=%v", c.cmd, err, c.ok)
+		}
+	}
 }

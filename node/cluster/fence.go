@@ -38,13 +38,19 @@ func mayForward(pr identity.Principal, cmd *raftpb.Command) error {
 	case *raftpb.Command_RequeueJob:
 		return mine("a requeue", c.RequeueJob.NodeId)
 	case *raftpb.Command_KvPut:
-		if c.KvPut.JobId == "" {
-			return fmt.Errorf("%s sent a key-value write for no job: only jobs write there", pr)
+		switch {
+		case c.KvPut.JobId == "" && c.KvPut.By != "": // an API caller's (palyra kv put)
+			return nil
+		case c.KvPut.JobId == "":
+			return fmt.Errorf("%s sent a key-value write for no job and no caller: only jobs and operators write there", pr)
 		}
 		return mine("a key-value write", c.KvPut.NodeId)
 	case *raftpb.Command_KvDelete:
-		if c.KvDelete.JobId == "" {
-			return fmt.Errorf("%s sent a key-value delete for no job: only jobs write there", pr)
+		switch {
+		case c.KvDelete.JobId == "" && c.KvDelete.By != "":
+			return nil
+		case c.KvDelete.JobId == "":
+			return fmt.Errorf("%s sent a key-value delete for no job and no caller: only jobs and operators write there", pr)
 		}
 		return mine("a key-value delete", c.KvDelete.NodeId)
 	case *raftpb.Command_SchedulerRound, *raftpb.Command_AssignJob, *raftpb.Command_AssignBatch:

@@ -49,8 +49,13 @@ const (
 // older node refuses such a result as stale and would keep none.
 const FeatureEndedOutput = "ended-output"
 
+// FeatureKVAudit says a node records an operator's key-value writes (the
+// API's KVService) in the audit journal; an older node would not, and its
+// journal would differ.
+const FeatureKVAudit = "kv-audit"
+
 // features are those this software has.
-var features = []string{FeatureBatch, FeatureKVRun, FeatureToolGrants, FeatureEndedOutput}
+var features = []string{FeatureBatch, FeatureKVRun, FeatureToolGrants, FeatureEndedOutput, FeatureKVAudit}
 
 // encodeMeta encodes m (deterministically, so equal metas give equal bytes)
 // and refuses results larger than MaxMetaSize.

@@ -2737,6 +2737,8 @@ func (x *DeleteSecret) GetAtMs() int64 {
 // that run's nonce (the worker may run an attempt again, and the new run
 // starts at 1): a write whose (run, seq) was applied already is a retry,
 // and changes nothing.
+// A key-value write: a job's (job_id, fenced by attempt and node) or an
+// operator's through the API (by, at_ms: recorded in the audit journal).
 type KVPut struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2746,6 +2748,8 @@ type KVPut struct {
 	NodeId        string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Seq           uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
 	Run           uint64                 `protobuf:"varint,7,opt,name=run,proto3" json:"run,omitempty"`
+	By            string                 `protobuf:"bytes,8,opt,name=by,proto3" json:"by,omitempty"`
+	AtMs          int64                  `protobuf:"varint,9,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2829,6 +2833,20 @@ func (x *KVPut) GetRun() uint64 {
 	return 0
 }
 
+func (x *KVPut) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *KVPut) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
 type KVDelete struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2837,6 +2855,8 @@ type KVDelete struct {
 	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Seq           uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	Run           uint64                 `protobuf:"varint,6,opt,name=run,proto3" json:"run,omitempty"`
+	By            string                 `protobuf:"bytes,7,opt,name=by,proto3" json:"by,omitempty"`
+	AtMs          int64                  `protobuf:"varint,8,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2909,6 +2929,20 @@ func (x *KVDelete) GetSeq() uint64 {
 func (x *KVDelete) GetRun() uint64 {
 	if x != nil {
 		return x.Run
+	}
+	return 0
+}
+
+func (x *KVDelete) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *KVDelete) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
 	}
 	return 0
 }
@@ -5669,7 +5703,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\fDeleteSecret\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\x12\x13\n" +
-	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\"\x9d\x01\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\"\xc2\x01\n" +
 	"\x05KVPut\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x15\n" +
@@ -5677,14 +5711,18 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\aattempt\x18\x04 \x01(\rR\aattempt\x12\x17\n" +
 	"\anode_id\x18\x05 \x01(\tR\x06nodeId\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x10\n" +
-	"\x03run\x18\a \x01(\x04R\x03run\"\x8a\x01\n" +
+	"\x03run\x18\a \x01(\x04R\x03run\x12\x0e\n" +
+	"\x02by\x18\b \x01(\tR\x02by\x12\x13\n" +
+	"\x05at_ms\x18\t \x01(\x03R\x04atMs\"\xaf\x01\n" +
 	"\bKVDelete\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x17\n" +
 	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x10\n" +
-	"\x03run\x18\x06 \x01(\x04R\x03run\"\xf8\x0f\n" +
+	"\x03run\x18\x06 \x01(\x04R\x03run\x12\x0e\n" +
+	"\x02by\x18\a \x01(\tR\x02by\x12\x13\n" +
+	"\x05at_ms\x18\b \x01(\x03R\x04atMs\"\xf8\x0f\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
