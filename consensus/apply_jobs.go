@@ -113,6 +113,7 @@ func (s *State) applySubmitArray(index uint64, c *raftpb.SubmitArray) ApplyResul
 	tmpl.ArrayID, tmpl.ArrayIndex = "", 0
 	a := &Array{Template: tmpl, Size: uint32(len(c.Tasks))}
 	s.arrays[tmpl.ID] = a
+	s.idx.arrays.ReplaceOrInsert(a)
 	if tmpl.ModuleHash != "" {
 		s.idx.blobRefs[tmpl.ModuleHash]++ // the array's own reference, dropped when it is pruned
 	}
@@ -503,6 +504,7 @@ func (s *State) removeArray(a *Array) {
 		delete(s.idempotency, k)
 	}
 	delete(s.arrays, a.Template.ID)
+	s.idx.arrays.Delete(a)
 	s.touch(TopicJob(a.Template.ID))
 }
 

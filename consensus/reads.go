@@ -150,6 +150,34 @@ func (s *State) walk(t *btree.BTreeG[*Job], f JobFilter, visit func(*Job) bool) 
 	}
 }
 
+// Arrays returns copies of up to limit arrays (0: all), newest first or
+// in acceptance order, after the array afterID (a page cursor; "" from
+// the start; one that no longer exists starts from the start).
+func (s *State) Arrays(afterID string, limit int, newest bool) []Array {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Array
+	visit := func(a *Array) bool {
+		if a.Template.ID == afterID {
+			return true
+		}
+		out = append(out, *a)
+		return limit <= 0 || len(out) < limit
+	}
+	after := s.arrays[afterID]
+	switch {
+	case after != nil && newest:
+		s.idx.arrays.DescendLessOrEqual(after, visit)
+	case after != nil:
+		s.idx.arrays.AscendGreaterOrEqual(after, visit)
+	case newest:
+		s.idx.arrays.Descend(visit)
+	default:
+		s.idx.arrays.Ascend(visit)
+	}
+	return out
+}
+
 // CountByPhase counts jobs in each phase (array tasks included).
 func (s *State) CountByPhase() map[Phase]uint64 {
 	s.mu.RLock()

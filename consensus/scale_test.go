@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -397,5 +398,44 @@ func TestAttachedRoundAppliesAfterItsCommand(t *testing.T) {
 	b, _ := st.Job("b")
 	if a.Phase != PhaseCompleted || b.Phase != PhaseRunning || b.NodeID != "n1" {
 		t.Fatalf("after a's result with b's placement attached: a %s, b %s on %q", a.Phase, b.Phase, b.NodeID)
+	}
+}
+
+// Arrays are listed from their own index, newest first or oldest first,
+// with a cursor; the index follows pruning and a snapshot restore.
+func TestArraysAreListedFromTheirIndex(t *testing.T) {
+	f := NewFSM()
+	applyAll(t, f, addNode("n1"), array("a1", "x"), submit("plain"), array("a2", "y", "z"), array("a3", "w"))
+	arrayIDs := func(as []Array) (out []string) {
+		for _, a := range as {
+			out = append(out, a.Template.ID)
+		}
+		return out
+	}
+	check := func(st *State) {
+		t.Helper()
+		if got := arrayIDs(st.Arrays("", 2, true)); !slices.Equal(got, []string{"a3", "a2"}) {
+			t.Fatalf("newest first: %v", got)
+		}
+		if got := arrayIDs(st.Arrays("a2", 2, true)); !slices.Equal(got, []string{"a1"}) {
+			t.Fatalf("after a2: %v", got)
+		}
+		if got := arrayIDs(st.Arrays("", 0, false)); !slices.Equal(got, []string{"a1", "a2", "a3"}) {
+			t.Fatalf("oldest first: %v", got)
+		}
+		if as := st.Arrays("a1", 1, false); len(as) != 1 || as[0].Template.ID != "a2" || as[0].Size != 2 || as[0].Count(PhaseQueued) != 2 {
+			t.Fatalf("after a1, oldest first: %+v", as)
+		}
+	}
+	check(f.State())
+	g := NewFSM()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
+		t.Fatal(err)
+	}
+	check(g.State())
+	// a1 ends and is pruned: it leaves the index.
+	applyAll(t, f, round(1000, map[string]uint32{"n1": 8}, place(TaskID("a1", 0), 1, "n1")), batch(finishAt(TaskID("a1", 0), 1, "n1", 2000)), prune(3000))
+	if got := arrayIDs(f.State().Arrays("", 0, false)); !slices.Equal(got, []string{"a2", "a3"}) {
+		t.Fatalf("after pruning a1: %v", got)
 	}
 }

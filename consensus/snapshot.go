@@ -150,7 +150,9 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 			return nil, fmt.Errorf("decode snapshot array %d of %d: %w", i+1, hdr.ArrayCount, err)
 		}
 		t := jobFromRecord(rec.Template)
-		ns.arrays[t.ID] = &Array{Template: t, Size: rec.Size}
+		a := &Array{Template: t, Size: rec.Size}
+		ns.arrays[t.ID] = a
+		ns.idx.arrays.ReplaceOrInsert(a)
 		if t.ModuleHash != "" {
 			ns.idx.blobRefs[t.ModuleHash]++
 		}

@@ -48,6 +48,7 @@ type indexes struct {
 	phases    map[Phase]uint64               // count per phase
 	blobRefs  map[string]int                 // blob hash → references from jobs and arrays
 	modules   map[string]int                 // module hash → unfinished wasm jobs that run it
+	arrays    *btree.BTreeG[*Array]          // every array, acceptance order (Arrays)
 	free      *btree.FreeListG[*Job]         // shared by the job trees
 	freeTime  *btree.FreeListG[timeKey]      // shared by the time trees
 }
@@ -93,6 +94,14 @@ func queueLess(a, b *Job) bool {
 	return orderLess(a, b)
 }
 
+// arrayLess orders arrays by acceptance: commit index, then id.
+func arrayLess(a, b *Array) bool {
+	if a.Template.CommitIndex != b.Template.CommitIndex {
+		return a.Template.CommitIndex < b.Template.CommitIndex
+	}
+	return a.Template.ID < b.Template.ID
+}
+
 const btreeDegree = 32
 
 func newIndexes() indexes {
@@ -108,6 +117,7 @@ func newIndexes() indexes {
 		phases:    map[Phase]uint64{},
 		blobRefs:  map[string]int{},
 		modules:   map[string]int{},
+		arrays:    btree.NewG(btreeDegree, arrayLess),
 		free:      free,
 	}
 }
