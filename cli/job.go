@@ -137,7 +137,8 @@ func jobCommand() *ucli.Command {
 				Description: `Lists jobs newest first (--oldest-first for acceptance order), at most
    --limit per page; when there are more, prints the command for the next page
    on stderr (with --json: next_after_id). --array ID lists one array's tasks in
-   task order. Inputs and outputs are never listed (their sizes are, in --json);
+   task order; --arrays lists the arrays themselves, one row each with its
+   counts. Inputs and outputs are never listed (their sizes are, in --json);
    read one job's with 'palyra job get ID', an array's with 'palyra job watch ID'.
 
    Examples:
@@ -150,6 +151,7 @@ func jobCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "node", Usage: "only jobs placed on node `ID`"},
 					&ucli.StringFlag{Name: "array", Usage: "only the tasks of job array `ID`, in task order"},
 					&ucli.BoolFlag{Name: "oldest-first", Usage: "list in acceptance order instead of newest first"},
+					&ucli.BoolFlag{Name: "arrays", Usage: "list the job arrays themselves, one row each with its counts (not jobs and tasks)"},
 					jsonFlag,
 				},
 				Action: jobList,
@@ -778,6 +780,9 @@ func jobList(c *ucli.Context) error {
 	if n := c.Uint("limit"); n > maxListLimit {
 		return usageErr("--limit %d: a page holds at most %d jobs; use --limit %d and page on with the --after ID printed after each page", n, maxListLimit, maxListLimit)
 	}
+	if c.Bool("arrays") {
+		return jobListArrays(c)
+	}
 	var ph palyrav1.JobPhase
 	if s := c.String("phase"); s != "" {
 		p, err := palyrav1.ParseJobPhase(s)
@@ -818,6 +823,9 @@ func jobList(c *ucli.Context) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.ID, v.Kind, v.Phase, v.Attempt, v.NodeID, v.SubmittedAt, errText)
 	}
 	tw.Flush()
+	if note := tasksNote(resp.Msg.Jobs); note != "" && c.String("array") == "" {
+		fmt.Fprintln(c.App.ErrWriter, note)
+	}
 	if next := resp.Msg.NextAfterId; next != "" {
 		fmt.Fprintf(c.App.ErrWriter, "more jobs: %s\n", nextPageCommand(c, next))
 	}

@@ -125,6 +125,59 @@ scan:
 	return connect.NewResponse(resp), nil
 }
 
+// ListArrays lists job arrays, newest first, with their counts per phase:
+// those the caller may read (job.read on each array), a page at a time.
+func (js jobService) ListArrays(ctx context.Context, req *connect.Request[palyrav1.ListArraysRequest]) (*connect.Response[palyrav1.ListArraysResponse], error) {
+	s, m := js.s, req.Msg
+	if err := s.authz.Check(ctx, policy.ActionJobList, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	ri, err := s.readInfo(ctx, m.Stale)
+	if err != nil {
+		return nil, err
+	}
+	st := s.control.State()
+	limit := int(m.Limit)
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	limit = min(limit, maxListLimit)
+	if m.AfterId != "" {
+		if _, ok := st.Array(m.AfterId); !ok {
+			return nil, apiError(connect.CodeNotFound, "not_found",
+				fmt.Sprintf("the page cursor %q names no array (it may have been pruned)", m.AfterId),
+				"list again from the start, without --after")
+		}
+	}
+	resp := &palyrav1.ListArraysResponse{Read: ri}
+	cursor, scanned := m.AfterId, 0
+	for {
+		batch := st.Arrays(cursor, limit+1, !m.OldestFirst)
+		for i := range batch {
+			a := &batch[i]
+			scanned++
+			cursor = a.Template.ID
+			if !s.authz.Allowed(ctx, policy.ActionJobRead, arrayResource(a)) {
+				continue
+			}
+			if len(resp.Arrays) == limit { // one more readable: there is a next page
+				resp.NextAfterId = resp.Arrays[limit-1].Id
+				return connect.NewResponse(resp), nil
+			}
+			resp.Arrays = append(resp.Arrays, ArrayToPB(a))
+		}
+		if len(batch) < limit+1 {
+			return connect.NewResponse(resp), nil // the index has no more
+		}
+		if scanned >= maxListScan {
+			// Too few readable among many: end the page here; the cursor
+			// resumes after the last array examined.
+			resp.NextAfterId = cursor
+			return connect.NewResponse(resp), nil
+		}
+	}
+}
+
 func inArray(id string) string {
 	if id == "" {
 		return ""

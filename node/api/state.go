@@ -16,6 +16,7 @@ type State interface {
 	Job(id string) (consensus.Job, bool)
 	Jobs(f consensus.JobFilter) []consensus.Job
 	Array(id string) (consensus.Array, bool)
+	Arrays(afterID string, limit int, newest bool) []consensus.Array
 	Count(p consensus.Phase) uint64
 	CountByPhase() map[consensus.Phase]uint64
 	Retention() int64

@@ -1460,6 +1460,137 @@ func (x *ListJobsResponse) GetNextAfterId() string {
 	return ""
 }
 
+// ListArraysRequest lists job arrays (the arrays, not their tasks):
+// newest first unless oldest_first; after_id is the cursor
+// (next_after_id of the previous page); limit 0 = 100, at most 1000.
+type ListArraysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limit         uint32                 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	AfterId       string                 `protobuf:"bytes,2,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	Stale         bool                   `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`
+	OldestFirst   bool                   `protobuf:"varint,4,opt,name=oldest_first,json=oldestFirst,proto3" json:"oldest_first,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListArraysRequest) Reset() {
+	*x = ListArraysRequest{}
+	mi := &file_palyra_v1_api_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListArraysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListArraysRequest) ProtoMessage() {}
+
+func (x *ListArraysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListArraysRequest.ProtoReflect.Descriptor instead.
+func (*ListArraysRequest) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListArraysRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListArraysRequest) GetAfterId() string {
+	if x != nil {
+		return x.AfterId
+	}
+	return ""
+}
+
+func (x *ListArraysRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *ListArraysRequest) GetOldestFirst() bool {
+	if x != nil {
+		return x.OldestFirst
+	}
+	return false
+}
+
+type ListArraysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Arrays        []*JobArray            `protobuf:"bytes,1,rep,name=arrays,proto3" json:"arrays,omitempty"`
+	Read          *ReadInfo              `protobuf:"bytes,2,opt,name=read,proto3" json:"read,omitempty"`
+	NextAfterId   string                 `protobuf:"bytes,3,opt,name=next_after_id,json=nextAfterId,proto3" json:"next_after_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListArraysResponse) Reset() {
+	*x = ListArraysResponse{}
+	mi := &file_palyra_v1_api_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListArraysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListArraysResponse) ProtoMessage() {}
+
+func (x *ListArraysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListArraysResponse.ProtoReflect.Descriptor instead.
+func (*ListArraysResponse) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListArraysResponse) GetArrays() []*JobArray {
+	if x != nil {
+		return x.Arrays
+	}
+	return nil
+}
+
+func (x *ListArraysResponse) GetRead() *ReadInfo {
+	if x != nil {
+		return x.Read
+	}
+	return nil
+}
+
+func (x *ListArraysResponse) GetNextAfterId() string {
+	if x != nil {
+		return x.NextAfterId
+	}
+	return ""
+}
+
 type CancelJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1469,7 +1600,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[13]
+	mi := &file_palyra_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1612,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[13]
+	mi := &file_palyra_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1625,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelJobRequest) GetId() string {
@@ -1516,7 +1647,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[14]
+	mi := &file_palyra_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1659,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[14]
+	mi := &file_palyra_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1672,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -1568,7 +1699,7 @@ type JobLogsRequest struct {
 
 func (x *JobLogsRequest) Reset() {
 	*x = JobLogsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[15]
+	mi := &file_palyra_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1711,7 @@ func (x *JobLogsRequest) String() string {
 func (*JobLogsRequest) ProtoMessage() {}
 
 func (x *JobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[15]
+	mi := &file_palyra_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1724,7 @@ func (x *JobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogsRequest.ProtoReflect.Descriptor instead.
 func (*JobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobLogsRequest) GetId() string {
@@ -1626,7 +1757,7 @@ type JobLogsResponse struct {
 
 func (x *JobLogsResponse) Reset() {
 	*x = JobLogsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	mi := &file_palyra_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1769,7 @@ func (x *JobLogsResponse) String() string {
 func (*JobLogsResponse) ProtoMessage() {}
 
 func (x *JobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	mi := &file_palyra_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1782,7 @@ func (x *JobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogsResponse.ProtoReflect.Descriptor instead.
 func (*JobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobLogsResponse) GetStdout() []byte {
@@ -1698,7 +1829,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1841,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1854,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchJobRequest) GetId() string {
@@ -1747,7 +1878,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1890,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1903,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchJobResponse) GetJob() *Job {
@@ -1801,7 +1932,7 @@ type PruneJobsRequest struct {
 
 func (x *PruneJobsRequest) Reset() {
 	*x = PruneJobsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	mi := &file_palyra_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +1944,7 @@ func (x *PruneJobsRequest) String() string {
 func (*PruneJobsRequest) ProtoMessage() {}
 
 func (x *PruneJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	mi := &file_palyra_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +1957,7 @@ func (x *PruneJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneJobsRequest.ProtoReflect.Descriptor instead.
 func (*PruneJobsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PruneJobsRequest) GetOlderThanMs() int64 {
@@ -1846,7 +1977,7 @@ type PruneJobsResponse struct {
 
 func (x *PruneJobsResponse) Reset() {
 	*x = PruneJobsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	mi := &file_palyra_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1989,7 @@ func (x *PruneJobsResponse) String() string {
 func (*PruneJobsResponse) ProtoMessage() {}
 
 func (x *PruneJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	mi := &file_palyra_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +2002,7 @@ func (x *PruneJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneJobsResponse.ProtoReflect.Descriptor instead.
 func (*PruneJobsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PruneJobsResponse) GetPruned() uint64 {
@@ -1899,7 +2030,7 @@ type SetRetentionRequest struct {
 
 func (x *SetRetentionRequest) Reset() {
 	*x = SetRetentionRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[21]
+	mi := &file_palyra_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +2042,7 @@ func (x *SetRetentionRequest) String() string {
 func (*SetRetentionRequest) ProtoMessage() {}
 
 func (x *SetRetentionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[21]
+	mi := &file_palyra_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +2055,7 @@ func (x *SetRetentionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetentionRequest.ProtoReflect.Descriptor instead.
 func (*SetRetentionRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetRetentionRequest) GetRetentionMs() int64 {
@@ -1943,7 +2074,7 @@ type SetRetentionResponse struct {
 
 func (x *SetRetentionResponse) Reset() {
 	*x = SetRetentionResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[22]
+	mi := &file_palyra_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2086,7 @@ func (x *SetRetentionResponse) String() string {
 func (*SetRetentionResponse) ProtoMessage() {}
 
 func (x *SetRetentionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[22]
+	mi := &file_palyra_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2099,7 @@ func (x *SetRetentionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetentionResponse.ProtoReflect.Descriptor instead.
 func (*SetRetentionResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetRetentionResponse) GetRetentionMs() int64 {
@@ -1990,7 +2121,7 @@ type ReadInfo struct {
 
 func (x *ReadInfo) Reset() {
 	*x = ReadInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[23]
+	mi := &file_palyra_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2133,7 @@ func (x *ReadInfo) String() string {
 func (*ReadInfo) ProtoMessage() {}
 
 func (x *ReadInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[23]
+	mi := &file_palyra_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2146,7 @@ func (x *ReadInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadInfo.ProtoReflect.Descriptor instead.
 func (*ReadInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReadInfo) GetLinearizable() bool {
@@ -2047,7 +2178,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[24]
+	mi := &file_palyra_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2190,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[24]
+	mi := &file_palyra_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2203,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 type MetricsResponse struct {
@@ -2085,7 +2216,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[25]
+	mi := &file_palyra_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2097,7 +2228,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[25]
+	mi := &file_palyra_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2110,7 +2241,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MetricsResponse) GetText() string {
@@ -2135,7 +2266,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[26]
+	mi := &file_palyra_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2278,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[26]
+	mi := &file_palyra_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2291,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 type StatusResponse struct {
@@ -2191,7 +2322,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[27]
+	mi := &file_palyra_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2334,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[27]
+	mi := &file_palyra_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2347,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2371,7 +2502,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[28]
+	mi := &file_palyra_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2514,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[28]
+	mi := &file_palyra_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2527,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -2538,7 +2669,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[29]
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2681,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[29]
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2694,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListNodesRequest) GetRaftProgress() bool {
@@ -2583,7 +2714,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[30]
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2726,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[30]
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2739,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -2637,7 +2768,7 @@ type SetSchedulableRequest struct {
 
 func (x *SetSchedulableRequest) Reset() {
 	*x = SetSchedulableRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	mi := &file_palyra_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +2780,7 @@ func (x *SetSchedulableRequest) String() string {
 func (*SetSchedulableRequest) ProtoMessage() {}
 
 func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	mi := &file_palyra_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +2793,7 @@ func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulableRequest.ProtoReflect.Descriptor instead.
 func (*SetSchedulableRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetSchedulableRequest) GetNodeId() string {
@@ -2701,7 +2832,7 @@ type SetSchedulableResponse struct {
 
 func (x *SetSchedulableResponse) Reset() {
 	*x = SetSchedulableResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	mi := &file_palyra_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +2844,7 @@ func (x *SetSchedulableResponse) String() string {
 func (*SetSchedulableResponse) ProtoMessage() {}
 
 func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	mi := &file_palyra_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +2857,7 @@ func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulableResponse.ProtoReflect.Descriptor instead.
 func (*SetSchedulableResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 type LeaveRequest struct {
@@ -2737,7 +2868,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[33]
+	mi := &file_palyra_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +2880,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[33]
+	mi := &file_palyra_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +2893,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 type LeaveResponse struct {
@@ -2773,7 +2904,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[34]
+	mi := &file_palyra_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +2916,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[34]
+	mi := &file_palyra_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +2929,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 // RemoveNodeRequest removes a node that is gone for good.
@@ -2814,7 +2945,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[35]
+	mi := &file_palyra_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +2957,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[35]
+	mi := &file_palyra_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +2970,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -2882,7 +3013,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[36]
+	mi := &file_palyra_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +3025,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[36]
+	mi := &file_palyra_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +3038,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -2991,7 +3122,7 @@ type SecretInfo struct {
 
 func (x *SecretInfo) Reset() {
 	*x = SecretInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[37]
+	mi := &file_palyra_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3134,7 @@ func (x *SecretInfo) String() string {
 func (*SecretInfo) ProtoMessage() {}
 
 func (x *SecretInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[37]
+	mi := &file_palyra_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3147,7 @@ func (x *SecretInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretInfo.ProtoReflect.Descriptor instead.
 func (*SecretInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SecretInfo) GetName() string {
@@ -3050,7 +3181,7 @@ type SetSecretRequest struct {
 
 func (x *SetSecretRequest) Reset() {
 	*x = SetSecretRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[38]
+	mi := &file_palyra_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3062,7 +3193,7 @@ func (x *SetSecretRequest) String() string {
 func (*SetSecretRequest) ProtoMessage() {}
 
 func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[38]
+	mi := &file_palyra_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3075,7 +3206,7 @@ func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretRequest.ProtoReflect.Descriptor instead.
 func (*SetSecretRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetSecretRequest) GetName() string {
@@ -3101,7 +3232,7 @@ type SetSecretResponse struct {
 
 func (x *SetSecretResponse) Reset() {
 	*x = SetSecretResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[39]
+	mi := &file_palyra_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3244,7 @@ func (x *SetSecretResponse) String() string {
 func (*SetSecretResponse) ProtoMessage() {}
 
 func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[39]
+	mi := &file_palyra_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3257,7 @@ func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretResponse.ProtoReflect.Descriptor instead.
 func (*SetSecretResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetSecretResponse) GetSecret() *SecretInfo {
@@ -3144,7 +3275,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[40]
+	mi := &file_palyra_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3156,7 +3287,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[40]
+	mi := &file_palyra_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3169,7 +3300,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 type ListSecretsResponse struct {
@@ -3181,7 +3312,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[41]
+	mi := &file_palyra_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3324,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[41]
+	mi := &file_palyra_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3337,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*SecretInfo {
@@ -3225,7 +3356,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[42]
+	mi := &file_palyra_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3368,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[42]
+	mi := &file_palyra_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3381,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -3268,7 +3399,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[43]
+	mi := &file_palyra_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3411,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[43]
+	mi := &file_palyra_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3424,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 // KVEntry is one key of the replicated key-value store jobs use (granted
@@ -3308,7 +3439,7 @@ type KVEntry struct {
 
 func (x *KVEntry) Reset() {
 	*x = KVEntry{}
-	mi := &file_palyra_v1_api_proto_msgTypes[44]
+	mi := &file_palyra_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3320,7 +3451,7 @@ func (x *KVEntry) String() string {
 func (*KVEntry) ProtoMessage() {}
 
 func (x *KVEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[44]
+	mi := &file_palyra_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3333,7 +3464,7 @@ func (x *KVEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEntry.ProtoReflect.Descriptor instead.
 func (*KVEntry) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *KVEntry) GetKey() string {
@@ -3360,7 +3491,7 @@ type GetKVRequest struct {
 
 func (x *GetKVRequest) Reset() {
 	*x = GetKVRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[45]
+	mi := &file_palyra_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3503,7 @@ func (x *GetKVRequest) String() string {
 func (*GetKVRequest) ProtoMessage() {}
 
 func (x *GetKVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[45]
+	mi := &file_palyra_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3516,7 @@ func (x *GetKVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKVRequest.ProtoReflect.Descriptor instead.
 func (*GetKVRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetKVRequest) GetKey() string {
@@ -3412,7 +3543,7 @@ type GetKVResponse struct {
 
 func (x *GetKVResponse) Reset() {
 	*x = GetKVResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[46]
+	mi := &file_palyra_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3424,7 +3555,7 @@ func (x *GetKVResponse) String() string {
 func (*GetKVResponse) ProtoMessage() {}
 
 func (x *GetKVResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[46]
+	mi := &file_palyra_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3437,7 +3568,7 @@ func (x *GetKVResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKVResponse.ProtoReflect.Descriptor instead.
 func (*GetKVResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetKVResponse) GetEntry() *KVEntry {
@@ -3464,7 +3595,7 @@ type PutKVRequest struct {
 
 func (x *PutKVRequest) Reset() {
 	*x = PutKVRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[47]
+	mi := &file_palyra_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3476,7 +3607,7 @@ func (x *PutKVRequest) String() string {
 func (*PutKVRequest) ProtoMessage() {}
 
 func (x *PutKVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[47]
+	mi := &file_palyra_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3489,7 +3620,7 @@ func (x *PutKVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKVRequest.ProtoReflect.Descriptor instead.
 func (*PutKVRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PutKVRequest) GetKey() string {
@@ -3514,7 +3645,7 @@ type PutKVResponse struct {
 
 func (x *PutKVResponse) Reset() {
 	*x = PutKVResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[48]
+	mi := &file_palyra_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3526,7 +3657,7 @@ func (x *PutKVResponse) String() string {
 func (*PutKVResponse) ProtoMessage() {}
 
 func (x *PutKVResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[48]
+	mi := &file_palyra_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3539,7 +3670,7 @@ func (x *PutKVResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKVResponse.ProtoReflect.Descriptor instead.
 func (*PutKVResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 type DeleteKVRequest struct {
@@ -3551,7 +3682,7 @@ type DeleteKVRequest struct {
 
 func (x *DeleteKVRequest) Reset() {
 	*x = DeleteKVRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[49]
+	mi := &file_palyra_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3563,7 +3694,7 @@ func (x *DeleteKVRequest) String() string {
 func (*DeleteKVRequest) ProtoMessage() {}
 
 func (x *DeleteKVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[49]
+	mi := &file_palyra_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3576,7 +3707,7 @@ func (x *DeleteKVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKVRequest.ProtoReflect.Descriptor instead.
 func (*DeleteKVRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DeleteKVRequest) GetKey() string {
@@ -3597,7 +3728,7 @@ type DeleteKVResponse struct {
 
 func (x *DeleteKVResponse) Reset() {
 	*x = DeleteKVResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[50]
+	mi := &file_palyra_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3740,7 @@ func (x *DeleteKVResponse) String() string {
 func (*DeleteKVResponse) ProtoMessage() {}
 
 func (x *DeleteKVResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[50]
+	mi := &file_palyra_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3753,7 @@ func (x *DeleteKVResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKVResponse.ProtoReflect.Descriptor instead.
 func (*DeleteKVResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DeleteKVResponse) GetExisted() bool {
@@ -3648,7 +3779,7 @@ type ListKVRequest struct {
 
 func (x *ListKVRequest) Reset() {
 	*x = ListKVRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[51]
+	mi := &file_palyra_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3660,7 +3791,7 @@ func (x *ListKVRequest) String() string {
 func (*ListKVRequest) ProtoMessage() {}
 
 func (x *ListKVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[51]
+	mi := &file_palyra_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3673,7 +3804,7 @@ func (x *ListKVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKVRequest.ProtoReflect.Descriptor instead.
 func (*ListKVRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListKVRequest) GetPrefix() string {
@@ -3723,7 +3854,7 @@ type ListKVResponse struct {
 
 func (x *ListKVResponse) Reset() {
 	*x = ListKVResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[52]
+	mi := &file_palyra_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +3866,7 @@ func (x *ListKVResponse) String() string {
 func (*ListKVResponse) ProtoMessage() {}
 
 func (x *ListKVResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[52]
+	mi := &file_palyra_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +3879,7 @@ func (x *ListKVResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKVResponse.ProtoReflect.Descriptor instead.
 func (*ListKVResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListKVResponse) GetEntries() []*KVEntry {
@@ -3789,7 +3920,7 @@ type BrowserSession struct {
 
 func (x *BrowserSession) Reset() {
 	*x = BrowserSession{}
-	mi := &file_palyra_v1_api_proto_msgTypes[53]
+	mi := &file_palyra_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3801,7 +3932,7 @@ func (x *BrowserSession) String() string {
 func (*BrowserSession) ProtoMessage() {}
 
 func (x *BrowserSession) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[53]
+	mi := &file_palyra_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3814,7 +3945,7 @@ func (x *BrowserSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSession.ProtoReflect.Descriptor instead.
 func (*BrowserSession) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BrowserSession) GetId() string {
@@ -3891,7 +4022,7 @@ type OpenBrowserSessionRequest struct {
 
 func (x *OpenBrowserSessionRequest) Reset() {
 	*x = OpenBrowserSessionRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[54]
+	mi := &file_palyra_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3903,7 +4034,7 @@ func (x *OpenBrowserSessionRequest) String() string {
 func (*OpenBrowserSessionRequest) ProtoMessage() {}
 
 func (x *OpenBrowserSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[54]
+	mi := &file_palyra_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3916,7 +4047,7 @@ func (x *OpenBrowserSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenBrowserSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenBrowserSessionRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *OpenBrowserSessionRequest) GetAllowHosts() []string {
@@ -3949,7 +4080,7 @@ type BrowserSessionRef struct {
 
 func (x *BrowserSessionRef) Reset() {
 	*x = BrowserSessionRef{}
-	mi := &file_palyra_v1_api_proto_msgTypes[55]
+	mi := &file_palyra_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3961,7 +4092,7 @@ func (x *BrowserSessionRef) String() string {
 func (*BrowserSessionRef) ProtoMessage() {}
 
 func (x *BrowserSessionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[55]
+	mi := &file_palyra_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3974,7 +4105,7 @@ func (x *BrowserSessionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSessionRef.ProtoReflect.Descriptor instead.
 func (*BrowserSessionRef) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BrowserSessionRef) GetId() string {
@@ -3994,7 +4125,7 @@ type BrowserDoRequest struct {
 
 func (x *BrowserDoRequest) Reset() {
 	*x = BrowserDoRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[56]
+	mi := &file_palyra_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4006,7 +4137,7 @@ func (x *BrowserDoRequest) String() string {
 func (*BrowserDoRequest) ProtoMessage() {}
 
 func (x *BrowserDoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[56]
+	mi := &file_palyra_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4019,7 +4150,7 @@ func (x *BrowserDoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserDoRequest.ProtoReflect.Descriptor instead.
 func (*BrowserDoRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BrowserDoRequest) GetId() string {
@@ -4051,7 +4182,7 @@ type BrowserSessionResponse struct {
 
 func (x *BrowserSessionResponse) Reset() {
 	*x = BrowserSessionResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[57]
+	mi := &file_palyra_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4063,7 +4194,7 @@ func (x *BrowserSessionResponse) String() string {
 func (*BrowserSessionResponse) ProtoMessage() {}
 
 func (x *BrowserSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[57]
+	mi := &file_palyra_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4076,7 +4207,7 @@ func (x *BrowserSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSessionResponse.ProtoReflect.Descriptor instead.
 func (*BrowserSessionResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BrowserSessionResponse) GetSession() *BrowserSession {
@@ -4125,7 +4256,7 @@ type BrowserFile struct {
 
 func (x *BrowserFile) Reset() {
 	*x = BrowserFile{}
-	mi := &file_palyra_v1_api_proto_msgTypes[58]
+	mi := &file_palyra_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4137,7 +4268,7 @@ func (x *BrowserFile) String() string {
 func (*BrowserFile) ProtoMessage() {}
 
 func (x *BrowserFile) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[58]
+	mi := &file_palyra_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4150,7 +4281,7 @@ func (x *BrowserFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserFile.ProtoReflect.Descriptor instead.
 func (*BrowserFile) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BrowserFile) GetName() string {
@@ -4184,7 +4315,7 @@ type BrowserScreenshotResponse struct {
 
 func (x *BrowserScreenshotResponse) Reset() {
 	*x = BrowserScreenshotResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[59]
+	mi := &file_palyra_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4196,7 +4327,7 @@ func (x *BrowserScreenshotResponse) String() string {
 func (*BrowserScreenshotResponse) ProtoMessage() {}
 
 func (x *BrowserScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[59]
+	mi := &file_palyra_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4209,7 +4340,7 @@ func (x *BrowserScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*BrowserScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BrowserScreenshotResponse) GetData() []byte {
@@ -4234,7 +4365,7 @@ type ListBrowserSessionsRequest struct {
 
 func (x *ListBrowserSessionsRequest) Reset() {
 	*x = ListBrowserSessionsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[60]
+	mi := &file_palyra_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4377,7 @@ func (x *ListBrowserSessionsRequest) String() string {
 func (*ListBrowserSessionsRequest) ProtoMessage() {}
 
 func (x *ListBrowserSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[60]
+	mi := &file_palyra_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4390,7 @@ func (x *ListBrowserSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrowserSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListBrowserSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 type ListBrowserSessionsResponse struct {
@@ -4272,7 +4403,7 @@ type ListBrowserSessionsResponse struct {
 
 func (x *ListBrowserSessionsResponse) Reset() {
 	*x = ListBrowserSessionsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[61]
+	mi := &file_palyra_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4284,7 +4415,7 @@ func (x *ListBrowserSessionsResponse) String() string {
 func (*ListBrowserSessionsResponse) ProtoMessage() {}
 
 func (x *ListBrowserSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[61]
+	mi := &file_palyra_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4297,7 +4428,7 @@ func (x *ListBrowserSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrowserSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListBrowserSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListBrowserSessionsResponse) GetSessions() []*BrowserSession {
@@ -4335,7 +4466,7 @@ type SkillToolInfo struct {
 
 func (x *SkillToolInfo) Reset() {
 	*x = SkillToolInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[62]
+	mi := &file_palyra_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4347,7 +4478,7 @@ func (x *SkillToolInfo) String() string {
 func (*SkillToolInfo) ProtoMessage() {}
 
 func (x *SkillToolInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[62]
+	mi := &file_palyra_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4360,7 +4491,7 @@ func (x *SkillToolInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillToolInfo.ProtoReflect.Descriptor instead.
 func (*SkillToolInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SkillToolInfo) GetId() string {
@@ -4438,7 +4569,7 @@ type SkillToolCapabilities struct {
 
 func (x *SkillToolCapabilities) Reset() {
 	*x = SkillToolCapabilities{}
-	mi := &file_palyra_v1_api_proto_msgTypes[63]
+	mi := &file_palyra_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4581,7 @@ func (x *SkillToolCapabilities) String() string {
 func (*SkillToolCapabilities) ProtoMessage() {}
 
 func (x *SkillToolCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[63]
+	mi := &file_palyra_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4594,7 @@ func (x *SkillToolCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillToolCapabilities.ProtoReflect.Descriptor instead.
 func (*SkillToolCapabilities) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SkillToolCapabilities) GetHttpHosts() []string {
@@ -4525,7 +4656,7 @@ type SkillInfo struct {
 
 func (x *SkillInfo) Reset() {
 	*x = SkillInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[64]
+	mi := &file_palyra_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4537,7 +4668,7 @@ func (x *SkillInfo) String() string {
 func (*SkillInfo) ProtoMessage() {}
 
 func (x *SkillInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[64]
+	mi := &file_palyra_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4550,7 +4681,7 @@ func (x *SkillInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillInfo.ProtoReflect.Descriptor instead.
 func (*SkillInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SkillInfo) GetSkillId() string {
@@ -4726,7 +4857,7 @@ type PublisherInfo struct {
 
 func (x *PublisherInfo) Reset() {
 	*x = PublisherInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[65]
+	mi := &file_palyra_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4738,7 +4869,7 @@ func (x *PublisherInfo) String() string {
 func (*PublisherInfo) ProtoMessage() {}
 
 func (x *PublisherInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[65]
+	mi := &file_palyra_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4751,7 +4882,7 @@ func (x *PublisherInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublisherInfo.ProtoReflect.Descriptor instead.
 func (*PublisherInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PublisherInfo) GetName() string {
@@ -4796,7 +4927,7 @@ type InstallSkillRequest struct {
 
 func (x *InstallSkillRequest) Reset() {
 	*x = InstallSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[66]
+	mi := &file_palyra_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4808,7 +4939,7 @@ func (x *InstallSkillRequest) String() string {
 func (*InstallSkillRequest) ProtoMessage() {}
 
 func (x *InstallSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[66]
+	mi := &file_palyra_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4821,7 +4952,7 @@ func (x *InstallSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSkillRequest.ProtoReflect.Descriptor instead.
 func (*InstallSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *InstallSkillRequest) GetPackage() []byte {
@@ -4858,7 +4989,7 @@ type InstallSkillResponse struct {
 
 func (x *InstallSkillResponse) Reset() {
 	*x = InstallSkillResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[67]
+	mi := &file_palyra_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4870,7 +5001,7 @@ func (x *InstallSkillResponse) String() string {
 func (*InstallSkillResponse) ProtoMessage() {}
 
 func (x *InstallSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[67]
+	mi := &file_palyra_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4883,7 +5014,7 @@ func (x *InstallSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSkillResponse.ProtoReflect.Descriptor instead.
 func (*InstallSkillResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *InstallSkillResponse) GetSkill() *SkillInfo {
@@ -4915,7 +5046,7 @@ type ListSkillsRequest struct {
 
 func (x *ListSkillsRequest) Reset() {
 	*x = ListSkillsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[68]
+	mi := &file_palyra_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4927,7 +5058,7 @@ func (x *ListSkillsRequest) String() string {
 func (*ListSkillsRequest) ProtoMessage() {}
 
 func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[68]
+	mi := &file_palyra_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4940,7 +5071,7 @@ func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSkillsRequest.ProtoReflect.Descriptor instead.
 func (*ListSkillsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 type ListSkillsResponse struct {
@@ -4952,7 +5083,7 @@ type ListSkillsResponse struct {
 
 func (x *ListSkillsResponse) Reset() {
 	*x = ListSkillsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[69]
+	mi := &file_palyra_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4964,7 +5095,7 @@ func (x *ListSkillsResponse) String() string {
 func (*ListSkillsResponse) ProtoMessage() {}
 
 func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[69]
+	mi := &file_palyra_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4977,7 +5108,7 @@ func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSkillsResponse.ProtoReflect.Descriptor instead.
 func (*ListSkillsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListSkillsResponse) GetSkills() []*SkillInfo {
@@ -4996,7 +5127,7 @@ type GetSkillRequest struct {
 
 func (x *GetSkillRequest) Reset() {
 	*x = GetSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[70]
+	mi := &file_palyra_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5008,7 +5139,7 @@ func (x *GetSkillRequest) String() string {
 func (*GetSkillRequest) ProtoMessage() {}
 
 func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[70]
+	mi := &file_palyra_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5021,7 +5152,7 @@ func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSkillRequest.ProtoReflect.Descriptor instead.
 func (*GetSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetSkillRequest) GetSkillId() string {
@@ -5040,7 +5171,7 @@ type GetSkillResponse struct {
 
 func (x *GetSkillResponse) Reset() {
 	*x = GetSkillResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[71]
+	mi := &file_palyra_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5052,7 +5183,7 @@ func (x *GetSkillResponse) String() string {
 func (*GetSkillResponse) ProtoMessage() {}
 
 func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[71]
+	mi := &file_palyra_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5065,7 +5196,7 @@ func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSkillResponse.ProtoReflect.Descriptor instead.
 func (*GetSkillResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetSkillResponse) GetSkill() *SkillInfo {
@@ -5090,7 +5221,7 @@ type SetSkillStatusRequest struct {
 
 func (x *SetSkillStatusRequest) Reset() {
 	*x = SetSkillStatusRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[72]
+	mi := &file_palyra_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5102,7 +5233,7 @@ func (x *SetSkillStatusRequest) String() string {
 func (*SetSkillStatusRequest) ProtoMessage() {}
 
 func (x *SetSkillStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[72]
+	mi := &file_palyra_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5115,7 +5246,7 @@ func (x *SetSkillStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSkillStatusRequest.ProtoReflect.Descriptor instead.
 func (*SetSkillStatusRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *SetSkillStatusRequest) GetSkillId() string {
@@ -5158,7 +5289,7 @@ type SetSkillStatusResponse struct {
 
 func (x *SetSkillStatusResponse) Reset() {
 	*x = SetSkillStatusResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[73]
+	mi := &file_palyra_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5170,7 +5301,7 @@ func (x *SetSkillStatusResponse) String() string {
 func (*SetSkillStatusResponse) ProtoMessage() {}
 
 func (x *SetSkillStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[73]
+	mi := &file_palyra_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5183,7 +5314,7 @@ func (x *SetSkillStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSkillStatusResponse.ProtoReflect.Descriptor instead.
 func (*SetSkillStatusResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SetSkillStatusResponse) GetSkill() *SkillInfo {
@@ -5217,7 +5348,7 @@ type RemoveSkillRequest struct {
 
 func (x *RemoveSkillRequest) Reset() {
 	*x = RemoveSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[74]
+	mi := &file_palyra_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5229,7 +5360,7 @@ func (x *RemoveSkillRequest) String() string {
 func (*RemoveSkillRequest) ProtoMessage() {}
 
 func (x *RemoveSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[74]
+	mi := &file_palyra_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5242,7 +5373,7 @@ func (x *RemoveSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSkillRequest.ProtoReflect.Descriptor instead.
 func (*RemoveSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RemoveSkillRequest) GetSkillId() string {
@@ -5268,7 +5399,7 @@ type RemoveSkillResponse struct {
 
 func (x *RemoveSkillResponse) Reset() {
 	*x = RemoveSkillResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[75]
+	mi := &file_palyra_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5280,7 +5411,7 @@ func (x *RemoveSkillResponse) String() string {
 func (*RemoveSkillResponse) ProtoMessage() {}
 
 func (x *RemoveSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[75]
+	mi := &file_palyra_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5293,7 +5424,7 @@ func (x *RemoveSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSkillResponse.ProtoReflect.Descriptor instead.
 func (*RemoveSkillResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RemoveSkillResponse) GetUnboundHooks() []*HookInfo {
@@ -5314,7 +5445,7 @@ type TrustPublisherRequest struct {
 
 func (x *TrustPublisherRequest) Reset() {
 	*x = TrustPublisherRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[76]
+	mi := &file_palyra_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5326,7 +5457,7 @@ func (x *TrustPublisherRequest) String() string {
 func (*TrustPublisherRequest) ProtoMessage() {}
 
 func (x *TrustPublisherRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[76]
+	mi := &file_palyra_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5339,7 +5470,7 @@ func (x *TrustPublisherRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustPublisherRequest.ProtoReflect.Descriptor instead.
 func (*TrustPublisherRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *TrustPublisherRequest) GetName() string {
@@ -5372,7 +5503,7 @@ type TrustPublisherResponse struct {
 
 func (x *TrustPublisherResponse) Reset() {
 	*x = TrustPublisherResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[77]
+	mi := &file_palyra_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5384,7 +5515,7 @@ func (x *TrustPublisherResponse) String() string {
 func (*TrustPublisherResponse) ProtoMessage() {}
 
 func (x *TrustPublisherResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[77]
+	mi := &file_palyra_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5397,7 +5528,7 @@ func (x *TrustPublisherResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustPublisherResponse.ProtoReflect.Descriptor instead.
 func (*TrustPublisherResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *TrustPublisherResponse) GetPublisher() *PublisherInfo {
@@ -5415,7 +5546,7 @@ type ListPublishersRequest struct {
 
 func (x *ListPublishersRequest) Reset() {
 	*x = ListPublishersRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[78]
+	mi := &file_palyra_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5427,7 +5558,7 @@ func (x *ListPublishersRequest) String() string {
 func (*ListPublishersRequest) ProtoMessage() {}
 
 func (x *ListPublishersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[78]
+	mi := &file_palyra_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5440,7 +5571,7 @@ func (x *ListPublishersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPublishersRequest.ProtoReflect.Descriptor instead.
 func (*ListPublishersRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 type ListPublishersResponse struct {
@@ -5452,7 +5583,7 @@ type ListPublishersResponse struct {
 
 func (x *ListPublishersResponse) Reset() {
 	*x = ListPublishersResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[79]
+	mi := &file_palyra_v1_api_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5464,7 +5595,7 @@ func (x *ListPublishersResponse) String() string {
 func (*ListPublishersResponse) ProtoMessage() {}
 
 func (x *ListPublishersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[79]
+	mi := &file_palyra_v1_api_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5477,7 +5608,7 @@ func (x *ListPublishersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPublishersResponse.ProtoReflect.Descriptor instead.
 func (*ListPublishersResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListPublishersResponse) GetPublishers() []*PublisherInfo {
@@ -5496,7 +5627,7 @@ type UntrustPublisherRequest struct {
 
 func (x *UntrustPublisherRequest) Reset() {
 	*x = UntrustPublisherRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[80]
+	mi := &file_palyra_v1_api_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5508,7 +5639,7 @@ func (x *UntrustPublisherRequest) String() string {
 func (*UntrustPublisherRequest) ProtoMessage() {}
 
 func (x *UntrustPublisherRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[80]
+	mi := &file_palyra_v1_api_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5521,7 +5652,7 @@ func (x *UntrustPublisherRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UntrustPublisherRequest.ProtoReflect.Descriptor instead.
 func (*UntrustPublisherRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{80}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *UntrustPublisherRequest) GetName() string {
@@ -5539,7 +5670,7 @@ type UntrustPublisherResponse struct {
 
 func (x *UntrustPublisherResponse) Reset() {
 	*x = UntrustPublisherResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[81]
+	mi := &file_palyra_v1_api_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5551,7 +5682,7 @@ func (x *UntrustPublisherResponse) String() string {
 func (*UntrustPublisherResponse) ProtoMessage() {}
 
 func (x *UntrustPublisherResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[81]
+	mi := &file_palyra_v1_api_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5564,7 +5695,7 @@ func (x *UntrustPublisherResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UntrustPublisherResponse.ProtoReflect.Descriptor instead.
 func (*UntrustPublisherResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{81}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{83}
 }
 
 type RunSkillRequest struct {
@@ -5583,7 +5714,7 @@ type RunSkillRequest struct {
 
 func (x *RunSkillRequest) Reset() {
 	*x = RunSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[82]
+	mi := &file_palyra_v1_api_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5595,7 +5726,7 @@ func (x *RunSkillRequest) String() string {
 func (*RunSkillRequest) ProtoMessage() {}
 
 func (x *RunSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[82]
+	mi := &file_palyra_v1_api_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5608,7 +5739,7 @@ func (x *RunSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSkillRequest.ProtoReflect.Descriptor instead.
 func (*RunSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{82}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *RunSkillRequest) GetSkillId() string {
@@ -5667,7 +5798,7 @@ type DecideJobRequest struct {
 
 func (x *DecideJobRequest) Reset() {
 	*x = DecideJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[83]
+	mi := &file_palyra_v1_api_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5679,7 +5810,7 @@ func (x *DecideJobRequest) String() string {
 func (*DecideJobRequest) ProtoMessage() {}
 
 func (x *DecideJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[83]
+	mi := &file_palyra_v1_api_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5692,7 +5823,7 @@ func (x *DecideJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJobRequest.ProtoReflect.Descriptor instead.
 func (*DecideJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{83}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *DecideJobRequest) GetId() string {
@@ -5725,7 +5856,7 @@ type DecideJobResponse struct {
 
 func (x *DecideJobResponse) Reset() {
 	*x = DecideJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[84]
+	mi := &file_palyra_v1_api_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5737,7 +5868,7 @@ func (x *DecideJobResponse) String() string {
 func (*DecideJobResponse) ProtoMessage() {}
 
 func (x *DecideJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[84]
+	mi := &file_palyra_v1_api_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5750,7 +5881,7 @@ func (x *DecideJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJobResponse.ProtoReflect.Descriptor instead.
 func (*DecideJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{84}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *DecideJobResponse) GetJob() *Job {
@@ -5780,7 +5911,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_palyra_v1_api_proto_msgTypes[85]
+	mi := &file_palyra_v1_api_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5792,7 +5923,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[85]
+	mi := &file_palyra_v1_api_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5805,7 +5936,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{85}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *AuditRecord) GetSeq() uint64 {
@@ -5875,7 +6006,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[86]
+	mi := &file_palyra_v1_api_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5887,7 +6018,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[86]
+	mi := &file_palyra_v1_api_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5900,7 +6031,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{86}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListAuditRequest) GetAfterSeq() uint64 {
@@ -5940,7 +6071,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[87]
+	mi := &file_palyra_v1_api_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5952,7 +6083,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[87]
+	mi := &file_palyra_v1_api_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5965,7 +6096,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{87}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -6018,7 +6149,7 @@ type VerifyAuditRequest struct {
 
 func (x *VerifyAuditRequest) Reset() {
 	*x = VerifyAuditRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[88]
+	mi := &file_palyra_v1_api_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6030,7 +6161,7 @@ func (x *VerifyAuditRequest) String() string {
 func (*VerifyAuditRequest) ProtoMessage() {}
 
 func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[88]
+	mi := &file_palyra_v1_api_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6043,7 +6174,7 @@ func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditRequest.ProtoReflect.Descriptor instead.
 func (*VerifyAuditRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{88}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{90}
 }
 
 type VerifyAuditResponse struct {
@@ -6062,7 +6193,7 @@ type VerifyAuditResponse struct {
 
 func (x *VerifyAuditResponse) Reset() {
 	*x = VerifyAuditResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[89]
+	mi := &file_palyra_v1_api_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6074,7 +6205,7 @@ func (x *VerifyAuditResponse) String() string {
 func (*VerifyAuditResponse) ProtoMessage() {}
 
 func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[89]
+	mi := &file_palyra_v1_api_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6087,7 +6218,7 @@ func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditResponse.ProtoReflect.Descriptor instead.
 func (*VerifyAuditResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{89}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *VerifyAuditResponse) GetOk() bool {
@@ -6164,7 +6295,7 @@ type HookInfo struct {
 
 func (x *HookInfo) Reset() {
 	*x = HookInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[90]
+	mi := &file_palyra_v1_api_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6176,7 +6307,7 @@ func (x *HookInfo) String() string {
 func (*HookInfo) ProtoMessage() {}
 
 func (x *HookInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[90]
+	mi := &file_palyra_v1_api_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6189,7 +6320,7 @@ func (x *HookInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookInfo.ProtoReflect.Descriptor instead.
 func (*HookInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{90}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *HookInfo) GetId() string {
@@ -6245,7 +6376,7 @@ type BindHookRequest struct {
 
 func (x *BindHookRequest) Reset() {
 	*x = BindHookRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[91]
+	mi := &file_palyra_v1_api_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6257,7 +6388,7 @@ func (x *BindHookRequest) String() string {
 func (*BindHookRequest) ProtoMessage() {}
 
 func (x *BindHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[91]
+	mi := &file_palyra_v1_api_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6270,7 +6401,7 @@ func (x *BindHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindHookRequest.ProtoReflect.Descriptor instead.
 func (*BindHookRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{91}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *BindHookRequest) GetEvent() string {
@@ -6303,7 +6434,7 @@ type BindHookResponse struct {
 
 func (x *BindHookResponse) Reset() {
 	*x = BindHookResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[92]
+	mi := &file_palyra_v1_api_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6315,7 +6446,7 @@ func (x *BindHookResponse) String() string {
 func (*BindHookResponse) ProtoMessage() {}
 
 func (x *BindHookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[92]
+	mi := &file_palyra_v1_api_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6328,7 +6459,7 @@ func (x *BindHookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindHookResponse.ProtoReflect.Descriptor instead.
 func (*BindHookResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{92}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *BindHookResponse) GetHook() *HookInfo {
@@ -6347,7 +6478,7 @@ type UnbindHookRequest struct {
 
 func (x *UnbindHookRequest) Reset() {
 	*x = UnbindHookRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[93]
+	mi := &file_palyra_v1_api_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6359,7 +6490,7 @@ func (x *UnbindHookRequest) String() string {
 func (*UnbindHookRequest) ProtoMessage() {}
 
 func (x *UnbindHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[93]
+	mi := &file_palyra_v1_api_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6372,7 +6503,7 @@ func (x *UnbindHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbindHookRequest.ProtoReflect.Descriptor instead.
 func (*UnbindHookRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{93}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *UnbindHookRequest) GetId() string {
@@ -6390,7 +6521,7 @@ type UnbindHookResponse struct {
 
 func (x *UnbindHookResponse) Reset() {
 	*x = UnbindHookResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[94]
+	mi := &file_palyra_v1_api_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6402,7 +6533,7 @@ func (x *UnbindHookResponse) String() string {
 func (*UnbindHookResponse) ProtoMessage() {}
 
 func (x *UnbindHookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[94]
+	mi := &file_palyra_v1_api_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6415,7 +6546,7 @@ func (x *UnbindHookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbindHookResponse.ProtoReflect.Descriptor instead.
 func (*UnbindHookResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{94}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{96}
 }
 
 type ListHooksRequest struct {
@@ -6426,7 +6557,7 @@ type ListHooksRequest struct {
 
 func (x *ListHooksRequest) Reset() {
 	*x = ListHooksRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[95]
+	mi := &file_palyra_v1_api_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6438,7 +6569,7 @@ func (x *ListHooksRequest) String() string {
 func (*ListHooksRequest) ProtoMessage() {}
 
 func (x *ListHooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[95]
+	mi := &file_palyra_v1_api_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6451,7 +6582,7 @@ func (x *ListHooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHooksRequest.ProtoReflect.Descriptor instead.
 func (*ListHooksRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{95}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{97}
 }
 
 type ListHooksResponse struct {
@@ -6463,7 +6594,7 @@ type ListHooksResponse struct {
 
 func (x *ListHooksResponse) Reset() {
 	*x = ListHooksResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[96]
+	mi := &file_palyra_v1_api_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6475,7 +6606,7 @@ func (x *ListHooksResponse) String() string {
 func (*ListHooksResponse) ProtoMessage() {}
 
 func (x *ListHooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[96]
+	mi := &file_palyra_v1_api_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6488,7 +6619,7 @@ func (x *ListHooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHooksResponse.ProtoReflect.Descriptor instead.
 func (*ListHooksResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{96}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ListHooksResponse) GetHooks() []*HookInfo {
@@ -6648,6 +6779,15 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\foldest_first\x18\b \x01(\bR\voldestFirst\"\x83\x01\n" +
 	"\x10ListJobsResponse\x12\"\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x0e.palyra.v1.JobR\x04jobs\x12'\n" +
+	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\x12\"\n" +
+	"\rnext_after_id\x18\x03 \x01(\tR\vnextAfterId\"}\n" +
+	"\x11ListArraysRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\rR\x05limit\x12\x19\n" +
+	"\bafter_id\x18\x02 \x01(\tR\aafterId\x12\x14\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\x12!\n" +
+	"\foldest_first\x18\x04 \x01(\bR\voldestFirst\"\x8e\x01\n" +
+	"\x12ListArraysResponse\x12+\n" +
+	"\x06arrays\x18\x01 \x03(\v2\x13.palyra.v1.JobArrayR\x06arrays\x12'\n" +
 	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\x12\"\n" +
 	"\rnext_after_id\x18\x03 \x01(\tR\vnextAfterId\"\"\n" +
 	"\x10CancelJobRequest\x12\x0e\n" +
@@ -7018,12 +7158,14 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x13JOB_PHASE_COMPLETED\x10\x05\x12\x14\n" +
 	"\x10JOB_PHASE_FAILED\x10\x06\x12\x15\n" +
 	"\x11JOB_PHASE_ABORTED\x10\a\x12\x15\n" +
-	"\x11JOB_PHASE_EXPIRED\x10\b2\xd8\x05\n" +
+	"\x11JOB_PHASE_EXPIRED\x10\b2\xa3\x06\n" +
 	"\n" +
 	"JobService\x12F\n" +
 	"\tSubmitJob\x12\x1b.palyra.v1.SubmitJobRequest\x1a\x1c.palyra.v1.SubmitJobResponse\x12=\n" +
 	"\x06GetJob\x12\x18.palyra.v1.GetJobRequest\x1a\x19.palyra.v1.GetJobResponse\x12C\n" +
-	"\bListJobs\x12\x1a.palyra.v1.ListJobsRequest\x1a\x1b.palyra.v1.ListJobsResponse\x12F\n" +
+	"\bListJobs\x12\x1a.palyra.v1.ListJobsRequest\x1a\x1b.palyra.v1.ListJobsResponse\x12I\n" +
+	"\n" +
+	"ListArrays\x12\x1c.palyra.v1.ListArraysRequest\x1a\x1d.palyra.v1.ListArraysResponse\x12F\n" +
 	"\tCancelJob\x12\x1b.palyra.v1.CancelJobRequest\x1a\x1c.palyra.v1.CancelJobResponse\x12E\n" +
 	"\bWatchJob\x12\x1a.palyra.v1.WatchJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x01\x12D\n" +
 	"\x06RunJob\x12\x1b.palyra.v1.SubmitJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x01\x12L\n" +
@@ -7090,7 +7232,7 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 105)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                       // 0: palyra.v1.JobPhase
 	(*Error)(nil),                       // 1: palyra.v1.Error
@@ -7106,238 +7248,244 @@ var file_palyra_v1_api_proto_goTypes = []any{
 	(*GetJobResponse)(nil),              // 11: palyra.v1.GetJobResponse
 	(*ListJobsRequest)(nil),             // 12: palyra.v1.ListJobsRequest
 	(*ListJobsResponse)(nil),            // 13: palyra.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),            // 14: palyra.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),           // 15: palyra.v1.CancelJobResponse
-	(*JobLogsRequest)(nil),              // 16: palyra.v1.JobLogsRequest
-	(*JobLogsResponse)(nil),             // 17: palyra.v1.JobLogsResponse
-	(*WatchJobRequest)(nil),             // 18: palyra.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),            // 19: palyra.v1.WatchJobResponse
-	(*PruneJobsRequest)(nil),            // 20: palyra.v1.PruneJobsRequest
-	(*PruneJobsResponse)(nil),           // 21: palyra.v1.PruneJobsResponse
-	(*SetRetentionRequest)(nil),         // 22: palyra.v1.SetRetentionRequest
-	(*SetRetentionResponse)(nil),        // 23: palyra.v1.SetRetentionResponse
-	(*ReadInfo)(nil),                    // 24: palyra.v1.ReadInfo
-	(*MetricsRequest)(nil),              // 25: palyra.v1.MetricsRequest
-	(*MetricsResponse)(nil),             // 26: palyra.v1.MetricsResponse
-	(*StatusRequest)(nil),               // 27: palyra.v1.StatusRequest
-	(*StatusResponse)(nil),              // 28: palyra.v1.StatusResponse
-	(*NodeInfo)(nil),                    // 29: palyra.v1.NodeInfo
-	(*ListNodesRequest)(nil),            // 30: palyra.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 31: palyra.v1.ListNodesResponse
-	(*SetSchedulableRequest)(nil),       // 32: palyra.v1.SetSchedulableRequest
-	(*SetSchedulableResponse)(nil),      // 33: palyra.v1.SetSchedulableResponse
-	(*LeaveRequest)(nil),                // 34: palyra.v1.LeaveRequest
-	(*LeaveResponse)(nil),               // 35: palyra.v1.LeaveResponse
-	(*RemoveNodeRequest)(nil),           // 36: palyra.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 37: palyra.v1.RemoveNodeResponse
-	(*SecretInfo)(nil),                  // 38: palyra.v1.SecretInfo
-	(*SetSecretRequest)(nil),            // 39: palyra.v1.SetSecretRequest
-	(*SetSecretResponse)(nil),           // 40: palyra.v1.SetSecretResponse
-	(*ListSecretsRequest)(nil),          // 41: palyra.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),         // 42: palyra.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),         // 43: palyra.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),        // 44: palyra.v1.DeleteSecretResponse
-	(*KVEntry)(nil),                     // 45: palyra.v1.KVEntry
-	(*GetKVRequest)(nil),                // 46: palyra.v1.GetKVRequest
-	(*GetKVResponse)(nil),               // 47: palyra.v1.GetKVResponse
-	(*PutKVRequest)(nil),                // 48: palyra.v1.PutKVRequest
-	(*PutKVResponse)(nil),               // 49: palyra.v1.PutKVResponse
-	(*DeleteKVRequest)(nil),             // 50: palyra.v1.DeleteKVRequest
-	(*DeleteKVResponse)(nil),            // 51: palyra.v1.DeleteKVResponse
-	(*ListKVRequest)(nil),               // 52: palyra.v1.ListKVRequest
-	(*ListKVResponse)(nil),              // 53: palyra.v1.ListKVResponse
-	(*BrowserSession)(nil),              // 54: palyra.v1.BrowserSession
-	(*OpenBrowserSessionRequest)(nil),   // 55: palyra.v1.OpenBrowserSessionRequest
-	(*BrowserSessionRef)(nil),           // 56: palyra.v1.BrowserSessionRef
-	(*BrowserDoRequest)(nil),            // 57: palyra.v1.BrowserDoRequest
-	(*BrowserSessionResponse)(nil),      // 58: palyra.v1.BrowserSessionResponse
-	(*BrowserFile)(nil),                 // 59: palyra.v1.BrowserFile
-	(*BrowserScreenshotResponse)(nil),   // 60: palyra.v1.BrowserScreenshotResponse
-	(*ListBrowserSessionsRequest)(nil),  // 61: palyra.v1.ListBrowserSessionsRequest
-	(*ListBrowserSessionsResponse)(nil), // 62: palyra.v1.ListBrowserSessionsResponse
-	(*SkillToolInfo)(nil),               // 63: palyra.v1.SkillToolInfo
-	(*SkillToolCapabilities)(nil),       // 64: palyra.v1.SkillToolCapabilities
-	(*SkillInfo)(nil),                   // 65: palyra.v1.SkillInfo
-	(*PublisherInfo)(nil),               // 66: palyra.v1.PublisherInfo
-	(*InstallSkillRequest)(nil),         // 67: palyra.v1.InstallSkillRequest
-	(*InstallSkillResponse)(nil),        // 68: palyra.v1.InstallSkillResponse
-	(*ListSkillsRequest)(nil),           // 69: palyra.v1.ListSkillsRequest
-	(*ListSkillsResponse)(nil),          // 70: palyra.v1.ListSkillsResponse
-	(*GetSkillRequest)(nil),             // 71: palyra.v1.GetSkillRequest
-	(*GetSkillResponse)(nil),            // 72: palyra.v1.GetSkillResponse
-	(*SetSkillStatusRequest)(nil),       // 73: palyra.v1.SetSkillStatusRequest
-	(*SetSkillStatusResponse)(nil),      // 74: palyra.v1.SetSkillStatusResponse
-	(*RemoveSkillRequest)(nil),          // 75: palyra.v1.RemoveSkillRequest
-	(*RemoveSkillResponse)(nil),         // 76: palyra.v1.RemoveSkillResponse
-	(*TrustPublisherRequest)(nil),       // 77: palyra.v1.TrustPublisherRequest
-	(*TrustPublisherResponse)(nil),      // 78: palyra.v1.TrustPublisherResponse
-	(*ListPublishersRequest)(nil),       // 79: palyra.v1.ListPublishersRequest
-	(*ListPublishersResponse)(nil),      // 80: palyra.v1.ListPublishersResponse
-	(*UntrustPublisherRequest)(nil),     // 81: palyra.v1.UntrustPublisherRequest
-	(*UntrustPublisherResponse)(nil),    // 82: palyra.v1.UntrustPublisherResponse
-	(*RunSkillRequest)(nil),             // 83: palyra.v1.RunSkillRequest
-	(*DecideJobRequest)(nil),            // 84: palyra.v1.DecideJobRequest
-	(*DecideJobResponse)(nil),           // 85: palyra.v1.DecideJobResponse
-	(*AuditRecord)(nil),                 // 86: palyra.v1.AuditRecord
-	(*ListAuditRequest)(nil),            // 87: palyra.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 88: palyra.v1.ListAuditResponse
-	(*VerifyAuditRequest)(nil),          // 89: palyra.v1.VerifyAuditRequest
-	(*VerifyAuditResponse)(nil),         // 90: palyra.v1.VerifyAuditResponse
-	(*HookInfo)(nil),                    // 91: palyra.v1.HookInfo
-	(*BindHookRequest)(nil),             // 92: palyra.v1.BindHookRequest
-	(*BindHookResponse)(nil),            // 93: palyra.v1.BindHookResponse
-	(*UnbindHookRequest)(nil),           // 94: palyra.v1.UnbindHookRequest
-	(*UnbindHookResponse)(nil),          // 95: palyra.v1.UnbindHookResponse
-	(*ListHooksRequest)(nil),            // 96: palyra.v1.ListHooksRequest
-	(*ListHooksResponse)(nil),           // 97: palyra.v1.ListHooksResponse
-	nil,                                 // 98: palyra.v1.Job.ConstraintsEntry
-	nil,                                 // 99: palyra.v1.JobArray.CountsEntry
-	nil,                                 // 100: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                                 // 101: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                                 // 102: palyra.v1.NodeInfo.LabelsEntry
-	nil,                                 // 103: palyra.v1.NodeInfo.CapacityEntry
+	(*ListArraysRequest)(nil),           // 14: palyra.v1.ListArraysRequest
+	(*ListArraysResponse)(nil),          // 15: palyra.v1.ListArraysResponse
+	(*CancelJobRequest)(nil),            // 16: palyra.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),           // 17: palyra.v1.CancelJobResponse
+	(*JobLogsRequest)(nil),              // 18: palyra.v1.JobLogsRequest
+	(*JobLogsResponse)(nil),             // 19: palyra.v1.JobLogsResponse
+	(*WatchJobRequest)(nil),             // 20: palyra.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),            // 21: palyra.v1.WatchJobResponse
+	(*PruneJobsRequest)(nil),            // 22: palyra.v1.PruneJobsRequest
+	(*PruneJobsResponse)(nil),           // 23: palyra.v1.PruneJobsResponse
+	(*SetRetentionRequest)(nil),         // 24: palyra.v1.SetRetentionRequest
+	(*SetRetentionResponse)(nil),        // 25: palyra.v1.SetRetentionResponse
+	(*ReadInfo)(nil),                    // 26: palyra.v1.ReadInfo
+	(*MetricsRequest)(nil),              // 27: palyra.v1.MetricsRequest
+	(*MetricsResponse)(nil),             // 28: palyra.v1.MetricsResponse
+	(*StatusRequest)(nil),               // 29: palyra.v1.StatusRequest
+	(*StatusResponse)(nil),              // 30: palyra.v1.StatusResponse
+	(*NodeInfo)(nil),                    // 31: palyra.v1.NodeInfo
+	(*ListNodesRequest)(nil),            // 32: palyra.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 33: palyra.v1.ListNodesResponse
+	(*SetSchedulableRequest)(nil),       // 34: palyra.v1.SetSchedulableRequest
+	(*SetSchedulableResponse)(nil),      // 35: palyra.v1.SetSchedulableResponse
+	(*LeaveRequest)(nil),                // 36: palyra.v1.LeaveRequest
+	(*LeaveResponse)(nil),               // 37: palyra.v1.LeaveResponse
+	(*RemoveNodeRequest)(nil),           // 38: palyra.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 39: palyra.v1.RemoveNodeResponse
+	(*SecretInfo)(nil),                  // 40: palyra.v1.SecretInfo
+	(*SetSecretRequest)(nil),            // 41: palyra.v1.SetSecretRequest
+	(*SetSecretResponse)(nil),           // 42: palyra.v1.SetSecretResponse
+	(*ListSecretsRequest)(nil),          // 43: palyra.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),         // 44: palyra.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),         // 45: palyra.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),        // 46: palyra.v1.DeleteSecretResponse
+	(*KVEntry)(nil),                     // 47: palyra.v1.KVEntry
+	(*GetKVRequest)(nil),                // 48: palyra.v1.GetKVRequest
+	(*GetKVResponse)(nil),               // 49: palyra.v1.GetKVResponse
+	(*PutKVRequest)(nil),                // 50: palyra.v1.PutKVRequest
+	(*PutKVResponse)(nil),               // 51: palyra.v1.PutKVResponse
+	(*DeleteKVRequest)(nil),             // 52: palyra.v1.DeleteKVRequest
+	(*DeleteKVResponse)(nil),            // 53: palyra.v1.DeleteKVResponse
+	(*ListKVRequest)(nil),               // 54: palyra.v1.ListKVRequest
+	(*ListKVResponse)(nil),              // 55: palyra.v1.ListKVResponse
+	(*BrowserSession)(nil),              // 56: palyra.v1.BrowserSession
+	(*OpenBrowserSessionRequest)(nil),   // 57: palyra.v1.OpenBrowserSessionRequest
+	(*BrowserSessionRef)(nil),           // 58: palyra.v1.BrowserSessionRef
+	(*BrowserDoRequest)(nil),            // 59: palyra.v1.BrowserDoRequest
+	(*BrowserSessionResponse)(nil),      // 60: palyra.v1.BrowserSessionResponse
+	(*BrowserFile)(nil),                 // 61: palyra.v1.BrowserFile
+	(*BrowserScreenshotResponse)(nil),   // 62: palyra.v1.BrowserScreenshotResponse
+	(*ListBrowserSessionsRequest)(nil),  // 63: palyra.v1.ListBrowserSessionsRequest
+	(*ListBrowserSessionsResponse)(nil), // 64: palyra.v1.ListBrowserSessionsResponse
+	(*SkillToolInfo)(nil),               // 65: palyra.v1.SkillToolInfo
+	(*SkillToolCapabilities)(nil),       // 66: palyra.v1.SkillToolCapabilities
+	(*SkillInfo)(nil),                   // 67: palyra.v1.SkillInfo
+	(*PublisherInfo)(nil),               // 68: palyra.v1.PublisherInfo
+	(*InstallSkillRequest)(nil),         // 69: palyra.v1.InstallSkillRequest
+	(*InstallSkillResponse)(nil),        // 70: palyra.v1.InstallSkillResponse
+	(*ListSkillsRequest)(nil),           // 71: palyra.v1.ListSkillsRequest
+	(*ListSkillsResponse)(nil),          // 72: palyra.v1.ListSkillsResponse
+	(*GetSkillRequest)(nil),             // 73: palyra.v1.GetSkillRequest
+	(*GetSkillResponse)(nil),            // 74: palyra.v1.GetSkillResponse
+	(*SetSkillStatusRequest)(nil),       // 75: palyra.v1.SetSkillStatusRequest
+	(*SetSkillStatusResponse)(nil),      // 76: palyra.v1.SetSkillStatusResponse
+	(*RemoveSkillRequest)(nil),          // 77: palyra.v1.RemoveSkillRequest
+	(*RemoveSkillResponse)(nil),         // 78: palyra.v1.RemoveSkillResponse
+	(*TrustPublisherRequest)(nil),       // 79: palyra.v1.TrustPublisherRequest
+	(*TrustPublisherResponse)(nil),      // 80: palyra.v1.TrustPublisherResponse
+	(*ListPublishersRequest)(nil),       // 81: palyra.v1.ListPublishersRequest
+	(*ListPublishersResponse)(nil),      // 82: palyra.v1.ListPublishersResponse
+	(*UntrustPublisherRequest)(nil),     // 83: palyra.v1.UntrustPublisherRequest
+	(*UntrustPublisherResponse)(nil),    // 84: palyra.v1.UntrustPublisherResponse
+	(*RunSkillRequest)(nil),             // 85: palyra.v1.RunSkillRequest
+	(*DecideJobRequest)(nil),            // 86: palyra.v1.DecideJobRequest
+	(*DecideJobResponse)(nil),           // 87: palyra.v1.DecideJobResponse
+	(*AuditRecord)(nil),                 // 88: palyra.v1.AuditRecord
+	(*ListAuditRequest)(nil),            // 89: palyra.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 90: palyra.v1.ListAuditResponse
+	(*VerifyAuditRequest)(nil),          // 91: palyra.v1.VerifyAuditRequest
+	(*VerifyAuditResponse)(nil),         // 92: palyra.v1.VerifyAuditResponse
+	(*HookInfo)(nil),                    // 93: palyra.v1.HookInfo
+	(*BindHookRequest)(nil),             // 94: palyra.v1.BindHookRequest
+	(*BindHookResponse)(nil),            // 95: palyra.v1.BindHookResponse
+	(*UnbindHookRequest)(nil),           // 96: palyra.v1.UnbindHookRequest
+	(*UnbindHookResponse)(nil),          // 97: palyra.v1.UnbindHookResponse
+	(*ListHooksRequest)(nil),            // 98: palyra.v1.ListHooksRequest
+	(*ListHooksResponse)(nil),           // 99: palyra.v1.ListHooksResponse
+	nil,                                 // 100: palyra.v1.Job.ConstraintsEntry
+	nil,                                 // 101: palyra.v1.JobArray.CountsEntry
+	nil,                                 // 102: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                                 // 103: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                                 // 104: palyra.v1.NodeInfo.LabelsEntry
+	nil,                                 // 105: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,   // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,   // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,   // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	98,  // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	100, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
 	5,   // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	99,  // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	101, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
 	3,   // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
 	5,   // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	100, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	102, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
 	3,   // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
 	4,   // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
 	3,   // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
-	24,  // 12: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
+	26,  // 12: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
 	4,   // 13: palyra.v1.GetJobResponse.array:type_name -> palyra.v1.JobArray
 	0,   // 14: palyra.v1.ListJobsRequest.phase:type_name -> palyra.v1.JobPhase
 	3,   // 15: palyra.v1.ListJobsResponse.jobs:type_name -> palyra.v1.Job
-	24,  // 16: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
-	3,   // 17: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
-	4,   // 18: palyra.v1.CancelJobResponse.array:type_name -> palyra.v1.JobArray
-	0,   // 19: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
-	3,   // 20: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
-	4,   // 21: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
-	101, // 22: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	102, // 23: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	103, // 24: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
-	29,  // 25: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
-	38,  // 26: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
-	38,  // 27: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
-	45,  // 28: palyra.v1.GetKVResponse.entry:type_name -> palyra.v1.KVEntry
-	24,  // 29: palyra.v1.GetKVResponse.read:type_name -> palyra.v1.ReadInfo
-	45,  // 30: palyra.v1.ListKVResponse.entries:type_name -> palyra.v1.KVEntry
-	24,  // 31: palyra.v1.ListKVResponse.read:type_name -> palyra.v1.ReadInfo
-	54,  // 32: palyra.v1.BrowserSessionResponse.session:type_name -> palyra.v1.BrowserSession
-	59,  // 33: palyra.v1.BrowserSessionResponse.files:type_name -> palyra.v1.BrowserFile
-	54,  // 34: palyra.v1.ListBrowserSessionsResponse.sessions:type_name -> palyra.v1.BrowserSession
-	64,  // 35: palyra.v1.SkillToolInfo.capabilities:type_name -> palyra.v1.SkillToolCapabilities
-	63,  // 36: palyra.v1.SkillInfo.tools:type_name -> palyra.v1.SkillToolInfo
-	65,  // 37: palyra.v1.InstallSkillResponse.skill:type_name -> palyra.v1.SkillInfo
-	65,  // 38: palyra.v1.ListSkillsResponse.skills:type_name -> palyra.v1.SkillInfo
-	65,  // 39: palyra.v1.GetSkillResponse.skill:type_name -> palyra.v1.SkillInfo
-	65,  // 40: palyra.v1.SetSkillStatusResponse.skill:type_name -> palyra.v1.SkillInfo
-	91,  // 41: palyra.v1.SetSkillStatusResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
-	91,  // 42: palyra.v1.RemoveSkillResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
-	66,  // 43: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
-	66,  // 44: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
-	3,   // 45: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
-	86,  // 46: palyra.v1.ListAuditResponse.records:type_name -> palyra.v1.AuditRecord
-	91,  // 47: palyra.v1.BindHookResponse.hook:type_name -> palyra.v1.HookInfo
-	91,  // 48: palyra.v1.ListHooksResponse.hooks:type_name -> palyra.v1.HookInfo
-	8,   // 49: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	10,  // 50: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	12,  // 51: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	14,  // 52: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	18,  // 53: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	8,   // 54: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
-	6,   // 55: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	20,  // 56: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	22,  // 57: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	16,  // 58: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
-	27,  // 59: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	25,  // 60: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
-	30,  // 61: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	34,  // 62: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	32,  // 63: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	36,  // 64: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	39,  // 65: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	41,  // 66: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	43,  // 67: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	46,  // 68: palyra.v1.KVService.GetKV:input_type -> palyra.v1.GetKVRequest
-	48,  // 69: palyra.v1.KVService.PutKV:input_type -> palyra.v1.PutKVRequest
-	50,  // 70: palyra.v1.KVService.DeleteKV:input_type -> palyra.v1.DeleteKVRequest
-	52,  // 71: palyra.v1.KVService.ListKV:input_type -> palyra.v1.ListKVRequest
-	55,  // 72: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
-	57,  // 73: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
-	56,  // 74: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
-	56,  // 75: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
-	61,  // 76: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
-	67,  // 77: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
-	69,  // 78: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
-	71,  // 79: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
-	73,  // 80: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
-	75,  // 81: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
-	77,  // 82: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
-	79,  // 83: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
-	81,  // 84: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
-	83,  // 85: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
-	84,  // 86: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
-	87,  // 87: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
-	89,  // 88: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
-	92,  // 89: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
-	94,  // 90: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
-	96,  // 91: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
-	9,   // 92: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11,  // 93: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13,  // 94: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15,  // 95: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	19,  // 96: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	19,  // 97: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,   // 98: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	21,  // 99: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	23,  // 100: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	17,  // 101: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
-	28,  // 102: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	26,  // 103: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
-	31,  // 104: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	35,  // 105: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	33,  // 106: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	37,  // 107: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	40,  // 108: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	42,  // 109: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	44,  // 110: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	47,  // 111: palyra.v1.KVService.GetKV:output_type -> palyra.v1.GetKVResponse
-	49,  // 112: palyra.v1.KVService.PutKV:output_type -> palyra.v1.PutKVResponse
-	51,  // 113: palyra.v1.KVService.DeleteKV:output_type -> palyra.v1.DeleteKVResponse
-	53,  // 114: palyra.v1.KVService.ListKV:output_type -> palyra.v1.ListKVResponse
-	58,  // 115: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
-	58,  // 116: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
-	60,  // 117: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
-	58,  // 118: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
-	62,  // 119: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
-	68,  // 120: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
-	70,  // 121: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
-	72,  // 122: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
-	74,  // 123: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
-	76,  // 124: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
-	78,  // 125: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
-	80,  // 126: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
-	82,  // 127: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
-	9,   // 128: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
-	85,  // 129: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
-	88,  // 130: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
-	90,  // 131: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
-	93,  // 132: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
-	95,  // 133: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
-	97,  // 134: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
-	92,  // [92:135] is the sub-list for method output_type
-	49,  // [49:92] is the sub-list for method input_type
-	49,  // [49:49] is the sub-list for extension type_name
-	49,  // [49:49] is the sub-list for extension extendee
-	0,   // [0:49] is the sub-list for field type_name
+	26,  // 16: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
+	4,   // 17: palyra.v1.ListArraysResponse.arrays:type_name -> palyra.v1.JobArray
+	26,  // 18: palyra.v1.ListArraysResponse.read:type_name -> palyra.v1.ReadInfo
+	3,   // 19: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
+	4,   // 20: palyra.v1.CancelJobResponse.array:type_name -> palyra.v1.JobArray
+	0,   // 21: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
+	3,   // 22: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
+	4,   // 23: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
+	103, // 24: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	104, // 25: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	105, // 26: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	31,  // 27: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
+	40,  // 28: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
+	40,  // 29: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
+	47,  // 30: palyra.v1.GetKVResponse.entry:type_name -> palyra.v1.KVEntry
+	26,  // 31: palyra.v1.GetKVResponse.read:type_name -> palyra.v1.ReadInfo
+	47,  // 32: palyra.v1.ListKVResponse.entries:type_name -> palyra.v1.KVEntry
+	26,  // 33: palyra.v1.ListKVResponse.read:type_name -> palyra.v1.ReadInfo
+	56,  // 34: palyra.v1.BrowserSessionResponse.session:type_name -> palyra.v1.BrowserSession
+	61,  // 35: palyra.v1.BrowserSessionResponse.files:type_name -> palyra.v1.BrowserFile
+	56,  // 36: palyra.v1.ListBrowserSessionsResponse.sessions:type_name -> palyra.v1.BrowserSession
+	66,  // 37: palyra.v1.SkillToolInfo.capabilities:type_name -> palyra.v1.SkillToolCapabilities
+	65,  // 38: palyra.v1.SkillInfo.tools:type_name -> palyra.v1.SkillToolInfo
+	67,  // 39: palyra.v1.InstallSkillResponse.skill:type_name -> palyra.v1.SkillInfo
+	67,  // 40: palyra.v1.ListSkillsResponse.skills:type_name -> palyra.v1.SkillInfo
+	67,  // 41: palyra.v1.GetSkillResponse.skill:type_name -> palyra.v1.SkillInfo
+	67,  // 42: palyra.v1.SetSkillStatusResponse.skill:type_name -> palyra.v1.SkillInfo
+	93,  // 43: palyra.v1.SetSkillStatusResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
+	93,  // 44: palyra.v1.RemoveSkillResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
+	68,  // 45: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
+	68,  // 46: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
+	3,   // 47: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
+	88,  // 48: palyra.v1.ListAuditResponse.records:type_name -> palyra.v1.AuditRecord
+	93,  // 49: palyra.v1.BindHookResponse.hook:type_name -> palyra.v1.HookInfo
+	93,  // 50: palyra.v1.ListHooksResponse.hooks:type_name -> palyra.v1.HookInfo
+	8,   // 51: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	10,  // 52: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	12,  // 53: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	14,  // 54: palyra.v1.JobService.ListArrays:input_type -> palyra.v1.ListArraysRequest
+	16,  // 55: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	20,  // 56: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	8,   // 57: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
+	6,   // 58: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	22,  // 59: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	24,  // 60: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	18,  // 61: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
+	29,  // 62: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	27,  // 63: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
+	32,  // 64: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	36,  // 65: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	34,  // 66: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	38,  // 67: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	41,  // 68: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	43,  // 69: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	45,  // 70: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	48,  // 71: palyra.v1.KVService.GetKV:input_type -> palyra.v1.GetKVRequest
+	50,  // 72: palyra.v1.KVService.PutKV:input_type -> palyra.v1.PutKVRequest
+	52,  // 73: palyra.v1.KVService.DeleteKV:input_type -> palyra.v1.DeleteKVRequest
+	54,  // 74: palyra.v1.KVService.ListKV:input_type -> palyra.v1.ListKVRequest
+	57,  // 75: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
+	59,  // 76: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
+	58,  // 77: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
+	58,  // 78: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
+	63,  // 79: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
+	69,  // 80: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
+	71,  // 81: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
+	73,  // 82: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
+	75,  // 83: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
+	77,  // 84: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
+	79,  // 85: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
+	81,  // 86: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
+	83,  // 87: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
+	85,  // 88: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
+	86,  // 89: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
+	89,  // 90: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
+	91,  // 91: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
+	94,  // 92: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
+	96,  // 93: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
+	98,  // 94: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
+	9,   // 95: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11,  // 96: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13,  // 97: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15,  // 98: palyra.v1.JobService.ListArrays:output_type -> palyra.v1.ListArraysResponse
+	17,  // 99: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	21,  // 100: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	21,  // 101: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,   // 102: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	23,  // 103: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	25,  // 104: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	19,  // 105: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	30,  // 106: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	28,  // 107: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
+	33,  // 108: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	37,  // 109: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	35,  // 110: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	39,  // 111: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	42,  // 112: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	44,  // 113: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	46,  // 114: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	49,  // 115: palyra.v1.KVService.GetKV:output_type -> palyra.v1.GetKVResponse
+	51,  // 116: palyra.v1.KVService.PutKV:output_type -> palyra.v1.PutKVResponse
+	53,  // 117: palyra.v1.KVService.DeleteKV:output_type -> palyra.v1.DeleteKVResponse
+	55,  // 118: palyra.v1.KVService.ListKV:output_type -> palyra.v1.ListKVResponse
+	60,  // 119: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
+	60,  // 120: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
+	62,  // 121: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
+	60,  // 122: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
+	64,  // 123: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
+	70,  // 124: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
+	72,  // 125: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
+	74,  // 126: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
+	76,  // 127: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
+	78,  // 128: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
+	80,  // 129: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
+	82,  // 130: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
+	84,  // 131: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
+	9,   // 132: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
+	87,  // 133: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
+	90,  // 134: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
+	92,  // 135: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
+	95,  // 136: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
+	97,  // 137: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
+	99,  // 138: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
+	95,  // [95:139] is the sub-list for method output_type
+	51,  // [51:95] is the sub-list for method input_type
+	51,  // [51:51] is the sub-list for extension type_name
+	51,  // [51:51] is the sub-list for extension extendee
+	0,   // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -7351,7 +7499,7 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   103,
+			NumMessages:   105,
 			NumExtensions: 0,
 			NumServices:   9,
 		},

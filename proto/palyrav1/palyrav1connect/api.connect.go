@@ -58,6 +58,8 @@ const (
 	JobServiceGetJobProcedure = "/palyra.v1.JobService/GetJob"
 	// JobServiceListJobsProcedure is the fully-qualified name of the JobService's ListJobs RPC.
 	JobServiceListJobsProcedure = "/palyra.v1.JobService/ListJobs"
+	// JobServiceListArraysProcedure is the fully-qualified name of the JobService's ListArrays RPC.
+	JobServiceListArraysProcedure = "/palyra.v1.JobService/ListArrays"
 	// JobServiceCancelJobProcedure is the fully-qualified name of the JobService's CancelJob RPC.
 	JobServiceCancelJobProcedure = "/palyra.v1.JobService/CancelJob"
 	// JobServiceWatchJobProcedure is the fully-qualified name of the JobService's WatchJob RPC.
@@ -160,6 +162,9 @@ type JobServiceClient interface {
 	SubmitJob(context.Context, *connect.Request[palyrav1.SubmitJobRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error)
 	GetJob(context.Context, *connect.Request[palyrav1.GetJobRequest]) (*connect.Response[palyrav1.GetJobResponse], error)
 	ListJobs(context.Context, *connect.Request[palyrav1.ListJobsRequest]) (*connect.Response[palyrav1.ListJobsResponse], error)
+	// ListArrays lists job arrays with their counts per phase (ListJobs
+	// lists jobs and tasks).
+	ListArrays(context.Context, *connect.Request[palyrav1.ListArraysRequest]) (*connect.Response[palyrav1.ListArraysResponse], error)
 	CancelJob(context.Context, *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error)
 	WatchJob(context.Context, *connect.Request[palyrav1.WatchJobRequest]) (*connect.ServerStreamForClient[palyrav1.WatchJobResponse], error)
 	// RunJob submits one job and follows it to its end in one call (what
@@ -203,6 +208,12 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			httpClient,
 			baseURL+JobServiceListJobsProcedure,
 			connect.WithSchema(jobServiceMethods.ByName("ListJobs")),
+			connect.WithClientOptions(opts...),
+		),
+		listArrays: connect.NewClient[palyrav1.ListArraysRequest, palyrav1.ListArraysResponse](
+			httpClient,
+			baseURL+JobServiceListArraysProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("ListArrays")),
 			connect.WithClientOptions(opts...),
 		),
 		cancelJob: connect.NewClient[palyrav1.CancelJobRequest, palyrav1.CancelJobResponse](
@@ -255,6 +266,7 @@ type jobServiceClient struct {
 	submitJob    *connect.Client[palyrav1.SubmitJobRequest, palyrav1.SubmitJobResponse]
 	getJob       *connect.Client[palyrav1.GetJobRequest, palyrav1.GetJobResponse]
 	listJobs     *connect.Client[palyrav1.ListJobsRequest, palyrav1.ListJobsResponse]
+	listArrays   *connect.Client[palyrav1.ListArraysRequest, palyrav1.ListArraysResponse]
 	cancelJob    *connect.Client[palyrav1.CancelJobRequest, palyrav1.CancelJobResponse]
 	watchJob     *connect.Client[palyrav1.WatchJobRequest, palyrav1.WatchJobResponse]
 	runJob       *connect.Client[palyrav1.SubmitJobRequest, palyrav1.WatchJobResponse]
@@ -277,6 +289,11 @@ func (c *jobServiceClient) GetJob(ctx context.Context, req *connect.Request[paly
 // ListJobs calls palyra.v1.JobService.ListJobs.
 func (c *jobServiceClient) ListJobs(ctx context.Context, req *connect.Request[palyrav1.ListJobsRequest]) (*connect.Response[palyrav1.ListJobsResponse], error) {
 	return c.listJobs.CallUnary(ctx, req)
+}
+
+// ListArrays calls palyra.v1.JobService.ListArrays.
+func (c *jobServiceClient) ListArrays(ctx context.Context, req *connect.Request[palyrav1.ListArraysRequest]) (*connect.Response[palyrav1.ListArraysResponse], error) {
+	return c.listArrays.CallUnary(ctx, req)
 }
 
 // CancelJob calls palyra.v1.JobService.CancelJob.
@@ -319,6 +336,9 @@ type JobServiceHandler interface {
 	SubmitJob(context.Context, *connect.Request[palyrav1.SubmitJobRequest]) (*connect.Response[palyrav1.SubmitJobResponse], error)
 	GetJob(context.Context, *connect.Request[palyrav1.GetJobRequest]) (*connect.Response[palyrav1.GetJobResponse], error)
 	ListJobs(context.Context, *connect.Request[palyrav1.ListJobsRequest]) (*connect.Response[palyrav1.ListJobsResponse], error)
+	// ListArrays lists job arrays with their counts per phase (ListJobs
+	// lists jobs and tasks).
+	ListArrays(context.Context, *connect.Request[palyrav1.ListArraysRequest]) (*connect.Response[palyrav1.ListArraysResponse], error)
 	CancelJob(context.Context, *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error)
 	WatchJob(context.Context, *connect.Request[palyrav1.WatchJobRequest], *connect.ServerStream[palyrav1.WatchJobResponse]) error
 	// RunJob submits one job and follows it to its end in one call (what
@@ -358,6 +378,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		JobServiceListJobsProcedure,
 		svc.ListJobs,
 		connect.WithSchema(jobServiceMethods.ByName("ListJobs")),
+		connect.WithHandlerOptions(opts...),
+	)
+	jobServiceListArraysHandler := connect.NewUnaryHandler(
+		JobServiceListArraysProcedure,
+		svc.ListArrays,
+		connect.WithSchema(jobServiceMethods.ByName("ListArrays")),
 		connect.WithHandlerOptions(opts...),
 	)
 	jobServiceCancelJobHandler := connect.NewUnaryHandler(
@@ -410,6 +436,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceGetJobHandler.ServeHTTP(w, r)
 		case JobServiceListJobsProcedure:
 			jobServiceListJobsHandler.ServeHTTP(w, r)
+		case JobServiceListArraysProcedure:
+			jobServiceListArraysHandler.ServeHTTP(w, r)
 		case JobServiceCancelJobProcedure:
 			jobServiceCancelJobHandler.ServeHTTP(w, r)
 		case JobServiceWatchJobProcedure:
@@ -443,6 +471,10 @@ func (UnimplementedJobServiceHandler) GetJob(context.Context, *connect.Request[p
 
 func (UnimplementedJobServiceHandler) ListJobs(context.Context, *connect.Request[palyrav1.ListJobsRequest]) (*connect.Response[palyrav1.ListJobsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.ListJobs is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) ListArrays(context.Context, *connect.Request[palyrav1.ListArraysRequest]) (*connect.Response[palyrav1.ListArraysResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.ListArrays is not implemented"))
 }
 
 func (UnimplementedJobServiceHandler) CancelJob(context.Context, *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error) {
