@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"regexp"
@@ -194,8 +195,13 @@ func noNegativeDurations(c *ucli.Context) error {
 	return nil
 }
 
-// badValueRE matches the flag package's error for a value it cannot parse.
-var badValueRE = regexp.MustCompile(`^invalid value "(.*)" for flag -(\S+): parse error$`)
+// badValueRE matches the flag package's error for a value it cannot parse,
+// or a number too large for its flag.
+var badValueRE = regexp.MustCompile(`^invalid value "(.*)" for flag -(\S+): (parse error|value out of range)$`)
+
+// flagRanges says what a number flag takes when the request carries less
+// than the flag's type holds (its own checks refuse what is over).
+var flagRanges = map[string]string{"priority": priorityRange, "retries": "from 0 to 10"}
 
 var negativeArgRE = regexp.MustCompile(`^flag provided but not defined: -?(-[0-9][0-9.]*[a-zµ]*)$`)
 
@@ -207,6 +213,10 @@ func onUsageError(c *ucli.Context, err error, _ bool) error {
 	msg := err.Error()
 	if m := badValueRE.FindStringSubmatch(msg); m != nil {
 		msg = fmt.Sprintf("invalid value %q for --%s", m[1], m[2])
+		outOfRange := m[3] == "value out of range"
+		if outOfRange {
+			msg += ": out of range"
+		}
 		var flags []ucli.Flag
 		if c.Command != nil {
 			flags = append(flags, c.Command.Flags...)
@@ -220,9 +230,21 @@ func onUsageError(c *ucli.Context, err error, _ bool) error {
 			case *ucli.DurationFlag:
 				msg += ": want a duration such as 90s, 15m or 12h (units ns, us, ms, s, m, h; no days: 2 days is 48h)"
 			case *ucli.IntFlag, *ucli.Int64Flag:
-				msg += ": want a whole number"
+				if r, ok := flagRanges[m[2]]; outOfRange && ok {
+					msg += ": want a whole number " + r
+				} else if outOfRange {
+					msg += fmt.Sprintf(": want a whole number from %d to %d", math.MinInt64, math.MaxInt64)
+				} else {
+					msg += ": want a whole number"
+				}
 			case *ucli.UintFlag, *ucli.Uint64Flag:
-				msg += ": want a whole number, 0 or more"
+				if r, ok := flagRanges[m[2]]; outOfRange && ok {
+					msg += ": want a whole number " + r
+				} else if outOfRange {
+					msg += fmt.Sprintf(": want a whole number from 0 to %d", uint64(math.MaxUint64))
+				} else {
+					msg += ": want a whole number, 0 or more"
+				}
 			}
 			break
 		}

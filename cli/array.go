@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,6 +29,7 @@ import (
 // newline (nor a carriage return before it); a final newline does not
 // start another task. It reads at most maxInputsRead bytes: the array's
 // inputs are bounded (palyrav1.MaxArrayInputBytes, checked before sending).
+// A line over the per-task limit is a *lineSizeError naming it.
 func readInputLines(r io.Reader) ([][]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxInputsRead+1))
 	if err != nil {
@@ -43,8 +45,18 @@ func readInputLines(r io.Reader) ([][]byte, error) {
 	lines := bytes.Split(data, []byte("\n"))
 	for i, l := range lines {
 		lines[i] = bytes.TrimSuffix(l, []byte("\r"))
+		if len(lines[i]) > palyrav1.MaxInputBytes {
+			return nil, &lineSizeError{line: i + 1, size: len(lines[i])}
+		}
 	}
 	return lines, nil
+}
+
+// lineSizeError: a line of --inputs over the per-task input limit.
+type lineSizeError struct{ line, size int }
+
+func (e *lineSizeError) Error() string {
+	return fmt.Sprintf("line %d is %s; the limit is %s per task", e.line, client.SizeOf(e.size, palyrav1.MaxInputBytes), client.SizeOf(palyrav1.MaxInputBytes, 0))
 }
 
 // maxInputsRead bounds what --inputs reads: the array limit plus room for
@@ -55,13 +67,14 @@ const maxInputsRead = 2 * palyrav1.MaxArrayInputBytes
 // readInputDir reads one input per regular file in dir (symlinks to
 // regular files included), in name order, and returns the names too.
 // Subdirectories, other special files and hidden files (".name": editor
-// and OS droppings such as .DS_Store) are skipped. A file over the
-// per-task limit, or files over the array's limit, are refused by name
-// before they are read whole.
-func readInputDir(dir string) (inputs [][]byte, names []string, err error) {
+// and OS droppings such as .DS_Store) are skipped; skipped counts the
+// subdirectories and special files, which are not hidden and may have been
+// meant as input. A file over the per-task limit, or files over the
+// array's limit, are refused by name before they are read whole.
+func readInputDir(dir string) (inputs [][]byte, names []string, skipped inputDirSkips, err error) {
 	entries, err := os.ReadDir(dir) // sorted by name
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, skipped, err
 	}
 	total := 0
 	for _, e := range entries {
@@ -71,24 +84,55 @@ func readInputDir(dir string) (inputs [][]byte, names []string, err error) {
 		p := filepath.Join(dir, e.Name())
 		st, err := os.Stat(p) // follows symlinks
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w (a dangling symlink? remove it or point it at a file)", e.Name(), err)
+			return nil, nil, skipped, fmt.Errorf("%s: %w (a dangling symlink? remove it or point it at a file)", e.Name(), err)
 		}
-		if !st.Mode().IsRegular() {
+		switch {
+		case st.IsDir():
+			skipped.dirs++
+			continue
+		case !st.Mode().IsRegular():
+			skipped.special++
 			continue
 		}
 		if st.Size() > palyrav1.MaxInputBytes {
-			return nil, nil, fmt.Errorf("%s is %s; the limit is %s per task", e.Name(), client.SizeOf(int(st.Size()), palyrav1.MaxInputBytes), client.SizeOf(palyrav1.MaxInputBytes, 0))
+			return nil, nil, skipped, fmt.Errorf("%s is %s; the limit is %s per task", e.Name(), client.SizeOf(int(st.Size()), palyrav1.MaxInputBytes), client.SizeOf(palyrav1.MaxInputBytes, 0))
 		}
 		if total += int(st.Size()); total > palyrav1.MaxArrayInputBytes {
-			return nil, nil, fmt.Errorf("the files up to %s total more than %s, the limit per array; split them into several directories", e.Name(), client.SizeOf(palyrav1.MaxArrayInputBytes, 0))
+			return nil, nil, skipped, fmt.Errorf("the files up to %s total more than %s, the limit per array; split them into several directories", e.Name(), client.SizeOf(palyrav1.MaxArrayInputBytes, 0))
 		}
 		b, err := readBounded(p, palyrav1.MaxInputBytes)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", e.Name(), err)
+			return nil, nil, skipped, fmt.Errorf("%s: %w", e.Name(), err)
 		}
 		inputs, names = append(inputs, b), append(names, e.Name())
 	}
-	return inputs, names, nil
+	return inputs, names, skipped, nil
+}
+
+// inputDirSkips counts what --input-dir skipped that was not hidden.
+type inputDirSkips struct{ dirs, special int }
+
+// note is the line --input-dir prints on stderr about them, or "".
+func (s inputDirSkips) note(dir string) string {
+	var parts []string
+	switch s.dirs {
+	case 0:
+	case 1:
+		parts = append(parts, "1 subdirectory")
+	default:
+		parts = append(parts, fmt.Sprintf("%d subdirectories", s.dirs))
+	}
+	switch s.special {
+	case 0:
+	case 1:
+		parts = append(parts, "1 special file (not a regular file)")
+	default:
+		parts = append(parts, fmt.Sprintf("%d special files (not regular files)", s.special))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("note: --input-dir %s: skipped %s; a task is one regular file directly in the directory, and subdirectories are not read", dir, strings.Join(parts, " and "))
 }
 
 // readBounded reads a file, or stdin for "-", refusing (without reading it
@@ -157,9 +201,25 @@ func arrayInputs(c *ucli.Context) ([][]byte, []string, error) {
 		return nil, nil, usageErr("job arrays run wasm modules; submit browser jobs one at a time")
 	}
 	if dir := c.String("input-dir"); c.IsSet("input-dir") {
-		in, names, err := readInputDir(dir)
+		// A directory that is not there is a wrong argument, as an empty
+		// one is: both exit with the usage code (a file in it that
+		// cannot be read, or is too large, is a failure, exit 1).
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			msg := fmt.Sprintf("--input-dir %s is not a directory", dir)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				msg = fmt.Sprintf("--input-dir %s does not exist", dir)
+			case err != nil:
+				msg = fmt.Sprintf("--input-dir: %v", err)
+			}
+			return nil, nil, failWith(c, &client.Error{Code: "invalid_argument", Message: msg, Hint: "pass a directory holding one file per task (hidden files are skipped); for one task per line of a file, use --inputs FILE"}, exitUsage)
+		}
+		in, names, skipped, err := readInputDir(dir)
 		if err != nil {
 			return nil, nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("--input-dir %s: %v", dir, err), Hint: "pass a directory holding one file per task (hidden files are skipped)"})
+		}
+		if note := skipped.note(dir); note != "" {
+			fmt.Fprintln(c.App.ErrWriter, note)
 		}
 		if len(in) == 0 {
 			return nil, nil, usageErr("--input-dir %s holds no regular files: nothing to run", dir)
@@ -167,15 +227,22 @@ func arrayInputs(c *ucli.Context) ([][]byte, []string, error) {
 		return in, names, nil
 	}
 	var r io.Reader = c.App.Reader
+	from := "stdin"
 	if name := c.String("inputs"); name != "-" {
 		f, err := os.Open(name)
-		if err != nil {
-			return nil, nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --inputs: %v", err), Hint: "pass a file with one input per line ('-' for stdin)"})
+		if err != nil { // a wrong argument, as an empty file is (see --input-dir)
+			return nil, nil, failWith(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --inputs: %v", err), Hint: "pass a file with one input per line ('-' for stdin)"}, exitUsage)
 		}
 		defer f.Close()
-		r = f
+		r, from = f, name
 	}
 	in, err := readInputLines(r)
+	var lse *lineSizeError
+	if errors.As(err, &lse) {
+		return nil, nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("--inputs: line %d of %s is %s; the limit is %s per task",
+			lse.line, from, client.SizeOf(lse.size, palyrav1.MaxInputBytes), client.SizeOf(palyrav1.MaxInputBytes, 0)),
+			Hint: "pass less input per task (one task per line), or have the task fetch its data; for inputs with newlines, use --input-dir with one file per task"})
+	}
 	if err != nil {
 		return nil, nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --inputs: %v", err)})
 	}

@@ -60,9 +60,12 @@ func TestReadInputDir(t *testing.T) {
 	if err := os.Symlink("a.txt", filepath.Join(dir, "c-link")); err != nil {
 		t.Fatal(err)
 	}
-	in, names, err := readInputDir(dir)
+	in, names, skipped, err := readInputDir(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if skipped.dirs != 1 || skipped.special != 0 {
+		t.Fatalf("skipped %+v, want the one subdirectory", skipped)
 	}
 	if want := []string{"10.txt", "a.txt", "b.txt", "c-link"}; !slices.Equal(names, want) {
 		t.Fatalf("names %v, want %v (name order, regular files and links to them only)", names, want)
@@ -215,7 +218,11 @@ func TestArrayUsageErrors(t *testing.T) {
 		{[]string{"--input-dir", emptyDir}, 2, "holds no regular files"},
 		{[]string{"--inputs", lines, "--output-dir", dir}, 2, "--output-dir"},
 		{[]string{"--input", "x", "--wait", "--output-dir", dir}, 2, "--output-dir"},
-		{[]string{"--inputs", filepath.Join(dir, "missing")}, 1, "cannot read --inputs"},
+		// Missing like empty: a wrong argument (a missing --input-dir
+		// was exit 1, an empty one exit 2).
+		{[]string{"--inputs", filepath.Join(dir, "missing")}, 2, "cannot read --inputs"},
+		{[]string{"--input-dir", filepath.Join(dir, "missing")}, 2, "does not exist"},
+		{[]string{"--input-dir", lines}, 2, "is not a directory"},
 	} {
 		r := c.cli(append([]string{"job", "submit", "--wasm", mod}, tc.args...)...)
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.inErr) {

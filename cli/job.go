@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"slices"
@@ -76,12 +77,12 @@ func jobCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "input-file", Usage: "`FILE` whose bytes are given to the job on stdin ('-' for this command's stdin)"},
 					&ucli.StringFlag{Name: "inputs", Usage: "job array: one task per line of `FILE` ('-' for stdin), the line without its newline as the task's stdin"},
 					&ucli.StringFlag{Name: "input-dir", Usage: "job array: one task per regular file in `DIR`, in name order (hidden .files skipped), the file as the task's stdin"},
-					&ucli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 1s, 5m", DefaultText: "30s"},
+					&ucli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 1s, 5m; at most 24h", DefaultText: "30s"},
 					&ucli.StringFlag{Name: "memory", Usage: "linear-memory limit, e.g. 16MiB, 1GiB (default 64MiB)"},
 					&ucli.Uint64Flag{Name: "fuel", Usage: "deterministic instruction budget (0 = node default)"},
 					&ucli.StringFlag{Name: "max-output", Usage: "bound on stdout and on stderr, each, e.g. 4MiB (default 1MiB)"},
-					&ucli.IntFlag{Name: "priority", Usage: "higher runs first when capacity is short"},
-					&ucli.StringSliceFlag{Name: "constraint", Usage: "run only on nodes with label `k=v` (repeatable)"},
+					&ucli.IntFlag{Name: "priority", Usage: "higher runs first when capacity is short (" + priorityRange + ")"},
+					&ucli.StringSliceFlag{Name: "constraint", Usage: "run only on nodes with label `k=v` (equality only; repeatable)"},
 					&ucli.UintFlag{Name: "retries", Usage: "extra attempts, with backoff, for retryable failures (max 10)"},
 					&ucli.DurationFlag{Name: "deadline", Usage: "the job expires if not completed within this time of submission"},
 					&ucli.StringFlag{Name: "idempotency-key", Usage: "retrying a submission with the same key returns the same job; a different payload is refused"},
@@ -188,12 +189,22 @@ func jobSubmit(c *ucli.Context) error {
 	}
 	var module, script []byte
 	var err error
-	switch {
-	case c.IsSet("wasm") == c.IsSet("browser"):
+	if c.IsSet("wasm") == c.IsSet("browser") {
 		return usageErr("give exactly one of --wasm FILE or --browser SCRIPT.json")
+	}
+	constraints, err := submitFlagValues(c)
+	if err != nil {
+		return err
+	}
+	switch {
 	case c.IsSet("wasm"):
 		if module, err = readBounded(c.String("wasm"), palyrav1.MaxModuleBytes); err != nil {
-			return fail(c, &client.Error{Code: "invalid_argument", Message: readFailure("module", c.String("wasm"), err), Hint: "pass an existing .wasm file with --wasm (strip it if it is too large: wasm-strip, or -ldflags=-s -w)"})
+			hint := "pass an existing .wasm file with --wasm"
+			var se *sizeError
+			if errors.As(err, &se) {
+				hint = fmt.Sprintf("a module may be at most %s: strip it (wasm-strip, or build Go with -ldflags='-s -w')", client.SizeOf(palyrav1.MaxModuleBytes, 0))
+			}
+			return fail(c, &client.Error{Code: "invalid_argument", Message: readFailure("module", c.String("wasm"), err), Hint: hint})
 		}
 	default:
 		if script, err = readBounded(c.String("browser"), maxScriptRead); err != nil {
@@ -244,14 +255,6 @@ func jobSubmit(c *ucli.Context) error {
 			return usageErr("--max-output: %v", err)
 		}
 	}
-	constraints := map[string]string{}
-	for _, it := range c.StringSlice("constraint") {
-		k, v, ok := strings.Cut(it, "=")
-		if !ok || k == "" {
-			return usageErr("--constraint %q is not k=v", it)
-		}
-		constraints[k] = v
-	}
 	if c.IsSet("deadline") && c.Duration("deadline") <= 0 {
 		return usageErr("--deadline must be positive, e.g. 10m")
 	}
@@ -268,7 +271,7 @@ func jobSubmit(c *ucli.Context) error {
 		SecretNames: c.StringSlice("secret"), KvPrefix: c.String("kv-prefix"),
 		Input: input, TimeoutMs: c.Duration("timeout").Milliseconds(),
 		MemoryBytes: mem, Fuel: c.Uint64("fuel"), MaxOutputBytes: maxOut,
-		Priority: int32(c.Int("priority")), Constraints: constraints, Retries: uint32(c.Uint("retries")),
+		Priority: int32(c.Int("priority")), Constraints: constraints, Retries: uint32(c.Uint("retries")), // in range: submitFlagValues
 		DeadlineMs: c.Duration("deadline").Milliseconds(), IdempotencyKey: c.String("idempotency-key"),
 		Inputs: inputs,
 	}
@@ -326,6 +329,41 @@ func jobSubmit(c *ucli.Context) error {
 		return waitFailed(c, cl, err)
 	}
 	return printEnded(c, job)
+}
+
+// priorityRange is what --priority takes: the API's int32.
+const priorityRange = "from -2147483648 to 2147483647"
+
+// submitFlagValues refuses submit flags whose values the request cannot
+// carry (a --priority or --retries that would wrap to 32 bits, an
+// explicitly empty --kv-prefix, which would mean no grant) and returns the
+// --constraint items as a map. The node checks the constraints too; they
+// are checked here as --label checks a node's labels.
+func submitFlagValues(c *ucli.Context) (map[string]string, error) {
+	if p := c.Int("priority"); p < math.MinInt32 || p > math.MaxInt32 {
+		return nil, usageErr("--priority %d is out of range: give a whole number %s", p, priorityRange)
+	}
+	if r := c.Uint("retries"); r > math.MaxUint32 {
+		return nil, usageErr("--retries %d is over the limit of 10: use --retries 10 or less", r)
+	}
+	if c.IsSet("kv-prefix") && c.String("kv-prefix") == "" {
+		return nil, usageErr("empty key-value prefix name in --kv-prefix: give the prefix the job may use, e.g. --kv-prefix app/ (leave the flag out for no key-value access)")
+	}
+	constraints := map[string]string{}
+	for _, it := range c.StringSlice("constraint") {
+		k, v, ok := strings.Cut(it, "=")
+		if !ok || k == "" {
+			return nil, usageErr("--constraint %q is not k=v", it)
+		}
+		if op := palyrav1.ComparisonIn(k, v); op != "" {
+			return nil, usageErr("--constraint %q: constraints are equality only (k=v), not %s: the job runs only on nodes whose label k is exactly v", it, op)
+		}
+		if err := palyrav1.CheckLabel(k, v); err != nil {
+			return nil, usageErr("--constraint %q: %v: a constraint matches a node label (--label k=v on node start); %s", it, err, palyrav1.LabelRule)
+		}
+		constraints[k] = v
+	}
+	return constraints, nil
 }
 
 // runAndWait submits one wasm job and follows it to its end in one call.

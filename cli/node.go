@@ -53,6 +53,12 @@ func parseLabels(items []string) (map[string]string, error) {
 		if strings.HasPrefix(k, "palyra.") {
 			return nil, fmt.Errorf("label %q: the palyra. prefix is reserved", it)
 		}
+		if op := palyrav1.ComparisonIn(k, v); op != "" {
+			return nil, fmt.Errorf("label %q: a label is k=v, one '=' between a key and a value (not %s)", it, op)
+		}
+		if err := palyrav1.CheckLabel(k, v); err != nil {
+			return nil, fmt.Errorf("label %q: %v: %s", it, err, palyrav1.LabelRule)
+		}
 		out[k] = v
 	}
 	return out, nil

@@ -40,7 +40,7 @@ func validateArray(m *palyrav1.SubmitJobRequest) error {
 	total, entry := 0, 0
 	for i, in := range m.Inputs {
 		if len(in) > MaxInputBytes {
-			return invalid(fmt.Sprintf("input %d is %s; the limit is %s per task", i, mib(len(in)), mib(MaxInputBytes)),
+			return invalid(fmt.Sprintf("the input of task %d (counting from 0) is %s; the limit is %s per task", i, mib(len(in)), mib(MaxInputBytes)),
 				"pass less input per task, or have the task fetch its data")
 		}
 		total += len(in)

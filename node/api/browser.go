@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -46,10 +45,10 @@ func (s *Server) checkHTTPGrants(ctx context.Context, hosts []string, private bo
 		return invalid("too many --allow-host entries", "use at most 64")
 	}
 	for _, h := range hosts {
-		h = strings.ToLower(strings.TrimSpace(h))
-		if h == "" || strings.ContainsAny(h, "/:@ ") && net.ParseIP(h) == nil {
-			return invalid(fmt.Sprintf("--allow-host %q is not a host name", h), "give a host like example.com (it also matches its subdomains)")
+		if err := checkAllowHost(h); err != nil {
+			return err
 		}
+		h = strings.ToLower(strings.TrimSpace(h))
 		if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, h), map[string]any{"grant_host": h}); err != nil {
 			return err
 		}

@@ -38,6 +38,9 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	if err := s.validateSubmit(m); err != nil {
 		return nil, err
 	}
+	if err := checkGrantValues(m); err != nil {
+		return nil, err
+	}
 	if kind != "browser" {
 		if err := s.checkGrants(ctx, m); err != nil {
 			return nil, err
@@ -62,6 +65,9 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	}
 	if len(m.WasmModule) == 0 {
 		return nil, invalid("no wasm module in the request", "pass a module with --wasm FILE")
+	}
+	if err := watModule(m.WasmModule); err != nil {
+		return nil, err
 	}
 	if err := s.validator.Validate(ctx, m.WasmModule); err != nil {
 		var me *wasm.ModuleError
@@ -146,6 +152,9 @@ func (s *Server) validateSubmit(m *palyrav1.SubmitJobRequest) error {
 		return invalid("too many constraints", "use at most 32 --constraint k=v")
 	case m.MemoryBytes > MaxMemory:
 		return invalid(fmt.Sprintf("memory limit %d bytes is over the 4 GiB wasm32 maximum", m.MemoryBytes), "use --memory 4GiB or less")
+	}
+	if err := checkConstraints(m.Constraints); err != nil {
+		return err
 	}
 	if len(m.Inputs) > 0 {
 		if err := validateArray(m); err != nil {
