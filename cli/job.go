@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -79,7 +80,7 @@ func jobCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "input-dir", Usage: "job array: one task per regular file in `DIR`, in name order (hidden .files skipped), the file as the task's stdin"},
 					&ucli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 1s, 5m; at most 24h", DefaultText: "30s"},
 					&ucli.StringFlag{Name: "memory", Usage: "linear-memory limit, e.g. 16MiB, 1GiB (default 64MiB)"},
-					&ucli.Uint64Flag{Name: "fuel", Usage: "deterministic instruction budget (0 = node default)"},
+					&ucli.Uint64Flag{Name: "fuel", Usage: "wasm: instruction budget, about one unit per instruction run; the job fails out_of_fuel once it is spent (0 = node default, " + groupDigits(palyrav1.DefaultFuel) + " units, about 3–15 s of CPU; no budget is unlimited)"},
 					&ucli.StringFlag{Name: "max-output", Usage: "bound on stdout and on stderr, each, e.g. 4MiB (default 1MiB)"},
 					&ucli.IntFlag{Name: "priority", Usage: "higher runs first when capacity is short (" + priorityRange + ")"},
 					&ucli.StringSliceFlag{Name: "constraint", Usage: "run only on nodes with label `k=v` (equality only; repeatable)"},
@@ -122,6 +123,14 @@ func jobCommand() *ucli.Command {
    result (which is authoritative: a live reader that fell more than 1 MiB
    behind is told what it missed, and the final output has it). stdout goes
    to stdout, stderr to stderr, notes (a new attempt, a gap) to stderr.
+   A job that has not started (queued, waiting for approval) has no output
+   yet: without -f, stderr says so and why it waits; with -f, stderr says
+   why it waits (each time that changes) until it runs.
+
+   With -f, a node that goes away while it serves the logs (stopped,
+   restarted, killed) is left for another node the command knows, as 'job
+   watch' does; stderr says through which, and the output goes on where it
+   was.
 
    With --json, one JSON object per line as the output comes: {"stdout",
    "stderr", "note", "attempt", "phase"} (fields without a value left out;
@@ -441,17 +450,26 @@ func printEnded(c *ucli.Context, job *palyrav1.Job) error {
 		}
 		c.App.ErrWriter.Write(job.Stderr)
 	} else {
+		completed := job.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED
 		c.App.Writer.Write(job.Stdout)
-		if n := len(job.Stdout); n > 0 && job.Stdout[n-1] != '\n' && isTerminal(c.App.Writer) {
+		if n := len(job.Stdout); n > 0 && job.Stdout[n-1] != '\n' && (isTerminal(c.App.Writer) || !completed) {
 			// On a terminal, end the line (a browser job's values are one
 			// JSON object without a newline), so the next line or the
-			// shell's prompt does not run into it; a pipe gets the bytes.
+			// shell's prompt does not run into it; a pipe gets the bytes
+			// of a job that completed. One that did not is cut short (an
+			// overflow, a timeout): its failure line follows, and must not
+			// run into it where stdout and stderr meet (2>&1).
 			fmt.Fprintln(c.App.Writer)
 		}
 		c.App.ErrWriter.Write(job.Stderr)
 	}
 	if job.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED {
 		return nil
+	}
+	if n := len(job.Stderr); n > 0 && job.Stderr[n-1] != '\n' && !c.Bool("json") {
+		// The failure line starts a line of its own (a stderr cut short
+		// by its bound ends mid-line).
+		fmt.Fprintln(c.App.ErrWriter)
 	}
 	return ucli.Exit(jobReason(job), exitFailure)
 }
@@ -721,11 +739,40 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 		fmt.Fprintf(tw, "module\tsha256:%s\n", v.ModuleSHA256)
 	}
 	if v.Deterministic {
-		fmt.Fprintf(tw, "mode\tdeterministic (fuel used %d)\n", v.FuelUsed)
+		fmt.Fprintf(tw, "mode\tdeterministic\n")
+	}
+	fmt.Fprintf(tw, "limits\t%s\n", jobLimitsText(j, v))
+	if v.FuelUsed > 0 {
+		fmt.Fprintf(tw, "fuel used\t%s of %s\n", groupDigits(v.FuelUsed), groupDigits(v.Fuel))
+	}
+	if v.Priority != 0 {
+		fmt.Fprintf(tw, "priority\t%d\n", v.Priority)
+	}
+	if len(v.Constraints) > 0 {
+		var cs []string
+		for k, val := range v.Constraints {
+			cs = append(cs, k+"="+val)
+		}
+		slices.Sort(cs)
+		fmt.Fprintf(tw, "constraints\t%s\n", strings.Join(cs, ", "))
+	}
+	if v.IdempotencyKey != "" {
+		fmt.Fprintf(tw, "idempotency key\t%s\n", v.IdempotencyKey)
 	}
 	fmt.Fprintf(tw, "submitted\t%s\n", v.SubmittedAt)
+	if v.PlacedAt != "" {
+		fmt.Fprintf(tw, "placed\t%s\n", v.PlacedAt)
+	}
+	// A running job's started_at is its placement until its result says
+	// when the run began (it may wait on its worker for a slot).
+	if v.StartedAt != "" && (j.Phase.Terminal() || v.StartedAt != v.PlacedAt) {
+		fmt.Fprintf(tw, "started\t%s\n", v.StartedAt)
+	}
 	if v.FinishedAt != "" {
 		fmt.Fprintf(tw, "finished\t%s\n", v.FinishedAt)
+	}
+	if v.DeadlineAt != "" {
+		fmt.Fprintf(tw, "deadline\t%s\n", v.DeadlineAt)
 	}
 	if v.PendingReason != "" && v.Phase == "queued" {
 		fmt.Fprintf(tw, "waiting\t%s\n", v.PendingReason)
@@ -773,6 +820,9 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 	if v.MaxRetries > 0 {
 		fmt.Fprintf(tw, "retries\t%d of %d used\n", v.RetriesUsed, v.MaxRetries)
 	}
+	if v.ExitCode != nil {
+		fmt.Fprintf(tw, "exit code\t%d\n", *v.ExitCode)
+	}
 	if v.Error != nil {
 		fmt.Fprintf(tw, "error\t%s: %s\n", v.Error.Code, v.Error.Message)
 		if v.Error.Hint != "" {
@@ -809,6 +859,33 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 			fmt.Fprintln(w)
 		}
 	}
+}
+
+// jobLimitsText is a job's limits on one line: "timeout 30s, memory 64.0
+// MiB, fuel 10,000,000,000 (default), max output 1.0 MiB" (a browser job
+// has no memory or fuel limit of its own).
+func jobLimitsText(j *palyrav1.Job, v jobJSON) string {
+	parts := []string{"timeout " + (time.Duration(v.TimeoutMS) * time.Millisecond).String()}
+	if j.Wasm != nil {
+		if v.MemoryBytes > 0 {
+			parts = append(parts, "memory "+sizeText(v.MemoryBytes))
+		}
+		fuel := "fuel " + groupDigits(v.Fuel)
+		if j.Wasm.Fuel == 0 {
+			fuel += " (default)"
+		}
+		parts = append(parts, fuel)
+	}
+	return strings.Join(append(parts, "max output "+sizeText(v.MaxOutputBytes)), ", ")
+}
+
+// groupDigits writes n with thousands separators: 10,000,000,000.
+func groupDigits(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // maxListLimit is the most jobs a node returns in one page of ListJobs.
@@ -970,8 +1047,9 @@ func jobWatch(c *ucli.Context) error {
 				}
 				resumed = false
 				retryUntil = time.Now().Add(time.Minute) // news: failures count afresh
+				prev := last
 				last = j
-				if err := printWatched(c, last); err != nil {
+				if err := printWatched(c, last, prev); err != nil {
 					stream.Close()
 					return err
 				}
@@ -1039,12 +1117,23 @@ func watchRetryable(err error) bool {
 }
 
 // printWatched prints one state of a watched job: a JSON object per line
-// with --json, else a timestamped line.
-func printWatched(c *ucli.Context, j *palyrav1.Job) error {
+// with --json, else a line stamped with when it happened; prev is the
+// state printed before it (nil for the first).
+func printWatched(c *ucli.Context, j, prev *palyrav1.Job) error {
 	if c.Bool("json") {
 		return json.NewEncoder(c.App.Writer).Encode(toJobJSON(j))
 	}
-	line := fmt.Sprintf("%s  %s  attempt %d", time.Now().UTC().Format("15:04:05.000"), j.Phase.WireName(), j.Attempt)
+	at := time.Now()
+	if prev == nil || prev.Phase != j.Phase || prev.Attempt != j.Attempt {
+		// A new phase (or the state the watch starts with, which may be
+		// long past: a job that ended an hour ago) is stamped with the
+		// time the cluster recorded for it; a change within a phase (a
+		// new pending reason) has no recorded time and is news.
+		if t := phaseSince(j); !t.IsZero() {
+			at = t
+		}
+	}
+	line := fmt.Sprintf("%s  %s  attempt %d", at.UTC().Format("15:04:05.000"), j.Phase.WireName(), j.Attempt)
 	if j.NodeId != "" {
 		line += "  on " + j.NodeId
 	}
@@ -1058,6 +1147,35 @@ func printWatched(c *ucli.Context, j *palyrav1.Job) error {
 	return err
 }
 
+// phaseSince is when j entered its phase, as the cluster recorded it: an
+// ended job's end, a running job's placement, a job waiting for its first
+// attempt (or for approval) its submission, a job approved its decision;
+// zero when the job carries no such time (a job queued again for a retry,
+// a paused one).
+func phaseSince(j *palyrav1.Job) time.Time {
+	ms := int64(0)
+	switch {
+	case j.Phase.Terminal():
+		ms = j.FinishedAtMs
+	case j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING:
+		ms = j.PlacedAtMs
+		if ms == 0 {
+			ms = j.StartedAtMs // placed before placed_at_ms was recorded
+		}
+	case j.Phase == palyrav1.JobPhase_JOB_PHASE_WAITING_FOR_APPROVAL:
+		ms = j.SubmittedAtMs
+	case j.Phase == palyrav1.JobPhase_JOB_PHASE_QUEUED && j.Attempt == 0 && j.RetriesUsed == 0:
+		ms = j.SubmittedAtMs
+		if j.DecidedAtMs > 0 {
+			ms = j.DecidedAtMs
+		}
+	}
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
 func jobLogs(c *ucli.Context) error {
 	id, err := oneArg(c, "job id")
 	if err != nil {
@@ -1068,45 +1186,226 @@ func jobLogs(c *ucli.Context) error {
 		return err
 	}
 	defer cl.Close()
-	stream, err := cl.Jobs.JobLogs(c.Context, connect.NewRequest(&palyrav1.JobLogsRequest{Id: id, Follow: c.Bool("follow")}))
-	if err != nil {
+	p := &logPrinter{c: c, enc: json.NewEncoder(c.App.Writer)}
+	if !c.Bool("follow") {
+		stream, err := cl.Jobs.JobLogs(c.Context, connect.NewRequest(&palyrav1.JobLogsRequest{Id: id}))
+		if err == nil {
+			err = p.read(stream, nil)
+			stream.Close()
+		}
+		if err != nil {
+			if interrupted(c) {
+				return stoppedReadingLogs(c, id)
+			}
+			return fail(c, cl.Explain(err))
+		}
+		if p.last != nil && !p.wrote && !p.last.Phase.Terminal() && p.last.Phase != palyrav1.JobPhase_JOB_PHASE_RUNNING {
+			notStarted(c, cl, id, p.last.Phase)
+		}
+		return nil
+	}
+	// Following: a stream broken by its node (stopped, restarted, killed,
+	// silent) is opened again, through another node first, as job watch
+	// does; the new stream starts from the attempt's first byte, so what
+	// was printed already is skipped.
+	cl.Notify = reconnectNotices(c.App.ErrWriter)
+	f := cl.Follow(id)
+	defer f.Close()
+	if err := waitStarted(c, cl, f, id); err != nil {
 		if interrupted(c) {
 			return stoppedReadingLogs(c, id)
 		}
 		return fail(c, cl.Explain(err))
 	}
-	defer stream.Close()
-	var last *palyrav1.JobLogsResponse
-	enc := json.NewEncoder(c.App.Writer)
-	for stream.Receive() {
-		m := stream.Msg()
-		last = m
-		if c.Bool("json") {
-			v := logJSON{Stdout: string(m.Stdout), Stderr: string(m.Stderr), Note: m.Note, Attempt: m.Attempt}
-			if m.Phase != palyrav1.JobPhase_JOB_PHASE_UNSPECIFIED {
-				v.Phase = m.Phase.WireName()
+	retryUntil := time.Now().Add(time.Minute)
+	for {
+		stream, err := cl.Jobs.JobLogs(c.Context, connect.NewRequest(&palyrav1.JobLogsRequest{Id: id, Follow: true}))
+		if err == nil {
+			err = p.read(stream, func() { f.Delivered(); retryUntil = time.Now().Add(time.Minute) })
+			stream.Close()
+			if err == nil {
+				if p.last != nil && p.last.Phase.Terminal() {
+					break
+				}
+				err = errors.New("the node ended the stream before the job ended")
 			}
-			if err := enc.Encode(v); err != nil {
-				return err
-			}
-			continue
 		}
-		if m.Note != "" {
-			fmt.Fprintf(c.App.ErrWriter, "[palyra] %s\n", m.Note)
-		}
-		c.App.Writer.Write(m.Stdout)
-		c.App.ErrWriter.Write(m.Stderr)
-	}
-	if err := stream.Err(); err != nil {
 		if interrupted(c) {
 			return stoppedReadingLogs(c, id)
 		}
-		return fail(c, cl.Explain(err))
+		if !watchRetryable(err) || time.Now().After(retryUntil) {
+			return fail(c, cl.Explain(err))
+		}
+		p.resume()
+		if !f.Broke(c.Context, err) {
+			return stoppedReadingLogs(c, id)
+		}
 	}
-	if c.Bool("follow") && last != nil && last.Phase.Terminal() && last.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
-		return ucli.Exit(fmt.Sprintf("job %s %s (see 'palyra job get %s')", id, last.Phase.WireName(), id), exitFailure)
+	if ph := p.last.Phase; ph != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+		p.endLines()
+		return ucli.Exit(fmt.Sprintf("job %s %s (see 'palyra job get %s')", id, ph.WireName(), id), exitFailure)
 	}
 	return nil
+}
+
+// logPrinter prints the messages of job logs streams: stdout to stdout,
+// stderr and notes to stderr (or JSON lines). It counts what it printed
+// of the current attempt, so a stream opened again after its node broke
+// it (which starts from the attempt's first byte) prints only what is new.
+type logPrinter struct {
+	c       *ucli.Context
+	enc     *json.Encoder
+	last    *palyrav1.JobLogsResponse
+	wrote   bool     // some output was printed
+	attempt uint32   // the attempt whose output is printed
+	printed [2]int64 // its stdout and stderr bytes printed so far
+	skip    [2]int64 // bytes a reopened stream repeats, still to drop
+	resumed bool     // the current stream was opened again
+	// outEnd, errEnd: the last byte printed on stdout, stderr (0: none).
+	outEnd, errEnd byte
+}
+
+// read prints a stream's messages until it ends; delivered, if set, is
+// called on each.
+func (p *logPrinter) read(stream *connect.ServerStreamForClient[palyrav1.JobLogsResponse], delivered func()) error {
+	for stream.Receive() {
+		if delivered != nil {
+			delivered()
+		}
+		if err := p.print(stream.Msg()); err != nil {
+			return err
+		}
+	}
+	return stream.Err()
+}
+
+func (p *logPrinter) print(m *palyrav1.JobLogsResponse) error {
+	p.last = m
+	if m.Attempt != p.attempt {
+		if p.resumed && m.Note == "" && p.printed != [2]int64{} {
+			// The node that said so is gone: say it here.
+			m.Note = fmt.Sprintf("attempt %d ended; attempt %d's output follows", p.attempt, m.Attempt)
+		}
+		p.attempt, p.printed, p.skip = m.Attempt, [2]int64{}, [2]int64{}
+	}
+	out, errOut := p.drop(0, m.Stdout), p.drop(1, m.Stderr)
+	p.printed[0] += int64(len(out))
+	p.printed[1] += int64(len(errOut))
+	if len(out) > 0 || len(errOut) > 0 {
+		p.wrote = true
+	}
+	if p.c.Bool("json") {
+		if len(out) == 0 && len(errOut) == 0 && m.Note == "" && m.Phase == palyrav1.JobPhase_JOB_PHASE_UNSPECIFIED {
+			return nil
+		}
+		v := logJSON{Stdout: string(out), Stderr: string(errOut), Note: m.Note, Attempt: m.Attempt}
+		if m.Phase != palyrav1.JobPhase_JOB_PHASE_UNSPECIFIED {
+			v.Phase = m.Phase.WireName()
+		}
+		return p.enc.Encode(v)
+	}
+	w, ew := p.c.App.Writer, p.c.App.ErrWriter
+	if m.Note != "" {
+		if p.errEnd != 0 && p.errEnd != '\n' {
+			fmt.Fprintln(ew)
+		}
+		fmt.Fprintf(ew, "[palyra] %s\n", m.Note)
+		p.errEnd = '\n'
+	}
+	if len(out) > 0 {
+		w.Write(out)
+		p.outEnd = out[len(out)-1]
+	}
+	if len(errOut) > 0 {
+		ew.Write(errOut)
+		p.errEnd = errOut[len(errOut)-1]
+	}
+	return nil
+}
+
+// drop removes from b (stream i's next bytes) what a reopened stream
+// repeats.
+func (p *logPrinter) drop(i int, b []byte) []byte {
+	n := min(p.skip[i], int64(len(b)))
+	p.skip[i] -= n
+	return b[n:]
+}
+
+// resume prepares for a stream opened again: it repeats the attempt's
+// output from its first byte. (After a gap, when the worker dropped bytes
+// a slow reader had not read, the count is short by the dropped bytes,
+// and a few lines may be printed twice.)
+func (p *logPrinter) resume() {
+	p.skip, p.resumed = p.printed, true
+}
+
+// endLines ends the lines the output left open, so a failure line that
+// follows starts a line of its own (stdout and stderr may be one
+// terminal, or one pipe with 2>&1).
+func (p *logPrinter) endLines() {
+	if p.c.Bool("json") {
+		return
+	}
+	if p.outEnd != 0 && p.outEnd != '\n' {
+		fmt.Fprintln(p.c.App.Writer)
+	}
+	if p.errEnd != 0 && p.errEnd != '\n' {
+		fmt.Fprintln(p.c.App.ErrWriter)
+	}
+}
+
+// waitStarted follows a job that has not started (queued, waiting for
+// approval) until it runs or ends, printing its pending reason on stderr
+// each time it changes, as --wait does: its logs stream says nothing
+// until then. It rides out a broken stream as job watch does.
+func waitStarted(c *ucli.Context, cl *client.Client, f *client.Follower, id string) error {
+	reasons := &reasonPrinter{w: c.App.ErrWriter}
+	retryUntil := time.Now().Add(time.Minute)
+	for {
+		stream, err := cl.Jobs.WatchJob(c.Context, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
+		if err == nil {
+			for stream.Receive() {
+				f.Delivered()
+				j := stream.Msg().Job
+				if j == nil || j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING || j.Phase.Terminal() {
+					// Running or ended (or an array, which JobLogs refuses
+					// with its own message).
+					stream.Close()
+					return nil
+				}
+				retryUntil = time.Now().Add(time.Minute)
+				reasons.see(j)
+			}
+			err = stream.Err()
+			stream.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		if interrupted(c) || !watchRetryable(err) || time.Now().After(retryUntil) {
+			return err
+		}
+		if !f.Broke(c.Context, err) {
+			return c.Context.Err()
+		}
+	}
+}
+
+// notStarted says on stderr why 'job logs' of a job that has not run yet
+// printed nothing: its phase, and why it waits.
+func notStarted(c *ucli.Context, cl *client.Client, id string, phase palyrav1.JobPhase) {
+	msg := fmt.Sprintf("job %s is %s: no output yet", id, phase.WireName())
+	resp, err := cl.Jobs.GetJob(c.Context, connect.NewRequest(&palyrav1.GetJobRequest{Id: id, Stale: c.Bool("stale")}))
+	if err == nil && resp.Msg.Job != nil {
+		j := resp.Msg.Job
+		switch {
+		case j.Phase == palyrav1.JobPhase_JOB_PHASE_QUEUED && j.PendingReason != "":
+			msg += "; pending: " + j.PendingReason
+		case j.Phase == palyrav1.JobPhase_JOB_PHASE_WAITING_FOR_APPROVAL:
+			msg += fmt.Sprintf("; it waits for approval ('palyra job approve %s')", id)
+		}
+	}
+	fmt.Fprintf(c.App.ErrWriter, "%s (follow it with 'palyra job logs -f %s')\n", msg, id)
 }
 
 // logJSON is one message of 'job logs --json', a line of its own.

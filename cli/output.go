@@ -29,36 +29,49 @@ type jobJSON struct {
 	// Output and Stderr are the job's stdout and stderr as text; one that
 	// is not valid UTF-8 (binary) is empty here and base64 in
 	// OutputBase64 / StderrBase64 (a JSON string would mangle its bytes).
-	Output        string            `json:"output"`
-	Stderr        string            `json:"stderr"`
-	OutputBase64  string            `json:"output_base64,omitempty"`
-	StderrBase64  string            `json:"stderr_base64,omitempty"`
-	ExitCode      int32             `json:"exit_code"`
-	Error         *errorJSON        `json:"error"`
-	Attempt       uint32            `json:"attempt"`
-	NodeID        string            `json:"node_id"`
-	Submitter     string            `json:"submitter"`
-	ModuleSHA256  string            `json:"module_sha256,omitempty"`
-	MemoryBytes   uint64            `json:"memory_bytes,omitempty"`
-	TimeoutMS     int64             `json:"timeout_ms"`
-	FuelUsed      uint64            `json:"fuel_used"`
-	Deterministic bool              `json:"deterministic,omitempty"`
-	SubmittedAt   string            `json:"submitted_at,omitempty"`
-	PlacedAt      string            `json:"placed_at,omitempty"`
-	StartedAt     string            `json:"started_at,omitempty"`
-	FinishedAt    string            `json:"finished_at,omitempty"`
-	CommitIndex   uint64            `json:"commit_index"`
-	Priority      int32             `json:"priority"`
-	Constraints   map[string]string `json:"constraints,omitempty"`
-	MaxRetries    uint32            `json:"max_retries"`
-	RetriesUsed   uint32            `json:"retries_used"`
-	DeadlineAt    string            `json:"deadline_at,omitempty"`
-	PendingReason string            `json:"pending_reason,omitempty"`
-	Artifacts     []artifactJSON    `json:"artifacts,omitempty"`
-	AllowHosts    []string          `json:"allow_hosts,omitempty"`
-	AllowPrivate  bool              `json:"allow_private,omitempty"`
-	SecretNames   []string          `json:"secrets,omitempty"`
-	KVPrefix      string            `json:"kv_prefix,omitempty"`
+	Output       string `json:"output"`
+	Stderr       string `json:"stderr"`
+	OutputBase64 string `json:"output_base64,omitempty"`
+	StderrBase64 string `json:"stderr_base64,omitempty"`
+	// ExitCode is the guest's exit status: set when the guest exited
+	// (0 for a completed job, the code of one that failed with
+	// exit_code), null when it never did (timeout, out_of_fuel,
+	// memory_limit, a trap, aborted, expired, not yet run…): a script
+	// that tests exit_code == 0 must not take those for a success.
+	ExitCode     *int32     `json:"exit_code"`
+	Error        *errorJSON `json:"error"`
+	Attempt      uint32     `json:"attempt"`
+	NodeID       string     `json:"node_id"`
+	Submitter    string     `json:"submitter"`
+	ModuleSHA256 string     `json:"module_sha256,omitempty"`
+	MemoryBytes  uint64     `json:"memory_bytes,omitempty"`
+	// Fuel is a wasm job's fuel budget, the node default filled in for
+	// one submitted without (or with --fuel 0).
+	Fuel      uint64 `json:"fuel,omitempty"`
+	TimeoutMS int64  `json:"timeout_ms"`
+	// MaxOutputBytes bounds stdout and stderr, each (the default filled
+	// in for a job submitted without --max-output).
+	MaxOutputBytes uint64            `json:"max_output_bytes"`
+	FuelUsed       uint64            `json:"fuel_used"`
+	Deterministic  bool              `json:"deterministic,omitempty"`
+	SubmittedAt    string            `json:"submitted_at,omitempty"`
+	PlacedAt       string            `json:"placed_at,omitempty"`
+	StartedAt      string            `json:"started_at,omitempty"`
+	FinishedAt     string            `json:"finished_at,omitempty"`
+	CommitIndex    uint64            `json:"commit_index"`
+	Priority       int32             `json:"priority"`
+	Constraints    map[string]string `json:"constraints,omitempty"`
+	MaxRetries     uint32            `json:"max_retries"`
+	// IdempotencyKey is the key the job was submitted with, if any.
+	IdempotencyKey string         `json:"idempotency_key,omitempty"`
+	RetriesUsed    uint32         `json:"retries_used"`
+	DeadlineAt     string         `json:"deadline_at,omitempty"`
+	PendingReason  string         `json:"pending_reason,omitempty"`
+	Artifacts      []artifactJSON `json:"artifacts,omitempty"`
+	AllowHosts     []string       `json:"allow_hosts,omitempty"`
+	AllowPrivate   bool           `json:"allow_private,omitempty"`
+	SecretNames    []string       `json:"secrets,omitempty"`
+	KVPrefix       string         `json:"kv_prefix,omitempty"`
 	// Sizes are always there; hashes name payloads stored as blobs. A
 	// list carries no input or output bytes, only these.
 	InputSize    uint64 `json:"input_size"`
@@ -108,7 +121,7 @@ func msTime(ms int64) string {
 func toJobJSON(j *palyrav1.Job) jobJSON {
 	out := jobJSON{
 		ID: j.Id, Phase: j.Phase.WireName(), Kind: j.Kind,
-		ExitCode: j.ExitCode, Attempt: j.Attempt, NodeID: j.NodeId, Submitter: j.Submitter,
+		ExitCode: exitCode(j), Attempt: j.Attempt, NodeID: j.NodeId, Submitter: j.Submitter,
 		TimeoutMS: j.TimeoutMs, FuelUsed: j.FuelUsed, Deterministic: j.Deterministic, SubmittedAt: msTime(j.SubmittedAtMs),
 		PlacedAt: msTime(j.PlacedAtMs), StartedAt: msTime(j.StartedAtMs), FinishedAt: msTime(j.FinishedAtMs), CommitIndex: j.CommitIndex,
 	}
@@ -122,6 +135,10 @@ func toJobJSON(j *palyrav1.Job) jobJSON {
 	out.SkillID, out.SkillTool, out.RequiresApproval = j.SkillId, j.SkillTool, j.RequiresApproval
 	out.DecidedBy, out.DecidedAt, out.DecisionReason = j.DecidedBy, msTime(j.DecidedAtMs), j.DecisionReason
 	out.HookID, out.Annotations = j.HookId, j.Annotations
+	out.IdempotencyKey, out.MaxOutputBytes = j.IdempotencyKey, j.MaxOutputBytes
+	if out.MaxOutputBytes == 0 {
+		out.MaxOutputBytes = palyrav1.DefaultMaxOutputBytes
+	}
 	if j.ArrayId != "" {
 		idx := j.ArrayIndex
 		out.ArrayID, out.ArrayIndex = j.ArrayId, &idx
@@ -130,12 +147,29 @@ func toJobJSON(j *palyrav1.Job) jobJSON {
 		out.Artifacts = append(out.Artifacts, artifactJSON{Name: a.Name, MediaType: a.MediaType, SHA256: a.Sha256, Size: a.Size})
 	}
 	if j.Wasm != nil {
-		out.ModuleSHA256, out.MemoryBytes = j.Wasm.ModuleSha256, j.Wasm.MemoryBytes
+		out.ModuleSHA256, out.MemoryBytes, out.Fuel = j.Wasm.ModuleSha256, j.Wasm.MemoryBytes, j.Wasm.Fuel
+		if out.Fuel == 0 {
+			out.Fuel = palyrav1.DefaultFuel
+		}
 	}
 	if j.Error != nil {
 		out.Error = &errorJSON{Code: j.Error.Code, Message: j.Error.Message, Hint: j.Error.Hint}
 	}
 	return out
+}
+
+// exitCode is j's exit status if its guest exited: a completed job's
+// (0), or the code of one that failed with exit_code; nil otherwise (it
+// timed out, ran out of fuel or memory, trapped, was cancelled or
+// expired, or has not ended).
+func exitCode(j *palyrav1.Job) *int32 {
+	switch {
+	case j.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED,
+		j.Phase == palyrav1.JobPhase_JOB_PHASE_FAILED && j.Error != nil && j.Error.Code == "exit_code":
+		code := j.ExitCode
+		return &code
+	}
+	return nil
 }
 
 func writeJSON(w io.Writer, v any) error {

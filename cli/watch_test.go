@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -212,6 +213,26 @@ func TestWaitOutlivesASilentNode(t *testing.T) {
 		r, took, silent := follow(t, running, "job", "submit", "--wasm", sleep, "--input", "2s", "--wait")
 		if r.code != 0 || r.stdout != "slept 2s" {
 			t.Fatalf("submit --wait through a node that went silent: %+v", r)
+		}
+		check(t, r, took, silent, id)
+	})
+	// 'job logs -f' too: it hung on the silent node; now it goes on
+	// through another, printing what is new only (the new stream starts
+	// from the job's first byte).
+	t.Run("job logs -f", func(t *testing.T) {
+		r := c.on(addrs[0], "job", "submit", "--wasm", testwasm.Path(t, "ticker"), "--input", "6 400ms")
+		if r.code != 0 {
+			t.Fatalf("submit: %+v", r)
+		}
+		id := strings.TrimSpace(r.stdout)
+		r, took, silent := follow(t, func(stdout, _ string) bool { return strings.Contains(stdout, "tick 2\n") }, "job", "logs", "-f", id)
+		if r.code != 0 || r.stdout != "tick 1\ntick 2\ntick 3\ntick 4\ntick 5\ntick 6\n" {
+			t.Fatalf("job logs -f through a node that went silent: %+v; want every tick once", r)
+		}
+		for i := 1; i <= 6; i++ {
+			if n := strings.Count(r.stderr, fmt.Sprintf("tock %d\n", i)); n != 1 {
+				t.Errorf("tock %d printed %d times: %q", i, n, r.stderr)
+			}
 		}
 		check(t, r, took, silent, id)
 	})

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"strings"
+
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
@@ -26,6 +28,9 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 		SkillId: j.SkillID, SkillTool: j.SkillTool, RequiresApproval: j.RequiresApproval,
 		DecidedBy: j.DecidedBy, DecidedAtMs: j.DecidedAtMS, DecisionReason: j.DecisionReason,
 		HookId: j.HookID, Annotations: j.Annotations,
+		// The key as the submitter gave it: the record scopes it by the
+		// submitter (two principals never share a key space).
+		IdempotencyKey: strings.TrimPrefix(j.IdempotencyKey, j.Submitter+"/"),
 	}
 	if j.Kind == "wasm" {
 		out.Wasm = &palyrav1.WasmSpec{ModuleSha256: j.ModuleHash, MemoryBytes: j.MemoryBytes, Fuel: j.Fuel}

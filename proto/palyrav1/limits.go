@@ -19,4 +19,7 @@ const (
 	DefaultMemoryBytes uint64 = 64 << 20
 	DefaultTimeoutMs   int64  = 30_000
 	DefaultFuel        uint64 = 10_000_000_000
+	// DefaultMaxOutputBytes bounds stdout and stderr, each, of a job
+	// without max_output_bytes (runtime/wasm and runtime/browser apply it).
+	DefaultMaxOutputBytes uint64 = 1 << 20
 )
