@@ -38,25 +38,29 @@ func mayForward(pr identity.Principal, cmd *raftpb.Command) error {
 	case *raftpb.Command_RequeueJob:
 		return mine("a requeue", c.RequeueJob.NodeId)
 	case *raftpb.Command_KvPut:
-		switch {
-		case c.KvPut.JobId == "" && c.KvPut.By != "": // an API caller's (palyra kv put)
-			return nil
-		case c.KvPut.JobId == "":
-			return fmt.Errorf("%s sent a key-value write for no job and no caller: only jobs and operators write there", pr)
-		}
-		return mine("a key-value write", c.KvPut.NodeId)
+		return kvWriter(pr, mine, "write", c.KvPut.JobId, c.KvPut.By, c.KvPut.NodeId)
 	case *raftpb.Command_KvDelete:
-		switch {
-		case c.KvDelete.JobId == "" && c.KvDelete.By != "":
-			return nil
-		case c.KvDelete.JobId == "":
-			return fmt.Errorf("%s sent a key-value delete for no job and no caller: only jobs and operators write there", pr)
-		}
-		return mine("a key-value delete", c.KvDelete.NodeId)
+		return kvWriter(pr, mine, "delete", c.KvDelete.JobId, c.KvDelete.By, c.KvDelete.NodeId)
 	case *raftpb.Command_SchedulerRound, *raftpb.Command_AssignJob, *raftpb.Command_AssignBatch:
 		return fmt.Errorf("%s sent a placement: only the leader schedules", pr)
 	}
 	return nil
+}
+
+// kvWriter checks a forwarded key-value write: either a job's (it names
+// the job and the forwarding node, and no caller) or an API caller's (it
+// names the caller, by, and no job: palyra kv put, authorised by the
+// forwarding node as every command on behalf of a caller is).
+func kvWriter(pr identity.Principal, mine func(what, node string) error, op, job, by, node string) error {
+	switch {
+	case job != "" && by != "":
+		return fmt.Errorf("%s sent a key-value %s for job %s that also names a caller: a write is a job's or a caller's", pr, op, job)
+	case job == "" && by != "":
+		return nil
+	case job == "":
+		return fmt.Errorf("%s sent a key-value %s for no job and no caller: only jobs and operators write there", pr, op)
+	}
+	return mine("a key-value "+op, node)
 }
 
 // LeaseKeeper renews, on the leader, the leases of the placements node
@@ -139,10 +143,14 @@ func (c *Cluster) mayReport(pr identity.Principal, cmd *raftpb.Command) error {
 		}
 	case *raftpb.Command_RequeueJob:
 		jobs = []string{x.RequeueJob.Id}
-	case *raftpb.Command_KvPut:
-		jobs = []string{x.KvPut.JobId}
+	case *raftpb.Command_KvPut: // an API caller's write names no job: nothing to report
+		if x.KvPut.JobId != "" {
+			jobs = []string{x.KvPut.JobId}
+		}
 	case *raftpb.Command_KvDelete:
-		jobs = []string{x.KvDelete.JobId}
+		if x.KvDelete.JobId != "" {
+			jobs = []string{x.KvDelete.JobId}
+		}
 	}
 	for _, id := range jobs {
 		if err := c.nodeWork(pr, policy.ActionWorkerReport, id); err != nil {
