@@ -367,9 +367,6 @@ func submitFlagValues(c *ucli.Context) (map[string]string, error) {
 		if op := palyrav1.ComparisonIn(k, v); op != "" {
 			return nil, usageErr("--constraint %q: constraints are equality only (k=v), not %s: the job runs only on nodes whose label k is exactly v", it, op)
 		}
-		if err := palyrav1.CheckLabel(k, v); err != nil {
-			return nil, usageErr("--constraint %q: %v: a constraint matches a node label (--label k=v on node start); %s", it, err, palyrav1.LabelRule)
-		}
 		constraints[k] = v
 	}
 	return constraints, nil

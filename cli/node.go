@@ -43,25 +43,28 @@ func nodeFlags() []ucli.Flag {
 	}
 }
 
-func parseLabels(items []string) (map[string]string, error) {
-	out := map[string]string{}
+// parseLabels reads --label k=v items. A label outside palyrav1's label
+// rule is kept (nodes labelled so before the rule existed must still
+// start) with a warning.
+func parseLabels(items []string) (out map[string]string, warnings []string, err error) {
+	out = map[string]string{}
 	for _, it := range items {
 		k, v, ok := strings.Cut(it, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("label %q is not k=v", it)
+			return nil, nil, fmt.Errorf("label %q is not k=v", it)
 		}
 		if strings.HasPrefix(k, "palyra.") {
-			return nil, fmt.Errorf("label %q: the palyra. prefix is reserved", it)
+			return nil, nil, fmt.Errorf("label %q: the palyra. prefix is reserved", it)
 		}
 		if op := palyrav1.ComparisonIn(k, v); op != "" {
-			return nil, fmt.Errorf("label %q: a label is k=v, one '=' between a key and a value (not %s)", it, op)
+			return nil, nil, fmt.Errorf("label %q: a label is k=v, one '=' between a key and a value (not %s)", it, op)
 		}
 		if err := palyrav1.CheckLabel(k, v); err != nil {
-			return nil, fmt.Errorf("label %q: %v: %s", it, err, palyrav1.LabelRule)
+			warnings = append(warnings, fmt.Sprintf("label %q: %v (%s): it is kept, but quote it in every --constraint that names it, and prefer such a label", it, err, palyrav1.LabelRule))
 		}
 		out[k] = v
 	}
-	return out, nil
+	return out, warnings, nil
 }
 
 // errConfigPrinted ends a command after --print-config.
@@ -77,9 +80,12 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 	if err != nil {
 		return node.Config{}, usageErr("%v", err)
 	}
-	labels, err := parseLabels(c.StringSlice("label"))
+	labels, warnings, err := parseLabels(c.StringSlice("label"))
 	if err != nil {
 		return node.Config{}, usageErr("--label: %v", err)
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(c.App.ErrWriter, "warning: --label "+w)
 	}
 	tv := c.Int("target-voters")
 	if tv != 0 && tv != 1 && tv != 3 && tv != 5 {

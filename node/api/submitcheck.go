@@ -20,11 +20,11 @@ import (
 // submitted, what could only fail (or wait for ever) once it runs.
 
 // hostRule is what an --allow-host entry may be, said in every refusal.
-const hostRule = "a host is a DNS name (which covers its subdomains) or one IP address: no scheme, port, path, CIDR range or wildcard"
+const hostRule = "a host is a DNS name (which covers its subdomains; *.name means the same) or one IP address: no scheme, port, path, CIDR range or other wildcard"
 
 // checkAllowHost refuses an --allow-host entry the runtime's egress
-// matcher (runtime/netguard) would refuse, and a wildcard, which it reads
-// as the name itself: each refusal names the entry to give instead.
+// matcher (runtime/netguard) would refuse, with what is wrong with it and,
+// where it can tell, the entry to give instead.
 func checkAllowHost(h string) error {
 	t := strings.TrimSpace(h)
 	refuse := func(what, instead string) error {
@@ -49,10 +49,11 @@ func checkAllowHost(h string) error {
 			"give one --allow-host per address the job reaches, or a DNS name; "+hostRule)
 	}
 	if strings.Contains(t, "*") {
-		if rest, ok := strings.CutPrefix(t, "*."); ok && !strings.Contains(rest, "*") && rest != "" {
-			return refuse("is a wildcard; a name already admits its subdomains", rest)
+		// "*.name" is taken, as the runtime always has (it reads it as
+		// name, which admits its subdomains): scripts and policies name it.
+		if rest, ok := strings.CutPrefix(t, "*."); !ok || strings.Contains(rest, "*") || rest == "" {
+			return refuse("is a wildcard other than *.name", "")
 		}
-		return refuse("is a wildcard", "")
 	}
 	if host, rest, ok := strings.Cut(t, "/"); ok {
 		instead := ""
@@ -114,9 +115,9 @@ func checkConstraints(cs map[string]string) error {
 			return invalid(fmt.Sprintf("--constraint %q: constraints are equality only (k=v), not %s", item, op),
 				"a constraint keeps the job to nodes whose label k is exactly v; to keep it off some nodes, label the others and constrain to that label, or disable the node ('palyra node eligibility ID --disable')")
 		}
-		if err := palyrav1.CheckLabel(k, v); err != nil {
-			return invalid(fmt.Sprintf("--constraint %q: %v", item, err),
-				"a constraint k=v matches a node label set with --label k=v on node start; "+palyrav1.LabelRule)
+		if k == "" {
+			return invalid(fmt.Sprintf("--constraint %q: the key is empty", item),
+				"a constraint k=v matches a node label set with --label k=v on node start")
 		}
 	}
 	return nil

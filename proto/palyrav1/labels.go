@@ -6,10 +6,12 @@ import (
 	"strings"
 )
 
-// Node labels (node start/join --label k=v) and job constraints
-// (--constraint k=v, which match labels exactly) follow one rule, checked
-// by the CLI and by every node: a constraint that could never be a label
-// would keep its job waiting for ever.
+// The label rule: what a node label (node start/join --label k=v) should
+// look like. The CLI warns of a label outside it (labels were free-form
+// before, and a node so labelled must still start); constraints
+// (--constraint k=v, which match labels exactly) are refused only when
+// they look like another comparison (ComparisonIn), which no label could
+// ever match.
 var (
 	labelKeyRE   = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,126}[A-Za-z0-9])?$`)
 	labelValueRE = regexp.MustCompile(`^[A-Za-z0-9._/:-]{0,256}$`)
