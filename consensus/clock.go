@@ -122,6 +122,14 @@ func commandTimes(cmd *raftpb.Command) []timeGroup {
 		return one(&c.SetPolicy.AtMs)
 	case *raftpb.Command_SetSecret:
 		return one(&c.SetSecret.AtMs)
+	case *raftpb.Command_KvPut: // an operator's (palyra kv) is journaled; a job's has no time
+		if c.KvPut.By != "" {
+			return one(&c.KvPut.AtMs)
+		}
+	case *raftpb.Command_KvDelete:
+		if c.KvDelete.By != "" {
+			return one(&c.KvDelete.AtMs)
+		}
 	case *raftpb.Command_Batch:
 		var out []timeGroup
 		for _, sub := range c.Batch.GetCommands() {
@@ -131,7 +139,7 @@ func commandTimes(cmd *raftpb.Command) []timeGroup {
 		}
 		return out
 	}
-	return nil // no time (requeue, pending reason, key-value, secret deletion)
+	return nil // no time (requeue, pending reason, a job's key-value write)
 }
 
 // move sets g's time to t and moves its tied times by as much; an

@@ -110,3 +110,32 @@ func TestClusterClockNeverGoesBack(t *testing.T) {
 type nopCloser struct{ *bytes.Reader }
 
 func (nopCloser) Close() error { return nil }
+
+// An operator's key-value write is journaled at the leader's time, never
+// before the cluster clock (an API node with a clock behind wrote
+// backwards times into the hash chain); a job's write carries no time.
+func TestOperatorKVWritesAreJournaledOnTheClusterClock(t *testing.T) {
+	put := &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k", Value: []byte("v"), By: "device:d-1", AtMs: 5_000}}}
+	if got := stampLeaderTime(put, 9_000).GetKvPut().AtMs; got != 9_000 {
+		t.Fatalf("stamped %d, want the leader's 9000", got)
+	}
+	if jobs := commandTimes(&raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k", JobId: "j"}}}); len(jobs) != 0 {
+		t.Fatalf("a job's write has times %v", jobs)
+	}
+	f := NewFSM()
+	applyAll(t, f, useToken("t", 2_000_000), put,
+		&raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: "k", By: "device:d-1", AtMs: 1_000}}})
+	recs, _, _, _ := f.State().Journal(0, 0, 100)
+	var n int
+	for _, r := range recs {
+		if r.Action == "kv.put" || r.Action == "kv.delete" {
+			n++
+			if r.AtMs < 2_000_000 {
+				t.Errorf("%s journaled at %d, before the cluster clock", r.Action, r.AtMs)
+			}
+		}
+	}
+	if n != 2 {
+		t.Fatalf("journaled %d key-value writes, want 2", n)
+	}
+}

@@ -592,7 +592,10 @@ func (w *Worker) renew(ctx context.Context) {
 				// Never start this attempt again, whatever a lagging
 				// replica says.
 				w.finished[l.JobID] = l.Attempt
-				r.cancel(errSuperseded)
+				// A job cancelled or expired under the run keeps what it
+				// wrote, whichever of the lease and the replica says so first
+				// (a replica that has not applied the end yet loses it).
+				r.cancel(w.whyStopped(l.JobID, l.Attempt))
 			}
 		}
 		w.mu.Unlock()
