@@ -14,6 +14,7 @@ import (
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/identity/skill"
+	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
@@ -71,7 +72,11 @@ func (hs hookService) BindHook(ctx context.Context, req *connect.Request[palyrav
 	}
 	caller, _ := PrincipalFrom(ctx)
 	h := &raftpb.HookRecord{Id: "h-" + strings.TrimPrefix(newJobID(), "j-")[:8], Event: m.Event, SkillId: m.SkillId, Tool: m.Tool}
-	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_Hook{Hook: &raftpb.HookCommand{Bind: h, AtMs: s.now().UnixMilli(), By: caller.String(), Rules: consensus.HookRules}}}); err != nil {
+	var rules uint32 // the duplicate check in Apply, once every replica makes it
+	if s.control.AllSupport(cluster.FeatureHookRules) {
+		rules = consensus.HookRules
+	}
+	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_Hook{Hook: &raftpb.HookCommand{Bind: h, AtMs: s.now().UnixMilli(), By: caller.String(), Rules: rules}}}); err != nil {
 		return nil, fromErr(err)
 	}
 	h.AtMs, h.By = s.now().UnixMilli(), caller.String()

@@ -54,8 +54,13 @@ const FeatureEndedOutput = "ended-output"
 // journal would differ.
 const FeatureKVAudit = "kv-audit"
 
+// FeatureHookRules says a node refuses, in Apply, a hook binding that
+// duplicates one (consensus.HookRules): an older node would take it, and
+// the replicas' hooks would differ.
+const FeatureHookRules = "hook-rules"
+
 // features are those this software has.
-var features = []string{FeatureBatch, FeatureKVRun, FeatureToolGrants, FeatureEndedOutput, FeatureKVAudit}
+var features = []string{FeatureBatch, FeatureKVRun, FeatureToolGrants, FeatureEndedOutput, FeatureKVAudit, FeatureHookRules}
 
 // encodeMeta encodes m (deterministically, so equal metas give equal bytes)
 // and refuses results larger than MaxMetaSize.
