@@ -243,7 +243,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		NodeID: st.NodeID, State: n.store.State(), Control: n.cluster, Blobs: n.blobNet,
 		Executors: n.executors(), Logger: n.log, OnRun: n.metrics.observeRun,
 		Secrets: nodeSecrets{n}, KV: nodeKV{n: n}, Leases: nodeLeases{n},
-		KeepEndedOutput: func() bool { return n.cluster.SeenSupport(cluster.FeatureEndedOutput) },
+		KeepEndedOutput: func() bool { return n.cluster.AllSupport(cluster.FeatureEndedOutput) },
 	})
 	n.cluster.SetOutputSource(n.readOutput)
 	n.cluster.SetBrowserHandler(n.browserSession)

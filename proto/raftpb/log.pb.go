@@ -863,10 +863,11 @@ type FinishJob struct {
 	// started_at becomes this long before the result's at_ms.
 	RanUs int64 `protobuf:"varint,17,opt,name=ran_us,json=ranUs,proto3" json:"ran_us,omitempty"`
 	// The output a run had written when its job ended under it (cancelled,
-	// or its deadline passed): kept on the ended job if it has none yet;
-	// ok, error and exit_code are not used. Sent only while every member
-	// advertises the "ended-output" feature (older nodes would refuse it as
-	// a stale result and keep no output).
+	// or its deadline passed): set on the ended job (aborted or expired, at
+	// this attempt, on this node), replacing what an earlier attempt left;
+	// the phase, error and times stay. ok, error and exit_code are not used.
+	// Sent only while every member advertises the "ended-output" feature
+	// (older nodes would refuse it as a stale result and keep no output).
 	EndedOutput   bool `protobuf:"varint,18,opt,name=ended_output,json=endedOutput,proto3" json:"ended_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
