@@ -252,7 +252,7 @@ func onUsageError(c *ucli.Context, err error, _ bool) error {
 	// A negative number or duration given as an argument ("job retention
 	// -2h") reads as an unknown flag: say what it is.
 	if m := negativeArgRE.FindStringSubmatch(msg); m != nil {
-		msg = fmt.Sprintf("%q is negative (a leading - reads as a flag): give a positive value", m[1])
+		msg = fmt.Sprintf("%q reads as a flag (it starts with -): to pass it as an argument, put -- before the arguments (a negative duration or count is refused anyway)", m[1])
 	}
 	help := c.App.Name
 	if c.Command != nil && c.Command.HelpName != "" {

@@ -54,7 +54,17 @@ func jobListArrays(c *ucli.Context) error {
 	}
 	tw.Flush()
 	if next := resp.Msg.NextAfterId; next != "" {
-		fmt.Fprintf(c.App.ErrWriter, "more arrays: %s --arrays --after %s\n", "palyra job list", next)
+		cmd := "palyra job list --arrays"
+		if c.IsSet("limit") {
+			cmd += fmt.Sprintf(" --limit %d", c.Uint("limit"))
+		}
+		if c.Bool("oldest-first") {
+			cmd += " --oldest-first"
+		}
+		if c.Bool("stale") {
+			cmd += " --stale"
+		}
+		fmt.Fprintf(c.App.ErrWriter, "more arrays: %s --after %s\n", cmd, next)
 	}
 	return nil
 }

@@ -43,6 +43,10 @@ func TestJobListArrays(t *testing.T) {
 		page.NextAfterID != ids[1] || page.Arrays[0].Counts["completed"] != 2 {
 		t.Fatalf("first page of one: %+v", r)
 	}
+	if r := c.cli("job", "list", "--arrays", "--limit", "1", "--oldest-first"); r.code != 0 || !strings.Contains(r.stdout, ids[0]) ||
+		!strings.Contains(r.stderr, "palyra job list --arrays --limit 1 --oldest-first --after "+ids[0]) {
+		t.Fatalf("the next page's command keeps the page's flags: %+v", r)
+	}
 	r = c.cli("job", "list", "--arrays", "--after", page.NextAfterID, "--json")
 	page.NextAfterID = ""
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &page) != nil || len(page.Arrays) != 1 || page.Arrays[0].ID != ids[0] || page.NextAfterID != "" {

@@ -20,7 +20,8 @@ func TestBadFlagValuesSayWhatTheyWant(t *testing.T) {
 		{[]string{"job", "submit", "--wasm", "x.wasm", "--wait-timeout", "-3s"}, "--wait-timeout -3s is negative"},
 		{[]string{"--dial-timeout", "-1s", "status"}, "--dial-timeout -1s is negative"},
 		// A negative argument reads as an unknown flag.
-		{[]string{"job", "retention", "-2h"}, `"-2h" is negative (a leading - reads as a flag): give a positive value`},
+		{[]string{"job", "retention", "-2h"}, `"-2h" reads as a flag (it starts with -): to pass it as an argument, put -- before the arguments`},
+		{[]string{"kv", "put", "k", "-1"}, `"-1" reads as a flag`},
 		{[]string{"job", "retention", "--bogus"}, "flag provided but not defined: -bogus"},
 	} {
 		r := runCLI(t, c.args...)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"unicode/utf8"
@@ -82,13 +83,13 @@ func kvCommand() *ucli.Command {
 				},
 			},
 			{
-				Name: "put", Usage: "set a key (the value from the argument, --from-file, or stdin with -)", ArgsUsage: "KEY [VALUE|-]",
+				Name: "put", Usage: "set a key (the value from the argument, --from-file, or stdin with -; a value starting with - goes after --: palyra kv put -- KEY -1)", ArgsUsage: "KEY [VALUE|-]",
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "from-file", Usage: "read the value from `FILE`"},
 					jsonFlag,
 				},
 				Action: func(c *ucli.Context) error {
-					args := c.Args().Slice()
+					args := slices.DeleteFunc(c.Args().Slice(), func(a string) bool { return a == "--" })
 					if len(args) == 0 || len(args) > 2 {
 						return usageErr("give a key and a value: palyra kv put KEY VALUE (or - to read stdin, or --from-file FILE)")
 					}
@@ -197,61 +198,67 @@ func kvList(c *ucli.Context) error {
 	if limit <= 0 {
 		return usageErr("--limit is a number of keys, 1 or more")
 	}
+	all, keysOnly, asJSON := c.Bool("all"), c.Bool("keys-only"), c.Bool("json")
 	cl, err := dial(c)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	var entries []*palyrav1.KVEntry
+	// Text is printed a page at a time (--all may walk the whole store);
+	// --json gathers one object.
+	var out []any
+	shown, header := 0, false
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 	after, next := c.String("after"), ""
 	for {
-		page := min(limit-len(entries), 1000)
-		if c.Bool("all") {
+		page := min(limit-shown, 1000)
+		if all {
 			page = 1000
 		}
 		resp, err := cl.KV.ListKV(c.Context, connect.NewRequest(&palyrav1.ListKVRequest{Prefix: prefix, After: after,
-			Limit: uint32(page), KeysOnly: c.Bool("keys-only"), Stale: c.Bool("stale")}))
+			Limit: uint32(page), KeysOnly: keysOnly, Stale: c.Bool("stale")}))
 		if err != nil {
 			return fail(c, cl.Explain(err))
 		}
-		entries = append(entries, resp.Msg.Entries...)
+		for _, e := range resp.Msg.Entries {
+			shown++
+			switch {
+			case asJSON && keysOnly:
+				out = append(out, map[string]string{"key": e.Key})
+			case asJSON:
+				out = append(out, toKVJSON(e))
+			case keysOnly:
+				fmt.Fprintln(c.App.Writer, e.Key)
+			default:
+				if !header {
+					fmt.Fprintln(tw, "KEY\tSIZE\tVALUE")
+					header = true
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", e.Key, len(e.Value), valuePreview(e.Value))
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 		next = resp.Msg.Next
-		if next == "" || (!c.Bool("all") && len(entries) >= limit) {
+		if next == "" || (!all && shown >= limit) {
 			break
 		}
 		after = next
 	}
-	if c.Bool("json") {
-		out := make([]kvEntryJSON, len(entries))
-		for i, e := range entries {
-			out[i] = toKVJSON(e)
-			if c.Bool("keys-only") {
-				out[i] = kvEntryJSON{Key: e.Key}
-			}
+	if asJSON {
+		if out == nil {
+			out = []any{}
 		}
 		return writeJSON(c.App.Writer, map[string]any{"entries": out, "next": next})
 	}
-	if len(entries) == 0 {
+	if shown == 0 {
 		where := "the store"
 		if prefix != "" {
 			where = fmt.Sprintf("under %q", prefix)
 		}
 		fmt.Fprintf(c.App.ErrWriter, "no keys %s\n", where)
 		return nil
-	}
-	if c.Bool("keys-only") {
-		for _, e := range entries {
-			fmt.Fprintln(c.App.Writer, e.Key)
-		}
-	} else {
-		tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY\tSIZE\tVALUE")
-		for _, e := range entries {
-			fmt.Fprintf(tw, "%s\t%d\t%s\n", e.Key, len(e.Value), valuePreview(e.Value))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
 	}
 	if next != "" {
 		fmt.Fprintf(c.App.ErrWriter, "more keys follow: palyra kv list %s--after %q (or --all)\n", prefixArg(prefix), next)

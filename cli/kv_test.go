@@ -68,6 +68,16 @@ func TestKVCommands(t *testing.T) {
 	if r := c.cli("kv", "get", "app/counter"); r.code != 1 || !strings.Contains(r.stderr, `no key "app/counter"`) || !strings.Contains(r.stderr, "kv list") {
 		t.Fatalf("kv get of a deleted key: %+v", r)
 	}
+	// A value starting with - goes after --.
+	if r := c.cli("kv", "put", "--", "app/neg", "-1"); r.code != 0 {
+		t.Fatalf("kv put -- KEY -1: %+v", r)
+	}
+	if r := c.cli("kv", "get", "app/neg"); r.stdout != "-1" {
+		t.Fatalf("kv get of a negative value: %+v", r)
+	}
+	if r := c.cli("kv", "list", "app/neg", "--keys-only", "--json"); r.code != 0 || strings.Contains(r.stdout, "size") || !strings.Contains(r.stdout, `"key": "app/neg"`) {
+		t.Fatalf("kv list --keys-only --json: %+v", r)
+	}
 	// Bad input is refused by name.
 	big := filepath.Join(t.TempDir(), "big")
 	os.WriteFile(big, make([]byte, 65<<10), 0o600)

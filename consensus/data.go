@@ -180,11 +180,14 @@ type KVEntry struct {
 // KVList lists, in key order, up to limit entries whose key starts with
 // prefix and comes after after (a cursor: the last key of the previous
 // page; "" starts at the prefix), and whether more follow. Values are
-// left out with keysOnly.
-func (s *State) KVList(prefix, after string, limit int, keysOnly bool) (out []KVEntry, more bool) {
+// left out with keysOnly; with them, a page also ends once its values
+// reach maxBytes (0: no bound), so a page of large values is not copied
+// whole under the state's lock.
+func (s *State) KVList(prefix, after string, limit, maxBytes int, keysOnly bool) (out []KVEntry, more bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	from := max(prefix, after)
+	size := 0
 	s.data.kvKeys.AscendGreaterOrEqual(from, func(k string) bool {
 		if !strings.HasPrefix(k, prefix) {
 			return false
@@ -192,13 +195,15 @@ func (s *State) KVList(prefix, after string, limit int, keysOnly bool) (out []KV
 		if k == after {
 			return true
 		}
-		if len(out) == limit {
+		v := s.data.kv[k]
+		if len(out) == limit || (!keysOnly && maxBytes > 0 && len(out) > 0 && size+len(v) > maxBytes) {
 			more = true
 			return false
 		}
 		e := KVEntry{Key: k}
 		if !keysOnly {
-			e.Value = append([]byte(nil), s.data.kv[k]...)
+			e.Value = append([]byte(nil), v...)
+			size += len(v)
 		}
 		out = append(out, e)
 		return true

@@ -406,19 +406,27 @@ func TestKVListPagesInKeyOrder(t *testing.T) {
 		}
 		return g.State()
 	}()} {
-		page, more := st.KVList("notes/", "", 2, false)
+		page, more := st.KVList("notes/", "", 2, 0, false)
 		if got := keys(page); !slices.Equal(got, []string{"notes/a", "notes/c"}) || !more || string(page[0].Value) != "v-notes/a" {
 			t.Fatalf("first page %v more=%v", got, more)
 		}
-		page, more = st.KVList("notes/", "notes/c", 2, true)
+		page, more = st.KVList("notes/", "notes/c", 2, 0, true)
 		if got := keys(page); !slices.Equal(got, []string{"notes/d"}) || more || page[0].Value != nil {
 			t.Fatalf("second page %v more=%v (keys only: %q)", got, more, page[0].Value)
 		}
-		if all, _ := st.KVList("", "", 100, true); !slices.Equal(keys(all), []string{"no", "notes/a", "notes/c", "notes/d", "notesX", "other/x"}) {
+		if all, _ := st.KVList("", "", 100, 0, true); !slices.Equal(keys(all), []string{"no", "notes/a", "notes/c", "notes/d", "notesX", "other/x"}) {
 			t.Fatalf("all keys %v", keys(all))
 		}
-		if page, more := st.KVList("zzz", "", 10, false); len(page) != 0 || more {
+		if page, more := st.KVList("zzz", "", 10, 0, false); len(page) != 0 || more {
 			t.Fatalf("empty prefix range: %v %v", page, more)
+		}
+		// A byte bound ends a page early (each value here is 9 bytes), but
+		// never before its first entry.
+		if page, more := st.KVList("notes/", "", 10, 12, false); !slices.Equal(keys(page), []string{"notes/a"}) || !more {
+			t.Fatalf("byte-bounded page %v more=%v", keys(page), more)
+		}
+		if page, _ := st.KVList("notes/", "", 10, 1, false); len(page) != 1 {
+			t.Fatalf("a bound under one value gave %d entries", len(page))
 		}
 	}
 }

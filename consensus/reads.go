@@ -152,10 +152,14 @@ func (s *State) walk(t *btree.BTreeG[*Job], f JobFilter, visit func(*Job) bool) 
 
 // Arrays returns copies of up to limit arrays (0: all), newest first or
 // in acceptance order, after the array afterID (a page cursor; "" from
-// the start; one that no longer exists starts from the start).
+// the start; one that no longer exists, pruned since, ends the listing
+// rather than start it again).
 func (s *State) Arrays(afterID string, limit int, newest bool) []Array {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if _, ok := s.arrays[afterID]; afterID != "" && !ok {
+		return nil
+	}
 	var out []Array
 	visit := func(a *Array) bool {
 		if a.Template.ID == afterID {

@@ -438,4 +438,7 @@ func TestArraysAreListedFromTheirIndex(t *testing.T) {
 	if got := arrayIDs(f.State().Arrays("", 0, false)); !slices.Equal(got, []string{"a2", "a3"}) {
 		t.Fatalf("after pruning a1: %v", got)
 	}
+	if got := f.State().Arrays("a1", 0, false); got != nil {
+		t.Fatalf("a cursor pruned since started the listing again: %v", arrayIDs(got))
+	}
 }

@@ -24,10 +24,13 @@ import (
 //	when { context has grant_key && context.grant_key like "notes/*" };
 type kvService struct{ s *Server }
 
-// Page sizes of ListKV.
+// Page sizes of ListKV: keys, and the values' bytes a page carries (the
+// client reads at most 64 MiB per message; 1,000 values of 64 KiB would be
+// that).
 const (
-	defaultKVPage = 100
-	maxKVPage     = 1000
+	defaultKVPage  = 100
+	maxKVPage      = 1000
+	maxKVPageBytes = 4 << 20
 )
 
 // checkKVKey refuses a key the store would refuse, before a commit.
@@ -79,8 +82,8 @@ func (ks kvService) GetKV(ctx context.Context, req *connect.Request[palyrav1.Get
 func (ks kvService) writable() error {
 	if !ks.s.control.AllSupport(cluster.FeatureKVAudit) {
 		return apiError(connect.CodeFailedPrecondition, "failed_precondition",
-			"not every node's software records key-value writes in the audit journal yet",
-			"finish upgrading every node ('palyra nodes' shows their versions), then write")
+			"not every member is known to record key-value writes in the audit journal: a member runs older software, or this node has not heard from it since it started",
+			"finish upgrading every node, or bring back (or remove) a member that is down ('palyra nodes' shows their versions and states), then write")
 	}
 	return nil
 }
@@ -155,7 +158,7 @@ func (ks kvService) ListKV(ctx context.Context, req *connect.Request[palyrav1.Li
 	if err != nil {
 		return nil, err
 	}
-	entries, more := s.control.State().KVList(m.Prefix, m.After, limit, m.KeysOnly)
+	entries, more := s.control.State().KVList(m.Prefix, m.After, limit, maxKVPageBytes, m.KeysOnly)
 	out := &palyrav1.ListKVResponse{Entries: make([]*palyrav1.KVEntry, len(entries)), Read: ri}
 	for i, e := range entries {
 		out.Entries[i] = &palyrav1.KVEntry{Key: e.Key, Value: e.Value}

@@ -36,7 +36,7 @@ type State interface {
 
 	// The key-value store.
 	KV(key string) ([]byte, bool)
-	KVList(prefix, after string, limit int, keysOnly bool) ([]consensus.KVEntry, bool)
+	KVList(prefix, after string, limit, maxBytes int, keysOnly bool) ([]consensus.KVEntry, bool)
 
 	// The skill registry.
 	Skill(id string) (*raftpb.SkillRecord, bool)
