@@ -257,6 +257,9 @@ func (s *Server) runBeforeHook(ctx context.Context, h *raftpb.HookRecord, desc m
 		msg := j.Phase.String()
 		if j.Error != nil {
 			msg += ": " + j.Error.Message
+			if j.Error.Hint != "" {
+				msg += " (" + j.Error.Hint + ")"
+			}
 		}
 		return d, fmt.Errorf("its job %s ended %s", j.ID, msg)
 	}

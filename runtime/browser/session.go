@@ -359,6 +359,9 @@ func (e *Executor) Do(ctx context.Context, id string, steps []json.RawMessage) (
 					return done(fmt.Errorf("steps[%d] (%s): %v; %s", i, st.Action, te, did))
 				}
 			}
+			if r.Hint != "" { // a limit's fix (--max-output, --timeout): a step's error says it whole
+				return done(fmt.Errorf("%s; %s", r.Message, r.Hint))
+			}
 			return done(errors.New(r.Message))
 		}
 	}

@@ -351,3 +351,16 @@ func TestSessionRefErrorsNameTheRef(t *testing.T) {
 		t.Fatalf("waiting for a hidden ref: %v", err)
 	}
 }
+
+// A step that hits a limit says what to do about it in the call's error
+// (message and hint whole), as it did before results kept the two apart.
+func TestSessionLimitErrorsSayTheFix(t *testing.T) {
+	e := shared(t)
+	ctx := context.Background()
+	id := openLoopbackSession(t, e)
+	t.Cleanup(func() { e.CloseSession(id) })
+	_, err := e.Do(ctx, id, steps(t, map[string]any{"action": "evaluate", "expression": "'x'.repeat(300000)", "name": "big"}))
+	if err == nil || !strings.Contains(err.Error(), "over the job's limit") || !strings.Contains(err.Error(), "; extract less") {
+		t.Fatalf("a value over the session's limit: %v", err)
+	}
+}
