@@ -58,7 +58,7 @@ func nodesCommand() *ucli.Command {
 			for _, n := range resp.Msg.Nodes {
 				sched := schedulingText(n)
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%d\t%s\t%s\n", n.Id, n.Address, n.State, n.Voter, n.Leader,
-					raftText(n), sched, n.Running, kv(n.Capacity), kv(n.Labels))
+					raftText(n), sched, n.Running, kv(n.Capacity), kv(userLabels(n.Labels)))
 			}
 			return tw.Flush()
 		},
@@ -126,4 +126,17 @@ func kv[V any](m map[string]V) string {
 		parts[i] = fmt.Sprintf("%s=%v", k, m[k])
 	}
 	return strings.Join(parts, ",")
+}
+
+// userLabels leaves out the labels nodes set for themselves (palyra.*:
+// the CA keys they hold, their certificate's root and expiry; 'palyra ca
+// status' shows those, --json has them all).
+func userLabels(l map[string]string) map[string]string {
+	out := make(map[string]string, len(l))
+	for k, v := range l {
+		if !strings.HasPrefix(k, "palyra.") {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -120,3 +120,12 @@ func TestQuorumCheckFrom(t *testing.T) {
 		}
 	}
 }
+
+// The nodes table shows the labels an operator set, not those a node sets
+// for itself (CA keys, certificate root and expiry: ca status shows them).
+func TestUserLabels(t *testing.T) {
+	got := userLabels(map[string]string{"zone": "a", "palyra.ca": "ab12", "palyra.cert": "cd34", "palyra.certexp": "1,2"})
+	if len(got) != 1 || got["zone"] != "a" {
+		t.Fatalf("userLabels: %v", got)
+	}
+}
