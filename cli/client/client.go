@@ -439,6 +439,16 @@ func (c *Client) Explain(err error) *Error {
 				}
 			}
 		}
+		if ce.Code() == connect.CodeUnimplemented {
+			// A node of an older version than this CLI: the call is newer
+			// than its software (a rolling upgrade under way).
+			node := c.Reached()
+			if node == "" {
+				node = "the node"
+			}
+			return &Error{Code: "unimplemented", Message: fmt.Sprintf("%s does not have this call: it runs older software than this palyra (%s)", node, ce.Message()),
+				Hint: "upgrade that node, or point --addr at an upgraded one ('palyra nodes' shows each node's version)"}
+		}
 		if ce.Code() != connect.CodeUnavailable && ce.Code() != connect.CodeUnknown {
 			return &Error{Code: strings.ReplaceAll(ce.Code().String(), " ", "_"), Message: ce.Message()}
 		}

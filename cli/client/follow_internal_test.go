@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
 )
 
 // The dial order: the node that answered last, the given addresses, then
@@ -65,5 +68,15 @@ func TestReconnectPausesStayShort(t *testing.T) {
 	cancel()
 	if f.Broke(ctx, errors.New("gone")) {
 		t.Fatal("a cancelled wait reconnects")
+	}
+}
+
+// A call an older node does not have (a rolling upgrade under way) is
+// explained as such, naming what to do, not as a bare "unimplemented".
+func TestExplainUnimplementedNamesOlderSoftware(t *testing.T) {
+	c := &Client{}
+	e := c.Explain(connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.KVService/PutKV is not implemented")))
+	if e.Code != "unimplemented" || !strings.Contains(e.Message, "older software") || !strings.Contains(e.Hint, "upgrade that node") {
+		t.Fatalf("explained as %+v", e)
 	}
 }
