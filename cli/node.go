@@ -112,7 +112,7 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 	}
 	cfg := node.Config{
 		DataDir: dataDir, Listen: c.String("listen"), Advertise: c.String("advertise"),
-		ClusterName: c.String("cluster-name"), Logger: logger, Version: Version,
+		ClusterName: c.String("cluster-name"), Logger: logger, Version: nodeVersion(),
 		WasmSlots: c.Int("wasm-slots"), BrowserSlots: c.Int("browser-slots"), BrowserPrewarm: c.Bool("browser-prewarm"), Labels: labels, TargetVoters: tv,
 		Prefetch: prefetchFlag(c, "prefetch"), ArrayPrefetch: prefetchFlag(c, "array-prefetch"), LeaseTTL: c.Duration("lease-ttl"),
 		CertTTL: c.Duration("cert-ttl"), Network: network,

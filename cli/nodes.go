@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -48,19 +50,25 @@ func nodesCommand() *ucli.Command {
 						labels = map[string]string{}
 					}
 					out = append(out, map[string]any{"id": n.Id, "address": n.Address, "state": n.State, "voter": n.Voter,
-						"leader": n.Leader, "labels": labels, "capacity": n.Capacity, "version": n.Version, "in_raft": n.InRaft,
+						"leader": n.Leader, "labels": labels, "capacity": n.Capacity, "version": n.Version, "features": nonNil(n.Features), "in_raft": n.InRaft,
 						"eligible": n.Eligible, "draining": n.Draining, "running": n.Running, "raft": raftJSON(n)})
 				}
 				return writeJSON(c.App.Writer, map[string]any{"nodes": out, "served_by": resp.Msg.ServedBy})
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tVOTER\tLEADER\tRAFT\tSCHEDULING\tPLACED\tCAPACITY\tLABELS")
+			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tVOTER\tLEADER\tRAFT\tSCHEDULING\tPLACED\tCAPACITY\tVERSION\tLABELS")
 			for _, n := range resp.Msg.Nodes {
 				sched := schedulingText(n)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%d\t%s\t%s\n", n.Id, n.Address, n.State, n.Voter, n.Leader,
-					raftText(n), sched, n.Running, kv(n.Capacity), kv(userLabels(n.Labels)))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Id, n.Address, n.State, n.Voter, n.Leader,
+					raftText(n), sched, n.Running, kv(n.Capacity), dash(n.Version), kv(userLabels(n.Labels)))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if note := mixedVersions(resp.Msg.Nodes); note != "" {
+				fmt.Fprintln(c.App.ErrWriter, note)
+			}
+			return nil
 		},
 	}
 }
@@ -139,4 +147,24 @@ func userLabels(l map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// mixedVersions notes a cluster whose live nodes run different software
+// (a rolling upgrade under way: features new nodes have wait for the
+// others), naming the versions; "" when they agree.
+func mixedVersions(nodes []*palyrav1.NodeInfo) string {
+	byVersion := map[string][]string{}
+	for _, n := range nodes {
+		if n.State == "alive" && n.Version != "" {
+			byVersion[n.Version] = append(byVersion[n.Version], n.Id)
+		}
+	}
+	if len(byVersion) < 2 {
+		return ""
+	}
+	var parts []string
+	for _, v := range slices.Sorted(maps.Keys(byVersion)) {
+		parts = append(parts, fmt.Sprintf("%s on %s", v, strings.Join(byVersion[v], ", ")))
+	}
+	return "note: the nodes run different software (" + strings.Join(parts, "; ") + "): what the newer ones add waits until every node is upgraded"
 }

@@ -129,3 +129,17 @@ func TestUserLabels(t *testing.T) {
 		t.Fatalf("userLabels: %v", got)
 	}
 }
+
+// A rolling upgrade under way shows: the live nodes' versions differ, and
+// the note names which node runs which; dead nodes and agreeing ones say
+// nothing.
+func TestMixedVersions(t *testing.T) {
+	same := []*palyrav1.NodeInfo{{Id: "n1", State: "alive", Version: "0.1.0+aaa"}, {Id: "n2", State: "alive", Version: "0.1.0+aaa"}, {Id: "n3", State: "dead", Version: "0.1.0+old"}}
+	if got := mixedVersions(same); got != "" {
+		t.Fatalf("agreeing nodes: %q", got)
+	}
+	mixed := append(same, &palyrav1.NodeInfo{Id: "n4", State: "alive", Version: "0.1.0+bbb"})
+	if got := mixedVersions(mixed); !strings.Contains(got, "0.1.0+aaa on n1, n2; 0.1.0+bbb on n4") {
+		t.Fatalf("mixed: %q", got)
+	}
+}

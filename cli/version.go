@@ -70,3 +70,21 @@ func versionCommand() *ucli.Command {
 		},
 	}
 }
+
+// nodeVersion is the version a node gossips and 'palyra nodes' shows: the
+// release and, when known, the commit (two builds of one release differ
+// during a rolling upgrade from one commit to the next).
+func nodeVersion() string {
+	b := readBuildInfo()
+	if b.Commit == "" || b.Commit == "unknown" {
+		return b.Version
+	}
+	c := b.Commit
+	if len(c) > 12 {
+		c = c[:12]
+	}
+	if b.Modified {
+		c += ".modified"
+	}
+	return b.Version + "+" + c
+}

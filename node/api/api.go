@@ -63,6 +63,8 @@ type Control interface {
 	// AllSupport reports whether every member runs software with feature
 	// (cluster.Feature…): a rolling upgrade has old and new nodes.
 	AllSupport(feature string) bool
+	// Lacking names the members AllSupport finds without feature.
+	Lacking(feature string) []string
 }
 
 // Blobs stores modules and large job inputs content-addressed.
@@ -365,7 +367,7 @@ func (n nodeService) ListNodes(ctx context.Context, req *connect.Request[palyrav
 	}
 	for _, m := range s.Members() {
 		ni := &palyrav1.NodeInfo{Id: m.ID, Address: m.Address, State: MemberState(s.control.State(), m), Voter: m.Voter, Leader: m.Leader,
-			Labels: m.Labels, Version: m.Version, InRaft: m.InRaft, Capacity: map[string]int64{}, Eligible: true}
+			Labels: m.Labels, Version: m.Version, InRaft: m.InRaft, Capacity: map[string]int64{}, Eligible: true, Features: m.Features}
 		if rec, ok := s.control.State().Member("node", m.ID); ok {
 			ni.Eligible, ni.Draining = !rec.Ineligible && !rec.Draining && !rec.Revoked, rec.Draining
 		}

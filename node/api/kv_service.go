@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -81,9 +82,10 @@ func (ks kvService) GetKV(ctx context.Context, req *connect.Request[palyrav1.Get
 // apply it without recording it in the audit journal.
 func (ks kvService) writable() error {
 	if !ks.s.control.AllSupport(cluster.FeatureKVAudit) {
+		lacking := strings.Join(ks.s.control.Lacking(cluster.FeatureKVAudit), ", ")
 		return apiError(connect.CodeFailedPrecondition, "failed_precondition",
-			"not every member is known to record key-value writes in the audit journal: a member runs older software, or this node has not heard from it since it started",
-			"finish upgrading every node, or bring back (or remove) a member that is down ('palyra nodes' shows their versions and states), then write")
+			fmt.Sprintf("not every member is known to record key-value writes in the audit journal (%s: older software, or not heard from since this node started)", lacking),
+			"finish upgrading those nodes, or bring back (or remove) one that is down ('palyra nodes' shows each node's version and state), then write")
 	}
 	return nil
 }

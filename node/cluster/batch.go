@@ -225,6 +225,30 @@ func (c *Cluster) AllSupport(feature string) bool { return c.allSupport(feature,
 // cost more than the narrow case it guards, an older node coming back.
 func (c *Cluster) SeenSupport(feature string) bool { return c.allSupport(feature, true) }
 
+// Lacking lists the members AllSupport finds without feature: raft
+// servers gossip never heard from, and members whose software lacks it.
+func (c *Cluster) Lacking(feature string) []string {
+	conf, err := c.raftServers()
+	if err != nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for id := range conf {
+		if m := c.members[id]; m == nil || !slices.Contains(m.meta.Features, feature) {
+			out = append(out, id)
+		}
+	}
+	for id, m := range c.members {
+		if _, inRaft := conf[id]; !inRaft && m.state != StateDead && m.state != StateLeft && !slices.Contains(m.meta.Features, feature) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (c *Cluster) allSupport(feature string, seenOnly bool) bool {
 	conf, err := c.raftServers()
 	if err != nil {

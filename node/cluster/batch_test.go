@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -221,7 +222,7 @@ func TestSeenSupportLeavesOutServersNeverHeardFrom(t *testing.T) {
 	nodes := formCluster(t, 3, 3)
 	eventually(t, 20*time.Second, "3-voter cluster", func() error { return converged(nodes, 3, 0) })
 	me, gone := nodes[0], nodes[2]
-	if !me.cl.AllSupport(FeatureKVRun) || !me.cl.SeenSupport(FeatureKVRun) {
+	if !me.cl.AllSupport(FeatureKVRun) || !me.cl.SeenSupport(FeatureKVRun) || len(me.cl.Lacking(FeatureKVRun)) != 0 {
 		t.Fatal("a cluster of this version does not support its own features")
 	}
 	gone.stop()
@@ -238,6 +239,9 @@ func TestSeenSupportLeavesOutServersNeverHeardFrom(t *testing.T) {
 	me.cl.mu.Unlock()
 	if me.cl.AllSupport(FeatureKVRun) {
 		t.Error("AllSupport counts a raft server never heard from as supporting")
+	}
+	if l := me.cl.Lacking(FeatureKVRun); !slices.Equal(l, []string{gone.id}) {
+		t.Errorf("Lacking names %v, want the server never heard from, %s", l, gone.id)
 	}
 	if !me.cl.SeenSupport(FeatureKVRun) {
 		t.Error("SeenSupport refuses because of a raft server never heard from")

@@ -28,6 +28,9 @@ type Member struct {
 	Labels   map[string]string
 	Capacity map[string]int
 	Version  string
+	// Features are what its software supports that older versions do not
+	// (FeatureBatch…): nil for a server gossip never heard from.
+	Features []string
 }
 
 // Members lists every node that gossip knows or raft lists, sorted by id.
@@ -44,7 +47,7 @@ func (c *Cluster) Members() []Member {
 			meta = c.meta
 		}
 		out = append(out, Member{ID: id, Address: m.addr, State: m.state,
-			Labels: meta.Labels, Capacity: meta.Capacity, Version: meta.Version})
+			Labels: meta.Labels, Capacity: meta.Capacity, Version: meta.Version, Features: meta.Features})
 	}
 	c.mu.Unlock()
 	known := make(map[string]int, len(out))

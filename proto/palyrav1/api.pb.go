@@ -2496,8 +2496,12 @@ type NodeInfo struct {
 	RaftBehind        uint64 `protobuf:"varint,16,opt,name=raft_behind,json=raftBehind,proto3" json:"raft_behind,omitempty"`
 	RaftLastContactMs int64  `protobuf:"varint,17,opt,name=raft_last_contact_ms,json=raftLastContactMs,proto3" json:"raft_last_contact_ms,omitempty"` // since it last heard from a leader (-1 never; 0 the leader)
 	RaftLagging       bool   `protobuf:"varint,18,opt,name=raft_lagging,json=raftLagging,proto3" json:"raft_lagging,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// What its software supports that older versions do not (gossiped;
+	// empty for a node gossip has not heard from): a rolling upgrade is
+	// done when every node lists the same.
+	Features      []string `protobuf:"bytes,19,rep,name=features,proto3" json:"features,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeInfo) Reset() {
@@ -2654,6 +2658,13 @@ func (x *NodeInfo) GetRaftLagging() bool {
 		return x.RaftLagging
 	}
 	return false
+}
+
+func (x *NodeInfo) GetFeatures() []string {
+	if x != nil {
+		return x.Features
+	}
+	return nil
 }
 
 type ListNodesRequest struct {
@@ -6849,7 +6860,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x05peers\x18\x11 \x03(\tR\x05peers\x1a>\n" +
 	"\x10JobsByPhaseEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xd7\x05\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xf3\x05\n" +
 	"\bNodeInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -6871,7 +6882,8 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\vraft_behind\x18\x10 \x01(\x04R\n" +
 	"raftBehind\x12/\n" +
 	"\x14raft_last_contact_ms\x18\x11 \x01(\x03R\x11raftLastContactMs\x12!\n" +
-	"\fraft_lagging\x18\x12 \x01(\bR\vraftLagging\x1a9\n" +
+	"\fraft_lagging\x18\x12 \x01(\bR\vraftLagging\x12\x1a\n" +
+	"\bfeatures\x18\x13 \x03(\tR\bfeatures\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
