@@ -22,6 +22,9 @@ type ApplyResult struct {
 // FSM applies committed commands to State. It implements raft.FSM.
 type FSM struct {
 	state *State
+	// onUnknown, if set, hears of each applied entry that carries fields
+	// this software does not know (unknownIn), with where.
+	onUnknown func(index uint64, where string)
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -43,6 +46,11 @@ func (f *FSM) Apply(l *raft.Log) any {
 		// leader; refusing it deterministically keeps replicas identical.
 		f.advance(l.Index)
 		return ApplyResult{Err: errf(ErrInvalid, "upgrade this node to the cluster's version", "undecodable raft command at index %d: %v", l.Index, err)}
+	}
+	if f.onUnknown != nil {
+		if m := cmd.ProtoReflect(); hasUnknown(m) {
+			f.onUnknown(l.Index, unknownIn(m, "command"))
+		}
 	}
 	s := f.state
 	s.mu.Lock()

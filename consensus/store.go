@@ -122,6 +122,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 
 	fsm := NewFSM()
+	fsm.onUnknown = (&unknownLog{log: lg}).report
 	if cfg.Bootstrap {
 		has, err := raft.HasExistingState(bolt, bolt, snaps)
 		if err != nil {
