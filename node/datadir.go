@@ -54,6 +54,11 @@ type State struct {
 	MetricsListen      string `json:"metrics_listen,omitempty"`
 	MetricsAllowRemote bool   `json:"metrics_allow_remote,omitempty"`
 	Version            int    `json:"version"`
+	// DataVersion is the newest data format a binary that used this data
+	// dir wrote (DataVersion constant): a binary that knows an older one
+	// refuses to start on it, as its replica would apply the newer
+	// entries differently.
+	DataVersion int `json:"data_version,omitempty"`
 	// OperatorID is the local operator device created at init (first node).
 	OperatorID string `json:"operator_id,omitempty"`
 	// Seeds are node addresses to contact at start (set by node join).
@@ -65,6 +70,21 @@ type State struct {
 	// peers once it has some (set by a snapshot restore and an outage
 	// recovery, when it may hold the only copies).
 	ReplicateBlobs bool `json:"replicate_blobs,omitempty"`
+}
+
+// DataVersion is the data format this software writes: raft entries and
+// snapshots with the fields it knows. It goes up when a newer version's
+// entries would apply differently on this one (2: ended job output,
+// operators' key-value writes in the audit journal, hook rules).
+const DataVersion = 2
+
+// checkDataVersion refuses a data dir a newer binary has used.
+func checkDataVersion(l Layout, st State) error {
+	if st.DataVersion > DataVersion {
+		return fmt.Errorf("%s was last used by a newer palyra (data version %d; this binary knows %d): its raft log may hold entries this one would apply differently from the other nodes; start the newer binary (to go back to this one, restore a snapshot taken with it)",
+			l.Dir, st.DataVersion, DataVersion)
+	}
+	return nil
 }
 
 // ErrNoState means the data dir holds no initialised node.

@@ -155,6 +155,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkDataVersion(l, st); err != nil {
+		return nil, err
+	}
+	if st.DataVersion < DataVersion {
+		st.DataVersion = DataVersion // a binary that knows less refuses this dir from now on
+		if err := l.WriteState(st); err != nil {
+			return nil, fmt.Errorf("record the data version: %w", err)
+		}
+	}
 	n.state = st
 	n.log = cfg.Logger.With("node", st.NodeID)
 	n.cfg.Listen, n.cfg.Advertise = listenAddrs(cfg, st)

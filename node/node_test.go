@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,4 +139,31 @@ func callCtx(t testing.TB) context.Context {
 	}
 	t.Cleanup(func() { cancel(); callCtxs.Delete(t) })
 	return ctx
+}
+
+// A data dir records the newest data format a binary used on it, and a
+// binary that knows an older one refuses to start there (a downgraded node
+// applied a newer version's entries differently, and its state diverged
+// silently), naming what to do; the data dir is left as it was.
+func TestNewerDataVersionIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	n := start(t, node.Config{DataDir: dir})
+	l := n.Layout()
+	n.Close()
+	st, err := l.ReadState()
+	if err != nil || st.DataVersion != node.DataVersion {
+		t.Fatalf("node.json data_version %d (%v), want %d", st.DataVersion, err, node.DataVersion)
+	}
+	st.DataVersion = node.DataVersion + 1 // as a newer binary leaves it
+	if err := l.WriteState(st); err != nil {
+		t.Fatal(err)
+	}
+	_, err = node.Start(context.Background(), node.Config{DataDir: dir, Listen: "127.0.0.1:0", Fast: true, BrowserSlots: -1, WasmCacheDir: sharedWasmCache,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil || !strings.Contains(err.Error(), "newer palyra") || !strings.Contains(err.Error(), "start the newer binary") {
+		t.Fatalf("start on a newer data dir: %v", err)
+	}
+	if after, _ := l.ReadState(); after.DataVersion != node.DataVersion+1 {
+		t.Fatalf("the refused start rewrote node.json: data_version %d", after.DataVersion)
+	}
 }
