@@ -59,8 +59,24 @@ func usable(p string) bool {
 	if err != nil || string(head) == "#!" {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, p, "--version").Output()
-	return err == nil && (bytes.Contains(out, []byte("Chromium")) || bytes.Contains(out, []byte("Chrome")))
+	// A machine busy enough can take longer than the first bound to start
+	// Chromium even for --version (a test suite under -race on 2 cores
+	// did): one that timed out is asked once more, for longer, before it
+	// is called missing.
+	for _, limit := range versionTimeouts {
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		out, err := exec.CommandContext(ctx, p, "--version").Output()
+		timedOut := ctx.Err() != nil
+		cancel()
+		if err == nil {
+			return bytes.Contains(out, []byte("Chromium")) || bytes.Contains(out, []byte("Chrome"))
+		}
+		if !timedOut {
+			return false
+		}
+	}
+	return false
 }
+
+// versionTimeouts bound each `--version` try of a candidate.
+var versionTimeouts = []time.Duration{10 * time.Second, 45 * time.Second}

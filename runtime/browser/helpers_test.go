@@ -118,6 +118,13 @@ func sharedVariant(t testing.TB, name string, tweak func(*Config)) *Executor {
 }
 
 func TestMain(m *testing.M) {
+	if d := os.Getenv("PALYRA_FAKE_CHROMIUM_DELAY"); d != "" {
+		// This test binary standing in for a slow Chromium (detect_test.go).
+		wait, _ := time.ParseDuration(d)
+		time.Sleep(wait)
+		os.Stdout.WriteString("Chromium 999.0.0.0 (a test's stand-in)\n")
+		os.Exit(0)
+	}
 	code := m.Run()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
