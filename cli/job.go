@@ -25,7 +25,7 @@ import (
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
-var waitTimeoutFlag = &ucli.DurationFlag{Name: "wait-timeout", Usage: "with --wait: stop waiting after `DURATION` (the job carries on); by default --wait waits for the job's end, but gives up within seconds on a job no node in the cluster can run"}
+var waitTimeoutFlag = &ucli.DurationFlag{Name: "wait-timeout", Usage: "with --wait: stop waiting `DURATION` after the job is accepted (the job carries on); by default --wait waits for the job's end, but gives up within seconds on a job no node in the cluster can run"}
 
 var jsonFlag = &ucli.BoolFlag{Name: "json", Usage: "print machine-readable JSON"}
 
@@ -376,15 +376,27 @@ func submitFlagValues(c *ucli.Context) (map[string]string, error) {
 func runAndWait(c *ucli.Context, cl *client.Client, req *palyrav1.SubmitJobRequest) error {
 	tty := isTerminal(c.App.ErrWriter)
 	var last *palyrav1.Job
-	tctx, tcancel := withWaitTimeout(c)
-	defer tcancel()
-	ctx, cancel := context.WithCancel(tctx)
+	// --wait-timeout counts from the job's acceptance, as it does when the
+	// job is submitted and then watched: the submission itself may take a
+	// while (a before_run hook deciding), and a wait that ran out before
+	// the job had an id could only say "deadline exceeded".
+	d := c.Duration("wait-timeout")
+	ctx, cancel := context.WithCancel(context.WithValue(c.Context, waitTimeoutKey{}, d))
 	defer cancel()
+	var waitTimer *time.Timer
+	defer func() {
+		if waitTimer != nil {
+			waitTimer.Stop()
+		}
+	}()
 	g := &giveUpTimer{d: giveUpFor(c), cancel: cancel}
 	defer g.stop()
 	reasons := &reasonPrinter{w: c.App.ErrWriter}
 	cl.Notify = reconnectNotices(c.App.ErrWriter)
 	job, err := cl.Run(ctx, req, func(j *palyrav1.Job) {
+		if last == nil && d > 0 {
+			waitTimer = time.AfterFunc(d, cancel)
+		}
 		reasons.see(j)
 		g.see(j)
 		if tty && (last == nil || last.Phase != j.Phase || last.Attempt != j.Attempt) {
