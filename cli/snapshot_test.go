@@ -20,6 +20,9 @@ func TestSnapshotCommands(t *testing.T) {
 	if r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "hello", "--wait"); r.code != 0 || r.stdout != "olleh" {
 		t.Fatalf("submit: %+v", r)
 	}
+	if r := c.cli("kv", "put", "colour", "blue"); r.code != 0 {
+		t.Fatalf("kv put: %+v", r)
+	}
 	dir := t.TempDir()
 	file := filepath.Join(dir, "c.snap")
 	r := c.cli("snapshot", "save", file, "--json")
@@ -38,8 +41,23 @@ func TestSnapshotCommands(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Fatalf("the save left temporary files: %v", entries)
 	}
-	if r := runCLI(t, "snapshot", "inspect", file); r.code != 0 || !strings.Contains(r.stdout, "intact") || !strings.Contains(r.stdout, saved.SHA256) {
+	if r := runCLI(t, "snapshot", "inspect", file); r.code != 0 || !strings.Contains(r.stdout, "intact") || !strings.Contains(r.stdout, saved.SHA256) ||
+		!strings.Contains(r.stdout, "kv          1 keys") || !strings.Contains(r.stdout, "verified from its base") {
 		t.Fatalf("snapshot inspect: %+v", r)
+	}
+	r = runCLI(t, "snapshot", "inspect", file, "--json")
+	var inspected struct {
+		KVKeys int `json:"kv_keys"`
+		Audit  struct {
+			Records  int    `json:"records"`
+			HeadSeq  uint64 `json:"head_seq"`
+			Head     string `json:"head_sha256"`
+			Verified bool   `json:"verified"`
+		} `json:"audit"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &inspected) != nil || inspected.KVKeys != 1 || !inspected.Audit.Verified ||
+		inspected.Audit.Records == 0 || inspected.Audit.HeadSeq == 0 || len(inspected.Audit.Head) != 64 {
+		t.Fatalf("snapshot inspect --json: %+v", r)
 	}
 
 	data, _ := os.ReadFile(file)

@@ -76,8 +76,22 @@ type SnapshotContents struct {
 	Members       []Member // sorted by kind, id
 	Secrets       int
 	PolicyVersion uint64
-	// Skills counts the installed skills.
-	Skills int
+	// Skills counts the installed skills, Hooks the hook bindings.
+	Skills, Hooks int
+	// KVKeys and KVBytes count the key-value store's keys and their
+	// values' bytes.
+	KVKeys  int
+	KVBytes int64
+	// The audit journal the state carries: its retained records, the
+	// head (seq and hash of the last record, or the folded base when none
+	// is retained), and where the chain breaks if it does (AuditBadSeq 0
+	// and AuditProblem empty when it verifies from its base).
+	AuditRecords  int
+	AuditBaseSeq  uint64
+	AuditHeadSeq  uint64
+	AuditHeadHash string
+	AuditBadSeq   uint64
+	AuditProblem  string
 	// Blobs is every blob the state names (modules, payloads, artifacts,
 	// skill packages),
 	// sorted, each once.
@@ -152,6 +166,15 @@ func scanSnapshot(r io.Reader) (SnapshotContents, error) {
 		}
 		return c.Members[i].ID < c.Members[j].ID
 	})
+	c.Hooks = len(hdr.Hooks)
+	for _, kv := range hdr.Kv {
+		c.KVKeys++
+		c.KVBytes += int64(len(kv.Value))
+	}
+	j := journal{records: hdr.Journal, baseSeq: hdr.JournalBaseSeq, baseHash: hdr.JournalBaseSha256}
+	c.AuditBaseSeq = j.baseSeq
+	c.AuditHeadSeq, c.AuditHeadHash = j.head()
+	c.AuditRecords, c.AuditBadSeq, c.AuditProblem = j.verify()
 	c.JobsByPhase = map[Phase]uint64{}
 	blobs := map[string]struct{}{}
 	add := func(h string) { blobs[h] = struct{}{} }

@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/encoding/protodelim"
 
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
@@ -83,6 +85,11 @@ func TestSnapshotScanAndSeed(t *testing.T) {
 	defer s.Close()
 	waitLeader(t, s)
 	populate(t, s)
+	for _, kv := range []*raftpb.KVPut{{Key: "a", Value: []byte("12345")}, {Key: "b", Value: []byte("678")}} {
+		if _, err := s.Apply(context.Background(), &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: kv}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	meta, data := takeSnapshot(t, s)
 	if meta.Index == 0 || meta.Term == 0 || len(meta.Servers) != 1 || meta.Servers[0].ID != "n-old1" || !meta.Servers[0].Voter {
 		t.Fatalf("meta %+v", meta)
@@ -108,6 +115,14 @@ func TestSnapshotScanAndSeed(t *testing.T) {
 	}
 	if len(c.Members) != 3 || c.Members[0].Kind != "device" || c.JobsByPhase[PhaseCompleted] != 1 || c.JobsByPhase[PhaseRunning] != 1 {
 		t.Fatalf("contents %+v", c)
+	}
+	if c.KVKeys != 2 || c.KVBytes != 8 {
+		t.Fatalf("key-value contents: %d keys, %d bytes; want 2 and 8", c.KVKeys, c.KVBytes)
+	}
+	seq, head := st.JournalHead()
+	if c.AuditRecords == 0 || c.AuditHeadSeq != seq || c.AuditHeadHash != head || c.AuditProblem != "" {
+		t.Fatalf("audit in the scan: %d records, head %d %s, problem %q; the state's head is %d %s",
+			c.AuditRecords, c.AuditHeadSeq, c.AuditHeadHash, c.AuditProblem, seq, head)
 	}
 
 	// Every truncation of the stream is refused as damage; a failing
@@ -316,5 +331,41 @@ func TestRecoverOneSurvivor(t *testing.T) {
 	}
 	if _, err := Recover(RecoverConfig{Dir: t.TempDir(), NodeID: "x", Address: "127.0.0.1:1"}); err == nil {
 		t.Fatal("recovering an empty dir succeeded")
+	}
+}
+
+// A snapshot whose audit journal was altered after it was written (a
+// record's detail changed, its hashes kept) scans, with the break named:
+// the file's records decode, so it is the chain that says it.
+func TestSnapshotScanNamesABrokenJournal(t *testing.T) {
+	s := openStore(t, t.TempDir(), "n-old1", true)
+	defer s.Close()
+	waitLeader(t, s)
+	populate(t, s)
+	_, data := takeSnapshot(t, s)
+
+	br := bufio.NewReader(bytes.NewReader(data[len(snapshotMagic):]))
+	var hdr raftpb.Snapshot
+	if err := protodelim.UnmarshalFrom(br, &hdr); err != nil {
+		t.Fatal(err)
+	}
+	if len(hdr.Journal) < 2 {
+		t.Fatalf("the journal holds %d records; the test needs two", len(hdr.Journal))
+	}
+	hdr.Journal[1].Detail += " (edited)"
+	var out bytes.Buffer
+	out.Write(snapshotMagic)
+	if _, err := protodelim.MarshalTo(&out, &hdr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(&out, br); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ScanSnapshot(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.AuditProblem == "" || c.AuditBadSeq != hdr.Journal[1].Seq {
+		t.Fatalf("an edited journal record scanned as bad seq %d, problem %q; want seq %d named", c.AuditBadSeq, c.AuditProblem, hdr.Journal[1].Seq)
 	}
 }

@@ -197,7 +197,11 @@ func (s *State) JournalHead() (uint64, string) {
 func (s *State) VerifyJournal() (records int, badSeq uint64, problem string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	j := &s.journal
+	return s.journal.verify()
+}
+
+// verify recomputes the chain of j's records from its base.
+func (j *journal) verify() (records int, badSeq uint64, problem string) {
 	pbs := make([]*palyrav1.AuditRecord, len(j.records))
 	for i, r := range j.records {
 		pbs[i] = AuditRecordPB(r)

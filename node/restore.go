@@ -58,6 +58,17 @@ type SnapshotInfo struct {
 	Secrets       int
 	PolicyVersion uint64
 	BlobsNamed    int // blobs the state names
+	Skills, Hooks int
+	KVKeys        int
+	KVBytes       int64
+	// The audit journal: retained records, base and head, and where the
+	// chain breaks (AuditProblem empty when it verifies).
+	AuditRecords  int
+	AuditBaseSeq  uint64
+	AuditHeadSeq  uint64
+	AuditHeadHash string
+	AuditBadSeq   uint64
+	AuditProblem  string
 	Blobs         int // blobs the file carries
 	BlobBytes     int64
 }
@@ -115,6 +126,9 @@ func (info *SnapshotInfo) fill(h backup.Header, s backup.Summary, c consensus.Sn
 	info.Header, info.Summary, info.Bytes = h, s, n
 	info.Jobs, info.Arrays, info.Members, info.Secrets = c.Jobs, c.Arrays, c.Members, c.Secrets
 	info.PolicyVersion, info.BlobsNamed = c.PolicyVersion, len(c.Blobs)
+	info.Skills, info.Hooks, info.KVKeys, info.KVBytes = c.Skills, c.Hooks, c.KVKeys, c.KVBytes
+	info.AuditRecords, info.AuditBaseSeq, info.AuditHeadSeq, info.AuditHeadHash = c.AuditRecords, c.AuditBaseSeq, c.AuditHeadSeq, c.AuditHeadHash
+	info.AuditBadSeq, info.AuditProblem = c.AuditBadSeq, c.AuditProblem
 	info.JobsByPhase = map[string]uint64{}
 	for p, v := range c.JobsByPhase {
 		info.JobsByPhase[p.String()] = v
