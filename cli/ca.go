@@ -60,6 +60,10 @@ func caCommand() *ucli.Command {
 					for _, w := range certWarnings(resp.Msg.Nodes, now) {
 						fmt.Fprintln(c.App.ErrWriter, w)
 					}
+					if silent := unannounced(resp.Msg.Nodes); len(silent) > 0 {
+						fmt.Fprintf(c.App.ErrWriter, "%s announce no certificate expiry ('-'): a node runs an older palyra (see the VERSION column of 'palyra nodes') or has not been heard over gossip yet\n",
+							strings.Join(silent, ", "))
+					}
 					for _, n := range resp.Msg.Nodes {
 						if n.State == "removed" && len(n.Holds) > 0 {
 							fmt.Fprintf(c.App.ErrWriter, "%s was removed ('palyra node remove') and signs nothing, but its data dir may still hold the CA key of %s: wipe that machine (delete its data dir)\n",
@@ -177,6 +181,18 @@ func roughDuration(d time.Duration) string {
 		return fmt.Sprintf("%dm", int(d/time.Minute))
 	}
 	return fmt.Sprintf("%ds", int(d/time.Second))
+}
+
+// unannounced names the nodes, neither removed nor dead, that announce no
+// certificate expiry: ca status shows '-' for them, and says why.
+func unannounced(nodes []*palyrav1.CANode) []string {
+	var out []string
+	for _, n := range nodes {
+		if n.CertExpiresMs == 0 && n.State != "removed" && n.State != "dead" {
+			out = append(out, n.Id)
+		}
+	}
+	return out
 }
 
 // certWarnings names the live nodes whose certificate is past its renewal

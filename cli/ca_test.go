@@ -144,4 +144,9 @@ func TestCertWarnings(t *testing.T) {
 	if got := certExpiry(0, now); got != "-" {
 		t.Errorf("certExpiry unknown: %q", got)
 	}
+	// The '-' of a live node is explained; a dead or removed node's is not.
+	nodes = append(nodes, &palyrav1.CANode{Id: "silent-dead", State: "dead"})
+	if got := unannounced(nodes); len(got) != 1 || got[0] != "old" {
+		t.Errorf("unannounced: %v, want [old]", got)
+	}
 }
