@@ -35,19 +35,10 @@ func (js jobService) ListJobs(ctx context.Context, req *connect.Request[palyrav1
 		return nil, invalid("with_outputs lists the outputs of one array's tasks: it needs array_id",
 			"add --array ID, or read one job's output with 'palyra job get ID'")
 	}
-	if err := s.authz.Check(ctx, policy.ActionJobList, policy.ClusterResource(), nil); err != nil {
-		return nil, err
-	}
-	ri, err := s.readInfo(ctx, m.Stale)
+	ri, st, limit, err := s.listStart(ctx, m.Stale, m.Limit)
 	if err != nil {
 		return nil, err
 	}
-	st := s.control.State()
-	limit := int(m.Limit)
-	if limit <= 0 {
-		limit = defaultListLimit
-	}
-	limit = min(limit, maxListLimit)
 	f := consensus.JobFilter{Phase: consensus.Phase(m.Phase), NodeID: m.NodeId, ArrayID: m.ArrayId, Newest: !m.OldestFirst}
 	// allowed decides per job; for an array one decision covers its tasks.
 	allowed := func(j *consensus.Job) bool { return s.authz.Allowed(ctx, policy.ActionJobRead, jobResource(j)) }
@@ -71,9 +62,7 @@ func (js jobService) ListJobs(ctx context.Context, req *connect.Request[palyrav1
 		// A cursor that no longer exists (pruned) would silently restart
 		// the walk from the beginning: say so instead.
 		if j, ok := st.Job(m.AfterId); !ok || (m.ArrayId != "" && j.ArrayID != m.ArrayId) {
-			return nil, apiError(connect.CodeNotFound, "not_found",
-				fmt.Sprintf("the page cursor %q names no job%s (it may have been pruned)", m.AfterId, inArray(m.ArrayId)),
-				"list again from the start, without --after")
+			return nil, prunedCursor(m.AfterId, "job"+inArray(m.ArrayId))
 		}
 	}
 	var page []consensus.Job
@@ -129,24 +118,13 @@ scan:
 // those the caller may read (job.read on each array), a page at a time.
 func (js jobService) ListArrays(ctx context.Context, req *connect.Request[palyrav1.ListArraysRequest]) (*connect.Response[palyrav1.ListArraysResponse], error) {
 	s, m := js.s, req.Msg
-	if err := s.authz.Check(ctx, policy.ActionJobList, policy.ClusterResource(), nil); err != nil {
-		return nil, err
-	}
-	ri, err := s.readInfo(ctx, m.Stale)
+	ri, st, limit, err := s.listStart(ctx, m.Stale, m.Limit)
 	if err != nil {
 		return nil, err
 	}
-	st := s.control.State()
-	limit := int(m.Limit)
-	if limit <= 0 {
-		limit = defaultListLimit
-	}
-	limit = min(limit, maxListLimit)
 	if m.AfterId != "" {
 		if _, ok := st.Array(m.AfterId); !ok {
-			return nil, apiError(connect.CodeNotFound, "not_found",
-				fmt.Sprintf("the page cursor %q names no array (it may have been pruned)", m.AfterId),
-				"list again from the start, without --after")
+			return nil, prunedCursor(m.AfterId, "array")
 		}
 	}
 	resp := &palyrav1.ListArraysResponse{Read: ri}
@@ -176,6 +154,31 @@ func (js jobService) ListArrays(ctx context.Context, req *connect.Request[palyra
 			return connect.NewResponse(resp), nil
 		}
 	}
+}
+
+// listStart is what every list call does first: checks job.list, reads
+// (linearizable unless stale), and clamps the page size.
+func (s *Server) listStart(ctx context.Context, stale bool, asked uint32) (*palyrav1.ReadInfo, State, int, error) {
+	if err := s.authz.Check(ctx, policy.ActionJobList, policy.ClusterResource(), nil); err != nil {
+		return nil, nil, 0, err
+	}
+	ri, err := s.readInfo(ctx, stale)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	limit := int(asked)
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	return ri, s.control.State(), min(limit, maxListLimit), nil
+}
+
+// prunedCursor answers a page cursor that names nothing (what: "job",
+// "array"): resuming from it would silently restart the walk.
+func prunedCursor(id, what string) error {
+	return apiError(connect.CodeNotFound, "not_found",
+		fmt.Sprintf("the page cursor %q names no %s (it may have been pruned)", id, what),
+		"list again from the start, without --after")
 }
 
 func inArray(id string) string {
