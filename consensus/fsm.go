@@ -72,7 +72,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 		// submitted job exists and a batch's results have freed their slots.
 		s.applyRound(r)
 	}
-	s.fireEndedHooks(l.Index)
+	s.fireEndedHooks(l.Index, cmd.HookRules)
 	switch cmd.Cmd.(type) {
 	case *raftpb.Command_AddMember, *raftpb.Command_RevokeMember, *raftpb.Command_ConsumePairing, *raftpb.Command_SetNodeSchedulable,
 		*raftpb.Command_RevokeCert:

@@ -28,12 +28,24 @@ var HookEvents = []string{HookBeforeRun, HookAfterRun, HookSkillInstalled, HookS
 // MaxHooks bounds the bindings.
 const MaxHooks = 256
 
-// HookRules is the version of the rules on hook bindings: from 1, a
-// binding of an (event, skill, tool) already bound is refused here, not
-// only by the API node that proposed it (two binds racing through two
-// nodes both passed that check, and the tool then ran twice per event).
-// A bind written before (rules 0) replays as it applied then.
-const HookRules = 1
+// HookRules is the version of the rules on hooks. An entry carries the
+// version it was proposed under (HookCommand.rules for a bind,
+// Command.hook_rules for the hook jobs an entry queues), and one written
+// before a version replays as it applied then.
+const HookRules = hookRulesExitNull
+
+const (
+	// hookRulesUniqueBind: a binding of an (event, skill, tool) already
+	// bound is refused here, not only by the API node that proposed it (two
+	// binds racing through two nodes both passed that check, and the tool
+	// then ran twice per event).
+	hookRulesUniqueBind = 1
+	// hookRulesExitNull: an after_run input says exit_code null for a job
+	// whose guest never exited (cancelled, expired, timed out, trapped...),
+	// as the API does; before, it said 0, which a hook could take for a
+	// success.
+	hookRulesExitNull = 2
+)
 
 // hookBinding is the hook binding event to skill's tool, if any.
 func (s *State) hookBinding(event, skillID, tool string) *raftpb.HookRecord {
@@ -69,7 +81,7 @@ func (s *State) applyHook(c *raftpb.HookCommand) ApplyResult {
 		if _, ok := s.data.hooks[h.Id]; ok {
 			return ApplyResult{Err: errf(ErrConflict, "", "hook %s exists", h.Id)}
 		}
-		if c.Rules >= HookRules {
+		if c.Rules >= hookRulesUniqueBind {
 			if d := s.hookBinding(h.Event, h.SkillId, h.Tool); d != nil {
 				return ApplyResult{Err: errf(ErrConflict, "see the hooks with 'palyra hook list'",
 					"hook %s binds %s to %s/%s already", d.Id, h.Event, h.SkillId, h.Tool)}
@@ -145,11 +157,13 @@ type HookEvent struct {
 
 // HookJob is what an after_run hook learns of the finished job.
 type HookJob struct {
-	ID         string `json:"id"`
-	Phase      string `json:"phase"`
-	Kind       string `json:"kind"`
-	Submitter  string `json:"submitter"`
-	ExitCode   int32  `json:"exit_code"`
+	ID        string `json:"id"`
+	Phase     string `json:"phase"`
+	Kind      string `json:"kind"`
+	Submitter string `json:"submitter"`
+	// ExitCode is the guest's exit status, nil (null) when it never
+	// exited; entries from before hookRulesExitNull always set it.
+	ExitCode   *int32 `json:"exit_code"`
 	Error      string `json:"error,omitempty"`
 	FuelUsed   uint64 `json:"fuel_used"`
 	StdoutSize uint64 `json:"stdout_size"`
@@ -208,8 +222,9 @@ func (s *State) fireHooks(index uint64, event, subject string, ev HookEvent) {
 }
 
 // fireEndedHooks runs after_run hooks for the jobs that ended in this
-// entry (not for hook jobs, and not for each task of an array).
-func (s *State) fireEndedHooks(index uint64) {
+// entry (not for hook jobs, and not for each task of an array), with
+// their input built under the entry's hook rules.
+func (s *State) fireEndedHooks(index uint64, rules uint32) {
 	ended := s.ended
 	s.ended = nil
 	if len(ended) == 0 {
@@ -220,8 +235,12 @@ func (s *State) fireEndedHooks(index uint64) {
 		if j == nil {
 			continue
 		}
-		hj := &HookJob{ID: j.ID, Phase: j.Phase.String(), Kind: j.Kind, Submitter: j.Submitter, ExitCode: j.ExitCode,
+		hj := &HookJob{ID: j.ID, Phase: j.Phase.String(), Kind: j.Kind, Submitter: j.Submitter,
 			FuelUsed: j.FuelUsed, StdoutSize: j.StdoutSize, SkillID: j.SkillID, SkillTool: j.SkillTool}
+		if rules < hookRulesExitNull || guestExited(j) {
+			code := j.ExitCode
+			hj.ExitCode = &code
+		}
 		if hj.StdoutSize == 0 {
 			hj.StdoutSize = uint64(len(j.Stdout))
 		}
@@ -231,6 +250,17 @@ func (s *State) fireEndedHooks(index uint64) {
 		s.fireHooks(index, HookAfterRun, j.ID, HookEvent{Event: HookAfterRun, Job: hj})
 	}
 }
+
+// guestExited reports whether j's guest exited, so its ExitCode means
+// something: it completed (0), or failed with the code it exited with.
+// The API decides exit_code the same way (cli's exitCode).
+func guestExited(j *Job) bool {
+	return j.Phase == PhaseCompleted || (j.Phase == PhaseFailed && j.Error != nil && j.Error.Code == jobErrExitCode)
+}
+
+// jobErrExitCode is the code of a job's error when its guest exited with
+// a non-zero status (runtime.ReasonExitCode).
+const jobErrExitCode = "exit_code"
 
 // skillEventHooks fires the system-event hooks of a skill command. The
 // subject names the event (skill, package or time) so each fires once.

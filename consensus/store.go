@@ -67,7 +67,22 @@ type Store struct {
 	log           *slog.Logger
 	stop          chan struct{} // closed by Close
 	stopOnce      sync.Once
-	closing       *atomic.Bool // set by Close: raft's errors from its own shutdown are expected
+	closing       *atomic.Bool                  // set by Close: raft's errors from its own shutdown are expected
+	hookRules     atomic.Pointer[func() uint32] // SetHookRules
+}
+
+// SetHookRules sets how this server learns the hook rules it may propose
+// entries under: HookRules once every member applies them, 0 before (an
+// older replica ignores Command.hook_rules and would queue different hook
+// jobs). Propose stamps the answer on every entry, replacing whatever the
+// proposer set. Until it is set, entries carry 0 and fire hooks as
+// before HookRules.
+func (s *Store) SetHookRules(rules func() uint32) {
+	if rules == nil {
+		s.hookRules.Store(nil)
+		return
+	}
+	s.hookRules.Store(&rules)
 }
 
 // Open opens (or creates) the raft state in cfg.Dir and starts the server.
@@ -164,8 +179,8 @@ func (s *Store) Raft() *raft.Raft { return s.raft }
 // means the change is durable on a quorum.
 //
 // What is committed carries this server's clock as the command's time
-// (the leader takes the time of every command, see clock.go); cmd itself
-// is not changed.
+// (the leader takes the time of every command, see clock.go) and its hook
+// rules (SetHookRules); cmd itself is not changed.
 func (s *Store) Apply(ctx context.Context, cmd *raftpb.Command) (Job, error) {
 	res, err := s.Propose(ctx, cmd)
 	if err != nil {
@@ -183,7 +198,12 @@ func (s *Store) Propose(ctx context.Context, cmd *raftpb.Command) (ApplyResult, 
 	if behind := s.fsm.State().ClockMS() - now; behind > clockWarnMS {
 		s.warnClock(behind)
 	}
-	data, err := proto.Marshal(stampLeaderTime(cmd, now))
+	stamped := stampLeaderTime(cmd, now) // a copy: cmd may be sent again
+	stamped.HookRules = 0
+	if f := s.hookRules.Load(); f != nil {
+		stamped.HookRules = (*f)()
+	}
+	data, err := proto.Marshal(stamped)
 	if err != nil {
 		return ApplyResult{}, fmt.Errorf("encode command: %w", err)
 	}

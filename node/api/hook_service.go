@@ -293,7 +293,7 @@ func sampleHookInput(event string) []byte {
 	switch event {
 	case consensus.HookAfterRun:
 		ev.Subject = ""
-		ev.Job = &consensus.HookJob{ID: "j-0000000000000000", Phase: "completed", Kind: "wasm", Submitter: "device:d-00000000"}
+		ev.Job = &consensus.HookJob{ID: "j-0000000000000000", Phase: "completed", Kind: "wasm", Submitter: "device:d-00000000", ExitCode: new(int32)}
 	case consensus.HookSkillInstalled:
 		ev.Detail = map[string]any{"version": "1.0.0"}
 	case consensus.HookSkillQuarantined:

@@ -103,6 +103,7 @@ func New(cfg Config) (*Cluster, error) {
 		kick: make(chan struct{}, 1),
 	}
 	c.batch.c = c
+	cfg.Store.SetHookRules(c.hookRules)
 	c.apd = &apDelegate{c: c}
 	c.ap = autopilot.New(c.raft, c.apd,
 		autopilot.WithLogger(newHCLogger(cfg.Logger, "autopilot")),

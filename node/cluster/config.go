@@ -29,7 +29,8 @@ type Config struct {
 	Transport *mesh.Transport
 	// Store is the node's raft store. The caller owns and closes it (after
 	// the Cluster). Open it with Bootstrap only on the first node of a new
-	// cluster; a joining node must start with empty raft state.
+	// cluster; a joining node must start with empty raft state. New tells
+	// it which hook rules its proposals may carry (Store.SetHookRules).
 	Store *consensus.Store
 	// Meta is gossiped to every member (at most 512 bytes encoded).
 	Meta Meta

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/proto/peerpb"
 )
 
@@ -59,8 +60,26 @@ const FeatureKVAudit = "kv-audit"
 // the replicas' hooks would differ.
 const FeatureHookRules = "hook-rules"
 
+// FeatureHookExitNull says a node builds the after_run hook inputs of an
+// entry under consensus.HookRules when the entry says so
+// (Command.hook_rules): exit_code null for a job whose guest never
+// exited. An older node ignores the field and would write 0, and the
+// replicas' hook jobs would differ, so the leader stamps the rules only
+// while every member says so (hookRules).
+const FeatureHookExitNull = "hook-exit-null"
+
 // features are those this software has.
-var features = []string{FeatureBatch, FeatureKVRun, FeatureToolGrants, FeatureEndedOutput, FeatureKVAudit, FeatureHookRules}
+var features = []string{FeatureBatch, FeatureKVRun, FeatureToolGrants, FeatureEndedOutput, FeatureKVAudit, FeatureHookRules, FeatureHookExitNull}
+
+// hookRules is the consensus.HookRules this node's store stamps on the
+// entries it proposes (consensus.Store.SetHookRules): those of this
+// software once every member applies them, none before.
+func (c *Cluster) hookRules() uint32 {
+	if c.AllSupport(FeatureHookExitNull) {
+		return consensus.HookRules
+	}
+	return 0
+}
 
 // encodeMeta encodes m (deterministically, so equal metas give equal bytes)
 // and refuses results larger than MaxMetaSize.

@@ -2988,7 +2988,13 @@ type Command struct {
 	// it proposed it (a submit places its job in the same entry when a slot
 	// is free; a batch of results hands the freed slots on). It applies
 	// after cmd, each placement checked as in a SchedulerRound.
-	Round         *SchedulerRound `protobuf:"bytes,100,opt,name=round,proto3" json:"round,omitempty"`
+	Round *SchedulerRound `protobuf:"bytes,100,opt,name=round,proto3" json:"round,omitempty"`
+	// hook_rules: the consensus.HookRules the leader proposed this entry
+	// under, for the hook jobs it queues (from 2, an after_run input says
+	// exit_code null for a job whose guest never exited). The leader sets
+	// it whatever the proposer sent, and only while every member applies
+	// those rules; 0 (entries written before) fires as it did then.
+	HookRules     uint32 `protobuf:"varint,101,opt,name=hook_rules,json=hookRules,proto3" json:"hook_rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3314,6 +3320,13 @@ func (x *Command) GetRound() *SchedulerRound {
 		return x.Round
 	}
 	return nil
+}
+
+func (x *Command) GetHookRules() uint32 {
+	if x != nil {
+		return x.HookRules
+	}
+	return 0
 }
 
 type isCommand_Cmd interface {
@@ -5723,7 +5736,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x10\n" +
 	"\x03run\x18\x06 \x01(\x04R\x03run\x12\x0e\n" +
 	"\x02by\x18\a \x01(\tR\x02by\x12\x13\n" +
-	"\x05at_ms\x18\b \x01(\x03R\x04atMs\"\xf8\x0f\n" +
+	"\x05at_ms\x18\b \x01(\x03R\x04atMs\"\x97\x10\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -5769,7 +5782,9 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x04hook\x18\x1d \x01(\v2\x1b.palyra.raft.v1.HookCommandH\x00R\x04hook\x124\n" +
 	"\x05batch\x18\x1e \x01(\v2\x1c.palyra.raft.v1.CommandBatchH\x00R\x05batch\x124\n" +
 	"\bca_trust\x18( \x01(\v2\x17.palyra.raft.v1.CATrustH\x00R\acaTrust\x124\n" +
-	"\x05round\x18d \x01(\v2\x1e.palyra.raft.v1.SchedulerRoundR\x05roundB\x05\n" +
+	"\x05round\x18d \x01(\v2\x1e.palyra.raft.v1.SchedulerRoundR\x05round\x12\x1d\n" +
+	"\n" +
+	"hook_rules\x18e \x01(\rR\thookRulesB\x05\n" +
 	"\x03cmd\"\xfe\x01\n" +
 	"\fCARootRecord\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x10\n" +
