@@ -72,7 +72,9 @@ const DefaultSilentAfter = 2 * time.Second
 // that answered last first; when that connection fails, the next call
 // dials again, so a client outlives any one node. A call in flight when
 // its node dies fails (it may have taken effect); only connecting is
-// retried. A Follower (a long wait on a stream) is more eager: it takes a
+// retried, and a unary call a node answers "unimplemented" (older
+// software: it did not run the call) is made again through the other
+// nodes (older.go). A Follower (a long wait on a stream) is more eager: it takes a
 // silent connection for dead within seconds, and tries the other nodes
 // first when it reconnects.
 type Client struct {
@@ -101,6 +103,9 @@ type Client struct {
 	// it on stderr).
 	Notify func(Notice)
 	tr     *http3.Transport
+	// pinned carries the calls retried on another node (older.go), one
+	// connection per address.
+	pinned *http3.Transport
 	opts   Options
 
 	mu       sync.Mutex
@@ -166,14 +171,24 @@ func NewCluster(addrs []string, cred *identity.Credential, o Options) (*Client, 
 		},
 		Dial: c.dial,
 	}
-	hc := &http.Client{Transport: c.tr}
+	c.pinned = &http3.Transport{
+		TLSClientConfig: c.tr.TLSClientConfig,
+		// No keep-alives: an unused pinned connection goes after the idle
+		// timeout.
+		QUICConfig: &quic.Config{HandshakeIdleTimeout: o.DialTimeout, MaxIdleTimeout: 8 * time.Second},
+		Dial:       c.dialPinned,
+	}
+	hc := routedHTTP{shared: &http.Client{Transport: c.tr}, pinned: &http.Client{Transport: c.pinned}}
 	// Every call names the first address; the dial decides which node
 	// serves it (nodes are verified by certificate, not by name).
 	base := "https://" + addrs[0]
 	// Sends are bounded by the largest request a node takes (a module plus
 	// a job array's inputs, node/api.MaxRequestBytes); requests under 64 KiB
 	// go uncompressed (gzip costs more CPU than it saves on small messages).
-	opts := []connect.ClientOption{connect.WithReadMaxBytes(64 << 20), connect.WithSendMaxBytes(96 << 20), connect.WithCompressMinBytes(64 << 10)}
+	// A call a node lacks is tried on the others (olderNodes), each
+	// attempt bounded by the call timeout on its own.
+	opts := []connect.ClientOption{connect.WithReadMaxBytes(64 << 20), connect.WithSendMaxBytes(96 << 20), connect.WithCompressMinBytes(64 << 10),
+		connect.WithInterceptors(olderNodes{c})}
 	if o.CallTimeout > 0 {
 		opts = append(opts, connect.WithInterceptors(callTimeout(o.CallTimeout)))
 	}
@@ -266,6 +281,7 @@ func (c *Client) Close() error {
 		f()
 	}
 	err := c.tr.Close()
+	c.pinned.Close()
 	c.mu.Lock()
 	qt := c.qt
 	c.closed = true
@@ -441,7 +457,13 @@ func (c *Client) Explain(err error) *Error {
 		}
 		if ce.Code() == connect.CodeUnimplemented {
 			// A node of an older version than this CLI: the call is newer
-			// than its software (a rolling upgrade under way).
+			// than its software (a rolling upgrade under way). Every node
+			// the client knows was asked (olderNodes).
+			var older *olderError
+			if errors.As(err, &older) {
+				return &Error{Code: "unimplemented", Message: fmt.Sprintf("none of %s has this call: they run older software than this palyra (%s)", strings.Join(older.Addrs, ", "), ce.Message()),
+					Hint: "upgrade those nodes, or point --addr at an upgraded one ('palyra nodes' shows each node's version)"}
+			}
 			node := c.Reached()
 			if node == "" {
 				node = "the node"
