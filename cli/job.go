@@ -125,12 +125,16 @@ func jobCommand() *ucli.Command {
    to stdout, stderr to stderr, notes (a new attempt, a gap) to stderr.
    A job that has not started (queued, waiting for approval) has no output
    yet: without -f, stderr says so and why it waits; with -f, stderr says
-   why it waits (each time that changes) until it runs.
+   why it waits (each time that changes) until it runs. Waiting to start on
+   a job that no node in the cluster can run (its constraints match no
+   node, or no node offers its kind), -f gives up within seconds, exit 1,
+   saying why, as 'job submit --wait' does; the job stays queued.
 
    With -f, a node that goes away while it serves the logs (stopped,
    restarted, killed) is left for another node the command knows, as 'job
-   watch' does; stderr says through which, and the output goes on where it
-   was.
+   watch' does; stderr says through which, and the output goes on exactly
+   where it was (through a node older than this command, it starts over and
+   what was printed is skipped: after a gap a few lines may repeat).
 
    With --json, one JSON object per line as the output comes: {"stdout",
    "stderr", "note", "attempt", "phase"} (fields without a value left out;
@@ -1215,12 +1219,17 @@ func jobLogs(c *ucli.Context) error {
 	}
 	// Following: a stream broken by its node (stopped, restarted, killed,
 	// silent) is opened again, through another node first, as job watch
-	// does; the new stream starts from the attempt's first byte, so what
-	// was printed already is skipped.
+	// does, asking to start where the output received ends (a node older
+	// than that request starts from the attempt's first byte, and what was
+	// printed already is skipped).
 	cl.Notify = reconnectNotices(c.App.ErrWriter)
 	f := cl.Follow(id)
 	defer f.Close()
 	if err := waitStarted(c, cl, f, id); err != nil {
+		var sq *stillQueuedError
+		if errors.As(err, &sq) {
+			return ucli.Exit(sq.Error(), exitFailure)
+		}
 		if interrupted(c) {
 			return stoppedReadingLogs(c, id)
 		}
@@ -1228,7 +1237,7 @@ func jobLogs(c *ucli.Context) error {
 	}
 	retryUntil := time.Now().Add(time.Minute)
 	for {
-		stream, err := cl.Jobs.JobLogs(c.Context, connect.NewRequest(&palyrav1.JobLogsRequest{Id: id, Follow: true}))
+		stream, err := cl.Jobs.JobLogs(c.Context, connect.NewRequest(p.request(id)))
 		if err == nil {
 			err = p.read(stream, func() { f.Delivered(); retryUntil = time.Now().Add(time.Minute) })
 			stream.Close()
@@ -1258,17 +1267,18 @@ func jobLogs(c *ucli.Context) error {
 }
 
 // logPrinter prints the messages of job logs streams: stdout to stdout,
-// stderr and notes to stderr (or JSON lines). It counts what it printed
-// of the current attempt, so a stream opened again after its node broke
-// it (which starts from the attempt's first byte) prints only what is new.
+// stderr and notes to stderr (or JSON lines). It keeps where the current
+// attempt's output received so far ends, so a stream opened again after
+// its node broke it starts there (request) and prints only what is new.
 type logPrinter struct {
 	c       *ucli.Context
 	enc     *json.Encoder
 	last    *palyrav1.JobLogsResponse
 	wrote   bool     // some output was printed
 	attempt uint32   // the attempt whose output is printed
+	at      [2]int64 // where its stdout and stderr received so far end (bytes dropped for a slow reader count)
 	printed [2]int64 // its stdout and stderr bytes printed so far
-	skip    [2]int64 // bytes a reopened stream repeats, still to drop
+	skip    [2]int64 // bytes a reopened stream from an older node repeats, still to drop
 	resumed bool     // the current stream was opened again
 	// outEnd, errEnd: the last byte printed on stdout, stderr (0: none).
 	outEnd, errEnd byte
@@ -1295,9 +1305,16 @@ func (p *logPrinter) print(m *palyrav1.JobLogsResponse) error {
 			// The node that said so is gone: say it here.
 			m.Note = fmt.Sprintf("attempt %d ended; attempt %d's output follows", p.attempt, m.Attempt)
 		}
-		p.attempt, p.printed, p.skip = m.Attempt, [2]int64{}, [2]int64{}
+		p.attempt, p.at, p.printed, p.skip = m.Attempt, [2]int64{}, [2]int64{}, [2]int64{}
 	}
-	out, errOut := p.drop(0, m.Stdout), p.drop(1, m.Stderr)
+	var out, errOut []byte
+	if m.Resumable {
+		out, errOut = p.fresh(0, m.Stdout, m.StdoutEnd), p.fresh(1, m.Stderr, m.StderrEnd)
+	} else {
+		out, errOut = p.drop(0, m.Stdout), p.drop(1, m.Stderr)
+		p.at[0] += int64(len(out))
+		p.at[1] += int64(len(errOut))
+	}
 	p.printed[0] += int64(len(out))
 	p.printed[1] += int64(len(errOut))
 	if len(out) > 0 || len(errOut) > 0 {
@@ -1332,18 +1349,39 @@ func (p *logPrinter) print(m *palyrav1.JobLogsResponse) error {
 	return nil
 }
 
-// drop removes from b (stream i's next bytes) what a reopened stream
-// repeats.
+// fresh returns what b (stream i's next bytes, ending at end in the
+// attempt's output, as a node that honours resumption says) holds past
+// what was received already, and notes that the output received ends at
+// end.
+func (p *logPrinter) fresh(i int, b []byte, end int64) []byte {
+	if n := p.at[i] - (end - int64(len(b))); n > 0 {
+		b = b[min(n, int64(len(b))):]
+	}
+	p.at[i] = max(p.at[i], end)
+	p.skip[i] = 0 // this node started where asked: nothing to drop by count
+	return b
+}
+
+// drop removes from b (stream i's next bytes, from a node older than
+// resumption) what a reopened stream repeats.
 func (p *logPrinter) drop(i int, b []byte) []byte {
 	n := min(p.skip[i], int64(len(b)))
 	p.skip[i] -= n
 	return b[n:]
 }
 
-// resume prepares for a stream opened again: it repeats the attempt's
-// output from its first byte. (After a gap, when the worker dropped bytes
-// a slow reader had not read, the count is short by the dropped bytes,
-// and a few lines may be printed twice.)
+// request asks to follow job id from where the output received ends. A
+// node older than resumption ignores the offsets and starts again from
+// the attempt's first byte: its messages say so (not Resumable), and
+// resume has readied the count of what to skip. (After a gap, when the
+// worker dropped bytes a slow reader had not read, that count is short by
+// the dropped bytes, and a few lines may be printed twice.)
+func (p *logPrinter) request(id string) *palyrav1.JobLogsRequest {
+	return &palyrav1.JobLogsRequest{Id: id, Follow: true, Attempt: p.attempt, StdoutOffset: p.at[0], StderrOffset: p.at[1]}
+}
+
+// resume prepares for a stream opened again: should a node older than
+// resumption serve it, it repeats what was printed.
 func (p *logPrinter) resume() {
 	p.skip, p.resumed = p.printed, true
 }
@@ -1366,12 +1404,19 @@ func (p *logPrinter) endLines() {
 // waitStarted follows a job that has not started (queued, waiting for
 // approval) until it runs or ends, printing its pending reason on stderr
 // each time it changes, as --wait does: its logs stream says nothing
-// until then. It rides out a broken stream as job watch does.
+// until then. Like --wait, it gives up with a *stillQueuedError once no
+// node in the cluster has been able to run the job for giveUpAfter. It
+// rides out a broken stream as job watch does.
 func waitStarted(c *ucli.Context, cl *client.Client, f *client.Follower, id string) error {
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	g := &giveUpTimer{d: giveUpFor(c), cancel: cancel}
+	defer g.stop()
 	reasons := &reasonPrinter{w: c.App.ErrWriter}
 	retryUntil := time.Now().Add(time.Minute)
+	var last *palyrav1.Job
 	for {
-		stream, err := cl.Jobs.WatchJob(c.Context, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
+		stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
 		if err == nil {
 			for stream.Receive() {
 				f.Delivered()
@@ -1383,7 +1428,9 @@ func waitStarted(c *ucli.Context, cl *client.Client, f *client.Follower, id stri
 					return nil
 				}
 				retryUntil = time.Now().Add(time.Minute)
+				last = j
 				reasons.see(j)
+				g.see(j)
 			}
 			err = stream.Err()
 			stream.Close()
@@ -1391,10 +1438,16 @@ func waitStarted(c *ucli.Context, cl *client.Client, f *client.Follower, id stri
 				return nil
 			}
 		}
+		if g.fired.Load() {
+			return &stillQueuedError{job: last, id: id, unplaceable: true}
+		}
 		if interrupted(c) || !watchRetryable(err) || time.Now().After(retryUntil) {
 			return err
 		}
-		if !f.Broke(c.Context, err) {
+		if !f.Broke(ctx, err) {
+			if g.fired.Load() {
+				return &stillQueuedError{job: last, id: id, unplaceable: true}
+			}
 			return c.Context.Err()
 		}
 	}

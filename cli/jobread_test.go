@@ -192,7 +192,9 @@ func TestJobGetShowsLimitsAndTimes(t *testing.T) {
 }
 
 // 'job logs' of a job that has not started says so (it printed nothing,
-// exit 0), and 'job logs -f' says why it waits (it hung silently).
+// exit 0), and 'job logs -f' says why it waits (it hung silently); on a
+// job no node can run, -f gives up as 'job submit --wait' does, naming
+// the reason and what to do (it followed for ever).
 func TestJobLogsOfAJobThatHasNotStarted(t *testing.T) {
 	c := startNode(t)
 	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--constraint", "zone=mars")
@@ -229,5 +231,14 @@ func TestJobLogsOfAJobThatHasNotStarted(t *testing.T) {
 	code := <-done
 	if got := errb.String(); strings.Count(got, "job "+id+" waiting: "+reason) != 1 || code != exitInterrupted {
 		t.Fatalf("logs -f of a job no node can run: exit %d, stderr %q; want its pending reason once", code, got)
+	}
+
+	r = c.cli("job", "logs", "-f", id)
+	if r.code != 1 || r.stdout != "" || strings.Count(r.stderr, "job "+id+" waiting: "+reason) != 1 ||
+		!strings.Contains(r.stderr, "job "+id+" is still queued: "+reason) || !strings.Contains(r.stderr, "cancel it with 'palyra job cancel "+id+"'") {
+		t.Fatalf("logs -f of a job no node can run, left alone: %+v; want it to give up as submit --wait does, exit 1, with the reason and how to cancel", r)
+	}
+	if j := c.jobJSON(id); j.Phase != "queued" {
+		t.Fatalf("logs -f gave up on job %s, which is now %s; want it left queued", id, j.Phase)
 	}
 }

@@ -236,4 +236,39 @@ func TestWaitOutlivesASilentNode(t *testing.T) {
 		}
 		check(t, r, took, silent, id)
 	})
+	// Past the 1 MiB of output a worker keeps for its followers, too: the
+	// stream opened again starts where the output received ends, so every
+	// byte is printed once. (It started from the attempt's first byte,
+	// which the worker no longer had: skipping by the count printed lost
+	// output, and a gap made some print twice.)
+	t.Run("job logs -f past 1 MiB", func(t *testing.T) {
+		const count, pad = 16, 150_000 // 2.4 MB, 1.35 MB of it before the silence
+		r := c.on(addrs[0], "job", "submit", "--wasm", testwasm.Path(t, "ticker"), "--input", fmt.Sprintf("%d 1s %d", count, pad), "--max-output", "4MiB")
+		if r.code != 0 {
+			t.Fatalf("submit: %+v", r)
+		}
+		id := strings.TrimSpace(r.stdout)
+		dots := strings.Repeat(".", pad)
+		r, _, silent := follow(t, func(stdout, _ string) bool { return strings.Contains(stdout, "tick 9"+dots+"\n") }, "job", "logs", "-f", id)
+		var want strings.Builder
+		for i := 1; i <= count; i++ {
+			fmt.Fprintf(&want, "tick %d%s\n", i, dots)
+		}
+		if r.code != 0 || r.stdout != want.String() {
+			got := strings.ReplaceAll(r.stdout, dots, "<pad>")
+			t.Fatalf("job logs -f of 2.4 MB through a node that went silent: exit %d, stdout (%d bytes, want %d) %q, stderr %q; want every line once",
+				r.code, len(r.stdout), want.Len(), got, r.stderr)
+		}
+		for i := 1; i <= count; i++ {
+			if n := strings.Count(r.stderr, fmt.Sprintf("tock %d\n", i)); n != 1 {
+				t.Errorf("tock %d printed %d times: %q", i, n, r.stderr)
+			}
+		}
+		if strings.Contains(r.stderr, "dropped") {
+			t.Errorf("a gap on the way: %q", r.stderr)
+		}
+		if !strings.Contains(r.stderr, "following "+id+" again through ") || strings.Contains(r.stderr, "again through "+silent) {
+			t.Errorf("no word on stderr that the command follows %s again through another node than %s: %q", id, silent, r.stderr)
+		}
+	})
 }

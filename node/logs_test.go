@@ -151,3 +151,61 @@ func TestEndedJobKeepsItsOutput(t *testing.T) {
 		}
 	}
 }
+
+// A stream opened again with the attempt and offsets of the last message
+// received (what 'job logs -f' sends after its node broke the stream)
+// starts exactly there: the two streams together carry the final output,
+// each byte once. Every message says where its bytes end.
+func TestJobLogsResumesWhereTheLastMessageEnded(t *testing.T) {
+	n := start(t, node.Config{})
+	op := operator(t, n, n.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	resp, err := op.Jobs.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{
+		WasmModule: testwasm.Build(t, "ticker"), Input: []byte("6 300ms")}))
+	if err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	id := resp.Msg.Job.Id
+
+	var stdout, stderr strings.Builder
+	var last *palyrav1.JobLogsResponse
+	// read takes stream's messages until stop says so or the stream ends.
+	read := func(stream *connect.ServerStreamForClient[palyrav1.JobLogsResponse], stop func() bool) {
+		t.Helper()
+		for !stop() && stream.Receive() {
+			m := stream.Msg()
+			stdout.Write(m.Stdout)
+			stderr.Write(m.Stderr)
+			if !m.Resumable || m.StdoutEnd != int64(stdout.Len()) || m.StderrEnd != int64(stderr.Len()) {
+				t.Fatalf("message ends at %d/%d (resumable %v), want where the output so far ends, %d/%d", m.StdoutEnd, m.StderrEnd, m.Resumable, stdout.Len(), stderr.Len())
+			}
+			last = m
+		}
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	first, err := op.Jobs.JobLogs(sctx, connect.NewRequest(&palyrav1.JobLogsRequest{Id: id, Follow: true}))
+	if err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	read(first, func() bool { return strings.Contains(stdout.String(), "tick 2\n") })
+	scancel()
+	first.Close()
+	if last == nil || last.Phase.Terminal() {
+		t.Fatalf("the job ended before its stream was broken off (last message %v): make it run longer", last)
+	}
+
+	again, err := op.Jobs.JobLogs(ctx, connect.NewRequest(&palyrav1.JobLogsRequest{Id: id, Follow: true,
+		Attempt: last.Attempt, StdoutOffset: last.StdoutEnd, StderrOffset: last.StderrEnd}))
+	if err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	read(again, func() bool { return false })
+	if err := again.Err(); err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	j := waitCompleted(t, op, id)
+	if stdout.String() != string(j.Stdout) || stderr.String() != string(j.Stderr) {
+		t.Fatalf("the stream and its resumption carried\n%q / %q\nwant the final output, each byte once:\n%q / %q", stdout.String(), stderr.String(), j.Stdout, j.Stderr)
+	}
+}

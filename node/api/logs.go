@@ -26,9 +26,16 @@ const liveWait = 2 * time.Second
 // JobLogs streams a job's output: live from its worker while it runs,
 // then the final output's remainder (the final output is authoritative:
 // what a live reader missed or the worker had not flushed comes from it).
+// A request that resumes a broken stream (its attempt and offsets set)
+// starts where the caller's last message ended; every message says where
+// its bytes end, for the next resumption.
 func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.JobLogsRequest], stream *connect.ServerStream[palyrav1.JobLogsResponse]) error {
 	s := js.s
 	id := req.Msg.Id
+	if req.Msg.StdoutOffset < 0 || req.Msg.StderrOffset < 0 {
+		return invalid(fmt.Sprintf("negative log offsets (stdout %d, stderr %d)", req.Msg.StdoutOffset, req.Msg.StderrOffset),
+			"give the stdout_end and stderr_end of the last message received, or 0 to start at the first byte")
+	}
 	if _, ok := s.control.State().Job(id); !ok {
 		if _, err := s.readInfo(ctx, false); err != nil {
 			return err
@@ -38,35 +45,49 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 		return err
 	}
 	st := s.control.State()
-	var off [2]int64
-	var attempt uint32
+	off := [2]int64{req.Msg.StdoutOffset, req.Msg.StderrOffset}
+	attempt := req.Msg.Attempt
+	send := func(j *consensus.Job, msg *palyrav1.JobLogsResponse) error {
+		msg.Attempt, msg.Phase = j.Attempt, palyrav1.JobPhase(j.Phase)
+		msg.StdoutEnd, msg.StderrEnd, msg.Resumable = off[0], off[1], true
+		return stream.Send(msg)
+	}
 	for {
 		changed := st.Watch(consensus.TopicJob(id))
 		j, ok := st.Job(id)
 		if !ok {
 			return s.notFound(id)
 		}
+		if j.Attempt < attempt && req.Msg.Follow {
+			// This replica has not yet seen the attempt the caller read
+			// (it resumes through another node): wait for it rather than
+			// go back to an older attempt.
+			if err := waitChange(ctx, changed); err != nil {
+				return err
+			}
+			continue
+		}
 		if j.Attempt != attempt && (off[0] > 0 || off[1] > 0) {
 			// A new attempt's output starts again from its first byte.
 			note := fmt.Sprintf("attempt %d ended; attempt %d's output follows", attempt, j.Attempt)
-			if err := stream.Send(&palyrav1.JobLogsResponse{Note: note, Attempt: j.Attempt, Phase: palyrav1.JobPhase(j.Phase)}); err != nil {
+			off = [2]int64{}
+			if err := send(&j, &palyrav1.JobLogsResponse{Note: note}); err != nil {
 				return err
 			}
-			off = [2]int64{}
 		}
 		attempt = j.Attempt
 		if j.Phase.Terminal() {
 			if err := s.fillPayloads(&j, true); err != nil {
 				return err
 			}
-			msg := &palyrav1.JobLogsResponse{Attempt: j.Attempt, Phase: palyrav1.JobPhase(j.Phase)}
+			msg := &palyrav1.JobLogsResponse{}
 			if int64(len(j.Stdout)) > off[0] {
-				msg.Stdout = j.Stdout[off[0]:]
+				msg.Stdout, off[0] = j.Stdout[off[0]:], int64(len(j.Stdout))
 			}
 			if int64(len(j.Stderr)) > off[1] {
-				msg.Stderr = j.Stderr[off[1]:]
+				msg.Stderr, off[1] = j.Stderr[off[1]:], int64(len(j.Stderr))
 			}
-			return stream.Send(msg)
+			return send(&j, msg)
 		}
 		if j.Phase == consensus.PhaseRunning && s.Live != nil {
 			wait := time.Duration(0)
@@ -79,15 +100,14 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 				return fromErr(errCanceled)
 			}
 			if err == nil && out.Found && out.Attempt == j.Attempt {
-				msg := &palyrav1.JobLogsResponse{Attempt: j.Attempt, Phase: palyrav1.JobPhase(j.Phase),
-					Stdout: out.GetStdout().GetData(), Stderr: out.GetStderr().GetData()}
+				msg := &palyrav1.JobLogsResponse{}
+				msg.Stdout, off[0] = past(off[0], out.GetStdout())
+				msg.Stderr, off[1] = past(off[1], out.GetStderr())
 				if sk := out.GetStdout().GetSkipped() + out.GetStderr().GetSkipped(); sk > 0 {
 					msg.Note = fmt.Sprintf("%d bytes of output were dropped before this reader caught up (the final output has them)", sk)
 				}
-				off[0] = out.GetStdout().GetOffset() + int64(len(msg.Stdout))
-				off[1] = out.GetStderr().GetOffset() + int64(len(msg.Stderr))
 				if len(msg.Stdout) > 0 || len(msg.Stderr) > 0 || msg.Note != "" {
-					if err := stream.Send(msg); err != nil {
+					if err := send(&j, msg); err != nil {
 						return err
 					}
 				}
@@ -102,13 +122,39 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 			}
 		}
 		if !req.Msg.Follow {
-			return stream.Send(&palyrav1.JobLogsResponse{Attempt: j.Attempt, Phase: palyrav1.JobPhase(j.Phase)})
+			return send(&j, &palyrav1.JobLogsResponse{})
 		}
-		select {
-		case <-changed:
-		case <-time.After(liveWait):
-		case <-ctx.Done():
-			return fromErr(errCanceled)
+		if err := waitChange(ctx, changed); err != nil {
+			return err
 		}
 	}
+}
+
+// past returns the bytes of a live read's chunk c that lie past off, and
+// the offset after them. A worker asked for bytes beyond what it holds
+// answers from its end, before off: off never goes back, so what the
+// caller has is not sent again.
+func past(off int64, c *peerpb.OutputChunk) ([]byte, int64) {
+	data, end := c.GetData(), c.GetOffset()+int64(len(c.GetData()))
+	if end <= off {
+		return nil, off
+	}
+	if n := off - c.GetOffset(); n > 0 {
+		data = data[n:]
+	}
+	return data, end
+}
+
+// waitChange waits for the followed job to change (changed closed), for
+// liveWait at most, or for ctx to end.
+func waitChange(ctx context.Context, changed <-chan struct{}) error {
+	t := time.NewTimer(liveWait)
+	defer t.Stop()
+	select {
+	case <-changed:
+	case <-t.C:
+	case <-ctx.Done():
+		return fromErr(errCanceled)
+	}
+	return nil
 }

@@ -1690,9 +1690,18 @@ func (x *CancelJobResponse) GetArray() *JobArray {
 }
 
 type JobLogsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Follow        bool                   `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"` // keep streaming until the job ends
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Follow bool                   `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"` // keep streaming until the job ends
+	// Resuming a stream that broke: the attempt whose output the caller
+	// has, and where in that attempt's stdout and stderr to start (the
+	// stdout_end and stderr_end of the last message it received). If the
+	// job has gone on to another attempt, the stream starts with a note and
+	// that attempt's first byte. Nodes older than these fields ignore them
+	// and start at the first byte (their messages leave resumable false).
+	Attempt       uint32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	StdoutOffset  int64  `protobuf:"varint,4,opt,name=stdout_offset,json=stdoutOffset,proto3" json:"stdout_offset,omitempty"`
+	StderrOffset  int64  `protobuf:"varint,5,opt,name=stderr_offset,json=stderrOffset,proto3" json:"stderr_offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1741,16 +1750,44 @@ func (x *JobLogsRequest) GetFollow() bool {
 	return false
 }
 
+func (x *JobLogsRequest) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *JobLogsRequest) GetStdoutOffset() int64 {
+	if x != nil {
+		return x.StdoutOffset
+	}
+	return 0
+}
+
+func (x *JobLogsRequest) GetStderrOffset() int64 {
+	if x != nil {
+		return x.StderrOffset
+	}
+	return 0
+}
+
 // JobLogsResponse carries the next bytes of each stream; note tells of a
 // gap (bytes dropped for a slow reader) or a new attempt, whose output
 // starts again from its first byte.
 type JobLogsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stdout        []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr        []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	Note          string                 `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
-	Attempt       uint32                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Phase         JobPhase               `protobuf:"varint,5,opt,name=phase,proto3,enum=palyra.v1.JobPhase" json:"phase,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Stdout  []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr  []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	Note    string                 `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	Attempt uint32                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Phase   JobPhase               `protobuf:"varint,5,opt,name=phase,proto3,enum=palyra.v1.JobPhase" json:"phase,omitempty"`
+	// Where this message's bytes end in the attempt's stdout and stderr
+	// (bytes dropped for a slow reader count): what to send as
+	// JobLogsRequest's offsets to resume after it. resumable says the node
+	// sets them and honours those offsets; older nodes leave it false.
+	StdoutEnd     int64 `protobuf:"varint,6,opt,name=stdout_end,json=stdoutEnd,proto3" json:"stdout_end,omitempty"`
+	StderrEnd     int64 `protobuf:"varint,7,opt,name=stderr_end,json=stderrEnd,proto3" json:"stderr_end,omitempty"`
+	Resumable     bool  `protobuf:"varint,8,opt,name=resumable,proto3" json:"resumable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1818,6 +1855,27 @@ func (x *JobLogsResponse) GetPhase() JobPhase {
 		return x.Phase
 	}
 	return JobPhase_JOB_PHASE_UNSPECIFIED
+}
+
+func (x *JobLogsResponse) GetStdoutEnd() int64 {
+	if x != nil {
+		return x.StdoutEnd
+	}
+	return 0
+}
+
+func (x *JobLogsResponse) GetStderrEnd() int64 {
+	if x != nil {
+		return x.StderrEnd
+	}
+	return 0
+}
+
+func (x *JobLogsResponse) GetResumable() bool {
+	if x != nil {
+		return x.Resumable
+	}
+	return false
 }
 
 type WatchJobRequest struct {
@@ -6805,16 +6863,24 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"`\n" +
 	"\x11CancelJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\x12)\n" +
-	"\x05array\x18\x02 \x01(\v2\x13.palyra.v1.JobArrayR\x05array\"8\n" +
+	"\x05array\x18\x02 \x01(\v2\x13.palyra.v1.JobArrayR\x05array\"\x9c\x01\n" +
 	"\x0eJobLogsRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06follow\x18\x02 \x01(\bR\x06follow\"\x9a\x01\n" +
+	"\x06follow\x18\x02 \x01(\bR\x06follow\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\rR\aattempt\x12#\n" +
+	"\rstdout_offset\x18\x04 \x01(\x03R\fstdoutOffset\x12#\n" +
+	"\rstderr_offset\x18\x05 \x01(\x03R\fstderrOffset\"\xf6\x01\n" +
 	"\x0fJobLogsResponse\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12\x12\n" +
 	"\x04note\x18\x03 \x01(\tR\x04note\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\rR\aattempt\x12)\n" +
-	"\x05phase\x18\x05 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\"!\n" +
+	"\x05phase\x18\x05 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x1d\n" +
+	"\n" +
+	"stdout_end\x18\x06 \x01(\x03R\tstdoutEnd\x12\x1d\n" +
+	"\n" +
+	"stderr_end\x18\a \x01(\x03R\tstderrEnd\x12\x1c\n" +
+	"\tresumable\x18\b \x01(\bR\tresumable\"!\n" +
 	"\x0fWatchJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"_\n" +
 	"\x10WatchJobResponse\x12 \n" +
