@@ -1,12 +1,14 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -383,4 +385,71 @@ func TestStartingNodeRefusesAPICalls(t *testing.T) {
 		_, err := cl.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
 		return err == nil
 	})
+}
+
+// The node that made the cluster, once it left ('node leave') and is
+// started again on its data dir, rejoins through the servers its log
+// names, by asking the leader. It never joined, so it had no seeds of its
+// own and waited outside raft: the leader, which had it leave, adds a
+// departed node back from gossip only after ten dead-server graces (10
+// minutes with the production timers; 20 s with the test's, which is why
+// this test looks at how it came back, in the others' logs).
+func TestFirstNodeRejoinsAfterLeave(t *testing.T) {
+	first := start(t, node.Config{})
+	op := operator(t, first, first.Addr())
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	n2 := joinWith(t, op, first.Addr(), node.Config{Logger: logger})
+	joinWith(t, op, first.Addr(), node.Config{Logger: logger})
+	waitFor(t, "3 alive voters and a leader", time.Minute, func() bool { ok, _ := healthy(first, 3, 3); return ok })
+	if _, err := op.Node.Leave(callCtx(t), connect.NewRequest(&palyrav1.LeaveRequest{})); err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	dir, addr, id := first.Layout().Dir, first.Addr(), first.ID()
+	first.Close()
+	waitFor(t, "the others to drop the first node from raft", time.Minute, func() bool {
+		for _, m := range n2.Cluster().Members() {
+			if m.ID == id && m.InRaft {
+				return false
+			}
+		}
+		return true
+	})
+
+	back := start(t, node.Config{DataDir: dir, Listen: addr})
+	waitFor(t, "the first node back as a voter, seen so by every node", 90*time.Second, func() bool {
+		for _, n := range []*node.Node{back, n2} {
+			if ok, _ := healthy(n, 3, 3); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	joined := false
+	for _, l := range strings.Split(logs.String(), "\n") {
+		joined = joined || (strings.Contains(l, `msg="node joined raft as non-voter"`) && strings.Contains(l, " peer="+id+" "))
+	}
+	if !joined {
+		t.Fatalf("the first node is back in raft, but not by its own join (no leader logged that it joined): it waited for the leader to forget that it left\n%s", logs.String())
+	}
+	cl := operator(t, back, back.Addr())
+	waitCompleted(t, cl, submit(t, cl, "after the rejoin"))
+}
+
+// lockedBuffer is a bytes.Buffer safe for the loggers of several nodes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

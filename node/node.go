@@ -585,9 +585,29 @@ func (n *Node) peerAddrs() []string {
 }
 
 // leave leaves the cluster gracefully, then stops the node's Run.
+//
+// From then on the node is one that joins: node.json records it as joined
+// with the others as its seeds, so started again on its data dir it asks
+// to come back. The node that made the cluster (or a restored one) has no
+// seeds and never joined; it used to wait outside raft for good, as the
+// leader does not add a node that left back from gossip for ten dead-server
+// graces, and its own log may still name it a voter (the leader stops
+// replicating to a server once it removes it).
 func (n *Node) leave(ctx context.Context) error {
+	peers := n.cluster.KnownPeers()
 	if err := n.cluster.Leave(ctx); err != nil {
 		return err
+	}
+	if len(peers) > 0 {
+		for _, s := range n.state.Seeds {
+			if !slices.Contains(peers, s) {
+				peers = append(peers, s)
+			}
+		}
+		n.state.Joined, n.state.Seeds = true, peers
+		if err := n.layout.WriteState(n.state); err != nil {
+			n.log.Warn("left the cluster, but could not record it in node.json: started again, this node will not rejoin by itself", "err", err)
+		}
 	}
 	select {
 	case <-n.leaveReq:

@@ -38,7 +38,9 @@ func start(t testing.TB, cfg node.Config) *node.Node {
 		// machine starves the cluster's timers when every node does it.
 		cfg.WasmCacheDir = sharedWasmCache
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	if cfg.BrowserSlots == 0 {
 		cfg.BrowserSlots = -1 // browser tests opt in
 	}
