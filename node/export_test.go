@@ -1,6 +1,8 @@
 package node
 
 import (
+	"github.com/hashicorp/raft"
+
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
 )
@@ -11,6 +13,9 @@ func (n *Node) BlobPushes() int64 { return n.blobNet.pushes.Load() }
 
 // StateForTest is the node's replica of the state.
 func (n *Node) StateForTest() *consensus.State { return n.store.State() }
+
+// RaftForTest is the node's raft (tests register observers on it).
+func (n *Node) RaftForTest() *raft.Raft { return n.store.Raft() }
 
 // SnapshotForTest makes raft take a snapshot now.
 func (n *Node) SnapshotForTest() error { return n.store.Raft().Snapshot().Error() }

@@ -629,7 +629,8 @@ func (n *Node) Layout() Layout { return n.layout }
 // Cluster is the node's membership view (for tests and benchmarks).
 func (n *Node) Cluster() *cluster.Cluster { return n.cluster }
 
-// Close stops the node: API, worker and scheduler, gossip, raft, transport.
+// Close stops the node: a leader first hands leadership over (handOff),
+// then API, worker and scheduler, gossip, raft, transport.
 // Each stage is bounded (closeStage): a part that does not stop in time is
 // logged by name and left behind, so stopping a node never hangs.
 func (n *Node) Close() error {
@@ -647,6 +648,7 @@ func (n *Node) Close() error {
 			}
 			n.log.Info("stopped", "took", time.Since(began).Round(time.Millisecond))
 		}()
+		n.handOff()
 		if n.cancel != nil {
 			n.cancel()
 		}
@@ -698,6 +700,27 @@ func (n *Node) Close() error {
 		}
 	})
 	return err
+}
+
+// handOffWait bounds how long a stopping leader spends handing leadership
+// over: raft gives up after about two election timeouts (0.6 s with LAN
+// timers, 4 s with WAN ones), so this is a backstop.
+const handOffWait = 5 * time.Second
+
+// handOff is Close's first stage: a node stopping cleanly while it leads
+// hands leadership to a live voter (cluster.HandOff), with its API, worker
+// and peer RPC still serving, so the writes in flight get their answers and
+// the others need not wait out an election timeout before they can write.
+// A failed transfer is logged, and the node stops anyway.
+func (n *Node) handOff() {
+	if n.cluster == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handOffWait)
+	defer cancel()
+	if err := n.cluster.HandOff(ctx); err != nil {
+		n.log.Warn("stopping without handing leadership over; the other voters elect a leader once their election timeout passes", "err", err)
+	}
 }
 
 // closeStage runs one stage of Close, waiting for it at most limit; a

@@ -63,15 +63,9 @@ func (c *Cluster) Leave(ctx context.Context) error {
 func (c *Cluster) leaveRaft(ctx context.Context) error {
 	req := &peerpb.Request{Body: &peerpb.Request_Leave{Leave: &peerpb.LeaveRequest{Id: c.cfg.NodeID}}}
 	return c.onLeader(ctx, true, func(ctx context.Context) error {
-		c.leaderReady.Store(false)
-		<-c.ap.Stop()
-		if err := c.ensureSuccessor(ctx); err != nil {
+		c.log.Info("leaving as leader")
+		if err := c.handOver(ctx, c.ensureSuccessor); err != nil {
 			return err
-		}
-		c.log.Info("leaving: handing leadership over")
-		if err := c.raft.LeadershipTransfer().Error(); err != nil {
-			return &consensus.Error{Code: consensus.ErrNotLeader.Code,
-				Message: fmt.Sprintf("leadership transfer failed: %v", err)}
 		}
 		// Not the leader any more: go round and ask the new one.
 		return &consensus.Error{Code: consensus.ErrNotLeader.Code, Message: "handed leadership over"}
