@@ -61,6 +61,15 @@ func jobCommand() *ucli.Command {
    Inputs and outputs larger than 4 KiB are stored as content-addressed
    blobs on several nodes, not in the Raft log; the CLI shows them as usual.
 
+   Every submission carries an idempotency key: --idempotency-key KEY, or
+   a random one this command makes (cli-…, shown by 'job get'). When an
+   answer is lost (a leader change, a node stopping), the command sends
+   the submission again with its key, a few times within about a second,
+   and the cluster answers with the job the first one made: nothing is
+   submitted twice. A key belongs to its submitter, is at most 256 bytes,
+   and is remembered while its job is kept (the retention: a day after the
+   job ends, by default); the same key with a different payload is refused.
+
    Examples:
      palyra job submit --wasm reverse.wasm --input hello --wait
      palyra job submit --wasm reverse.wasm --inputs words.txt --wait
@@ -86,7 +95,7 @@ func jobCommand() *ucli.Command {
 					&ucli.StringSliceFlag{Name: "constraint", Usage: "run only on nodes with label `k=v` (equality only; repeatable)"},
 					&ucli.UintFlag{Name: "retries", Usage: "extra attempts, with backoff, for retryable failures (max 10)"},
 					&ucli.DurationFlag{Name: "deadline", Usage: "the job expires if not completed within this time of submission"},
-					&ucli.StringFlag{Name: "idempotency-key", Usage: "retrying a submission with the same key returns the same job; a different payload is refused"},
+					&ucli.StringFlag{Name: "idempotency-key", Usage: "`KEY` that makes submitting again safe: a submission with a key used before returns that job (a different payload is refused); without it, each run makes a random key"},
 					&ucli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its output"},
 					waitTimeoutFlag,
 					outputDirFlag,
@@ -285,31 +294,23 @@ func jobSubmit(c *ucli.Context) error {
 		Input: input, TimeoutMs: c.Duration("timeout").Milliseconds(),
 		MemoryBytes: mem, Fuel: c.Uint64("fuel"), MaxOutputBytes: maxOut,
 		Priority: int32(c.Int("priority")), Constraints: constraints, Retries: uint32(c.Uint("retries")), // in range: submitFlagValues
-		DeadlineMs: c.Duration("deadline").Milliseconds(), IdempotencyKey: c.String("idempotency-key"),
+		DeadlineMs: c.Duration("deadline").Milliseconds(), IdempotencyKey: submitKey(c),
 		Inputs: inputs,
 	}
-	// One call submits and waits; a keyed submission keeps Submit's
-	// resends and its "replayed" notice.
-	if c.Bool("wait") && len(script) == 0 && len(inputs) == 0 && req.IdempotencyKey == "" {
+	// One call submits and waits (resending with the key made for it); a
+	// key the user gave keeps Submit's "replayed" notice.
+	if c.Bool("wait") && len(script) == 0 && len(inputs) == 0 && c.String("idempotency-key") == "" {
 		return runAndWait(c, cl, req)
 	}
-	var resp *palyrav1.SubmitJobResponse
-	if len(script) > 0 {
-		var r *connect.Response[palyrav1.SubmitJobResponse]
-		if r, err = cl.Jobs.SubmitJob(c.Context, connect.NewRequest(req)); err == nil {
-			resp = r.Msg
-		}
-	} else {
-		resp, err = cl.Submit(c.Context, req)
-	}
+	resp, err := cl.Submit(c.Context, req)
 	if err != nil {
 		if interrupted(c) {
 			return stoppedFollowing(c, "job", "")
 		}
-		return fail(c, cl.Explain(err))
+		return fail(c, outcomeUnknown(cl.Explain(err), submitUnknownHint(req.IdempotencyKey)))
 	}
 	job := resp.Job
-	if resp.Replayed {
+	if resp.Replayed && c.String("idempotency-key") != "" { // with a key made here, a replay is a resend's
 		fmt.Fprintf(c.App.ErrWriter, "idempotency key matched job %s submitted earlier; not submitted again\n", job.Id)
 	}
 	if a := resp.Array; a != nil {
@@ -418,6 +419,8 @@ func runAndWait(c *ucli.Context, cl *client.Client, req *palyrav1.SubmitJobReque
 			id = last.Id
 		}
 		err = &interruptedError{id: id, err: err}
+	} else if err != nil && last == nil {
+		err = outcomeUnknown(cl.Explain(err), submitUnknownHint(req.IdempotencyKey))
 	}
 	if err != nil && last != nil && ctx.Err() != nil && c.Context.Err() == nil {
 		if g.fired.Load() {

@@ -50,7 +50,11 @@ func kvCommand() *ucli.Command {
      palyra kv delete notes/greeting
 
    Keys are UTF-8, at most 512 bytes; values at most 64 KiB, stored byte for
-   byte. Reads are linearizable unless --stale; writes are in the audit journal.`,
+   byte. Reads are linearizable unless --stale; writes are in the audit journal.
+
+   A put or delete whose answer is lost (a leader change, a node stopping)
+   is sent again, a few times within about a second: doing either twice is
+   harmless (each send that arrives is a write in the journal).`,
 		Subcommands: []*ucli.Command{
 			{
 				Name: "get", Usage: "print a key's value (byte for byte; --json: text or base64)", ArgsUsage: "KEY",
@@ -119,8 +123,10 @@ func kvCommand() *ucli.Command {
 						return err
 					}
 					defer cl.Close()
-					if _, err := cl.KV.PutKV(c.Context, connect.NewRequest(&palyrav1.PutKVRequest{Key: key, Value: value})); err != nil {
-						return fail(c, cl.Explain(err))
+					// Sent again while its outcome is unknown (a leader
+					// change): setting a key twice is harmless.
+					if _, err := cl.PutKV(c.Context, &palyrav1.PutKVRequest{Key: key, Value: value}); err != nil {
+						return fail(c, outcomeUnknown(cl.Explain(err), kvUnknownHint("write", key)))
 					}
 					if c.Bool("json") {
 						return writeJSON(c.App.Writer, map[string]any{"key": key, "size": len(value)})
@@ -142,14 +148,24 @@ func kvCommand() *ucli.Command {
 						return err
 					}
 					defer cl.Close()
-					resp, err := cl.KV.DeleteKV(c.Context, connect.NewRequest(&palyrav1.DeleteKVRequest{Key: key}))
+					resp, resent, err := cl.DeleteKV(c.Context, &palyrav1.DeleteKVRequest{Key: key})
 					if err != nil {
-						return fail(c, cl.Explain(err))
+						return fail(c, outcomeUnknown(cl.Explain(err), kvUnknownHint("delete", key)))
 					}
 					if c.Bool("json") {
-						return writeJSON(c.App.Writer, map[string]any{"key": key, "deleted": resp.Msg.Existed})
+						out := map[string]any{"key": key, "deleted": resp.Existed}
+						if resent {
+							out["resent"] = true
+						}
+						return writeJSON(c.App.Writer, out)
 					}
-					if !resp.Msg.Existed {
+					if !resp.Existed && resent {
+						// The first send's answer was lost: it may have
+						// deleted the key the resend found missing.
+						fmt.Fprintf(c.App.Writer, "%s: gone (deleted by this command's first attempt, whose answer was lost, or missing already)\n", key)
+						return nil
+					}
+					if !resp.Existed {
 						fmt.Fprintf(c.App.Writer, "%s: no such key (nothing to delete)\n", key)
 						return nil
 					}

@@ -20,6 +20,11 @@ import (
 // silent), Run follows the job with WatchJob, as a Follower, until ctx
 // ends. It returns the ended job, whatever its phase; an error means the
 // job's end was not seen.
+//
+// A request with an idempotency key whose acceptance is unknown (the call
+// failed before the job was named: code unknown_outcome or unavailable)
+// is sent again as Submit does (Resend); the cluster answers a resend with
+// the job the first one created, and Run follows that.
 func (c *Client) Run(ctx context.Context, req *palyrav1.SubmitJobRequest, update func(*palyrav1.Job)) (*palyrav1.Job, error) {
 	if err := checkSize(req); err != nil {
 		return nil, err
@@ -29,9 +34,23 @@ func (c *Client) Run(ctx context.Context, req *palyrav1.SubmitJobRequest, update
 	byHash.WasmModule, byHash.ModuleSha256 = nil, hex.EncodeToString(sum[:])
 	f := c.Follow("")
 	defer f.Close()
-	job, id, err := c.runOnce(ctx, byHash, update)
-	if err != nil && id == "" && c.Explain(err).Code == "module_not_found" {
-		job, id, err = c.runOnce(ctx, req, update)
+	var job *palyrav1.Job
+	var id string
+	var err error
+	send := func(ctx context.Context) error {
+		job, id, err = c.runOnce(ctx, byHash, update)
+		if err != nil && id == "" && c.Explain(err).Code == "module_not_found" {
+			job, id, err = c.runOnce(ctx, req, update)
+		}
+		if id != "" {
+			return nil // accepted: a broken stream is followed below, not sent again
+		}
+		return err
+	}
+	if req.IdempotencyKey != "" {
+		c.Resend(ctx, send) // leaves job, id and err as the last send did
+	} else {
+		send(ctx)
 	}
 	if err == nil || id == "" {
 		return job, err

@@ -62,7 +62,7 @@ func TestSubmitResendsUnknownOutcomeOnlyWithIdempotencyKey(t *testing.T) {
 		{"key, unknown outcome then accepted", "k", []error{unknown, nil}, "", 2},
 		{"key, unavailable twice then accepted", "k", []error{unavailable, unavailable, nil}, "", 3},
 		{"key, module sent by bytes after unknown outcome", "k", []error{notFound, unknown, nil}, "", 3},
-		{"key, unknown outcome every time: bounded", "k", []error{unknown}, "unknown_outcome", 1 + maxSubmitResends},
+		{"key, unknown outcome every time: bounded", "k", []error{unknown}, "unknown_outcome", 1 + maxResends},
 		{"key, a refusal is final", "k", []error{conflict}, "conflict", 1},
 		{"no key, unknown outcome is the caller's to resolve", "", []error{unknown, nil}, "unknown_outcome", 1},
 		{"no key, unavailable is the caller's to resolve", "", []error{unavailable, nil}, "unavailable", 1},

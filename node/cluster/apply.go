@@ -159,7 +159,7 @@ func (c *Cluster) onLeader(ctx context.Context, idempotent bool, local func(cont
 			case err != nil && !notSent(err) && !idempotent:
 				return &consensus.Error{Code: codeUnavailable,
 					Message: fmt.Sprintf("forwarded to leader %s at %s but got no reply (%v); the command may or may not have committed", id, addr, err),
-					Hint:    "retry with the same idempotency key; a replay returns the first result"}
+					Hint:    unknownOutcomeHint}
 			case err == nil && resp.Error == nil:
 				return remote(resp)
 			case err == nil && !retryableCode(resp.Error.Code, idempotent):
@@ -185,6 +185,12 @@ func (c *Cluster) onLeader(ctx context.Context, idempotent bool, local func(cont
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
 }
+
+// unknownOutcomeHint is the hint of a write whose outcome is unknown. The
+// cluster cannot tell what the write was for (a submission, a key-value
+// write, a cancel), so it says what holds for every one of them; the CLI
+// puts what to do for its command in its place.
+const unknownOutcomeHint = "check whether it took effect before doing it again, unless doing it twice is harmless (as for a job submission that carries an idempotency key: the cluster answers it with the first one's job)"
 
 // leaderID is the leader this node follows now ("" when none is known).
 func (c *Cluster) leaderID() string {

@@ -95,7 +95,7 @@ func (b *batcher) propose(ctx context.Context, cmd *raftpb.Command) (consensus.J
 	}
 	return consensus.Job{}, &consensus.Error{Code: codeUnavailable,
 		Message: fmt.Sprintf("gave up waiting (%v) after the command was sent; it may or may not have committed", ctx.Err()),
-		Hint:    "check the result before retrying, or retry with the same idempotency key"}
+		Hint:    unknownOutcomeHint}
 }
 
 // flush sends what is queued, batch after batch, until the queue is empty.
