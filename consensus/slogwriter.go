@@ -17,7 +17,7 @@ import (
 type slogWriter struct {
 	l       *slog.Logger
 	closing *atomic.Bool
-	refused *atomic.Bool // the cluster refuses this node: raft's complaints are debug
+	refused *atomic.Bool // the cluster refuses this node: raft's lines are debug (see Write)
 
 	// unreachable is, per peer address, when raft's last error about
 	// reaching it was logged as an error, and how many have been debug
@@ -55,9 +55,14 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 			}
 		}
 		s = strings.TrimPrefix(s, "raft: ")
+		// While the cluster refuses this node (it was removed), every raft
+		// line is debug, its info too: raft campaigns for ever ("entering
+		// candidate state", "pre-vote campaign failed", about two lines a
+		// second) and nothing it says helps. The node's own ERROR says what
+		// happened and what to do (node watchSelfRefused).
 		if level == slog.LevelError && (expectedRaftError(s) || refusedByPeer(s) || w.closing != nil && w.closing.Load() && shuttingDownError(s)) ||
 			level == slog.LevelWarn && catchingUp(s) ||
-			level >= slog.LevelWarn && w.refused != nil && w.refused.Load() {
+			level > slog.LevelDebug && w.refused != nil && w.refused.Load() {
 			level = slog.LevelDebug
 		}
 		if level == slog.LevelError {

@@ -83,19 +83,33 @@ func TestRefusedCertificateRPCsAreNotErrors(t *testing.T) {
 	}
 }
 
-// While the cluster refuses this node (it was removed), raft's warnings
-// and errors (its elections that cannot win, every half second) are
-// debug; before and after, they keep their level.
+// While the cluster refuses this node (it was removed), raft's lines
+// (its elections that cannot win, about two a second: warnings, errors
+// and the campaign's info lines alike) are debug; before and after, they
+// keep their level.
 func TestRaftIsQuietWhileRefused(t *testing.T) {
 	var buf bytes.Buffer
 	refused := new(atomic.Bool)
 	w := &slogWriter{l: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), refused: refused}
-	w.Write([]byte("[WARN]  raft: Election timeout reached, restarting election\n"))
+	campaign := "[WARN]  raft: Election timeout reached, restarting election\n" +
+		"[INFO]  raft: entering candidate state: node=\"Node at 127.0.0.1:7446 [Candidate]\" term=12\n" +
+		"[INFO]  raft: pre-vote campaign failed, waiting for election timeout: term=12 tally=1 votesNeeded=2\n"
+	w.Write([]byte(campaign))
 	refused.Store(true)
-	w.Write([]byte("[WARN]  raft: Election timeout reached, restarting election\n"))
+	for range 10 {
+		w.Write([]byte(campaign))
+	}
+	refused.Store(false)
+	w.Write([]byte(campaign))
 	out := buf.String()
-	if strings.Count(out, "level=WARN") != 1 || strings.Count(out, "level=DEBUG") != 1 {
-		t.Fatalf("want one warning before and one debug line while refused:\n%s", out)
+	if n := strings.Count(out, "level=WARN"); n != 2 {
+		t.Errorf("want the warning before and after the refusal only, got %d:\n%s", n, out)
+	}
+	if n := strings.Count(out, "level=INFO"); n != 4 {
+		t.Errorf("want the campaign's info lines before and after the refusal only, got %d:\n%s", n, out)
+	}
+	if n := strings.Count(out, "level=DEBUG"); n != 30 {
+		t.Errorf("want the 30 lines while refused at debug, got %d:\n%s", n, out)
 	}
 }
 
