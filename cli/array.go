@@ -472,7 +472,7 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, nam
 		fmt.Fprintf(out, "{\n  \"array\": %s,\n  \"tasks\": [", head)
 	}
 	first := true
-	err = cl.ArrayTasks(c.Context, id, c.Bool("stale"), func(t *palyrav1.Job) error {
+	err = cl.ArrayTasks(c.Context, id, staleRead(c), func(t *palyrav1.Job) error {
 		if outDir != "" {
 			base := filepath.Join(outDir, fmt.Sprintf("%0*d", width, t.ArrayIndex))
 			completed := t.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED

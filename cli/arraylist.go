@@ -24,7 +24,7 @@ func jobListArrays(c *ucli.Context) error {
 	}
 	defer cl.Close()
 	resp, err := cl.Jobs.ListArrays(c.Context, connect.NewRequest(&palyrav1.ListArraysRequest{
-		Limit: uint32(c.Uint("limit")), AfterId: c.String("after"), Stale: c.Bool("stale"), OldestFirst: c.Bool("oldest-first")}))
+		Limit: uint32(c.Uint("limit")), AfterId: c.String("after"), Stale: staleRead(c), OldestFirst: c.Bool("oldest-first")}))
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}
@@ -61,7 +61,7 @@ func jobListArrays(c *ucli.Context) error {
 		if c.Bool("oldest-first") {
 			cmd += " --oldest-first"
 		}
-		if c.Bool("stale") {
+		if staleRead(c) {
 			cmd += " --stale"
 		}
 		fmt.Fprintf(c.App.ErrWriter, "more arrays: %s --after %s\n", cmd, next)

@@ -70,7 +70,7 @@ func auditCommand() *ucli.Command {
 					var resp *connect.Response[palyrav1.ListAuditResponse]
 					if c.Bool("oldest-first") {
 						resp, err = cl.Audit.ListAudit(c.Context, connect.NewRequest(&palyrav1.ListAuditRequest{
-							AfterSeq: c.Uint64("after"), Limit: uint32(max(0, c.Int("limit"))), SinceMs: sinceMs}))
+							AfterSeq: c.Uint64("after"), Limit: uint32(max(0, c.Int("limit"))), SinceMs: sinceMs, Stale: staleRead(c)}))
 					} else {
 						resp, err = listAuditNewest(c, cl, sinceMs)
 					}
@@ -158,7 +158,7 @@ func auditCommand() *ucli.Command {
 					var after uint64
 					n := 0
 					for first := true; ; first = false {
-						resp, err := cl.Audit.ListAudit(c.Context, connect.NewRequest(&palyrav1.ListAuditRequest{AfterSeq: after, Limit: 1000}))
+						resp, err := cl.Audit.ListAudit(c.Context, connect.NewRequest(&palyrav1.ListAuditRequest{AfterSeq: after, Limit: 1000, Stale: staleRead(c)}))
 						if err != nil {
 							return fail(c, cl.Explain(err))
 						}
@@ -204,7 +204,7 @@ const maxAuditPage = 1000
 func listAuditNewest(c *ucli.Context, cl *client.Client, sinceMs int64) (*connect.Response[palyrav1.ListAuditResponse], error) {
 	// Past the head the journal answers no records, only where it starts
 	// and ends.
-	ends, err := cl.Audit.ListAudit(c.Context, connect.NewRequest(&palyrav1.ListAuditRequest{AfterSeq: math.MaxUint64, Limit: 1}))
+	ends, err := cl.Audit.ListAudit(c.Context, connect.NewRequest(&palyrav1.ListAuditRequest{AfterSeq: math.MaxUint64, Limit: 1, Stale: staleRead(c)}))
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +225,7 @@ func listAuditNewest(c *ucli.Context, cl *client.Client, sinceMs int64) (*connec
 	if upper-lower > limit {
 		start = upper - limit
 	}
-	page, err := cl.Audit.ListAudit(c.Context, connect.NewRequest(&palyrav1.ListAuditRequest{AfterSeq: start, Limit: uint32(upper - start), SinceMs: sinceMs}))
+	page, err := cl.Audit.ListAudit(c.Context, connect.NewRequest(&palyrav1.ListAuditRequest{AfterSeq: start, Limit: uint32(upper - start), SinceMs: sinceMs, Stale: staleRead(c)}))
 	if err != nil {
 		return nil, err
 	}

@@ -728,7 +728,7 @@ func jobGet(c *ucli.Context) error {
 		return err
 	}
 	defer cl.Close()
-	resp, err := cl.Jobs.GetJob(c.Context, connect.NewRequest(&palyrav1.GetJobRequest{Id: id, Stale: c.Bool("stale")}))
+	resp, err := cl.Jobs.GetJob(c.Context, connect.NewRequest(&palyrav1.GetJobRequest{Id: id, Stale: staleRead(c)}))
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}
@@ -928,7 +928,7 @@ func jobList(c *ucli.Context) error {
 	}
 	defer cl.Close()
 	resp, err := cl.Jobs.ListJobs(c.Context, connect.NewRequest(&palyrav1.ListJobsRequest{
-		Phase: ph, Limit: uint32(c.Uint("limit")), AfterId: c.String("after"), Stale: c.Bool("stale"), NodeId: c.String("node"),
+		Phase: ph, Limit: uint32(c.Uint("limit")), AfterId: c.String("after"), Stale: staleRead(c), NodeId: c.String("node"),
 		ArrayId: c.String("array"), OldestFirst: c.Bool("oldest-first")}))
 	if err != nil {
 		return fail(c, cl.Explain(err))
@@ -1460,7 +1460,7 @@ func waitStarted(c *ucli.Context, cl *client.Client, f *client.Follower, id stri
 // printed nothing: its phase, and why it waits.
 func notStarted(c *ucli.Context, cl *client.Client, id string, phase palyrav1.JobPhase) {
 	msg := fmt.Sprintf("job %s is %s: no output yet", id, phase.WireName())
-	resp, err := cl.Jobs.GetJob(c.Context, connect.NewRequest(&palyrav1.GetJobRequest{Id: id, Stale: c.Bool("stale")}))
+	resp, err := cl.Jobs.GetJob(c.Context, connect.NewRequest(&palyrav1.GetJobRequest{Id: id, Stale: staleRead(c)}))
 	if err == nil && resp.Msg.Job != nil {
 		j := resp.Msg.Job
 		switch {

@@ -69,7 +69,7 @@ func kvCommand() *ucli.Command {
 						return err
 					}
 					defer cl.Close()
-					resp, err := cl.KV.GetKV(c.Context, connect.NewRequest(&palyrav1.GetKVRequest{Key: key, Stale: c.Bool("stale")}))
+					resp, err := cl.KV.GetKV(c.Context, connect.NewRequest(&palyrav1.GetKVRequest{Key: key, Stale: staleRead(c)}))
 					if err != nil {
 						return fail(c, cl.Explain(err))
 					}
@@ -232,7 +232,7 @@ func kvList(c *ucli.Context) error {
 			page = 1000
 		}
 		resp, err := cl.KV.ListKV(c.Context, connect.NewRequest(&palyrav1.ListKVRequest{Prefix: prefix, After: after,
-			Limit: uint32(page), KeysOnly: keysOnly, Stale: c.Bool("stale")}))
+			Limit: uint32(page), KeysOnly: keysOnly, Stale: staleRead(c)}))
 		if err != nil {
 			return fail(c, cl.Explain(err))
 		}

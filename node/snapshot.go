@@ -42,7 +42,7 @@ func (n *Node) SaveSnapshot(ctx context.Context, caller string, w io.Writer, pro
 	// Everything acknowledged before this call is in the local replica
 	// once the read index is applied; raft then snapshots at least that.
 	if err := n.cluster.VerifyRead(ctx); err != nil {
-		return err
+		return snapshotNeedsQuorum(err)
 	}
 	meta, rc, err := n.store.TakeSnapshot()
 	if err != nil {
@@ -154,6 +154,20 @@ func (n *Node) blobForSnapshot(ctx context.Context, h string) ([]byte, error) {
 		errs = append(errs, ferr)
 	}
 	return nil, fmt.Errorf("%w: %s on no reachable node (%v)", blob.ErrNotFound, h, errors.Join(errs...))
+}
+
+// snapshotNeedsQuorum says, for a no-quorum error, that a snapshot cannot
+// be taken from a replica that may lag (there is no --stale for it) and
+// what works instead; other errors pass unchanged.
+func snapshotNeedsQuorum(err error) error {
+	var ce *consensus.Error
+	if !errors.As(err, &ce) || ce.Code != consensus.ErrNoQuorum.Code {
+		return err
+	}
+	return &consensus.Error{Code: ce.Code,
+		Message: "a snapshot needs a quorum (it must hold every write the cluster acknowledged): " + ce.Message,
+		Hint: ce.Hint + "; --stale does not apply to a snapshot. If a majority of voters is lost for good, " +
+			"make the most up-to-date survivor a cluster of one ('palyra node recover --data-dir D --dry-run', then --yes, on the stopped node) and save the snapshot there"}
 }
 
 // reportWriter passes writes on and calls report every so many bytes.

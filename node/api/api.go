@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -279,14 +280,47 @@ func newJobID() string {
 }
 
 // readInfo makes a read linearizable (unless stale) and describes it.
+// Its no-quorum error does not offer --stale: see staleableRead.
 func (s *Server) readInfo(ctx context.Context, stale bool) (*palyrav1.ReadInfo, error) {
+	return s.read(ctx, stale, false)
+}
+
+// staleableRead is readInfo for a request that carries a stale option
+// (job get and list, kv get and list, audit list): when no quorum
+// confirms the replica, its error says how to read it anyway. Requests
+// without the option (a watch, a log stream, a snapshot, a write) must
+// not suggest a flag that changes nothing for them.
+func (s *Server) staleableRead(ctx context.Context, stale bool) (*palyrav1.ReadInfo, error) {
+	return s.read(ctx, stale, true)
+}
+
+func (s *Server) read(ctx context.Context, stale, offerStale bool) (*palyrav1.ReadInfo, error) {
 	if stale {
 		return &palyrav1.ReadInfo{AppliedIndex: s.control.State().AppliedIndex(), ServedBy: s.info.NodeID}, nil
 	}
 	if err := s.control.VerifyRead(ctx); err != nil {
+		if offerStale {
+			err = withStaleHint(err)
+		}
 		return nil, fromErr(err)
 	}
 	return &palyrav1.ReadInfo{Linearizable: true, AppliedIndex: s.control.State().AppliedIndex(), ServedBy: s.info.NodeID}, nil
+}
+
+// staleHint is what a no-quorum read that can be stale adds to its hint.
+const staleHint = "to read this node's replica anyway (it may lag), add --stale"
+
+// withStaleHint adds staleHint to a no_quorum error; others pass unchanged.
+func withStaleHint(err error) error {
+	var ce *consensus.Error
+	if !errors.As(err, &ce) || ce.Code != consensus.ErrNoQuorum.Code {
+		return err
+	}
+	hint := staleHint
+	if ce.Hint != "" {
+		hint = ce.Hint + "; " + staleHint
+	}
+	return &consensus.Error{Code: ce.Code, Message: ce.Message, Hint: hint}
 }
 
 func mib(n int) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -325,7 +325,7 @@ func (js jobService) lookup(id string) (consensus.Job, error) {
 }
 
 func (js jobService) GetJob(ctx context.Context, req *connect.Request[palyrav1.GetJobRequest]) (*connect.Response[palyrav1.GetJobResponse], error) {
-	ri, err := js.s.readInfo(ctx, req.Msg.Stale)
+	ri, err := js.s.staleableRead(ctx, req.Msg.Stale)
 	if err != nil {
 		return nil, err
 	}

@@ -66,7 +66,7 @@ func (ks kvService) GetKV(ctx context.Context, req *connect.Request[palyrav1.Get
 	if err := s.authz.Check(ctx, policy.ActionKVRead, kvResource(m.Key), kvContext(m.Key)); err != nil {
 		return nil, err
 	}
-	ri, err := s.readInfo(ctx, m.Stale)
+	ri, err := s.staleableRead(ctx, m.Stale)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +156,7 @@ func (ks kvService) ListKV(ctx context.Context, req *connect.Request[palyrav1.Li
 	case limit > maxKVPage:
 		return nil, invalid(fmt.Sprintf("limit %d is over %d", limit, maxKVPage), "page with --after (the next cursor)")
 	}
-	ri, err := s.readInfo(ctx, m.Stale)
+	ri, err := s.staleableRead(ctx, m.Stale)
 	if err != nil {
 		return nil, err
 	}

@@ -162,7 +162,7 @@ func (s *Server) listStart(ctx context.Context, stale bool, asked uint32) (*paly
 	if err := s.authz.Check(ctx, policy.ActionJobList, policy.ClusterResource(), nil); err != nil {
 		return nil, nil, 0, err
 	}
-	ri, err := s.readInfo(ctx, stale)
+	ri, err := s.staleableRead(ctx, stale)
 	if err != nil {
 		return nil, nil, 0, err
 	}

@@ -89,9 +89,10 @@ func (c *Cluster) VerifyRead(ctx context.Context) error {
 	})
 	var ce *consensus.Error
 	if errors.As(err, &ce) && ce.Code == consensus.ErrNoQuorum.Code {
-		// A read: say so, and how to read anyway.
+		// A read: say so. How to read anyway is for the caller to add,
+		// when its request can be stale (a snapshot or a write cannot).
 		return &consensus.Error{Code: ce.Code, Message: strings.Replace(ce.Message, "cannot commit", "cannot confirm that this node's replica is current for a read", 1),
-			Hint: ce.Hint + "; to read this node's replica anyway (it may lag), add --stale"}
+			Hint: ce.Hint}
 	}
 	if err != nil || index == 0 {
 		return err

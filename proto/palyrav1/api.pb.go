@@ -6064,11 +6064,14 @@ func (x *AuditRecord) GetSha256() string {
 	return ""
 }
 
+// ListAuditRequest pages the journal; stale reads this node's replica
+// without a quorum round trip (it may lag; it works without a leader).
 type ListAuditRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AfterSeq      uint64                 `protobuf:"varint,1,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
 	Limit         uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	SinceMs       int64                  `protobuf:"varint,3,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`
+	Stale         bool                   `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6122,6 +6125,13 @@ func (x *ListAuditRequest) GetSinceMs() int64 {
 		return x.SinceMs
 	}
 	return 0
+}
+
+func (x *ListAuditRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 type ListAuditResponse struct {
@@ -7183,11 +7193,12 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12\x1f\n" +
 	"\vprev_sha256\x18\a \x01(\tR\n" +
 	"prevSha256\x12\x16\n" +
-	"\x06sha256\x18\b \x01(\tR\x06sha256\"`\n" +
+	"\x06sha256\x18\b \x01(\tR\x06sha256\"v\n" +
 	"\x10ListAuditRequest\x12\x1b\n" +
 	"\tafter_seq\x18\x01 \x01(\x04R\bafterSeq\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x19\n" +
-	"\bsince_ms\x18\x03 \x01(\x03R\asinceMs\"\xd1\x01\n" +
+	"\bsince_ms\x18\x03 \x01(\x03R\asinceMs\x12\x14\n" +
+	"\x05stale\x18\x04 \x01(\bR\x05stale\"\xd1\x01\n" +
 	"\x11ListAuditResponse\x120\n" +
 	"\arecords\x18\x01 \x03(\v2\x16.palyra.v1.AuditRecordR\arecords\x12\x19\n" +
 	"\bbase_seq\x18\x02 \x01(\x04R\abaseSeq\x12\x1f\n" +
