@@ -35,11 +35,22 @@ func doctorCommand() *ucli.Command {
 		Action: func(c *ucli.Context) error {
 			var checks []check
 			layout := node.Layout{Dir: c.String("data-dir")}
+			// self is this data dir's node ("" without one), and removed
+			// whether it found the cluster refusing its certificate.
+			var self string
+			removed := false
 			if _, err := os.Stat(layout.StateFile()); err == nil {
+				if st, err := layout.ReadState(); err == nil {
+					self = st.NodeID
+				}
 				checks = append(checks, localNodeCheck(layout))
 				checks = append(checks, dataDirChecks(layout)...)
 				checks = append(checks, diskCheck(layout.Dir))
-				checks = append(checks, certCheck("node certificate", layout.NodeCredDir()))
+				nc := certCheck("node certificate", layout.NodeCredDir())
+				if r, ok := layout.ReadRefusal(); ok && nc.Status != "fail" {
+					nc, removed = removedNodeCheck(nc, layout, r), true
+				}
+				checks = append(checks, nc)
 			}
 			if src, err := resolveCredential(c); err == nil {
 				cred := certCheck("CLI credential ("+src.desc+")", src.dir)
@@ -49,11 +60,14 @@ func doctorCommand() *ucli.Command {
 					// is the credential's state, whatever its file says.
 					reach.Fix = "the credential was refused (see 'CLI credential' above)"
 					if cred.Status != "fail" {
-						cred = refusedCheck(cred, src)
+						cred = refusedCheck(cred, src, removed)
 					}
 					checks = append(checks, cred, reach)
 				} else {
-					checks = append(append(checks, cred, reach, capacityCheck(c)), raftCheck(c)...)
+					if removed {
+						self = "" // its membership is moot, and the answer may be its own stale view
+					}
+					checks = append(append(checks, cred, reach, capacityCheck(c)), raftCheck(c, self, layout.Dir)...)
 				}
 			} else {
 				checks = append(checks, check{Name: "CLI credential", Status: "warn", Detail: err.Error(),
@@ -172,18 +186,34 @@ func credentialRefused(e *client.Error) bool {
 
 // refusedCheck is the credential's check when a node refused it although
 // it has not expired (certCheck): the cluster revoked it, and only pairing
-// again with a new code gives this machine a working credential.
-func refusedCheck(cred check, src credentialSource) check {
+// again with a new code gives this machine a working credential. When it
+// is the operator credential of a data dir whose node was removed
+// (nodeRemoved), it went with the node, and the fix is the node's own.
+func refusedCheck(cred check, src credentialSource, nodeRemoved bool) check {
+	detail := cred.Detail + "; but the node refused it and it has not expired: it was revoked"
 	fix := "pair this device again with a new code (on an operator machine: palyra pair create --kind device): " +
 		"palyra device pair --code CODE --peer HOST:PORT --force"
-	if !src.device {
+	switch {
+	case !src.device && nodeRemoved:
+		detail += " with this data dir's node ('palyra node remove' revokes a node's local operator too)"
+		fix = "see 'node certificate' above: " + node.RemovedFix
+	case !src.device:
 		fix = "this data dir's operator credential cannot be renewed once revoked: operate from a paired device " +
 			"(palyra pair create --kind device on an operator machine, then here: palyra device pair --code CODE --peer HOST:PORT --force, " +
 			"and run commands without --data-dir)"
 	}
-	return check{Name: cred.Name, Status: "fail",
-		Detail: cred.Detail + "; but the node refused it and it has not expired: it was revoked",
-		Fix:    fix}
+	return check{Name: cred.Name, Status: "fail", Detail: detail, Fix: fix}
+}
+
+// removedNodeCheck is the node certificate's check when the node found
+// the cluster refusing it (refused.json): the certificate has not expired,
+// but it was revoked with the node, and no renewal or restart brings it
+// back.
+func removedNodeCheck(cert check, l node.Layout, r node.Refusal) check {
+	return check{Name: cert.Name, Status: "fail",
+		Detail: fmt.Sprintf("%s; but the cluster refuses it: this node was removed ('palyra node remove'; the node found so at %s: %s)",
+			cert.Detail, r.Since.UTC().Format(time.RFC3339), r.Because),
+		Fix: node.RemovedFix + "; its data dir is " + l.Dir}
 }
 
 // clockCheck asks the kernel whether the clock is NTP-synchronised:
@@ -261,8 +291,10 @@ func capacityCheck(c *ucli.Context) check {
 }
 
 // raftCheck says whether every live raft server keeps up with the
-// leader's log (the RAFT column of 'palyra nodes').
-func raftCheck(c *ucli.Context) []check {
+// leader's log (the RAFT column of 'palyra nodes'), whether this data
+// dir's node (self, "" without one) is a raft server, and how many more
+// voters the cluster can lose.
+func raftCheck(c *ucli.Context, self, dataDir string) []check {
 	cl, err := dial(c)
 	if err != nil {
 		return []check{{Name: "raft replication", Status: "fail", Detail: err.Error()}}
@@ -273,16 +305,53 @@ func raftCheck(c *ucli.Context) []check {
 		e := cl.Explain(err)
 		return []check{{Name: "raft replication", Status: "warn", Detail: "cannot list the nodes: " + e.Message, Fix: e.Hint}}
 	}
-	return []check{raftCheckFrom(resp.Msg.Nodes), quorumCheckFrom(resp.Msg.Nodes)}
+	checks := []check{raftCheckFrom(resp.Msg.Nodes)}
+	if m, ok := membershipCheckFrom(self, dataDir, resp.Msg.Nodes); ok {
+		checks = append(checks, m)
+	}
+	return append(checks, quorumCheckFrom(resp.Msg))
+}
+
+// membershipCheckFrom says whether this machine's node (self) is a raft
+// server. One that runs but is not (it left with 'palyra node leave', was
+// started again and did not rejoin) answers calls and gossips as alive,
+// yet holds no vote and no replica the cluster counts: every other check
+// can pass while it stays outside. ok is false when the list does not
+// name self (no node here, or gossip does not know it).
+func membershipCheckFrom(self, dataDir string, nodes []*palyrav1.NodeInfo) (ch check, ok bool) {
+	const name = "raft membership"
+	for _, n := range nodes {
+		if self == "" || n.Id != self {
+			continue
+		}
+		switch {
+		case n.InRaft && n.Voter:
+			return check{Name: name, Status: "ok", Detail: fmt.Sprintf("this machine's node %s is a raft voter", self)}, true
+		case n.InRaft:
+			return check{Name: name, Status: "ok", Detail: fmt.Sprintf("this machine's node %s is a raft non-voter (a spare, promoted when the cluster needs a voter)", self)}, true
+		case n.State != "alive":
+			return check{}, false // removed, dead or left: the checks above say so
+		}
+		return check{Name: name, Status: "fail",
+			Detail: fmt.Sprintf("this machine's node %s runs but is not a raft member (in_raft false in 'palyra nodes'): it left the cluster ('palyra node leave') and did not rejoin, so it votes in nothing and holds no replica the cluster counts", self),
+			Fix: fmt.Sprintf("restart it to rejoin (stop it, then 'palyra node start --data-dir %s': a node that left rejoins through the servers it knew); "+
+				"if it stays out, look at its log for the join error, or stop it, move %s away and join again with a new code ('palyra node join --code CODE --peer HOST:PORT')", dataDir, dataDir)}, true
+	}
+	return check{}, false
 }
 
 // quorumCheckFrom warns when the cluster can lose no more voters (one
 // more failure stops every write), as 'palyra status' says it, and fails
 // without a quorum. One voter by design is fine.
-func quorumCheckFrom(nodes []*palyrav1.NodeInfo) check {
+func quorumCheckFrom(list *palyrav1.ListNodesResponse) check {
 	const name = "failure tolerance"
-	h := votersHealth(nodes)
+	h := votersHealth(list.Nodes, int(list.TargetVoters))
 	fix := "bring the voters that are down back ('palyra node start' on their machines), or replace them: 'palyra node remove ID', then join a new node"
+	if len(h.down) == 0 && h.belowTarget() != "" {
+		// Fewer voters than the cluster keeps, none of them down (a node
+		// left): only a new node gives back the voter it lacks.
+		fix = "add a node: 'palyra pair create --kind node' on an operator machine, then on the new machine 'palyra node join --code CODE --peer HOST:PORT'; it is promoted to voter once stable"
+	}
 	switch t := h.tolerance(); {
 	case h.total <= 1:
 		return check{Name: name, Status: "ok", Detail: fmt.Sprintf("voters: %s (a single voter: add nodes to survive losing one)", h)}

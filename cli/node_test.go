@@ -29,6 +29,13 @@ import (
 // it. done is closed once it has stopped.
 func (c *cluster) joinNode() (n *node.Node, done chan error) {
 	c.t.Helper()
+	return c.joinNodeWith(false)
+}
+
+// joinNodeWith is joinNode; with localOperator the node's data dir gets a
+// local operator credential, as 'palyra node join' makes one.
+func (c *cluster) joinNodeWith(localOperator bool) (n *node.Node, done chan error) {
+	c.t.Helper()
 	r := c.cli("pair", "create", "--kind", "node")
 	raw := regexp.MustCompile(`P1-[A-Z0-9-]+`).FindString(r.stdout + r.stderr)
 	code, err := pairing.Parse(raw)
@@ -38,11 +45,17 @@ func (c *cluster) joinNode() (n *node.Node, done chan error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	peer := c.node.Addr()
-	cred, pr, err := client.Pair(ctx, peer, code, client.PairOptions{})
+	paired, err := client.PairMember(ctx, peer, code, client.PairOptions{LocalOperator: localOperator})
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	cred, pr := paired.Credential, paired.Response
 	dir := c.t.TempDir()
+	if paired.Operator != nil {
+		if err := node.SaveLocalOperator(dir, paired.Operator); err != nil {
+			c.t.Fatal(err)
+		}
+	}
 	if err := node.PrepareJoin(dir, cred, pr.ClusterName, append([]string{peer}, pr.Peers...), pr.DataKey); err != nil {
 		c.t.Fatal(err)
 	}

@@ -21,7 +21,10 @@ func statusCommand() *ucli.Command {
    voters: how many raft voters gossip reports alive, how many of them lag
    (their replica trails the leader's log: see the RAFT column of 'palyra
    nodes'), and how many more voters the cluster can lose and still commit.
-   Writes and linearizable reads need a majority of voters.
+   Writes and linearizable reads need a majority of voters. Below the
+   number of voters the cluster keeps (--target-voters, 3 by default) it
+   names that target and what restores it: a spare (an alive non-voter)
+   is promoted by itself; without one, a node must be added.
 
    jobs: counts by phase in this node's replica. "running" counts the jobs
    placed on workers, including those waiting there for a free slot (a
@@ -43,7 +46,7 @@ func statusCommand() *ucli.Command {
 			// list nodes goes without it).
 			var health *voterHealth
 			if nl, err := cl.Node.ListNodes(c.Context, connect.NewRequest(&palyrav1.ListNodesRequest{RaftProgress: true})); err == nil {
-				h := votersHealth(nl.Msg.Nodes)
+				h := votersHealth(nl.Msg.Nodes, int(nl.Msg.TargetVoters))
 				health = &h
 			}
 			if c.Bool("json") {
@@ -64,8 +67,13 @@ func statusCommand() *ucli.Command {
 					if lagging == nil {
 						lagging = []string{}
 					}
-					out["voters"] = map[string]any{"total": health.total, "alive": health.alive,
+					voters := map[string]any{"total": health.total, "alive": health.alive,
 						"failure_tolerance": health.tolerance(), "not_alive": down, "lagging": lagging}
+					if health.target > 0 { // 0: a node older than the field
+						voters["target"] = health.target
+						voters["spares"] = health.spares
+					}
+					out["voters"] = voters
 				}
 				return writeJSON(c.App.Writer, out)
 			}
@@ -102,12 +110,20 @@ type voterHealth struct {
 	// lagging are alive voters trailing the leader's log (or not hearing
 	// from it): "id what": they do not count towards the failure tolerance meanwhile.
 	lagging []string
+	// target is how many voters the cluster keeps (0: not known), and
+	// spares the alive non-voters in raft that can be promoted to reach it.
+	target, spares int
 }
 
-func votersHealth(nodes []*palyrav1.NodeInfo) voterHealth {
-	var h voterHealth
+// votersHealth reads the voters' health off the member list; target is
+// ListNodesResponse.target_voters.
+func votersHealth(nodes []*palyrav1.NodeInfo, target int) voterHealth {
+	h := voterHealth{target: target}
 	for _, n := range nodes {
 		if !n.Voter {
+			if n.InRaft && n.State == "alive" {
+				h.spares++
+			}
 			continue
 		}
 		h.total++
@@ -137,8 +153,31 @@ func (h voterHealth) tolerance() int {
 	return t
 }
 
+// belowTarget says, when the cluster has fewer voters than it keeps,
+// what its target is and what restores it ("" otherwise): after a 'node
+// leave' the voters left all look healthy, and nothing else says that
+// one more failure now stops every write.
+func (h voterHealth) belowTarget() string {
+	if h.target == 0 || h.total >= h.target {
+		return ""
+	}
+	// Autopilot promotes spares up to the target, to an odd number of
+	// voters: missing is what it cannot fill.
+	missing := h.target - h.total - h.spares
+	switch {
+	case missing <= 0:
+		return fmt.Sprintf("target %d: a spare is promoted once it is stable", h.target)
+	case missing == 1:
+		return fmt.Sprintf("target %d: add a node to reach it", h.target)
+	}
+	return fmt.Sprintf("target %d: add %d nodes to reach it", h.target, missing)
+}
+
 func (h voterHealth) String() string {
 	s := fmt.Sprintf("%d of %d alive", h.alive, h.total)
+	if b := h.belowTarget(); b != "" {
+		s += " (" + b + ")"
+	}
 	if len(h.lagging) > 0 {
 		s += fmt.Sprintf(", %d lagging", len(h.lagging))
 	}

@@ -118,6 +118,9 @@ func (c *Config) defaults() {
 	if c.CertTTL == 0 {
 		c.CertTTL = 24 * time.Hour
 	}
+	if c.TargetVoters == 0 { // as the cluster reads 0; the API reports it
+		c.TargetVoters = cluster.DefaultTargetVoters
+	}
 }
 
 // defaultBrowserSlots is Config.BrowserSlots' default, used while

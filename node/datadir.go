@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // Layout of a node's data directory. Everything is created 0700/0600.
@@ -20,6 +21,7 @@ import (
 //	raft/          raft log (bbolt) and snapshots
 //	blobs/         content-addressed modules and artifacts
 //	wasm-cache/    wazero's compiled-code cache
+//	refused.json   present while the cluster refuses this node's certificate (it was removed): for 'palyra doctor'
 type Layout struct{ Dir string }
 
 func (l Layout) StateFile() string   { return filepath.Join(l.Dir, "node.json") }
@@ -31,6 +33,50 @@ func (l Layout) RaftDir() string     { return filepath.Join(l.Dir, "raft") }
 func (l Layout) BlobDir() string     { return filepath.Join(l.Dir, "blobs") }
 func (l Layout) WasmCacheDir() string {
 	return filepath.Join(l.Dir, "wasm-cache")
+}
+func (l Layout) RefusedFile() string { return filepath.Join(l.Dir, "refused.json") }
+
+// Refusal is refused.json: since when the node has found that the
+// cluster refuses its certificate, and how it knows (watchSelfRefused).
+// 'palyra doctor' reads it: the certificate itself has not expired, and
+// only the node can tell that every peer turns it away.
+type Refusal struct {
+	Since   time.Time `json:"since"`
+	Because string    `json:"because"`
+}
+
+// ReadRefusal reads refused.json; ok is false when the node has not found
+// itself refused (or the file cannot be read).
+func (l Layout) ReadRefusal() (r Refusal, ok bool) {
+	data, err := os.ReadFile(l.RefusedFile())
+	if err != nil || json.Unmarshal(data, &r) != nil {
+		return Refusal{}, false
+	}
+	return r, true
+}
+
+// recordRefusal writes refused.json when refused (keeping an earlier
+// Since) and removes it when not.
+func (l Layout) recordRefusal(refused bool, because string, now time.Time) error {
+	if !refused {
+		if err := os.Remove(l.RefusedFile()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	old, ok := l.ReadRefusal()
+	if ok && old.Because == because {
+		return nil
+	}
+	r := Refusal{Since: now.UTC(), Because: because}
+	if ok {
+		r.Since = old.Since
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(l.RefusedFile(), append(data, '\n'), 0o600)
 }
 
 // State is node.json: the node's stable facts.

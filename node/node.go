@@ -530,7 +530,7 @@ func (n *Node) setLabels(ctx context.Context, l map[string]string) error {
 // serve starts the HTTP/3 API on the transport's API connections.
 func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential) {
 	info := api.Info{NodeID: n.state.NodeID, Address: addr, ClusterName: n.state.ClusterName,
-		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now()}
+		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now(), TargetVoters: n.cfg.TargetVoters}
 	opts := api.Options{Control: apiControl{n.cluster}, Live: n.cluster, Browsers: n.cluster, Metrics: n.metrics.Text, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Progress: n.cluster.Progress, Leave: n.leave,
 		Peers: n.peerAddrs, Forward: n.viaSigners, Seal: n.sealSecret, DataKey: n.dataKey, Issuer: n.keeper, Snapshots: n}

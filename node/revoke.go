@@ -67,8 +67,11 @@ const (
 )
 
 // refusedMessage is what a node removed from the cluster is told.
-const refusedMessage = "this node's certificate is refused by the cluster: it was removed ('palyra node remove'); " +
-	"to bring this machine back, stop it, move its data dir away and join again with a new code " +
+const refusedMessage = "this node's certificate is refused by the cluster: it was removed ('palyra node remove'); " + RemovedFix
+
+// RemovedFix is what brings a removed node's machine back: its data dir
+// holds an identity the cluster refuses for good.
+const RemovedFix = "to bring this machine back, stop it, move its data dir away and join again with a new code " +
 	"('palyra node join --code CODE --peer HOST:PORT')"
 
 // selfRefused says whether the cluster refuses this node's certificate:
@@ -87,17 +90,26 @@ func (n *Node) selfRefused() (bool, string) {
 
 // watchSelfRefused logs refusedMessage once, and again at most every
 // refusedLogEvery while it holds, so a removed node restarted on its old
-// data dir says what happened instead of only raft's dial errors.
+// data dir says what happened instead of only raft's dial errors. It
+// keeps refused.json in the data dir in step, for 'palyra doctor'.
 func (n *Node) watchSelfRefused(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var last time.Time
+	written, recorded := false, false // whether refused.json was brought in step, and to what
 	for {
 		refused, why := n.selfRefused()
-		n.refused.Store(refused) // raft's own complaints go quiet meanwhile
+		n.refused.Store(refused) // raft's own lines go quiet meanwhile
 		if refused && (last.IsZero() || time.Since(last) >= refusedLogEvery) {
 			last = time.Now()
 			n.log.Error(refusedMessage, "because", why)
+		}
+		if !written || recorded != refused {
+			if err := n.layout.recordRefusal(refused, why, time.Now()); err != nil {
+				n.log.Warn("cannot record the cluster's refusal of this node for 'palyra doctor'", "file", n.layout.RefusedFile(), "err", err)
+			} else {
+				written, recorded = true, refused
+			}
 		}
 		select {
 		case <-t.C:

@@ -96,6 +96,9 @@ type Info struct {
 	CAFingerprint string
 	Version       string
 	Started       time.Time
+	// TargetVoters is how many raft voters this node keeps when it leads
+	// (its --target-voters): what 'palyra status' compares the voters with.
+	TargetVoters int
 }
 
 // Issuer is the cluster CA as this node sees it. Every node has the trust
@@ -383,7 +386,7 @@ func (n nodeService) ListNodes(ctx context.Context, req *connect.Request[palyrav
 	if err := s.authz.Check(ctx, policy.ActionNodeList, policy.ClusterResource(), nil); err != nil {
 		return nil, err
 	}
-	resp := &palyrav1.ListNodesResponse{ServedBy: s.info.NodeID}
+	resp := &palyrav1.ListNodesResponse{ServedBy: s.info.NodeID, TargetVoters: uint32(max(0, s.info.TargetVoters))}
 	if s.Members == nil {
 		return connect.NewResponse(resp), nil
 	}

@@ -2774,9 +2774,13 @@ func (x *ListNodesRequest) GetRaftProgress() bool {
 }
 
 type ListNodesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*NodeInfo            `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	ServedBy      string                 `protobuf:"bytes,2,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Nodes    []*NodeInfo            `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	ServedBy string                 `protobuf:"bytes,2,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	// target_voters is how many raft voters the serving node keeps when it
+	// leads (its --target-voters; the leader's setting applies). 0 from a
+	// node older than the field.
+	TargetVoters  uint32 `protobuf:"varint,3,opt,name=target_voters,json=targetVoters,proto3" json:"target_voters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2823,6 +2827,13 @@ func (x *ListNodesResponse) GetServedBy() string {
 		return x.ServedBy
 	}
 	return ""
+}
+
+func (x *ListNodesResponse) GetTargetVoters() uint32 {
+	if x != nil {
+		return x.TargetVoters
+	}
+	return 0
 }
 
 type SetSchedulableRequest struct {
@@ -6967,10 +6978,11 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"7\n" +
 	"\x10ListNodesRequest\x12#\n" +
-	"\rraft_progress\x18\x01 \x01(\bR\fraftProgress\"[\n" +
+	"\rraft_progress\x18\x01 \x01(\bR\fraftProgress\"\x80\x01\n" +
 	"\x11ListNodesResponse\x12)\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.palyra.v1.NodeInfoR\x05nodes\x12\x1b\n" +
-	"\tserved_by\x18\x02 \x01(\tR\bservedBy\"\x8e\x01\n" +
+	"\tserved_by\x18\x02 \x01(\tR\bservedBy\x12#\n" +
+	"\rtarget_voters\x18\x03 \x01(\rR\ftargetVoters\"\x8e\x01\n" +
 	"\x15SetSchedulableRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
 	"\beligible\x18\x02 \x01(\bR\beligible\x12\x14\n" +
