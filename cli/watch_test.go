@@ -152,8 +152,10 @@ func TestWaitOutlivesASilentNode(t *testing.T) {
 		panic("unreachable")
 	}
 	// The old stream hung for the QUIC idle timeout (8 s of silence)
-	// before anything was tried; the jobs end within 2 s of the silence.
-	const prompt = 6 * time.Second
+	// before anything was tried. The client now closes a connection it
+	// has heard nothing from for SilentAfter itself, and says so: that
+	// reason, not the idle timeout's ("no answer"), is what is checked,
+	// so a slow machine cannot fail this test, nor a regression pass it.
 	check := func(t *testing.T, r result, took time.Duration, silent, id string) {
 		t.Helper()
 		t.Logf("ended %s after the silence; stderr:\n%s", took.Round(time.Millisecond), r.stderr)
@@ -163,8 +165,8 @@ func TestWaitOutlivesASilentNode(t *testing.T) {
 		if strings.Contains(r.stderr, "again through "+silent) {
 			t.Errorf("followed again through the silent node %s: %q", silent, r.stderr)
 		}
-		if took > prompt {
-			t.Errorf("the command ended %s after its node went silent; the job ended within 2 s of that", took.Round(time.Millisecond))
+		if !strings.Contains(r.stderr, "lost the stream from "+silent+" (nothing heard from it for ") {
+			t.Errorf("the command did not give up on the silent node %s itself (it waited for the connection's idle timeout): %q", silent, r.stderr)
 		}
 	}
 
