@@ -121,8 +121,10 @@ type State struct {
 // DataVersion is the data format this software writes: raft entries and
 // snapshots with the fields it knows. It goes up when a newer version's
 // entries would apply differently on this one (2: ended job output,
-// operators' key-value writes in the audit journal, hook rules).
-const DataVersion = 2
+// operators' key-value writes in the audit journal, hook rules; 3: entries
+// stamped with hook rules 2, whose after_run inputs say exit_code null
+// where a version-2 replica would write 0).
+const DataVersion = 3
 
 // checkDataVersion refuses a data dir a newer binary has used.
 func checkDataVersion(l Layout, st State) error {
