@@ -132,6 +132,10 @@ func Open(cfg Config) (*Store, error) {
 	// A placement or result applied on a follower waits for exactly that,
 	// so it is short here (see DESIGN.md: measured against a leader push).
 	rc.CommitTimeout = commitTimeout
+	// raft reports some metrics twice: labelled by peer, and again with
+	// the peer's id in the metric's name (one name per peer, which
+	// Prometheus users cannot aggregate). Keep the labelled ones.
+	rc.NoLegacyTelemetry = true
 	if cfg.Tune != nil {
 		cfg.Tune(rc)
 	}

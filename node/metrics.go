@@ -52,6 +52,10 @@ var raftSink = sync.OnceValue(func() *gmprom.PrometheusSink {
 	}
 	cfg := gometrics.DefaultConfig("palyra")
 	cfg.EnableHostname, cfg.EnableRuntimeMetrics, cfg.EnableHostnameLabel = false, false, false
+	// memberlist's size.local gauge reads four bytes of its message header
+	// as the size of the state it pushes (memberlist v0.6.0 net.go): values
+	// like 2.2e9 for a few hundred bytes. Leave it out rather than mislead.
+	cfg.BlockedPrefixes = []string{"palyra.memberlist.size.local"}
 	if _, err := gometrics.NewGlobal(cfg, sink); err != nil {
 		return nil
 	}

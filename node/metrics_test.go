@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	gometrics "github.com/armon/go-metrics"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -159,5 +160,40 @@ func TestMetricsListenIsRecorded(t *testing.T) {
 	}
 	if st, err := n.Layout().ReadState(); err != nil || st.MetricsListen != "" {
 		t.Fatalf("node.json after MetricsOff: %+v %v", st, err)
+	}
+}
+
+// raft's and memberlist's metrics come without names that embed a peer's
+// id (raft's legacy duplicates of its labelled metrics) and without
+// memberlist's size.local gauge, which reports header bytes as a size.
+func TestLibraryMetricsAreClean(t *testing.T) {
+	first, second, _ := twoNodes(t)
+	cl := operator(t, first, second.Addr())
+	waitCompleted(t, cl, submit(t, cl, "replicated"))
+	n := start(t, node.Config{MetricsListen: "127.0.0.1:0"})
+	gometrics.SetGaugeWithLabels([]string{"memberlist", "size", "local"}, 2.2e9, nil)
+	resp, err := http.Get("http://" + n.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, "#") {
+			continue
+		}
+		name, _, _ := strings.Cut(l, " ")
+		name, _, _ = strings.Cut(name, "{")
+		for _, id := range []string{first.ID(), second.ID()} {
+			if strings.Contains(name, strings.ReplaceAll(id, "-", "_")) {
+				t.Errorf("metric %s names a peer in its name", name)
+			}
+		}
+		if strings.HasPrefix(name, "palyra_memberlist_size_local") {
+			t.Errorf("memberlist's size.local gauge is exported: %s", l)
+		}
+	}
+	if !strings.Contains(string(body), "palyra_raft_replication_appendEntries_rpc") {
+		t.Errorf("raft's labelled replication metrics are missing:\n%s", body)
 	}
 }
