@@ -54,7 +54,7 @@ func doctorCommand() *ucli.Command {
 			}
 			if src, err := resolveCredential(c); err == nil {
 				cred := certCheck("CLI credential ("+src.desc+")", src.dir)
-				reach, refused := reachCheck(c)
+				reach, refused, status := reachCheck(c)
 				if refused != nil {
 					// The node answered and refused the credential: that
 					// is the credential's state, whatever its file says.
@@ -68,6 +68,9 @@ func doctorCommand() *ucli.Command {
 						self = "" // its membership is moot, and the answer may be its own stale view
 					}
 					checks = append(append(checks, cred, reach, capacityCheck(c)), raftCheck(c, self, layout.Dir)...)
+					if status != nil {
+						checks = append(checks, leaderChurnCheck(status))
+					}
 				}
 			} else {
 				checks = append(checks, check{Name: "CLI credential", Status: "warn", Detail: err.Error(),
@@ -157,10 +160,10 @@ func certCheck(name, dir string) check {
 
 // reachCheck calls the node; refused is the node's refusal of this
 // credential (nil for any other outcome).
-func reachCheck(c *ucli.Context) (ch check, refused *client.Error) {
+func reachCheck(c *ucli.Context) (ch check, refused *client.Error, status *palyrav1.StatusResponse) {
 	cl, err := dial(c)
 	if err != nil {
-		return check{Name: "node reachable", Status: "fail", Detail: err.Error()}, nil
+		return check{Name: "node reachable", Status: "fail", Detail: err.Error()}, nil, nil
 	}
 	defer cl.Close()
 	t0 := time.Now()
@@ -170,10 +173,33 @@ func reachCheck(c *ucli.Context) (ch check, refused *client.Error) {
 		if credentialRefused(e) {
 			refused = e
 		}
-		return check{Name: "node reachable", Status: "fail", Detail: e.Message, Fix: e.Hint}, refused
+		return check{Name: "node reachable", Status: "fail", Detail: e.Message, Fix: e.Hint}, refused, nil
 	}
 	return check{Name: "node reachable", Status: "ok", Detail: fmt.Sprintf("%s at %s answered in %s (raft %s, leader %s)",
-		resp.Msg.NodeId, cl.Reached(), time.Since(t0).Round(time.Millisecond), resp.Msg.RaftState, resp.Msg.LeaderId)}, nil
+		resp.Msg.NodeId, cl.Reached(), time.Since(t0).Round(time.Millisecond), resp.Msg.RaftState, resp.Msg.LeaderId)}, nil, resp.Msg
+}
+
+// churnLimit is how many leader changes in an hour, as one node saw them,
+// doctor takes for churn: a start, a rolling restart (each leader hands
+// over once) and a lost node fit under it.
+const churnLimit = 5
+
+// leaderChurnCheck warns when the node that answered saw the leader
+// change more than churnLimit times in the last hour: with no node lost,
+// that is machines too busy to answer raft's heartbeats in time (the LAN
+// timers give a leader 300 ms) or a lossy network.
+func leaderChurnCheck(s *palyrav1.StatusResponse) check {
+	const name = "leader stability"
+	if s.LeaderSinceMs == 0 && s.LeaderChangesLastHour == 0 {
+		return check{Name: name, Status: "ok", Detail: "the node does not say (it runs an older palyra, or knows no leader)"}
+	}
+	detail := fmt.Sprintf("%s saw %d leader change(s) in the last hour", s.NodeId, s.LeaderChangesLastHour)
+	if int(s.LeaderChangesLastHour) <= churnLimit {
+		return check{Name: name, Status: "ok", Detail: detail}
+	}
+	return check{Name: name, Status: "warn", Detail: detail + ": elections with no node lost",
+		Fix: "the nodes' machines are starved of CPU or their network drops packets: check load and links ('palyra status' on each node); " +
+			"nodes on busy machines or on several sites should run with '--network wan' (longer failure-detection timers)"}
 }
 
 // credentialRefused reports whether a node turned this credential away:

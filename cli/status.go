@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
@@ -16,7 +17,10 @@ func statusCommand() *ucli.Command {
 		Name:  "status",
 		Usage: "show the node's raft state and job counts",
 		Description: `Shows the node at --addr: its raft role, term, commit and applied
-   indexes, the leader it follows, who you are to it, and its version.
+   indexes, the leader it follows and since when (with how often the
+   leader changed in the last hour, when more than once: frequent changes
+   with no node lost mean busy machines or a lossy network, which 'palyra
+   doctor' flags), who you are to it, and its version.
 
    voters: how many raft voters gossip reports alive, how many of them lag
    (their replica trails the leader's log: see the RAFT column of 'palyra
@@ -57,6 +61,7 @@ func statusCommand() *ucli.Command {
 					"version": s.Version, "cluster_name": s.ClusterName, "ca_fingerprint": s.CaFingerprint,
 					"caller": s.Caller, "uptime_ms": s.UptimeMs,
 					"retention_ms": s.RetentionMs, "pruned_before": msTime(s.PrunedBeforeMs),
+					"leader_since": msTime(s.LeaderSinceMs), "leader_changes_last_hour": s.LeaderChangesLastHour,
 				}
 				if health != nil {
 					down := health.down
@@ -77,7 +82,7 @@ func statusCommand() *ucli.Command {
 				}
 				return writeJSON(c.App.Writer, out)
 			}
-			leader := s.LeaderId + " " + s.LeaderAddress
+			leader := s.LeaderId + " " + s.LeaderAddress + leaderTenure(s, time.Now())
 			if s.LeaderId == "" {
 				leader = "(none known: no quorum)"
 			}
@@ -200,4 +205,19 @@ func (h voterHealth) String() string {
 		s += " (lagging, not counted in the failure tolerance: " + strings.Join(h.lagging, ", ") + "; see 'palyra nodes')"
 	}
 	return s
+}
+
+// leaderTenure says since when the leader leads, as the node saw it, and
+// how often the leader changed in the last hour when more than once (a
+// node's first leader counts).
+func leaderTenure(s *palyrav1.StatusResponse, now time.Time) string {
+	if s.LeaderSinceMs == 0 { // none known, or a node older than the field
+		return ""
+	}
+	since := time.UnixMilli(s.LeaderSinceMs)
+	out := fmt.Sprintf(", since %s (%s ago)", since.UTC().Format("15:04:05Z"), roughDuration(max(now.Sub(since), 0)))
+	if s.LeaderChangesLastHour > 1 {
+		out += fmt.Sprintf("; %d leader changes in the last hour", s.LeaderChangesLastHour)
+	}
+	return out
 }

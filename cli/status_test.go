@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
 // status shows the voter target next to the voter count while the
@@ -26,5 +29,51 @@ func TestStatusShowsTheVoterTargetBelowIt(t *testing.T) {
 	}
 	if v := st.Voters; v.Total == nil || *v.Total != 1 || v.Target == nil || *v.Target != 3 || v.Spares == nil || *v.Spares != 0 {
 		t.Fatalf("status --json voters: %s", r.stdout)
+	}
+}
+
+// status says since when the leader leads (the node's first leader is one
+// change), and doctor reports the changes as leader stability.
+func TestStatusSaysSinceWhenTheLeaderLeads(t *testing.T) {
+	c := startNode(t)
+	r := c.cli("status", "--json")
+	var st struct {
+		LeaderSince string `json:"leader_since"`
+		Changes     int    `json:"leader_changes_last_hour"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 {
+		t.Fatalf("status --json: %v %+v", err, r)
+	}
+	if since, err := time.Parse(time.RFC3339Nano, st.LeaderSince); err != nil || since.After(time.Now()) || st.Changes != 1 {
+		t.Fatalf("status --json: leader since %q (%v), %d changes; want a past time and the one election: %s", st.LeaderSince, err, st.Changes, r.stdout)
+	}
+	if r := c.cli("status"); r.code != 0 || !strings.Contains(r.stdout, ", since ") || strings.Contains(r.stdout, "leader changes") {
+		t.Fatalf("status: %+v", r)
+	}
+	if r := c.cli("doctor", "--json"); !strings.Contains(r.stdout, `"leader stability"`) || !strings.Contains(r.stdout, "saw 1 leader change(s) in the last hour") {
+		t.Fatalf("doctor: %+v", r)
+	}
+}
+
+// Past five leader changes in an hour, doctor warns and names the timers;
+// status says how many there were.
+func TestLeaderChurn(t *testing.T) {
+	now := time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC)
+	s := &palyrav1.StatusResponse{NodeId: "n-1", LeaderSinceMs: now.Add(-90 * time.Second).UnixMilli(), LeaderChangesLastHour: 6}
+	if ch := leaderChurnCheck(s); ch.Status != "warn" || !strings.Contains(ch.Fix, "--network wan") || !strings.Contains(ch.Detail, "6 leader change") {
+		t.Fatalf("churn check: %+v", ch)
+	}
+	if got := leaderTenure(s, now); got != ", since 04:58:30Z (1m ago); 6 leader changes in the last hour" {
+		t.Fatalf("tenure: %q", got)
+	}
+	s.LeaderChangesLastHour = 5
+	if ch := leaderChurnCheck(s); ch.Status != "ok" {
+		t.Fatalf("five changes: %+v", ch)
+	}
+	if ch := leaderChurnCheck(&palyrav1.StatusResponse{}); ch.Status != "ok" || !strings.Contains(ch.Detail, "does not say") {
+		t.Fatalf("an older node: %+v", ch)
+	}
+	if got := leaderTenure(&palyrav1.StatusResponse{}, now); got != "" {
+		t.Fatalf("tenure of an older node: %q", got)
 	}
 }

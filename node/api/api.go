@@ -136,7 +136,10 @@ type Options struct {
 	Issuer  Issuer
 	Limiter *pairing.Limiter
 	Peers   func() []string // node addresses a joiner should contact
-	Members func() []cluster.Member
+	// LeaderChanges says how often this node saw a new leader in the last
+	// hour and since when the current one leads (Status).
+	LeaderChanges func(now time.Time) (changes int, since time.Time)
+	Members       func() []cluster.Member
 	// Progress asks the live raft servers how far along they are (nil:
 	// node lists go without it).
 	Progress func(ctx context.Context) map[string]cluster.ServerProgress
@@ -347,7 +350,17 @@ func (n nodeService) Status(ctx context.Context, _ *connect.Request[palyrav1.Sta
 		counts[p.String()] = c
 	}
 	caller, _ := PrincipalFrom(ctx)
+	var changes int
+	var since time.Time
+	if s.LeaderChanges != nil {
+		changes, since = s.LeaderChanges(s.now())
+	}
+	var sinceMS int64
+	if !since.IsZero() {
+		sinceMS = since.UnixMilli()
+	}
 	return connect.NewResponse(&palyrav1.StatusResponse{
+		LeaderChangesLastHour: uint32(changes), LeaderSinceMs: sinceMS,
 		NodeId: s.info.NodeID, Address: s.info.Address, LeaderId: lid, LeaderAddress: laddr,
 		Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, RaftState: st.State,
 		JobsByPhase: counts, Version: s.info.Version, ClusterName: s.info.ClusterName,

@@ -49,10 +49,13 @@ type Cluster struct {
 	verifying  map[string]bool      // leader: gossip members being added to raft
 	downSince  map[string]time.Time // leader: when a raft server was first seen down
 	lastLeader leaderInfo
-	fwd        forwards                       // forwards to the leader in flight, ended when it moves
-	confIDs    map[string]raft.ServerSuffrage // last raft configuration seen
-	subs       []chan struct{}
-	conflicts  map[string]bool // gossip id conflicts already logged
+	// elected are when this node saw a new leader (one after none, or
+	// another), the last hour's (LeaderChanges).
+	elected   []time.Time
+	fwd       forwards                       // forwards to the leader in flight, ended when it moves
+	confIDs   map[string]raft.ServerSuffrage // last raft configuration seen
+	subs      []chan struct{}
+	conflicts map[string]bool // gossip id conflicts already logged
 
 	leaderReady  atomic.Bool // leader and its barrier for this term is done
 	reconnecting atomic.Bool
@@ -264,6 +267,55 @@ func (c *Cluster) sawLeader(id, addr string) {
 	c.mu.Unlock()
 }
 
+// leaderWindow is how long LeaderChanges remembers elections.
+const leaderWindow = time.Hour
+
+// sawElection records that a new leader was seen at t.
+func (c *Cluster) sawElection(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keep := c.elected[:0]
+	for _, at := range c.elected {
+		if t.Sub(at) < leaderWindow {
+			keep = append(keep, at)
+		}
+	}
+	c.elected = append(keep, t)
+}
+
+// LeaderChanges says how many times this node saw a new leader (one after
+// none, or another) in the last hour, and when it saw the current one
+// (zero while it knows none). A node's first leader counts: a node up
+// for less than the hour saw at least that one.
+func (c *Cluster) LeaderChanges(now time.Time) (changes int, since time.Time) {
+	c.mu.Lock()
+	elected := slices.Clone(c.elected)
+	c.mu.Unlock()
+	if _, id := c.store.Leader(); id == "" {
+		return within(elected, now), time.Time{}
+	}
+	return within(elected, now), last(elected)
+}
+
+// within counts the times in the hour before now.
+func within(ts []time.Time, now time.Time) int {
+	n := 0
+	for _, at := range ts {
+		if now.Sub(at) < leaderWindow {
+			n++
+		}
+	}
+	return n
+}
+
+// last is the latest of ts (zero if none).
+func last(ts []time.Time) time.Time {
+	if len(ts) == 0 {
+		return time.Time{}
+	}
+	return ts[len(ts)-1]
+}
+
 // watchLeader follows raft's leader observations: it records the leader and
 // tells subscribers that leadership moved.
 func (c *Cluster) watchLeader(ch chan raft.Observation) {
@@ -279,6 +331,9 @@ func (c *Cluster) watchLeader(ch chan raft.Observation) {
 			}
 			if string(lo.LeaderID) != last {
 				last = string(lo.LeaderID)
+				if last != "" {
+					c.sawElection(time.Now())
+				}
 				c.fwd.moved(last)
 				c.log.Info("leader changed", "leader", last, "address", string(lo.LeaderAddr))
 				c.notify()

@@ -2373,9 +2373,15 @@ type StatusResponse struct {
 	// peers are the API addresses of the cluster's nodes as the serving node
 	// knows them (raft servers and alive members, removed nodes left out):
 	// clients record them to fail over when a node is down.
-	Peers         []string `protobuf:"bytes,17,rep,name=peers,proto3" json:"peers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Peers []string `protobuf:"bytes,17,rep,name=peers,proto3" json:"peers,omitempty"`
+	// How often this node saw a new leader (one after none, or another)
+	// in the last hour, and since when the current leader leads as it saw
+	// it (0: none known). Frequent changes with no node lost mean starved
+	// machines or a lossy network ('palyra doctor' says so).
+	LeaderChangesLastHour uint32 `protobuf:"varint,18,opt,name=leader_changes_last_hour,json=leaderChangesLastHour,proto3" json:"leader_changes_last_hour,omitempty"`
+	LeaderSinceMs         int64  `protobuf:"varint,19,opt,name=leader_since_ms,json=leaderSinceMs,proto3" json:"leader_since_ms,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2525,6 +2531,20 @@ func (x *StatusResponse) GetPeers() []string {
 		return x.Peers
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetLeaderChangesLastHour() uint32 {
+	if x != nil {
+		return x.LeaderChangesLastHour
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLeaderSinceMs() int64 {
+	if x != nil {
+		return x.LeaderSinceMs
+	}
+	return 0
 }
 
 type NodeInfo struct {
@@ -6924,7 +6944,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x0fMetricsResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x0f\n" +
-	"\rStatusRequest\"\x8e\x05\n" +
+	"\rStatusRequest\"\xef\x05\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1b\n" +
@@ -6944,7 +6964,9 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\tuptime_ms\x18\x0e \x01(\x03R\buptimeMs\x12!\n" +
 	"\fretention_ms\x18\x0f \x01(\x03R\vretentionMs\x12(\n" +
 	"\x10pruned_before_ms\x18\x10 \x01(\x03R\x0eprunedBeforeMs\x12\x14\n" +
-	"\x05peers\x18\x11 \x03(\tR\x05peers\x1a>\n" +
+	"\x05peers\x18\x11 \x03(\tR\x05peers\x127\n" +
+	"\x18leader_changes_last_hour\x18\x12 \x01(\rR\x15leaderChangesLastHour\x12&\n" +
+	"\x0fleader_since_ms\x18\x13 \x01(\x03R\rleaderSinceMs\x1a>\n" +
 	"\x10JobsByPhaseEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xf3\x05\n" +
