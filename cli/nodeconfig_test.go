@@ -85,6 +85,8 @@ lease-ttl = "5s"
 		Nodes []struct {
 			Capacity map[string]int    `json:"capacity"`
 			Labels   map[string]string `json:"labels"`
+			Placed   *int              `json:"placed"`
+			Running  *int              `json:"running"` // the older name of placed
 		} `json:"nodes"`
 	}
 	waitFor(t, "the node to answer", func() bool {
@@ -92,6 +94,9 @@ lease-ttl = "5s"
 		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &list) == nil && len(list.Nodes) == 1
 	})
 	nodes := list.Nodes
+	if n := nodes[0]; n.Placed == nil || n.Running == nil || *n.Placed != *n.Running {
+		t.Fatalf("nodes --json: placed %v, running %v; want both, equal (the table's PLACED)", n.Placed, n.Running)
+	}
 	if nodes[0].Capacity["wasm"] != 3 || nodes[0].Labels["zone"] != "a" || nodes[0].Labels["disk"] != "ssd" {
 		t.Fatalf("the node runs with %+v, not the config file's settings", nodes[0])
 	}

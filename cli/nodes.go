@@ -30,7 +30,8 @@ func nodesCommand() *ucli.Command {
    not alive gets no new work whatever it says. PLACED counts the jobs
    placed on the node: running, or waiting there for a free slot (a worker
    takes up to four placements per slot ahead, so PLACED can exceed
-   CAPACITY).`,
+   CAPACITY). --json gives it as "placed" (and, as older versions
+   named it, "running").`,
 		Flags: []ucli.Flag{jsonFlag},
 		Action: func(c *ucli.Context) error {
 			cl, err := dial(c)
@@ -51,7 +52,7 @@ func nodesCommand() *ucli.Command {
 					}
 					out = append(out, map[string]any{"id": n.Id, "address": n.Address, "state": n.State, "voter": n.Voter,
 						"leader": n.Leader, "labels": labels, "capacity": n.Capacity, "version": n.Version, "features": nonNil(n.Features), "in_raft": n.InRaft,
-						"eligible": n.Eligible, "draining": n.Draining, "running": n.Running, "raft": raftJSON(n)})
+						"eligible": n.Eligible, "draining": n.Draining, "placed": n.Running, "running": n.Running, "raft": raftJSON(n)})
 				}
 				return writeJSON(c.App.Writer, map[string]any{"nodes": out, "served_by": resp.Msg.ServedBy})
 			}
