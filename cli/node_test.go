@@ -116,6 +116,11 @@ func TestNodeLeaveThenRemove(t *testing.T) {
 	third, thirdDone := c.joinNode()
 	waitCluster(t, []*node.Node{c.node, second, third}, 3)
 
+	// Removing a node that runs is refused with the command that makes it
+	// leave, runnable as it stands: with the caller's --data-dir.
+	if r := c.cli("node", "remove", third.ID()); r.code == 0 || !strings.Contains(r.stderr, "'palyra --data-dir "+c.dir+" --addr "+third.Addr()+" node leave'") {
+		t.Fatalf("node remove of a running node: %+v", r)
+	}
 	r := runCLI(t, "--data-dir", c.dir, "--addr", third.Addr(), "node", "leave")
 	if r.code != 0 || !strings.Contains(r.stdout, "left the cluster") || r.stderr != "" {
 		t.Fatalf("node leave: %+v", r)
