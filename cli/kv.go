@@ -53,8 +53,9 @@ func kvCommand() *ucli.Command {
    byte. Reads are linearizable unless --stale; writes are in the audit journal.
 
    A put or delete whose answer is lost (a leader change, a node stopping)
-   is sent again, a few times within about a second: doing either twice is
-   harmless (each send that arrives is a write in the journal).`,
+   is not sent again: another writer (a job, an operator) may have written
+   the key since, and a second send would undo that. The error says so;
+   read the key back with 'kv get' before writing it again.`,
 		Subcommands: []*ucli.Command{
 			{
 				Name: "get", Usage: "print a key's value (byte for byte; --json: text or base64)", ArgsUsage: "KEY",
@@ -123,9 +124,9 @@ func kvCommand() *ucli.Command {
 						return err
 					}
 					defer cl.Close()
-					// Sent again while its outcome is unknown (a leader
-					// change): setting a key twice is harmless.
-					if _, err := cl.PutKV(c.Context, &palyrav1.PutKVRequest{Key: key, Value: value}); err != nil {
+					// Not sent again when its outcome is unknown: the key may
+					// have been written by another since (kv help).
+					if _, err := cl.KV.PutKV(c.Context, connect.NewRequest(&palyrav1.PutKVRequest{Key: key, Value: value})); err != nil {
 						return fail(c, outcomeUnknown(cl.Explain(err), kvUnknownHint("write", key)))
 					}
 					if c.Bool("json") {
@@ -148,22 +149,13 @@ func kvCommand() *ucli.Command {
 						return err
 					}
 					defer cl.Close()
-					resp, resent, err := cl.DeleteKV(c.Context, &palyrav1.DeleteKVRequest{Key: key})
+					r, err := cl.KV.DeleteKV(c.Context, connect.NewRequest(&palyrav1.DeleteKVRequest{Key: key}))
 					if err != nil {
 						return fail(c, outcomeUnknown(cl.Explain(err), kvUnknownHint("delete", key)))
 					}
+					resp := r.Msg
 					if c.Bool("json") {
-						out := map[string]any{"key": key, "deleted": resp.Existed}
-						if resent {
-							out["resent"] = true
-						}
-						return writeJSON(c.App.Writer, out)
-					}
-					if !resp.Existed && resent {
-						// The first send's answer was lost: it may have
-						// deleted the key the resend found missing.
-						fmt.Fprintf(c.App.Writer, "%s: gone (deleted by this command's first attempt, whose answer was lost, or missing already)\n", key)
-						return nil
+						return writeJSON(c.App.Writer, map[string]any{"key": key, "deleted": resp.Existed})
 					}
 					if !resp.Existed {
 						fmt.Fprintf(c.App.Writer, "%s: no such key (nothing to delete)\n", key)

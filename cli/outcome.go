@@ -47,6 +47,6 @@ func submitUnknownHint(key string) string {
 // kvUnknownHint says what to do about a write of key ("set" or "delete")
 // whose outcome stayed unknown.
 func kvUnknownHint(verb, key string) string {
-	return fmt.Sprintf("the %s may or may not have taken effect: see the key with 'palyra kv get %q', or run the same command again "+
-		"(doing it twice is harmless)", verb, key)
+	return fmt.Sprintf("the %s may or may not have taken effect: read the key with 'palyra kv get %q' before writing it again "+
+		"(another writer may have changed it since)", verb, key)
 }

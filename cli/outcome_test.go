@@ -55,7 +55,7 @@ func TestUnknownOutcomeSaysWhatToDoForTheCommand(t *testing.T) {
 		want []string
 	}{
 		{"job submit", outcomeUnknown(lost, submitUnknownHint("cli-K1")), []string{"--idempotency-key cli-K1", "palyra job list"}},
-		{"kv put", outcomeUnknown(lost, kvUnknownHint("write", "app/k")), []string{`palyra kv get "app/k"`, "run the same command again"}},
+		{"kv put", outcomeUnknown(lost, kvUnknownHint("write", "app/k")), []string{`palyra kv get "app/k"`, "before writing it again"}},
 		{"kv delete, unknown_outcome", outcomeUnknown(&client.Error{Code: "unknown_outcome", Message: "m", Hint: "h"}, kvUnknownHint("delete", "k")),
 			[]string{"the delete may or may not have taken effect", `palyra kv get "k"`}},
 	} {

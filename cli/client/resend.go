@@ -18,8 +18,9 @@ var retryBackoffMS = []int{100, 300, 900}
 // change under way), makes it again, up to maxResends times after a short
 // pause. It returns send's last error, or ctx's when ctx ends during a
 // pause. Use it only where a second time is harmless: a submission with an
-// idempotency key (the cluster answers it with the first one's job),
-// setting a key to a value, deleting a key.
+// idempotency key (the cluster answers it with the first one's job). Not
+// a write the cluster cannot recognise a second time (an operator's
+// key-value put: another writer's value in between would be undone).
 func (c *Client) Resend(ctx context.Context, send func(context.Context) error) error {
 	err := send(ctx)
 	for try := 0; err != nil && try < maxResends && OutcomeUnknown(c.Explain(err).Code); try++ {
