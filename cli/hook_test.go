@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,6 +98,37 @@ func TestHooksBeforeAndAfterRun(t *testing.T) {
 	hk := c.waitTerminal("hk-" + afterID + "-" + id)
 	if hk.Phase != "completed" || !strings.Contains(hk.Output, `"seen":"`+id+`"`) || !strings.Contains(hk.Output, `"phase":"completed"`) || hk.HookID != afterID {
 		t.Fatalf("after_run hook job: %+v", hk)
+	}
+
+	// A submission sent again with its key (what the CLI does when an
+	// answer is lost) is answered with the job it made, without asking
+	// the before_run hook again: its hook jobs are not made twice.
+	hookJobs := func() int {
+		t.Helper()
+		r := c.cli("job", "list", "--json", "--limit", "1000")
+		var list struct{ Jobs []jobJSON }
+		if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
+			t.Fatalf("job list --json: %v %+v", err, r)
+		}
+		n := 0
+		for _, j := range list.Jobs {
+			if j.HookID == beforeID {
+				n++
+			}
+		}
+		return n
+	}
+	again := []string{"job", "submit", "--wasm", reverse, "--input", "again", "--idempotency-key", "resend-1"}
+	r = c.cli(again...)
+	if r.code != 0 {
+		t.Fatalf("keyed submission: %+v", r)
+	}
+	first, asked := strings.TrimSpace(r.stdout), hookJobs()
+	if r = c.cli(again...); r.code != 0 || strings.TrimSpace(r.stdout) != first {
+		t.Fatalf("the same keyed submission again: %+v; want %s", r, first)
+	}
+	if n := hookJobs(); n != asked {
+		t.Fatalf("the before_run hook was asked again for a replayed submission: %d hook jobs, %d before", n, asked)
 	}
 
 	// Egress asks for a person.

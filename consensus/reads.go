@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"crypto/subtle"
 	"github.com/google/btree"
 	"sort"
 )
@@ -29,6 +30,23 @@ func (a *Array) Terminal() bool {
 func (a *Array) Count(p Phase) uint32 { return a.Counts[p] }
 
 // Job returns a copy of job id.
+// IdempotentJob returns the job a scoped idempotency key (submitter/key)
+// names when it is a single job whose payload hash is payload: what a
+// submission carrying that key is answered with (the replay).
+func (s *State) IdempotentJob(key string, payload []byte) (Job, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	id, ok := s.idempotency[key]
+	if !ok {
+		return Job{}, false
+	}
+	j, ok := s.jobs[id]
+	if !ok || subtle.ConstantTimeCompare(j.PayloadHash, payload) != 1 {
+		return Job{}, false
+	}
+	return *j, true
+}
+
 func (s *State) Job(id string) (Job, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -93,4 +93,3 @@ func TestRunResendsUnknownAcceptanceOnlyWithIdempotencyKey(t *testing.T) {
 		})
 	}
 }
-

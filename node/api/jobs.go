@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -53,6 +54,9 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 			return nil, err
 		}
 	}
+	if job, ok := s.replay(ctx, m); ok {
+		return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job), Replayed: true}), nil
+	}
 	ctx, err := s.beforeRun(ctx, m, kind, "", "")
 	if err != nil {
 		return nil, err
@@ -82,6 +86,28 @@ func (js jobService) SubmitJob(ctx context.Context, req *connect.Request[palyrav
 	}
 	s.validated.Add(hash, struct{}{})
 	return js.commitSubmit(ctx, m, hash)
+}
+
+// replay answers a submission that repeats an accepted one (the same
+// idempotency key and payload: a resend after a lost answer) with the
+// job it made, before the before_run hooks: they ran for the first
+// submission, and running them again would make their hook jobs again and
+// could refuse a job that is accepted already. What this replica does not
+// hold yet goes the usual way; the FSM replays it there.
+func (s *Server) replay(ctx context.Context, m *palyrav1.SubmitJobRequest) (consensus.Job, bool) {
+	if m.IdempotencyKey == "" || len(m.Inputs) > 0 {
+		return consensus.Job{}, false
+	}
+	hash := m.ModuleSha256
+	switch {
+	case len(m.BrowserScript) > 0:
+		hash = ""
+	case len(m.WasmModule) > 0:
+		sum := sha256.Sum256(m.WasmModule)
+		hash = hex.EncodeToString(sum[:])
+	}
+	caller, _ := PrincipalFrom(ctx)
+	return s.control.State().IdempotentJob(caller.String()+"/"+m.IdempotencyKey, payloadHash(hash, m))
 }
 
 // checkGrants checks each capability a wasm job asks for against the

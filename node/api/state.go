@@ -14,6 +14,7 @@ type State interface {
 
 	// Jobs and arrays.
 	Job(id string) (consensus.Job, bool)
+	IdempotentJob(key string, payload []byte) (consensus.Job, bool)
 	Jobs(f consensus.JobFilter) []consensus.Job
 	Array(id string) (consensus.Array, bool)
 	Arrays(afterID string, limit int, newest bool) []consensus.Array
