@@ -166,7 +166,7 @@ func NewCluster(addrs []string, cred *identity.Credential, o Options) (*Client, 
 			// silence, then the next call dials another. Keep-alives go
 			// every 500 ms (a few bytes), so a Follower can tell a
 			// silent node from a quiet one much sooner (SilentAfter).
-			MaxIdleTimeout:  8 * time.Second,
+			MaxIdleTimeout:  idleTimeout,
 			KeepAlivePeriod: keepAlive,
 		},
 		Dial: c.dial,
@@ -523,6 +523,11 @@ func (c *Client) unreachable(ue *UnreachableError) *Error {
 // two agree).
 const apiRefusedAlert = "tls: no application protocol"
 
+// idleTimeout is how long a connection may hear nothing from its node
+// before it is closed (keep-alives go every 500 ms).
+const idleTimeout = 8 * time.Second
+
+// transportError explains a call's transport failure against addr.
 func (c *Client) transportError(addr string, err error) *Error {
 	msg := err.Error()
 	var app *quic.ApplicationError
@@ -535,7 +540,14 @@ func (c *Client) transportError(addr string, err error) *Error {
 	var tlsAlert tls.AlertError
 	var certErr *tls.CertificateVerificationError
 	switch {
-	case errors.As(err, &idle), errors.As(err, &hs), strings.Contains(msg, "timeout: no recent network activity"):
+	case errors.As(err, &idle) && !errors.As(err, &hs):
+		// The connection was up and then nothing came back (a node killed
+		// or cut off mid-call): what was sent may have taken effect, so
+		// this is an unknown outcome (a keyed submission is sent again),
+		// not a node never reached.
+		return &Error{Code: "unavailable", Message: fmt.Sprintf("the node at %s stopped answering during the call (nothing heard from it for %s): the call may or may not have taken effect", addr, idleTimeout),
+			Hint: "check that it runs ('palyra status'), or reach another node (--addr A,B,C; a paired device tries every node it knows)"}
+	case errors.As(err, &hs), strings.Contains(msg, "timeout: no recent network activity"):
 		return c.unreachable(&UnreachableError{Addrs: []string{addr}, Errs: []error{err}})
 	case strings.Contains(msg, "(remote): "+apiRefusedAlert):
 		return &Error{Code: "unavailable",

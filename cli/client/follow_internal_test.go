@@ -3,12 +3,14 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/quic-go/quic-go"
 )
 
 // The dial order: the node that answered last, the given addresses, then
@@ -78,5 +80,19 @@ func TestExplainUnimplementedNamesOlderSoftware(t *testing.T) {
 	e := c.Explain(connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.KVService/PutKV is not implemented")))
 	if e.Code != "unimplemented" || !strings.Contains(e.Message, "older software") || !strings.Contains(e.Hint, "upgrade that node") {
 		t.Fatalf("explained as %+v", e)
+	}
+}
+
+// A connection that was up and then heard nothing (a node killed
+// mid-call) leaves the call's outcome unknown, so a keyed submission is
+// sent again; a handshake that timed out reached no node.
+func TestIdleMidCallIsAnUnknownOutcome(t *testing.T) {
+	c := &Client{Addr: "127.0.0.1:1", Addrs: []string{"127.0.0.1:1"}}
+	e := c.transportError("127.0.0.1:1", fmt.Errorf("post: %w", &quic.IdleTimeoutError{}))
+	if e.Code != "unavailable" || !OutcomeUnknown(e.Code) || !strings.Contains(e.Message, "may or may not have taken effect") {
+		t.Fatalf("idle mid-call: %+v", e)
+	}
+	if e := c.transportError("127.0.0.1:1", &quic.HandshakeTimeoutError{}); e.Code != "unreachable" || OutcomeUnknown(e.Code) {
+		t.Fatalf("handshake timeout: %+v", e)
 	}
 }
