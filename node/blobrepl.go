@@ -27,8 +27,7 @@ func (n *Node) replicateHeldBlobs(ctx context.Context) {
 				return
 			}
 			if failed == 0 {
-				n.state.ReplicateBlobs = false
-				if err := n.layout.WriteState(n.state); err != nil {
+				if err := n.updateState(func(st *State) { st.ReplicateBlobs = false }); err != nil {
 					n.log.Warn("blobs replicated, but node.json could not record it", "err", err)
 				}
 				n.log.Info("replicated the blobs this node held alone", "blobs", pushed)

@@ -316,6 +316,8 @@ func (n *Node) recordMetrics() error {
 			addr = n.metricsAddr
 		}
 	}
+	n.stateMu.Lock() // the blob push may record its end meanwhile
+	defer n.stateMu.Unlock()
 	if n.state.MetricsListen == addr && n.state.MetricsAllowRemote == allow {
 		return nil
 	}

@@ -38,11 +38,14 @@ type Node struct {
 	log    *slog.Logger
 	layout Layout
 	state  State
-	cred   *identity.Live
-	credMu sync.Mutex // serialises saving and swapping this node's credentials
-	keeper *caKeeper  // the cluster CA keys this node holds (voters), the trust bundle
-	metaMu sync.Mutex
-	labels map[string]string // gossiped labels: the configured ones and the CA's
+	// stateMu serialises changes to state made while the node runs
+	// (updateState); Start's own happen before anything else runs.
+	stateMu sync.Mutex
+	cred    *identity.Live
+	credMu  sync.Mutex // serialises saving and swapping this node's credentials
+	keeper  *caKeeper  // the cluster CA keys this node holds (voters), the trust bundle
+	metaMu  sync.Mutex
+	labels  map[string]string // gossiped labels: the configured ones and the CA's
 	// refused: the cluster refuses this node (watchSelfRefused); raft's
 	// warnings and errors are debug meanwhile.
 	refused atomic.Bool
@@ -599,13 +602,15 @@ func (n *Node) leave(ctx context.Context) error {
 		return err
 	}
 	if len(peers) > 0 {
-		for _, s := range n.state.Seeds {
-			if !slices.Contains(peers, s) {
-				peers = append(peers, s)
+		err := n.updateState(func(st *State) {
+			for _, s := range st.Seeds {
+				if !slices.Contains(peers, s) {
+					peers = append(peers, s)
+				}
 			}
-		}
-		n.state.Joined, n.state.Seeds = true, peers
-		if err := n.layout.WriteState(n.state); err != nil {
+			st.Joined, st.Seeds = true, peers
+		})
+		if err != nil {
 			n.log.Warn("left the cluster, but could not record it in node.json: started again, this node will not rejoin by itself", "err", err)
 		}
 	}
@@ -615,6 +620,16 @@ func (n *Node) leave(ctx context.Context) error {
 		close(n.leaveReq)
 	}
 	return nil
+}
+
+// updateState changes node.json while the node runs: change edits the
+// state under stateMu, and the result is written (atomically) before the
+// lock is let go, so two changes cannot lose one another.
+func (n *Node) updateState(change func(*State)) error {
+	n.stateMu.Lock()
+	defer n.stateMu.Unlock()
+	change(&n.state)
+	return n.layout.WriteState(n.state)
 }
 
 // Addr is the node's QUIC address.
