@@ -475,7 +475,11 @@ func snapshotInspect(c *ucli.Context) error {
 	if info.AuditProblem != "" {
 		audit = fmt.Sprintf("DOES NOT VERIFY at seq %d: %s", info.AuditBadSeq, info.AuditProblem)
 	}
-	fmt.Fprintf(w, "audit       %d records, seq %d..%d, head %s: %s\n", info.AuditRecords, info.AuditBaseSeq+1, info.AuditHeadSeq, info.AuditHeadHash, audit)
+	span := fmt.Sprintf("seq %d..%d", info.AuditBaseSeq+1, info.AuditHeadSeq)
+	if info.AuditRecords == 0 {
+		span = fmt.Sprintf("none retained after seq %d", info.AuditBaseSeq)
+	}
+	fmt.Fprintf(w, "audit       %d records (%s), head %s: %s\n", info.AuditRecords, span, info.AuditHeadHash, audit)
 	fmt.Fprintf(w, "blobs       %d (%s) of the %d the state names\n", info.Blobs, mib(info.BlobBytes), info.BlobsNamed)
 	warnMissing(c, info.Summary.MissingBlobs)
 	warnAudit(c, &info)

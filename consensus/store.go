@@ -234,7 +234,7 @@ func (s *Store) raftErr(err error) error {
 	addr, id := s.raft.LeaderWithID()
 	switch {
 	case errors.Is(err, raft.ErrLeadershipLost):
-		return errf(ErrUnknownOutcome, "check the result (e.g. 'palyra job list') before retrying, or retry with an idempotency key",
+		return errf(ErrUnknownOutcome, "check whether it took effect before doing it again, unless doing it twice is harmless",
 			"leadership was lost while committing; the change may or may not have been committed")
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		if id == "" {

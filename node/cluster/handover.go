@@ -44,7 +44,11 @@ func (c *Cluster) HandOff(ctx context.Context) error {
 // not_leader error (raft refused or timed out: the caller may go round).
 func (c *Cluster) handOver(ctx context.Context, prepare func(context.Context) error) error {
 	c.leaderReady.Store(false)
-	<-c.ap.Stop()
+	select { // autopilot stops between its rounds; a round stuck on raft does not hold a stop past ctx
+	case <-c.ap.Stop():
+	case <-ctx.Done():
+		return fmt.Errorf("cluster: leadership transfer: autopilot did not stop: %w", ctx.Err())
+	}
 	if prepare != nil {
 		if err := prepare(ctx); err != nil {
 			return err
