@@ -115,8 +115,13 @@ func msTime(ms int64) string {
 	if ms == 0 {
 		return ""
 	}
-	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+	return time.UnixMilli(ms).UTC().Format(jsonTime)
 }
+
+// jsonTime is how --json writes a time: RFC 3339 in UTC with exactly
+// three decimals (milliseconds, what the cluster records), so times line
+// up and sort as text ("…07.260Z", never "…07.26Z").
+const jsonTime = "2006-01-02T15:04:05.000Z07:00"
 
 func toJobJSON(j *palyrav1.Job) jobJSON {
 	out := jobJSON{

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
@@ -43,5 +44,20 @@ func TestBinaryOutputInJSONIsBase64(t *testing.T) {
 	}
 	if err := json.Unmarshal(b, &got); err != nil || got.Output != "" || string(got.OutputBase64) != string(bin) || got.Stderr != "warn\n" || strings.Contains(string(b), "stderr_base64") {
 		t.Fatalf("binary output as JSON: %s (%v)", b, err)
+	}
+}
+
+// --json times have exactly three decimals, so they line up and sort as
+// text; none is empty but a zero.
+func TestJSONTimesHaveMilliseconds(t *testing.T) {
+	at := time.Date(2026, 11, 27, 4, 18, 7, 260_000_000, time.UTC)
+	for ms, want := range map[int64]string{
+		at.UnixMilli():                       "2026-11-27T04:18:07.260Z",
+		at.Truncate(time.Second).UnixMilli(): "2026-11-27T04:18:07.000Z",
+		0:                                    "",
+	} {
+		if got := msTime(ms); got != want {
+			t.Errorf("msTime(%d) = %q, want %q", ms, got, want)
+		}
 	}
 }

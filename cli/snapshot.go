@@ -342,7 +342,7 @@ func snapshotJSON(path, digest string, size int64, info *node.SnapshotInfo) map[
 	}
 	out := map[string]any{
 		"file": path, "bytes": size, "cluster_name": h.ClusterName, "ca_fingerprint": h.CAFingerprint,
-		"created_at": h.CreatedAt.Format(time.RFC3339Nano), "created_by": h.CreatedBy, "served_by": h.ServedBy,
+		"created_at": h.CreatedAt.UTC().Format(jsonTime), "created_by": h.CreatedBy, "served_by": h.ServedBy,
 		"palyra_version": h.Version, "format": h.Format, "raft_index": h.RaftIndex, "raft_term": h.RaftTerm,
 		"servers": servers, "state_bytes": h.StateBytes, "applied_index": info.Summary.AppliedIndex,
 		"jobs": info.Jobs, "arrays": info.Arrays, "jobs_by_phase": info.JobsByPhase, "nodes": nodes, "devices": devices,
