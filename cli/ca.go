@@ -136,9 +136,10 @@ func rootsJSON(roots []*palyrav1.CARoot) []map[string]any {
 func printRoots(c *ucli.Context, roots []*palyrav1.CARoot) {
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROOT\tSTATE\tSUBJECT\tEXPIRES\tRETIRES\tKEY HELD BY")
-	for _, r := range roots {
+	now := time.Now()
+	for _, r := range roots { // times as the nodes' certificates below show them
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", short(r.Fingerprint), r.State, r.Subject,
-			dash(msTime(r.NotAfterMs)), dash(msTime(r.RetireAtMs)), dash(strings.Join(r.Holders, ",")))
+			certExpiry(r.NotAfterMs, now), certExpiry(r.RetireAtMs, now), dash(strings.Join(r.Holders, ",")))
 	}
 	tw.Flush()
 }
