@@ -1282,6 +1282,7 @@ type logPrinter struct {
 	at      [2]int64 // where its stdout and stderr received so far end (bytes dropped for a slow reader count)
 	printed [2]int64 // its stdout and stderr bytes printed so far
 	skip    [2]int64 // bytes a reopened stream from an older node repeats, still to drop
+	raw     [2]int64 // bytes the current stream from an older node sent (from the attempt's first)
 	resumed bool     // the current stream was opened again
 	// outEnd, errEnd: the last byte printed on stdout, stderr (0: none).
 	outEnd, errEnd byte
@@ -1308,15 +1309,19 @@ func (p *logPrinter) print(m *palyrav1.JobLogsResponse) error {
 			// The node that said so is gone: say it here.
 			m.Note = fmt.Sprintf("attempt %d ended; attempt %d's output follows", p.attempt, m.Attempt)
 		}
-		p.attempt, p.at, p.printed, p.skip = m.Attempt, [2]int64{}, [2]int64{}, [2]int64{}
+		p.attempt, p.at, p.printed, p.skip, p.raw = m.Attempt, [2]int64{}, [2]int64{}, [2]int64{}, [2]int64{}
 	}
 	var out, errOut []byte
 	if m.Resumable {
 		out, errOut = p.fresh(0, m.Stdout, m.StdoutEnd), p.fresh(1, m.Stderr, m.StderrEnd)
 	} else {
+		// An older node starts again from the attempt's first byte: the
+		// position is what it sent, which after a gap (bytes dropped for a
+		// slow reader) lags what was received before until it catches up.
+		p.raw[0] += int64(len(m.Stdout))
+		p.raw[1] += int64(len(m.Stderr))
 		out, errOut = p.drop(0, m.Stdout), p.drop(1, m.Stderr)
-		p.at[0] += int64(len(out))
-		p.at[1] += int64(len(errOut))
+		p.at[0], p.at[1] = max(p.at[0], p.raw[0]), max(p.at[1], p.raw[1])
 	}
 	p.printed[0] += int64(len(out))
 	p.printed[1] += int64(len(errOut))
@@ -1386,7 +1391,7 @@ func (p *logPrinter) request(id string) *palyrav1.JobLogsRequest {
 // resume prepares for a stream opened again: should a node older than
 // resumption serve it, it repeats what was printed.
 func (p *logPrinter) resume() {
-	p.skip, p.resumed = p.printed, true
+	p.skip, p.raw, p.resumed = p.printed, [2]int64{}, true
 }
 
 // endLines ends the lines the output left open, so a failure line that

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"flag"
+	"strings"
 	"testing"
 
 	ucli "github.com/urfave/cli/v2"
@@ -46,5 +47,23 @@ func TestLogPrinterResumes(t *testing.T) {
 	p.print(&palyrav1.JobLogsResponse{Attempt: 1, Phase: running, Stdout: []byte("a\nb\nc\n")})
 	if got := out.String(); got != "a\nb\nc\n" {
 		t.Fatalf("printed %q through an older node that starts over; want %q", got, "a\nb\nc\n")
+	}
+
+	// After a gap (4 bytes dropped for a slow reader), an older node's
+	// stream starts over from the first byte: where the output received
+	// ends is what it sent, not the old end plus what it printed, so the
+	// next resumption through a current node loses nothing.
+	p, out = printer()
+	p.print(&palyrav1.JobLogsResponse{Attempt: 1, Phase: running, Stdout: []byte("a\n"), StdoutEnd: 2, Resumable: true})
+	p.print(&palyrav1.JobLogsResponse{Attempt: 1, Phase: running, Stdout: []byte("d\n"), StdoutEnd: 8, Resumable: true}) // b, c dropped
+	p.resume()
+	p.print(&palyrav1.JobLogsResponse{Attempt: 1, Phase: running, Stdout: []byte("a\nb\nc\nd\ne\n")})
+	p.resume()
+	if req := p.request("j-1"); req.StdoutOffset != 10 {
+		t.Fatalf("resuming after an older node that started over asks for stdout from %d; want 10, where what it sent ends", req.StdoutOffset)
+	}
+	p.print(&palyrav1.JobLogsResponse{Attempt: 1, Phase: running, Stdout: []byte("f\n"), StdoutEnd: 12, Resumable: true})
+	if got := out.String(); !strings.HasSuffix(got, "e\nf\n") {
+		t.Fatalf("printed %q; want it to end with e and f, none lost", got)
 	}
 }
