@@ -320,6 +320,11 @@ func last(ts []time.Time) time.Time {
 // tells subscribers that leadership moved.
 func (c *Cluster) watchLeader(ch chan raft.Observation) {
 	last := ""
+	// The leader and term of the last election counted: losing touch with
+	// a leader for a moment (a node catching up) and hearing from it again
+	// in the same term is no election.
+	var counted string
+	var countedTerm uint64
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -331,7 +336,8 @@ func (c *Cluster) watchLeader(ch chan raft.Observation) {
 			}
 			if string(lo.LeaderID) != last {
 				last = string(lo.LeaderID)
-				if last != "" {
+				if term := c.raft.CurrentTerm(); last != "" && (last != counted || term > countedTerm) {
+					counted, countedTerm = last, term
 					c.sawElection(time.Now())
 				}
 				c.fwd.moved(last)
