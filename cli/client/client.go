@@ -540,11 +540,14 @@ func (c *Client) transportError(addr string, err error) *Error {
 	var tlsAlert tls.AlertError
 	var certErr *tls.CertificateVerificationError
 	switch {
-	case errors.As(err, &idle) && !errors.As(err, &hs):
-		// The connection was up and then nothing came back (a node killed
-		// or cut off mid-call): what was sent may have taken effect, so
-		// this is an unknown outcome (a keyed submission is sent again),
-		// not a node never reached.
+	case errors.As(err, &idle) && !errors.As(err, &hs) && c.Answered() == addr:
+		// The connection was up (this client's dial completed a handshake
+		// with addr; a dial that fails comes as an UnreachableError) and
+		// then nothing came back (a node killed or cut off mid-call): what
+		// was sent may have taken effect, so this is an unknown outcome (a
+		// keyed submission is sent again), not a node never reached. A
+		// client without that dial (pairing) cannot tell, and says
+		// unreachable.
 		return &Error{Code: "unavailable", Message: fmt.Sprintf("the node at %s stopped answering during the call (nothing heard from it for %s): the call may or may not have taken effect", addr, idleTimeout),
 			Hint: "check that it runs ('palyra status'), or reach another node (--addr A,B,C; a paired device tries every node it knows)"}
 	case errors.As(err, &hs), strings.Contains(msg, "timeout: no recent network activity"):

@@ -88,7 +88,12 @@ func TestExplainUnimplementedNamesOlderSoftware(t *testing.T) {
 // sent again; a handshake that timed out reached no node.
 func TestIdleMidCallIsAnUnknownOutcome(t *testing.T) {
 	c := &Client{Addr: "127.0.0.1:1", Addrs: []string{"127.0.0.1:1"}}
-	e := c.transportError("127.0.0.1:1", fmt.Errorf("post: %w", &quic.IdleTimeoutError{}))
+	idle := fmt.Errorf("post: %w", &quic.IdleTimeoutError{})
+	if e := c.transportError("127.0.0.1:1", idle); e.Code != "unreachable" {
+		t.Fatalf("idle before any handshake completed (a pairing client, which dials on its own): %+v", e)
+	}
+	c.answered = "127.0.0.1:1" // the dial completed a handshake
+	e := c.transportError("127.0.0.1:1", idle)
 	if e.Code != "unavailable" || !OutcomeUnknown(e.Code) || !strings.Contains(e.Message, "may or may not have taken effect") {
 		t.Fatalf("idle mid-call: %+v", e)
 	}
