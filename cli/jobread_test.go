@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/palyra-mesh/palyra/internal/testbuf"
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 )
 
@@ -215,7 +216,7 @@ func TestJobLogsOfAJobThatHasNotStarted(t *testing.T) {
 		t.Fatalf("logs of a queued job: %+v; want a note saying it has not run and why", r)
 	}
 
-	var out, errb lockedBuffer
+	var out, errb testbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)

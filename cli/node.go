@@ -7,14 +7,16 @@ import (
 	"os"
 	"runtime/debug"
 
+	"log/slog"
+	"strings"
+	"time"
+
 	"connectrpc.com/connect"
+
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/identity/pairing"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
-	"log/slog"
-	"strings"
-	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -450,9 +452,7 @@ func nodeRemove(c *ucli.Context) error {
 	defer cl.Close()
 	resp, err := cl.Node.RemoveNode(c.Context, connect.NewRequest(&palyrav1.RemoveNodeRequest{NodeId: id, Force: c.Bool("force")}))
 	if err != nil {
-		e := cl.Explain(err)
-		e.Hint = withDataDir(c, e.Hint)
-		return fail(c, e)
+		return fail(c, cl.Explain(err))
 	}
 	r := resp.Msg
 	if c.Bool("json") {
@@ -492,15 +492,4 @@ func nodeRemove(c *ucli.Context) error {
 		fmt.Fprintf(c.App.ErrWriter, "warning: this call used %s, the removed node's own local operator credential, so it is not revoked; use another operator and run 'palyra device revoke %s'\n", r.KeptOperator, r.KeptOperator)
 	}
 	return nil
-}
-
-// withDataDir makes the commands a node's hint names ('palyra --addr …')
-// runnable as they stand for a caller who gave --data-dir (or
-// PALYRA_DATA_DIR): the node cannot know where the caller's credential is.
-func withDataDir(c *ucli.Context, hint string) string {
-	dir := c.String("data-dir")
-	if dir == "" || !c.IsSet("data-dir") {
-		return hint
-	}
-	return strings.ReplaceAll(hint, "'palyra --addr ", "'palyra --data-dir "+dir+" --addr ")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -191,6 +192,7 @@ func fail(c *ucli.Context, e *client.Error) error {
 
 // failWith is fail with another exit code.
 func failWith(c *ucli.Context, e *client.Error, code int) error {
+	e = &client.Error{Code: e.Code, Message: e.Message, Hint: withDataDir(c, e.Hint)}
 	if c.Bool("json") {
 		_ = writeJSON(c.App.ErrWriter, map[string]any{"error": errorJSON{Code: e.Code, Message: e.Message, Hint: e.Hint}})
 		return ucli.Exit("", code)
@@ -260,4 +262,16 @@ func textOrBase64(b []byte) (text, b64 string) {
 		return string(b), ""
 	}
 	return "", base64.StdEncoding.EncodeToString(b)
+}
+
+// withDataDir makes the commands a hint names against a node ('palyra
+// --addr …') runnable as they stand for a caller who gave --data-dir (or
+// PALYRA_DATA_DIR): a node's hint cannot know where the caller's
+// credential is. Every error the CLI prints goes through it (failWith).
+func withDataDir(c *ucli.Context, hint string) string {
+	dir := c.String("data-dir")
+	if dir == "" || !c.IsSet("data-dir") {
+		return hint
+	}
+	return strings.ReplaceAll(hint, "'palyra --addr ", "'palyra --data-dir "+dir+" --addr ")
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/identity/pairing"
+	"github.com/palyra-mesh/palyra/internal/testbuf"
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
@@ -475,7 +474,7 @@ func TestJobWatchOutlivesItsNode(t *testing.T) {
 		t.Fatalf("submit: %+v", r)
 	}
 	id := strings.TrimSpace(r.stdout)
-	var out, errb lockedBuffer
+	var out, errb testbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -498,22 +497,4 @@ func TestJobWatchOutlivesItsNode(t *testing.T) {
 	if n := strings.Count(w.stdout, "running"); n != 1 {
 		t.Fatalf("the running state was printed %d times:\n%s", n, w.stdout)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe to read while a command writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

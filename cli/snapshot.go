@@ -350,8 +350,8 @@ func snapshotJSON(path, digest string, size int64, info *node.SnapshotInfo) map[
 		"missing_blobs": nonNil(info.Summary.MissingBlobs),
 	}
 	out["kv_keys"], out["kv_bytes"], out["skills"], out["hooks"] = info.KVKeys, info.KVBytes, info.Skills, info.Hooks
-	out["audit"] = map[string]any{"records": info.AuditRecords, "base_seq": info.AuditBaseSeq, "head_seq": info.AuditHeadSeq,
-		"head_sha256": info.AuditHeadHash, "verified": info.AuditProblem == "", "bad_seq": info.AuditBadSeq, "problem": info.AuditProblem}
+	out["audit"] = map[string]any{"records": info.Audit.Records, "base_seq": info.Audit.BaseSeq, "head_seq": info.Audit.HeadSeq,
+		"head_sha256": info.Audit.HeadHash, "verified": info.Audit.Problem == "", "bad_seq": info.Audit.BadSeq, "problem": info.Audit.Problem}
 	if digest != "" {
 		out["sha256"] = digest
 	}
@@ -472,14 +472,14 @@ func snapshotInspect(c *ucli.Context) error {
 	fmt.Fprintf(w, "kv          %d keys (%s of values)\n", info.KVKeys, mib(info.KVBytes))
 	fmt.Fprintf(w, "skills      %d installed, %d hooks bound\n", info.Skills, info.Hooks)
 	audit := "verified from its base"
-	if info.AuditProblem != "" {
-		audit = fmt.Sprintf("DOES NOT VERIFY at seq %d: %s", info.AuditBadSeq, info.AuditProblem)
+	if info.Audit.Problem != "" {
+		audit = fmt.Sprintf("DOES NOT VERIFY at seq %d: %s", info.Audit.BadSeq, info.Audit.Problem)
 	}
-	span := fmt.Sprintf("seq %d..%d", info.AuditBaseSeq+1, info.AuditHeadSeq)
-	if info.AuditRecords == 0 {
-		span = fmt.Sprintf("none retained after seq %d", info.AuditBaseSeq)
+	span := fmt.Sprintf("seq %d..%d", info.Audit.BaseSeq+1, info.Audit.HeadSeq)
+	if info.Audit.Records == 0 {
+		span = fmt.Sprintf("none retained after seq %d", info.Audit.BaseSeq)
 	}
-	fmt.Fprintf(w, "audit       %d records (%s), head %s: %s\n", info.AuditRecords, span, info.AuditHeadHash, audit)
+	fmt.Fprintf(w, "audit       %d records (%s), head %s: %s\n", info.Audit.Records, span, info.Audit.HeadHash, audit)
 	fmt.Fprintf(w, "blobs       %d (%s) of the %d the state names\n", info.Blobs, mib(info.BlobBytes), info.BlobsNamed)
 	warnMissing(c, info.Summary.MissingBlobs)
 	warnAudit(c, &info)
@@ -490,11 +490,11 @@ func snapshotInspect(c *ucli.Context) error {
 // not verify: the file's own checksums hold (it was written this way), so
 // the cluster it came from holds the same break.
 func warnAudit(c *ucli.Context, info *node.SnapshotInfo) {
-	if info.AuditProblem == "" {
+	if info.Audit.Problem == "" {
 		return
 	}
 	fmt.Fprintf(c.App.ErrWriter, "warning: the audit journal in this snapshot does not verify at seq %d (%s); the file itself is intact, so the cluster it was taken from holds the same break: compare with 'palyra audit verify' on a live node\n",
-		info.AuditBadSeq, info.AuditProblem)
+		info.Audit.BadSeq, info.Audit.Problem)
 }
 
 func snapshotRestore(c *ucli.Context) error {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/palyra-mesh/palyra/internal/testbuf"
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 )
 
@@ -160,7 +161,7 @@ func (c *cluster) runInterruptedOnceAccepted(args ...string) result {
 // outlast while still dialling.
 func (c *cluster) runInterruptedOnceFollowing(args ...string) result {
 	c.t.Helper()
-	var out, errb lockedBuffer
+	var out, errb testbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/internal/testbuf"
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
@@ -123,7 +124,7 @@ func TestWaitOutlivesASilentNode(t *testing.T) {
 	follow := func(t *testing.T, following func(stdout, stderr string) bool, args ...string) (result, time.Duration, string) {
 		t.Helper()
 		relay := newSilenceable(t, addrs[2])
-		var out, errb lockedBuffer
+		var out, errb testbuf.Buffer
 		done := make(chan int, 1)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

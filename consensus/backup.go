@@ -82,20 +82,25 @@ type SnapshotContents struct {
 	// values' bytes.
 	KVKeys  int
 	KVBytes int64
-	// The audit journal the state carries: its retained records, the
-	// head (seq and hash of the last record, or the folded base when none
-	// is retained), and where the chain breaks if it does (AuditBadSeq 0
-	// and AuditProblem empty when it verifies from its base).
-	AuditRecords  int
-	AuditBaseSeq  uint64
-	AuditHeadSeq  uint64
-	AuditHeadHash string
-	AuditBadSeq   uint64
-	AuditProblem  string
+	// Audit is the audit journal the state carries.
+	Audit JournalSummary
 	// Blobs is every blob the state names (modules, payloads, artifacts,
 	// skill packages),
 	// sorted, each once.
 	Blobs []string
+}
+
+// JournalSummary describes an audit journal: its retained records, the
+// head (seq and hash of the last record, or the folded base when none is
+// retained), and where the chain breaks if it does (BadSeq 0 and Problem
+// empty when it verifies from its base).
+type JournalSummary struct {
+	Records  int
+	BaseSeq  uint64
+	HeadSeq  uint64
+	HeadHash string
+	BadSeq   uint64
+	Problem  string
 }
 
 // ScanSnapshot reads a snapshot stream (the format Persist writes) to its
@@ -172,9 +177,9 @@ func scanSnapshot(r io.Reader) (SnapshotContents, error) {
 		c.KVBytes += int64(len(kv.Value))
 	}
 	j := journal{records: hdr.Journal, baseSeq: hdr.JournalBaseSeq, baseHash: hdr.JournalBaseSha256}
-	c.AuditBaseSeq = j.baseSeq
-	c.AuditHeadSeq, c.AuditHeadHash = j.head()
-	c.AuditRecords, c.AuditBadSeq, c.AuditProblem = j.verify()
+	c.Audit.BaseSeq = j.baseSeq
+	c.Audit.HeadSeq, c.Audit.HeadHash = j.head()
+	c.Audit.Records, c.Audit.BadSeq, c.Audit.Problem = j.verify()
 	c.JobsByPhase = map[Phase]uint64{}
 	blobs := map[string]struct{}{}
 	add := func(h string) { blobs[h] = struct{}{} }

@@ -120,9 +120,9 @@ func TestSnapshotScanAndSeed(t *testing.T) {
 		t.Fatalf("key-value contents: %d keys, %d bytes; want 2 and 8", c.KVKeys, c.KVBytes)
 	}
 	seq, head := st.JournalHead()
-	if c.AuditRecords == 0 || c.AuditHeadSeq != seq || c.AuditHeadHash != head || c.AuditProblem != "" {
+	if c.Audit.Records == 0 || c.Audit.HeadSeq != seq || c.Audit.HeadHash != head || c.Audit.Problem != "" {
 		t.Fatalf("audit in the scan: %d records, head %d %s, problem %q; the state's head is %d %s",
-			c.AuditRecords, c.AuditHeadSeq, c.AuditHeadHash, c.AuditProblem, seq, head)
+			c.Audit.Records, c.Audit.HeadSeq, c.Audit.HeadHash, c.Audit.Problem, seq, head)
 	}
 
 	// Every truncation of the stream is refused as damage; a failing
@@ -365,7 +365,7 @@ func TestSnapshotScanNamesABrokenJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.AuditProblem == "" || c.AuditBadSeq != hdr.Journal[1].Seq {
-		t.Fatalf("an edited journal record scanned as bad seq %d, problem %q; want seq %d named", c.AuditBadSeq, c.AuditProblem, hdr.Journal[1].Seq)
+	if c.Audit.Problem == "" || c.Audit.BadSeq != hdr.Journal[1].Seq {
+		t.Fatalf("an edited journal record scanned as bad seq %d, problem %q; want seq %d named", c.Audit.BadSeq, c.Audit.Problem, hdr.Journal[1].Seq)
 	}
 }

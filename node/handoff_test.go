@@ -19,24 +19,8 @@ import (
 // a survivor right after Close is answered, not left with an unknown
 // outcome.
 func TestClosingLeaderHandsLeadershipOver(t *testing.T) {
-	first := start(t, node.Config{})
-	op := operator(t, first, first.Addr())
-	n2 := join(t, op, first.Addr(), t.TempDir())
-	n3 := join(t, op, n2.Addr(), t.TempDir())
-	nodes := []*node.Node{first, n2, n3}
-	var leader string
-	waitFor(t, "3 alive voters and one leader everywhere", time.Minute, func() bool {
-		var leaders []string
-		for _, n := range nodes {
-			ok, l := healthy(n, 3, 3)
-			if !ok {
-				return false
-			}
-			leaders = append(leaders, l)
-		}
-		leader = leaders[0]
-		return leaders[0] == leaders[1] && leaders[1] == leaders[2]
-	})
+	nodes, leader := threeVoters(t)
+	first := nodes[0]
 	var old *node.Node
 	var survivors []*node.Node
 	for _, n := range nodes {

@@ -1,14 +1,12 @@
 package node_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/internal/testbuf"
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/node/cluster"
@@ -129,17 +128,16 @@ func waitCompleted(t *testing.T, cl *client.Client, id string) *palyrav1.Job {
 	return j
 }
 
-// Three nodes formed by pairing: every node sees 3 alive voters and the
-// same leader; jobs submitted anywhere run; the leader's loss is survived
-// and the killed node rejoins from its data dir by itself.
-func TestThreeNodesFailover(t *testing.T) {
+// threeVoters starts a node and pairs two more to it (the third through
+// the second, a node without the CA: pairing is relayed), and waits until
+// every node sees 3 alive voters and the same leader, whose id it returns.
+func threeVoters(t *testing.T) (nodes []*node.Node, leader string) {
+	t.Helper()
 	first := start(t, node.Config{})
-	op1 := operator(t, first, first.Addr())
-	n2 := join(t, op1, first.Addr(), t.TempDir())
-	n3 := join(t, op1, n2.Addr(), t.TempDir()) // joins through a non-CA node: pairing is relayed
-	nodes := []*node.Node{first, n2, n3}
-
-	var leader string
+	op := operator(t, first, first.Addr())
+	n2 := join(t, op, first.Addr(), t.TempDir())
+	n3 := join(t, op, n2.Addr(), t.TempDir())
+	nodes = []*node.Node{first, n2, n3}
 	waitFor(t, "3 alive voters and one leader everywhere", time.Minute, func() bool {
 		var leaders []string
 		for _, n := range nodes {
@@ -152,6 +150,16 @@ func TestThreeNodesFailover(t *testing.T) {
 		leader = leaders[0]
 		return leaders[0] == leaders[1] && leaders[1] == leaders[2]
 	})
+	return nodes, leader
+}
+
+// Three nodes formed by pairing: every node sees 3 alive voters and the
+// same leader; jobs submitted anywhere run; the leader's loss is survived
+// and the killed node rejoins from its data dir by itself.
+func TestThreeNodesFailover(t *testing.T) {
+	nodes, leader := threeVoters(t)
+	first := nodes[0]
+	op1 := operator(t, first, first.Addr())
 
 	// Jobs submitted to each node complete; with blobs replicated, any
 	// worker can run them.
@@ -397,7 +405,7 @@ func TestStartingNodeRefusesAPICalls(t *testing.T) {
 func TestFirstNodeRejoinsAfterLeave(t *testing.T) {
 	first := start(t, node.Config{})
 	op := operator(t, first, first.Addr())
-	var logs lockedBuffer
+	var logs testbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	n2 := joinWith(t, op, first.Addr(), node.Config{Logger: logger})
 	joinWith(t, op, first.Addr(), node.Config{Logger: logger})
@@ -434,22 +442,4 @@ func TestFirstNodeRejoinsAfterLeave(t *testing.T) {
 	}
 	cl := operator(t, back, back.Addr())
 	waitCompleted(t, cl, submit(t, cl, "after the rejoin"))
-}
-
-// lockedBuffer is a bytes.Buffer safe for the loggers of several nodes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -61,14 +61,7 @@ type SnapshotInfo struct {
 	Skills, Hooks int
 	KVKeys        int
 	KVBytes       int64
-	// The audit journal: retained records, base and head, and where the
-	// chain breaks (AuditProblem empty when it verifies).
-	AuditRecords  int
-	AuditBaseSeq  uint64
-	AuditHeadSeq  uint64
-	AuditHeadHash string
-	AuditBadSeq   uint64
-	AuditProblem  string
+	Audit         consensus.JournalSummary
 	Blobs         int // blobs the file carries
 	BlobBytes     int64
 }
@@ -127,8 +120,7 @@ func (info *SnapshotInfo) fill(h backup.Header, s backup.Summary, c consensus.Sn
 	info.Jobs, info.Arrays, info.Members, info.Secrets = c.Jobs, c.Arrays, c.Members, c.Secrets
 	info.PolicyVersion, info.BlobsNamed = c.PolicyVersion, len(c.Blobs)
 	info.Skills, info.Hooks, info.KVKeys, info.KVBytes = c.Skills, c.Hooks, c.KVKeys, c.KVBytes
-	info.AuditRecords, info.AuditBaseSeq, info.AuditHeadSeq, info.AuditHeadHash = c.AuditRecords, c.AuditBaseSeq, c.AuditHeadSeq, c.AuditHeadHash
-	info.AuditBadSeq, info.AuditProblem = c.AuditBadSeq, c.AuditProblem
+	info.Audit = c.Audit
 	info.JobsByPhase = map[string]uint64{}
 	for p, v := range c.JobsByPhase {
 		info.JobsByPhase[p.String()] = v

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/palyra-mesh/palyra/internal/testbuf"
 )
 
 // member is one node process of a multi-node test cluster. Unlike proc it
@@ -29,29 +31,10 @@ type member struct {
 
 	mu    sync.Mutex
 	cmd   *exec.Cmd
-	log   *lockedBuffer
+	log   *testbuf.Buffer
 	start int           // offset in log where the current process's output begins
 	done  chan struct{} // closed when the current process has exited
 	err   error         // its exit status
-}
-
-// lockedBuffer collects a process's output; the test reads it while the
-// process still writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // tail returns the last n lines of the member's output, for failure messages.
@@ -88,7 +71,7 @@ func (m *member) spawn(args ...string) {
 		m.t.Fatalf("%s: already running", m.name)
 	}
 	if m.log == nil {
-		m.log = &lockedBuffer{}
+		m.log = &testbuf.Buffer{}
 	}
 	fmt.Fprintf(m.log, "---- %s %s\n", time.Now().Format("15:04:05.000"), strings.Join(args, " "))
 	m.start = len(m.log.String())

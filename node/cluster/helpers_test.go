@@ -307,3 +307,19 @@ func (n *tnode) raftTune() func(*raft.Config) {
 	}
 	return fastRaft
 }
+
+// olderThird starts a 3-voter cluster whose third member runs an older
+// version (tnode.old: it advertises none of the gated features), and
+// waits until it has converged.
+func olderThird(t *testing.T) []*tnode {
+	t.Helper()
+	nodes := []*tnode{newNode(t, 3), newNode(t, 3), newNode(t, 3)}
+	nodes[2].old = true
+	nodes[0].start(true)
+	nodes[1].start(false)
+	nodes[1].join(nodes[0])
+	nodes[2].start(false)
+	nodes[2].join(nodes[0])
+	eventually(t, 20*time.Second, "3-voter cluster", func() error { return converged(nodes, 3, 0) })
+	return nodes
+}

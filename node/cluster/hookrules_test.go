@@ -16,14 +16,7 @@ import (
 // the older one builds it; once that member is upgraded, the same input
 // says null.
 func TestHookExitNullWaitsForEveryMember(t *testing.T) {
-	nodes := []*tnode{newNode(t, 3), newNode(t, 3), newNode(t, 3)}
-	nodes[2].old = true
-	nodes[0].start(true)
-	nodes[1].start(false)
-	nodes[1].join(nodes[0])
-	nodes[2].start(false)
-	nodes[2].join(nodes[0])
-	eventually(t, 20*time.Second, "3-voter cluster", func() error { return converged(nodes, 3, 0) })
+	nodes := olderThird(t)
 	eventually(t, 10*time.Second, "everyone to see the old node's features", func() error {
 		for _, n := range nodes {
 			if n.cl.AllSupport(FeatureHookExitNull) {
