@@ -208,4 +208,16 @@ func TestJobLogsResumesWhereTheLastMessageEnded(t *testing.T) {
 	if stdout.String() != string(j.Stdout) || stderr.String() != string(j.Stderr) {
 		t.Fatalf("the stream and its resumption carried\n%q / %q\nwant the final output, each byte once:\n%q / %q", stdout.String(), stderr.String(), j.Stdout, j.Stderr)
 	}
+
+	// An attempt the ended job never had is refused, not waited for.
+	bad, err := op.Jobs.JobLogs(ctx, connect.NewRequest(&palyrav1.JobLogsRequest{Id: id, Follow: true, Attempt: j.Attempt + 5}))
+	if err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	for bad.Receive() {
+		t.Fatalf("a message for an attempt the job never had: %v", bad.Msg())
+	}
+	if e := op.Explain(bad.Err()); e.Code != "invalid_argument" || !strings.Contains(e.Message, "has no attempt") {
+		t.Fatalf("following attempt %d of a job whose last is %d: %+v; want invalid_argument", j.Attempt+5, j.Attempt, e)
+	}
 }

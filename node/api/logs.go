@@ -61,7 +61,19 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 		if j.Attempt < attempt && req.Msg.Follow {
 			// This replica has not yet seen the attempt the caller read
 			// (it resumes through another node): wait for it rather than
-			// go back to an older attempt.
+			// go back to an older attempt. An ended job gets no newer
+			// attempt: once this replica is current (a quorum read), an
+			// attempt it still lacks never was.
+			if j.Phase.Terminal() {
+				if _, err := s.readInfo(ctx, false); err != nil {
+					return err
+				}
+				if cur, ok := st.Job(id); ok && cur.Attempt < attempt {
+					return invalid(fmt.Sprintf("job %s has no attempt %d (its last is %d)", id, attempt, cur.Attempt),
+						"give the attempt of the last message received, or 0 to start at the job's current attempt")
+				}
+				continue
+			}
 			if err := waitChange(ctx, changed); err != nil {
 				return err
 			}
