@@ -63,8 +63,9 @@ type Config struct {
 	// Labels describe this node to the scheduler and to policy (k=v).
 	Labels map[string]string
 	// Prefetch is how many wasm jobs per slot a worker may hold waiting
-	// for a slot, when this node leads (0: the default, 1; negative:
-	// none); ArrayPrefetch the same for array tasks (0: 4).
+	// for a slot, when this node leads (0: the default, 4; negative:
+	// none); ArrayPrefetch the most for array tasks (0: 32; the depth
+	// used follows the tasks' run time).
 	Prefetch      int
 	ArrayPrefetch int
 	// LeaseTTL is how long a placement lives without its worker renewing

@@ -72,8 +72,10 @@ type Config struct {
 	// it applies in full only while the kind's jobs are (placement to
 	// result under shortJob on average); otherwise one per slot at most,
 	// so long jobs do not pile up on one worker while another idles.
-	// ArrayPrefetch is the same for array tasks (usually deeper: tasks
-	// are many and alike). Missing kinds get none.
+	// ArrayPrefetch is the most array tasks per slot a worker may hold
+	// (usually deeper: tasks are many and alike); the depth used follows
+	// the tasks' average run so that about taskQueueBudget of work waits
+	// per slot. Missing kinds get none.
 	Prefetch      map[string]int
 	ArrayPrefetch map[string]int
 	// Placed, if set, hears how many placements each round or
@@ -132,6 +134,7 @@ type Driver struct {
 	lastLeaseCheck time.Time
 	mu             sync.Mutex
 	runMS          map[string]float64           // kind → moving average of placement→result, ms
+	taskRunUS      map[string]float64           // kind → moving average of an array task's run, µs
 	inflight       map[string]inflightPlacement // job id → placement
 	rounds         int                          // rounds committing now
 	roundDone      chan struct{}                // a round finished committing

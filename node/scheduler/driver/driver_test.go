@@ -176,6 +176,7 @@ func TestWaitingJobBlocksPrefetchBehindIt(t *testing.T) {
 			Now:           func() time.Time { return time.UnixMilli(1_000_000) },
 			ArrayPrefetch: map[string]int{"wasm": 8},
 		})
+		d.observeTaskRun("wasm", 1000) // 1 ms tasks: the full depth
 		d.Round(context.Background())
 		d.Wait()
 		return got

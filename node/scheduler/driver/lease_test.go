@@ -120,3 +120,45 @@ func TestPrefetchFollowsJobLength(t *testing.T) {
 		t.Fatalf("prefetch off: %d", got)
 	}
 }
+
+// Array tasks prefetch about taskQueueBudget of work per slot by their
+// average run: one before any task ended, the configured depth for short
+// tasks, fewer as they get longer, and down to one at once when an array
+// of long tasks follows one of short tasks.
+func TestArrayPrefetchFollowsTaskRun(t *testing.T) {
+	d := New(Config{ArrayPrefetch: map[string]int{"wasm": 32}})
+	depth := func() int { return d.arrayPrefetch()["wasm"] }
+	if got := depth(); got != 1 {
+		t.Fatalf("before any task ended: %d per slot, want 1", got)
+	}
+	d.mu.Lock()
+	d.observeTaskRun("wasm", 0) // no run time (an older worker): ignored
+	d.mu.Unlock()
+	if got := depth(); got != 1 {
+		t.Fatalf("after a result without its run time: %d per slot, want 1", got)
+	}
+	observe := func(us int64, n int) {
+		d.mu.Lock()
+		for range n {
+			d.observeTaskRun("wasm", us)
+		}
+		d.mu.Unlock()
+	}
+	observe(500, 1) // 0.5 ms tasks: 200 fit the budget, capped at 32
+	if got := depth(); got != 32 {
+		t.Fatalf("short tasks: %d per slot, want the configured 32", got)
+	}
+	observe(10_000, 40) // 10 ms tasks: 10 fit
+	if got := depth(); got != 10 {
+		t.Fatalf("10 ms tasks: %d per slot, want 10", got)
+	}
+	d = New(Config{ArrayPrefetch: map[string]int{"wasm": 32}})
+	observe(500, 100)
+	observe(30_000_000, 1) // one 30 s task after many short ones
+	if got := depth(); got != 1 {
+		t.Fatalf("a long task after short ones: %d per slot, want 1 at once", got)
+	}
+	if got := New(Config{ArrayPrefetch: map[string]int{"wasm": 0}}).arrayPrefetch()["wasm"]; got != 0 {
+		t.Fatalf("array prefetch off: %d", got)
+	}
+}

@@ -170,3 +170,42 @@ func TestPiggybackPlacesABatchInOneRound(t *testing.T) {
 		t.Fatalf("after a's result and d's submit: a %s, c %s, d %s; want a completed, c placed, d queued", phase("a"), phase("c"), phase("d"))
 	}
 }
+
+// An array's tasks are prefetched deeper once its results say they are
+// short: against the real FSM, a fresh array gets one task waiting per
+// slot; a result carrying a 1 ms run lets the next round fill the
+// configured depth.
+func TestArrayPrefetchDeepensOnShortResults(t *testing.T) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: "n1"}}}})
+	d := New(Config{
+		State:         l.fsm.State(),
+		IsLeader:      true,
+		Apply:         func(context.Context, *raftpb.Command) error { return nil },
+		Workers:       func() []Worker { return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 2}}} },
+		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
+		ArrayPrefetch: map[string]int{"wasm": 8},
+	})
+	st := l.fsm.State()
+	commit := func(cmd *raftpb.Command) {
+		t.Helper()
+		r, done := d.Piggyback(cmd)
+		l.apply(&raftpb.Command{Cmd: cmd.Cmd, Round: r})
+		if done != nil {
+			done()
+		}
+	}
+	arr := &raftpb.SubmitArray{Template: &raftpb.JobRecord{Id: "arr", Kind: "wasm", ModuleSha256: "m"}}
+	for range 100 {
+		arr.Tasks = append(arr.Tasks, &raftpb.ArrayTask{Input: []byte("x")})
+	}
+	commit(&raftpb.Command{Cmd: &raftpb.Command_SubmitArray{SubmitArray: arr}})
+	if got := len(st.RunningOn("n1")); got != 4 {
+		t.Fatalf("a fresh array: %d tasks placed on 2 slots, want 4 (one waiting per slot)", got)
+	}
+	done := &raftpb.FinishJob{Id: consensus.TaskID("arr", 0), Attempt: 1, NodeId: "n1", Ok: true, RanUs: 1000, AtMs: 1_000_001}
+	commit(&raftpb.Command{Cmd: &raftpb.Command_FinishBatch{FinishBatch: &raftpb.FinishBatch{Results: []*raftpb.FinishJob{done}}}})
+	if got := len(st.RunningOn("n1")); got != 18 {
+		t.Fatalf("after a 1 ms task: %d tasks on 2 slots, want 18 (8 waiting per slot)", got)
+	}
+}
