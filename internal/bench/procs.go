@@ -76,7 +76,7 @@ func (p *nodeProc) spawn(bin string, args ...string) error {
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	if os.Getenv("PALYRA_BENCH_PPROF") != "" { // profile the nodes: 6060, 6061, … in start order
 		pprofPort++
-		p.cmd.Env = append(os.Environ(), fmt.Sprintf("PALYRA_PPROF=127.0.0.1:%d", 6059+pprofPort))
+		p.cmd.Env = append(os.Environ(), fmt.Sprintf("PALYRA_PPROF=127.0.0.1:%d", 6059+pprofPort), fmt.Sprintf("PALYRA_METRICS_LISTEN=127.0.0.1:%d", 7059+pprofPort))
 		fmt.Fprintf(os.Stderr, "  %s: pprof on 127.0.0.1:%d\n", p.name, 6059+pprofPort)
 	}
 	if err := p.cmd.Start(); err != nil {
