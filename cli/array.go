@@ -313,7 +313,13 @@ func printArray(w io.Writer, a *palyrav1.JobArray) {
 	if a.Done {
 		done = "yes, ended " + v.EndedAt
 	}
-	fmt.Fprintf(tw, "array\t%s\ntasks\t%d: %s\ndone\t%s\n", v.ID, v.Size, countsText(a), done)
+	fmt.Fprintf(tw, "array\t%s\ntasks\t%d: %s\n", v.ID, v.Size, countsText(a))
+	if a.Counts[palyrav1.JobPhase_JOB_PHASE_RUNNING.WireName()] > 0 && !a.Done {
+		// Workers hold short tasks ahead of their slots (--array-prefetch):
+		// "running" counts every task placed on a worker.
+		fmt.Fprintf(tw, "\t(running: placed on a worker, running or waiting there for a slot)\n")
+	}
+	fmt.Fprintf(tw, "done\t%s\n", done)
 	if v.Template.ModuleSHA256 != "" {
 		fmt.Fprintf(tw, "module\tsha256:%s\n", v.Template.ModuleSHA256)
 	}

@@ -242,6 +242,20 @@ func TestCancelArrayPruneRetention(t *testing.T) {
 	if r.code != 0 || arr == "" {
 		t.Fatalf("submit: %+v", r)
 	}
+	// While tasks run, get says what "running" counts (prefetched tasks
+	// wait on their worker in that phase).
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		r := c.cli("job", "get", arr)
+		if r.code == 0 && strings.Contains(r.stdout, " running") {
+			if !strings.Contains(r.stdout, "(running: placed on a worker, running or waiting there for a slot)") {
+				t.Fatalf("get of a running array: %+v", r)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no task of %s running after 20s: %+v", arr, r)
+		}
+	}
 	if r := c.cli("job", "cancel", arr); r.code != 0 || r.stdout != arr+" cancelled: 3 aborted\n" {
 		t.Fatalf("cancel array: %+v", r)
 	}
