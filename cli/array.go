@@ -315,7 +315,7 @@ func printArray(w io.Writer, a *palyrav1.JobArray) {
 	}
 	fmt.Fprintf(tw, "array\t%s\ntasks\t%d: %s\n", v.ID, v.Size, countsText(a))
 	if a.Counts[palyrav1.JobPhase_JOB_PHASE_RUNNING.WireName()] > 0 && !a.Done {
-		// Workers hold short tasks ahead of their slots (--array-prefetch):
+		// Workers hold tasks ahead of their slots (--array-prefetch):
 		// "running" counts every task placed on a worker.
 		fmt.Fprintf(tw, "\t(running: placed on a worker, running or waiting there for a slot)\n")
 	}

@@ -221,7 +221,10 @@ func (s *State) Count(p Phase) uint64 {
 }
 
 // Queued calls fn for the queued jobs of kind in placement order
-// (priority, then acceptance) until fn returns false.
+// (priority, then acceptance) until fn returns false. fn runs under the
+// state's read lock: it must not read the state again (a second read
+// lock waits behind a waiting writer, which waits for the first: every
+// apply stops).
 func (s *State) Queued(kind string, fn func(Job) bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -65,7 +65,7 @@ type Config struct {
 	// Prefetch is how many wasm jobs per slot a worker may hold waiting
 	// for a slot, when this node leads (0: the default, 4; negative:
 	// none); ArrayPrefetch the most for array tasks (0: 32; the depth
-	// used follows the tasks' run time).
+	// used follows the tasks' run time; negative: tasks take Prefetch).
 	Prefetch      int
 	ArrayPrefetch int
 	// LeaseTTL is how long a placement lives without its worker renewing

@@ -51,7 +51,8 @@ func (f *fakeState) Job(id string) (consensus.Job, bool) {
 	return consensus.Job{}, false
 }
 func (f *fakeState) OldestEnded() (int64, bool) { return 0, false }
-func (f *fakeState) Retention() int64           { return consensus.DefaultRetentionMS }
+
+func (f *fakeState) Retention() int64 { return consensus.DefaultRetentionMS }
 
 // oneRound runs one scheduling round over st and workers and returns the
 // round it committed (it must commit exactly one).
@@ -176,7 +177,10 @@ func TestWaitingJobBlocksPrefetchBehindIt(t *testing.T) {
 			Now:           func() time.Time { return time.UnixMilli(1_000_000) },
 			ArrayPrefetch: map[string]int{"wasm": 8},
 		})
+		d.mu.Lock()
 		d.observeTaskRun("wasm", 1000) // 1 ms tasks: the full depth
+		d.mu.Unlock()
+		d.noteReported("arr") // its own tasks too (not fresh)
 		d.Round(context.Background())
 		d.Wait()
 		return got

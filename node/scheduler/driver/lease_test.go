@@ -152,6 +152,16 @@ func TestArrayPrefetchFollowsTaskRun(t *testing.T) {
 	if got := depth(); got != 10 {
 		t.Fatalf("10 ms tasks: %d per slot, want 10", got)
 	}
+	observe(500, 1) // one shorter run moves the average a little
+	if got := depth(); got != 10 {
+		t.Fatalf("one 0.5 ms run after 10 ms ones: %d per slot, want still 10", got)
+	}
+	d = New(Config{ArrayPrefetch: map[string]int{"wasm": 32}})
+	observe(500, 100)
+	observe(300_000, 1) // one longer run counts at half weight at once
+	if got := depth(); got != 1 {
+		t.Fatalf("one 300 ms run after 0.5 ms ones: %d per slot, want 1", got)
+	}
 	d = New(Config{ArrayPrefetch: map[string]int{"wasm": 32}})
 	observe(500, 100)
 	observe(30_000_000, 1) // one 30 s task after many short ones

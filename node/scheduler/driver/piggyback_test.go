@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -173,19 +174,23 @@ func TestPiggybackPlacesABatchInOneRound(t *testing.T) {
 
 // An array's tasks are prefetched deeper once its results say they are
 // short: against the real FSM, a fresh array gets one task waiting per
-// slot; a result carrying a 1 ms run lets the next round fill the
-// configured depth.
+// slot, even when earlier arrays of its kind were short (its own tasks
+// may be long); a result carrying a 1 ms run lets the round in that
+// result's entry fill the configured depth.
 func TestArrayPrefetchDeepensOnShortResults(t *testing.T) {
 	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
 	l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: "n1"}}}})
 	d := New(Config{
 		State:         l.fsm.State(),
 		IsLeader:      true,
-		Apply:         func(context.Context, *raftpb.Command) error { return nil },
+		Apply:         func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil },
 		Workers:       func() []Worker { return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 2}}} },
 		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
 		ArrayPrefetch: map[string]int{"wasm": 8},
 	})
+	d.mu.Lock()
+	d.observeTaskRun("wasm", 500) // an earlier array's tasks: 0.5 ms
+	d.mu.Unlock()
 	st := l.fsm.State()
 	commit := func(cmd *raftpb.Command) {
 		t.Helper()
@@ -203,9 +208,126 @@ func TestArrayPrefetchDeepensOnShortResults(t *testing.T) {
 	if got := len(st.RunningOn("n1")); got != 4 {
 		t.Fatalf("a fresh array: %d tasks placed on 2 slots, want 4 (one waiting per slot)", got)
 	}
+	d.Round(context.Background()) // a standalone round holds it there too
+	d.Wait()
+	if got := len(st.RunningOn("n1")); got != 4 {
+		t.Fatalf("a fresh array after a round: %d tasks placed on 2 slots, want 4", got)
+	}
 	done := &raftpb.FinishJob{Id: consensus.TaskID("arr", 0), Attempt: 1, NodeId: "n1", Ok: true, RanUs: 1000, AtMs: 1_000_001}
 	commit(&raftpb.Command{Cmd: &raftpb.Command_FinishBatch{FinishBatch: &raftpb.FinishBatch{Results: []*raftpb.FinishJob{done}}}})
 	if got := len(st.RunningOn("n1")); got != 18 {
 		t.Fatalf("after a 1 ms task: %d tasks on 2 slots, want 18 (8 waiting per slot)", got)
+	}
+}
+
+// Array tasks held back behind a waiting job are planned against the
+// smaller of the single-job and the array-task capacity: the FSM checks a
+// task against the latter, so planning more (the single-job capacity,
+// once it was the larger) proposed placements the FSM dropped, and the
+// driver proposed them again at once, round after round.
+func TestBlockedTasksPlanWhatTheFSMAccepts(t *testing.T) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	for _, n := range []string{"n1", "n2"} {
+		l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: n}}}})
+	}
+	var proposed []*raftpb.SchedulerRound
+	d := New(Config{
+		State:    l.fsm.State(),
+		IsLeader: true,
+		Apply: func(_ context.Context, c *raftpb.Command) error {
+			proposed = append(proposed, c.GetSchedulerRound())
+			return nil
+		},
+		Workers: func() []Worker {
+			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "a"}},
+				{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 1}}}
+		},
+		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
+		Prefetch:      map[string]int{"wasm": 4},
+		ArrayPrefetch: map[string]int{"wasm": 8},
+	})
+	d.mu.Lock()
+	d.observeRun("wasm", 10) // short single jobs: 4 waiting per slot
+	d.mu.Unlock()
+	st := l.fsm.State()
+	commit := func(cmd *raftpb.Command) {
+		t.Helper()
+		r, done := d.Piggyback(cmd)
+		l.apply(&raftpb.Command{Cmd: cmd.Cmd, Round: r})
+		if done != nil {
+			done()
+		}
+	}
+	arr := &raftpb.SubmitArray{Template: &raftpb.JobRecord{Id: "arr", Kind: "wasm", ModuleSha256: "m"}}
+	for range 50 {
+		arr.Tasks = append(arr.Tasks, &raftpb.ArrayTask{Input: []byte("x")})
+	}
+	commit(&raftpb.Command{Cmd: &raftpb.Command_SubmitArray{SubmitArray: arr}}) // no task ended: 1 waiting per slot
+	zoneA := map[string]string{"zone": "a"}
+	for _, id := range []string{"a1", "a2", "a3"} { // n1 full: 5 running
+		commit(&raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: &raftpb.JobRecord{Id: id, Kind: "wasm", ModuleSha256: "m", Constraints: zoneA}}}})
+	}
+	if n1, n2 := len(st.RunningOn("n1")), len(st.RunningOn("n2")); n1 != 5 || n2 != 2 {
+		t.Fatalf("set-up: %d running on n1, %d on n2; want 5 and 2", n1, n2)
+	}
+	// A priority-10 job only n1 can run waits; the tasks behind it may not
+	// take n2's single-job capacity (5) beyond its array-task one (2).
+	commit(&raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: &raftpb.JobRecord{Id: "urgent", Kind: "wasm", ModuleSha256: "m", Priority: 10, Constraints: zoneA}}}})
+	d.Round(context.Background())
+	d.Wait()
+	for _, r := range proposed {
+		if n := len(r.GetPlacements()); n > 0 {
+			before := len(st.RunningOn("n2"))
+			l.apply(&raftpb.Command{Cmd: &raftpb.Command_SchedulerRound{SchedulerRound: r}})
+			t.Fatalf("a round proposed %d placements behind the waiting job; the FSM took %d of them", n, len(st.RunningOn("n2"))-before)
+		}
+	}
+}
+
+// A round reads the queue under the state's read lock (State.Queued); a
+// read of the state from inside it waits behind a writer that waits for
+// that lock, and the leader's FSM stops for good. Rounds run here beside
+// a stream of applies to the real FSM, with array tasks queued (the
+// planner's per-array bookkeeping must not read the state then).
+func TestRoundsBesideAppliesDoNotDeadlock(t *testing.T) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: "n1"}}}})
+	arr := &raftpb.SubmitArray{Template: &raftpb.JobRecord{Id: "arr", Kind: "wasm", ModuleSha256: "m"}}
+	for range 2000 {
+		arr.Tasks = append(arr.Tasks, &raftpb.ArrayTask{Input: []byte("x")})
+	}
+	l.apply(&raftpb.Command{Cmd: &raftpb.Command_SubmitArray{SubmitArray: arr}})
+	d := New(Config{
+		State:         l.fsm.State(),
+		IsLeader:      true,
+		Apply:         func(context.Context, *raftpb.Command) error { return nil },
+		Workers:       func() []Worker { return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}}} },
+		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
+		ArrayPrefetch: map[string]int{"wasm": 8},
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for stop := time.Now().Add(500 * time.Millisecond); time.Now().Before(stop); {
+			d.Round(context.Background())
+			d.Wait()
+		}
+	}()
+	applied := make(chan struct{})
+	go func() {
+		defer close(applied)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			l.apply(submitCmd(fmt.Sprint("j", i)))
+		}
+	}()
+	select {
+	case <-applied:
+	case <-time.After(20 * time.Second):
+		t.Fatal("rounds and applies stopped each other (a read of the state inside State.Queued)")
 	}
 }
