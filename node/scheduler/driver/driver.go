@@ -139,10 +139,6 @@ type Driver struct {
 	rounds         int                          // rounds committing now
 	roundDone      chan struct{}                // a round finished committing
 	wg             sync.WaitGroup
-
-	repMu         sync.Mutex      // a leaf: guards reported and reportedOrder only
-	reported      map[string]bool // arrays a task of which reported its run to this leader
-	reportedOrder []string        // reported's keys, oldest first (at most maxReported)
 }
 
 type inflightPlacement struct{ node, kind string }
@@ -303,7 +299,7 @@ func (d *Driver) Round(ctx context.Context) {
 	if now.Sub(d.lastReasons) >= reasonEvery {
 		waitMax, d.lastReasons = maxScanExtra, now
 	}
-	jobs, unplaced := d.place(round, workers, roundInputs{}, maxExamine, waitMax)
+	jobs, unplaced := d.place(round, workers, nil, nil, maxExamine, waitMax)
 	reasons := make(map[string]string, len(jobs))
 	for _, j := range jobs {
 		reasons[j.ID] = j.reason

@@ -180,7 +180,6 @@ func TestWaitingJobBlocksPrefetchBehindIt(t *testing.T) {
 		d.mu.Lock()
 		d.observeTaskRun("wasm", 1000) // 1 ms tasks: the full depth
 		d.mu.Unlock()
-		d.noteReported("arr") // its own tasks too (not fresh)
 		d.Round(context.Background())
 		d.Wait()
 		return got

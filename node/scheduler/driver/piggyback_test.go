@@ -172,10 +172,9 @@ func TestPiggybackPlacesABatchInOneRound(t *testing.T) {
 	}
 }
 
-// An array's tasks are prefetched deeper once its results say they are
-// short: against the real FSM, a fresh array gets one task waiting per
-// slot, even when earlier arrays of its kind were short (its own tasks
-// may be long); a result carrying a 1 ms run lets the round in that
+// An array's tasks are prefetched deeper once results say they are
+// short: against the real FSM, the first array of a kind gets one task
+// waiting per slot; a result carrying a 1 ms run lets the round in that
 // result's entry fill the configured depth.
 func TestArrayPrefetchDeepensOnShortResults(t *testing.T) {
 	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
@@ -188,9 +187,6 @@ func TestArrayPrefetchDeepensOnShortResults(t *testing.T) {
 		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
 		ArrayPrefetch: map[string]int{"wasm": 8},
 	})
-	d.mu.Lock()
-	d.observeTaskRun("wasm", 500) // an earlier array's tasks: 0.5 ms
-	d.mu.Unlock()
 	st := l.fsm.State()
 	commit := func(cmd *raftpb.Command) {
 		t.Helper()
@@ -206,12 +202,12 @@ func TestArrayPrefetchDeepensOnShortResults(t *testing.T) {
 	}
 	commit(&raftpb.Command{Cmd: &raftpb.Command_SubmitArray{SubmitArray: arr}})
 	if got := len(st.RunningOn("n1")); got != 4 {
-		t.Fatalf("a fresh array: %d tasks placed on 2 slots, want 4 (one waiting per slot)", got)
+		t.Fatalf("before any result: %d tasks placed on 2 slots, want 4 (one waiting per slot)", got)
 	}
 	d.Round(context.Background()) // a standalone round holds it there too
 	d.Wait()
 	if got := len(st.RunningOn("n1")); got != 4 {
-		t.Fatalf("a fresh array after a round: %d tasks placed on 2 slots, want 4", got)
+		t.Fatalf("before any result, after a round: %d tasks placed on 2 slots, want 4", got)
 	}
 	done := &raftpb.FinishJob{Id: consensus.TaskID("arr", 0), Attempt: 1, NodeId: "n1", Ok: true, RanUs: 1000, AtMs: 1_000_001}
 	commit(&raftpb.Command{Cmd: &raftpb.Command_FinishBatch{FinishBatch: &raftpb.FinishBatch{Results: []*raftpb.FinishJob{done}}}})

@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,59 +24,34 @@ const (
 	maxPiggyExtra   = 1024
 )
 
-// limitSuffix marks a capacity the planner alone uses: array tasks held
-// to a shallower prefetch than their kind's (behind a job waiting for a
-// slot; of an array none of whose tasks has ended yet) draw on
-// kind + limitSuffix + depth. The FSM checks a task against the kind's
-// array-task capacity (consensus.PrefetchSuffix), which is never less.
-const limitSuffix = "/limit"
-
-// taskKey is the capacity an array task of kind draws on: the kind's own
-// array-task capacity (depth taskPrefetch[kind] per slot), or a shallower
-// one while blocked (at most the single-job depth) or fresh (at most one
-// per slot). Without array prefetch for the kind, the kind's single-job
-// capacity.
-func (d *Driver) taskKey(kind string, prefetch, taskPrefetch map[string]int, blocked, fresh bool) string {
-	k, ok := d.taskKinds[kind]
-	if !ok {
-		return kind
+// planKind is the capacity a job draws on: array tasks have their own
+// prefetch (usually deeper). Behind a job waiting for a slot (blocked),
+// tasks draw on the smaller of the two: the single-job capacity, shared
+// with the jobs ahead of them (as ever), unless their own is smaller (the
+// tasks are long): planning the single-job capacity for them then made
+// the FSM, which checks a task against its own, drop the placements, and
+// the driver proposed them again at once.
+func (d *Driver) planKind(kind string, task, blocked bool, prefetch, taskPrefetch map[string]int) string {
+	if task {
+		if k, ok := d.taskKinds[kind]; ok && (!blocked || taskPrefetch[kind] < prefetch[kind]) {
+			return k
+		}
 	}
-	p := taskPrefetch[kind]
-	depth := p
-	if blocked {
-		depth = min(depth, prefetch[kind])
-	}
-	if fresh {
-		depth = min(depth, 1)
-	}
-	if depth >= p {
-		return k
-	}
-	return limitKey(kind, depth)
+	return kind
 }
 
-func limitKey(kind string, depth int) string { return kind + limitSuffix + strconv.Itoa(depth) }
-
-// baseKind is the executor kind of a capacity key.
-func baseKind(k string) string {
-	if i := strings.IndexByte(k, '/'); i >= 0 {
-		return k[:i]
-	}
-	return k
-}
-
-// place plans placements from the head of the queue, then in.extra (jobs
-// not in the queue yet: they come after it), onto the capacity of the
+// place plans placements from the head of the queue, then the extra jobs
+// (not in the queue yet: they come after it), onto the capacity of the
 // live workers: their slots plus prefetch, less the jobs running there by
-// the state and the placements of rounds still committing, plus the slots
-// the command this round rides on frees before the round applies
-// (in.freed). It appends the placements and the capacity they were
+// the state and the placements of rounds still committing, plus freed
+// (node → kind → slots the command this round rides on frees before the
+// round applies). It appends the placements and the capacity they were
 // checked against to round, and returns the jobs it offered the planner
 // and those left unplaced. At most examine queued jobs are looked at, and
 // at most waitMax of those with no free capacity for their shape are
 // offered anyway (for their pending reason). d.planMu is held.
-func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, in roundInputs, examine, waitMax int) ([]planned, []scheduler.Unplaced) {
-	freed, extra := in.freed, in.extra
+func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map[string]map[string]int,
+	extra []scheduler.Job, examine, waitMax int) ([]planned, []scheduler.Unplaced) {
 	st := d.cfg.State
 	running := st.RunningCounts()
 	d.mu.Lock()
@@ -98,7 +72,6 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, in roundI
 		}
 	}
 	prefetch, taskPrefetch := d.prefetch(), d.arrayPrefetch()
-
 	var nodes []scheduler.Node
 	free := 0
 	for _, w := range workers {
@@ -116,18 +89,9 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, in roundI
 			if p := taskPrefetch[kind]; p > 0 {
 				pk := kind + consensus.PrefetchSuffix
 				slots[pk], busy[pk] = n*(1+p), running[w.ID][kind]
-				for _, depth := range []int{min(p, prefetch[kind]), min(p, 1), min(p, prefetch[kind], 1)} {
-					if depth < p {
-						lk := limitKey(kind, depth)
-						slots[lk], busy[lk] = n*(1+depth), running[w.ID][kind]
-					}
-				}
 			}
 		}
 		for kind, n := range slots {
-			if strings.Contains(kind, limitSuffix) {
-				continue // the planner's own
-			}
 			round.Slots = append(round.Slots, &raftpb.NodeSlots{NodeId: w.ID, Kind: kind, Slots: uint32(n)})
 			if eligible {
 				free += max(n-busy[kind], 0)
@@ -169,9 +133,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, in roundI
 			continue
 		}
 		for k, n := range nd.Slots {
-			if !strings.Contains(k, limitSuffix) {
-				kindFree[baseKind(k)] += max(n-nd.Running[k], 0)
-			}
+			kindFree[strings.TrimSuffix(k, consensus.PrefetchSuffix)] += max(n-nd.Running[k], 0)
 		}
 	}
 	kinds := st.QueuedKinds()
@@ -190,7 +152,6 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, in roundI
 		// prefetch as each ended, and a priority-100 job waited for a
 		// whole priority-0 array).
 		blocked := false
-		fresh := map[string]bool{} // array id → none of its tasks reported its run yet
 		st.Queued(kind, func(j consensus.Job) bool {
 			if inflight[j.ID] {
 				return true // placed by a round still committing; bounded by the in-flight map
@@ -200,15 +161,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, in roundI
 				return examined < examine // retry backoff
 			}
 			task := j.ArrayID != ""
-			pk := j.Kind
-			if task {
-				f, ok := fresh[j.ArrayID]
-				if !ok { // (never a read of st here: Queued holds its lock)
-					f = !in.reported[j.ArrayID] && !d.wasReported(j.ArrayID)
-					fresh[j.ArrayID] = f
-				}
-				pk = d.taskKey(j.Kind, prefetch, taskPrefetch, blocked, f)
-			}
+			pk := d.planKind(j.Kind, task, blocked, prefetch, taskPrefetch)
 			key, f := freeFor(pk, j.Constraints)
 			if f == 0 && !task && !blocked && canRun(nodes, j.Kind, j.Constraints) {
 				blocked = true
@@ -232,9 +185,6 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, in roundI
 	for _, e := range extra {
 		if placeable >= free {
 			break
-		}
-		if strings.HasSuffix(e.Kind, consensus.PrefetchSuffix) { // a task of an array just submitted: fresh
-			e.Kind = d.taskKey(baseKind(e.Kind), prefetch, taskPrefetch, false, true)
 		}
 		if key, f := freeFor(e.Kind, e.Constraints); f > 0 {
 			shapeFree[key] = f - 1
@@ -272,7 +222,11 @@ func (d *Driver) reserve(round *raftpb.SchedulerRound, jobs []planned) {
 		kinds[j.ID] = j.Kind
 	}
 	for _, p := range round.Placements {
-		d.inflight[p.Id] = inflightPlacement{node: p.NodeId, kind: baseKind(kinds[p.Id])}
+		k := kinds[p.Id]
+		if i := strings.Index(k, consensus.PrefetchSuffix); i >= 0 {
+			k = k[:i]
+		}
+		d.inflight[p.Id] = inflightPlacement{node: p.NodeId, kind: k}
 	}
 }
 
@@ -302,22 +256,23 @@ func (d *Driver) Piggyback(cmd *raftpb.Command) (round *raftpb.SchedulerRound, d
 	if !d.leading.Load() {
 		return nil, nil
 	}
-	var in roundInputs
+	var extra []scheduler.Job
+	var freed map[string]map[string]int
 	cmds := []*raftpb.Command{cmd}
 	if b := cmd.GetBatch(); b != nil {
 		cmds = b.Commands // a group commit: one round for all of them
 	}
 	for _, cmd := range cmds {
-		d.piggyInputs(cmd, &in)
+		extra, freed = d.piggyInputs(cmd, extra, freed)
 	}
-	if len(in.extra) == 0 && len(in.freed) == 0 {
+	if len(extra) == 0 && len(freed) == 0 {
 		return nil, nil
 	}
 	workers := d.cfg.Workers()
 	round = &raftpb.SchedulerRound{AtMs: d.cfg.Now().UnixMilli(), Rules: consensus.SkillRules}
 	d.planMu.Lock()
 	defer d.planMu.Unlock()
-	jobs, _ := d.place(round, workers, in, maxPiggyExamine, 0)
+	jobs, _ := d.place(round, workers, freed, extra, maxPiggyExamine, 0)
 	if len(round.Placements) == 0 {
 		return nil, nil
 	}
@@ -336,36 +291,27 @@ func (d *Driver) Piggyback(cmd *raftpb.Command) (round *raftpb.SchedulerRound, d
 	}
 }
 
-// roundInputs is what the command a piggybacked round rides on brings
-// to it: the jobs it submits (extra), the slots its results free (freed:
-// node → kind → slots), and the arrays it reports a task's run for
-// (reported: their tasks are not fresh any more).
-type roundInputs struct {
-	extra    []scheduler.Job
-	freed    map[string]map[string]int
-	reported map[string]bool
-}
-
-// piggyInputs adds to in what cmd brings to a round in its entry.
-func (d *Driver) piggyInputs(cmd *raftpb.Command, in *roundInputs) {
+// piggyInputs adds to extra the jobs cmd submits that a round may place
+// in its entry, and to freed the slots its results free.
+func (d *Driver) piggyInputs(cmd *raftpb.Command, extra []scheduler.Job, freed map[string]map[string]int) ([]scheduler.Job, map[string]map[string]int) {
 	switch c := cmd.Cmd.(type) {
 	case *raftpb.Command_SubmitJob:
 		j := c.SubmitJob.GetJob()
 		if j == nil || j.Id == "" || j.RequiresApproval { // a job waiting for approval is not placed
-			return
+			return extra, freed
 		}
-		in.extra = append(in.extra, scheduler.Job{ID: j.Id, Kind: j.Kind, Priority: int(j.Priority), Constraints: j.Constraints})
+		extra = append(extra, scheduler.Job{ID: j.Id, Kind: j.Kind, Priority: int(j.Priority), Constraints: j.Constraints})
 	case *raftpb.Command_SubmitArray:
 		t := c.SubmitArray.GetTemplate()
 		if t == nil || t.Id == "" {
-			return
+			return extra, freed
 		}
-		kind := t.Kind // as a task's capacity (place makes it the fresh array's)
+		kind := t.Kind // as a task's capacity
 		if k, ok := d.taskKinds[t.Kind]; ok {
 			kind = k
 		}
 		for i := range min(len(c.SubmitArray.Tasks), maxPiggyExtra) {
-			in.extra = append(in.extra, scheduler.Job{ID: consensus.TaskID(t.Id, uint32(i)), Kind: kind, Priority: int(t.Priority), Constraints: t.Constraints})
+			extra = append(extra, scheduler.Job{ID: consensus.TaskID(t.Id, uint32(i)), Kind: kind, Priority: int(t.Priority), Constraints: t.Constraints})
 		}
 	case *raftpb.Command_FinishBatch:
 		for _, r := range c.FinishBatch.Results {
@@ -373,29 +319,23 @@ func (d *Driver) piggyInputs(cmd *raftpb.Command, in *roundInputs) {
 			if !ok || j.Phase != consensus.PhaseRunning || j.Attempt != r.Attempt || j.NodeID != r.NodeId {
 				continue // a stale result frees nothing
 			}
-			if in.freed == nil {
-				in.freed = map[string]map[string]int{}
+			if freed == nil {
+				freed = map[string]map[string]int{}
 			}
-			if in.freed[j.NodeID] == nil {
-				in.freed[j.NodeID] = map[string]int{}
+			if freed[j.NodeID] == nil {
+				freed[j.NodeID] = map[string]int{}
 			}
-			in.freed[j.NodeID][j.Kind]++
+			freed[j.NodeID][j.Kind]++
 			d.mu.Lock()
 			if j.ArrayID == "" {
 				d.observeRun(j.Kind, r.AtMs-j.PlacedAtMS)
 			} else {
 				d.observeTaskRun(j.Kind, r.RanUs)
-				if in.reported == nil {
-					in.reported = map[string]bool{}
-				}
-				in.reported[j.ArrayID] = true
 			}
 			d.mu.Unlock()
-			if j.ArrayID != "" {
-				d.noteReported(j.ArrayID)
-			}
 		}
 	}
+	return extra, freed
 }
 
 // shortJob is the average placement-to-result time under which a kind's
@@ -452,6 +392,10 @@ func (d *Driver) observeTaskRun(kind string, us int64) {
 	if us <= 0 {
 		return
 	}
+	// Past 4× the budget every run means one per slot; a clamp keeps one
+	// very long run (a task that timed out after minutes) from holding
+	// the depth at one for hundreds of short results after it.
+	us = min(us, 4*taskQueueBudget.Microseconds())
 	if d.taskRunUS == nil {
 		d.taskRunUS = map[string]float64{}
 	}
@@ -464,39 +408,6 @@ func (d *Driver) observeTaskRun(kind string, us int64) {
 	default:
 		d.taskRunUS[kind] = old + (float64(us)-old)/32
 	}
-}
-
-// maxReported bounds the arrays the driver remembers as reported; the
-// oldest are forgotten first, and an array forgotten (or not yet heard of
-// by a new leader) is held to one task per slot until its next result.
-const maxReported = 4096
-
-// noteReported remembers that a task of array id reported its run: its
-// tasks are not fresh any more.
-func (d *Driver) noteReported(id string) {
-	d.repMu.Lock()
-	defer d.repMu.Unlock()
-	if d.reported[id] {
-		return
-	}
-	if d.reported == nil {
-		d.reported = map[string]bool{}
-	}
-	if len(d.reportedOrder) >= maxReported {
-		delete(d.reported, d.reportedOrder[0])
-		d.reportedOrder = d.reportedOrder[1:]
-	}
-	d.reported[id] = true
-	d.reportedOrder = append(d.reportedOrder, id)
-}
-
-// wasReported reports whether a task of array id reported its run to
-// this leader (as far as it remembers). It takes repMu only, a leaf lock:
-// place calls it while the state's read lock is held.
-func (d *Driver) wasReported(id string) bool {
-	d.repMu.Lock()
-	defer d.repMu.Unlock()
-	return d.reported[id]
 }
 
 // arrayPrefetch is, per kind, the array tasks per slot a worker may hold
