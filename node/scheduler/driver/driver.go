@@ -305,10 +305,13 @@ func (d *Driver) Round(ctx context.Context) {
 		reasons[j.ID] = j.reason
 	}
 	for _, u := range unplaced {
-		if reasons[u.JobID] == u.Reason || len(round.Pending) >= maxReasonUpdates {
+		// An array task's capacity is "wasm/prefetch" to the planner; the
+		// reason names the kind as users know it.
+		reason := strings.Replace(u.Reason, consensus.PrefetchSuffix+" capacity", " capacity", 1)
+		if reasons[u.JobID] == reason || len(round.Pending) >= maxReasonUpdates {
 			continue
 		}
-		round.Pending = append(round.Pending, &raftpb.SetPendingReason{Id: u.JobID, Reason: u.Reason})
+		round.Pending = append(round.Pending, &raftpb.SetPendingReason{Id: u.JobID, Reason: reason})
 	}
 
 	if len(round.Placements)+len(round.Pending)+len(round.Requeues)+len(round.Expire) > 0 {

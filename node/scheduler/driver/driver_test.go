@@ -202,3 +202,23 @@ func TestWaitingJobBlocksPrefetchBehindIt(t *testing.T) {
 		t.Fatalf("behind an unplaceable job: %v, want the 4 tasks prefetched", r)
 	}
 }
+
+// A task no node can take says so by its kind ("wasm"), not by the
+// planner's name for the tasks' capacity ("wasm/prefetch").
+func TestTaskReasonNamesTheKind(t *testing.T) {
+	task := consensus.Job{ID: "arr.0", Kind: "wasm", ArrayID: "arr", CommitIndex: 50}
+	st := &countState{fakeState: &fakeState{queued: []consensus.Job{task}}, counts: map[string]map[string]int{}}
+	var got *raftpb.SchedulerRound
+	d := New(Config{
+		State:         st,
+		Apply:         func(_ context.Context, c *raftpb.Command) error { got = c.GetSchedulerRound(); return nil },
+		Workers:       func() []Worker { return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"browser": 1}}} },
+		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
+		ArrayPrefetch: map[string]int{"wasm": 8},
+	})
+	d.Round(context.Background())
+	d.Wait()
+	if got == nil || len(got.Pending) != 1 || got.Pending[0].Reason != "no eligible node offers wasm capacity" {
+		t.Fatalf("round: %v; want arr.0 pending for want of wasm capacity", got)
+	}
+}
