@@ -283,8 +283,9 @@ func TestBlockedTasksPlanWhatTheFSMAccepts(t *testing.T) {
 // A round reads the queue under the state's read lock (State.Queued); a
 // read of the state from inside it waits behind a writer that waits for
 // that lock, and the leader's FSM stops for good. Rounds run here beside
-// a stream of applies to the real FSM, with array tasks queued (the
-// planner's per-array bookkeeping must not read the state then).
+// a stream of applies to the real FSM, with array tasks queued (a first
+// try at per-array prefetch read each array's counts in the walk, and
+// the bench's leader hung).
 func TestRoundsBesideAppliesDoNotDeadlock(t *testing.T) {
 	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
 	l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: "n1"}}}})
