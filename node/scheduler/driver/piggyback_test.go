@@ -32,6 +32,25 @@ func (l *fsmLog) apply(cmd *raftpb.Command) consensus.ApplyResult {
 	return res
 }
 
+// piggyCommit proposes cmd with the round d attaches to it, as the
+// leader does, and applies both to l in one entry.
+func piggyCommit(d *Driver, l *fsmLog, cmd *raftpb.Command) {
+	r, done := d.Piggyback(cmd)
+	l.apply(&raftpb.Command{Cmd: cmd.Cmd, Round: r})
+	if done != nil {
+		done()
+	}
+}
+
+// arrayCmd submits array id of n trivial wasm tasks.
+func arrayCmd(id string, n int) *raftpb.Command {
+	arr := &raftpb.SubmitArray{Template: &raftpb.JobRecord{Id: id, Kind: "wasm", ModuleSha256: "m"}}
+	for range n {
+		arr.Tasks = append(arr.Tasks, &raftpb.ArrayTask{Input: []byte("x")})
+	}
+	return &raftpb.Command{Cmd: &raftpb.Command_SubmitArray{SubmitArray: arr}}
+}
+
 func submitCmd(id string) *raftpb.Command {
 	return &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: &raftpb.JobRecord{Id: id, Kind: "wasm", ModuleSha256: "m"}}}}
 }
@@ -64,14 +83,7 @@ func TestPiggybackPlacesInTheSameEntry(t *testing.T) {
 		Now:     func() time.Time { return time.UnixMilli(1_000_000) },
 	})
 	st := l.fsm.State()
-	commit := func(cmd *raftpb.Command) {
-		t.Helper()
-		r, done := d.Piggyback(cmd)
-		l.apply(&raftpb.Command{Cmd: cmd.Cmd, Round: r})
-		if done != nil {
-			done()
-		}
-	}
+	commit := func(cmd *raftpb.Command) { t.Helper(); piggyCommit(d, l, cmd) }
 	phase := func(id string) (consensus.Phase, string) {
 		j, _ := st.Job(id)
 		return j.Phase, j.NodeID
@@ -188,19 +200,8 @@ func TestArrayPrefetchDeepensOnShortResults(t *testing.T) {
 		ArrayPrefetch: map[string]int{"wasm": 8},
 	})
 	st := l.fsm.State()
-	commit := func(cmd *raftpb.Command) {
-		t.Helper()
-		r, done := d.Piggyback(cmd)
-		l.apply(&raftpb.Command{Cmd: cmd.Cmd, Round: r})
-		if done != nil {
-			done()
-		}
-	}
-	arr := &raftpb.SubmitArray{Template: &raftpb.JobRecord{Id: "arr", Kind: "wasm", ModuleSha256: "m"}}
-	for range 100 {
-		arr.Tasks = append(arr.Tasks, &raftpb.ArrayTask{Input: []byte("x")})
-	}
-	commit(&raftpb.Command{Cmd: &raftpb.Command_SubmitArray{SubmitArray: arr}})
+	commit := func(cmd *raftpb.Command) { t.Helper(); piggyCommit(d, l, cmd) }
+	commit(arrayCmd("arr", 100))
 	if got := len(st.RunningOn("n1")); got != 4 {
 		t.Fatalf("before any result: %d tasks placed on 2 slots, want 4 (one waiting per slot)", got)
 	}
@@ -246,19 +247,8 @@ func TestBlockedTasksPlanWhatTheFSMAccepts(t *testing.T) {
 	d.observeRun("wasm", 10) // short single jobs: 4 waiting per slot
 	d.mu.Unlock()
 	st := l.fsm.State()
-	commit := func(cmd *raftpb.Command) {
-		t.Helper()
-		r, done := d.Piggyback(cmd)
-		l.apply(&raftpb.Command{Cmd: cmd.Cmd, Round: r})
-		if done != nil {
-			done()
-		}
-	}
-	arr := &raftpb.SubmitArray{Template: &raftpb.JobRecord{Id: "arr", Kind: "wasm", ModuleSha256: "m"}}
-	for range 50 {
-		arr.Tasks = append(arr.Tasks, &raftpb.ArrayTask{Input: []byte("x")})
-	}
-	commit(&raftpb.Command{Cmd: &raftpb.Command_SubmitArray{SubmitArray: arr}}) // no task ended: 1 waiting per slot
+	commit := func(cmd *raftpb.Command) { t.Helper(); piggyCommit(d, l, cmd) }
+	commit(arrayCmd("arr", 50)) // no task ended: 1 waiting per slot
 	zoneA := map[string]string{"zone": "a"}
 	for _, id := range []string{"a1", "a2", "a3"} { // n1 full: 5 running
 		commit(&raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: &raftpb.JobRecord{Id: id, Kind: "wasm", ModuleSha256: "m", Constraints: zoneA}}}})
@@ -289,11 +279,7 @@ func TestBlockedTasksPlanWhatTheFSMAccepts(t *testing.T) {
 func TestRoundsBesideAppliesDoNotDeadlock(t *testing.T) {
 	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
 	l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: "n1"}}}})
-	arr := &raftpb.SubmitArray{Template: &raftpb.JobRecord{Id: "arr", Kind: "wasm", ModuleSha256: "m"}}
-	for range 2000 {
-		arr.Tasks = append(arr.Tasks, &raftpb.ArrayTask{Input: []byte("x")})
-	}
-	l.apply(&raftpb.Command{Cmd: &raftpb.Command_SubmitArray{SubmitArray: arr}})
+	l.apply(arrayCmd("arr", 2000))
 	d := New(Config{
 		State:         l.fsm.State(),
 		IsLeader:      true,
