@@ -6,10 +6,11 @@ import (
 	"testing"
 )
 
-// Random clusters and queues: every plan respects capacity, eligibility
-// and constraints; never leaves a job unplaced while a matching node still
-// has a free slot; and never places a lower-priority job of a group while
-// a higher-priority one of the same group waits.
+// Random clusters and queues: every plan respects capacity (jobs of one
+// kind share a node's count whatever their depth), eligibility and
+// constraints; never leaves a job unplaced while a matching node still
+// has room at its depth; and never places a lower-priority job of a group
+// while a higher-priority one of the same group waits.
 func TestPlanProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	kinds := []string{"wasm", "browser"}
@@ -24,6 +25,9 @@ func TestPlanProperties(t *testing.T) {
 		jobs := make([]Job, r.IntN(60))
 		for i := range jobs {
 			jobs[i] = Job{ID: fmt.Sprintf("j%03d", i), Kind: kinds[r.IntN(2)], Order: uint64(i), Priority: r.IntN(3)}
+			if r.IntN(2) == 0 {
+				jobs[i].Depth = r.IntN(4)
+			}
 			if r.IntN(3) == 0 {
 				jobs[i].Constraints = map[string]string{"zone": fmt.Sprint(r.IntN(4))}
 			}
@@ -52,8 +56,8 @@ func TestPlanProperties(t *testing.T) {
 				used[n.ID] = map[string]int{}
 			}
 			used[n.ID][j.Kind]++
-			if used[n.ID][j.Kind] > n.free(j.Kind) {
-				t.Fatalf("round %d: %s over capacity for %s", round, n.ID, j.Kind)
+			if used[n.ID][j.Kind] > n.free(j.Kind, j.Depth) {
+				t.Fatalf("round %d: %s over capacity for %s at depth %d", round, n.ID, j.Kind, j.Depth)
 			}
 		}
 		if len(plan)+len(unplaced) != len(jobs) {
@@ -63,13 +67,13 @@ func TestPlanProperties(t *testing.T) {
 			j := jobByID[u.JobID]
 			for i := range nodes {
 				n := &nodes[i]
-				if n.Eligible && n.Slots[j.Kind] > 0 && Matches(n.Labels, j.Constraints) && n.free(j.Kind)-used[n.ID][j.Kind] > 0 {
+				if n.Eligible && n.Slots[j.Kind] > 0 && Matches(n.Labels, j.Constraints) && n.free(j.Kind, j.Depth)-used[n.ID][j.Kind] > 0 {
 					t.Fatalf("round %d: %s unplaced (%s) while %s has a free %s slot", round, j.ID, u.Reason, n.ID, j.Kind)
 				}
 			}
 			for _, p := range plan {
 				o := jobByID[p.JobID]
-				if o.Kind == j.Kind && constraintText(o.Constraints) == constraintText(j.Constraints) && o.Priority < j.Priority {
+				if o.Kind == j.Kind && o.Depth == j.Depth && constraintText(o.Constraints) == constraintText(j.Constraints) && o.Priority < j.Priority {
 					t.Fatalf("round %d: lower-priority %s placed while %s waits", round, o.ID, j.ID)
 				}
 			}

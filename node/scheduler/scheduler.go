@@ -5,18 +5,23 @@ package scheduler
 
 import (
 	"sort"
+	"strconv"
 )
 
 // Node is what placement knows of one worker.
 type Node struct {
 	ID       string
 	Eligible bool           // accepts new work (not draining, not ineligible, alive)
-	Slots    map[string]int // executor kind → total slots
-	Running  map[string]int // executor kind → jobs running there now
+	Slots    map[string]int // executor kind → slots (runs at once)
+	Running  map[string]int // executor kind → placements held there now (running or waiting for a slot)
 	Labels   map[string]string
 }
 
-func (n *Node) free(kind string) int { return n.Slots[kind] - n.Running[kind] }
+// Capacity is the placements of kind a node may hold for a job of the
+// given depth: each slot runs one and holds depth more waiting for it.
+func (n *Node) Capacity(kind string, depth int) int { return n.Slots[kind] * (1 + max(depth, 0)) }
+
+func (n *Node) free(kind string, depth int) int { return n.Capacity(kind, depth) - n.Running[kind] }
 
 // Job is what placement knows of one queued job.
 type Job struct {
@@ -26,6 +31,12 @@ type Job struct {
 	Priority    int
 	Constraints map[string]string // label k=v all required
 	Order       uint64            // acceptance order (raft index), FIFO within a priority
+	// Depth is how many placements per slot may wait on a node beyond
+	// those it runs (prefetch): the job fits where the node's placements
+	// of its kind are below Capacity(kind, Depth). Jobs of one kind share
+	// one count per node whatever their depth, so a deep job placed
+	// leaves less room for a shallow one in the same plan.
+	Depth int
 }
 
 // Placement puts job JobID on NodeID as attempt Attempt.
@@ -48,13 +59,13 @@ type Unplaced struct {
 // at a time on an idle cluster still spread over every node.
 //
 // Cost is amortised O(1) per placement after O(nodes) set-up per distinct
-// (kind, constraints) group: nodes sit in buckets by free slots, and a
-// node whose free count fell through another group's placement is moved
-// down lazily when met.
+// (kind, depth, constraints) group: nodes sit in buckets by free places,
+// and a node whose free count fell through another group's placement (of
+// the same kind: any depth) is moved down lazily when met.
 func Plan(nodes []Node, jobs []Job) ([]Placement, []Unplaced) {
 	ns := append([]Node(nil), nodes...)
 	sort.Slice(ns, func(a, b int) bool { return ns[a].ID < ns[b].ID })
-	p := &planner{nodes: ns, free: map[string][]int{}, groups: map[string]*group{}}
+	p := &planner{nodes: ns, used: map[string][]int{}, groups: map[string]*group{}}
 	js := append([]Job(nil), jobs...)
 	sort.SliceStable(js, func(a, b int) bool {
 		if js[a].Priority != js[b].Priority {
@@ -65,8 +76,8 @@ func Plan(nodes []Node, jobs []Job) ([]Placement, []Unplaced) {
 	var plan []Placement
 	var unplaced []Unplaced
 	for _, j := range js {
-		g := p.group(j.Kind, j.Constraints)
-		n := g.pick(p.freeOf(j.Kind), affinity(j.ID, ""))
+		g := p.group(j.Kind, j.Depth, j.Constraints)
+		n := g.pick(p.usedOf(j.Kind), affinity(j.ID, ""))
 		if n < 0 {
 			reason := "all matching nodes are busy; it runs when a slot frees"
 			if g.matching == 0 {
@@ -83,37 +94,41 @@ func Plan(nodes []Node, jobs []Job) ([]Placement, []Unplaced) {
 // planner holds one Plan call's working state.
 type planner struct {
 	nodes  []Node
-	free   map[string][]int  // kind → free slots per node index
-	groups map[string]*group // (kind, constraints) → candidate buckets
+	used   map[string][]int  // kind → placements held per node index (Running, then this plan's)
+	groups map[string]*group // (kind, depth, constraints) → candidate buckets
 }
 
-func (p *planner) freeOf(kind string) []int {
-	f, ok := p.free[kind]
+func (p *planner) usedOf(kind string) []int {
+	u, ok := p.used[kind]
 	if !ok {
-		f = make([]int, len(p.nodes))
+		u = make([]int, len(p.nodes))
 		for i := range p.nodes {
-			f[i] = max(p.nodes[i].free(kind), 0)
+			u[i] = p.nodes[i].Running[kind]
 		}
-		p.free[kind] = f
+		p.used[kind] = u
 	}
-	return f
+	return u
 }
 
-// group returns the candidate buckets for jobs of kind with constraints.
-func (p *planner) group(kind string, constraints map[string]string) *group {
-	key := kind + "\x00" + constraintText(constraints)
+// group returns the candidate buckets for jobs of kind and depth with
+// constraints.
+func (p *planner) group(kind string, depth int, constraints map[string]string) *group {
+	depth = max(depth, 0)
+	key := kind + "\x00" + strconv.Itoa(depth) + "\x00" + constraintText(constraints)
 	if g, ok := p.groups[key]; ok {
 		return g
 	}
-	free := p.freeOf(kind)
-	g := &group{buckets: map[int][]int{}}
+	used := p.usedOf(kind)
+	g := &group{buckets: map[int][]int{}, capacity: make([]int, len(p.nodes))}
 	for i := range p.nodes {
 		n := &p.nodes[i]
-		if !n.Eligible || n.Slots[kind] == 0 || !Matches(n.Labels, constraints) {
+		if !n.Eligible || n.Slots[kind] <= 0 || !Matches(n.Labels, constraints) {
 			continue
 		}
 		g.matching++
-		if f := free[i]; f > 0 {
+		c := n.Capacity(kind, depth)
+		g.capacity[i] = c
+		if f := c - used[i]; f > 0 {
 			g.buckets[f] = append(g.buckets[f], i)
 			g.top = max(g.top, f)
 		}
@@ -122,16 +137,18 @@ func (p *planner) group(kind string, constraints map[string]string) *group {
 	return g
 }
 
-// group buckets candidate node indices by their free slots.
+// group buckets candidate node indices by their free places.
 type group struct {
 	matching int           // eligible nodes matching, busy or not
-	buckets  map[int][]int // free slots → node indices (may hold stale entries)
+	capacity []int         // node index → places it offers this group
+	buckets  map[int][]int // free places → node indices (may hold stale entries)
 	top      int           // highest possibly non-empty bucket
 }
 
-// pick takes a slot on a node with the most free slots (choosing among
-// them by h) and returns its index, or -1 when no candidate has a slot.
-func (g *group) pick(free []int, h uint64) int {
+// pick takes a place on a node with the most free places (choosing among
+// them by h), counts it in used, and returns the node's index, or -1 when
+// no candidate has room.
+func (g *group) pick(used []int, h uint64) int {
 	for g.top > 0 {
 		b := g.buckets[g.top]
 		if len(b) == 0 {
@@ -142,16 +159,16 @@ func (g *group) pick(free []int, h uint64) int {
 		n := b[i]
 		b[i] = b[len(b)-1]
 		g.buckets[g.top] = b[:len(b)-1]
-		if actual := free[n]; actual != g.top {
-			// Another group took slots here: file it where it now is.
+		if actual := g.capacity[n] - used[n]; actual != g.top {
+			// Another group took places here: file it where it now is.
 			if actual > 0 {
 				g.buckets[actual] = append(g.buckets[actual], n)
 			}
 			continue
 		}
-		free[n]--
-		if free[n] > 0 {
-			g.buckets[free[n]] = append(g.buckets[free[n]], n)
+		used[n]++
+		if f := g.capacity[n] - used[n]; f > 0 {
+			g.buckets[f] = append(g.buckets[f], n)
 		}
 		return n
 	}

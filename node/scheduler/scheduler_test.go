@@ -86,3 +86,36 @@ func TestSequentialJobsSpread(t *testing.T) {
 		}
 	}
 }
+
+// Jobs of one kind share a node's count whatever their depth: deep jobs
+// placed first leave a shallow one no room, and the other way round the
+// shallow one takes its place before the deep ones fill the rest.
+func TestDepthsShareOneCount(t *testing.T) {
+	nodes := []Node{node("a", 2, 1, nil)} // 2 slots, 1 held
+	jobs := []Job{
+		{ID: "deep1", Kind: "wasm", Order: 1, Depth: 3}, // capacity 8
+		{ID: "deep2", Kind: "wasm", Order: 2, Depth: 3},
+		{ID: "shallow", Kind: "wasm", Order: 3}, // capacity 2: 1 held + 2 placed above
+		{ID: "deep3", Kind: "wasm", Order: 4, Depth: 3},
+	}
+	plan, unplaced := Plan(nodes, jobs)
+	var got []string
+	for _, p := range plan {
+		got = append(got, p.JobID)
+	}
+	if !reflect.DeepEqual(got, []string{"deep1", "deep2", "deep3"}) || len(unplaced) != 1 || unplaced[0].JobID != "shallow" {
+		t.Fatalf("plan %v unplaced %v: want the shallow job left out (the deep ones filled its room)", got, unplaced)
+	}
+	jobs[2].Order = 0 // now first: it takes the last place of its depth
+	plan, _ = Plan(nodes, jobs)
+	if len(plan) != 4 || plan[0].JobID != "shallow" {
+		t.Fatalf("plan %v: want the shallow job first, then the three deep ones", plan)
+	}
+	// Capacity 8 in all: 1 held + 4 placed; a fifth deep job fits, a
+	// job at depth 1 (capacity 4) no longer does.
+	more := append(jobs, Job{ID: "d1", Kind: "wasm", Order: 9, Depth: 1}, Job{ID: "deep4", Kind: "wasm", Order: 10, Depth: 3})
+	plan, unplaced = Plan(nodes, more)
+	if len(plan) != 5 || len(unplaced) != 1 || unplaced[0].JobID != "d1" {
+		t.Fatalf("plan %v unplaced %v: want d1 alone left out", plan, unplaced)
+	}
+}

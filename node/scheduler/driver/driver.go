@@ -120,9 +120,8 @@ type Driver struct {
 	// they are neither planned twice nor their capacity given away.
 	// planMu serialises planning (rounds and piggybacked rounds) from
 	// reading the state to reserving the placements.
-	planMu    sync.Mutex
-	leading   atomic.Bool
-	taskKinds map[string]string // kind → the capacity its array tasks draw on
+	planMu  sync.Mutex
+	leading atomic.Bool
 	// lastReasons is when a round last offered the planner jobs it had no
 	// capacity for, to refresh their pending reasons (at most every
 	// reasonEvery: walking the queue for them costs).
@@ -134,7 +133,8 @@ type Driver struct {
 	lastLeaseCheck time.Time
 	mu             sync.Mutex
 	runMS          map[string]float64           // kind → moving average of placement→result, ms
-	taskRunUS      map[string]float64           // kind → moving average of an array task's run, µs
+	taskRunUS      map[string]float64           // array id → moving average of its tasks' runs, µs
+	taskRunOrder   []string                     // the arrays in taskRunUS, oldest first
 	inflight       map[string]inflightPlacement // job id → placement
 	rounds         int                          // rounds committing now
 	roundDone      chan struct{}                // a round finished committing
@@ -166,12 +166,6 @@ func New(cfg Config) *Driver {
 	d := &Driver{cfg: cfg, log: cfg.Logger.With("component", "scheduler"), deadSince: map[string]time.Time{},
 		inflight: map[string]inflightPlacement{}, roundDone: make(chan struct{}, 1), leases: map[string]lease{}, silent: map[string]bool{}}
 	d.leading.Store(cfg.IsLeader)
-	d.taskKinds = map[string]string{}
-	for k, n := range cfg.ArrayPrefetch {
-		if n > 0 {
-			d.taskKinds[k] = k + consensus.PrefetchSuffix
-		}
-	}
 	return d
 }
 
@@ -305,9 +299,7 @@ func (d *Driver) Round(ctx context.Context) {
 		reasons[j.ID] = j.reason
 	}
 	for _, u := range unplaced {
-		// An array task's capacity is "wasm/prefetch" to the planner; the
-		// reason names the kind as users know it.
-		reason := strings.Replace(u.Reason, consensus.PrefetchSuffix+" capacity", " capacity", 1)
+		reason := u.Reason
 		if reasons[u.JobID] == reason || len(round.Pending) >= maxReasonUpdates {
 			continue
 		}
@@ -315,7 +307,6 @@ func (d *Driver) Round(ctx context.Context) {
 	}
 
 	if len(round.Placements)+len(round.Pending)+len(round.Requeues)+len(round.Expire) > 0 {
-		trimSlots(round)
 		d.mu.Lock()
 		d.reserve(round, jobs)
 		d.rounds++

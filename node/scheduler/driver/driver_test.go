@@ -178,7 +178,7 @@ func TestWaitingJobBlocksPrefetchBehindIt(t *testing.T) {
 			ArrayPrefetch: map[string]int{"wasm": 8},
 		})
 		d.mu.Lock()
-		d.observeTaskRun("wasm", 1000) // 1 ms tasks: the full depth
+		d.observeTaskRun("arr", 1000) // 1 ms tasks: the full depth
 		d.mu.Unlock()
 		d.Round(context.Background())
 		d.Wait()

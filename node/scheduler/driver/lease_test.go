@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -122,31 +123,39 @@ func TestPrefetchFollowsJobLength(t *testing.T) {
 }
 
 // Array tasks prefetch about taskQueueBudget of work per slot by their
-// average run: one before any task ended, the configured depth for short
-// tasks, fewer as they get longer, and down to one at once when an array
-// of long tasks follows one of short tasks.
+// array's average run: one before any of its tasks ended, the configured
+// depth for short tasks, fewer as they get longer, down to one at once
+// when long runs follow short ones; and a new array starts at one
+// whatever the arrays before it ran.
 func TestArrayPrefetchFollowsTaskRun(t *testing.T) {
 	d := New(Config{ArrayPrefetch: map[string]int{"wasm": 32}})
-	depth := func() int { return d.arrayPrefetch()["wasm"] }
+	depthOf := func(array string) int {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.arrayDepth("wasm", array)
+	}
+	depth := func() int { return depthOf("arr") }
 	if got := depth(); got != 1 {
 		t.Fatalf("before any task ended: %d per slot, want 1", got)
 	}
-	d.mu.Lock()
-	d.observeTaskRun("wasm", 0) // no run time (an older worker): ignored
-	d.mu.Unlock()
-	if got := depth(); got != 1 {
-		t.Fatalf("after a result without its run time: %d per slot, want 1", got)
-	}
-	observe := func(us int64, n int) {
+	observeOn := func(array string, us int64, n int) {
 		d.mu.Lock()
 		for range n {
-			d.observeTaskRun("wasm", us)
+			d.observeTaskRun(array, us)
 		}
 		d.mu.Unlock()
+	}
+	observe := func(us int64, n int) { observeOn("arr", us, n) }
+	observe(0, 1) // no run time (an older worker): ignored
+	if got := depth(); got != 1 {
+		t.Fatalf("after a result without its run time: %d per slot, want 1", got)
 	}
 	observe(500, 1) // 0.5 ms tasks: 200 fit the budget, capped at 32
 	if got := depth(); got != 32 {
 		t.Fatalf("short tasks: %d per slot, want the configured 32", got)
+	}
+	if got := depthOf("next"); got != 1 {
+		t.Fatalf("a new array after short tasks: %d per slot, want 1 until its own first result", got)
 	}
 	observe(10_000, 40) // 10 ms tasks: 10 fit
 	if got := depth(); got != 10 {
@@ -168,7 +177,13 @@ func TestArrayPrefetchFollowsTaskRun(t *testing.T) {
 	if got := depth(); got != 1 {
 		t.Fatalf("a long task after short ones: %d per slot, want 1 at once", got)
 	}
-	if got := New(Config{ArrayPrefetch: map[string]int{"wasm": 0}}).arrayPrefetch()["wasm"]; got != 0 {
-		t.Fatalf("array prefetch off: %d", got)
+	// Arrays are remembered up to maxArrayRuns, the oldest forgotten first.
+	d = New(Config{ArrayPrefetch: map[string]int{"wasm": 32}})
+	for i := range maxArrayRuns + 1 {
+		observeOn(fmt.Sprint("a", i), 500, 1)
+	}
+	if len(d.taskRunUS) != maxArrayRuns || depthOf("a0") != 1 || depthOf(fmt.Sprint("a", maxArrayRuns)) != 32 {
+		t.Fatalf("%d arrays remembered, a0 at %d, the newest at %d: want %d, the oldest forgotten (1), the newest at 32",
+			len(d.taskRunUS), depthOf("a0"), depthOf(fmt.Sprint("a", maxArrayRuns)), maxArrayRuns)
 	}
 }

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -218,10 +219,10 @@ func TestArrayPrefetchDeepensOnShortResults(t *testing.T) {
 }
 
 // Array tasks held back behind a waiting job are planned against the
-// smaller of the single-job and the array-task capacity: the FSM checks a
-// task against the latter, so planning more (the single-job capacity,
-// once it was the larger) proposed placements the FSM dropped, and the
-// driver proposed them again at once, round after round.
+// smaller of its depth and theirs: the FSM checks a task against the
+// array-task capacity, so planning more (the single-job capacity, once it
+// was the larger) proposed placements the FSM dropped, and the driver
+// proposed them again at once, round after round.
 func TestBlockedTasksPlanWhatTheFSMAccepts(t *testing.T) {
 	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
 	for _, n := range []string{"n1", "n2"} {
@@ -248,16 +249,16 @@ func TestBlockedTasksPlanWhatTheFSMAccepts(t *testing.T) {
 	d.mu.Unlock()
 	st := l.fsm.State()
 	commit := func(cmd *raftpb.Command) { t.Helper(); piggyCommit(d, l, cmd) }
-	commit(arrayCmd("arr", 50)) // no task ended: 1 waiting per slot
 	zoneA := map[string]string{"zone": "a"}
-	for _, id := range []string{"a1", "a2", "a3"} { // n1 full: 5 running
-		commit(&raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: &raftpb.JobRecord{Id: id, Kind: "wasm", ModuleSha256: "m", Constraints: zoneA}}}})
+	for i := range 5 { // n1 full: 5 held
+		commit(&raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: &raftpb.JobRecord{Id: fmt.Sprint("a", i), Kind: "wasm", ModuleSha256: "m", Constraints: zoneA}}}})
 	}
+	commit(arrayCmd("arr", 50)) // no task ended: 1 waiting per slot
 	if n1, n2 := len(st.RunningOn("n1")), len(st.RunningOn("n2")); n1 != 5 || n2 != 2 {
 		t.Fatalf("set-up: %d running on n1, %d on n2; want 5 and 2", n1, n2)
 	}
 	// A priority-10 job only n1 can run waits; the tasks behind it may not
-	// take n2's single-job capacity (5) beyond its array-task one (2).
+	// take n2's single-job capacity (5) beyond their own (2).
 	commit(&raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: &raftpb.JobRecord{Id: "urgent", Kind: "wasm", ModuleSha256: "m", Priority: 10, Constraints: zoneA}}}})
 	d.Round(context.Background())
 	d.Wait()
@@ -266,6 +267,125 @@ func TestBlockedTasksPlanWhatTheFSMAccepts(t *testing.T) {
 			before := len(st.RunningOn("n2"))
 			l.apply(&raftpb.Command{Cmd: &raftpb.Command_SchedulerRound{SchedulerRound: r}})
 			t.Fatalf("a round proposed %d placements behind the waiting job; the FSM took %d of them", n, len(st.RunningOn("n2"))-before)
+		}
+	}
+}
+
+// Random queues of single jobs and arrays (priorities, constraints, and
+// arrays at different depths by their tasks' runs) on random workers,
+// against the real FSM: the FSM takes every placement a round or a
+// piggybacked round proposes (single jobs and tasks of different depths
+// share each node's count: counted apart, one round could overfill a
+// node and the FSM dropped the excess), and no node ever holds more than
+// its slots times one plus the deepest prefetch.
+func TestRoundsProposeWhatTheFSMTakes(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	for trial := range 60 {
+		l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+		var workers []Worker
+		for i := range 1 + r.IntN(3) {
+			id := fmt.Sprint("n", i)
+			l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: id}}}})
+			workers = append(workers, Worker{ID: id, Alive: true, Slots: map[string]int{"wasm": 1 + r.IntN(3)}, Labels: map[string]string{"zone": fmt.Sprint(r.IntN(2))}})
+		}
+		var proposed []*raftpb.SchedulerRound
+		d := New(Config{
+			State:    l.fsm.State(),
+			IsLeader: true,
+			Apply: func(_ context.Context, c *raftpb.Command) error {
+				proposed = append(proposed, c.GetSchedulerRound())
+				return nil
+			},
+			Workers:       func() []Worker { return workers },
+			Now:           func() time.Time { return time.UnixMilli(1_000_000) },
+			Prefetch:      map[string]int{"wasm": 4},
+			ArrayPrefetch: map[string]int{"wasm": 8},
+		})
+		if r.IntN(2) == 0 {
+			d.mu.Lock()
+			d.observeRun("wasm", 10)
+			d.mu.Unlock()
+		}
+		st := l.fsm.State()
+		// took applies a proposed round and fails unless the FSM placed
+		// every job it names.
+		took := func(rd *raftpb.SchedulerRound, cmd *raftpb.Command) {
+			t.Helper()
+			before := map[string]bool{}
+			for _, p := range rd.GetPlacements() {
+				j, _ := st.Job(p.Id)
+				before[p.Id] = j.Phase == consensus.PhaseRunning
+			}
+			if cmd == nil {
+				cmd = &raftpb.Command{Cmd: &raftpb.Command_SchedulerRound{SchedulerRound: rd}}
+			} else {
+				cmd = &raftpb.Command{Cmd: cmd.Cmd, Round: rd}
+			}
+			l.apply(cmd)
+			for _, p := range rd.GetPlacements() {
+				if j, _ := st.Job(p.Id); j.Phase != consensus.PhaseRunning || j.NodeID != p.NodeId || before[p.Id] {
+					t.Fatalf("trial %d: the FSM dropped the placement of %s on %s (job %s on %q)", trial, p.Id, p.NodeId, j.Phase, j.NodeID)
+				}
+			}
+			for _, w := range workers {
+				if n := len(st.RunningOn(w.ID)); n > w.Slots["wasm"]*9 {
+					t.Fatalf("trial %d: %s holds %d with %d slots", trial, w.ID, n, w.Slots["wasm"])
+				}
+			}
+		}
+		commit := func(cmd *raftpb.Command) {
+			rd, done := d.Piggyback(cmd)
+			if rd != nil {
+				took(rd, cmd)
+			} else {
+				l.apply(cmd)
+			}
+			if done != nil {
+				done()
+			}
+		}
+		for step := range 40 {
+			switch x := r.IntN(10); {
+			case x < 4:
+				job := &raftpb.JobRecord{Id: fmt.Sprint("j", step), Kind: "wasm", ModuleSha256: "m", Priority: int32(r.IntN(3))}
+				if r.IntN(3) == 0 {
+					job.Constraints = map[string]string{"zone": fmt.Sprint(r.IntN(2))}
+				}
+				commit(&raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: job}}})
+			case x < 6:
+				id := fmt.Sprint("arr", step)
+				arr := arrayCmd(id, 1+r.IntN(40))
+				arr.GetSubmitArray().Template.Priority = int32(r.IntN(3))
+				if r.IntN(4) == 0 {
+					arr.GetSubmitArray().Template.Constraints = map[string]string{"zone": fmt.Sprint(r.IntN(2))}
+				}
+				commit(arr)
+				// Some arrays' tasks are known short (deep), some long (one).
+				d.mu.Lock()
+				d.observeTaskRun(id, []int64{500, 20_000, 300_000}[r.IntN(3)])
+				d.mu.Unlock()
+			case x < 8: // finish a few running jobs
+				var res []*raftpb.FinishJob
+				for _, w := range workers {
+					for _, j := range st.RunningOn(w.ID) {
+						if r.IntN(3) == 0 {
+							res = append(res, &raftpb.FinishJob{Id: j.ID, Attempt: j.Attempt, NodeId: w.ID, Ok: true, RanUs: 1000, AtMs: 1_000_001})
+						}
+					}
+				}
+				if len(res) > 0 {
+					commit(&raftpb.Command{Cmd: &raftpb.Command_FinishBatch{FinishBatch: &raftpb.FinishBatch{Results: res}}})
+				}
+			default:
+				proposed = nil
+				d.Round(context.Background())
+				d.Wait()
+				for _, rd := range proposed {
+					if rd != nil {
+						took(rd, nil)
+					}
+				}
+			}
 		}
 	}
 }
@@ -312,5 +432,54 @@ func TestRoundsBesideAppliesDoNotDeadlock(t *testing.T) {
 	case <-applied:
 	case <-time.After(20 * time.Second):
 		t.Fatal("rounds and applies stopped each other (a read of the state inside State.Queued)")
+	}
+}
+
+// A new array starts at one waiting task per slot, whatever the arrays
+// before it ran: an array of long tasks submitted after one of short
+// tasks is not parked deep behind them (an average per kind gave it the
+// short tasks' depth until its own first result), and takes a place as
+// the node drains below that (real FSM).
+func TestNewArrayIsNotParkedAtAnotherArraysDepth(t *testing.T) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: "n1"}}}})
+	d := New(Config{
+		State:         l.fsm.State(),
+		IsLeader:      true,
+		Apply:         func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil },
+		Workers:       func() []Worker { return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 2}}} },
+		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
+		ArrayPrefetch: map[string]int{"wasm": 8},
+	})
+	st := l.fsm.State()
+	commit := func(cmd *raftpb.Command) { t.Helper(); piggyCommit(d, l, cmd) }
+	commit(arrayCmd("short", 18))
+	d.mu.Lock()
+	d.observeTaskRun("short", 500) // 0.5 ms tasks: 8 waiting per slot
+	d.mu.Unlock()
+	d.Round(context.Background())
+	d.Wait()
+	if got := len(st.RunningOn("n1")); got != 18 {
+		t.Fatalf("short tasks: %d held on 2 slots, want all 18 (capacity 18)", got)
+	}
+	commit(arrayCmd("long", 10))
+	d.Round(context.Background())
+	d.Wait()
+	if got := len(st.RunningOn("n1")); got != 18 {
+		t.Fatalf("the new array's tasks took %d places behind the short ones; want none (one per slot until its first result)", got-18)
+	}
+	var res []*raftpb.FinishJob
+	for i := range 15 {
+		res = append(res, &raftpb.FinishJob{Id: consensus.TaskID("short", uint32(i)), Attempt: 1, NodeId: "n1", Ok: true, RanUs: 500, AtMs: 1_000_001})
+	}
+	commit(&raftpb.Command{Cmd: &raftpb.Command_FinishBatch{FinishBatch: &raftpb.FinishBatch{Results: res}}})
+	long := 0
+	for _, j := range st.RunningOn("n1") {
+		if j.ArrayID == "long" {
+			long++
+		}
+	}
+	if held := len(st.RunningOn("n1")); long != 1 || held != 4 {
+		t.Fatalf("after 15 short tasks ended: %d held, %d of the new array; want 4 (2 slots, one waiting each), 1 of them the new array's", held, long)
 	}
 }

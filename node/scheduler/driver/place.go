@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,10 +12,13 @@ import (
 )
 
 // planned is a job handed to the planner, with the pending reason it has
-// now (empty for jobs not yet in the queue).
+// now (empty for jobs not yet in the queue) and, for an array task, its
+// array.
 type planned struct {
 	scheduler.Job
 	reason string
+	task   bool
+	array  string
 }
 
 // maxPiggyExamine bounds the queued jobs a piggybacked round looks at
@@ -24,34 +29,56 @@ const (
 	maxPiggyExtra   = 1024
 )
 
-// planKind is the capacity a job draws on: array tasks have their own
-// prefetch (usually deeper). Behind a job waiting for a slot (blocked),
-// tasks draw on the smaller of the two: the single-job capacity, shared
-// with the jobs ahead of them (as ever), unless their own is smaller (the
-// tasks are long): planning the single-job capacity for them then made
-// the FSM, which checks a task against its own, drop the placements, and
-// the driver proposed them again at once.
-func (d *Driver) planKind(kind string, task, blocked bool, prefetch, taskPrefetch map[string]int) string {
-	if task {
-		if k, ok := d.taskKinds[kind]; ok && (!blocked || taskPrefetch[kind] < prefetch[kind]) {
-			return k
-		}
+// depths gives the prefetch depth a job would have on its own: the
+// kind's single-job prefetch, or for an array task its array's
+// (arrayDepth; the single-job one where the kind has no array prefetch).
+// One per place call: it remembers each array's depth for the call.
+type depths struct {
+	d        *Driver
+	prefetch map[string]int
+	arrays   map[string]int
+}
+
+func (x *depths) of(kind string, task bool, array string) int {
+	if !task || x.d.cfg.ArrayPrefetch[kind] <= 0 {
+		return x.prefetch[kind]
 	}
-	return kind
+	if v, ok := x.arrays[array]; ok {
+		return v
+	}
+	x.d.mu.Lock()
+	v := x.d.arrayDepth(kind, array)
+	x.d.mu.Unlock()
+	x.arrays[array] = v
+	return v
 }
 
 // place plans placements from the head of the queue, then the extra jobs
 // (not in the queue yet: they come after it), onto the capacity of the
-// live workers: their slots plus prefetch, less the jobs running there by
-// the state and the placements of rounds still committing, plus freed
-// (node → kind → slots the command this round rides on frees before the
-// round applies). It appends the placements and the capacity they were
-// checked against to round, and returns the jobs it offered the planner
-// and those left unplaced. At most examine queued jobs are looked at, and
-// at most waitMax of those with no free capacity for their shape are
-// offered anyway (for their pending reason). d.planMu is held.
+// live workers: their slots times one plus each job's prefetch depth,
+// less the placements they hold by the state and those of rounds still
+// committing, plus freed (node → kind → slots the command this round
+// rides on frees before the round applies). It appends the placements
+// and the capacity they were checked against to round, and returns the
+// jobs it offered the planner and those left unplaced. At most examine
+// queued jobs are looked at, and at most waitMax of those with no free
+// capacity for their shape are offered anyway (for their pending
+// reason). d.planMu is held.
+//
+// Depths. A job's depth is its own (depthOf) capped by the ceiling: the
+// depth of the first job before it in the queue (in priority, then
+// acceptance order) that found no room on nodes that could run it.
+// Without the cap, prefetch would invert the queue: tasks behind a job
+// waiting for a slot refilled their deeper prefetch as each task ended
+// (a priority-100 job waited for a whole priority-0 array), and a new
+// array of long tasks, one per slot until its first result, waited
+// behind the short tasks of an array accepted after it. Jobs of a kind
+// share one count per node whatever their depth (the planner counts them
+// together), so a round cannot overfill a node by mixing depths. An
+// unconstrained job that finds no room ends the walk of its kind: every
+// job behind it has at most its depth, so none has room either.
 func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map[string]map[string]int,
-	extra []scheduler.Job, examine, waitMax int) ([]planned, []scheduler.Unplaced) {
+	extra []planned, examine, waitMax int) ([]planned, []scheduler.Unplaced) {
 	st := d.cfg.State
 	running := st.RunningCounts()
 	d.mu.Lock()
@@ -71,8 +98,12 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 			}
 		}
 	}
-	prefetch, taskPrefetch := d.prefetch(), d.arrayPrefetch()
+	prefetch := d.prefetch()
+	dep := &depths{d: d, prefetch: prefetch, arrays: map[string]int{}}
+	// The deepest any job may go, per kind: what the walk may hope for.
+	maxDepth := func(kind string) int { return max(prefetch[kind], d.cfg.ArrayPrefetch[kind]) }
 	var nodes []scheduler.Node
+	kindFree := map[string]int{}
 	free := 0
 	for _, w := range workers {
 		if !w.Alive {
@@ -82,76 +113,61 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 		if m, ok := st.Member("node", w.ID); !ok || m.Ineligible || m.Draining || m.Revoked {
 			eligible = false
 		}
-		slots := make(map[string]int, 2*len(w.Slots))
-		busy := make(map[string]int, 2*len(w.Slots))
-		for kind, n := range w.Slots {
-			slots[kind], busy[kind] = n*(1+prefetch[kind]), running[w.ID][kind]
-			if p := taskPrefetch[kind]; p > 0 {
-				pk := kind + consensus.PrefetchSuffix
-				slots[pk], busy[pk] = n*(1+p), running[w.ID][kind]
+		nd := scheduler.Node{ID: w.ID, Eligible: eligible, Slots: w.Slots, Running: running[w.ID], Labels: w.Labels}
+		if eligible {
+			for kind := range w.Slots {
+				f := max(nd.Capacity(kind, maxDepth(kind))-nd.Running[kind], 0)
+				kindFree[kind] += f
+				free += f
 			}
 		}
-		for kind, n := range slots {
-			round.Slots = append(round.Slots, &raftpb.NodeSlots{NodeId: w.ID, Kind: kind, Slots: uint32(n)})
-			if eligible {
-				free += max(n-busy[kind], 0)
-			}
-		}
-		nodes = append(nodes, scheduler.Node{ID: w.ID, Eligible: eligible, Slots: slots, Running: busy, Labels: w.Labels})
+		nodes = append(nodes, nd)
 	}
 	if free == 0 && waitMax == 0 && len(extra) == 0 {
 		return nil, nil
 	}
-	// The queue is read from its head. A job whose shape (kind and
-	// constraints) has no free capacity cannot be placed this round: it
-	// does not use up the scan (or an old, unplaceable job at the head
-	// would starve every job behind it); a few of them still go to the
-	// planner so their pending reason is kept current. The walk stops once
-	// the free capacity is spoken for, or at examine jobs.
-	var jobs []planned
+	// An estimate of the room left for a shape (kind, depth, constraints),
+	// to decide what to offer the planner (which decides exactly): the
+	// free places at that depth, less every place of the kind this walk
+	// offered so far (they may have taken the same room).
+	type shape struct {
+		key  string
+		kind string
+	}
 	shapeFree := map[string]int{}
-	freeFor := func(kind string, cons map[string]string) (string, int) {
-		key := kind + "\x00" + shapeKey(cons)
-		if v, ok := shapeFree[key]; ok {
-			return key, v
-		}
-		n := 0
-		for _, nd := range nodes {
-			if nd.Eligible && scheduler.Matches(nd.Labels, cons) {
-				n += max(nd.Slots[kind]-nd.Running[kind], 0)
+	taken := map[string]int{} // kind → places offered so far
+	freeFor := func(kind string, depth int, cons map[string]string) (shape, int) {
+		sh := shape{key: kind + "\x00" + strconv.Itoa(depth) + "\x00" + shapeKey(cons), kind: kind}
+		n, ok := shapeFree[sh.key]
+		if !ok {
+			for _, nd := range nodes {
+				if nd.Eligible && scheduler.Matches(nd.Labels, cons) {
+					n += max(nd.Capacity(kind, depth)-nd.Running[kind], 0)
+				}
 			}
+			shapeFree[sh.key] = n
 		}
-		shapeFree[key] = n
-		return key, n
+		return sh, max(n-taken[kind], 0)
 	}
 	nowMS := round.AtMs
+	var jobs []planned
+	ceiling := map[string]int{} // kind → the depth of the first job that found no room
+	capped := func(kind string, depth int) int {
+		if c, ok := ceiling[kind]; ok {
+			return min(depth, c)
+		}
+		return depth
+	}
 	// Each kind has its own queue and capacity: a kind with nothing free
 	// is not walked at all (unless pending reasons are due).
-	kindFree := map[string]int{}
-	for _, nd := range nodes {
-		if !nd.Eligible {
-			continue
-		}
-		for k, n := range nd.Slots {
-			kindFree[strings.TrimSuffix(k, consensus.PrefetchSuffix)] += max(n-nd.Running[k], 0)
-		}
-	}
-	kinds := st.QueuedKinds()
 	placeable, waiting := 0, 0
-	for _, kind := range kinds {
+	for _, kind := range st.QueuedKinds() {
 		kFree := kindFree[kind]
 		if kFree == 0 && waitMax == 0 {
 			continue
 		}
 		kPlaceable, kWaiting, examined := 0, 0, 0
-		// A job that waits for a slot on nodes that could run it blocks
-		// prefetch for the jobs behind it in the queue (lower priority, or
-		// accepted later): array tasks behind it get only the nodes'
-		// single-job capacity meanwhile, so the nodes drain to where the
-		// waiting job fits (without this, tasks behind it refilled the
-		// prefetch as each ended, and a priority-100 job waited for a
-		// whole priority-0 array).
-		blocked := false
+		full := false // an unconstrained job found no room: none behind it will
 		st.Queued(kind, func(j consensus.Job) bool {
 			if inflight[j.ID] {
 				return true // placed by a round still committing; bounded by the in-flight map
@@ -161,23 +177,24 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 				return examined < examine // retry backoff
 			}
 			task := j.ArrayID != ""
-			pk := d.planKind(j.Kind, task, blocked, prefetch, taskPrefetch)
-			key, f := freeFor(pk, j.Constraints)
-			if f == 0 && !task && !blocked && canRun(nodes, j.Kind, j.Constraints) {
-				blocked = true
+			depth := capped(j.Kind, dep.of(j.Kind, task, j.ArrayID))
+			sh, f := freeFor(j.Kind, depth, j.Constraints)
+			if f == 0 && !full && canRun(nodes, j.Kind, j.Constraints) {
+				ceiling[j.Kind] = depth
+				full = len(j.Constraints) == 0
 			}
 			switch {
-			case f > 0:
-				shapeFree[key] = f - 1
+			case f > 0 && !full:
+				taken[sh.kind]++
 				kPlaceable++
 			case kWaiting < waitMax:
 				kWaiting++
 			default:
-				return examined < examine
+				return examined < examine && !full
 			}
-			jobs = append(jobs, planned{Job: scheduler.Job{ID: j.ID, Kind: pk, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
-				Priority: int(j.Priority), Constraints: j.Constraints}, reason: j.PendingReason})
-			return examined < examine && (kPlaceable < kFree || kWaiting < waitMax)
+			jobs = append(jobs, planned{Job: scheduler.Job{ID: j.ID, Kind: j.Kind, Depth: depth, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
+				Priority: int(j.Priority), Constraints: j.Constraints}, reason: j.PendingReason, task: task, array: j.ArrayID})
+			return examined < examine && (kPlaceable < kFree && !full || kWaiting < waitMax)
 		})
 		placeable += kPlaceable
 		waiting += kWaiting
@@ -186,24 +203,55 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 		if placeable >= free {
 			break
 		}
-		if key, f := freeFor(e.Kind, e.Constraints); f > 0 {
-			shapeFree[key] = f - 1
+		depth := capped(e.Kind, dep.of(e.Kind, e.task, e.array))
+		if sh, f := freeFor(e.Kind, depth, e.Constraints); f > 0 {
+			taken[sh.kind]++
 			placeable++
+			e.Depth = depth
 			e.Order = ^uint64(0) // after every queued job of its priority
-			jobs = append(jobs, planned{Job: e})
+			jobs = append(jobs, e)
 		}
 	}
 	if placeable == 0 && waiting == 0 {
 		return nil, nil
 	}
 	sj := make([]scheduler.Job, len(jobs))
-	for i, j := range jobs {
-		sj[i] = j.Job
+	byID := make(map[string]*planned, len(jobs))
+	for i := range jobs {
+		sj[i] = jobs[i].Job
+		byID[jobs[i].ID] = &jobs[i]
 	}
 	plan, unplaced := scheduler.Plan(nodes, sj)
-	for _, p := range plan {
-		round.Placements = append(round.Placements, &raftpb.AssignJob{Id: p.JobID, Attempt: p.Attempt, NodeId: p.NodeID, AtMs: nowMS})
+	// The FSM checks each placement against the node's capacity for single
+	// jobs (NodeSlots kind) or array tasks (kind + PrefetchSuffix): the
+	// deepest this round placed of each, on each node it places on.
+	type capKey struct{ node, kind string }
+	deepest := map[capKey]int{}
+	slotsOf := map[string]map[string]int{}
+	for _, nd := range nodes {
+		slotsOf[nd.ID] = nd.Slots
 	}
+	for _, p := range plan {
+		j := byID[p.JobID]
+		round.Placements = append(round.Placements, &raftpb.AssignJob{Id: p.JobID, Attempt: p.Attempt, NodeId: p.NodeID, AtMs: nowMS})
+		k := capKey{p.NodeID, j.Kind}
+		if j.task {
+			k.kind += consensus.PrefetchSuffix
+		}
+		if v, ok := deepest[k]; !ok || j.Depth > v {
+			deepest[k] = j.Depth
+		}
+	}
+	for k, depth := range deepest {
+		kind := strings.TrimSuffix(k.kind, consensus.PrefetchSuffix)
+		round.Slots = append(round.Slots, &raftpb.NodeSlots{NodeId: k.node, Kind: k.kind, Slots: uint32(slotsOf[k.node][kind] * (1 + depth))})
+	}
+	sort.Slice(round.Slots, func(a, b int) bool {
+		if round.Slots[a].NodeId != round.Slots[b].NodeId {
+			return round.Slots[a].NodeId < round.Slots[b].NodeId
+		}
+		return round.Slots[a].Kind < round.Slots[b].Kind
+	})
 	return jobs, unplaced
 }
 
@@ -222,11 +270,7 @@ func (d *Driver) reserve(round *raftpb.SchedulerRound, jobs []planned) {
 		kinds[j.ID] = j.Kind
 	}
 	for _, p := range round.Placements {
-		k := kinds[p.Id]
-		if i := strings.Index(k, consensus.PrefetchSuffix); i >= 0 {
-			k = k[:i]
-		}
-		d.inflight[p.Id] = inflightPlacement{node: p.NodeId, kind: k}
+		d.inflight[p.Id] = inflightPlacement{node: p.NodeId, kind: kinds[p.Id]}
 	}
 }
 
@@ -256,7 +300,7 @@ func (d *Driver) Piggyback(cmd *raftpb.Command) (round *raftpb.SchedulerRound, d
 	if !d.leading.Load() {
 		return nil, nil
 	}
-	var extra []scheduler.Job
+	var extra []planned
 	var freed map[string]map[string]int
 	cmds := []*raftpb.Command{cmd}
 	if b := cmd.GetBatch(); b != nil {
@@ -276,7 +320,6 @@ func (d *Driver) Piggyback(cmd *raftpb.Command) (round *raftpb.SchedulerRound, d
 	if len(round.Placements) == 0 {
 		return nil, nil
 	}
-	trimSlots(round)
 	d.mu.Lock()
 	d.reserve(round, jobs)
 	d.mu.Unlock()
@@ -293,25 +336,22 @@ func (d *Driver) Piggyback(cmd *raftpb.Command) (round *raftpb.SchedulerRound, d
 
 // piggyInputs adds to extra the jobs cmd submits that a round may place
 // in its entry, and to freed the slots its results free.
-func (d *Driver) piggyInputs(cmd *raftpb.Command, extra []scheduler.Job, freed map[string]map[string]int) ([]scheduler.Job, map[string]map[string]int) {
+func (d *Driver) piggyInputs(cmd *raftpb.Command, extra []planned, freed map[string]map[string]int) ([]planned, map[string]map[string]int) {
 	switch c := cmd.Cmd.(type) {
 	case *raftpb.Command_SubmitJob:
 		j := c.SubmitJob.GetJob()
 		if j == nil || j.Id == "" || j.RequiresApproval { // a job waiting for approval is not placed
 			return extra, freed
 		}
-		extra = append(extra, scheduler.Job{ID: j.Id, Kind: j.Kind, Priority: int(j.Priority), Constraints: j.Constraints})
+		extra = append(extra, planned{Job: scheduler.Job{ID: j.Id, Kind: j.Kind, Priority: int(j.Priority), Constraints: j.Constraints}})
 	case *raftpb.Command_SubmitArray:
 		t := c.SubmitArray.GetTemplate()
 		if t == nil || t.Id == "" {
 			return extra, freed
 		}
-		kind := t.Kind // as a task's capacity
-		if k, ok := d.taskKinds[t.Kind]; ok {
-			kind = k
-		}
 		for i := range min(len(c.SubmitArray.Tasks), maxPiggyExtra) {
-			extra = append(extra, scheduler.Job{ID: consensus.TaskID(t.Id, uint32(i)), Kind: kind, Priority: int(t.Priority), Constraints: t.Constraints})
+			extra = append(extra, planned{Job: scheduler.Job{ID: consensus.TaskID(t.Id, uint32(i)), Kind: t.Kind, Priority: int(t.Priority), Constraints: t.Constraints},
+				task: true, array: t.Id})
 		}
 	case *raftpb.Command_FinishBatch:
 		for _, r := range c.FinishBatch.Results {
@@ -330,7 +370,7 @@ func (d *Driver) piggyInputs(cmd *raftpb.Command, extra []scheduler.Job, freed m
 			if j.ArrayID == "" {
 				d.observeRun(j.Kind, r.AtMs-j.PlacedAtMS)
 			} else {
-				d.observeTaskRun(j.Kind, r.RanUs)
+				d.observeTaskRun(j.ArrayID, r.RanUs)
 			}
 			d.mu.Unlock()
 		}
@@ -384,12 +424,17 @@ func (d *Driver) prefetch() map[string]int {
 // another idles) stays short.
 const taskQueueBudget = 100 * time.Millisecond
 
+// maxArrayRuns bounds the arrays whose task runs the driver remembers
+// (the oldest is forgotten first; a forgotten array that still has tasks
+// starts again at one per slot).
+const maxArrayRuns = 1024
+
 // observeTaskRun folds one array task's run (ran_us: the run itself, not
-// its wait for a slot) into its kind's average. A longer run counts at
-// once (half weight), a shorter one slowly, so an array of long tasks
-// after one of short tasks is not prefetched deep for long. d.mu is held.
-func (d *Driver) observeTaskRun(kind string, us int64) {
-	if us <= 0 {
+// its wait for a slot) into its array's average. A longer run counts at
+// once (half weight), a shorter one slowly, so that a few long tasks
+// among short ones bring the depth down at once. d.mu is held.
+func (d *Driver) observeTaskRun(array string, us int64) {
+	if us <= 0 || array == "" {
 		return
 	}
 	// Past 4× the budget every run means one per slot; a clamp keeps one
@@ -399,59 +444,41 @@ func (d *Driver) observeTaskRun(kind string, us int64) {
 	if d.taskRunUS == nil {
 		d.taskRunUS = map[string]float64{}
 	}
-	old, ok := d.taskRunUS[kind]
+	old, ok := d.taskRunUS[array]
 	switch {
 	case !ok:
-		d.taskRunUS[kind] = float64(us)
+		if len(d.taskRunOrder) >= maxArrayRuns {
+			delete(d.taskRunUS, d.taskRunOrder[0])
+			d.taskRunOrder = d.taskRunOrder[1:]
+		}
+		d.taskRunOrder = append(d.taskRunOrder, array)
+		d.taskRunUS[array] = float64(us)
 	case float64(us) > old:
-		d.taskRunUS[kind] = old + (float64(us)-old)/2
+		d.taskRunUS[array] = old + (float64(us)-old)/2
 	default:
-		d.taskRunUS[kind] = old + (float64(us)-old)/32
+		d.taskRunUS[array] = old + (float64(us)-old)/32
 	}
 }
 
-// arrayPrefetch is, per kind, the array tasks per slot a worker may hold
-// beyond those it runs: taskQueueBudget of work by the kind's average
-// task run, at least one and at most the configured depth; one before
-// any task has finished. Measured on three nodes of a 2-core machine
-// (100,000 trivial tasks): a fixed 8 per slot ran 4,300–4,900 tasks/s,
-// 32 ran 10,400 (make bench; node/scheduler/DESIGN.md).
-func (d *Driver) arrayPrefetch() map[string]int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make(map[string]int, len(d.cfg.ArrayPrefetch))
-	for kind, n := range d.cfg.ArrayPrefetch {
-		if n <= 0 {
-			continue
-		}
-		avg, ok := d.taskRunUS[kind]
-		if !ok {
-			out[kind] = 1
-			continue
-		}
-		depth := float64(taskQueueBudget.Microseconds()) / max(avg, 1)
-		out[kind] = int(min(float64(n), max(depth, 1)))
+// arrayDepth is how many of an array's tasks per slot a worker may hold
+// beyond those it runs: taskQueueBudget of work by the array's average
+// task run, at least one and at most the kind's configured depth; one
+// before any task of the array has finished, so that an array of long
+// tasks never starts deep (an average per kind held a new array of long
+// tasks at the depth of the short tasks before it until its first
+// result: up to 32 per slot, minutes of work parked on one node). Short
+// tasks find their depth within a few results. Measured on three nodes
+// of a 2-core machine (100,000 trivial tasks): a fixed 8 per slot ran
+// 4,300–4,900 tasks/s, 32 ran 10,400 (make bench; node/scheduler/DESIGN.md).
+// d.mu is held.
+func (d *Driver) arrayDepth(kind, array string) int {
+	n := d.cfg.ArrayPrefetch[kind]
+	avg, ok := d.taskRunUS[array]
+	if !ok || n <= 0 {
+		return min(max(n, 0), 1)
 	}
-	return out
-}
-
-// trimSlots keeps in round only the capacity of nodes it places jobs on:
-// the FSM checks nothing else.
-func trimSlots(round *raftpb.SchedulerRound) {
-	used := make(map[string]bool, len(round.Placements))
-	for _, p := range round.Placements {
-		used[p.NodeId] = true
-	}
-	kept := round.Slots[:0]
-	for _, s := range round.Slots {
-		if used[s.NodeId] {
-			kept = append(kept, s)
-		}
-	}
-	round.Slots = kept
-	if len(kept) == 0 {
-		round.Slots = nil
-	}
+	depth := float64(taskQueueBudget.Microseconds()) / max(avg, 1)
+	return int(min(float64(n), max(depth, 1)))
 }
 
 // canRun reports whether some eligible node matching cons has slots of
