@@ -483,3 +483,39 @@ func TestNewArrayIsNotParkedAtAnotherArraysDepth(t *testing.T) {
 		t.Fatalf("after 15 short tasks ended: %d held, %d of the new array; want 4 (2 slots, one waiting each), 1 of them the new array's", held, long)
 	}
 }
+
+// A job for one node is not hidden by jobs for another placed ahead of it
+// in the same round: the walk's estimate of a shape's room counts only
+// that shape's placements (counting every placement of the kind, a stream
+// of zone-a jobs ahead of it kept a zone-b job from zone b's free slot).
+func TestJobsForOtherNodesDoNotHideAFreeSlot(t *testing.T) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	for _, n := range []string{"n1", "n2"} {
+		l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: n}}}})
+	}
+	d := New(Config{
+		State:    l.fsm.State(),
+		IsLeader: true,
+		Apply:    func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil },
+		Workers: func() []Worker {
+			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "a"}},
+				{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "b"}}}
+		},
+		Now: func() time.Time { return time.UnixMilli(1_000_000) },
+	})
+	submit := func(id, zone string, prio int32) {
+		l.apply(&raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: &raftpb.JobRecord{
+			Id: id, Kind: "wasm", ModuleSha256: "m", Priority: prio, Constraints: map[string]string{"zone": zone}}}}})
+	}
+	submit("x", "c", 0) // no node is in zone c: the first round refreshes its pending reason
+	d.Round(context.Background())
+	d.Wait()
+	submit("a1", "a", 5)
+	submit("b1", "b", 0)
+	d.Round(context.Background()) // within the second: no job is offered for its reason alone
+	d.Wait()
+	st := l.fsm.State()
+	if a, b := len(st.RunningOn("n1")), len(st.RunningOn("n2")); a != 1 || b != 1 {
+		t.Fatalf("one round placed %d on n1 and %d on n2; want a1 on n1 and b1 on n2", a, b)
+	}
+}

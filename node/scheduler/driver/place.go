@@ -128,26 +128,27 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 	}
 	// An estimate of the room left for a shape (kind, depth, constraints),
 	// to decide what to offer the planner (which decides exactly): the
-	// free places at that depth, less every place of the kind this walk
-	// offered so far (they may have taken the same room).
-	type shape struct {
-		key  string
-		kind string
-	}
+	// free places at that depth, less those this walk offered to jobs of
+	// the same shape. Places offered to other shapes may have taken the
+	// same room: the estimate can only be too high, so a job it finds no
+	// room for has none (the walk stops or caps on that), and a job it
+	// offers in vain is left unplaced by the planner. Subtracting every
+	// place offered to the kind instead could starve a job: a stream of
+	// jobs for other nodes ahead of it would hide a free slot it fits.
 	shapeFree := map[string]int{}
-	taken := map[string]int{} // kind → places offered so far
-	freeFor := func(kind string, depth int, cons map[string]string) (shape, int) {
-		sh := shape{key: kind + "\x00" + strconv.Itoa(depth) + "\x00" + shapeKey(cons), kind: kind}
-		n, ok := shapeFree[sh.key]
-		if !ok {
-			for _, nd := range nodes {
-				if nd.Eligible && scheduler.Matches(nd.Labels, cons) {
-					n += max(nd.Capacity(kind, depth)-nd.Running[kind], 0)
-				}
-			}
-			shapeFree[sh.key] = n
+	freeFor := func(kind string, depth int, cons map[string]string) (string, int) {
+		key := kind + "\x00" + strconv.Itoa(depth) + "\x00" + shapeKey(cons)
+		if n, ok := shapeFree[key]; ok {
+			return key, n
 		}
-		return sh, max(n-taken[kind], 0)
+		n := 0
+		for _, nd := range nodes {
+			if nd.Eligible && scheduler.Matches(nd.Labels, cons) {
+				n += max(nd.Capacity(kind, depth)-nd.Running[kind], 0)
+			}
+		}
+		shapeFree[key] = n
+		return key, n
 	}
 	nowMS := round.AtMs
 	var jobs []planned
@@ -178,14 +179,14 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 			}
 			task := j.ArrayID != ""
 			depth := capped(j.Kind, dep.of(j.Kind, task, j.ArrayID))
-			sh, f := freeFor(j.Kind, depth, j.Constraints)
+			key, f := freeFor(j.Kind, depth, j.Constraints)
 			if f == 0 && !full && canRun(nodes, j.Kind, j.Constraints) {
 				ceiling[j.Kind] = depth
 				full = len(j.Constraints) == 0
 			}
 			switch {
 			case f > 0 && !full:
-				taken[sh.kind]++
+				shapeFree[key] = f - 1
 				kPlaceable++
 			case kWaiting < waitMax:
 				kWaiting++
@@ -204,8 +205,8 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 			break
 		}
 		depth := capped(e.Kind, dep.of(e.Kind, e.task, e.array))
-		if sh, f := freeFor(e.Kind, depth, e.Constraints); f > 0 {
-			taken[sh.kind]++
+		if key, f := freeFor(e.Kind, depth, e.Constraints); f > 0 {
+			shapeFree[key] = f - 1
 			placeable++
 			e.Depth = depth
 			e.Order = ^uint64(0) // after every queued job of its priority
