@@ -3,14 +3,16 @@ package scheduler
 import (
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"testing"
 )
 
 // Random clusters and queues: every plan respects capacity (jobs of one
 // kind share a node's count whatever their depth), eligibility and
 // constraints; never leaves a job unplaced while a matching node still
-// has room at its depth; and never places a lower-priority job of a group
-// while a higher-priority one of the same group waits.
+// has room at its depth; and never lets a job pass an earlier (higher
+// priority, or accepted before) job left waiting: on the nodes that one
+// matches, no later job gets a deeper place than it would have had.
 func TestPlanProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	kinds := []string{"wasm", "browser"}
@@ -33,48 +35,69 @@ func TestPlanProperties(t *testing.T) {
 			}
 		}
 		plan, unplaced := Plan(nodes, jobs)
+		if len(plan)+len(unplaced) != len(jobs) {
+			t.Fatalf("round %d: %d placed + %d unplaced != %d jobs", round, len(plan), len(unplaced), len(jobs))
+		}
 		byID := map[string]*Node{}
 		for i := range nodes {
 			byID[nodes[i].ID] = &nodes[i]
 		}
-		jobByID := map[string]Job{}
-		for _, j := range jobs {
-			jobByID[j.ID] = j
-		}
-		used := map[string]map[string]int{}
-		placedJob := map[string]bool{}
+		placedOn := map[string]string{}
 		for _, p := range plan {
-			j, n := jobByID[p.JobID], byID[p.NodeID]
-			if placedJob[p.JobID] {
+			if _, dup := placedOn[p.JobID]; dup {
 				t.Fatalf("round %d: %s placed twice", round, p.JobID)
 			}
-			placedJob[p.JobID] = true
-			if !n.Eligible || !Matches(n.Labels, j.Constraints) || n.Slots[j.Kind] == 0 {
-				t.Fatalf("round %d: %s on ineligible or non-matching %s", round, j.ID, n.ID)
-			}
-			if used[n.ID] == nil {
-				used[n.ID] = map[string]int{}
-			}
-			used[n.ID][j.Kind]++
-			if used[n.ID][j.Kind] > n.free(j.Kind, j.Depth) {
-				t.Fatalf("round %d: %s over capacity for %s at depth %d", round, n.ID, j.Kind, j.Depth)
-			}
+			placedOn[p.JobID] = p.NodeID
 		}
-		if len(plan)+len(unplaced) != len(jobs) {
-			t.Fatalf("round %d: %d placed + %d unplaced != %d jobs", round, len(plan), len(unplaced), len(jobs))
+		// Replay the jobs in the planner's order (priority, then order),
+		// with each node's count and depth cap as they stood.
+		order := append([]Job(nil), jobs...)
+		sort.SliceStable(order, func(a, b int) bool {
+			if order[a].Priority != order[b].Priority {
+				return order[a].Priority > order[b].Priority
+			}
+			return order[a].Order < order[b].Order
+		})
+		used := map[[2]string]int{}
+		capAt := map[[2]string]int{}
+		room := func(n *Node, j Job) bool {
+			k := [2]string{n.ID, j.Kind}
+			depth := j.Depth
+			if c, ok := capAt[k]; ok {
+				depth = min(depth, c)
+			}
+			return n.Running[j.Kind]+used[k] < n.Capacity(j.Kind, depth)
 		}
-		for _, u := range unplaced {
-			j := jobByID[u.JobID]
+		fits := func(n *Node, j Job) bool {
+			return n.Eligible && n.Slots[j.Kind] > 0 && Matches(n.Labels, j.Constraints)
+		}
+		for _, j := range order {
+			if id, ok := placedOn[j.ID]; ok {
+				n := byID[id]
+				if !fits(n, j) {
+					t.Fatalf("round %d: %s on ineligible or non-matching %s", round, j.ID, n.ID)
+				}
+				if !room(n, j) {
+					t.Fatalf("round %d: %s placed on %s past its capacity at depth %d (or past a waiting job's depth cap %v)",
+						round, j.ID, n.ID, j.Depth, capAt)
+				}
+				used[[2]string{n.ID, j.Kind}]++
+				continue
+			}
+			// Unplaced: no matching node had room for it then; it caps
+			// the depth behind it on the nodes it matches.
 			for i := range nodes {
 				n := &nodes[i]
-				if n.Eligible && n.Slots[j.Kind] > 0 && Matches(n.Labels, j.Constraints) && n.free(j.Kind, j.Depth)-used[n.ID][j.Kind] > 0 {
-					t.Fatalf("round %d: %s unplaced (%s) while %s has a free %s slot", round, j.ID, u.Reason, n.ID, j.Kind)
+				if fits(n, j) && room(n, j) {
+					t.Fatalf("round %d: %s unplaced while %s had room for it", round, j.ID, n.ID)
 				}
 			}
-			for _, p := range plan {
-				o := jobByID[p.JobID]
-				if o.Kind == j.Kind && o.Depth == j.Depth && constraintText(o.Constraints) == constraintText(j.Constraints) && o.Priority < j.Priority {
-					t.Fatalf("round %d: lower-priority %s placed while %s waits", round, o.ID, j.ID)
+			for i := range nodes {
+				if n := &nodes[i]; fits(n, j) {
+					k := [2]string{n.ID, j.Kind}
+					if c, ok := capAt[k]; !ok || j.Depth < c {
+						capAt[k] = j.Depth
+					}
 				}
 			}
 		}

@@ -58,14 +58,22 @@ type Unplaced struct {
 // free, the job's own hash picks one: deterministic, yet jobs arriving one
 // at a time on an idle cluster still spread over every node.
 //
+// Prefetch never overtakes: a job left unplaced although some eligible
+// node matches it caps, on every node it matches, the depth of the jobs
+// of its kind after it in that order. Without the cap a deeper job behind
+// it would take the place it is waiting for (a later array of short
+// tasks parked behind a node's slots ahead of a waiting job of higher
+// priority).
+//
 // Cost is amortised O(1) per placement after O(nodes) set-up per distinct
 // (kind, depth, constraints) group: nodes sit in buckets by free places,
 // and a node whose free count fell through another group's placement (of
-// the same kind: any depth) is moved down lazily when met.
+// the same kind: any depth) or a cap is moved down lazily when met. A
+// group caps its nodes once per depth, O(nodes).
 func Plan(nodes []Node, jobs []Job) ([]Placement, []Unplaced) {
 	ns := append([]Node(nil), nodes...)
 	sort.Slice(ns, func(a, b int) bool { return ns[a].ID < ns[b].ID })
-	p := &planner{nodes: ns, used: map[string][]int{}, groups: map[string]*group{}}
+	p := &planner{nodes: ns, used: map[string][]int{}, caps: map[string][]int{}, groups: map[string]*group{}}
 	js := append([]Job(nil), jobs...)
 	sort.SliceStable(js, func(a, b int) bool {
 		if js[a].Priority != js[b].Priority {
@@ -77,8 +85,9 @@ func Plan(nodes []Node, jobs []Job) ([]Placement, []Unplaced) {
 	var unplaced []Unplaced
 	for _, j := range js {
 		g := p.group(j.Kind, j.Depth, j.Constraints)
-		n := g.pick(p.usedOf(j.Kind), affinity(j.ID, ""))
+		n := g.pick(p, affinity(j.ID, ""))
 		if n < 0 {
+			g.capNodes(p)
 			reason := "all matching nodes are busy; it runs when a slot frees"
 			if g.matching == 0 {
 				reason = "no eligible node offers " + j.Kind + " capacity" + constraintText(j.Constraints)
@@ -95,7 +104,27 @@ func Plan(nodes []Node, jobs []Job) ([]Placement, []Unplaced) {
 type planner struct {
 	nodes  []Node
 	used   map[string][]int  // kind → placements held per node index (Running, then this plan's)
+	caps   map[string][]int  // kind → the depth jobs may have per node index (noCap: any)
 	groups map[string]*group // (kind, depth, constraints) → candidate buckets
+}
+
+const noCap = int(^uint(0) >> 1)
+
+func (p *planner) capsOf(kind string) []int {
+	c, ok := p.caps[kind]
+	if !ok {
+		c = make([]int, len(p.nodes))
+		for i := range c {
+			c[i] = noCap
+		}
+		p.caps[kind] = c
+	}
+	return c
+}
+
+// capacity is the places node i offers jobs of g.
+func (p *planner) capacity(g *group, i int) int {
+	return p.nodes[i].Capacity(g.kind, min(g.depth, p.capsOf(g.kind)[i]))
 }
 
 func (p *planner) usedOf(kind string) []int {
@@ -119,16 +148,15 @@ func (p *planner) group(kind string, depth int, constraints map[string]string) *
 		return g
 	}
 	used := p.usedOf(kind)
-	g := &group{buckets: map[int][]int{}, capacity: make([]int, len(p.nodes))}
+	g := &group{kind: kind, depth: depth, capped: noCap, buckets: map[int][]int{}}
 	for i := range p.nodes {
 		n := &p.nodes[i]
 		if !n.Eligible || n.Slots[kind] <= 0 || !Matches(n.Labels, constraints) {
 			continue
 		}
 		g.matching++
-		c := n.Capacity(kind, depth)
-		g.capacity[i] = c
-		if f := c - used[i]; f > 0 {
+		g.nodes = append(g.nodes, i)
+		if f := p.capacity(g, i) - used[i]; f > 0 {
 			g.buckets[f] = append(g.buckets[f], i)
 			g.top = max(g.top, f)
 		}
@@ -137,18 +165,35 @@ func (p *planner) group(kind string, depth int, constraints map[string]string) *
 	return g
 }
 
+// capNodes caps the depth of later jobs of g's kind on every node g
+// matches at g's depth: a job of g found no place.
+func (g *group) capNodes(p *planner) {
+	if g.matching == 0 || g.depth >= g.capped {
+		return
+	}
+	g.capped = g.depth
+	caps := p.capsOf(g.kind)
+	for _, i := range g.nodes {
+		caps[i] = min(caps[i], g.depth)
+	}
+}
+
 // group buckets candidate node indices by their free places.
 type group struct {
+	kind     string
+	depth    int
 	matching int           // eligible nodes matching, busy or not
-	capacity []int         // node index → places it offers this group
+	nodes    []int         // their indices
+	capped   int           // the depth this group last capped its nodes at
 	buckets  map[int][]int // free places → node indices (may hold stale entries)
 	top      int           // highest possibly non-empty bucket
 }
 
 // pick takes a place on a node with the most free places (choosing among
-// them by h), counts it in used, and returns the node's index, or -1 when
-// no candidate has room.
-func (g *group) pick(used []int, h uint64) int {
+// them by h), counts it, and returns the node's index, or -1 when no
+// candidate has room.
+func (g *group) pick(p *planner, h uint64) int {
+	used := p.usedOf(g.kind)
 	for g.top > 0 {
 		b := g.buckets[g.top]
 		if len(b) == 0 {
@@ -159,15 +204,16 @@ func (g *group) pick(used []int, h uint64) int {
 		n := b[i]
 		b[i] = b[len(b)-1]
 		g.buckets[g.top] = b[:len(b)-1]
-		if actual := g.capacity[n] - used[n]; actual != g.top {
-			// Another group took places here: file it where it now is.
+		if actual := p.capacity(g, n) - used[n]; actual != g.top {
+			// Another group took places here, or a cap came: file it
+			// where it now is.
 			if actual > 0 {
 				g.buckets[actual] = append(g.buckets[actual], n)
 			}
 			continue
 		}
 		used[n]++
-		if f := g.capacity[n] - used[n]; f > 0 {
+		if f := p.capacity(g, n) - used[n]; f > 0 {
 			g.buckets[f] = append(g.buckets[f], n)
 		}
 		return n

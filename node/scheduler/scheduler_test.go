@@ -89,7 +89,9 @@ func TestSequentialJobsSpread(t *testing.T) {
 
 // Jobs of one kind share a node's count whatever their depth: deep jobs
 // placed first leave a shallow one no room, and the other way round the
-// shallow one takes its place before the deep ones fill the rest.
+// shallow one takes its place before the deep ones fill the rest. A job
+// left without room caps the depth of the jobs after it on its nodes: no
+// deeper job overtakes it.
 func TestDepthsShareOneCount(t *testing.T) {
 	nodes := []Node{node("a", 2, 1, nil)} // 2 slots, 1 held
 	jobs := []Job{
@@ -98,24 +100,39 @@ func TestDepthsShareOneCount(t *testing.T) {
 		{ID: "shallow", Kind: "wasm", Order: 3}, // capacity 2: 1 held + 2 placed above
 		{ID: "deep3", Kind: "wasm", Order: 4, Depth: 3},
 	}
-	plan, unplaced := Plan(nodes, jobs)
-	var got []string
-	for _, p := range plan {
-		got = append(got, p.JobID)
+	ids := func(plan []Placement) (out []string) {
+		for _, p := range plan {
+			out = append(out, p.JobID)
+		}
+		return out
 	}
-	if !reflect.DeepEqual(got, []string{"deep1", "deep2", "deep3"}) || len(unplaced) != 1 || unplaced[0].JobID != "shallow" {
-		t.Fatalf("plan %v unplaced %v: want the shallow job left out (the deep ones filled its room)", got, unplaced)
+	uids := func(un []Unplaced) (out []string) {
+		for _, u := range un {
+			out = append(out, u.JobID)
+		}
+		return out
+	}
+	plan, unplaced := Plan(nodes, jobs)
+	if !reflect.DeepEqual(ids(plan), []string{"deep1", "deep2"}) || !reflect.DeepEqual(uids(unplaced), []string{"shallow", "deep3"}) {
+		t.Fatalf("plan %v unplaced %v: want the shallow job left out (the deep ones filled its room), and deep3 not past it", ids(plan), uids(unplaced))
 	}
 	jobs[2].Order = 0 // now first: it takes the last place of its depth
 	plan, _ = Plan(nodes, jobs)
 	if len(plan) != 4 || plan[0].JobID != "shallow" {
-		t.Fatalf("plan %v: want the shallow job first, then the three deep ones", plan)
+		t.Fatalf("plan %v: want the shallow job first, then the three deep ones", ids(plan))
 	}
-	// Capacity 8 in all: 1 held + 4 placed; a fifth deep job fits, a
-	// job at depth 1 (capacity 4) no longer does.
+	// 1 held + 4 placed: a job at depth 1 (capacity 4) finds no room, and
+	// the deep job after it (room at depth 3) does not pass it.
 	more := append(jobs, Job{ID: "d1", Kind: "wasm", Order: 9, Depth: 1}, Job{ID: "deep4", Kind: "wasm", Order: 10, Depth: 3})
 	plan, unplaced = Plan(nodes, more)
-	if len(plan) != 5 || len(unplaced) != 1 || unplaced[0].JobID != "d1" {
-		t.Fatalf("plan %v unplaced %v: want d1 alone left out", plan, unplaced)
+	if len(plan) != 4 || !reflect.DeepEqual(uids(unplaced), []string{"d1", "deep4"}) {
+		t.Fatalf("plan %v unplaced %v: want d1 and deep4 left out", ids(plan), uids(unplaced))
+	}
+	// A job of another kind, or one no node matches, caps nothing.
+	other := append(jobs[:2:2], Job{ID: "nowhere", Kind: "wasm", Order: 3, Constraints: map[string]string{"zone": "x"}},
+		Job{ID: "b", Kind: "browser", Order: 4}, Job{ID: "deep3", Kind: "wasm", Order: 5, Depth: 3})
+	plan, _ = Plan(nodes, other)
+	if !reflect.DeepEqual(ids(plan), []string{"deep1", "deep2", "deep3"}) {
+		t.Fatalf("plan %v: want every deep job placed", ids(plan))
 	}
 }

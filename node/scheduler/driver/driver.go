@@ -133,8 +133,8 @@ type Driver struct {
 	lastLeaseCheck time.Time
 	mu             sync.Mutex
 	runMS          map[string]float64           // kind → moving average of placement→result, ms
-	taskRunUS      map[string]float64           // array id → moving average of its tasks' runs, µs
-	taskRunOrder   []string                     // the arrays in taskRunUS, oldest first
+	taskRuns       map[string]*arrayRun         // array id → its tasks' runs
+	taskRunSeq     uint64                       // counts observed task runs
 	inflight       map[string]inflightPlacement // job id → placement
 	rounds         int                          // rounds committing now
 	roundDone      chan struct{}                // a round finished committing

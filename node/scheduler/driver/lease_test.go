@@ -177,13 +177,18 @@ func TestArrayPrefetchFollowsTaskRun(t *testing.T) {
 	if got := depth(); got != 1 {
 		t.Fatalf("a long task after short ones: %d per slot, want 1 at once", got)
 	}
-	// Arrays are remembered up to maxArrayRuns, the oldest forgotten first.
+	// Arrays are remembered up to maxArrayRuns, the one least recently
+	// heard of forgotten first: a0 reports again, a1 does not.
 	d = New(Config{ArrayPrefetch: map[string]int{"wasm": 32}})
 	for i := range maxArrayRuns + 1 {
 		observeOn(fmt.Sprint("a", i), 500, 1)
+		if i == maxArrayRuns-1 {
+			observeOn("a0", 500, 1)
+		}
 	}
-	if len(d.taskRunUS) != maxArrayRuns || depthOf("a0") != 1 || depthOf(fmt.Sprint("a", maxArrayRuns)) != 32 {
-		t.Fatalf("%d arrays remembered, a0 at %d, the newest at %d: want %d, the oldest forgotten (1), the newest at 32",
-			len(d.taskRunUS), depthOf("a0"), depthOf(fmt.Sprint("a", maxArrayRuns)), maxArrayRuns)
+	newest := fmt.Sprint("a", maxArrayRuns)
+	if len(d.taskRuns) != maxArrayRuns || depthOf("a0") != 32 || depthOf("a1") != 1 || depthOf(newest) != 32 {
+		t.Fatalf("%d arrays remembered, a0 at %d, a1 at %d, the newest at %d: want %d, a0 kept (32), a1 forgotten (1), the newest at 32",
+			len(d.taskRuns), depthOf("a0"), depthOf("a1"), depthOf(newest), maxArrayRuns)
 	}
 }

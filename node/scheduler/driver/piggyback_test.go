@@ -453,23 +453,23 @@ func TestNewArrayIsNotParkedAtAnotherArraysDepth(t *testing.T) {
 	})
 	st := l.fsm.State()
 	commit := func(cmd *raftpb.Command) { t.Helper(); piggyCommit(d, l, cmd) }
-	commit(arrayCmd("short", 18))
+	commit(arrayCmd("short", 10))
 	d.mu.Lock()
 	d.observeTaskRun("short", 500) // 0.5 ms tasks: 8 waiting per slot
 	d.mu.Unlock()
 	d.Round(context.Background())
 	d.Wait()
-	if got := len(st.RunningOn("n1")); got != 18 {
-		t.Fatalf("short tasks: %d held on 2 slots, want all 18 (capacity 18)", got)
+	if got := len(st.RunningOn("n1")); got != 10 {
+		t.Fatalf("short tasks: %d held on 2 slots, want all 10 (capacity 18)", got)
 	}
 	commit(arrayCmd("long", 10))
 	d.Round(context.Background())
 	d.Wait()
-	if got := len(st.RunningOn("n1")); got != 18 {
-		t.Fatalf("the new array's tasks took %d places behind the short ones; want none (one per slot until its first result)", got-18)
+	if got := len(st.RunningOn("n1")); got != 10 {
+		t.Fatalf("the new array's tasks took %d of the 8 places left at the short tasks' depth; want none (one per slot until its first result)", got-10)
 	}
 	var res []*raftpb.FinishJob
-	for i := range 15 {
+	for i := range 7 {
 		res = append(res, &raftpb.FinishJob{Id: consensus.TaskID("short", uint32(i)), Attempt: 1, NodeId: "n1", Ok: true, RanUs: 500, AtMs: 1_000_001})
 	}
 	commit(&raftpb.Command{Cmd: &raftpb.Command_FinishBatch{FinishBatch: &raftpb.FinishBatch{Results: res}}})
@@ -480,7 +480,91 @@ func TestNewArrayIsNotParkedAtAnotherArraysDepth(t *testing.T) {
 		}
 	}
 	if held := len(st.RunningOn("n1")); long != 1 || held != 4 {
-		t.Fatalf("after 15 short tasks ended: %d held, %d of the new array; want 4 (2 slots, one waiting each), 1 of them the new array's", held, long)
+		t.Fatalf("after 7 short tasks ended: %d held, %d of the new array; want 4 (2 slots, one waiting each), 1 of them the new array's", held, long)
+	}
+}
+
+// queue applies cmds to l without a round: the jobs wait in the queue.
+func queue(l *fsmLog, cmds ...*raftpb.Command) {
+	for _, c := range cmds {
+		l.apply(c)
+	}
+}
+
+// A job left waiting is not overtaken through prefetch by a deeper job
+// behind it, even when the walk's estimate thought it had room (places
+// taken in the same round by jobs of another depth): the planner caps
+// the depth behind it. Priority-10 single jobs fill a node to the depth
+// of a new priority-5 array (one per slot); a priority-0 array of short
+// tasks (depth 8) must not park behind them ahead of it.
+func TestWaitingArrayIsNotOvertakenByDeeperTasks(t *testing.T) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: "n1"}}}})
+	d := New(Config{
+		State:         l.fsm.State(),
+		IsLeader:      true,
+		Apply:         func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil },
+		Workers:       func() []Worker { return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 2}}} },
+		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
+		Prefetch:      map[string]int{"wasm": 4},
+		ArrayPrefetch: map[string]int{"wasm": 8},
+	})
+	d.mu.Lock()
+	d.observeRun("wasm", 10) // short single jobs: 4 waiting per slot
+	d.observeTaskRun("x", 500)
+	d.mu.Unlock()
+	var cmds []*raftpb.Command
+	for i := range 4 {
+		c := submitCmd(fmt.Sprint("s", i))
+		c.GetSubmitJob().Job.Priority = 10
+		cmds = append(cmds, c)
+	}
+	y, x := arrayCmd("y", 2), arrayCmd("x", 20)
+	y.GetSubmitArray().Template.Priority = 5
+	queue(l, append(cmds, y, x)...)
+	d.Round(context.Background())
+	d.Wait()
+	st := l.fsm.State()
+	per := map[string]int{}
+	for _, j := range st.RunningOn("n1") {
+		per[j.ArrayID]++
+	}
+	if per[""] != 4 || per["x"] != 0 {
+		t.Fatalf("held on n1 by array (\"\": single jobs): %v; want the 4 single jobs and none of x's tasks ahead of y's", per)
+	}
+}
+
+// A job left waiting caps the depth only on the nodes it could run on: an
+// array of long tasks that only zone a can run does not hold the short
+// tasks of another array to its depth on zone b.
+func TestWaitingJobCapsOnlyItsNodes(t *testing.T) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	for _, n := range []string{"n1", "n2"} {
+		l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: n}}}})
+	}
+	d := New(Config{
+		State:    l.fsm.State(),
+		IsLeader: true,
+		Apply:    func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil },
+		Workers: func() []Worker {
+			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "a"}},
+				{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 2}, Labels: map[string]string{"zone": "b"}}}
+		},
+		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
+		ArrayPrefetch: map[string]int{"wasm": 8},
+	})
+	d.mu.Lock()
+	d.observeTaskRun("y", 300_000) // long: one waiting per slot
+	d.observeTaskRun("x", 500)     // short: 8 waiting per slot
+	d.mu.Unlock()
+	y, x := arrayCmd("y", 10), arrayCmd("x", 40)
+	y.GetSubmitArray().Template.Constraints = map[string]string{"zone": "a"}
+	queue(l, y, x)
+	d.Round(context.Background())
+	d.Wait()
+	st := l.fsm.State()
+	if n1, n2 := len(st.RunningOn("n1")), len(st.RunningOn("n2")); n1 != 2 || n2 != 18 {
+		t.Fatalf("n1 holds %d, n2 %d; want 2 of y's on n1 (1 slot, 1 waiting) and 18 of x's on n2 (2 slots, 8 waiting each)", n1, n2)
 	}
 }
 

@@ -41,7 +41,7 @@ type depths struct {
 
 func (x *depths) of(kind string, task bool, array string) int {
 	if !task || x.d.cfg.ArrayPrefetch[kind] <= 0 {
-		return x.prefetch[kind]
+		return max(x.prefetch[kind], 0)
 	}
 	if v, ok := x.arrays[array]; ok {
 		return v
@@ -65,18 +65,19 @@ func (x *depths) of(kind string, task bool, array string) int {
 // capacity for their shape are offered anyway (for their pending
 // reason). d.planMu is held.
 //
-// Depths. A job's depth is its own (depthOf) capped by the ceiling: the
-// depth of the first job before it in the queue (in priority, then
-// acceptance order) that found no room on nodes that could run it.
-// Without the cap, prefetch would invert the queue: tasks behind a job
-// waiting for a slot refilled their deeper prefetch as each task ended
-// (a priority-100 job waited for a whole priority-0 array), and a new
-// array of long tasks, one per slot until its first result, waited
-// behind the short tasks of an array accepted after it. Jobs of a kind
-// share one count per node whatever their depth (the planner counts them
-// together), so a round cannot overfill a node by mixing depths. An
-// unconstrained job that finds no room ends the walk of its kind: every
-// job behind it has at most its depth, so none has room either.
+// Depths. Each job goes to the planner with its own depth (the kind's
+// single-job prefetch, or its array's), and the planner counts a node's
+// placements of a kind together whatever their depth, so a round cannot
+// overfill a node by mixing depths. The planner also caps, on the nodes
+// a job left waiting matches, the depth of every job after it (priority,
+// then acceptance): without that, prefetch would invert the queue (tasks
+// behind a job waiting for a slot refilled their deeper prefetch as each
+// task ended, and a priority-100 job waited for a whole priority-0
+// array). So the walk hands the planner, beside the jobs that have room,
+// each job that found none but could run somewhere (one per shape and
+// depth, the shallowest): it waits, and caps the jobs behind it. An
+// unconstrained one ends the walk of its kind: nothing behind it has
+// room on any node.
 func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map[string]map[string]int,
 	extra []planned, examine, waitMax int) ([]planned, []scheduler.Unplaced) {
 	st := d.cfg.State
@@ -152,13 +153,23 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 	}
 	nowMS := round.AtMs
 	var jobs []planned
-	ceiling := map[string]int{} // kind → the depth of the first job that found no room
-	capped := func(kind string, depth int) int {
-		if c, ok := ceiling[kind]; ok {
-			return min(depth, c)
-		}
-		return depth
+	offer := func(j consensus.Job, depth int, task bool) {
+		jobs = append(jobs, planned{Job: scheduler.Job{ID: j.ID, Kind: j.Kind, Depth: depth, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
+			Priority: int(j.Priority), Constraints: j.Constraints}, reason: j.PendingReason, task: task, array: j.ArrayID})
 	}
+	// Per shape (kind, constraints): whether any node could run it, and
+	// the shallowest depth a job of it was offered at to wait.
+	runnable := map[string]bool{}
+	canRunShape := func(kind string, cons map[string]string) bool {
+		k := kind + "\x00" + shapeKey(cons)
+		v, ok := runnable[k]
+		if !ok {
+			v = canRun(nodes, kind, cons)
+			runnable[k] = v
+		}
+		return v
+	}
+	waitsAt := map[string]int{}
 	// Each kind has its own queue and capacity: a kind with nothing free
 	// is not walked at all (unless pending reasons are due).
 	placeable, waiting := 0, 0
@@ -168,7 +179,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 			continue
 		}
 		kPlaceable, kWaiting, examined := 0, 0, 0
-		full := false // an unconstrained job found no room: none behind it will
+		full := false // an unconstrained job found no room: nothing behind it has any
 		st.Queued(kind, func(j consensus.Job) bool {
 			if inflight[j.ID] {
 				return true // placed by a round still committing; bounded by the in-flight map
@@ -178,24 +189,29 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 				return examined < examine // retry backoff
 			}
 			task := j.ArrayID != ""
-			depth := capped(j.Kind, dep.of(j.Kind, task, j.ArrayID))
+			depth := dep.of(j.Kind, task, j.ArrayID)
 			key, f := freeFor(j.Kind, depth, j.Constraints)
-			if f == 0 && !full && canRun(nodes, j.Kind, j.Constraints) {
-				ceiling[j.Kind] = depth
-				full = len(j.Constraints) == 0
-			}
-			switch {
-			case f > 0 && !full:
+			if f > 0 && !full {
 				shapeFree[key] = f - 1
 				kPlaceable++
-			case kWaiting < waitMax:
-				kWaiting++
-			default:
-				return examined < examine && !full
+				offer(j, depth, task)
+				return examined < examine && (kPlaceable < kFree || kWaiting < waitMax)
 			}
-			jobs = append(jobs, planned{Job: scheduler.Job{ID: j.ID, Kind: j.Kind, Depth: depth, Attempt: j.Attempt, Order: j.CommitIndex<<20 | uint64(j.ArrayIndex),
-				Priority: int(j.Priority), Constraints: j.Constraints}, reason: j.PendingReason, task: task, array: j.ArrayID})
-			return examined < examine && (kPlaceable < kFree && !full || kWaiting < waitMax)
+			if !full && canRunShape(j.Kind, j.Constraints) {
+				sk := j.Kind + "\x00" + shapeKey(j.Constraints)
+				if at, ok := waitsAt[sk]; !ok || depth < at {
+					waitsAt[sk] = depth
+					offer(j, depth, task) // it waits, and caps the depth behind it
+					full = len(j.Constraints) == 0
+					return examined < examine && (!full || kWaiting < waitMax)
+				}
+			}
+			if kWaiting < waitMax {
+				kWaiting++
+				offer(j, depth, task)
+				return examined < examine
+			}
+			return examined < examine && !full
 		})
 		placeable += kPlaceable
 		waiting += kWaiting
@@ -204,7 +220,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 		if placeable >= free {
 			break
 		}
-		depth := capped(e.Kind, dep.of(e.Kind, e.task, e.array))
+		depth := dep.of(e.Kind, e.task, e.array)
 		if key, f := freeFor(e.Kind, depth, e.Constraints); f > 0 {
 			shapeFree[key] = f - 1
 			placeable++
@@ -426,8 +442,8 @@ func (d *Driver) prefetch() map[string]int {
 const taskQueueBudget = 100 * time.Millisecond
 
 // maxArrayRuns bounds the arrays whose task runs the driver remembers
-// (the oldest is forgotten first; a forgotten array that still has tasks
-// starts again at one per slot).
+// (the one whose last result is oldest is forgotten first; a forgotten
+// array that still has tasks starts again at one per slot).
 const maxArrayRuns = 1024
 
 // observeTaskRun folds one array task's run (ran_us: the run itself, not
@@ -442,23 +458,36 @@ func (d *Driver) observeTaskRun(array string, us int64) {
 	// very long run (a task that timed out after minutes) from holding
 	// the depth at one for hundreds of short results after it.
 	us = min(us, 4*taskQueueBudget.Microseconds())
-	if d.taskRunUS == nil {
-		d.taskRunUS = map[string]float64{}
+	if d.taskRuns == nil {
+		d.taskRuns = map[string]*arrayRun{}
 	}
-	old, ok := d.taskRunUS[array]
+	d.taskRunSeq++
+	r, ok := d.taskRuns[array]
 	switch {
 	case !ok:
-		if len(d.taskRunOrder) >= maxArrayRuns {
-			delete(d.taskRunUS, d.taskRunOrder[0])
-			d.taskRunOrder = d.taskRunOrder[1:]
+		if len(d.taskRuns) >= maxArrayRuns { // forget the least recently heard of
+			oldest := ""
+			for id, o := range d.taskRuns {
+				if oldest == "" || o.seen < d.taskRuns[oldest].seen {
+					oldest = id
+				}
+			}
+			delete(d.taskRuns, oldest)
 		}
-		d.taskRunOrder = append(d.taskRunOrder, array)
-		d.taskRunUS[array] = float64(us)
-	case float64(us) > old:
-		d.taskRunUS[array] = old + (float64(us)-old)/2
+		d.taskRuns[array] = &arrayRun{avgUS: float64(us), seen: d.taskRunSeq}
+		return
+	case float64(us) > r.avgUS:
+		r.avgUS += (float64(us) - r.avgUS) / 2
 	default:
-		d.taskRunUS[array] = old + (float64(us)-old)/32
+		r.avgUS += (float64(us) - r.avgUS) / 32
 	}
+	r.seen = d.taskRunSeq
+}
+
+// arrayRun is what the driver remembers of an array's task runs.
+type arrayRun struct {
+	avgUS float64 // moving average of its tasks' runs
+	seen  uint64  // when it was last heard of (taskRunSeq)
 }
 
 // arrayDepth is how many of an array's tasks per slot a worker may hold
@@ -474,11 +503,11 @@ func (d *Driver) observeTaskRun(array string, us int64) {
 // d.mu is held.
 func (d *Driver) arrayDepth(kind, array string) int {
 	n := d.cfg.ArrayPrefetch[kind]
-	avg, ok := d.taskRunUS[array]
+	r, ok := d.taskRuns[array]
 	if !ok || n <= 0 {
 		return min(max(n, 0), 1)
 	}
-	depth := float64(taskQueueBudget.Microseconds()) / max(avg, 1)
+	depth := float64(taskQueueBudget.Microseconds()) / max(r.avgUS, 1)
 	return int(min(float64(n), max(depth, 1)))
 }
 
