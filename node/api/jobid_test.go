@@ -1,6 +1,13 @@
 package api
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
 
 func TestPlausibleJobID(t *testing.T) {
 	for id, want := range map[string]bool{
@@ -22,6 +29,39 @@ func TestPlausibleJobID(t *testing.T) {
 	} {
 		if got := plausibleJobID(id); got != want {
 			t.Errorf("plausibleJobID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
+
+// A task index past an array's end says how many tasks the array has,
+// for get and cancel alike, not that the task may have been pruned.
+func TestTaskPastArrayEnd(t *testing.T) {
+	js, _, _, _, ctx := newSubmitServer(t)
+	arr, err := js.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: tinyModule("past-end"), Inputs: [][]byte{[]byte("a"), []byte("b"), []byte("c")}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := arr.Msg.Array.Id
+	if _, err := js.GetJob(ctx, connect.NewRequest(&palyrav1.GetJobRequest{Id: id + ".2"})); err != nil {
+		t.Fatalf("get the last task: %v", err)
+	}
+	for what, call := range map[string]func(string) error{
+		"get": func(id string) error {
+			_, err := js.GetJob(ctx, connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
+			return err
+		},
+		"cancel": func(id string) error {
+			_, err := js.CancelJob(ctx, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id}))
+			return err
+		},
+	} {
+		for _, task := range []string{id + ".3", id + ".99", id + ".9999999999"} {
+			err := call(task)
+			pe := apiCode(t, err)
+			if connect.CodeOf(err) != connect.CodeNotFound || !strings.Contains(pe.Message, "job array "+id+" has 3 tasks (indexes 0 to 2)") ||
+				strings.Contains(pe.Message, "pruned") || !strings.Contains(pe.Hint, "palyra job list --array "+id) {
+				t.Errorf("%s %s: %v (message %q, hint %q); want not_found saying the array has 3 tasks, 0 to 2", what, task, err, pe.Message, pe.Hint)
+			}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -128,6 +129,17 @@ func (s *Server) notFound(id string) error {
 			fmt.Sprintf("%s is a job array of %d tasks, not a job: this command takes one task, %s.N (N from 0 to %d)", id, a.Size, id, max(a.Size, 1)-1),
 			fmt.Sprintf("'palyra job get %s' shows the array's counts; 'palyra job watch %s' its progress and outputs", id, id))
 	}
+	if arrayID, idx, ok := strings.Cut(id, "."); ok {
+		// A task index past the array's end was never a task: say how
+		// many the array has rather than suggest it was pruned.
+		if a, ok := st.Array(arrayID); ok {
+			if n, err := strconv.ParseUint(idx, 10, 64); err == nil && n >= uint64(a.Size) {
+				return apiError(connect.CodeNotFound, "not_found",
+					fmt.Sprintf("no task %s: job array %s has %s", id, arrayID, taskRange(a.Size)),
+					fmt.Sprintf("'palyra job list --array %s' lists its tasks; 'palyra job get %s' shows its counts", arrayID, arrayID))
+			}
+		}
+	}
 	pb := st.PrunedBefore()
 	if pb <= 0 {
 		return apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("no job with id %q", id), "list jobs with 'palyra job list'")
@@ -136,6 +148,14 @@ func (s *Server) notFound(id string) error {
 		fmt.Sprintf("no job with id %q; jobs that ended before %s have been pruned (by the retention, now %s, or by 'palyra job prune'), so it may have been one of them",
 			id, rfc3339(pb), palyrav1.FormatRetention(st.Retention())),
 		"list current jobs with 'palyra job list'; keep ended jobs longer with 'palyra job retention DURATION'")
+}
+
+// taskRange is "48 tasks (indexes 0 to 47)", or "1 task (index 0)".
+func taskRange(size uint32) string {
+	if size == 1 {
+		return "1 task (index 0)"
+	}
+	return fmt.Sprintf("%d tasks (indexes 0 to %d)", size, max(size, 1)-1)
 }
 
 // plausibleJobID reports whether id has the form of a job or task id:
