@@ -39,6 +39,9 @@ type Config struct {
 	// 0700; native code loaded from it is executed, so it must not be
 	// writable by anyone else.
 	CacheDir string
+	// CacheMaxBytes bounds CacheDir (default DefaultCacheMaxBytes): the
+	// entries written longest ago go first.
+	CacheMaxBytes int64
 	// MaxConcurrent bounds how many guests run at once; Run waits for a slot.
 	// Default: 2 × GOMAXPROCS.
 	MaxConcurrent int
@@ -96,6 +99,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.MaxCachedModules <= 0 {
 		cfg.MaxCachedModules = DefaultMaxCachedModules
+	}
+	if cfg.CacheMaxBytes <= 0 {
+		cfg.CacheMaxBytes = DefaultCacheMaxBytes
 	}
 	if cfg.CompileWorkers <= 0 {
 		cfg.CompileWorkers = runtime.GOMAXPROCS(0)

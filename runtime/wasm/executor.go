@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/palyra-mesh/palyra/runtime"
 	"github.com/tetratelabs/wazero"
@@ -37,6 +38,7 @@ type Executor struct {
 	log     *slog.Logger
 	rt      wazero.Runtime
 	disk    wazero.CompilationCache                      // nil without CacheDir
+	trim    *diskTrimmer                                 // nil without CacheDir
 	imports map[string]map[string]api.FunctionDefinition // module → function → definition
 	modules *moduleCache
 	slots   *gate
@@ -80,6 +82,11 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		}
 		rc = rc.WithCompilationCache(disk)
 	}
+	var trim *diskTrimmer
+	if cfg.CacheDir != "" {
+		trim = &diskTrimmer{dir: cfg.CacheDir, max: cfg.CacheMaxBytes, every: diskTrimEvery, log: cfg.Logger}
+		trim.maybeTrim(time.Now())
+	}
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 		_ = rt.Close(ctx)
@@ -94,6 +101,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		log:  cfg.Logger.With("executor", runtime.KindWasm),
 		rt:   rt,
 		disk: disk,
+		trim: trim,
 		imports: map[string]map[string]api.FunctionDefinition{
 			wasiModule: rt.Module(wasiModule).ExportedFunctionDefinitions(),
 			hostModule: rt.Module(hostModule).ExportedFunctionDefinitions(),
@@ -234,6 +242,7 @@ func (e *Executor) compile(ctx context.Context, key string, module []byte) (waze
 		return nil, moduleLayout{}, merr
 	}
 	e.log.Debug("compiled wasm module", "key", key, "bytes", len(module))
+	e.trim.maybeTrim(time.Now()) // the compilation may have added an entry
 	return compiled, layout, nil
 }
 
