@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/node/api"
 )
 
 func TestReadInputLines(t *testing.T) {
@@ -395,5 +397,31 @@ func TestOneJobCommandsOnAnArray(t *testing.T) {
 		if r.code == 0 || !strings.Contains(r.stderr, "is a job array of 2 tasks") || strings.Contains(r.stderr, "pruned") {
 			t.Errorf("%v: %+v", args, r)
 		}
+	}
+}
+
+// A count of days too large for a duration is out of range, not negative,
+// and a retention says the node's bounds.
+func TestParseDaysOverflow(t *testing.T) {
+	for _, s := range []string{"106752d", "1000000d", "99999999999999999999d", "106751d24h", "3000000h", "106751d23h48m"} {
+		_, err := parseDays(s)
+		var re *durationRangeError
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), "out of range") || !strings.Contains(err.Error(), "106751d") {
+			t.Errorf("parseDays(%q): %v; want out of range, at most 106751d", s, err)
+		}
+	}
+	if d, err := parseDays("106751d"); err != nil || d <= 0 {
+		t.Errorf("parseDays(106751d) = %v, %v", d, err)
+	}
+	if minRetention != api.MinRetention || maxRetention != api.MaxRetention {
+		t.Errorf("the CLI's retention bounds %v..%v differ from the node's %v..%v", minRetention, maxRetention, api.MinRetention, api.MaxRetention)
+	}
+	r := runCLI(t, "job", "prune", "--older-than", "106752d")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "out of range") || strings.Contains(r.stderr, "negative") {
+		t.Errorf("job prune --older-than 106752d: %+v; want a usage error saying out of range", r)
+	}
+	r = runCLI(t, "job", "retention", "1000000d")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "retention 1000000d is out of range: use between 1m and 3650d") {
+		t.Errorf("job retention 1000000d: %+v; want out of range with the bounds", r)
 	}
 }

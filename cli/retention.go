@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -81,6 +84,11 @@ func retentionCommand() *ucli.Command {
 				if a := c.Args().First(); a != "default" {
 					var err error
 					if d, err = parseDays(a); err != nil {
+						var re *durationRangeError
+						if errors.As(err, &re) { // the node's bounds, as it would say them
+							return usageErr("retention %s is out of range: use between %s and %s, e.g. 7d ('default' restores the default, 24h)",
+								a, palyrav1.FormatRetention(minRetention.Milliseconds()), palyrav1.FormatRetention(maxRetention.Milliseconds()))
+						}
 						return usageErr("retention: %v", err)
 					}
 					if d <= 0 {
@@ -121,6 +129,13 @@ func retentionCommand() *ucli.Command {
 	}
 }
 
+// The retention a node accepts (node/api's MinRetention, MaxRetention; a
+// test keeps them equal): the CLI says it for a value too long to send.
+const (
+	minRetention = time.Minute
+	maxRetention = 3650 * day
+)
+
 // prunedNote is "; jobs that ended before T were pruned", if any were.
 func prunedNote(ms int64) string {
 	if ms <= 0 {
@@ -130,16 +145,21 @@ func prunedNote(ms int64) string {
 }
 
 // parseDays parses a duration as time.ParseDuration does, plus a leading
-// count of days: "7d", "1d12h", "36h", "0".
+// count of days: "7d", "1d12h", "36h", "0". One longer than a
+// time.Duration holds (about 292 years) is a *durationRangeError, not a
+// wrapped-around negative.
 func parseDays(s string) (time.Duration, error) {
 	t := strings.TrimSpace(s)
 	var d time.Duration
 	if i := strings.IndexByte(t, 'd'); i >= 0 {
-		n, err := strconv.ParseUint(t[:i], 10, 32)
-		if err != nil {
+		n, err := strconv.ParseUint(t[:i], 10, 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
 			return 0, fmt.Errorf("%q is not a duration; use e.g. 90m, 12h, 7d", s)
 		}
-		d, t = time.Duration(n)*24*time.Hour, t[i+1:]
+		if err != nil || n > uint64(maxDuration/day) {
+			return 0, &durationRangeError{s}
+		}
+		d, t = time.Duration(n)*day, t[i+1:]
 		if t == "" {
 			return d, nil
 		}
@@ -149,7 +169,28 @@ func parseDays(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q is negative; use a positive duration, e.g. 90m, 12h, 7d", s)
 	}
 	if err != nil {
+		if durationSyntax.MatchString(t) { // well formed: ParseDuration refuses only an overflow
+			return 0, &durationRangeError{s}
+		}
 		return 0, fmt.Errorf("%q is not a duration; use e.g. 90m, 12h, 7d", s)
 	}
+	if rest > maxDuration-d {
+		return 0, &durationRangeError{s}
+	}
 	return d + rest, nil
+}
+
+const (
+	day         = 24 * time.Hour
+	maxDuration = time.Duration(math.MaxInt64)
+)
+
+// durationSyntax is what time.ParseDuration takes without a sign.
+var durationSyntax = regexp.MustCompile(`^(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// durationRangeError: a duration longer than a time.Duration holds.
+type durationRangeError struct{ s string }
+
+func (e *durationRangeError) Error() string {
+	return fmt.Sprintf("%q is out of range: a duration is at most %dd (about 292 years)", e.s, maxDuration/day)
 }
