@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"connectrpc.com/connect"
@@ -74,9 +75,14 @@ func (js jobService) SetRetention(ctx context.Context, req *connect.Request[paly
 		return nil, err
 	}
 	ms := req.Msg.RetentionMs
-	d := time.Duration(ms) * time.Millisecond
-	if ms != 0 && (ms < 0 || d < MinRetention || d > MaxRetention) {
-		return nil, invalid(fmt.Sprintf("retention %s is out of range", palyrav1.FormatRetention(ms)),
+	// Compared in milliseconds: as a time.Duration, a huge value wraps
+	// around and may land in range.
+	if ms != 0 && (ms < MinRetention.Milliseconds() || ms > MaxRetention.Milliseconds()) {
+		shown := palyrav1.FormatRetention(ms)
+		if ms > math.MaxInt64/int64(time.Millisecond) {
+			shown = fmt.Sprintf("of %d ms", ms)
+		}
+		return nil, invalid(fmt.Sprintf("retention %s is out of range", shown),
 			fmt.Sprintf("use between %s and %s, e.g. 7d; 'palyra job retention default' (retention_ms 0 in the API) restores the default, %s",
 				palyrav1.FormatRetention(MinRetention.Milliseconds()), palyrav1.FormatRetention(MaxRetention.Milliseconds()), palyrav1.FormatRetention(consensus.DefaultRetentionMS)))
 	}
