@@ -26,6 +26,11 @@ func pruneCommand() *ucli.Command {
    prunes by itself after the retention ('palyra job retention').
    Needs the job.prune permission (operators have it).
 
+   Disk space is not freed at once: inputs and outputs over 4 KiB, and
+   modules, are blobs, which each node deletes at its blob collection,
+   every minute, once no kept job names them and they were stored at least
+   10 minutes ago (a grace for jobs still being accepted).
+
    Examples:
      palyra job prune --older-than 7d
      palyra job prune --older-than 0      # every ended job`,
@@ -58,7 +63,7 @@ func pruneCommand() *ucli.Command {
 				fmt.Fprintf(c.App.Writer, "no job ended before %s; nothing pruned\n", msTime(r.BeforeMs))
 				return nil
 			}
-			fmt.Fprintf(c.App.Writer, "pruned %d jobs that ended before %s\n", r.Pruned, msTime(r.BeforeMs))
+			fmt.Fprintf(c.App.Writer, "pruned %d jobs that ended before %s\n%s\n", r.Pruned, msTime(r.BeforeMs), blobsFreedNote)
 			return nil
 		},
 	}
@@ -128,6 +133,10 @@ func retentionCommand() *ucli.Command {
 		},
 	}
 }
+
+// blobsFreedNote follows a prune that removed jobs: their blobs go later
+// (node/blobgc.go: every minute, once 10 minutes old).
+const blobsFreedNote = "their blobs (inputs and outputs over 4 KiB, modules no kept job uses) are deleted on every node within a few minutes: each node collects them every minute, once 10 minutes after they were stored"
 
 // The retention a node accepts (node/api's MinRetention, MaxRetention; a
 // test keeps them equal): the CLI says it for a value too long to send.
