@@ -104,7 +104,18 @@ func jobCommand() *ucli.Command {
 				Action: jobSubmit,
 			},
 			{
-				Name: "get", Usage: "show one job (its output included), or a job array's counts per phase", ArgsUsage: "ID", Flags: []ucli.Flag{jsonFlag},
+				Name: "get", Usage: "show one job (its output included), or a job array's counts per phase", ArgsUsage: "ID",
+				Description: `ID is a job's id (j- and 16 hex digits, as 'job submit' printed it), a
+   job array's (its counts per phase, not its outputs: 'palyra job watch ID'
+   prints those), or one task of an array, ID.N, N from 0 to the array's size
+   minus one: task N ran line N+1 of the --inputs file, or the (N+1)th file
+   of --input-dir in name order.
+
+   Examples:
+     palyra job get j-0123456789abcdef           # a job, or an array's counts
+     palyra job get j-0123456789abcdef.7         # task 7 of an array, its output included
+     palyra job list --array j-0123456789abcdef  # every task of an array`,
+				Flags:  []ucli.Flag{jsonFlag},
 				Action: jobGet,
 			},
 			browseCommand(),
@@ -181,6 +192,13 @@ func jobCommand() *ucli.Command {
 			},
 			{
 				Name: "cancel", Usage: "cancel a job (aborted; a running instance is stopped), or every unfinished task of a job array", ArgsUsage: "ID",
+				Description: `ID is a job's id, a job array's (every task that has not ended is
+   aborted; ended ones keep their results), or one task of an array, ID.N
+   (N from 0 to the array's size minus one), which cancels that task alone.
+
+   Examples:
+     palyra job cancel j-0123456789abcdef      # a job, or a whole array
+     palyra job cancel j-0123456789abcdef.7    # task 7 of an array only`,
 				Flags: []ucli.Flag{jsonFlag}, Action: jobCancel,
 			},
 			pruneCommand(),
