@@ -91,6 +91,13 @@ type Spec struct {
 	// Order ranks this run among those waiting for a slot of its executor:
 	// the first in Order starts first (see Order.Before).
 	Order Order
+	// Queued, if set, is called once when the run has taken its place
+	// among those waiting for a slot (or got one at once): a caller that
+	// starts runs together holds each back until the one before it in
+	// Order is queued, so they are admitted in Order however their
+	// goroutines are scheduled. An executor without ordered slots calls
+	// it when it starts to wait for a slot.
+	Queued func()
 }
 
 // Order ranks runs waiting for a slot: higher Priority first, then the

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"time"
 
@@ -253,6 +254,7 @@ func (w *Worker) reconcile(ctx context.Context) {
 	want := make(map[string]uint32, len(mine))
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	var starts []consensus.Job
 	for _, j := range mine {
 		want[j.ID] = j.Attempt
 		if r, ok := w.running[j.ID]; ok && r.attempt == j.Attempt {
@@ -264,10 +266,20 @@ func (w *Worker) reconcile(ctx context.Context) {
 		if a, ok := w.finished[j.ID]; ok && a == j.Attempt {
 			continue
 		}
+		starts = append(starts, j)
+	}
+	// Placements come in bursts (prefetch: a round places many at once).
+	// They start in Order, each run held back until the one before it has
+	// taken its place in its executor's line for a slot, so a job array's
+	// task 3 does not take a free slot before task 1 because its goroutine
+	// happened to run first.
+	sort.Slice(starts, func(a, b int) bool { return orderOf(starts[a]).Before(orderOf(starts[b])) })
+	var after <-chan struct{}
+	for _, j := range starts {
 		if ctx.Err() != nil {
 			return
 		}
-		w.start(ctx, j)
+		after = w.start(ctx, j, after)
 	}
 	for id, r := range w.running {
 		if a, ok := want[id]; !ok || a != r.attempt {
@@ -292,18 +304,23 @@ func (w *Worker) whyStopped(id string, attempt uint32) error {
 	return errSuperseded
 }
 
-// start launches one run; w.mu is held.
-func (w *Worker) start(ctx context.Context, j consensus.Job) {
+// start launches one run, held back until after is closed (see
+// startOrder), and returns the channel closed once the run is queued for
+// a slot (or done); w.mu is held.
+func (w *Worker) start(ctx context.Context, j consensus.Job, after <-chan struct{}) <-chan struct{} {
 	if old, ok := w.running[j.ID]; ok {
 		old.cancel(errSuperseded)
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	r := &run{attempt: j.Attempt, cancel: cancel}
 	w.running[j.ID] = r
+	so := &startOrder{after: after, done: make(chan struct{})}
+	rctx = context.WithValue(rctx, startOrderKey{}, so)
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		defer cancel(nil)
+		defer so.queued() // never hold the next run back past this one's end
 		reported := w.execute(rctx, ctx, j)
 		w.mu.Lock()
 		if w.running[j.ID] == r {
@@ -314,6 +331,52 @@ func (w *Worker) start(ctx context.Context, j consensus.Job) {
 		}
 		w.mu.Unlock()
 	}()
+	return so.done
+}
+
+// startOrder chains the runs a reconcile starts together: a run waits for
+// the one before it in Order to be queued for a slot (after), at most
+// startOrderWait (the one before may be slow to get there: its input
+// fetched from another node), and closes done once it is queued itself.
+type startOrder struct {
+	after <-chan struct{}
+	done  chan struct{}
+	once  sync.Once
+}
+
+type startOrderKey struct{}
+
+// startOrderWait bounds how long a run waits for the run before it to be
+// queued: order is kept for runs that get there promptly (microseconds;
+// a loaded machine can stall a goroutine for milliseconds), and a slow
+// one (its input fetched from another node) delays the next by no more.
+const startOrderWait = 50 * time.Millisecond
+
+func (s *startOrder) queued() { s.once.Do(func() { close(s.done) }) }
+
+// wait holds the run back until the run before it is queued, ctx ends, or
+// startOrderWait has passed.
+func (s *startOrder) wait(ctx context.Context) {
+	if s.after == nil {
+		return
+	}
+	select {
+	case <-s.after:
+		return
+	default:
+	}
+	t := time.NewTimer(startOrderWait)
+	defer t.Stop()
+	select {
+	case <-s.after:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// orderOf is j's place among the runs waiting for a slot.
+func orderOf(j consensus.Job) runtime.Order {
+	return runtime.Order{Priority: j.Priority, Seq: j.CommitIndex, Index: j.ArrayIndex}
 }
 
 // execute runs j and reports its result; it returns whether the leader
@@ -488,7 +551,7 @@ func (w *Worker) runExecutor(ctx context.Context, j consensus.Job) runtime.Resul
 		Timeout: time.Duration(j.TimeoutMS) * time.Millisecond, MemoryLimit: j.MemoryBytes, Fuel: j.Fuel,
 		MaxOutput: int(j.MaxOutput), AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate,
 		Deterministic: j.Deterministic,
-		Order:         runtime.Order{Priority: j.Priority, Seq: j.CommitIndex, Index: j.ArrayIndex},
+		Order:         orderOf(j),
 	}
 	if j.SkillID != "" {
 		spec.GrantsFrom = fmt.Sprintf("the capabilities of %s/%s (its skill's manifest)", j.SkillID, j.SkillTool)
@@ -516,6 +579,7 @@ func (w *Worker) runExecutor(ctx context.Context, j consensus.Job) runtime.Resul
 			return runtime.Result{Reason: runtime.ReasonInputInvalid, Message: fmt.Sprintf("hook %s, tool %s/%s: %v", j.HookID, j.SkillID, j.SkillTool, err)}
 		}
 	}
+	ordered(ctx, &spec)
 	if j.ModuleHash != "" {
 		// A module the executor has compiled needs no bytes: no read, no hash.
 		if mc, ok := ex.(runtime.ModuleCache); ok {
@@ -530,6 +594,17 @@ func (w *Worker) runExecutor(ctx context.Context, j consensus.Job) runtime.Resul
 		spec.Module = mod
 	}
 	return ex.Run(ctx, spec)
+}
+
+// ordered holds a run started in a burst back until the run before it
+// is queued for a slot, and has the executor say when this one is.
+func ordered(ctx context.Context, spec *runtime.Spec) {
+	so, ok := ctx.Value(startOrderKey{}).(*startOrder)
+	if !ok {
+		return
+	}
+	so.wait(ctx)
+	spec.Queued = so.queued
 }
 
 // renew keeps the leases of the placements this worker holds (running,

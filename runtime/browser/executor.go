@@ -130,6 +130,9 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 	e.mu.Unlock()
 	defer e.runs.Done()
 
+	if spec.Queued != nil {
+		spec.Queued()
+	}
 	select {
 	case e.slots <- struct{}{}:
 	case <-ctx.Done():

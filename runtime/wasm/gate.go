@@ -31,17 +31,24 @@ type waiter struct {
 func newGate(n int) *gate { return &gate{n: n} }
 
 // acquire waits for a slot; it fails with ctx's error or when done closes.
-func (g *gate) acquire(ctx context.Context, done <-chan struct{}, o runtime.Order) error {
+// queued, if not nil, is called once the run is admitted or waits in line.
+func (g *gate) acquire(ctx context.Context, done <-chan struct{}, o runtime.Order, queued func()) error {
 	g.mu.Lock()
 	if g.used < g.n && len(g.waiting) == 0 {
 		g.used++
 		g.mu.Unlock()
+		if queued != nil {
+			queued()
+		}
 		return nil
 	}
 	g.arrived++
 	w := &waiter{order: o, arrival: g.arrived, ready: make(chan struct{})}
 	heap.Push(&g.waiting, w)
 	g.mu.Unlock()
+	if queued != nil {
+		queued()
+	}
 	var err error
 	select {
 	case <-w.ready:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 func TestGateAdmitsInOrder(t *testing.T) {
 	g := newGate(1)
 	ctx := context.Background()
-	if err := g.acquire(ctx, nil, runtime.Order{}); err != nil {
+	if err := g.acquire(ctx, nil, runtime.Order{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	orders := map[string]runtime.Order{
@@ -36,7 +37,7 @@ func TestGateAdmitsInOrder(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := g.acquire(c, nil, orders[name]); err != nil {
+			if err := g.acquire(c, nil, orders[name], nil); err != nil {
 				if name != "gives-up" {
 					t.Errorf("%s: %v", name, err)
 				}
@@ -64,10 +65,10 @@ func TestGateAdmitsInOrder(t *testing.T) {
 
 	// A waiter admitted just as its context ends passes the slot on.
 	h := newGate(1)
-	h.acquire(ctx, nil, runtime.Order{})
+	h.acquire(ctx, nil, runtime.Order{}, nil)
 	c2, cancel2 := context.WithCancel(ctx)
 	errc := make(chan error, 1)
-	go func() { errc <- h.acquire(c2, nil, runtime.Order{}) }()
+	go func() { errc <- h.acquire(c2, nil, runtime.Order{}, nil) }()
 	waitFor(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return len(h.waiting) == 1 })
 	h.mu.Lock()
 	cancel2()
@@ -78,5 +79,34 @@ func TestGateAdmitsInOrder(t *testing.T) {
 	}
 	if h.inUse() != 0 {
 		t.Fatalf("a slot leaked: %d in use", h.inUse())
+	}
+}
+
+// queued is called once a run holds its place: at once when it gets a
+// slot, and as soon as it waits in line when it does not.
+func TestGateSaysWhenQueued(t *testing.T) {
+	g := newGate(1)
+	ctx := context.Background()
+	var first, second atomic.Bool
+	if err := g.acquire(ctx, nil, runtime.Order{}, func() { first.Store(true) }); err != nil || !first.Load() {
+		t.Fatalf("admitted at once: err %v, queued called %v", err, first.Load())
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.acquire(ctx, nil, runtime.Order{Index: 1}, func() { second.Store(true) }) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !second.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("queued not called for a run waiting in line")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the second run got the slot while the first held it: %v", err)
+	default:
+	}
+	g.release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

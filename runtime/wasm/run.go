@@ -120,7 +120,7 @@ func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compile
 	}
 	defer host.close()
 
-	if err := e.slots.acquire(ctx, e.life.Done(), spec.Order); err != nil {
+	if err := e.slots.acquire(ctx, e.life.Done(), spec.Order, spec.Queued); err != nil {
 		if e.life.Err() != nil {
 			return failed(runtime.ReasonInternal, "the wasm executor is shut down")
 		}
