@@ -410,13 +410,24 @@ func watchArray(ctx context.Context, cl *client.Client, id string, show func(*pa
 // first): with --output-dir they go to DIR/inputs.tsv ("index<TAB>file"),
 // so each output can be traced to its input.
 func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, names []string) error {
+	// failed names the array, and where its results are, in a failure
+	// here: the array goes on (or has ended) whatever failed on this side.
+	failed := func(e *client.Error) error {
+		hint := fmt.Sprintf("array %s was submitted: its counts with 'palyra job get %s', its outputs with 'palyra job watch %s'", id, id, id)
+		if e.Hint != "" {
+			hint = e.Hint + "; " + hint
+		}
+		return fail(c, &client.Error{Code: e.Code, Message: fmt.Sprintf("array %s: %s", id, e.Message), Hint: hint})
+	}
 	outDir := c.String("output-dir")
 	if outDir != "" {
+		// job submit did this before submitting; job watch does it here.
 		if err := checkOutputDir(outDir); err != nil {
 			return err
 		}
-		if err := os.MkdirAll(outDir, 0o755); err != nil {
-			return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot create --output-dir: %v", err)})
+		if err := makeOutputDir(outDir); err != nil {
+			return failed(&client.Error{Code: "io_error", Message: fmt.Sprintf("cannot write to --output-dir %s: %v", outDir, err),
+				Hint: "give a directory you can create and write to"})
 		}
 		if names != nil {
 			var b strings.Builder
@@ -425,7 +436,7 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, nam
 				fmt.Fprintf(&b, "%0*d\t%s\n", width, i, n)
 			}
 			if err := os.WriteFile(filepath.Join(outDir, "inputs.tsv"), []byte(b.String()), 0o644); err != nil {
-				return fail(c, &client.Error{Code: "io_error", Message: fmt.Sprintf("writing %s: %v", filepath.Join(outDir, "inputs.tsv"), err)})
+				return failed(&client.Error{Code: "io_error", Message: fmt.Sprintf("writing %s: %v", filepath.Join(outDir, "inputs.tsv"), err)})
 			}
 		}
 	}
@@ -468,7 +479,7 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, nam
 		case errors.Is(ctx.Err(), context.DeadlineExceeded):
 			return ucli.Exit(fmt.Sprintf("gave up waiting after %s: array %s is still %s. %s", waitTimeoutOf(ctx), id, stillText(), goesOn), exitFailure)
 		}
-		return fail(c, cl.Explain(err))
+		return failed(cl.Explain(err))
 	}
 	width := max(6, len(strconv.Itoa(int(a.Size)-1)))
 	out, errw := c.App.Writer, c.App.ErrWriter
@@ -535,9 +546,9 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, nam
 		}
 		var ce *connect.Error
 		if errors.As(err, &ce) {
-			return fail(c, cl.Explain(err))
+			return failed(cl.Explain(err))
 		}
-		return fail(c, &client.Error{Code: "io_error", Message: fmt.Sprintf("writing task output: %v", err),
+		return failed(&client.Error{Code: "io_error", Message: fmt.Sprintf("writing task output: %v", err),
 			Hint: "check that --output-dir is writable and has room"})
 	}
 	if n := notCompleted(a); n > 0 {
@@ -573,6 +584,21 @@ func checkOutputDir(dir string) error {
 		return usageErr("--output-dir %s is not empty (%d entries, %s first): give a new or empty directory, so no other run's files mix with these", dir, len(entries), entries[0].Name())
 	}
 	return nil
+}
+
+// makeOutputDir creates --output-dir and checks that it takes files:
+// job submit does so before submitting, so that an array does not run only
+// for its results to have nowhere to go.
+func makeOutputDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".palyra-write-check-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // giveUpOnArray cancels an array's wait when, d after the wait began (and

@@ -426,3 +426,43 @@ func TestParseDaysOverflow(t *testing.T) {
 		t.Errorf("job retention 1000000d: %+v; want out of range with the bounds", r)
 	}
 }
+
+// An --output-dir that cannot be written is refused before the array is
+// submitted; a failure after the array was accepted names it and where
+// its results are.
+func TestArrayOutputDirUnwritable(t *testing.T) {
+	c := startNode(t)
+	dir := t.TempDir()
+	lines := filepath.Join(dir, "in.txt")
+	os.WriteFile(lines, []byte("a\nb\n"), 0o600)
+	// A directory that cannot be created, though nothing is in the way
+	// (as /sys/nope: not there, and mkdir refused).
+	ro := filepath.Join(dir, "ro")
+	os.Mkdir(ro, 0o500)
+	bad := filepath.Join(ro, "out")
+	if os.Geteuid() == 0 { // root writes anywhere, but not in sysfs
+		bad = "/sys/palyra-test-out"
+		if err := os.Mkdir(bad, 0o700); err == nil || errors.Is(err, os.ErrNotExist) {
+			os.Remove(bad)
+			t.Skip("running as root without a sysfs that refuses mkdir")
+		}
+	}
+	mod := testwasm.Path(t, "reverse")
+	r := c.cli("job", "submit", "--wasm", mod, "--inputs", lines, "--wait", "--output-dir", bad)
+	if r.code != 1 || !strings.Contains(r.stderr, "cannot write to --output-dir "+bad) || !strings.Contains(r.stderr, "nothing was submitted") {
+		t.Fatalf("an unwritable --output-dir: %+v", r)
+	}
+	if l := c.cli("job", "list"); strings.Contains(l.stdout, "j-") {
+		t.Fatalf("an unwritable --output-dir submitted jobs:\n%s", l.stdout)
+	}
+	r = c.cli("job", "submit", "--wasm", mod, "--inputs", lines)
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.HasPrefix(id, "j-") {
+		t.Fatalf("submit: %+v", r)
+	}
+	r = c.cli("job", "watch", id, "--output-dir", bad)
+	if r.code != 1 || !strings.Contains(r.stderr, "array "+id+": cannot write to --output-dir") ||
+		!strings.Contains(r.stderr, "palyra job get "+id) || !strings.Contains(r.stderr, "palyra job watch "+id) {
+		t.Fatalf("watch into an unwritable --output-dir: %+v", r)
+	}
+}

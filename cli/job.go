@@ -259,8 +259,14 @@ func jobSubmit(c *ucli.Context) error {
 		return usageErr("--output-dir writes the outputs of a job array: use it with --inputs or --input-dir, and --wait")
 	}
 	if dir := c.String("output-dir"); dir != "" {
-		if err := checkOutputDir(dir); err != nil { // before anything is submitted
+		// Before anything is submitted: an array that ran with nowhere
+		// to put its results would be lost to this command.
+		if err := checkOutputDir(dir); err != nil {
 			return err
+		}
+		if err := makeOutputDir(dir); err != nil {
+			return fail(c, &client.Error{Code: "io_error", Message: fmt.Sprintf("cannot write to --output-dir %s: %v", dir, err),
+				Hint: "give a directory you can create and write to; nothing was submitted"})
 		}
 	}
 	var input []byte
