@@ -113,6 +113,10 @@ func TestArrayInputsWait(t *testing.T) {
 	if !strings.Contains(r.stderr, "4/4 ended (4 completed)") {
 		t.Fatalf("no progress line on stderr: %q", r.stderr)
 	}
+	// The array's id comes first, as a terminal's progress bar lacks it.
+	if first, _, _ := strings.Cut(r.stderr, "\n"); !regexp.MustCompile(`^array j-[0-9a-f]{16}: 4 tasks submitted; .*'palyra job watch j-[0-9a-f]{16}'`).MatchString(first) {
+		t.Fatalf("stderr does not start with the array's id: %q", r.stderr)
+	}
 	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--inputs", lines, "--wait", "--json")
 	var doc struct {
 		Array arrayJSON `json:"array"`

@@ -348,6 +348,9 @@ func jobSubmit(c *ucli.Context) error {
 			}
 			return nil
 		}
+		// The progress bar on a terminal does not show the id: say it
+		// first, so the array can be found again.
+		fmt.Fprintf(c.App.ErrWriter, "array %s: %d tasks submitted; waiting for them to end (they go on if this stops: 'palyra job watch %s')\n", a.Id, a.Size, a.Id)
 		return followArray(c, cl, a.Id, true, inputNames)
 	}
 	if !c.Bool("wait") {
