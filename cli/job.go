@@ -246,6 +246,10 @@ func jobSubmit(c *ucli.Context) error {
 			}
 			return fail(c, &client.Error{Code: "invalid_argument", Message: readFailure("module", c.String("wasm"), err), Hint: hint})
 		}
+		if len(module) == 0 {
+			return fail(c, &client.Error{Code: "invalid_module", Message: fmt.Sprintf("--wasm %s is empty (0 bytes): no module in it", c.String("wasm")),
+				Hint: "pass the .wasm file your build wrote (a build that failed may leave an empty file behind)"})
+		}
 	default:
 		if script, err = readBounded(c.String("browser"), maxScriptRead); err != nil {
 			return fail(c, &client.Error{Code: "invalid_argument", Message: readFailure("script", c.String("browser"), err), Hint: "pass an existing JSON script with --browser"})
@@ -331,7 +335,7 @@ func jobSubmit(c *ucli.Context) error {
 		if interrupted(c) {
 			return stoppedFollowing(c, "job", "")
 		}
-		return fail(c, outcomeUnknown(cl.Explain(err), submitUnknownHint(req.IdempotencyKey)))
+		return fail(c, moduleFileError(c, outcomeUnknown(cl.Explain(err), submitUnknownHint(req.IdempotencyKey))))
 	}
 	job := resp.Job
 	if resp.Replayed && c.String("idempotency-key") != "" { // with a key made here, a replay is a resend's
@@ -404,6 +408,16 @@ func submitFlagValues(c *ucli.Context) (map[string]string, error) {
 	return constraints, nil
 }
 
+// moduleFileError names the --wasm file in the node's refusal of the
+// module (invalid_module: bad magic, malformed, WebAssembly text…): the
+// node knows only the bytes.
+func moduleFileError(c *ucli.Context, e *client.Error) *client.Error {
+	if e == nil || e.Code != "invalid_module" || !c.IsSet("wasm") {
+		return e
+	}
+	return &client.Error{Code: e.Code, Message: fmt.Sprintf("--wasm %s: %s", c.String("wasm"), e.Message), Hint: e.Hint}
+}
+
 // runAndWait submits one wasm job and follows it to its end in one call.
 func runAndWait(c *ucli.Context, cl *client.Client, req *palyrav1.SubmitJobRequest) error {
 	tty := isTerminal(c.App.ErrWriter)
@@ -447,7 +461,7 @@ func runAndWait(c *ucli.Context, cl *client.Client, req *palyrav1.SubmitJobReque
 		}
 		err = &interruptedError{id: id, err: err}
 	} else if err != nil && last == nil {
-		err = outcomeUnknown(cl.Explain(err), submitUnknownHint(req.IdempotencyKey))
+		err = moduleFileError(c, outcomeUnknown(cl.Explain(err), submitUnknownHint(req.IdempotencyKey)))
 	}
 	if err != nil && last != nil && ctx.Err() != nil && c.Context.Err() == nil {
 		if g.fired.Load() {

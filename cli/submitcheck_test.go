@@ -113,6 +113,10 @@ func TestSubmitRefusesEmptyGrantsBadHostsAndWAT(t *testing.T) {
 	mod := testwasm.Path(t, "reverse")
 	wat := filepath.Join(t.TempDir(), "hello.wat")
 	os.WriteFile(wat, []byte(";; hello\n(module\n  (func (export \"_start\")))\n"), 0o600)
+	junk := filepath.Join(t.TempDir(), "junk.wasm")
+	os.WriteFile(junk, []byte("hello, not a module\n"), 0o600)
+	empty := filepath.Join(t.TempDir(), "zero.wasm")
+	os.WriteFile(empty, nil, 0o600)
 	for _, tc := range []struct {
 		args       []string
 		want, hint string
@@ -120,7 +124,11 @@ func TestSubmitRefusesEmptyGrantsBadHostsAndWAT(t *testing.T) {
 		{[]string{"--wasm", mod, "--allow-host", ""}, "error: empty host name in --allow-host", "hint: give a host such as example.com"},
 		{[]string{"--wasm", mod, "--secret", ""}, "error: empty secret name in --secret", "palyra secret list"},
 		{[]string{"--wasm", mod, "--allow-host", "127.0.0.1:18089"}, `"127.0.0.1:18089" has a port`, "hint: give --allow-host 127.0.0.1;"},
-		{[]string{"--wasm", wat}, "WebAssembly text (.wat)", "hint: convert it with 'wat2wasm FILE' (from wabt)"},
+		{[]string{"--wasm", wat}, "error: --wasm " + wat + ": the module is WebAssembly text (.wat)", "hint: convert it with 'wat2wasm FILE' (from wabt)"},
+		{[]string{"--wasm", wat, "--wait"}, "error: --wasm " + wat + ": the module is WebAssembly text (.wat)", "hint: convert it with 'wat2wasm FILE' (from wabt)"},
+		{[]string{"--wasm", junk}, "error: --wasm " + junk + ": ", "hint: "},
+		{[]string{"--wasm", junk, "--wait"}, "error: --wasm " + junk + ": ", "hint: "},
+		{[]string{"--wasm", empty, "--wait"}, "error: --wasm " + empty + " is empty (0 bytes)", "hint: pass the .wasm file your build wrote"},
 	} {
 		r := c.cli(append([]string{"job", "submit", "--input", "x"}, tc.args...)...)
 		if r.code != exitFailure || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, tc.hint) || strings.Contains(r.stderr, "has no ID") {
