@@ -95,7 +95,7 @@ func readInputDir(dir string) (inputs [][]byte, names []string, skipped inputDir
 			continue
 		}
 		if st.Size() > palyrav1.MaxInputBytes {
-			return nil, nil, skipped, fmt.Errorf("%s is %s; the limit is %s per task", e.Name(), client.SizeOf(int(st.Size()), palyrav1.MaxInputBytes), client.SizeOf(palyrav1.MaxInputBytes, 0))
+			return nil, nil, skipped, fmt.Errorf("%s is %w per task", e.Name(), &sizeError{size: int(st.Size()), limit: palyrav1.MaxInputBytes})
 		}
 		if total += int(st.Size()); total > palyrav1.MaxArrayInputBytes {
 			return nil, nil, skipped, fmt.Errorf("the files up to %s total more than %s, the limit per array; split them into several directories", e.Name(), client.SizeOf(palyrav1.MaxArrayInputBytes, 0))
@@ -216,7 +216,12 @@ func arrayInputs(c *ucli.Context) ([][]byte, []string, error) {
 		}
 		in, names, skipped, err := readInputDir(dir)
 		if err != nil {
-			return nil, nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("--input-dir %s: %v", dir, err), Hint: "pass a directory holding one file per task (hidden files are skipped)"})
+			hint := "pass a directory holding one file per task (hidden files are skipped)"
+			var se *sizeError
+			if errors.As(err, &se) {
+				hint = "pass less input per task (split the file), or have the task fetch its data"
+			}
+			return nil, nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("--input-dir %s: %v", dir, err), Hint: hint})
 		}
 		if note := skipped.note(dir); note != "" {
 			fmt.Fprintln(c.App.ErrWriter, note)
@@ -234,6 +239,10 @@ func arrayInputs(c *ucli.Context) ([][]byte, []string, error) {
 			return nil, nil, failWith(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --inputs: %v", err), Hint: "pass a file with one input per line ('-' for stdin)"}, exitUsage)
 		}
 		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.IsDir() {
+			return nil, nil, failWith(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("--inputs %s is a directory", name),
+				Hint: fmt.Sprintf("for one task per file in it, use --input-dir %s; --inputs takes a file with one input per line", name)}, exitUsage)
+		}
 		r, from = f, name
 	}
 	in, err := readInputLines(r)

@@ -102,6 +102,22 @@ func TestSubmitInputErrorsNameTheFix(t *testing.T) {
 	if !strings.Contains(r.stderr, "note: --input-dir "+in+": skipped 2 subdirectories;") {
 		t.Errorf("subdirectories of --input-dir skipped without a note: %+v", r)
 	}
+
+	// An oversized file of --input-dir gets the hint an oversized line
+	// of --inputs gets; a directory given to --inputs, --input-dir's.
+	huge := filepath.Join(dir, "huge")
+	os.MkdirAll(huge, 0o700)
+	os.WriteFile(filepath.Join(huge, "a"), []byte("a"), 0o600)
+	os.WriteFile(filepath.Join(huge, "b"), bytes.Repeat([]byte("x"), 2<<20), 0o600)
+	r = runCLI(t, append(nowhere, "job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input-dir", huge)...)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "--input-dir "+huge+": b is 2.0 MiB; the limit is 1.0 MiB per task") ||
+		!strings.Contains(r.stderr, "hint: pass less input per task (split the file), or have the task fetch its data") {
+		t.Errorf("an oversized file of --input-dir: %+v", r)
+	}
+	r = runCLI(t, append(nowhere, "job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--inputs", huge)...)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--inputs "+huge+" is a directory") || !strings.Contains(r.stderr, "hint: for one task per file in it, use --input-dir "+huge) {
+		t.Errorf("a directory as --inputs: %+v", r)
+	}
 }
 
 // Grants and modules the node refuses, through the CLI: an empty
