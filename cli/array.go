@@ -418,7 +418,8 @@ func watchArray(ctx context.Context, cl *client.Client, id string, show func(*pa
 // names, when the array came from --input-dir, are its files (task i's
 // first): with --output-dir they go to DIR/inputs.tsv ("index<TAB>file"),
 // so each output can be traced to its input.
-func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, names []string) error {
+func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, src taskInputs) error {
+	names := src.names
 	// failed names the array, and where its results are, in a failure
 	// here: the array goes on (or has ended) whatever failed on this side.
 	failed := func(e *client.Error) error {
@@ -537,10 +538,22 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, nam
 			if len(t.Stdout) == 0 || t.Stdout[len(t.Stdout)-1] != '\n' {
 				fmt.Fprintln(out)
 			}
-			errw.Write(t.Stderr)
+			if t.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED || t.Error == nil {
+				errw.Write(t.Stderr)
+			} else if rest := stderrBeforeQuote(t.Stderr, t.Error.Message); len(rest) > 0 {
+				// The failure line below quotes the last line.
+				errw.Write(rest)
+				if rest[len(rest)-1] != '\n' {
+					fmt.Fprintln(errw)
+				}
+			}
 		}
 		if t.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
-			fmt.Fprintf(errw, "task %d (%s) %s\n", t.ArrayIndex, t.Id, taskReason(t))
+			label := t.Id
+			if in := src.of(t.ArrayIndex); in != "" {
+				label += ", " + in
+			}
+			fmt.Fprintf(errw, "task %d (%s) %s\n", t.ArrayIndex, label, taskReason(t))
 		}
 		return nil
 	})
@@ -564,6 +577,41 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, nam
 		return ucli.Exit(fmt.Sprintf("array %s: %d of %d tasks did not complete (%s)", id, n, a.Size, countsText(a)), exitFailure)
 	}
 	return nil
+}
+
+// taskInputs is where an array's inputs came from, when the command
+// knows: the --inputs file ("-" for stdin) or the --input-dir file names.
+type taskInputs struct {
+	file  string
+	names []string
+}
+
+// of says which input task i ran: "line 7 of in.txt", "file b.txt", or ""
+// when unknown.
+func (s taskInputs) of(i uint32) string {
+	switch {
+	case s.names != nil && int(i) < len(s.names):
+		return "file " + s.names[i]
+	case s.file == "-":
+		return fmt.Sprintf("line %d of stdin", i+1)
+	case s.file != "":
+		return fmt.Sprintf("line %d of %s", i+1, s.file)
+	}
+	return ""
+}
+
+// stderrBeforeQuote is a failed task's stderr without its last line when
+// its failure message ends by quoting that line (a non-zero exit quotes
+// stderr's tail): the failure line follows, and would repeat it. Otherwise
+// it is the whole stderr.
+func stderrBeforeQuote(stderr []byte, message string) []byte {
+	s := bytes.TrimRight(stderr, " \t\r\n")
+	i := bytes.LastIndexByte(s, '\n')
+	last := strings.TrimSpace(string(s[i+1:]))
+	if last == "" || !strings.HasSuffix(message, ": "+last) {
+		return stderr
+	}
+	return s[:i+1]
 }
 
 // taskReason is "failed: message (code)" for a task that did not complete.

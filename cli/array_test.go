@@ -166,7 +166,7 @@ func TestArrayInputDirOutputDirAndFailure(t *testing.T) {
 	if r.code != 1 || r.stdout != "" {
 		t.Fatalf("want exit 1 and nothing on stdout: %+v", r)
 	}
-	if !strings.Contains(r.stderr, "task 1 (") || !strings.Contains(r.stderr, ") failed:") ||
+	if !strings.Contains(r.stderr, "task 1 (") || !strings.Contains(r.stderr, ", file b) failed:") ||
 		!strings.Contains(r.stderr, "1 of 3 tasks did not complete") {
 		t.Fatalf("failure report: %q", r.stderr)
 	}
@@ -468,5 +468,51 @@ func TestArrayOutputDirUnwritable(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "array "+id+": cannot write to --output-dir") ||
 		!strings.Contains(r.stderr, "palyra job get "+id) || !strings.Contains(r.stderr, "palyra job watch "+id) {
 		t.Fatalf("watch into an unwritable --output-dir: %+v", r)
+	}
+}
+
+// A failed task's report says which input line it ran, and its stderr's
+// last line, which the failure line quotes, is not printed twice.
+func TestArrayFailureNamesItsInputOnce(t *testing.T) {
+	c := startNode(t)
+	lines := filepath.Join(t.TempDir(), "in.txt")
+	os.WriteFile(lines, []byte("1ms\nbogus\n"), 0o600)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "sleep"), "--inputs", lines, "--wait")
+	if r.code != 1 || r.stdout != "slept 1ms\n\n" {
+		t.Fatalf("want exit 1 and the outputs: %+v", r)
+	}
+	if !regexp.MustCompile(`task 1 \(j-[0-9a-f]{16}\.1, line 2 of ` + regexp.QuoteMeta(lines) + `\) failed: exited with code 2: bad duration "bogus"`).MatchString(r.stderr) {
+		t.Fatalf("the failure line does not name the task's input line: %q", r.stderr)
+	}
+	if n := strings.Count(r.stderr, `bad duration "bogus"`); n != 1 {
+		t.Fatalf("the task's stderr appears %d times, want once: %q", n, r.stderr)
+	}
+}
+
+func TestStderrBeforeQuote(t *testing.T) {
+	for _, tc := range []struct{ stderr, msg, want string }{
+		{"refuse 7\n", "exited with code 2: refuse 7", ""},
+		{"warming up\nrefuse 7\n", "exited with code 2: refuse 7", "warming up\n"},
+		{"a\r\nrefuse 7  \n\n", "exited with code 2: refuse 7", "a\r\n"},
+		{"other\n", "exited with code 2: refuse 7", "other\n"}, // not quoted: kept
+		{"refuse 7\n", "timed out after 1s", "refuse 7\n"},
+		{"", "exited with code 2 (stderr is empty)", ""},
+	} {
+		if got := string(stderrBeforeQuote([]byte(tc.stderr), tc.msg)); got != tc.want {
+			t.Errorf("stderrBeforeQuote(%q, %q) = %q, want %q", tc.stderr, tc.msg, got, tc.want)
+		}
+	}
+	src := taskInputs{file: "in.txt"}
+	if got := src.of(6); got != "line 7 of in.txt" {
+		t.Errorf("task 6 of --inputs: %q", got)
+	}
+	if got := (taskInputs{file: "-"}).of(0); got != "line 1 of stdin" {
+		t.Errorf("task 0 of --inputs -: %q", got)
+	}
+	if got := (taskInputs{names: []string{"a", "b"}}).of(1); got != "file b" {
+		t.Errorf("task 1 of --input-dir: %q", got)
+	}
+	if got := (taskInputs{}).of(1); got != "" {
+		t.Errorf("unknown inputs: %q", got)
 	}
 }

@@ -355,7 +355,11 @@ func jobSubmit(c *ucli.Context) error {
 		// The progress bar on a terminal does not show the id: say it
 		// first, so the array can be found again.
 		fmt.Fprintf(c.App.ErrWriter, "array %s: %d tasks submitted; waiting for them to end (they go on if this stops: 'palyra job watch %s')\n", a.Id, a.Size, a.Id)
-		return followArray(c, cl, a.Id, true, inputNames)
+		src := taskInputs{names: inputNames}
+		if c.IsSet("inputs") {
+			src.file = c.String("inputs")
+		}
+		return followArray(c, cl, a.Id, true, src)
 	}
 	if !c.Bool("wait") {
 		if c.Bool("json") {
@@ -1091,7 +1095,7 @@ func jobWatch(c *ucli.Context) error {
 					// A job array: follow it (progress, then outputs) on a
 					// stream of its own.
 					stream.Close()
-					return followArray(c, cl, id, false, nil)
+					return followArray(c, cl, id, false, taskInputs{})
 				}
 				if c.IsSet("output-dir") {
 					stream.Close()
