@@ -1,0 +1,41 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	palyrav1 "github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// 'job get' shows "started" only when the cluster knows the run began: a
+// task cancelled while it waited on its worker for a slot showed its
+// placement time as when it started (a user trial: a task that never ran
+// "started" at once).
+func TestJobGetShowsStartedOnlyForRunsThatBegan(t *testing.T) {
+	placed := int64(1_790_000_000_000)
+	for _, tc := range []struct {
+		name    string
+		phase   palyrav1.JobPhase
+		started int64
+		want    bool
+	}{
+		{"cancelled while waiting for a slot", palyrav1.JobPhase_JOB_PHASE_ABORTED, placed, false},
+		{"expired while waiting for a slot", palyrav1.JobPhase_JOB_PHASE_EXPIRED, placed, false},
+		{"cancelled after its run was reported", palyrav1.JobPhase_JOB_PHASE_ABORTED, placed + 500, true},
+		{"completed at once", palyrav1.JobPhase_JOB_PHASE_COMPLETED, placed, true},
+		{"failed", palyrav1.JobPhase_JOB_PHASE_FAILED, placed + 20, true},
+		{"running (maybe waiting for a slot)", palyrav1.JobPhase_JOB_PHASE_RUNNING, placed, false},
+	} {
+		j := &palyrav1.Job{Id: "j-1.4", Phase: tc.phase, Attempt: 1, NodeId: "n-1", Kind: "wasm",
+			SubmittedAtMs: placed - 10, PlacedAtMs: placed, StartedAtMs: tc.started}
+		if tc.phase.Terminal() {
+			j.FinishedAtMs = placed + 1000
+		}
+		var b bytes.Buffer
+		printJob(&b, j)
+		if got := strings.Contains(b.String(), "\nstarted"); got != tc.want {
+			t.Errorf("%s: 'started' shown %v, want %v:\n%s", tc.name, got, tc.want, b.String())
+		}
+	}
+}
