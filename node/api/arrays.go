@@ -124,7 +124,7 @@ func (s *Server) watchArray(ctx context.Context, id string, stream *connect.Serv
 		changed := st.Watch(consensus.TopicJob(id))
 		a, ok := st.Array(id)
 		if !ok { // pruned while watched
-			return s.notFound(id)
+			return s.notFound(ctx, id)
 		}
 		if !sent || a.Counts != last.Counts {
 			if err := stream.Send(&palyrav1.WatchJobResponse{Array: ArrayToPB(&a)}); err != nil {

@@ -1,11 +1,13 @@
 package api
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 
+	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
@@ -62,6 +64,27 @@ func TestTaskPastArrayEnd(t *testing.T) {
 				strings.Contains(pe.Message, "pruned") || !strings.Contains(pe.Hint, "palyra job list --array "+id) {
 				t.Errorf("%s %s: %v (message %q, hint %q); want not_found saying the array has 3 tasks, 0 to 2", what, task, err, pe.Message, pe.Hint)
 			}
+		}
+	}
+}
+
+// What not-found says of an array (its size) is said only to a caller who
+// may read the array: another device gets the refusal a read gives it.
+func TestTaskPastArrayEndTellsOnlyReaders(t *testing.T) {
+	js, _, _, _, ctx := newSubmitServer(t)
+	arr, err := js.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: tinyModule("past-end-other"), Inputs: [][]byte{[]byte("a"), []byte("b")}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := arr.Msg.Array.Id
+	other := context.WithValue(context.Background(), principalKey{}, identity.Principal{Kind: identity.KindDevice, ID: "d-someoneelse"})
+	if _, err := js.GetJob(other, connect.NewRequest(&palyrav1.GetJobRequest{Id: id})); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("set-up: another device reads the array: %v; want permission denied by the default policy", err)
+	}
+	for _, task := range []string{id + ".5", id} {
+		_, err := js.CancelJob(other, connect.NewRequest(&palyrav1.CancelJobRequest{Id: task}))
+		if connect.CodeOf(err) != connect.CodePermissionDenied || strings.Contains(err.Error(), "2 tasks") {
+			t.Errorf("cancel %s by another device: %v; want permission denied, not the array's size", task, err)
 		}
 	}
 }

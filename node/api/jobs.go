@@ -332,20 +332,20 @@ func jobResource(j *consensus.Job) policy.Resource {
 
 // authorizedJob looks a job up and authorises action on it.
 func (js jobService) authorizedJob(ctx context.Context, action, id string) (consensus.Job, error) {
-	j, err := js.lookup(id)
+	j, err := js.lookup(ctx, id)
 	if err != nil {
 		return j, err
 	}
 	return j, js.s.authz.Check(ctx, action, jobResource(&j), nil)
 }
 
-func (js jobService) lookup(id string) (consensus.Job, error) {
+func (js jobService) lookup(ctx context.Context, id string) (consensus.Job, error) {
 	if id == "" {
 		return consensus.Job{}, invalid("job id is empty", "pass the id printed by 'palyra job submit'")
 	}
 	j, ok := js.s.control.State().Job(id)
 	if !ok {
-		return j, js.s.notFound(id)
+		return j, js.s.notFound(ctx, id)
 	}
 	return j, nil
 }
@@ -484,7 +484,7 @@ func (js jobService) followWith(ctx context.Context, id string, last *consensus.
 		changed := st.Watch(consensus.TopicJob(id))
 		j, ok := st.Job(id)
 		if !ok { // pruned while watched
-			return s.notFound(id)
+			return s.notFound(ctx, id)
 		}
 		differs := last == nil || j.Phase != last.Phase || j.Attempt != last.Attempt || j.NodeID != last.NodeID || j.PendingReason != last.PendingReason
 		switch {

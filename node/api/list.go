@@ -194,7 +194,7 @@ func inArray(id string) string {
 func (s *Server) notAnArray(ctx context.Context, st State, id string) error {
 	j, ok := st.Job(id)
 	if !ok {
-		return s.notFound(id)
+		return s.notFound(ctx, id)
 	}
 	if err := s.authz.Check(ctx, policy.ActionJobRead, jobResource(&j), nil); err != nil {
 		return err

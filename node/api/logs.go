@@ -56,7 +56,7 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 		changed := st.Watch(consensus.TopicJob(id))
 		j, ok := st.Job(id)
 		if !ok {
-			return s.notFound(id)
+			return s.notFound(ctx, id)
 		}
 		if j.Attempt < attempt && req.Msg.Follow {
 			// This replica has not yet seen the attempt the caller read

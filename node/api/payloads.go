@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/node/blob"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -116,7 +117,10 @@ func stripPayloads(j *consensus.Job) {
 // pruned, a well-formed id may have named one of them: then it says so,
 // with the horizon, what prunes (the retention, or an operator's 'job
 // prune'), and how to keep jobs longer.
-func (s *Server) notFound(id string) error {
+//
+// What it says of an array (its size) is said only to a caller who may
+// read the array; others get the refusal reading it would give them.
+func (s *Server) notFound(ctx context.Context, id string) error {
 	if !plausibleJobID(id) {
 		return apiError(connect.CodeNotFound, "not_found",
 			fmt.Sprintf("no job with id %q: job ids are j- and 16 hex digits (an array's task adds .N, e.g. j-0123456789abcdef.7)", id),
@@ -124,6 +128,9 @@ func (s *Server) notFound(id string) error {
 	}
 	st := s.control.State()
 	if a, ok := st.Array(id); ok {
+		if err := s.authz.Check(ctx, policy.ActionJobRead, arrayResource(&a), nil); err != nil {
+			return err
+		}
 		// An array is not a job: commands on one job take one of its tasks.
 		return apiError(connect.CodeInvalidArgument, "is_array",
 			fmt.Sprintf("%s is a job array of %d tasks, not a job: this command takes one task, %s.N (N from 0 to %d)", id, a.Size, id, max(a.Size, 1)-1),
@@ -134,6 +141,9 @@ func (s *Server) notFound(id string) error {
 		// many the array has rather than suggest it was pruned.
 		if a, ok := st.Array(arrayID); ok {
 			if n, err := strconv.ParseUint(idx, 10, 64); err == nil && n >= uint64(a.Size) {
+				if err := s.authz.Check(ctx, policy.ActionJobRead, arrayResource(&a), nil); err != nil {
+					return err
+				}
 				return apiError(connect.CodeNotFound, "not_found",
 					fmt.Sprintf("no task %s: job array %s has %s", id, arrayID, taskRange(a.Size)),
 					fmt.Sprintf("'palyra job list --array %s' lists its tasks; 'palyra job get %s' shows its counts", arrayID, arrayID))
