@@ -603,3 +603,60 @@ func TestJobsForOtherNodesDoNotHideAFreeSlot(t *testing.T) {
 		t.Fatalf("one round placed %d on n1 and %d on n2; want a1 on n1 and b1 on n2", a, b)
 	}
 }
+
+// Jobs behind a waiting job, on its nodes, have no room there (the
+// planner caps them): the walk must not count them as placeable, or,
+// offered in vain, they use up the walk before it reaches a job with a
+// free slot on another node. A zone-a job waits on a busy zone-a node;
+// three zone-a arrays of short tasks follow it, then a zone-b job that
+// the idle zone-b node can run at once.
+func TestJobsBehindAWaitingJobDoNotHideAFreeSlot(t *testing.T) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	for _, n := range []string{"n1", "n2"} {
+		l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: n}}}})
+	}
+	d := New(Config{
+		State:    l.fsm.State(),
+		IsLeader: true,
+		Apply:    func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil },
+		Workers: func() []Worker {
+			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "a"}},
+				{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "b"}}}
+		},
+		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
+		ArrayPrefetch: map[string]int{"wasm": 8},
+	})
+	st := l.fsm.State()
+	zone := func(z string) map[string]string { return map[string]string{"zone": z} }
+	submit := func(id, z string, prio int32) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: &raftpb.JobRecord{
+			Id: id, Kind: "wasm", ModuleSha256: "m", Priority: prio, Constraints: zone(z)}}}}
+	}
+	queue(l, submit("busy", "a", 20))
+	d.Round(context.Background()) // busy runs on n1: its one slot is taken
+	d.Wait()
+	if j, _ := st.Job("busy"); j.NodeID != "n1" {
+		t.Fatalf("set-up: busy is %s on %q", j.Phase, j.NodeID)
+	}
+	cmds := []*raftpb.Command{submit("w", "a", 10)}
+	for i, us := range []int64{12_500, 14_300, 16_700} { // depths 8, 7, 6
+		id := fmt.Sprint("arr", i)
+		a := arrayCmd(id, 10)
+		a.GetSubmitArray().Template.Constraints = zone("a")
+		a.GetSubmitArray().Template.Priority = 5
+		cmds = append(cmds, a)
+		d.mu.Lock()
+		d.observeTaskRun(id, us)
+		d.mu.Unlock()
+	}
+	cmds = append(cmds, submit("y", "b", 0))
+	queue(l, cmds...)
+	d.Round(context.Background())
+	d.Wait()
+	if j, _ := st.Job("y"); j.Phase != consensus.PhaseRunning || j.NodeID != "n2" {
+		t.Fatalf("y is %s on %q; want running on the idle zone-b node n2", j.Phase, j.NodeID)
+	}
+	if n := len(st.RunningOn("n1")); n != 1 {
+		t.Fatalf("n1 holds %d; want only busy (the arrays wait behind w)", n)
+	}
+}

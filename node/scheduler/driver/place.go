@@ -129,27 +129,61 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 	}
 	// An estimate of the room left for a shape (kind, depth, constraints),
 	// to decide what to offer the planner (which decides exactly): the
-	// free places at that depth, less those this walk offered to jobs of
-	// the same shape. Places offered to other shapes may have taken the
-	// same room: the estimate can only be too high, so a job it finds no
-	// room for has none (the walk stops or caps on that), and a job it
-	// offers in vain is left unplaced by the planner. Subtracting every
-	// place offered to the kind instead could starve a job: a stream of
-	// jobs for other nodes ahead of it would hide a free slot it fits.
-	shapeFree := map[string]int{}
+	// free places at that depth, capped on each node as the planner will
+	// cap it (below), less those this walk offered to jobs of the same
+	// shape. Places offered to other shapes may have taken the same room:
+	// the estimate can only be too high, so a job it finds no room for has
+	// none (the walk stops or caps on that), and a job it offers in vain
+	// is left unplaced by the planner. Subtracting every place offered to
+	// the kind instead could starve a job: a stream of jobs for other
+	// nodes ahead of it would hide a free slot it fits. Ignoring the caps
+	// could too: jobs behind a waiting job on its nodes looked placeable,
+	// and offered in vain they used up the walk before it reached a job
+	// with a free slot elsewhere.
+	type estimate struct{ n, ver int }
+	base := map[string]estimate{}
+	offered := map[string]int{}
+	caps := map[string][]int{} // kind → depth cap per node index (nodeNoCap: none)
+	capVer := map[string]int{} // kind → bumped when a cap changes
 	freeFor := func(kind string, depth int, cons map[string]string) (string, int) {
 		key := kind + "\x00" + strconv.Itoa(depth) + "\x00" + shapeKey(cons)
-		if n, ok := shapeFree[key]; ok {
-			return key, n
+		b, ok := base[key]
+		if !ok || b.ver != capVer[kind] {
+			c := caps[kind]
+			n := 0
+			for i, nd := range nodes {
+				if nd.Eligible && scheduler.Matches(nd.Labels, cons) {
+					d := depth
+					if c != nil {
+						d = min(d, c[i])
+					}
+					n += max(nd.Capacity(kind, d)-nd.Running[kind], 0)
+				}
+			}
+			b = estimate{n: n, ver: capVer[kind]}
+			base[key] = b
 		}
-		n := 0
-		for _, nd := range nodes {
-			if nd.Eligible && scheduler.Matches(nd.Labels, cons) {
-				n += max(nd.Capacity(kind, depth)-nd.Running[kind], 0)
+		return key, max(b.n-offered[key], 0)
+	}
+	// capAt records the cap a waiting job puts on the nodes it matches.
+	capAt := func(kind string, depth int, cons map[string]string) {
+		c := caps[kind]
+		if c == nil {
+			c = make([]int, len(nodes))
+			for i := range c {
+				c[i] = nodeNoCap
+			}
+			caps[kind] = c
+		}
+		changed := false
+		for i, nd := range nodes {
+			if nd.Eligible && nd.Slots[kind] > 0 && scheduler.Matches(nd.Labels, cons) && depth < c[i] {
+				c[i], changed = depth, true
 			}
 		}
-		shapeFree[key] = n
-		return key, n
+		if changed {
+			capVer[kind]++
+		}
 	}
 	nowMS := round.AtMs
 	var jobs []planned
@@ -192,7 +226,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 			depth := dep.of(j.Kind, task, j.ArrayID)
 			key, f := freeFor(j.Kind, depth, j.Constraints)
 			if f > 0 && !full {
-				shapeFree[key] = f - 1
+				offered[key]++
 				kPlaceable++
 				offer(j, depth, task)
 				return examined < examine && (kPlaceable < kFree || kWaiting < waitMax)
@@ -202,6 +236,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 				if at, ok := waitsAt[sk]; !ok || depth < at {
 					waitsAt[sk] = depth
 					offer(j, depth, task) // it waits, and caps the depth behind it
+					capAt(j.Kind, depth, j.Constraints)
 					full = len(j.Constraints) == 0
 					return examined < examine && (!full || kWaiting < waitMax)
 				}
@@ -222,7 +257,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 		}
 		depth := dep.of(e.Kind, e.task, e.array)
 		if key, f := freeFor(e.Kind, depth, e.Constraints); f > 0 {
-			shapeFree[key] = f - 1
+			offered[key]++
 			placeable++
 			e.Depth = depth
 			e.Order = ^uint64(0) // after every queued job of its priority
@@ -510,6 +545,9 @@ func (d *Driver) arrayDepth(kind, array string) int {
 	depth := float64(taskQueueBudget.Microseconds()) / max(r.avgUS, 1)
 	return int(min(float64(n), max(depth, 1)))
 }
+
+// nodeNoCap marks a node no waiting job caps.
+const nodeNoCap = int(^uint(0) >> 1)
 
 // canRun reports whether some eligible node matching cons has slots of
 // kind at all (full or not): a job that cannot run anywhere blocks nothing.
