@@ -540,6 +540,9 @@ func checkSchema(schema string, doc []byte, what string) error {
 }
 
 func (w *Worker) runExecutor(ctx context.Context, j consensus.Job) runtime.Result {
+	if so, ok := ctx.Value(startOrderKey{}).(*startOrder); ok {
+		defer so.queued() // a run that ends before its executor queues it holds none back
+	}
 	w.exMu.RLock()
 	ex, ok := w.executors[runtime.Kind(j.Kind)]
 	w.exMu.RUnlock()

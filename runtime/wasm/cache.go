@@ -69,10 +69,21 @@ func (c *moduleCache) acquire(ctx context.Context, key string, module []byte) (*
 }
 
 // acquireCached is acquire for a module known only by its key: it returns
-// nil, and no error, when the cache holds no module (or no verdict) for key.
+// nil, and no error, when the cache holds no module (or no verdict) for key,
+// a module still compiling included: a run that waited for that compile
+// here, before its slot, would then race the others for a slot in no order
+// (the first runs of a new array started out of order); given the module's
+// bytes, it waits for the compile in its slot, taken in order.
 func (c *moduleCache) acquireCached(ctx context.Context, key string) (*compiledModule, error) {
 	c.mu.Lock()
 	e, ok := c.entries[key]
+	if ok {
+		select {
+		case <-e.ready:
+		default:
+			ok = false
+		}
+	}
 	if !ok {
 		c.mu.Unlock()
 		return nil, nil

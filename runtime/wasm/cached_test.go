@@ -3,9 +3,12 @@ package wasm
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/palyra-mesh/palyra/runtime"
+	"github.com/tetratelabs/wazero"
 )
 
 // RunCached runs a module named by hash alone once it is compiled, and
@@ -45,4 +48,38 @@ func TestRunCached(t *testing.T) {
 	if _, ok := e.RunCached(context.Background(), runtime.Spec{ModuleHash: hash}); ok {
 		t.Fatal("RunCached ran a module evicted from the cache")
 	}
+}
+
+// A module still compiling is not "cached" to RunCached: a run waiting for
+// that compile before taking its place for a slot would race the others
+// for one when it ended (the first runs of a new array started out of
+// order); the caller runs with the module's bytes instead and waits for
+// the compile in its slot, taken in order.
+func TestAcquireCachedDoesNotWaitForACompile(t *testing.T) {
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	c := newModuleCache(context.Background(), &wg, 4, func(ctx context.Context, key string, module []byte) (wazero.CompiledModule, moduleLayout, error) {
+		<-release
+		return nil, moduleLayout{}, &ModuleError{Reason: runtime.ReasonInvalidModule, Message: "refused"}
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.acquire(context.Background(), "k", []byte("m"))
+		done <- err
+	}()
+	for !c.has("k") {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	cm, err := c.acquireCached(ctx, "k")
+	close(release)
+	if cm != nil || err != nil {
+		t.Fatalf("while compiling: %v, %v; want nil, nil at once (not cached yet)", cm, err)
+	}
+	<-done
+	if _, err := c.acquireCached(context.Background(), "k"); err == nil {
+		t.Fatal("after the compile: no verdict; want its refusal")
+	}
+	wg.Wait()
 }

@@ -84,8 +84,8 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	}
 	var trim *diskTrimmer
 	if cfg.CacheDir != "" {
-		trim = &diskTrimmer{dir: cfg.CacheDir, max: cfg.CacheMaxBytes, every: diskTrimEvery, log: cfg.Logger}
-		trim.maybeTrim(time.Now())
+		trim = newDiskTrimmer(cfg.CacheDir, cfg.CacheMaxBytes, diskTrimEvery, cfg.Logger)
+		trim.trim(time.Now()) // at start, before any compile
 	}
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
@@ -242,7 +242,7 @@ func (e *Executor) compile(ctx context.Context, key string, module []byte) (waze
 		return nil, moduleLayout{}, merr
 	}
 	e.log.Debug("compiled wasm module", "key", key, "bytes", len(module))
-	e.trim.maybeTrim(time.Now()) // the compilation may have added an entry
+	e.trim.request() // the compilation may have added an entry
 	return compiled, layout, nil
 }
 
@@ -281,6 +281,7 @@ func (e *Executor) Close(ctx context.Context) error {
 		waitErr = fmt.Errorf("wasm: runs still active at close: %w", context.Cause(ctx))
 	}
 	e.shutdown(ErrClosed)
+	e.trim.close()
 	err := e.rt.Close(context.Background())
 	if e.disk != nil {
 		err = errors.Join(err, e.disk.Close(context.Background()))
