@@ -541,7 +541,14 @@ func checkSchema(schema string, doc []byte, what string) error {
 
 func (w *Worker) runExecutor(ctx context.Context, j consensus.Job) runtime.Result {
 	if so, ok := ctx.Value(startOrderKey{}).(*startOrder); ok {
-		defer so.queued() // a run that ends before its executor queues it holds none back
+		defer func() { // a run that ends before its executor queued it
+			select {
+			case <-so.done:
+			default:
+				so.wait(ctx) // keeps the order: the next waits for the one before this
+				so.queued()
+			}
+		}()
 	}
 	w.exMu.RLock()
 	ex, ok := w.executors[runtime.Kind(j.Kind)]

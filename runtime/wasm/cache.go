@@ -68,34 +68,23 @@ func (c *moduleCache) acquire(ctx context.Context, key string, module []byte) (*
 	return c.wait(ctx, e)
 }
 
-// acquireCached is acquire for a module known only by its key: it returns
-// nil, and no error, when the cache holds no module (or no verdict) for key,
-// a module still compiling included: a run that waited for that compile
-// here, before its slot, would then race the others for a slot in no order
-// (the first runs of a new array started out of order); given the module's
-// bytes, it waits for the compile in its slot, taken in order.
-func (c *moduleCache) acquireCached(ctx context.Context, key string) (*compiledModule, error) {
+// pinCached is acquire for a module known only by its key, without
+// waiting: it returns key's entry pinned (release it), compiled, refused
+// or still compiling, or nil when the cache holds none. A run waits for
+// a compile in progress in its slot, taken in Spec.Order: waiting for it
+// before the slot, the first runs of a new array raced for slots in no
+// order when the compile ended (and reading the module's bytes instead,
+// each run held a copy while it waited).
+func (c *moduleCache) pinCached(key string) *compiledModule {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	e, ok := c.entries[key]
-	if ok {
-		select {
-		case <-e.ready:
-		default:
-			ok = false
-		}
-	}
 	if !ok {
-		c.mu.Unlock()
-		return nil, nil
+		return nil
 	}
 	c.lru.MoveToFront(e.elem)
 	e.refs++
-	c.mu.Unlock()
-	cm, err := c.wait(ctx, e)
-	if _, isModuleErr := err.(*ModuleError); err != nil && !isModuleErr && ctx.Err() == nil {
-		return nil, nil // an internal failure of the compilation it joined: not a verdict
-	}
-	return cm, err
+	return e
 }
 
 // has reports whether key has an entry: compiled, being compiled, or

@@ -50,12 +50,11 @@ func TestRunCached(t *testing.T) {
 	}
 }
 
-// A module still compiling is not "cached" to RunCached: a run waiting for
-// that compile before taking its place for a slot would race the others
-// for one when it ended (the first runs of a new array started out of
-// order); the caller runs with the module's bytes instead and waits for
-// the compile in its slot, taken in order.
-func TestAcquireCachedDoesNotWaitForACompile(t *testing.T) {
+// A run of a module known only by its hash pins the cache's entry without
+// waiting for a compile in progress: it waits for it in its slot, taken in
+// order (waiting before the slot, the first runs of a new array raced for
+// slots when the compile ended), and needs no bytes.
+func TestPinCachedDoesNotWaitForACompile(t *testing.T) {
 	release := make(chan struct{})
 	var wg sync.WaitGroup
 	c := newModuleCache(context.Background(), &wg, 4, func(ctx context.Context, key string, module []byte) (wazero.CompiledModule, moduleLayout, error) {
@@ -70,16 +69,29 @@ func TestAcquireCachedDoesNotWaitForACompile(t *testing.T) {
 	for !c.has("k") {
 		time.Sleep(time.Millisecond)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	cm, err := c.acquireCached(ctx, "k")
-	close(release)
-	if cm != nil || err != nil {
-		t.Fatalf("while compiling: %v, %v; want nil, nil at once (not cached yet)", cm, err)
+	if c.pinCached("nope") != nil {
+		t.Fatal("an entry for a key never compiled")
 	}
+	pinned := make(chan *compiledModule, 1)
+	go func() { pinned <- c.pinCached("k") }()
+	var e *compiledModule
+	select {
+	case e = <-pinned:
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("pinCached waited for the compile")
+	}
+	select {
+	case <-e.ready:
+		t.Fatal("the entry is ready before its compile ended")
+	default:
+	}
+	close(release)
 	<-done
-	if _, err := c.acquireCached(context.Background(), "k"); err == nil {
+	<-e.ready
+	if e.err == nil {
 		t.Fatal("after the compile: no verdict; want its refusal")
 	}
+	c.release(e)
 	wg.Wait()
 }

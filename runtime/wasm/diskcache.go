@@ -77,14 +77,17 @@ func (t *diskTrimmer) request() {
 	})
 }
 
-// trim trims now (after a trim in progress).
+// trim trims now (after a trim in progress), unless the trimmer is closed.
 func (t *diskTrimmer) trim(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.reqMu.Lock()
+	closed := t.closed
 	t.last = now
 	t.reqMu.Unlock()
-	t.trimLocked(now)
+	if !closed { // close may have come between the timer and here
+		t.trimLocked(now)
+	}
 }
 
 // close stops a pending trim and waits for one in progress.

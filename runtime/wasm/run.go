@@ -98,33 +98,49 @@ func (e *Executor) run(ctx context.Context, spec runtime.Spec, cachedOnly bool) 
 		if !validHash(spec.ModuleHash) {
 			return runtime.Result{}, false
 		}
-		var err error
-		if cm, err = e.modules.acquireCached(ctx, spec.ModuleHash+"/"+e.cfg.cacheSuffix()); err != nil {
-			return loadFailure(ctx, err), true
-		}
-		if cm == nil {
+		if cm = e.modules.pinCached(spec.ModuleHash + "/" + e.cfg.cacheSuffix()); cm == nil {
 			return runtime.Result{}, false
 		}
 		defer e.modules.release(cm)
 	}
-	return e.runLoaded(ctx, spec, cm), true
+	res, missed := e.runLoaded(ctx, spec, cm, cachedOnly)
+	if missed {
+		return runtime.Result{}, false
+	}
+	return res, true
 }
 
 // runLoaded runs spec with cm, or with the module it loads from
-// spec.Module when cm is nil.
-func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compiledModule) (res runtime.Result) {
+// spec.Module when cm is nil. cm may still be compiling: the run waits for
+// it in its slot. missed reports that cm's compile failed for a reason of
+// its own (not a verdict on the module): nothing ran, and a run without
+// the module's bytes (cached) should be made again with them.
+func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compiledModule, cached bool) (res runtime.Result, missed bool) {
+	if cm != nil {
+		select {
+		case <-cm.ready: // a refusal is known before a slot is taken
+			if cm.err != nil {
+				var merr *ModuleError
+				if !errors.As(cm.err, &merr) {
+					return runtime.Result{}, cached
+				}
+				return loadFailure(ctx, cm.err), false
+			}
+		default:
+		}
+	}
 
 	host, err := e.newHostState(spec)
 	if err != nil {
-		return failed(runtime.ReasonBlocked, "invalid job grants: "+err.Error())
+		return failed(runtime.ReasonBlocked, "invalid job grants: "+err.Error()), false
 	}
 	defer host.close()
 
 	if err := e.slots.acquire(ctx, e.life.Done(), spec.Order, spec.Queued); err != nil {
 		if e.life.Err() != nil {
-			return failed(runtime.ReasonInternal, "the wasm executor is shut down")
+			return failed(runtime.ReasonInternal, "the wasm executor is shut down"), false
 		}
-		return failed(runtime.ReasonCanceled, "canceled while waiting for a free slot")
+		return failed(runtime.ReasonCanceled, "canceled while waiting for a free slot"), false
 	}
 	defer e.slots.release()
 
@@ -134,14 +150,27 @@ func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compile
 	lim := e.limitsFor(spec)
 	if cm == nil {
 		if cm, err = e.load(ctx, spec.Module, spec.ModuleHash); err != nil {
-			return loadFailure(ctx, err)
+			return loadFailure(ctx, err), false
 		}
 		defer e.modules.release(cm)
+	} else {
+		select { // the compile it joined, in order, in its slot
+		case <-cm.ready:
+		case <-ctx.Done():
+			return loadFailure(ctx, context.Cause(ctx)), false
+		}
+		if cm.err != nil {
+			var merr *ModuleError
+			if !errors.As(cm.err, &merr) {
+				return runtime.Result{}, cached // the compile failed, not the module: run again with its bytes
+			}
+			return loadFailure(ctx, cm.err), false
+		}
 	}
 
 	if spec.Deterministic {
 		if e.cfg.unmetered {
-			return failed(runtime.ReasonInternal, "this executor runs unmetered, and a deterministic run needs fuel metering; run the job on a metered worker")
+			return failed(runtime.ReasonInternal, "this executor runs unmetered, and a deterministic run needs fuel metering; run the job on a metered worker"), false
 		}
 		hash, _, _ := strings.Cut(cm.key, "/") // the module's sha256, not this executor's settings
 		lim.deterministic, lim.seed = true, deterministicSeed(hash, spec.Input)
@@ -150,9 +179,9 @@ func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compile
 		res := failed(runtime.ReasonMemoryLimit, fmt.Sprintf(
 			"module's initial memory %s exceeds the memory limit %s", humanBytes(initial), humanBytes(lim.memory)))
 		res.Hint = fmt.Sprintf("raise it with --memory, to %s or more", humanBytes(initial))
-		return res
+		return res, false
 	}
-	return e.execute(ctx, cm.module, spec.Input, lim, host)
+	return e.execute(ctx, cm.module, spec.Input, lim, host), false
 }
 
 // loadFailure turns an error from load into a Result.

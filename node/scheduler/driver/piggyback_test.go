@@ -660,3 +660,89 @@ func TestJobsBehindAWaitingJobDoNotHideAFreeSlot(t *testing.T) {
 		t.Fatalf("n1 holds %d; want only busy (the arrays wait behind w)", n)
 	}
 }
+
+// After a waiting job caps its nodes, the places offered before it may
+// have gone into the room the cap took away: the walk's estimate must not
+// subtract them from the room left elsewhere. Counted twice, a second
+// array of the same depth found no room, waited as if the cluster were
+// full, and took one place on the idle zone-b node instead of nine.
+func TestCapsDoNotCountPlacesOfferedBeforeThemTwice(t *testing.T) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	for _, n := range []string{"n1", "n2"} {
+		l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: n}}}})
+	}
+	d := New(Config{
+		State:    l.fsm.State(),
+		IsLeader: true,
+		Apply:    func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil },
+		Workers: func() []Worker {
+			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 8}, Labels: map[string]string{"zone": "a"}},
+				{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "b"}}}
+		},
+		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
+		ArrayPrefetch: map[string]int{"wasm": 8},
+	})
+	st := l.fsm.State()
+	d.Round(context.Background()) // the pending-reason pass of the first round
+	d.Wait()
+	for _, id := range []string{"pre", "s", "s2"} {
+		d.mu.Lock()
+		d.observeTaskRun(id, 12_500) // depth 8
+		d.mu.Unlock()
+	}
+	pre := arrayCmd("pre", 16)
+	pre.GetSubmitArray().Template.Constraints = map[string]string{"zone": "a"}
+	piggyCommit(d, l, pre)
+	if n := len(st.RunningOn("n1")); n != 16 {
+		t.Fatalf("set-up: n1 holds %d, want 16", n)
+	}
+	s, s2 := arrayCmd("s", 30), arrayCmd("s2", 20)
+	s.GetSubmitArray().Template.Priority = 10
+	s2.GetSubmitArray().Template.Priority = 5
+	w := submitCmd("w")
+	w.GetSubmitJob().Job.Priority = 5
+	w.GetSubmitJob().Job.Constraints = map[string]string{"zone": "a"}
+	queue(l, s, w, s2)
+	d.Round(context.Background())
+	d.Wait()
+	per := map[string]int{}
+	for _, j := range st.RunningOn("n2") {
+		per[j.ArrayID]++
+	}
+	if per["s2"] != 9 {
+		t.Fatalf("n2 holds %v; want 9 of s2's tasks (1 slot, 8 waiting)", per)
+	}
+}
+
+// A new job of higher priority than a waiting job comes before it: the
+// waiting job's cap does not apply to it, and it is placed in the entry
+// that accepts it.
+func TestHigherPriorityJobIsNotCappedByALowerWaitingJob(t *testing.T) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: "n1"}}}})
+	d := New(Config{
+		State:         l.fsm.State(),
+		IsLeader:      true,
+		Apply:         func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil },
+		Workers:       func() []Worker { return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}}} },
+		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
+		Prefetch:      map[string]int{"wasm": 4},
+		ArrayPrefetch: map[string]int{"wasm": 8},
+	})
+	d.mu.Lock()
+	d.observeRun("wasm", 10) // short single jobs: 4 waiting per slot
+	d.mu.Unlock()
+	st := l.fsm.State()
+	piggyCommit(d, l, submitCmd("a"))
+	piggyCommit(d, l, submitCmd("b"))
+	if n := len(st.RunningOn("n1")); n != 2 {
+		t.Fatalf("set-up: n1 holds %d, want 2", n)
+	}
+	queue(l, arrayCmd("w", 5)) // a new array: one waiting per slot, no room (2 held)
+	urgent := submitCmd("urgent")
+	urgent.GetSubmitJob().Job.Priority = 10
+	piggyCommit(d, l, urgent)
+	if j, _ := st.Job("urgent"); j.Phase != consensus.PhaseRunning {
+		t.Fatalf("urgent is %s; want placed in the entry that accepts it (room at its depth: 5 places, 2 held)", j.Phase)
+	}
+}

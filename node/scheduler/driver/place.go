@@ -140,33 +140,73 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 	// could too: jobs behind a waiting job on its nodes looked placeable,
 	// and offered in vain they used up the walk before it reached a job
 	// with a free slot elsewhere.
-	type estimate struct{ n, ver int }
+	//
+	// After a cap, the places offered before it may have gone into the
+	// room the cap took away: the estimate subtracts only those that
+	// cannot have (offered beyond the room removed), so it stays an upper
+	// bound.
+	type estimate struct{ capped, uncapped, ver int }
 	base := map[string]estimate{}
 	offered := map[string]int{}
 	caps := map[string][]int{} // kind → depth cap per node index (nodeNoCap: none)
 	capVer := map[string]int{} // kind → bumped when a cap changes
-	freeFor := func(kind string, depth int, cons map[string]string) (string, int) {
+	type waiter struct {
+		kind     string
+		depth    int
+		cons     map[string]string
+		priority int32
+	}
+	var waiters []waiter
+	// freeWith estimates with the caps c (nil: none); tag names c in the
+	// cache when it is not caps[kind].
+	freeWith := func(kind string, depth int, cons map[string]string, c []int, tag string) (string, int) {
 		key := kind + "\x00" + strconv.Itoa(depth) + "\x00" + shapeKey(cons)
-		b, ok := base[key]
+		b, ok := base[key+tag]
 		if !ok || b.ver != capVer[kind] {
-			c := caps[kind]
-			n := 0
+			b = estimate{ver: capVer[kind]}
 			for i, nd := range nodes {
 				if nd.Eligible && scheduler.Matches(nd.Labels, cons) {
 					d := depth
 					if c != nil {
 						d = min(d, c[i])
 					}
-					n += max(nd.Capacity(kind, d)-nd.Running[kind], 0)
+					b.capped += max(nd.Capacity(kind, d)-nd.Running[kind], 0)
+					b.uncapped += max(nd.Capacity(kind, depth)-nd.Running[kind], 0)
 				}
 			}
-			b = estimate{n: n, ver: capVer[kind]}
-			base[key] = b
+			base[key+tag] = b
 		}
-		return key, max(b.n-offered[key], 0)
+		return key, max(b.capped-max(offered[key]-(b.uncapped-b.capped), 0), 0)
+	}
+	freeFor := func(kind string, depth int, cons map[string]string) (string, int) {
+		return freeWith(kind, depth, cons, caps[kind], "")
+	}
+	// capsFrom is the caps the waiters of kind with priority p or more put
+	// on the nodes they match: in the planner a job of higher priority
+	// than a waiter comes before it and is not capped by it.
+	capsFrom := func(kind string, p int32) []int {
+		var c []int
+		for _, w := range waiters {
+			if w.kind != kind || w.priority < p {
+				continue
+			}
+			if c == nil {
+				c = make([]int, len(nodes))
+				for i := range c {
+					c[i] = nodeNoCap
+				}
+			}
+			for i, nd := range nodes {
+				if nd.Eligible && nd.Slots[kind] > 0 && scheduler.Matches(nd.Labels, w.cons) {
+					c[i] = min(c[i], w.depth)
+				}
+			}
+		}
+		return c
 	}
 	// capAt records the cap a waiting job puts on the nodes it matches.
-	capAt := func(kind string, depth int, cons map[string]string) {
+	capAt := func(kind string, depth int, cons map[string]string, priority int32) {
+		waiters = append(waiters, waiter{kind: kind, depth: depth, cons: cons, priority: priority})
 		c := caps[kind]
 		if c == nil {
 			c = make([]int, len(nodes))
@@ -236,7 +276,7 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 				if at, ok := waitsAt[sk]; !ok || depth < at {
 					waitsAt[sk] = depth
 					offer(j, depth, task) // it waits, and caps the depth behind it
-					capAt(j.Kind, depth, j.Constraints)
+					capAt(j.Kind, depth, j.Constraints, j.Priority)
 					full = len(j.Constraints) == 0
 					return examined < examine && (!full || kWaiting < waitMax)
 				}
@@ -256,7 +296,14 @@ func (d *Driver) place(round *raftpb.SchedulerRound, workers []Worker, freed map
 			break
 		}
 		depth := dep.of(e.Kind, e.task, e.array)
-		if key, f := freeFor(e.Kind, depth, e.Constraints); f > 0 {
+		c, tag := caps[e.Kind], ""
+		for _, w := range waiters {
+			if w.kind == e.Kind && int(w.priority) < e.Priority { // some waiters come after it
+				c, tag = capsFrom(e.Kind, int32(e.Priority)), "\x00p"+strconv.Itoa(e.Priority)
+				break
+			}
+		}
+		if key, f := freeWith(e.Kind, depth, e.Constraints, c, tag); f > 0 {
 			offered[key]++
 			placeable++
 			e.Depth = depth
