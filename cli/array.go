@@ -258,7 +258,37 @@ func arrayInputs(c *ucli.Context) ([][]byte, []string, error) {
 	if len(in) == 0 {
 		return nil, nil, usageErr("--inputs %s is empty: give one input per line", c.String("inputs"))
 	}
+	if note := emptyLinesNote(in, from); note != "" {
+		fmt.Fprintln(c.App.ErrWriter, note)
+	}
 	return in, nil, nil
+}
+
+// emptyLinesNote says which lines of an --inputs source are empty: each
+// is a task with an empty input, which a blank line an editor left at the
+// end made without a word.
+func emptyLinesNote(in [][]byte, from string) string {
+	var lines []string
+	n := 0
+	for i, l := range in {
+		if len(l) == 0 {
+			n++
+			if len(lines) < 5 {
+				lines = append(lines, strconv.Itoa(i+1))
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	which := "line " + strings.Join(lines, ", ")
+	if len(lines) > 1 {
+		which = "lines " + strings.Join(lines, ", ")
+	}
+	if n > len(lines) {
+		which += fmt.Sprintf(" and %d more", n-len(lines))
+	}
+	return fmt.Sprintf("note: %d empty line(s) of %s (%s) each make a task with an empty input; remove them if they are not meant as tasks", n, from, which)
 }
 
 // arrayJSON is the stable JSON form of a job array.

@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/palyra-mesh/palyra/internal/testwasm"
+)
+
+// Empty lines of --inputs are tasks with an empty input; the command says
+// which, since a blank line an editor left at the end made one silently.
+func TestEmptyInputLinesAreNoted(t *testing.T) {
+	in, err := readInputLines(strings.NewReader("1\n2\n\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in) != 3 {
+		t.Fatalf("%d tasks, want 3 (the empty line is one)", len(in))
+	}
+	if got := emptyLinesNote(in, "in.txt"); !strings.Contains(got, "1 empty line(s) of in.txt (line 3)") {
+		t.Fatalf("note %q; want it to name line 3 of in.txt", got)
+	}
+	many, _ := readInputLines(strings.NewReader("\n\na\n\n\n\n\n\nb"))
+	if got := emptyLinesNote(many, "stdin"); !strings.Contains(got, "7 empty line(s) of stdin (lines 1, 2, 4, 5, 6 and 2 more)") {
+		t.Fatalf("note %q", got)
+	}
+	if got := emptyLinesNote([][]byte{[]byte("a"), []byte("b")}, "x"); got != "" {
+		t.Fatalf("no empty line, note %q", got)
+	}
+}
+
+// The note reaches stderr from 'job submit --inputs' (before anything is
+// sent: no node answers here).
+func TestSubmitNotesEmptyInputLines(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(in, []byte("1\n2\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "--data-dir", dir, "--addr", "127.0.0.1:1", "job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--inputs", in)
+	if !strings.Contains(r.stderr, "1 empty line(s) of "+in+" (line 3)") {
+		t.Fatalf("submit: %+v; want the note naming line 3", r)
+	}
+}
