@@ -44,3 +44,12 @@ func TestSubmitNotesEmptyInputLines(t *testing.T) {
 		t.Fatalf("submit: %+v; want the note naming line 3", r)
 	}
 }
+
+// 'job list --limit 0' is refused (it meant the default of 100 without a
+// word), before any node is asked.
+func TestJobListLimitZeroIsRefused(t *testing.T) {
+	r := runCLI(t, "--data-dir", t.TempDir(), "--addr", "127.0.0.1:1", "job", "list", "--limit", "0")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--limit 0: a page holds 1 to 1000 jobs") {
+		t.Fatalf("job list --limit 0: %+v; want a usage error naming the range", r)
+	}
+}

@@ -958,6 +958,9 @@ func jobList(c *ucli.Context) error {
 	if n := c.Uint("limit"); n > maxListLimit {
 		return usageErr("--limit %d: a page holds at most %d jobs; use --limit %d and page on with the --after ID printed after each page", n, maxListLimit, maxListLimit)
 	}
+	if c.IsSet("limit") && c.Uint("limit") == 0 {
+		return usageErr("--limit 0: a page holds 1 to %d jobs (default 100)", maxListLimit)
+	}
 	if c.Bool("arrays") {
 		return jobListArrays(c)
 	}
