@@ -203,6 +203,25 @@ var badValueRE = regexp.MustCompile(`^invalid value "(.*)" for flag -(\S+): (par
 // than the flag's type holds (its own checks refuse what is over).
 var flagRanges = map[string]string{"priority": priorityRange, "retries": "from 0 to 10"}
 
+var undefinedFlagRE = regexp.MustCompile(`^flag provided but not defined: (-\S+)$`)
+
+// closestFlag is the name among flags nearest to name, if it is near
+// enough to be a slip (at most a third of its letters, and 2, edited).
+func closestFlag(flags []ucli.Flag, name string) string {
+	best, bestD := "", 0
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if d := editDistance(n, name); best == "" || d < bestD {
+				best, bestD = n, d
+			}
+		}
+	}
+	if best == "" || bestD > max(2, len(name)/3) || bestD >= len(name) {
+		return ""
+	}
+	return best
+}
+
 var negativeArgRE = regexp.MustCompile(`^flag provided but not defined: -?(-[0-9][0-9.]*[a-zµ]*)$`)
 
 // onUsageError answers a command's bad flags in one line and the usage
@@ -247,6 +266,19 @@ func onUsageError(c *ucli.Context, err error, _ bool) error {
 				}
 			}
 			break
+		}
+	}
+	// A misspelt flag ("--wiat") gets the closest one the command has.
+	if m := undefinedFlagRE.FindStringSubmatch(msg); m != nil && negativeArgRE.FindStringSubmatch(msg) == nil {
+		name := strings.TrimLeft(m[1], "-")
+		msg = fmt.Sprintf("unknown flag --%s", name)
+		var flags []ucli.Flag
+		if c.Command != nil {
+			flags = append(flags, c.Command.Flags...)
+		}
+		flags = append(flags, c.App.Flags...)
+		if s := closestFlag(flags, name); s != "" {
+			msg += fmt.Sprintf(": did you mean --%s?", s)
 		}
 	}
 	// A negative number or duration given as an argument ("job retention

@@ -53,3 +53,19 @@ func TestJobListLimitZeroIsRefused(t *testing.T) {
 		t.Fatalf("job list --limit 0: %+v; want a usage error naming the range", r)
 	}
 }
+
+// A misspelt flag is named as a flag, with the closest one the command
+// has (it said "flag provided but not defined: -wiat", single dash).
+func TestMisspeltFlagGetsASuggestion(t *testing.T) {
+	r := runCLI(t, "job", "submit", "--wiat")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "unknown flag --wiat: did you mean --wait?") {
+		t.Fatalf("job submit --wiat: %+v", r)
+	}
+	r = runCLI(t, "job", "submit", "--zzzzzzzz")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "unknown flag --zzzzzzzz") || strings.Contains(r.stderr, "did you mean") {
+		t.Fatalf("job submit --zzzzzzzz: %+v; want no suggestion for a word like no flag", r)
+	}
+	if r := runCLI(t, "job", "retention", "-2h"); !strings.Contains(r.stderr, "reads as a flag") {
+		t.Fatalf("job retention -2h: %+v; want the negative-argument message kept", r)
+	}
+}

@@ -22,7 +22,7 @@ func TestBadFlagValuesSayWhatTheyWant(t *testing.T) {
 		// A negative argument reads as an unknown flag.
 		{[]string{"job", "retention", "-2h"}, `"-2h" reads as a flag (it starts with -): to pass it as an argument, put -- before the arguments`},
 		{[]string{"kv", "put", "k", "-1"}, `"-1" reads as a flag`},
-		{[]string{"job", "retention", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"job", "retention", "--bogus"}, "unknown flag --bogus"},
 	} {
 		r := runCLI(t, c.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "USAGE:") {
