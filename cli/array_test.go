@@ -113,8 +113,13 @@ func TestArrayInputsWait(t *testing.T) {
 	if !strings.Contains(r.stderr, "4/4 ended (4 completed)") {
 		t.Fatalf("no progress line on stderr: %q", r.stderr)
 	}
-	// The array's id comes first, as a terminal's progress bar lacks it.
-	if first, _, _ := strings.Cut(r.stderr, "\n"); !regexp.MustCompile(`^array j-[0-9a-f]{16}: 4 tasks submitted; .*'palyra job watch j-[0-9a-f]{16}'`).MatchString(first) {
+	// The empty line 3 is a task, and noted as one.
+	note, rest, _ := strings.Cut(r.stderr, "\n")
+	if !strings.Contains(note, "1 empty line(s) of "+lines+" (line 3)") {
+		t.Fatalf("stderr does not start with the empty-line note: %q", r.stderr)
+	}
+	// The array's id comes next, as a terminal's progress bar lacks it.
+	if first, _, _ := strings.Cut(rest, "\n"); !regexp.MustCompile(`^array j-[0-9a-f]{16}: 4 tasks submitted; .*'palyra job watch j-[0-9a-f]{16}'`).MatchString(first) {
 		t.Fatalf("stderr does not start with the array's id: %q", r.stderr)
 	}
 	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--inputs", lines, "--wait", "--json")

@@ -69,3 +69,13 @@ func TestMisspeltFlagGetsASuggestion(t *testing.T) {
 		t.Fatalf("job retention -2h: %+v; want the negative-argument message kept", r)
 	}
 }
+
+// A failed job's --wait prints its stderr without the last line the
+// failure line quotes (it printed that line twice, as array tasks did).
+func TestFailedJobQuotesStderrOnce(t *testing.T) {
+	c := startNode(t)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "sleep"), "--input", "bogus", "--wait")
+	if r.code != exitFailure || strings.Count(r.stderr, `bad duration "bogus"`) != 1 || !strings.Contains(r.stderr, `exited with code 2: bad duration "bogus"`) {
+		t.Fatalf("submit --wait of a failing job: %+v; want its stderr's last line once, in the failure line", r)
+	}
+}

@@ -499,6 +499,7 @@ func waitFailed(c *ucli.Context, cl *client.Client, err error) error {
 // printEnded prints an ended job's output (or --json) and fails unless it
 // completed.
 func printEnded(c *ucli.Context, job *palyrav1.Job) error {
+	printed := job.Stderr // what of stderr went out, for the line end below
 	if c.Bool("json") {
 		if err := writeJSON(c.App.Writer, toJobJSON(job)); err != nil {
 			return err
@@ -522,12 +523,19 @@ func printEnded(c *ucli.Context, job *palyrav1.Job) error {
 			// run into it where stdout and stderr meet (2>&1).
 			fmt.Fprintln(c.App.Writer)
 		}
-		c.App.ErrWriter.Write(job.Stderr)
+		stderr := job.Stderr
+		if !completed && job.Error != nil {
+			// The failure line below quotes stderr's last line (a non-zero
+			// exit's message): print the rest, not that line twice.
+			stderr = stderrBeforeQuote(stderr, job.Error.Message)
+		}
+		c.App.ErrWriter.Write(stderr)
+		printed = stderr
 	}
 	if job.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED {
 		return nil
 	}
-	if n := len(job.Stderr); n > 0 && job.Stderr[n-1] != '\n' && !c.Bool("json") {
+	if n := len(printed); n > 0 && printed[n-1] != '\n' && !c.Bool("json") {
 		// The failure line starts a line of its own (a stderr cut short
 		// by its bound ends mid-line).
 		fmt.Fprintln(c.App.ErrWriter)
