@@ -647,8 +647,14 @@ func stderrBeforeQuote(stderr []byte, message string) []byte {
 // taskReason is "failed: message (code)" for a task that did not complete.
 func taskReason(t *palyrav1.Job) string {
 	msg := t.Phase.WireName()
+	if t.Attempt > 1 {
+		msg += fmt.Sprintf(" after %d attempts", t.Attempt)
+	}
 	if t.Error != nil {
 		msg += fmt.Sprintf(": %s (%s)", t.Error.Message, t.Error.Code)
+		if t.Error.Hint != "" {
+			msg += "; " + t.Error.Hint
+		}
 	}
 	return msg
 }

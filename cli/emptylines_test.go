@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
 // Empty lines of --inputs are tasks with an empty input; the command says
@@ -77,5 +78,18 @@ func TestFailedJobQuotesStderrOnce(t *testing.T) {
 	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "sleep"), "--input", "bogus", "--wait")
 	if r.code != exitFailure || strings.Count(r.stderr, `bad duration "bogus"`) != 1 || !strings.Contains(r.stderr, `exited with code 2: bad duration "bogus"`) {
 		t.Fatalf("submit --wait of a failing job: %+v; want its stderr's last line once, in the failure line", r)
+	}
+}
+
+// A failed task's line says how many attempts it had and the fix, as a
+// failed job's does (it said only "failed: timed out after 1s (timeout)").
+func TestTaskReasonHasAttemptsAndHint(t *testing.T) {
+	got := taskReason(&palyrav1.Job{Phase: palyrav1.JobPhase_JOB_PHASE_FAILED, Attempt: 3,
+		Error: &palyrav1.Error{Code: "timeout", Message: "timed out after 1s", Hint: "raise it with --timeout"}})
+	if want := "failed after 3 attempts: timed out after 1s (timeout); raise it with --timeout"; got != want {
+		t.Fatalf("taskReason = %q, want %q", got, want)
+	}
+	if got := taskReason(&palyrav1.Job{Phase: palyrav1.JobPhase_JOB_PHASE_ABORTED, Attempt: 1, Error: &palyrav1.Error{Code: "aborted", Message: "cancelled"}}); got != "aborted: cancelled (aborted)" {
+		t.Fatalf("taskReason of a cancelled task = %q", got)
 	}
 }
