@@ -1,5 +1,7 @@
 package cli
 
+// Fixes for what a user trial of job arrays and their commands found.
+
 import (
 	"os"
 	"path/filepath"
