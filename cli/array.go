@@ -18,6 +18,7 @@ import (
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
@@ -367,11 +368,25 @@ func printArray(w io.Writer, a *palyrav1.JobArray) {
 	fmt.Fprintf(w, "tasks: palyra job list --array %s · outputs: palyra job watch %s\n", v.ID, v.ID)
 }
 
+// terminalWidth is w's width in columns when w is a terminal, else 0.
+func terminalWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	cols, _, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0
+	}
+	return cols
+}
+
 // progress shows an array's progress on w: a bar redrawn in place on a
 // terminal, else a plain line at most once a second (and the last one).
 type progress struct {
 	w    io.Writer
 	tty  bool
+	cols int // the terminal's width (0: unknown)
 	last time.Time
 	drew bool
 }
@@ -381,7 +396,13 @@ func (p *progress) update(a *palyrav1.JobArray) {
 		const width = 30
 		done := int(ended(a) * width / uint64(max(a.Size, 1)))
 		bar := strings.Repeat("#", done) + strings.Repeat(".", width-done)
-		fmt.Fprintf(p.w, "\r\033[K[%s] %d/%d ended  %s", bar, ended(a), a.Size, countsText(a))
+		line := fmt.Sprintf("[%s] %d/%d ended  %s", bar, ended(a), a.Size, countsText(a))
+		if p.cols > 1 && len(line) > p.cols-1 {
+			// A line wider than the terminal wraps, and \r then redraws
+			// only its last row: every update left a stale one above.
+			line = line[:p.cols-1]
+		}
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
 		p.drew = true
 		if a.Done {
 			fmt.Fprintln(p.w)
@@ -480,7 +501,7 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, src
 			}
 		}
 	}
-	p := &progress{w: c.App.ErrWriter, tty: isTerminal(c.App.ErrWriter)}
+	p := &progress{w: c.App.ErrWriter, tty: isTerminal(c.App.ErrWriter), cols: terminalWidth(c.App.ErrWriter)}
 	if cl.Notify == nil {
 		cl.Notify = reconnectNotices(c.App.ErrWriter)
 	}

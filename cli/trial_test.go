@@ -95,3 +95,19 @@ func TestTaskReasonHasAttemptsAndHint(t *testing.T) {
 		t.Fatalf("taskReason of a cancelled task = %q", got)
 	}
 }
+
+// On a terminal the progress line is cut to its width: a line wider than
+// the terminal wraps, and each redraw (\r) left the row above it stale.
+func TestArrayProgressFitsTheTerminal(t *testing.T) {
+	var b strings.Builder
+	p := &progress{w: &b, tty: true, cols: 50}
+	p.update(&palyrav1.JobArray{Id: "j-0123456789abcdef", Size: 2000, Counts: map[string]uint64{"completed": 580, "failed": 96, "running": 64, "queued": 1260}})
+	for _, line := range strings.Split(b.String(), "\r\033[K") {
+		if len(line) > 49 {
+			t.Fatalf("a progress line of %d characters on a 50-column terminal: %q", len(line), line)
+		}
+	}
+	if !strings.Contains(b.String(), "676/2000 ended") {
+		t.Fatalf("progress %q lost its count", b.String())
+	}
+}
