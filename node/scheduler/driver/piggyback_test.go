@@ -33,6 +33,23 @@ func (l *fsmLog) apply(cmd *raftpb.Command) consensus.ApplyResult {
 	return res
 }
 
+// fsmDriver is a leading Driver over a real FSM whose members are the
+// workers, its rounds applied at once; cfg gives the rest (Now defaults
+// to a fixed time).
+func fsmDriver(t *testing.T, cfg Config, workers ...Worker) (*Driver, *fsmLog) {
+	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
+	for _, w := range workers {
+		l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: w.ID}}}})
+	}
+	cfg.State, cfg.IsLeader = l.fsm.State(), true
+	cfg.Apply = func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil }
+	cfg.Workers = func() []Worker { return workers }
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time { return time.UnixMilli(1_000_000) }
+	}
+	return New(cfg), l
+}
+
 // piggyCommit proposes cmd with the round d attaches to it, as the
 // leader does, and applies both to l in one entry.
 func piggyCommit(d *Driver, l *fsmLog, cmd *raftpb.Command) {
@@ -538,21 +555,9 @@ func TestWaitingArrayIsNotOvertakenByDeeperTasks(t *testing.T) {
 // array of long tasks that only zone a can run does not hold the short
 // tasks of another array to its depth on zone b.
 func TestWaitingJobCapsOnlyItsNodes(t *testing.T) {
-	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
-	for _, n := range []string{"n1", "n2"} {
-		l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: n}}}})
-	}
-	d := New(Config{
-		State:    l.fsm.State(),
-		IsLeader: true,
-		Apply:    func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil },
-		Workers: func() []Worker {
-			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "a"}},
-				{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 2}, Labels: map[string]string{"zone": "b"}}}
-		},
-		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
-		ArrayPrefetch: map[string]int{"wasm": 8},
-	})
+	d, l := fsmDriver(t, Config{ArrayPrefetch: map[string]int{"wasm": 8}},
+		Worker{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "a"}},
+		Worker{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 2}, Labels: map[string]string{"zone": "b"}})
 	d.mu.Lock()
 	d.observeTaskRun("y", 300_000) // long: one waiting per slot
 	d.observeTaskRun("x", 500)     // short: 8 waiting per slot
@@ -573,20 +578,9 @@ func TestWaitingJobCapsOnlyItsNodes(t *testing.T) {
 // that shape's placements (counting every placement of the kind, a stream
 // of zone-a jobs ahead of it kept a zone-b job from zone b's free slot).
 func TestJobsForOtherNodesDoNotHideAFreeSlot(t *testing.T) {
-	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
-	for _, n := range []string{"n1", "n2"} {
-		l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: n}}}})
-	}
-	d := New(Config{
-		State:    l.fsm.State(),
-		IsLeader: true,
-		Apply:    func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil },
-		Workers: func() []Worker {
-			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "a"}},
-				{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "b"}}}
-		},
-		Now: func() time.Time { return time.UnixMilli(1_000_000) },
-	})
+	d, l := fsmDriver(t, Config{},
+		Worker{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "a"}},
+		Worker{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "b"}})
 	submit := func(id, zone string, prio int32) {
 		l.apply(&raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: &raftpb.JobRecord{
 			Id: id, Kind: "wasm", ModuleSha256: "m", Priority: prio, Constraints: map[string]string{"zone": zone}}}}})
@@ -611,21 +605,9 @@ func TestJobsForOtherNodesDoNotHideAFreeSlot(t *testing.T) {
 // three zone-a arrays of short tasks follow it, then a zone-b job that
 // the idle zone-b node can run at once.
 func TestJobsBehindAWaitingJobDoNotHideAFreeSlot(t *testing.T) {
-	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
-	for _, n := range []string{"n1", "n2"} {
-		l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: n}}}})
-	}
-	d := New(Config{
-		State:    l.fsm.State(),
-		IsLeader: true,
-		Apply:    func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil },
-		Workers: func() []Worker {
-			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "a"}},
-				{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "b"}}}
-		},
-		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
-		ArrayPrefetch: map[string]int{"wasm": 8},
-	})
+	d, l := fsmDriver(t, Config{ArrayPrefetch: map[string]int{"wasm": 8}},
+		Worker{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "a"}},
+		Worker{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "b"}})
 	st := l.fsm.State()
 	zone := func(z string) map[string]string { return map[string]string{"zone": z} }
 	submit := func(id, z string, prio int32) *raftpb.Command {
@@ -667,21 +649,9 @@ func TestJobsBehindAWaitingJobDoNotHideAFreeSlot(t *testing.T) {
 // array of the same depth found no room, waited as if the cluster were
 // full, and took one place on the idle zone-b node instead of nine.
 func TestCapsDoNotCountPlacesOfferedBeforeThemTwice(t *testing.T) {
-	l := &fsmLog{t: t, fsm: consensus.NewFSM()}
-	for _, n := range []string{"n1", "n2"} {
-		l.apply(&raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: n}}}})
-	}
-	d := New(Config{
-		State:    l.fsm.State(),
-		IsLeader: true,
-		Apply:    func(_ context.Context, c *raftpb.Command) error { l.apply(c); return nil },
-		Workers: func() []Worker {
-			return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 8}, Labels: map[string]string{"zone": "a"}},
-				{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "b"}}}
-		},
-		Now:           func() time.Time { return time.UnixMilli(1_000_000) },
-		ArrayPrefetch: map[string]int{"wasm": 8},
-	})
+	d, l := fsmDriver(t, Config{ArrayPrefetch: map[string]int{"wasm": 8}},
+		Worker{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 8}, Labels: map[string]string{"zone": "a"}},
+		Worker{ID: "n2", Alive: true, Slots: map[string]int{"wasm": 1}, Labels: map[string]string{"zone": "b"}})
 	st := l.fsm.State()
 	d.Round(context.Background()) // the pending-reason pass of the first round
 	d.Wait()
