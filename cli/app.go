@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -45,15 +46,71 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		return exitOK
 	}
+	code, msg := exitUsage, "error: "+err.Error()
 	var ex ucli.ExitCoder
 	if errors.As(err, &ex) {
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, msg)
-		}
-		return ex.ExitCode()
+		code, msg = ex.ExitCode(), err.Error()
 	}
-	fmt.Fprintf(stderr, "error: %v\n", err)
-	return exitUsage
+	if msg == "" {
+		return code // printed already (as text, or as JSON under --json)
+	}
+	if wantsJSON(args) {
+		// A script that asked for JSON gets every error as JSON too: a
+		// usage error, or a failure the command reported as text.
+		_ = writeJSON(stderr, map[string]any{"error": textError(msg, code)})
+		return code
+	}
+	fmt.Fprintln(stderr, msg)
+	return code
+}
+
+// wantsJSON reports whether args ask for --json output (before a "--",
+// after which everything is an argument).
+func wantsJSON(args []string) bool {
+	for _, a := range args[min(1, len(args)):] {
+		if a == "--" {
+			return false
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "json" {
+			continue
+		}
+		if !hasVal {
+			return true
+		}
+		b, err := strconv.ParseBool(val)
+		return err == nil && b
+	}
+	return false
+}
+
+// textError turns an error printed as text ("error: …" lines, then
+// "hint: …" or "run '… --help' for usage") into the {code, message,
+// hint} shape every --json error has. code is "usage" for wrong flags or
+// arguments, "interrupted", or "failed".
+func textError(msg string, code int) errorJSON {
+	e := errorJSON{Code: "failed"}
+	switch code {
+	case exitUsage:
+		e.Code = "usage"
+	case exitInterrupted:
+		e.Code = "interrupted"
+	}
+	var message, hint []string
+	for _, line := range strings.Split(strings.TrimRight(msg, "\n"), "\n") {
+		switch {
+		case strings.HasPrefix(line, "hint: "):
+			hint = append(hint, strings.TrimPrefix(line, "hint: "))
+		case strings.HasPrefix(line, "run '") && (strings.HasSuffix(line, " for usage") || strings.HasSuffix(line, " for its commands")):
+			hint = append(hint, line)
+		case len(message) == 0:
+			message = append(message, strings.TrimPrefix(line, "error: "))
+		default:
+			message = append(message, line)
+		}
+	}
+	e.Message, e.Hint = strings.Join(message, "\n"), strings.Join(hint, "\n")
+	return e
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {

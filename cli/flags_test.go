@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -28,5 +29,46 @@ func TestBadFlagValuesSayWhatTheyWant(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "USAGE:") {
 			t.Errorf("%v: exit %d, stderr %q; want usage exit and %q in one line", c.args, r.code, r.stderr, c.want)
 		}
+	}
+}
+
+// Under --json every error is one JSON object on stderr, usage errors
+// included (they were text, so a script parsing stderr as JSON failed on
+// a misspelt flag); without --json the text is unchanged.
+func TestUsageErrorsAreJSONUnderJSON(t *testing.T) {
+	for _, c := range []struct {
+		args          []string
+		message, hint string
+	}{
+		{[]string{"job", "submit", "--wasm", "x.wasm", "--wiat", "--json"}, "unknown flag --wiat: did you mean --wait?", "run 'palyra job submit --help' for usage"},
+		{[]string{"job", "sumbit", "--json"}, `'sumbit' is not a command of 'palyra job'`, "run 'palyra job --help' for its commands"},
+		{[]string{"job", "list", "--limit", "0", "--json=true"}, "--limit 0: a page holds 1 to 1000 jobs", ""},
+		{[]string{"job", "submit", "--json"}, "give exactly one of --wasm FILE or --browser SCRIPT.json", ""},
+	} {
+		r := runCLI(t, c.args...)
+		var got struct{ Error errorJSON }
+		if err := json.Unmarshal([]byte(r.stderr), &got); err != nil {
+			t.Errorf("%v: stderr is not one JSON object (%v): %q", c.args, err, r.stderr)
+			continue
+		}
+		if r.code != exitUsage || got.Error.Code != "usage" || !strings.HasPrefix(got.Error.Message, c.message) || got.Error.Hint != c.hint {
+			t.Errorf("%v: exit %d, error %+v; want usage exit, message %q…, hint %q", c.args, r.code, got.Error, c.message, c.hint)
+		}
+	}
+	for _, args := range [][]string{
+		{"job", "list", "--limit", "0", "--json=false"},
+		{"job", "submit", "--wasm", "x.wasm", "--", "--json"}, // an argument, not the flag
+	} {
+		if r := runCLI(t, args...); r.code != exitUsage || !strings.HasPrefix(r.stderr, "error: ") {
+			t.Errorf("%v: exit %d, stderr %q; want a text usage error", args, r.code, r.stderr)
+		}
+	}
+}
+
+func TestTextErrorShape(t *testing.T) {
+	got := textError("error: job j-1 failed: exit 3\nmore detail\nhint: raise it with --timeout\n", exitFailure)
+	want := errorJSON{Code: "failed", Message: "job j-1 failed: exit 3\nmore detail", Hint: "raise it with --timeout"}
+	if got != want {
+		t.Errorf("textError = %+v, want %+v", got, want)
 	}
 }
