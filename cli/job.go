@@ -191,14 +191,18 @@ func jobCommand() *ucli.Command {
 				Action: jobList,
 			},
 			{
-				Name: "cancel", Usage: "cancel a job (aborted; a running instance is stopped), or every unfinished task of a job array", ArgsUsage: "ID",
-				Description: `ID is a job's id, a job array's (every task that has not ended is
+				Name: "cancel", Usage: "cancel jobs (aborted; a running instance is stopped), or every unfinished task of a job array", ArgsUsage: "ID [ID...]",
+				Description: `Each ID is a job's id, a job array's (every task that has not ended is
    aborted; ended ones keep their results), or one task of an array, ID.N
    (N from 0 to the array's size minus one), which cancels that task alone.
+   With several IDs each is cancelled in turn; one that cannot be (not
+   found, already ended) is reported and the others are still cancelled,
+   and the command then exits 1.
 
    Examples:
      palyra job cancel j-0123456789abcdef      # a job, or a whole array
-     palyra job cancel j-0123456789abcdef.7    # task 7 of an array only`,
+     palyra job cancel j-0123456789abcdef.7    # task 7 of an array only
+     palyra job cancel j-0123456789abcdef j-fedcba9876543210`,
 				Flags: []ucli.Flag{jsonFlag}, Action: jobCancel,
 			},
 			pruneCommand(),
@@ -1039,31 +1043,70 @@ func nextPageCommand(c *ucli.Context, id string) string {
 	return cmd + " --after " + id
 }
 
+// jobCancel cancels each ID given, in turn. One that fails (not found,
+// already ended, not allowed) is reported and the rest are still
+// cancelled; the command then exits 1. With --json one ID prints its job
+// (or array) object, several print an array of those that were
+// cancelled, and each failure is an error object on stderr.
 func jobCancel(c *ucli.Context) error {
-	id, err := oneArg(c, "job id")
-	if err != nil {
-		return err
+	ids := c.Args().Slice()
+	if len(ids) == 0 {
+		return usageErr("%s takes the job id (or several) to cancel", c.Command.HelpName)
+	}
+	for _, id := range ids {
+		if id == "" {
+			return usageErr("%s: a job id is empty", c.Command.HelpName)
+		}
 	}
 	cl, err := dial(c)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	resp, err := cl.Jobs.CancelJob(c.Context, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id}))
-	if err != nil {
-		return fail(c, cl.Explain(err))
-	}
-	if a := resp.Msg.Array; a != nil {
-		if c.Bool("json") {
-			return writeJSON(c.App.Writer, toArrayJSON(a))
+	var done []any // JSON of each one cancelled
+	failed := 0
+	for _, id := range ids {
+		resp, err := cl.Jobs.CancelJob(c.Context, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id}))
+		if err != nil {
+			if len(ids) == 1 || interrupted(c) {
+				return fail(c, cl.Explain(err))
+			}
+			failed++
+			e := cl.Explain(err)
+			if c.Bool("json") {
+				_ = writeJSON(c.App.ErrWriter, map[string]any{"error": errorJSON{Code: e.Code, Message: e.Message, Hint: withDataDir(c, e.Hint)}})
+			} else if strings.Contains(e.Message, id) {
+				fmt.Fprintf(c.App.ErrWriter, "error: %s\n", e.Message)
+			} else {
+				fmt.Fprintf(c.App.ErrWriter, "error: %s: %s\n", id, e.Message)
+			}
+			continue
 		}
-		fmt.Fprintf(c.App.Writer, "%s cancelled: %s\n", a.Id, countsText(a))
-		return nil
+		switch a := resp.Msg.Array; {
+		case c.Bool("json") && a != nil:
+			done = append(done, toArrayJSON(a))
+		case c.Bool("json"):
+			done = append(done, toJobJSON(resp.Msg.Job))
+		case a != nil:
+			fmt.Fprintf(c.App.Writer, "%s cancelled: %s\n", a.Id, countsText(a))
+		default:
+			fmt.Fprintf(c.App.Writer, "%s %s\n", resp.Msg.Job.Id, resp.Msg.Job.Phase.WireName())
+		}
 	}
 	if c.Bool("json") {
-		return writeJSON(c.App.Writer, toJobJSON(resp.Msg.Job))
+		var err error
+		if len(ids) == 1 {
+			err = writeJSON(c.App.Writer, done[0])
+		} else {
+			err = writeJSON(c.App.Writer, nonNil(done))
+		}
+		if err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(c.App.Writer, "%s %s\n", resp.Msg.Job.Id, resp.Msg.Job.Phase.WireName())
+	if failed > 0 {
+		return ucli.Exit(fmt.Sprintf("%d of %d could not be cancelled (above)", failed, len(ids)), exitFailure)
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package cli
 // Fixes for what a user trial of job arrays and their commands found.
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,5 +110,51 @@ func TestArrayProgressFitsTheTerminal(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "676/2000 ended") {
 		t.Fatalf("progress %q lost its count", b.String())
+	}
+}
+
+// 'job cancel' takes several ids: each is cancelled in turn, one that
+// cannot be (ended, unknown) is reported without stopping the others, and
+// the command exits 1 then. It took exactly one.
+func TestCancelTakesSeveralIDs(t *testing.T) {
+	c := startNode(t)
+	submit := func(args ...string) string {
+		t.Helper()
+		r := c.cli(append([]string{"job", "submit"}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("submit %v: %+v", args, r)
+		}
+		return strings.TrimSpace(r.stdout)
+	}
+	spin := func() string {
+		return submit("--wasm", testwasm.Path(t, "sleep"), "--input", "10m", "--timeout", "20m")
+	}
+	// The ended job first: the node's slots then go to the sleeping ones.
+	submit("--wasm", testwasm.Path(t, "reverse"), "--input", "x", "--wait") // its id comes from the list
+	a, b := spin(), spin()
+	r := c.cli("job", "list", "--phase", "completed", "--json")
+	var list struct {
+		Jobs []struct{ ID string } `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list.Jobs) != 1 {
+		t.Fatalf("list completed: %v %+v", err, r)
+	}
+	done := list.Jobs[0].ID
+
+	r = c.cli("job", "cancel", a, done, "j-0000000000000000", b)
+	if r.code != exitFailure || !strings.Contains(r.stdout, a+" aborted") || !strings.Contains(r.stdout, b+" aborted") ||
+		!strings.Contains(r.stderr, done+" is already completed") || !strings.Contains(r.stderr, "j-0000000000000000") ||
+		!strings.Contains(r.stderr, "2 of 4 could not be cancelled") {
+		t.Fatalf("cancel of 4 ids: %+v; want the two running aborted, the other two reported, exit 1", r)
+	}
+
+	c2, d := spin(), spin()
+	r = c.cli("job", "cancel", c2, d, "--json")
+	var out []struct{ ID, Phase string }
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != 0 || len(out) != 2 || out[0].ID != c2 || out[1].Phase != "aborted" {
+		t.Fatalf("cancel --json of 2: %v %+v; want an array of both, aborted", err, r)
+	}
+	if r := c.cli("job", "cancel"); r.code != exitUsage {
+		t.Fatalf("cancel without an id: %+v; want a usage error", r)
 	}
 }
