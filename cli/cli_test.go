@@ -338,7 +338,7 @@ func TestInterspersedFlags(t *testing.T) {
 func TestUnknownCommandsAreNamed(t *testing.T) {
 	for args, want := range map[string]string{
 		"job sumbit --wasm x.wasm": `'sumbit' is not a command of 'palyra job'. Did you mean "submit"?`,
-		"nods --json":              `'nods' is not a command of 'palyra'. Did you mean "nodes"?`,
+		"nods --stale":             `'nods' is not a command of 'palyra'. Did you mean "nodes"?`,
 		"skill trust ad":           `'ad' is not a command of 'palyra skill trust'. Did you mean "add"?`,
 	} {
 		r := runCLI(t, strings.Fields(args)...)
