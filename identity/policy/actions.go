@@ -1,5 +1,10 @@
 package policy
 
+import (
+	"net/netip"
+	"strings"
+)
+
 // Actions: one per API call, one per kind of node work, one per capability
 // grant a job may request. The API passes them as Request.Action.
 const (
@@ -135,6 +140,34 @@ func JobResource(id, submitter, kind string) Resource {
 
 // GrantResource is a capability a job requests: typ is GrantHTTP, GrantSecret
 // or GrantKV and name the host, secret key or key-value prefix.
+//
+// An HTTP grant of a host name is in each of its parent domains
+// (Grant::"api.example.com" is in Grant::"example.com" and Grant::"com"),
+// because a grant of a domain admits its subdomains: a policy that
+// forbids `resource in Palyra::Grant::"example.com"` refuses a grant of
+// example.com and of any name under it. name must be canonical
+// (netguard.NormaliseAllowHost): the API normalises hosts before it asks.
 func GrantResource(typ, name string) Resource {
-	return Resource{Type: TypeGrant, ID: name, Attrs: map[string]any{"type": typ}}
+	r := Resource{Type: TypeGrant, ID: name, Attrs: map[string]any{"type": typ}}
+	if typ == GrantHTTP {
+		r.Parents = parentDomains(name)
+	}
+	return r
+}
+
+// parentDomains lists the domains a host name is under, nearest first:
+// "a.b.c" → "b.c", "c". An IP address (or "private") has none.
+func parentDomains(host string) []string {
+	if _, err := netip.ParseAddr(host); err == nil || !strings.Contains(host, ".") {
+		return nil
+	}
+	var out []string
+	for rest := host; ; {
+		_, after, ok := strings.Cut(rest, ".")
+		if !ok || after == "" {
+			return out
+		}
+		out = append(out, after)
+		rest = after
+	}
 }

@@ -23,7 +23,7 @@ type Decision struct {
 // Explain describes d in one line, for logs and error messages:
 //
 //	allow by policy operators
-//	deny by policy forbid-submit (line 3)
+//	deny by policy forbid-submit (line 3), which forbids device:d-1 to job.submit on Cluster::default
 //	deny: no policy permits device:d-1 to job.submit on Cluster::default
 func Explain(d Decision) string {
 	var b strings.Builder
@@ -39,6 +39,11 @@ func Explain(d Decision) string {
 			}
 		}
 		b.WriteString("deny by " + plural(len(d.Reasons)) + " " + strings.Join(parts, ", "))
+		if d.subject != "" {
+			// Who was refused what: the caller may not know which of its
+			// credentials or grants the forbid matched.
+			b.WriteString(", which forbids " + d.subject)
+		}
 	case d.subject != "":
 		b.WriteString("deny: no policy permits " + d.subject)
 	default:

@@ -23,7 +23,7 @@ func TestForbidBeatsPermit(t *testing.T) {
 	if d.Allow {
 		t.Fatalf("forbidden device allowed: %s", Explain(d))
 	}
-	if want := fmt.Sprintf("deny by policy forbid-submit (line %d)", line); Explain(d) != want {
+	if want := fmt.Sprintf("deny by policy forbid-submit (line %d), which forbids device:d-0bad0bad to job.submit on Cluster::default", line); Explain(d) != want {
 		t.Errorf("Explain = %q, want %q", Explain(d), want)
 	}
 	// The forbid is narrow: the same device may still do other things, and
@@ -200,6 +200,7 @@ func TestExplainForms(t *testing.T) {
 	}{
 		{Decision{Allow: true, Reasons: []string{"a", "b"}}, "allow by policies a, b"},
 		{Decision{Reasons: []string{"f"}, lines: []int{3}}, "deny by policy f (line 3)"},
+		{Decision{Reasons: []string{"f"}, lines: []int{3}, subject: "device:d-1 to grant.http on Grant::localhost"}, "deny by policy f (line 3), which forbids device:d-1 to grant.http on Grant::localhost"},
 		{Decision{}, "deny: no policy permits the request"},
 		{Decision{Errors: []string{"bad request: x"}}, "deny: no policy permits the request; errors: bad request: x"},
 	}

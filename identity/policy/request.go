@@ -36,6 +36,9 @@ type Resource struct {
 	Type  string // TypeCluster, TypeJob or TypeGrant
 	ID    string
 	Attrs map[string]any
+	// Parents are the IDs of resources of the same type this one is in
+	// (for `resource in …`): a host grant's parent domains.
+	Parents []string
 }
 
 // String returns "Cluster::default", the form Explain uses.
@@ -116,6 +119,7 @@ func cedarRequest(r Request) (cedar.Request, *entities, error) {
 		resource: cedar.Entity{
 			UID:        cedar.NewEntityUID(namespace+cedar.EntityType(res.Type), cedar.String(res.ID)),
 			Attributes: resAttrs,
+			Parents:    parentUIDs(res),
 		},
 	}
 	return cedar.Request{
@@ -207,4 +211,16 @@ func toValue(v any, depth int) (cedar.Value, error) {
 		return cedar.NewRecord(rm), nil
 	}
 	return nil, fmt.Errorf("a %T cannot be passed to Cedar; use a string, bool, integer, slice or map[string]any", v)
+}
+
+// parentUIDs is r.Parents as entity UIDs of r's type.
+func parentUIDs(r Resource) cedar.EntityUIDSet {
+	if len(r.Parents) == 0 {
+		return cedar.EntityUIDSet{}
+	}
+	uids := make([]cedar.EntityUID, len(r.Parents))
+	for i, p := range r.Parents {
+		uids[i] = cedar.NewEntityUID(namespace+cedar.EntityType(r.Type), cedar.String(p))
+	}
+	return cedar.NewEntityUIDSet(uids...)
 }

@@ -114,12 +114,17 @@ func (a *Authorizer) Check(ctx context.Context, action string, res policy.Resour
 		return apiError(connect.CodeUnauthenticated, "unauthenticated", "this call needs a cluster certificate",
 			"pair this device with 'palyra device pair --code CODE --peer HOST:PORT'")
 	}
-	d := a.engine.Authorize(policy.Request{Principal: a.Principal(p), Action: action, Resource: res, Context: reqCtx})
+	pp := a.Principal(p)
+	d := a.engine.Authorize(policy.Request{Principal: pp, Action: action, Resource: res, Context: reqCtx})
 	if d.Allow {
 		return nil
 	}
-	return apiError(connect.CodePermissionDenied, "forbidden", policy.Explain(d),
-		"ask an operator to allow it; see the policy with 'palyra policy get'")
+	hint := "ask an operator to allow it; see the policy with 'palyra policy get'"
+	if pp.Operator {
+		// An operator is the one who can change it.
+		hint = "the cluster's policy refuses it, operators included: change it with 'palyra policy get > p.cedar', edit, 'palyra policy set p.cedar'"
+	}
+	return apiError(connect.CodePermissionDenied, "forbidden", policy.Explain(d), hint)
 }
 
 // Allowed is Check as a boolean, for filtering lists.

@@ -31,34 +31,38 @@ func (js jobService) submitBrowser(ctx context.Context, m *palyrav1.SubmitJobReq
 	if _, err := browser.ParseScript(m.BrowserScript); err != nil {
 		return nil, invalid(err.Error(), "the format, with examples: runtime/browser/SCRIPT.md; as JSON Schema: 'palyra job submit --browser-schema'")
 	}
-	if err := s.checkHTTPGrants(ctx, m.AllowHosts, m.AllowPrivate); err != nil {
+	hosts, err := s.checkHTTPGrants(ctx, m.AllowHosts, m.AllowPrivate)
+	if err != nil {
 		return nil, err
 	}
+	m.AllowHosts = hosts
 	return js.commitSubmit(ctx, m, "")
 }
 
 // checkHTTPGrants checks the hosts a browser job or session asks to reach
-// against the caller's policy: each host is a grant.http on
-// Grant::"HOST", private targets one on Grant::"private".
-func (s *Server) checkHTTPGrants(ctx context.Context, hosts []string, private bool) error {
+// against the caller's policy: each host, in canonical form
+// (canonicalHosts), is a grant.http on Grant::"HOST", private targets one
+// on Grant::"private". It returns the canonical hosts, which the job or
+// session keeps.
+func (s *Server) checkHTTPGrants(ctx context.Context, hosts []string, private bool) ([]string, error) {
 	if len(hosts) > 64 {
-		return invalid("too many --allow-host entries", "use at most 64")
+		return nil, invalid("too many --allow-host entries", "use at most 64")
+	}
+	hosts, err := canonicalHosts(hosts)
+	if err != nil {
+		return nil, err
 	}
 	for _, h := range hosts {
-		if err := checkAllowHost(h); err != nil {
-			return err
-		}
-		h = strings.ToLower(strings.TrimSpace(h))
 		if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, h), map[string]any{"grant_host": h}); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if private {
 		if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, "private"), map[string]any{"grant_host": "private"}); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return hosts, nil
 }
 
 func (js jobService) GetArtifact(ctx context.Context, req *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error) {

@@ -124,7 +124,14 @@ func (s *Server) checkGrants(ctx context.Context, m *palyrav1.SubmitJobRequest) 
 		}
 	}
 	if len(m.AllowHosts) > 0 || m.AllowPrivate {
-		// Wasm egress grants are checked the same way as browser ones.
+		// Wasm egress grants are checked the same way as browser ones, in
+		// the form the runtime matches them in (a skill's manifest hosts
+		// come here without checkGrantValues).
+		hosts, err := canonicalHosts(m.AllowHosts)
+		if err != nil {
+			return err
+		}
+		m.AllowHosts = hosts
 		for _, h := range m.AllowHosts {
 			if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, h), map[string]any{"grant_host": h}); err != nil {
 				return err

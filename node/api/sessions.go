@@ -94,9 +94,11 @@ func (bs browserService) OpenSession(ctx context.Context, req *connect.Request[p
 	if err := s.authz.Check(ctx, policy.ActionBrowserOpen, policy.ClusterResource(), nil); err != nil {
 		return nil, err
 	}
-	if err := s.checkHTTPGrants(ctx, m.AllowHosts, m.AllowPrivate); err != nil {
+	hosts, err := s.checkHTTPGrants(ctx, m.AllowHosts, m.AllowPrivate)
+	if err != nil {
 		return nil, err
 	}
+	m.AllowHosts = hosts
 	owner, _ := bs.caller(ctx)
 	workers := bs.browserWorkers()
 	if m.NodeId != "" {

@@ -6,10 +6,12 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 
 	"connectrpc.com/connect"
+	"golang.org/x/net/publicsuffix"
 
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/runtime"
@@ -69,10 +71,44 @@ func checkAllowHost(h string) error {
 		}
 		return refuse(fmt.Sprintf("has a port (:%s); a grant admits every port of its host", port), instead)
 	}
-	if _, err := netguard.NormaliseAllowHost(t); err != nil {
+	n, err := netguard.NormaliseAllowHost(t)
+	if err != nil {
 		return invalid(err.Error(), hostRule)
 	}
+	if _, ipErr := netip.ParseAddr(n); ipErr != nil {
+		if suffix, icann := publicsuffix.PublicSuffix(n); icann && suffix == n {
+			return invalid(fmt.Sprintf("--allow-host %q is a public suffix (like com or co.uk): it would admit every site under it", clipHost(h)),
+				"name the hosts the job reaches, e.g. --allow-host api.example.com")
+		}
+	}
 	return nil
+}
+
+// canonicalHosts checks hosts and returns them in the form the runtime
+// matches them in (netguard.NormaliseAllowHost: lower case, no final dot,
+// no "*.", IPv4-mapped addresses unmapped), each once, in order. The
+// policy is asked about these and the job keeps these: a grant spelt
+// otherwise (LOCALHOST, localhost., *.localhost, ::ffff:127.0.0.1) was
+// checked as written while the runtime matched it as the canonical host,
+// so a policy forbidding that host never saw it.
+func canonicalHosts(hosts []string) ([]string, error) {
+	if len(hosts) == 0 {
+		return hosts, nil
+	}
+	out := make([]string, 0, len(hosts))
+	for _, h := range hosts {
+		if err := checkAllowHost(h); err != nil {
+			return nil, err
+		}
+		n, err := netguard.NormaliseAllowHost(h)
+		if err != nil {
+			return nil, invalid(err.Error(), hostRule)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 func clipHost(h string) string {
@@ -84,7 +120,8 @@ func clipHost(h string) string {
 
 // checkGrantValues refuses a submission's empty or malformed grants
 // before they reach the policy (an empty one was a Cedar error about a
-// Grant with no ID) or the runtime (a bad host failed the job, blocked).
+// Grant with no ID) or the runtime (a bad host failed the job, blocked),
+// and puts its hosts in canonical form (canonicalHosts).
 // Skill runs are not checked here: their grants are their manifest's.
 func checkGrantValues(m *palyrav1.SubmitJobRequest) error {
 	for _, n := range m.SecretNames {
@@ -92,11 +129,11 @@ func checkGrantValues(m *palyrav1.SubmitJobRequest) error {
 			return invalid("empty secret name in --secret", "give the name a secret is stored under ('palyra secret list')")
 		}
 	}
-	for _, h := range m.AllowHosts {
-		if err := checkAllowHost(h); err != nil {
-			return err
-		}
+	hosts, err := canonicalHosts(m.AllowHosts)
+	if err != nil {
+		return err
 	}
+	m.AllowHosts = hosts
 	return nil
 }
 

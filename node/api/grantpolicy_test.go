@@ -1,0 +1,84 @@
+package api
+
+import (
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity/policy"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// A policy that forbids an HTTP grant cannot be sidestepped by spelling
+// the host otherwise: the policy was asked about the host as written
+// (LOCALHOST, localhost., *.localhost, ::ffff:127.0.0.1) while the runtime
+// matched it as the canonical host, so those jobs reached what the policy
+// forbade. Hosts are canonical before the policy sees them, and the job
+// keeps the canonical form. A grant is in its parent domains, so a forbid
+// on `resource in Grant::"example.com"` refuses its subdomains too, and a
+// public suffix (com) is refused as a grant.
+func TestGrantPolicySeesCanonicalHosts(t *testing.T) {
+	js, _, _, ctl, ctx := newSubmitServer(t)
+	addMember(t, ctl, &raftpb.Member{Kind: "device", Id: "d-submitter1", Operator: true, AddedAtMs: 1, AddedBy: "init"})
+	src := string(policy.DefaultPolicy()) + `
+@id("no-localhost")
+forbid (principal, action == Palyra::Action::"grant.http", resource == Palyra::Grant::"localhost");
+@id("no-loopback")
+forbid (principal, action == Palyra::Action::"grant.http", resource == Palyra::Grant::"127.0.0.1");
+@id("no-internal")
+forbid (principal, action == Palyra::Action::"grant.http", resource in Palyra::Grant::"internal.example");
+`
+	if _, err := ctl.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SetPolicy{SetPolicy: &raftpb.SetPolicy{Source: []byte(src)}}}); err != nil {
+		t.Fatal(err)
+	}
+	js.s.authz.reload()
+	mod := tinyModule("grantpolicy")
+	script := []byte(`{"steps":[{"action":"navigate","url":"https://example.com/"}]}`)
+	for _, c := range []struct{ host, policy string }{
+		{"localhost", "no-localhost"}, {"LOCALHOST", "no-localhost"}, {"localhost.", "no-localhost"}, {"*.localhost", "no-localhost"},
+		{"127.0.0.1", "no-loopback"}, {"::ffff:127.0.0.1", "no-loopback"}, {"[::ffff:127.0.0.1]", "no-loopback"},
+		{"internal.example", "no-internal"}, {"db.Internal.Example.", "no-internal"}, {"*.a.b.internal.example", "no-internal"},
+	} {
+		for kind, req := range map[string]*palyrav1.SubmitJobRequest{
+			"wasm":    {WasmModule: mod, AllowHosts: []string{"example.com", c.host}},
+			"browser": {BrowserScript: script, AllowHosts: []string{"example.com", c.host}},
+		} {
+			_, err := js.SubmitJob(ctx, connect.NewRequest(req))
+			if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), c.policy) {
+				t.Errorf("%s job with --allow-host %q: %v; want a denial by %s", kind, c.host, err, c.policy)
+			}
+		}
+		if _, err := js.s.checkHTTPGrants(ctx, []string{c.host}, false); connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Errorf("browser session with --allow-host %q: %v; want a denial", c.host, err)
+		}
+	}
+	if n := len(ctl.State().Jobs(consensus.JobFilter{})); n != 0 {
+		t.Fatalf("%d jobs committed by denied submissions", n)
+	}
+	// The denial says who was refused what, and an operator (who can
+	// change the policy) is told how, not to ask an operator.
+	_, err := js.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: mod, AllowHosts: []string{"LocalHost"}}))
+	if pe := apiCode(t, err); !strings.Contains(pe.Message, "which forbids device:d-submitter1 to grant.http on Grant::localhost") ||
+		!strings.Contains(pe.Hint, "palyra policy set") || strings.Contains(pe.Hint, "ask an operator") {
+		t.Errorf("denial %q, hint %q; want the subject named and the operator's fix", pe.Message, pe.Hint)
+	}
+	// A public suffix is a grant of every site under it.
+	for _, h := range []string{"com", "*.com", "co.uk", "COM."} {
+		refused(t, ctx, js, ctl, &palyrav1.SubmitJobRequest{WasmModule: mod, AllowHosts: []string{h}}, "is a public suffix", "name the hosts the job reaches")
+	}
+
+	// What is allowed is kept in canonical form, each host once.
+	resp, err := js.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: mod,
+		AllowHosts: []string{"API.Example.com.", "*.api.example.com", "::ffff:10.0.0.1", "example.internal"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := ctl.State().Job(resp.Msg.Job.Id)
+	if got := strings.Join(j.AllowHosts, " "); got != "api.example.com 10.0.0.1 example.internal" {
+		t.Fatalf("the job keeps hosts %q; want them canonical, each once", got)
+	}
+
+}
