@@ -119,6 +119,11 @@ func TestPolicySetCheckAndReject(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stdout, "deny by policy no-submit-ci") {
 		t.Fatalf("policy check: %+v", r)
 	}
+	// A deny exits 1 under --json too (it exited 0).
+	r = c.cli("policy", "check", "--principal", "device:"+id, "--action", "job.submit", "--json")
+	if r.code != 1 || !strings.Contains(r.stdout, `"allow": false`) || r.stderr != "" {
+		t.Fatalf("policy check --json of a deny: %+v; want the decision on stdout, exit 1", r)
+	}
 	// A malformed policy is rejected and the old one stays.
 	os.WriteFile(file, []byte("permit (principal, action, resource"), 0o600)
 	if r := c.cli("policy", "set", file); r.code != 1 || !strings.Contains(r.stderr, "policy rejected") {

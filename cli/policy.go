@@ -86,8 +86,13 @@ func policyCommand() *ucli.Command {
 					}
 					m := resp.Msg
 					if c.Bool("json") {
-						return writeJSON(c.App.Writer, map[string]any{"allow": m.Allow, "reasons": nonNil(m.Reasons), "errors": nonNil(m.Errors), "explanation": m.Explanation,
-							"warnings": nonNil(m.Warnings)})
+						// A deny exits 1 as in text, so a script can test the
+						// exit status either way.
+						if err := writeJSON(c.App.Writer, map[string]any{"allow": m.Allow, "reasons": nonNil(m.Reasons), "errors": nonNil(m.Errors), "explanation": m.Explanation,
+							"warnings": nonNil(m.Warnings)}); err != nil || m.Allow {
+							return err
+						}
+						return ucli.Exit("", exitFailure)
 					}
 					for _, w := range m.Warnings {
 						fmt.Fprintln(c.App.ErrWriter, "warning: "+w)

@@ -82,3 +82,42 @@ forbid (principal, action == Palyra::Action::"grant.http", resource in Palyra::G
 	}
 
 }
+
+// 'palyra policy check' asks about a host grant as a job's is asked: in
+// canonical form, within its parent domains, with grant_host in the
+// context. It answered "allow" for Grant::http:LOCALHOST under a forbid
+// on localhost.
+func TestCheckPolicyGrantIsAskedAsAJobsIs(t *testing.T) {
+	s, ctl, ctx := newOperatorServer(t)
+	src := string(policy.DefaultPolicy()) + `
+@id("no-localhost")
+forbid (principal, action == Palyra::Action::"grant.http", resource == Palyra::Grant::"localhost");
+@id("no-internal")
+forbid (principal, action == Palyra::Action::"grant.http", resource in Palyra::Grant::"internal.example");
+@id("host-in-context")
+forbid (principal, action == Palyra::Action::"grant.http", resource) when { context has grant_host && context.grant_host == "ctx.example" };
+`
+	if _, err := ctl.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SetPolicy{SetPolicy: &raftpb.SetPolicy{Source: []byte(src)}}}); err != nil {
+		t.Fatal(err)
+	}
+	s.authz.reload()
+	for res, want := range map[string]string{
+		"Grant::http:LOCALHOST":          "no-localhost",
+		"Grant::http:localhost.":         "no-localhost",
+		"Grant::http:a.Internal.Example": "no-internal",
+		"Grant::http:ctx.example":        "host-in-context",
+		"Grant::http:api.example.com":    "",
+	} {
+		resp, err := policyService{s}.CheckPolicy(ctx, connect.NewRequest(&palyrav1.CheckPolicyRequest{Principal: "device:d-operator1", Action: "grant.http", Resource: res}))
+		if err != nil {
+			t.Fatalf("check %s: %v", res, err)
+		}
+		if m := resp.Msg; (want == "") != m.Allow || (want != "" && !strings.Contains(m.Explanation, want)) {
+			t.Errorf("check %s: %q; want %q", res, m.Explanation, want)
+		}
+	}
+	_, err := policyService{s}.CheckPolicy(ctx, connect.NewRequest(&palyrav1.CheckPolicyRequest{Principal: "device:d-operator1", Action: "grant.http", Resource: "Grant::http:x.com:80"}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("check of a host with a port: %v; want invalid_argument", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
+	"github.com/palyra-mesh/palyra/runtime/netguard"
 )
 
 type policyService struct{ s *Server }
@@ -97,6 +98,16 @@ func (ps policyService) CheckPolicy(ctx context.Context, req *connect.Request[pa
 			return nil, invalid(fmt.Sprintf("--context is not a JSON object: %v", err), `e.g. --context '{"grant_host":"example.com"}'`)
 		}
 	}
+	if res.Type == policy.TypeGrant {
+		// The context a job's grant is asked with, unless given.
+		key := map[string]string{policy.GrantHTTP: "grant_host", policy.GrantSecret: "grant_key", policy.GrantKV: "grant_prefix"}[fmt.Sprint(res.Attrs["type"])]
+		if _, given := rc[key]; key != "" && !given {
+			if rc == nil {
+				rc = map[string]any{}
+			}
+			rc[key] = res.ID
+		}
+	}
 	d := s.authz.engine.Authorize(policy.Request{Principal: pp, Action: m.Action, Resource: res, Context: rc})
 	return connect.NewResponse(&palyrav1.CheckPolicyResponse{Allow: d.Allow, Reasons: d.Reasons, Errors: d.Errors, Explanation: policy.Explain(d), Warnings: warnings}), nil
 }
@@ -122,6 +133,15 @@ func parseResource(s *Server, r string) (policy.Resource, error) {
 		return jobResource(&j), nil
 	case policy.TypeGrant:
 		gt, name, _ := strings.Cut(id, ":")
+		if gt == policy.GrantHTTP && name != "private" {
+			// As a job's grant is asked about: in canonical form, with
+			// its parent domains (LOCALHOST is localhost).
+			n, err := netguard.NormaliseAllowHost(name)
+			if err != nil {
+				return policy.Resource{}, invalid(err.Error(), hostRule)
+			}
+			name = n
+		}
 		return policy.GrantResource(gt, name), nil
 	}
 	return policy.Resource{}, invalid(fmt.Sprintf("unknown resource type %q", typ), "use Cluster, Job or Grant")
