@@ -156,6 +156,10 @@ func (s *Server) notStored(ctx context.Context, err error) error {
 		"check that the other nodes are up and reachable ('palyra nodes')")
 }
 
+// wasmPage is the unit of wasm linear memory: a memory limit is a whole
+// number of them (rounded down).
+const wasmPage = 64 << 10
+
 // validateSubmit checks everything about a submission but the module
 // itself, before any work is done: refused input stores nothing.
 func (s *Server) validateSubmit(m *palyrav1.SubmitJobRequest) error {
@@ -174,7 +178,7 @@ func (s *Server) validateSubmit(m *palyrav1.SubmitJobRequest) error {
 		return invalid(fmt.Sprintf("timeout %s is out of range", what), "use --timeout between 1ms and 24h")
 	case m.MaxOutputBytes > MaxOutputLimit:
 		return invalid(fmt.Sprintf("output bound %s is over the %s maximum", mib(int(m.MaxOutputBytes)), mib(MaxOutputLimit)),
-			"use --max-output 16MiB or less, and return large results as artifacts")
+			"use --max-output 16MiB or less; split the work into a job array (--inputs), or have the job send larger results over HTTP (--allow-host); a browser job returns files as artifacts")
 	case m.Retries > MaxRetries:
 		return invalid(fmt.Sprintf("--retries %d is over the limit of %d", m.Retries, MaxRetries), "use --retries 10 or less")
 	case m.DeadlineMs < 0:
@@ -185,6 +189,11 @@ func (s *Server) validateSubmit(m *palyrav1.SubmitJobRequest) error {
 		return invalid("too many constraints", "use at most 32 --constraint k=v")
 	case m.MemoryBytes > MaxMemory:
 		return invalid(fmt.Sprintf("memory limit %d bytes is over the 4 GiB wasm32 maximum", m.MemoryBytes), "use --memory 4GiB or less")
+	case m.MemoryBytes > 0 && m.MemoryBytes < wasmPage:
+		// Wasm memory comes in 64 KiB pages: such a limit could only fail
+		// the job when it ran (a bare "5" meant 5 bytes).
+		return invalid(fmt.Sprintf("memory limit %d bytes is under one 64 KiB wasm page", m.MemoryBytes),
+			"give a size with its unit, e.g. --memory 16MiB (limits are rounded down to whole 64 KiB pages)")
 	}
 	if err := checkConstraints(m.Constraints); err != nil {
 		return err

@@ -139,3 +139,19 @@ func TestSubmitWATModuleSaysConvertIt(t *testing.T) {
 		}
 	}
 }
+
+// A memory limit under one 64 KiB wasm page is refused when submitted
+// (--memory 5 meant 5 bytes: the job was committed, run, and failed).
+func TestSubmitRefusesMemoryUnderAPage(t *testing.T) {
+	js, _, _, ctl, ctx := newSubmitServer(t)
+	addMember(t, ctl, &raftpb.Member{Kind: "device", Id: "d-submitter1", Operator: true, AddedAtMs: 1, AddedBy: "init"})
+	mod := tinyModule("mempage")
+	for _, b := range []uint64{1, 5, 65535} {
+		refused(t, ctx, js, ctl, &palyrav1.SubmitJobRequest{WasmModule: mod, MemoryBytes: b}, "under one 64 KiB wasm page", "--memory 16MiB")
+	}
+	for _, b := range []uint64{0, 65536, 1_000_000} {
+		if _, err := js.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: mod, MemoryBytes: b})); err != nil {
+			t.Errorf("memory %d refused: %v", b, err)
+		}
+	}
+}
