@@ -38,14 +38,15 @@ func startNode(t *testing.T) *cluster {
 	return startNodeWith(t, node.Config{})
 }
 
-// startNodeWith starts a one-node cluster with cfg's CertTTL.
+// startNodeWith starts a one-node cluster with cfg's CertTTL and
+// HostCallTimeout.
 func startNodeWith(t *testing.T, cfg node.Config) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	n, err := node.Start(context.Background(), node.Config{
 		DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 2, BrowserSlots: -1,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WasmCacheDir: sharedWasmCache,
-		CertTTL: cfg.CertTTL,
+		CertTTL: cfg.CertTTL, HostCallTimeout: cfg.HostCallTimeout,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/node"
 )
 
 // Secrets, KV and HTTP egress work only with grants, and a secret's value
@@ -77,4 +79,26 @@ func TestGrantsSecretsKVAndFetch(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A node's --host-call-timeout bounds a wasm job's HTTP fetch, and the
+// failure names it (a fetch past 10 s failed with no way to raise it).
+func TestHostCallTimeoutIsTheNodes(t *testing.T) {
+	c := startNodeWith(t, node.Config{HostCallTimeout: 300 * time.Millisecond})
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(hang)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "fetch"), "--input", srv.URL, "--allow-host", "127.0.0.1", "--allow-private", "--timeout", "30s", "--wait")
+	if r.code != exitFailure || !strings.Contains(r.stdout+r.stderr, "took longer than 300ms") || !strings.Contains(r.stdout+r.stderr, "--host-call-timeout") {
+		t.Fatalf("a fetch that hangs under a 300ms host call limit: %+v; want it to fail naming the limit and the flag", r)
+	}
+	if r := runCLI(t, "node", "start", "--data-dir", t.TempDir(), "--host-call-timeout", "5ms"); r.code != exitUsage || !strings.Contains(r.stderr, "between 100ms and 1h") {
+		t.Fatalf("node start --host-call-timeout 5ms: %+v; want a usage error", r)
+	}
 }

@@ -71,6 +71,9 @@ type Config struct {
 	// LeaseTTL is how long a placement lives without its worker renewing
 	// it (0: driver.DefaultLeaseTTL).
 	LeaseTTL time.Duration
+	// HostCallTimeout bounds one host call of a wasm job run here (0:
+	// wasm.DefaultHostCallTimeout).
+	HostCallTimeout time.Duration
 	// BlobGCInterval is how often unreferenced blobs are collected (0:
 	// every minute); BlobGCGrace is how old an unreferenced blob must be
 	// to go (0: 10 minutes).

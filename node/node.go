@@ -216,7 +216,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cacheDir == "" {
 		cacheDir = l.WasmCacheDir()
 	}
-	if n.wasm, err = wasm.New(ctx, wasm.Config{CacheDir: cacheDir, MaxConcurrent: n.slots, Logger: n.log}); err != nil {
+	if n.wasm, err = wasm.New(ctx, wasm.Config{CacheDir: cacheDir, MaxConcurrent: n.slots, HostCallTimeout: cfg.HostCallTimeout, Logger: n.log}); err != nil {
 		return nil, fmt.Errorf("start wasm runtime: %w", err)
 	}
 	n.startBrowser(ctx, false)

@@ -93,7 +93,7 @@ func secretGet(ctx context.Context, st *hostState, mem memory, args []uint64) (i
 	case errors.Is(err, runtime.ErrNotFound):
 		return 0, callErr(abi.CodeNotFound, "secret %q does not exist", clipName(name))
 	case err != nil && cctx.Err() != nil:
-		return 0, callErr(abi.CodeTimeout, "reading secret %q took longer than %v", clipName(name), st.callTimeout)
+		return 0, callErr(abi.CodeTimeout, "reading secret %q took longer than %v (the worker's host call limit, --host-call-timeout)", clipName(name), st.callTimeout)
 	case err != nil:
 		// The error is the service's (its contract: no values in errors);
 		// the guest gets only a generic message.
@@ -192,7 +192,7 @@ func (st *hostState) grantedKey(mem memory, ptr, n uint64) (string, *callError) 
 
 func (st *hostState) kvError(ctx context.Context, op, key string, err error) *callError {
 	if ctx.Err() != nil {
-		return callErr(abi.CodeTimeout, "%s key %q took longer than %v", op, clipName(key), st.callTimeout)
+		return callErr(abi.CodeTimeout, "%s key %q took longer than %v (the worker's host call limit, --host-call-timeout)", op, clipName(key), st.callTimeout)
 	}
 	st.log.Warn("key-value service failed", "op", op, "key", key, "error", err)
 	return callErr(abi.CodeUnavailable, "%s key %q failed on the host", op, clipName(key))

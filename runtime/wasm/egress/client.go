@@ -227,7 +227,7 @@ func (c *Client) classify(ctx context.Context, host string, err error) error {
 	case errors.As(err, &be):
 		return be
 	case context.Cause(ctx) == ErrTimeout:
-		return fmt.Errorf("%w: fetching from %q took longer than %v", ErrTimeout, clip(host), c.timeout)
+		return fmt.Errorf("%w: fetching from %q took longer than %v (the worker's host call limit, palyra node start --host-call-timeout)", ErrTimeout, clip(host), c.timeout)
 	case ctx.Err() != nil:
 		return context.Cause(ctx)
 	case errors.Is(err, ErrNetwork), errors.Is(err, ErrBadRequest):
