@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -40,6 +41,7 @@ func browseCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "allow-private", Usage: "allow private, loopback and link-local targets (a policy grant)"},
 			&ucli.BoolFlag{Name: "fail", Usage: "exit 1 when the page answers an HTTP error status (4xx, 5xx), as curl --fail does; by default it is a note on stderr"},
 			&ucli.DurationFlag{Name: "timeout", Usage: "job time limit", Value: time.Minute},
+			&ucli.DurationFlag{Name: "step-timeout", Usage: "time limit of each step (loading the page, waiting for --text's element, …)", DefaultText: "the worker's default, 15s"},
 			&ucli.DurationFlag{Name: "wait-timeout", Usage: "stop waiting after `DURATION` and cancel the job; by default browse waits for the job's end, but gives up within seconds when no node in the cluster can run browser jobs"},
 			jsonFlag,
 		},
@@ -67,7 +69,16 @@ func jobBrowse(c *ucli.Context) error {
 	if c.String("pdf") != "" {
 		steps = append(steps, map[string]any{"action": "pdf", "name": "page.pdf"})
 	}
-	script, _ := json.Marshal(map[string]any{"steps": steps})
+	doc := map[string]any{"steps": steps}
+	if st := c.Duration("step-timeout"); st < 0 {
+		return usageErr("--step-timeout %v is negative", st)
+	} else if st > 0 {
+		if st > c.Duration("timeout") {
+			return usageErr("--step-timeout %v is longer than the job's --timeout %v: raise --timeout too", st, c.Duration("timeout"))
+		}
+		doc["timeout_ms"] = max(1, st.Milliseconds())
+	}
+	script, _ := json.Marshal(doc)
 	cl, err := dial(c)
 	if err != nil {
 		return err
@@ -114,10 +125,19 @@ func jobBrowse(c *ucli.Context) error {
 			// One object on stdout, as 'job submit --wait --json' gives.
 			return printEnded(c, job)
 		}
-		if len(job.Stderr) > 0 {
-			c.App.ErrWriter.Write(job.Stderr)
+		writeNotes(c, job.Stderr)
+		reason := jobReason(job)
+		if sel := c.String("text"); sel != "" && job.Error != nil && strings.Contains(job.Error.Message, "(wait_for)") && strings.Contains(job.Error.Message, "step timeout") {
+			// The --text element never appeared: say so in the words of
+			// the command, not of the script it made.
+			reason += fmt.Sprintf("\nhint: no element matched --text %q in time; check the selector, or give the page longer with --step-timeout", sel)
 		}
-		return ucli.Exit(jobReason(job), exitFailure)
+		return ucli.Exit(reason, exitFailure)
+	}
+	if !c.Bool("json") {
+		// The page loaded, but what the worker noted (a sub-request to a
+		// host not granted, blocked) may be why it looks wrong.
+		writeNotes(c, job.Stderr)
 	}
 	for flag, name := range map[string]string{"screenshot": "page.png", "pdf": "page.pdf"} {
 		if path := c.String(flag); path != "" {
@@ -192,4 +212,31 @@ func saveArtifact(c *ucli.Context, cl *client.Client, jobID, name, path string) 
 	}
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%s, %d bytes, sha256:%s)\n", path, resp.Msg.Artifact.MediaType, len(resp.Msg.Data), resp.Msg.Artifact.Sha256[:12])
 	return nil
+}
+
+// writeNotes copies a browse job's stderr notes to stderr, a blocked
+// request as one line a person reads ("note: blocked Image http://…:
+// host … is not in the job's --allow-host list"), without the page-status
+// line (printed as a note of its own above).
+func writeNotes(c *ucli.Context, stderr []byte) {
+	for _, line := range bytes.SplitAfter(stderr, []byte("\n")) {
+		var l struct {
+			Status  int    `json:"status"`
+			Blocked string `json:"blocked"`
+			Type    string `json:"type"`
+			Reason  string `json:"reason"`
+		}
+		isJSON := json.Unmarshal(line, &l) == nil
+		switch {
+		case len(bytes.TrimSpace(line)) == 0, isJSON && l.Status != 0:
+			continue
+		case isJSON && l.Blocked != "":
+			fmt.Fprintf(c.App.ErrWriter, "note: blocked %s %s: %s\n", strings.ToLower(l.Type), l.Blocked, l.Reason)
+			continue
+		}
+		c.App.ErrWriter.Write(line)
+		if line[len(line)-1] != '\n' {
+			fmt.Fprintln(c.App.ErrWriter)
+		}
+	}
 }

@@ -486,3 +486,27 @@ func TestBrowseHTTPErrorStatus(t *testing.T) {
 		t.Fatalf("browse --fail of a page that answers 200: %+v", r)
 	}
 }
+
+// 'job browse' says what the worker noted on a page that loaded (a
+// sub-request to a host not granted, blocked: only a failed or --json
+// browse showed it), as a line a person reads; --step-timeout bounds
+// each step, and a --text element that never appears is named as such.
+func TestBrowseNotesAndStepTimeout(t *testing.T) {
+	c := startBrowserNode(t)
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<h1>Hi</h1><img src="http://127.0.0.2:9/x.png">`)
+	}))
+	t.Cleanup(site.Close)
+	r := c.cli("job", "browse", site.URL+"/", "--text", "h1", "--allow-private")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "Hi" || !strings.Contains(r.stderr, `note: blocked image http://127.0.0.2:9/x.png: host "127.0.0.2" is not in the job's --allow-host list`) {
+		t.Fatalf("browse of a page with a blocked image: %+v; want its text and a note naming the blocked request", r)
+	}
+	r = c.cli("job", "browse", site.URL+"/", "--text", "h2", "--step-timeout", "700ms", "--allow-private")
+	if r.code != 1 || !strings.Contains(r.stderr, "step timeout of 700ms") || !strings.Contains(r.stderr, `no element matched --text "h2" in time`) {
+		t.Fatalf("browse --text of an element never there, --step-timeout 700ms: %+v; want the step's limit and the hint", r)
+	}
+	if r := c.cli("job", "browse", site.URL+"/", "--step-timeout", "2m"); r.code != exitUsage || !strings.Contains(r.stderr, "longer than the job's --timeout") {
+		t.Fatalf("--step-timeout over --timeout: %+v; want a usage error", r)
+	}
+}
