@@ -33,7 +33,7 @@ func skillCommand() *ucli.Command {
 
    skill.toml:
      manifest_version = 1
-     skill_id  = "acme.echo"          # a-z 0-9 . _ -
+     skill_id  = "acme.echo"          # PUBLISHER.NAME; a-z 0-9 . _ -
      name      = "Echo"
      version   = "1.0.0"              # semantic versioning
      publisher = "acme"               # must match the signature's

@@ -379,12 +379,20 @@ func TestSkillInstallCannotTakeOverATrustOrAStatus(t *testing.T) {
 	if r := c.cli("skill", "enable", "example.web"); r.code != 0 {
 		t.Fatalf("enable: %+v", r)
 	}
-	r := c.cli("skill", "install", pack("takeover", "mallory", "example.web", "9.0.0", ""), "--trust-on-first-use")
-	if r.code == 0 || !strings.Contains(r.stderr, "published by example") || !strings.Contains(r.stderr, "skill remove example.web") {
-		t.Fatalf("another publisher's package for example.web: %+v", r)
+	// Another publisher cannot even pack a skill in example's namespace
+	// (example.web, or a new example.other that reads as example's).
+	for _, id := range []string{"example.web", "example.other"} {
+		m := strings.NewReplacer(`publisher = "example"`, `publisher = "mallory"`, `skill_id = "example.web"`, `skill_id = "`+id+`"`).Replace(string(manifest))
+		if err := os.WriteFile(filepath.Join(dir, "skill.toml"), []byte(m), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := runCLI(t, "skill", "pack", dir, "--key", keys["mallory"], "-o", filepath.Join(tmp, "takeover.palyra-skill")); r.code == 0 ||
+			!strings.Contains(r.stderr, `skill_id "`+id+`" is not in publisher "mallory"'s namespace: name it mallory.NAME`) {
+			t.Fatalf("mallory packing %s: %+v", id, r)
+		}
 	}
 	if strings.Contains(trusted(), "mallory") {
-		t.Fatalf("a refused install pinned the publisher's key: %s", trusted())
+		t.Fatalf("a refused package pinned the publisher's key: %s", trusted())
 	}
 	if r := c.cli("skill", "install", pack("changed", "example", "example.web", "1.0.0", "Changed."), "--trust-on-first-use"); r.code == 0 || !strings.Contains(r.stderr, "contents do not change") {
 		t.Fatalf("the same version with other contents: %+v", r)
@@ -442,7 +450,7 @@ func TestSkillInstallCannotTakeOverATrustOrAStatus(t *testing.T) {
 	if r := c.cli("skill", "quarantine", "example.web", "--reason", "security hold"); r.code != 0 {
 		t.Fatalf("quarantine: %+v", r)
 	}
-	r = device(t, cfg, "skill", "install", pack("v120", "example", "example.web", "1.2.0", ""))
+	r := device(t, cfg, "skill", "install", pack("v120", "example", "example.web", "1.2.0", ""))
 	if r.code == 0 || !strings.Contains(r.stdout, "1.2.0 installed (replacing 1.0.0), quarantined") || !strings.Contains(r.stderr, "skill enable example.web") {
 		t.Fatalf("upgrade of a quarantined skill: %+v", r)
 	}

@@ -175,9 +175,14 @@ func (m *Manifest) Validate() error {
 	}
 	if !idRE.MatchString(m.Publisher) {
 		bad("publisher %q: want 1-64 of a-z, 0-9, '.', '_', '-', starting with a letter or digit", m.Publisher)
+	} else if idRE.MatchString(m.SkillID) && m.SkillID != m.Publisher && !strings.HasPrefix(m.SkillID, m.Publisher+".") {
+		// A skill id is in its publisher's namespace, so an id that reads
+		// as another publisher's ("example.tools" from "mallory") cannot
+		// be taken by whoever installs first.
+		bad("skill_id %q is not in publisher %q's namespace: name it %s.NAME", m.SkillID, m.Publisher, m.Publisher)
 	}
 	if !versionRE.MatchString(m.Version) || !semver.IsValid("v"+m.Version) {
-		bad("version %q: want MAJOR.MINOR.PATCH (semantic versioning)", m.Version)
+		bad("version %q: want MAJOR.MINOR.PATCH with an optional -PRERELEASE, e.g. 1.2.0 or 2.0.0-rc.1 (semantic versioning, without +BUILD metadata: two packages whose versions differ only there would be one version)", m.Version)
 	}
 	if m.Name == "" || len(m.Name) > maxText {
 		bad("name: required, at most %d bytes", maxText)

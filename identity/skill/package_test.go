@@ -203,6 +203,9 @@ func TestManifestRefusals(t *testing.T) {
 		{"tool kv prefix outside the skill's", goodManifest + "[tools.capabilities]\nkv_prefix = \"other/\"\n", `tools[0].capabilities.kv_prefix: "other/" is not under`},
 		{"tool private addresses", goodManifest + "[tools.capabilities]\nallow_private = true\n", "tools[0].capabilities.allow_private"},
 		{"tool unknown capability", goodManifest + "[tools.capabilities]\nfuel = 3\n", "fuel"},
+		{"id in another publisher's namespace", strings.Replace(goodManifest, `skill_id = "acme.echo"`, `skill_id = "example.echo"`, 1), `skill_id "example.echo" is not in publisher "acme"'s namespace: name it acme.NAME`},
+		{"id that only starts like the publisher", strings.Replace(goodManifest, `skill_id = "acme.echo"`, `skill_id = "acmecorp.echo"`, 1), "namespace"},
+		{"build metadata", strings.Replace(goodManifest, `version = "1.2.3"`, `version = "1.2.3-beta+x"`, 1), "without +BUILD metadata"},
 	} {
 		_, err := ParseManifest([]byte(tc.manifest))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
