@@ -49,7 +49,11 @@ type blobNet struct {
 	// nodes that acknowledged holding it, so a blob already held here and
 	// on a live peer is not read, hashed or pushed again. Set by newBlobNet.
 	held   *blob.LRU[[]string]
+	heldMu sync.Mutex   // one read-and-add of held at a time (addHolder)
 	pushes atomic.Int64 // blobs offered to peers (for tests)
+	// inflight counts pushes under way (for tests: a Put returns before
+	// a slow peer's push ends).
+	inflight atomic.Int64
 }
 
 // heldBlobs bounds the memory of where blobs are held.
@@ -191,6 +195,8 @@ func (b *blobNet) has(ctx context.Context, addr, hash string) bool {
 // stored acknowledgement.
 func (b *blobNet) push(ctx context.Context, addr, hash string, data []byte) error {
 	b.pushes.Add(1)
+	b.inflight.Add(1)
+	defer b.inflight.Add(-1)
 	if b.has(ctx, addr, hash) {
 		return nil
 	}
@@ -254,7 +260,11 @@ func (b *blobNet) GetContext(ctx context.Context, hash string) ([]byte, error) {
 // Put stores data locally and on up to two other live nodes, and succeeds
 // only if at least one other node holds it when any other node is alive:
 // an accepted job's module must survive the loss of the node that took it.
-// A blob known to be held by a live peer already is not pushed again.
+// It returns at the first node's acknowledgement; the push to the second
+// goes on in the background. Waiting for both held every large submit for
+// the QUIC idle timeout (30 s) when one of the two died mid-push (a
+// leader killed while a follower replicated to it). A blob known to be
+// held by a live peer already is not pushed again.
 func (b *blobNet) Put(data []byte) (string, error) {
 	hash, err := b.local.Put(data)
 	if err != nil {
@@ -264,32 +274,48 @@ func (b *blobNet) Put(data []byte) (string, error) {
 	if len(others) == 0 || b.heldBy(hash, others) {
 		return hash, nil
 	}
+	targets := others[:min(2, len(others))]
 	ctx, cancel := context.WithTimeout(context.Background(), blobIOTimeout)
-	defer cancel()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var acked []string
-	var errs []error
-	for _, m := range others[:min(2, len(others))] {
-		wg.Add(1)
+	type result struct {
+		id  string
+		err error
+	}
+	results := make(chan result, len(targets)) // buffered: the late push never blocks
+	for _, m := range targets {
 		go func(m cluster.Member) {
-			defer wg.Done()
 			err := b.push(ctx, m.Address, hash, data)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
+			if err == nil {
+				b.addHolder(hash, m.ID)
 			}
-			acked = append(acked, m.ID)
+			results <- result{m.ID, err}
 		}(m)
 	}
-	wg.Wait()
-	if len(acked) == 0 {
-		return "", fmt.Errorf("could not replicate module to another node: %w", errors.Join(errs...))
+	var errs []error
+	for range targets {
+		r := <-results
+		if r.err == nil {
+			go func(left int) { // release the context once the others end
+				for ; left > 0; left-- {
+					<-results
+				}
+				cancel()
+			}(len(targets) - 1 - len(errs))
+			return hash, nil
+		}
+		errs = append(errs, r.err)
 	}
-	b.held.Add(hash, acked)
-	return hash, nil
+	cancel()
+	return "", fmt.Errorf("could not replicate module to another node: %w", errors.Join(errs...))
+}
+
+// addHolder records that node id acknowledged holding hash.
+func (b *blobNet) addHolder(hash, id string) {
+	b.heldMu.Lock()
+	defer b.heldMu.Unlock()
+	ids, _ := b.held.Get(hash)
+	if !slices.Contains(ids, id) {
+		b.held.Add(hash, append(slices.Clip(ids), id))
+	}
 }
 
 // heldBy reports whether hash is known to be held by one of the live

@@ -5,11 +5,23 @@ import (
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/node/cluster"
 )
 
 // BlobPushes reports how many times this node offered a blob to a peer
 // (asked whether it holds it and, if not, sent it): the cost of replicating.
 func (n *Node) BlobPushes() int64 { return n.blobNet.pushes.Load() }
+
+// PutBlobWithDeadPeer stores data as a blob with a peer that never
+// answers (at addr) among the nodes it is pushed to, and says how many
+// pushes were still under way when Put returned.
+func (n *Node) PutBlobWithDeadPeer(data []byte, addr string) (hash string, inflight int64, err error) {
+	b := newBlobNet(n.blobs, n.transport, n.blobNet.self, func() []cluster.Member {
+		return append([]cluster.Member{{ID: "n-deadpeer", Address: addr, State: cluster.StateAlive}}, n.cluster.Members()...)
+	}, n.log)
+	hash, err = b.Put(data)
+	return hash, b.inflight.Load(), err
+}
 
 // StateForTest is the node's replica of the state.
 func (n *Node) StateForTest() *consensus.State { return n.store.State() }
