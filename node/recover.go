@@ -67,12 +67,22 @@ func Recover(cfg RecoverConfig) (RecoverResult, error) {
 				if !srv.Voter || srv.ID == st.NodeID {
 					continue
 				}
-				if m, ok := s.Member("node", srv.ID); !ok || m.Revoked {
+				m, ok := s.Member("node", srv.ID)
+				if !ok || m.Revoked {
 					continue
 				}
 				revoked = append(revoked, srv.ID)
 				cmds = append(cmds, &raftpb.Command{Cmd: &raftpb.Command_RevokeMember{RevokeMember: &raftpb.RevokeMember{
 					Kind: "node", Id: srv.ID, AtMs: at, By: "node recover on " + st.NodeID}}})
+				// The local operator credentials made on the lost machines
+				// go with them, as with 'node remove' and 'snapshot
+				// restore' (they administered the rebuilt cluster).
+				for _, d := range consensus.LocalOperatorsOf(s.Members("device"), m) {
+					if !d.Revoked {
+						cmds = append(cmds, &raftpb.Command{Cmd: &raftpb.Command_RevokeMember{RevokeMember: &raftpb.RevokeMember{
+							Kind: "device", Id: d.ID, AtMs: at, By: "node recover on " + st.NodeID}}})
+					}
+				}
 			}
 			return cmds
 		},

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -78,7 +79,15 @@ func TestOutageRecoveryFromOneSurvivor(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	// Two voters are lost for good; the survivor has no quorum.
+	// Two voters are lost for good; the survivor has no quorum. A copy of
+	// n2's local operator credential is kept, as a disk left somewhere.
+	leftover := t.TempDir()
+	if err := os.CopyFS(filepath.Join(leftover, "operator"), os.DirFS(filepath.Join(n2.dataDir, "operator"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(leftover, "operator", "key.pem"), 0o600); err != nil { // CopyFS leaves 0644
+		t.Fatal(err)
+	}
 	for _, m := range []*member{n2, n3} {
 		m.kill()
 		os.RemoveAll(m.dataDir)
@@ -123,6 +132,11 @@ func TestOutageRecoveryFromOneSurvivor(t *testing.T) {
 	}
 	if j, r := n1.runJob(reverse, "after recovery", time.Minute); j.Phase != "completed" || j.Output != reverseString("after recovery") {
 		t.Fatalf("new job after recovery: %+v %+v", j, r)
+	}
+	// The lost machines' local operator credentials are revoked with
+	// their nodes (one administered the rebuilt cluster).
+	if r := palyra(t, work, "--data-dir", leftover, "--addr", n1.addr, "job", "list"); r.code == 0 || !strings.Contains(r.stderr, "revoked") {
+		t.Fatalf("a lost node's local operator credential after recovery: %+v; want it refused as revoked", r)
 	}
 
 	// The cluster grows again by pairing.
