@@ -139,8 +139,8 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 		Flags:                globalFlags(),
 		Action:               unknownCommand,
 		UsageText:            "palyra [global options] command [command options]", // what urfave prints for an app without an action
-		Commands: dedent(withUnknownCommand([]*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
-			caCommand(), policyCommand(), secretCommand(), kvCommand(), doctorCommand(), snapshotCommand(), versionCommand(), completionCommand(), consoleCommand(), browserCommand(), metricsCommand(), skillCommand(), auditCommand(), hookCommand()})),
+		Commands: requiredFlags(dedent(withUnknownCommand([]*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
+			caCommand(), policyCommand(), secretCommand(), kvCommand(), doctorCommand(), snapshotCommand(), versionCommand(), completionCommand(), consoleCommand(), browserCommand(), metricsCommand(), skillCommand(), auditCommand(), hookCommand()}))),
 		// A paired device's certificate renews after the command that
 		// found it due (see renewAfter).
 		After:          renewAfter,
@@ -186,10 +186,8 @@ func unknownCommand(c *ucli.Context) error {
 		cmds, path = c.Command.Subcommands, c.Command.HelpName
 	}
 	msg := fmt.Sprintf("error: '%s' is not a command of '%s'", word, path)
-	if ucli.SuggestCommand != nil {
-		if s := ucli.SuggestCommand(cmds, word); s != "" {
-			msg += ". " + s
-		}
+	if s := closestCommand(cmds, word); s != "" {
+		msg += fmt.Sprintf(". Did you mean %q?", s)
 	}
 	return ucli.Exit(msg+fmt.Sprintf("\nrun '%s --help' for its commands", path), exitUsage)
 }
@@ -206,6 +204,61 @@ func withUnknownCommand(cmds []*ucli.Command) []*ucli.Command {
 		}
 	}
 	return cmds
+}
+
+// requiredFlags checks the flags marked Required itself, before the
+// command's action, with one usage line naming the flag and what it
+// takes (urfave/cli printed the whole help page, then 'Required flag
+// "peer" not set'). The help still marks them as required.
+func requiredFlags(cmds []*ucli.Command) []*ucli.Command {
+	for _, c := range cmds {
+		requiredFlags(c.Subcommands)
+		var required []ucli.Flag
+		for _, f := range c.Flags {
+			if r, ok := f.(ucli.RequiredFlag); ok && r.IsRequired() {
+				required = append(required, f)
+				unrequire(f)
+			}
+		}
+		if len(required) == 0 || c.Action == nil {
+			continue
+		}
+		action := c.Action
+		c.Action = func(ctx *ucli.Context) error {
+			for _, f := range required {
+				name := f.Names()[0]
+				if !ctx.IsSet(name) {
+					what := ""
+					if d, ok := f.(ucli.DocGenerationFlag); ok && d.GetUsage() != "" {
+						what = " (" + strings.ReplaceAll(d.GetUsage(), "`", "") + ")"
+					}
+					return ucli.Exit(fmt.Sprintf("error: --%s is required%s\nrun '%s --help' for usage", name, what, ctx.Command.HelpName), exitUsage)
+				}
+			}
+			return action(ctx)
+		}
+	}
+	return cmds
+}
+
+// unrequire clears a flag's Required mark (requiredFlags checks it).
+func unrequire(f ucli.Flag) {
+	switch f := f.(type) {
+	case *ucli.StringFlag:
+		f.Required = false
+	case *ucli.StringSliceFlag:
+		f.Required = false
+	case *ucli.DurationFlag:
+		f.Required = false
+	case *ucli.IntFlag:
+		f.Required = false
+	case *ucli.Uint64Flag:
+		f.Required = false
+	case *ucli.BoolFlag:
+		f.Required = false
+	case *ucli.PathFlag:
+		f.Required = false
+	}
 }
 
 // dedent takes the three-space indent off the continuation lines of every
@@ -277,6 +330,40 @@ func closestFlag(flags []ucli.Flag, name string) string {
 		return ""
 	}
 	return best
+}
+
+// closestCommand is the command name (or alias) nearest to word by edit
+// distance, "" when none is near: "jbo" is "job" (urfave/cli's own
+// suggestion, by Jaro-Winkler, offered "browser"). Between names as near,
+// urfave/cli's choice decides ("nods": nodes, not node).
+func closestCommand(cmds []*ucli.Command, word string) string {
+	var near []string
+	bestD := -1
+	for _, c := range cmds {
+		if c.Hidden {
+			continue
+		}
+		for _, n := range c.Names() {
+			switch d := editDistance(n, word); {
+			case bestD < 0 || d < bestD:
+				near, bestD = []string{c.Name}, d
+			case d == bestD && !slices.Contains(near, c.Name):
+				near = append(near, c.Name)
+			}
+		}
+	}
+	if len(near) == 0 || bestD > max(2, len(word)/3) || bestD >= len(word) {
+		return ""
+	}
+	if len(near) > 1 && ucli.SuggestCommand != nil {
+		said := ucli.SuggestCommand(cmds, word)
+		for _, n := range near {
+			if strings.Contains(said, fmt.Sprintf("%q", n)) {
+				return n
+			}
+		}
+	}
+	return near[0]
 }
 
 var negativeArgRE = regexp.MustCompile(`^flag provided but not defined: -?(-[0-9][0-9.]*[a-zµ]*)$`)

@@ -341,6 +341,7 @@ func TestUnknownCommandsAreNamed(t *testing.T) {
 		"job sumbit --wasm x.wasm": `'sumbit' is not a command of 'palyra job'. Did you mean "submit"?`,
 		"nods --stale":             `'nods' is not a command of 'palyra'. Did you mean "nodes"?`,
 		"skill trust ad":           `'ad' is not a command of 'palyra skill trust'. Did you mean "add"?`,
+		"jbo list":                 `'jbo' is not a command of 'palyra'. Did you mean "job"?`, // two letters swapped (it offered "browser")
 	} {
 		r := runCLI(t, strings.Fields(args)...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, want) {

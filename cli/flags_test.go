@@ -24,6 +24,10 @@ func TestBadFlagValuesSayWhatTheyWant(t *testing.T) {
 		{[]string{"job", "retention", "-2h"}, `"-2h" reads as a flag (it starts with -): to pass it as an argument, put -- before the arguments`},
 		{[]string{"kv", "put", "k", "-1"}, `"-1" reads as a flag`},
 		{[]string{"job", "retention", "--bogus"}, "unknown flag --bogus"},
+		// A required flag left out: one line naming it and what it takes
+		// (the whole help page was printed, then 'Required flag "peer" not set').
+		{[]string{"device", "pair", "--code", "X"}, "--peer is required (a node's address HOST:PORT)"},
+		{[]string{"job", "prune"}, "--older-than is required (remove jobs that ended more than DURATION ago"},
 	} {
 		r := runCLI(t, c.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "USAGE:") {

@@ -261,7 +261,7 @@ func kvList(c *ucli.Context) error {
 		return writeJSON(c.App.Writer, map[string]any{"entries": out, "next": next})
 	}
 	if shown == 0 {
-		where := "the store"
+		where := "in the store"
 		if prefix != "" {
 			where = fmt.Sprintf("under %q", prefix)
 		}
