@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,8 +75,19 @@ func doctorCommand() *ucli.Command {
 					}
 				}
 			} else {
-				checks = append(checks, check{Name: "CLI credential", Status: "warn", Detail: err.Error(),
+				// With neither a node nor a credential here, nothing of
+				// palyra was checked: that is no pass (a mistyped
+				// --data-dir exited 0 on two warnings).
+				status := "warn"
+				if self == "" {
+					status = "fail"
+				}
+				checks = append(checks, check{Name: "CLI credential", Status: status, Detail: err.Error(),
 					Fix: "pass --data-dir on a node's machine, or pair: palyra device pair --code CODE --peer HOST:PORT"})
+				if _, serr := os.Stat(layout.Dir); c.IsSet("data-dir") && errors.Is(serr, fs.ErrNotExist) {
+					checks = append(checks, check{Name: "data dir", Status: "fail", Detail: fmt.Sprintf("--data-dir %s does not exist", layout.Dir),
+						Fix: "check the path: a node's data dir holds node.json (palyra node start --data-dir DIR made it)"})
+				}
 			}
 			checks = append(checks, clockCheck(), udpBufferCheck())
 			worst := 0
@@ -368,7 +381,7 @@ func membershipCheckFrom(self, dataDir string, nodes []*palyrav1.NodeInfo) (ch c
 
 // quorumCheckFrom warns when the cluster can lose no more voters (one
 // more failure stops every write), as 'palyra status' says it, and fails
-// without a quorum. One voter by design is fine.
+// without a quorum. One voter is fine when the cluster's target is one.
 func quorumCheckFrom(list *palyrav1.ListNodesResponse) check {
 	const name = "failure tolerance"
 	h := votersHealth(list.Nodes, int(list.TargetVoters))
@@ -379,8 +392,12 @@ func quorumCheckFrom(list *palyrav1.ListNodesResponse) check {
 		fix = "add a node: 'palyra pair create --kind node' on an operator machine, then on the new machine 'palyra node join --code CODE --peer HOST:PORT'; it is promoted to voter once stable"
 	}
 	switch t := h.tolerance(); {
+	case h.total <= 1 && h.belowTarget() != "":
+		// One voter where the cluster keeps more (after 'node recover',
+		// or a first node never joined by others): below its own target.
+		return check{Name: name, Status: "warn", Detail: fmt.Sprintf("voters: %s (a single voter: add nodes to survive losing one)", h), Fix: fix}
 	case h.total <= 1:
-		return check{Name: name, Status: "ok", Detail: fmt.Sprintf("voters: %s (a single voter: add nodes to survive losing one)", h)}
+		return check{Name: name, Status: "ok", Detail: fmt.Sprintf("voters: %s (a single voter, as --target-voters 1 asks)", h)}
 	case t < 0:
 		return check{Name: name, Status: "fail", Detail: "voters: " + h.String(), Fix: fix}
 	case t == 0:

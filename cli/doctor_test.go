@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +64,17 @@ func TestDoctorOnARemovedNodesDataDir(t *testing.T) {
 	if cred.Status != "fail" || !strings.Contains(cred.Fix, "join again with a new code") ||
 		strings.Contains(cred.Fix, "device pair") || strings.Contains(cred.Fix, "--force") {
 		t.Fatalf("the removed node's operator credential should give the node's fix: %+v", cred)
+	}
+}
+
+// With no node and no credential here, doctor checked nothing of palyra:
+// it fails, and a --data-dir that does not exist is named (a mistyped one
+// exited 0 on two warnings).
+func TestDoctorFailsWithNothingToCheck(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "typo")
+	r := runCLI(t, "--data-dir", missing, "--config-dir", t.TempDir(), "doctor")
+	if r.code != exitFailure || !regexp.MustCompile(`FAIL\s+CLI credential`).MatchString(r.stdout) ||
+		!strings.Contains(r.stdout, "--data-dir "+missing+" does not exist") {
+		t.Fatalf("doctor on a data dir that does not exist: %+v; want it to fail naming the path", r)
 	}
 }

@@ -163,7 +163,7 @@ func TestRaftCheckFrom(t *testing.T) {
 
 // doctor's failure tolerance: a cluster that can lose no more voters is a
 // warning (doctor said OK while status said "can lose no voter"), one
-// without a quorum a failure; a single voter by design is fine.
+// without a quorum a failure; a single voter is fine at a target of one.
 func TestQuorumCheckFrom(t *testing.T) {
 	v := func(id, state string) *palyrav1.NodeInfo {
 		return &palyrav1.NodeInfo{Id: id, State: state, Voter: true}
@@ -180,6 +180,14 @@ func TestQuorumCheckFrom(t *testing.T) {
 		if got := quorumCheckFrom(&palyrav1.ListNodesResponse{Nodes: c.nodes}); got.Status != c.want || (c.want != "ok" && !strings.Contains(got.Fix, "palyra node remove")) {
 			t.Errorf("%d voters: %+v, want %s", len(c.nodes), got, c.want)
 		}
+	}
+	// A single voter is fine when the target is one, a warning below a
+	// larger target (after 'node recover' doctor said OK).
+	if got := quorumCheckFrom(&palyrav1.ListNodesResponse{Nodes: []*palyrav1.NodeInfo{v("a", "alive")}, TargetVoters: 1}); got.Status != "ok" {
+		t.Errorf("one voter, target 1: %+v", got)
+	}
+	if got := quorumCheckFrom(&palyrav1.ListNodesResponse{Nodes: []*palyrav1.NodeInfo{v("a", "alive")}, TargetVoters: 3}); got.Status != "warn" || !strings.Contains(got.Fix, "palyra node join") {
+		t.Errorf("one voter, target 3: %+v; want a warning saying to add a node", got)
 	}
 }
 
