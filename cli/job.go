@@ -836,11 +836,7 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 	if v.PlacedAt != "" {
 		fmt.Fprintf(tw, "placed\t%s\n", v.PlacedAt)
 	}
-	// A running job's started_at is its placement until its result says
-	// when the run began (it may wait on its worker for a slot); a job
-	// cancelled or expired before any result may never have started.
-	reported := j.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED || j.Phase == palyrav1.JobPhase_JOB_PHASE_FAILED
-	if v.StartedAt != "" && (reported || v.StartedAt != v.PlacedAt) {
+	if v.StartedAt != "" { // only once a result says when (startedAt)
 		fmt.Fprintf(tw, "started\t%s\n", v.StartedAt)
 	}
 	if v.FinishedAt != "" {

@@ -8,7 +8,7 @@ import (
 	palyrav1 "github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
-// 'job get' shows "started" only when the cluster knows the run began: a
+// 'job get' (and --json) shows "started" only when the cluster knows the run began: a
 // task cancelled while it waited on its worker for a slot showed its
 // placement time as when it started (a user trial: a task that never ran
 // "started" at once).
@@ -36,6 +36,11 @@ func TestJobGetShowsStartedOnlyForRunsThatBegan(t *testing.T) {
 		printJob(&b, j)
 		if got := strings.Contains(b.String(), "\nstarted"); got != tc.want {
 			t.Errorf("%s: 'started' shown %v, want %v:\n%s", tc.name, got, tc.want, b.String())
+		}
+		// --json says the same: no started_at until a result says when
+		// (it carried the placement time, which a script took for a start).
+		if got := toJobJSON(j).StartedAt != ""; got != tc.want {
+			t.Errorf("%s: --json started_at set %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

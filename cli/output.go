@@ -124,12 +124,25 @@ func msTime(ms int64) string {
 // up and sort as text ("…07.260Z", never "…07.26Z").
 const jsonTime = "2006-01-02T15:04:05.000Z07:00"
 
+// startedAt is when a job's run began, "" until a result says: the
+// cluster records a placed job's start as its placement (it may wait on
+// its worker for a slot), and a job cancelled or expired before any
+// result may never have started. Printed as it is, a script read a
+// made-up start.
+func startedAt(j *palyrav1.Job) string {
+	reported := j.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED || j.Phase == palyrav1.JobPhase_JOB_PHASE_FAILED
+	if j.StartedAtMs == 0 || (!reported && j.StartedAtMs == j.PlacedAtMs) {
+		return ""
+	}
+	return msTime(j.StartedAtMs)
+}
+
 func toJobJSON(j *palyrav1.Job) jobJSON {
 	out := jobJSON{
 		ID: j.Id, Phase: j.Phase.WireName(), Kind: j.Kind,
 		ExitCode: exitCode(j), Attempt: j.Attempt, NodeID: j.NodeId, Submitter: j.Submitter,
 		TimeoutMS: j.TimeoutMs, FuelUsed: j.FuelUsed, Deterministic: j.Deterministic, SubmittedAt: msTime(j.SubmittedAtMs),
-		PlacedAt: msTime(j.PlacedAtMs), StartedAt: msTime(j.StartedAtMs), FinishedAt: msTime(j.FinishedAtMs), CommitIndex: j.CommitIndex,
+		PlacedAt: msTime(j.PlacedAtMs), StartedAt: startedAt(j), FinishedAt: msTime(j.FinishedAtMs), CommitIndex: j.CommitIndex,
 	}
 	out.Output, out.OutputBase64 = textOrBase64(j.Stdout)
 	out.Stderr, out.StderrBase64 = textOrBase64(j.Stderr)
