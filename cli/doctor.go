@@ -188,8 +188,12 @@ func reachCheck(c *ucli.Context) (ch check, refused *client.Error, status *palyr
 		}
 		return check{Name: "node reachable", Status: "fail", Detail: e.Message, Fix: e.Hint}, refused, nil
 	}
-	return check{Name: "node reachable", Status: "ok", Detail: fmt.Sprintf("%s at %s answered in %s (raft %s, leader %s)",
-		resp.Msg.NodeId, cl.Reached(), time.Since(t0).Round(time.Millisecond), resp.Msg.RaftState, resp.Msg.LeaderId)}, nil, resp.Msg
+	leader := "leader " + resp.Msg.LeaderId
+	if resp.Msg.LeaderId == "" {
+		leader = "no leader known"
+	}
+	return check{Name: "node reachable", Status: "ok", Detail: fmt.Sprintf("%s at %s answered in %s (raft %s, %s)",
+		resp.Msg.NodeId, cl.Reached(), time.Since(t0).Round(time.Millisecond), resp.Msg.RaftState, leader)}, nil, resp.Msg
 }
 
 // churnLimit is how many leader changes in an hour, as one node saw them,
@@ -409,6 +413,12 @@ func quorumCheckFrom(list *palyrav1.ListNodesResponse) check {
 // raftCheckFrom is raftCheck's verdict on a node list.
 func raftCheckFrom(nodes []*palyrav1.NodeInfo) check {
 	const name = "raft replication"
+	if !hasLeader(nodes) {
+		// Every server has lost the leader: none is behind one. The
+		// failure tolerance check says why (no quorum, or an election).
+		return check{Name: name, Status: "warn", Detail: "no leader, so no log to keep up with: see 'failure tolerance'",
+			Fix: "bring back enough voters for a quorum; 'palyra status' names those that are down"}
+	}
 	var bad []string
 	servers := 0
 	for _, n := range nodes {

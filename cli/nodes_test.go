@@ -27,6 +27,12 @@ func TestSchedulingText(t *testing.T) {
 }
 
 // lag marks n as lagging: behind entries, last contact ms ago (-1 never).
+// leader marks n as the raft leader, answering its progress.
+func leader(n *palyrav1.NodeInfo) *palyrav1.NodeInfo {
+	n.InRaft, n.RaftKnown, n.Leader = true, true, true
+	return n
+}
+
 func lag(n *palyrav1.NodeInfo, behind uint64, contactMS int64) *palyrav1.NodeInfo {
 	n.InRaft, n.RaftKnown, n.RaftLagging, n.RaftBehind, n.RaftLastContactMs = true, true, true, behind, contactMS
 	return n
@@ -71,10 +77,14 @@ func TestVotersHealth(t *testing.T) {
 		{[]*palyrav1.NodeInfo{n("a", "alive", true), n("b", "alive", true), n("c", "alive", true), n("d", "alive", true), n("e", "alive", true)}, "5 of 5 alive: can lose 2 more", 2},
 		// A voter that is alive but far behind the leader's log acknowledges
 		// nothing: it does not count towards the failure tolerance.
-		{[]*palyrav1.NodeInfo{n("a", "alive", true), lag(n("b", "alive", true), 52000, 300), n("c", "alive", true)},
+		{[]*palyrav1.NodeInfo{leader(n("a", "alive", true)), lag(n("b", "alive", true), 52000, 300), n("c", "alive", true)},
 			"3 of 3 alive, 1 lagging: can lose no voter without losing the quorum (lagging, not counted in the failure tolerance: b 52000 entries behind; see 'palyra nodes')", 0},
-		{[]*palyrav1.NodeInfo{n("a", "alive", true), lag(n("b", "alive", true), 0, -1), n("c", "dead", true)},
+		{[]*palyrav1.NodeInfo{leader(n("a", "alive", true)), lag(n("b", "alive", true), 0, -1), n("c", "dead", true)},
 			"2 of 3 alive, 1 lagging: NO QUORUM (writes and linearizable reads fail until a majority is back) (not alive: c dead) (lagging, not counted in the failure tolerance: b never heard from a leader; see 'palyra nodes')", -1},
+		// With no leader, none lags behind one: the voter answering listed
+		// itself as lagging while the quorum was gone.
+		{[]*palyrav1.NodeInfo{lag(n("a", "alive", true), 0, 18800), n("b", "dead", true), n("c", "dead", true)},
+			"1 of 3 alive: NO QUORUM (writes and linearizable reads fail until a majority is back) (not alive: b dead, c dead)", -1},
 	} {
 		h := votersHealth(c.nodes, 0)
 		if h.String() != c.want || h.tolerance() != c.tol {
@@ -148,7 +158,7 @@ func TestMembershipCheckFrom(t *testing.T) {
 // doctor's raft check: ok while every live raft server keeps up; a
 // lagging or silent one is a warning naming it.
 func TestRaftCheckFrom(t *testing.T) {
-	ok := &palyrav1.NodeInfo{Id: "a", State: "alive", InRaft: true, RaftKnown: true}
+	ok := &palyrav1.NodeInfo{Id: "a", State: "alive", InRaft: true, RaftKnown: true, Leader: true}
 	dead := &palyrav1.NodeInfo{Id: "d", State: "dead", InRaft: true}
 	if c := raftCheckFrom([]*palyrav1.NodeInfo{ok, dead}); c.Status != "ok" {
 		t.Fatalf("healthy: %+v", c)
@@ -158,6 +168,12 @@ func TestRaftCheckFrom(t *testing.T) {
 	c := raftCheckFrom([]*palyrav1.NodeInfo{ok, slow, silent})
 	if c.Status != "warn" || !strings.Contains(c.Detail, "b: 9000 entries behind") || !strings.Contains(c.Detail, "c: no answer") || c.Fix == "" {
 		t.Fatalf("lagging: %+v", c)
+	}
+	// No leader: nothing lags behind one; the check says so instead of
+	// naming every server as lagging.
+	alone := lag(&palyrav1.NodeInfo{Id: "x", State: "alive"}, 0, 18800)
+	if c := raftCheckFrom([]*palyrav1.NodeInfo{alone, dead}); c.Status != "warn" || !strings.Contains(c.Detail, "no leader") || strings.Contains(c.Detail, "x:") {
+		t.Fatalf("no leader: %+v", c)
 	}
 }
 

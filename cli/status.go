@@ -124,6 +124,10 @@ type voterHealth struct {
 // ListNodesResponse.target_voters.
 func votersHealth(nodes []*palyrav1.NodeInfo, target int) voterHealth {
 	h := voterHealth{target: target}
+	// Without a leader every voter has lost touch with one: none lags
+	// behind another (the serving node listed itself as lagging while
+	// the quorum was gone).
+	led := hasLeader(nodes)
 	for _, n := range nodes {
 		if !n.Voter {
 			if n.InRaft && n.State == "alive" {
@@ -135,7 +139,7 @@ func votersHealth(nodes []*palyrav1.NodeInfo, target int) voterHealth {
 		switch {
 		case n.State != "alive":
 			h.down = append(h.down, n.Id+" "+n.State)
-		case n.RaftKnown && n.RaftLagging:
+		case led && n.RaftKnown && n.RaftLagging:
 			h.alive++
 			h.lagging = append(h.lagging, n.Id+" "+strings.TrimPrefix(raftText(n), "LAGGING: "))
 		default:
@@ -220,4 +224,14 @@ func leaderTenure(s *palyrav1.StatusResponse, now time.Time) string {
 		out += fmt.Sprintf("; %d leader changes in the last hour", s.LeaderChangesLastHour)
 	}
 	return out
+}
+
+// hasLeader reports whether a node list names a live raft leader.
+func hasLeader(nodes []*palyrav1.NodeInfo) bool {
+	for _, n := range nodes {
+		if n.Leader && n.State == "alive" {
+			return true
+		}
+	}
+	return false
 }
