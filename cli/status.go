@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
@@ -46,6 +47,9 @@ func statusCommand() *ucli.Command {
 				return fail(c, cl.Explain(err))
 			}
 			s := resp.Msg
+			if note := otherNodeNote(c, s.NodeId); note != "" {
+				fmt.Fprintln(c.App.ErrWriter, note)
+			}
 			// The voters' health, from the member list (a caller who may not
 			// list nodes goes without it).
 			var health *voterHealth
@@ -234,4 +238,21 @@ func hasLeader(nodes []*palyrav1.NodeInfo) bool {
 		}
 	}
 	return false
+}
+
+// otherNodeNote says when the node that answered is not this data dir's
+// own (which did not answer: the CLI went on to another node it knows),
+// "" otherwise or when --addr chose the node. status describes the node
+// that answers, and the user asked about this machine's.
+func otherNodeNote(c *ucli.Context, answered string) string {
+	if c.IsSet("addr") {
+		return ""
+	}
+	l := node.Layout{Dir: c.String("data-dir")}
+	st, err := l.ReadState()
+	if err != nil || st.NodeID == "" || st.NodeID == answered {
+		return ""
+	}
+	return fmt.Sprintf("note: this data dir's node %s (%s) did not answer; this is %s, another node of its cluster (start it: palyra node start --data-dir %s)",
+		st.NodeID, st.Address, answered, l.Dir)
 }

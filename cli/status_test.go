@@ -2,10 +2,14 @@ package cli
 
 import (
 	"encoding/json"
+	"flag"
 	"strings"
 	"testing"
 	"time"
 
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
@@ -75,5 +79,37 @@ func TestLeaderChurn(t *testing.T) {
 	}
 	if got := leaderTenure(&palyrav1.StatusResponse{}, now); got != "" {
 		t.Fatalf("tenure of an older node: %q", got)
+	}
+}
+
+// status through a data dir whose node is down says that the node that
+// answered is another one (it described a follower elsewhere as if it were
+// this machine's node); --addr, which picks the node, gets no note.
+func TestStatusNotesAnotherNodeAnswered(t *testing.T) {
+	dir := t.TempDir()
+	if err := (node.Layout{Dir: dir}).WriteState(node.State{NodeID: "n-mine0001", Address: "127.0.0.1:7544"}); err != nil {
+		t.Fatal(err)
+	}
+	ctxFor := func(args ...string) *ucli.Context {
+		fs := flag.NewFlagSet("palyra", flag.ContinueOnError)
+		fs.String("data-dir", "", "")
+		fs.String("addr", "", "")
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return ucli.NewContext(ucli.NewApp(), fs, nil)
+	}
+	note := otherNodeNote(ctxFor("--data-dir", dir), "n-other002")
+	if !strings.Contains(note, "this data dir's node n-mine0001 (127.0.0.1:7544) did not answer; this is n-other002") || !strings.Contains(note, "palyra node start --data-dir "+dir) {
+		t.Fatalf("note %q", note)
+	}
+	if note := otherNodeNote(ctxFor("--data-dir", dir), "n-mine0001"); note != "" {
+		t.Fatalf("its own node answered, note %q", note)
+	}
+	if note := otherNodeNote(ctxFor("--data-dir", dir, "--addr", "127.0.0.1:7545"), "n-other002"); note != "" {
+		t.Fatalf("--addr chose the node, note %q", note)
+	}
+	if note := otherNodeNote(ctxFor("--data-dir", t.TempDir()), "n-other002"); note != "" {
+		t.Fatalf("a device (no node here), note %q", note)
 	}
 }
