@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -148,5 +149,45 @@ func TestCertWarnings(t *testing.T) {
 	nodes = append(nodes, &palyrav1.CANode{Id: "silent-dead", State: "dead"})
 	if got := unannounced(nodes); len(got) != 1 || got[0] != "old" {
 		t.Errorf("unannounced: %v, want [old]", got)
+	}
+}
+
+// A device renews through the node that answered the command, not the
+// first address it tried: with that one down the renewal failed ("no
+// palyra node answered at …") after the command itself succeeded through
+// another node, on every command until the saved address changed.
+func TestDeviceRenewsThroughTheNodeThatAnswered(t *testing.T) {
+	c := startNodeWith(t, node.Config{CertTTL: 9 * time.Second})
+	cfg := filepath.Join(t.TempDir(), "laptop")
+	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr()); r.code != 0 {
+		t.Fatalf("device pair: %+v", r)
+	}
+	first, err := identity.LoadCredential(deviceCredDir(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hole, err := net.ListenPacket("udp", "127.0.0.1:0") // a node that is down: nothing answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hole.Close()
+	addrs := hole.LocalAddr().String() + "," + c.node.Addr()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r := device(t, cfg, "--addr", addrs, "job", "list")
+		if r.code != 0 || strings.Contains(r.stderr, "could not renew") {
+			t.Fatalf("a command through the second address: %+v; want it to succeed and renew through that node", r)
+		}
+		cred, err := identity.LoadCredential(deviceCredDir(cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cred.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) != 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the device certificate never renewed")
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 }

@@ -21,8 +21,11 @@ import (
 const renewKey = "palyra.renew"
 
 type renewal struct {
-	src  credentialSource
-	addr string
+	src credentialSource
+	// addr is the node that answered the command (read after it ran):
+	// the first address tried may be down, and the renewal waited for it
+	// to time out before failing.
+	addr func() string
 	seen func() []*x509.Certificate // the node's certificates from the handshake
 }
 
@@ -36,7 +39,7 @@ func watchRenewal(c *ucli.Context, cl *client.Client, src credentialSource) {
 	if c.App.Metadata == nil {
 		c.App.Metadata = map[string]any{}
 	}
-	c.App.Metadata[renewKey] = &renewal{src: src, addr: cl.Addr, seen: cl.ObserveServer()}
+	c.App.Metadata[renewKey] = &renewal{src: src, addr: cl.Reached, seen: cl.ObserveServer()}
 }
 
 // deviceDue reports why a device credential should be renewed, or "": two
@@ -98,7 +101,7 @@ func renewAfter(c *ucli.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(r.addr, cred)
+	cl, err := client.New(r.addr(), cred)
 	if err != nil {
 		return nil
 	}
