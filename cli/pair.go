@@ -80,6 +80,7 @@ func pairCommand() *ucli.Command {
 						return writeJSON(c.App.Writer, map[string]any{"pairings": out})
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+					stale := false
 					fmt.Fprintln(tw, "ID\tKIND\tOPERATOR\tSTATE\tEXPIRES\tCREATED BY\tUSED BY")
 					for _, p := range resp.Msg.Pairings {
 						op := fmt.Sprint(p.Operator)
@@ -87,8 +88,15 @@ func pairCommand() *ucli.Command {
 							op = "-" // only a device may be an operator
 						}
 						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Id, p.Kind, op, p.State, msTime(p.ExpiresAtMs), p.CreatedBy, p.UsedBy)
+						stale = stale || p.State == "stale"
 					}
-					return tw.Flush()
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+					if stale {
+						fmt.Fprintln(c.App.ErrWriter, "stale: made before the cluster's CA rotation ended; such a code pins the old root and no node accepts it: create a new one with 'palyra pair create'")
+					}
+					return nil
 				},
 			},
 			{

@@ -563,7 +563,7 @@ func (c *Client) transportError(addr string, err error) *Error {
 	case errors.As(err, &certErr), strings.Contains(msg, "certificate"), errors.As(err, &tlsAlert):
 		return &Error{Code: "unauthenticated",
 			Message: fmt.Sprintf("the node at %s and this credential do not trust each other: %v", addr, err),
-			Hint:    "use the credential of this node's cluster (--data-dir), or pair this device with 'palyra device pair'"}
+			Hint:    "use the credential of this node's cluster (--data-dir), or pair this device with 'palyra device pair'; a device that ran no command while its cluster rotated its CA ('palyra ca rotate') keeps only the old root and must be paired again"}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Code: "deadline_exceeded", Message: fmt.Sprintf("request to %s timed out", addr),
 			Hint: "check the node's health with 'palyra status'"}

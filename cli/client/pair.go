@@ -83,7 +83,7 @@ func PairMember(ctx context.Context, addr string, code pairing.Code, o PairOptio
 	if errors.Is(err, pairing.ErrPinMismatch) {
 		return nil, &Error{Code: "wrong_cluster",
 			Message: fmt.Sprintf("the node at %s is not part of the cluster that made this code (its CA does not match the code's pin)", addr),
-			Hint:    "check --peer: it must be a node of the cluster where 'palyra pair create' ran"}
+			Hint:    "check --peer: it must be a node of the cluster where 'palyra pair create' ran; if that cluster rotated its CA ('palyra ca rotate') after the code was made, the code pins the old root: create a new one ('palyra pair list' shows such codes as stale)"}
 	}
 	if err != nil {
 		return nil, c.Explain(err)

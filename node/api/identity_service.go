@@ -87,10 +87,25 @@ func (is identityService) ListPairings(ctx context.Context, _ *connect.Request[p
 	}
 	now := is.s.now().UnixMilli()
 	resp := &palyrav1.ListPairingsResponse{}
-	for _, p := range is.s.control.State().Pairings() {
-		resp.Pairings = append(resp.Pairings, pairingToPB(&p, now))
+	st := is.s.control.State()
+	for _, p := range st.Pairings() {
+		pb := pairingToPB(&p, now)
+		if pb.State == "pending" && pinsARetiredRoot(&p, st.Trust()) {
+			pb.State = "stale"
+		}
+		resp.Pairings = append(resp.Pairings, pb)
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// pinsARetiredRoot reports whether a code pins a CA root the cluster no
+// longer has: made before the active root took over, with that root the
+// only one left (a rotation's overlap has ended). Such a code fails on
+// every node ("not part of the cluster that made this code"), though the
+// list called it pending.
+func pinsARetiredRoot(p *consensus.Pairing, b consensus.TrustBundle) bool {
+	active, ok := b.Active()
+	return ok && len(b.Roots) == 1 && p.CreatedAtMS < active.ActivatedAtMS
 }
 
 func (is identityService) RevokePairing(ctx context.Context, req *connect.Request[palyrav1.RevokePairingRequest]) (*connect.Response[palyrav1.RevokePairingResponse], error) {

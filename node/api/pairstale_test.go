@@ -1,0 +1,32 @@
+package api
+
+import (
+	"testing"
+
+	"github.com/palyra-mesh/palyra/consensus"
+)
+
+// 'pair list' calls a pending code stale once the CA root it pins is gone
+// (made before the active root took over, the rotation's overlap ended):
+// it listed such codes as pending, and each failed on every node with
+// "not part of the cluster that made this code".
+func TestPairingsPinningARetiredRootAreStale(t *testing.T) {
+	active := consensus.CARoot{Fingerprint: "new", State: consensus.RootActive, ActivatedAtMS: 5000}
+	old := consensus.CARoot{Fingerprint: "old", State: consensus.RootRetiring, ActivatedAtMS: 100}
+	before, after := &consensus.Pairing{CreatedAtMS: 4000}, &consensus.Pairing{CreatedAtMS: 6000}
+	for _, c := range []struct {
+		name  string
+		p     *consensus.Pairing
+		roots []consensus.CARoot
+		want  bool
+	}{
+		{"made before the rotation, old root dropped", before, []consensus.CARoot{active}, true},
+		{"made before the rotation, during the overlap", before, []consensus.CARoot{old, active}, false},
+		{"made after the rotation", after, []consensus.CARoot{active}, false},
+		{"no bundle yet", before, nil, false},
+	} {
+		if got := pinsARetiredRoot(c.p, consensus.TrustBundle{Roots: c.roots}); got != c.want {
+			t.Errorf("%s: stale %v, want %v", c.name, got, c.want)
+		}
+	}
+}
