@@ -18,10 +18,21 @@ func interspersed(app *ucli.App, args []string) []string {
 	out := []string{args[0]}
 	cmds, flags := app.Commands, app.Flags
 	var globals []string // global flags found after the command path
+	// early are flags before the command path that its level does not
+	// define ("palyra --json status"): the command's own, given early.
+	var early []string
 	i := 1
 	// Global flags and the command path.
 	for i < len(args) {
 		a := args[i]
+		if a == "--" {
+			break
+		}
+		if strings.HasPrefix(a, "-") && a != "-" && !defines(flags, a) && !takesValue(flags, a) {
+			early = append(early, a)
+			i++
+			continue
+		}
 		if strings.HasPrefix(a, "-") {
 			out = append(out, a)
 			if takesValue(flags, a) && i+1 < len(args) {
@@ -55,6 +66,13 @@ func interspersed(app *ucli.App, args []string) []string {
 		}
 	}
 	var flagArgs, positional []string
+	for _, a := range early {
+		if defines(flags, a) && !takesValue(flags, a) {
+			flagArgs = append(flagArgs, a) // the command's flag: it reads it
+		} else {
+			globals = append(globals, a) // left where it was: the CLI names it as unknown
+		}
+	}
 	for ; i < len(args); i++ {
 		a := args[i]
 		switch {

@@ -331,6 +331,22 @@ func TestInterspersedFlags(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("got %v", got)
 	}
+	// A command's own flag given before the command ("palyra --json
+	// status" was an unknown flag, while --stale worked there); one no
+	// command defines stays where it was, to be named as unknown.
+	for args, want := range map[string]string{
+		"palyra --json status":                          "palyra status --json",
+		"palyra --data-dir d --json job list --limit 1": "palyra --data-dir d job list --json --limit 1",
+		"palyra --bogus status":                         "palyra --bogus status",
+	} {
+		if got := strings.Join(interspersed(app, strings.Fields(args)), " "); got != want {
+			t.Errorf("%s: got %q, want %q", args, got, want)
+		}
+	}
+	r := runCLI(t, "--json", "status", "--data-dir", t.TempDir(), "--config-dir", t.TempDir())
+	if !strings.Contains(r.stderr, `"code": "no_credential"`) {
+		t.Errorf("palyra --json status without a credential: %+v; want status's own JSON error, not a usage error", r)
+	}
 }
 
 // A mistyped command, at the top or under a group, is named with the
