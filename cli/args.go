@@ -54,7 +54,7 @@ func interspersed(app *ucli.App, args []string) []string {
 				// --wasm x'): leave the rest as typed, so the CLI names the
 				// unknown command and suggests one, instead of refusing
 				// flags it would have moved ahead of it.
-				return append(out, args[i:]...)
+				return append(append(out, early...), args[i:]...)
 			}
 			break
 		}
