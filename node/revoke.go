@@ -67,7 +67,7 @@ const (
 )
 
 // refusedMessage is what a node removed from the cluster is told.
-const refusedMessage = "this node's certificate is refused by the cluster: it was removed ('palyra node remove'); " + RemovedFix
+const refusedMessage = "this node's certificate is refused by the cluster: it was removed ('palyra node remove', or 'node recover' on a survivor after a lost quorum); " + RemovedFix
 
 // RemovedFix is what brings a removed node's machine back: its data dir
 // holds an identity the cluster refuses for good.
