@@ -519,6 +519,15 @@ func TestJobLogsFollow(t *testing.T) {
 	if r := c.cli("job", "logs", "j-0000000000000000"); r.code != 1 || !strings.Contains(r.stderr, "j-0000000000000000") {
 		t.Fatalf("logs of an unknown job: %+v", r)
 	}
+	// 'job logs' of a job still running prints its output so far and says
+	// the job goes on (it printed a partial output as if it were all).
+	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "ticker"), "--input", "600 100ms", "--timeout", "2m")
+	long := strings.TrimSpace(r.stdout)
+	waitFor(t, "the long ticker to print", func() bool { return strings.Contains(c.cli("job", "logs", long).stdout, "tick 1") })
+	if r := c.cli("job", "logs", long); r.code != 0 || !strings.Contains(r.stderr, "note: job "+long+" is still running") || strings.Contains(r.stdout, "note:") {
+		t.Fatalf("logs of a running job: %+v; want its output so far and a note on stderr", r)
+	}
+	c.cli("job", "cancel", long)
 }
 
 // --browser-schema prints the script schema as JSON.

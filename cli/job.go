@@ -1315,6 +1315,11 @@ func jobLogs(c *ucli.Context) error {
 		if p.last != nil && !p.wrote && !p.last.Phase.Terminal() && p.last.Phase != palyrav1.JobPhase_JOB_PHASE_RUNNING {
 			notStarted(c, cl, id, p.last.Phase)
 		}
+		if p.last != nil && p.last.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && !c.Bool("json") {
+			// The output so far: the job goes on (--json says so in its
+			// phase; stdout holds the bytes alone).
+			fmt.Fprintf(c.App.ErrWriter, "note: job %s is still running: this is its output so far; follow it with 'palyra job logs -f %s'\n", id, id)
+		}
 		return nil
 	}
 	// Following: a stream broken by its node (stopped, restarted, killed,
