@@ -85,6 +85,7 @@ lease-ttl = "5s"
 		Nodes []struct {
 			Capacity map[string]int    `json:"capacity"`
 			Labels   map[string]string `json:"labels"`
+			System   map[string]string `json:"system_labels"`
 			Placed   *int              `json:"placed"`
 			Running  *int              `json:"running"` // the older name of placed
 		} `json:"nodes"`
@@ -99,6 +100,10 @@ lease-ttl = "5s"
 	}
 	if nodes[0].Capacity["wasm"] != 3 || nodes[0].Labels["zone"] != "a" || nodes[0].Labels["disk"] != "ssd" {
 		t.Fatalf("the node runs with %+v, not the config file's settings", nodes[0])
+	}
+	// labels are the operator's, as in the table; the node's own apart.
+	if len(nodes[0].Labels) != 2 || nodes[0].System["palyra.ca"] == "" {
+		t.Fatalf("nodes --json labels %v, system labels %v; want the two set, and the node's own (palyra.ca) apart", nodes[0].Labels, nodes[0].System)
 	}
 	cancel()
 	if code := <-done; code != 0 {

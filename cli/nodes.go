@@ -46,12 +46,17 @@ func nodesCommand() *ucli.Command {
 			if c.Bool("json") {
 				out := []map[string]any{}
 				for _, n := range resp.Msg.Nodes {
-					labels := n.Labels
-					if labels == nil {
-						labels = map[string]string{}
+					// labels are the operator's, as in the table; the ones a
+					// node sets for itself (CA keys, certificate root and
+					// expiry: 'ca status' reads them) come apart.
+					system := map[string]string{}
+					for k, v := range n.Labels {
+						if strings.HasPrefix(k, "palyra.") {
+							system[k] = v
+						}
 					}
 					out = append(out, map[string]any{"id": n.Id, "address": n.Address, "state": n.State, "voter": n.Voter,
-						"leader": n.Leader, "labels": labels, "capacity": n.Capacity, "version": n.Version, "features": nonNil(n.Features), "in_raft": n.InRaft,
+						"leader": n.Leader, "labels": userLabels(n.Labels), "system_labels": system, "capacity": n.Capacity, "version": n.Version, "features": nonNil(n.Features), "in_raft": n.InRaft,
 						"eligible": n.Eligible, "draining": n.Draining, "placed": n.Running, "running": n.Running, "raft": raftJSON(n)})
 				}
 				return writeJSON(c.App.Writer, map[string]any{"nodes": out, "served_by": resp.Msg.ServedBy})
