@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +35,13 @@ func dial(c *ucli.Context) (*client.Client, error) { return dialNodes(c, true) }
 func dialOne(c *ucli.Context) (*client.Client, error) { return dialNodes(c, false) }
 
 func dialNodes(c *ucli.Context, failover bool) (*client.Client, error) {
+	if given := c.String("addr"); given != "" {
+		for _, a := range strings.Split(given, ",") {
+			if err := checkAddr(strings.TrimSpace(a)); err != nil {
+				return nil, usageErr("--addr %q: %v", a, err)
+			}
+		}
+	}
 	src, err := resolveCredential(c)
 	if err != nil {
 		hint := "on a node's machine pass --data-dir (the node's data dir); elsewhere pair this device: palyra device pair --code CODE --peer HOST:PORT"
@@ -101,4 +110,18 @@ func learnMembers(c *ucli.Context, cl *client.Client, learn func(answered string
 		case <-t.C:
 		}
 	})
+}
+
+// checkAddr refuses an --addr entry that cannot name a node: not
+// HOST:PORT, or a port outside 1-65535 (it was dialled, and the failure
+// said to check that a node runs there).
+func checkAddr(a string) error {
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("want HOST:PORT, e.g. 10.0.0.1:7444")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
 }
