@@ -399,6 +399,11 @@ func submitFlagValues(c *ucli.Context) (map[string]string, error) {
 	if r := c.Uint("retries"); r > math.MaxUint32 {
 		return nil, usageErr("--retries %d is over the limit of 10: use --retries 10 or less", r)
 	}
+	if d := c.Duration("timeout"); d > 24*time.Hour {
+		// The cluster's bound (node/api MaxTimeout), said before anything
+		// is read or sent, as a usage error like a malformed --timeout.
+		return nil, usageErr("--timeout %v is over the 24h a job may run; use --timeout 24h or less", d)
+	}
 	if c.IsSet("kv-prefix") && c.String("kv-prefix") == "" {
 		return nil, usageErr("empty key-value prefix name in --kv-prefix: give the prefix the job may use, e.g. --kv-prefix app/ (leave the flag out for no key-value access)")
 	}
