@@ -85,6 +85,10 @@ func TestVotersHealth(t *testing.T) {
 		// itself as lagging while the quorum was gone.
 		{[]*palyrav1.NodeInfo{lag(n("a", "alive", true), 0, 18800), n("b", "dead", true), n("c", "dead", true)},
 			"1 of 3 alive: NO QUORUM (writes and linearizable reads fail until a majority is back) (not alive: b dead, c dead)", -1},
+		// Every voter alive by gossip but no leader (a stuck election):
+		// nothing commits, so the tolerance is none, said as such.
+		{[]*palyrav1.NodeInfo{lag(n("a", "alive", true), 0, 9000), lag(n("b", "alive", true), 0, 9000), lag(n("c", "alive", true), 0, 9000)},
+			"3 of 3 alive: NO LEADER (an election is under way, or the voters cannot elect one: writes and linearizable reads fail until one is elected; see each voter's log)", -1},
 	} {
 		h := votersHealth(c.nodes, 0)
 		if h.String() != c.want || h.tolerance() != c.tol {
@@ -196,6 +200,12 @@ func TestQuorumCheckFrom(t *testing.T) {
 		if got := quorumCheckFrom(&palyrav1.ListNodesResponse{Nodes: c.nodes}); got.Status != c.want || (c.want != "ok" && !strings.Contains(got.Fix, "palyra node remove")) {
 			t.Errorf("%d voters: %+v, want %s", len(c.nodes), got, c.want)
 		}
+	}
+	// Three voters alive by gossip and no leader: a failure (doctor
+	// passed it once the serving node no longer called itself lagging).
+	stuck := []*palyrav1.NodeInfo{lag(v("a", "alive"), 0, 9000), lag(v("b", "alive"), 0, 9000), lag(v("c", "alive"), 0, 9000)}
+	if got := quorumCheckFrom(&palyrav1.ListNodesResponse{Nodes: stuck}); got.Status != "fail" || !strings.Contains(got.Detail, "NO LEADER") {
+		t.Errorf("no leader: %+v, want a failure saying so", got)
 	}
 	// A single voter is fine when the target is one, a warning below a
 	// larger target (after 'node recover' doctor said OK).

@@ -114,6 +114,8 @@ func statusCommand() *ucli.Command {
 // voterHealth is how many raft voters the member list shows and how many
 // of them are alive, with the ids of those that are not.
 type voterHealth struct {
+	// noLeader: the list carries raft progress and names no leader.
+	noLeader bool
 	total, alive int
 	down         []string // not alive: "id state"
 	// lagging are alive voters trailing the leader's log (or not hearing
@@ -133,6 +135,9 @@ func votersHealth(nodes []*palyrav1.NodeInfo, target int) voterHealth {
 	// the quorum was gone).
 	led := hasLeader(nodes)
 	for _, n := range nodes {
+		// A list with raft progress (some server answered) and no leader:
+		// nothing can be committed, whatever gossip says is alive.
+		h.noLeader = h.noLeader || (!led && n.RaftKnown)
 		if !n.Voter {
 			if n.InRaft && n.State == "alive" {
 				h.spares++
@@ -160,7 +165,7 @@ func (h voterHealth) tolerance() int {
 		return 0
 	}
 	t := h.alive - len(h.lagging) - (h.total/2 + 1)
-	if t < 0 {
+	if t < 0 || h.noLeader {
 		return -1
 	}
 	return t
@@ -197,6 +202,8 @@ func (h voterHealth) String() string {
 	switch t := h.tolerance(); {
 	case h.total == 0:
 		return "none listed"
+	case t < 0 && h.noLeader && h.alive-len(h.lagging) >= h.total/2+1:
+		s += ": NO LEADER (an election is under way, or the voters cannot elect one: writes and linearizable reads fail until one is elected; see each voter's log)"
 	case t < 0:
 		s += ": NO QUORUM (writes and linearizable reads fail until a majority is back)"
 	case t == 0:
