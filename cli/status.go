@@ -115,7 +115,7 @@ func statusCommand() *ucli.Command {
 // of them are alive, with the ids of those that are not.
 type voterHealth struct {
 	// noLeader: the list carries raft progress and names no leader.
-	noLeader bool
+	noLeader     bool
 	total, alive int
 	down         []string // not alive: "id state"
 	// lagging are alive voters trailing the leader's log (or not hearing
