@@ -49,8 +49,11 @@ type blobNet struct {
 	// nodes that acknowledged holding it, so a blob already held here and
 	// on a live peer is not read, hashed or pushed again. Set by newBlobNet.
 	held   *blob.LRU[[]string]
-	heldMu sync.Mutex   // one read-and-add of held at a time (addHolder)
-	pushes atomic.Int64 // blobs offered to peers (for tests)
+	heldMu sync.Mutex // one read-and-add of held at a time (addHolder)
+	// background bounds the Puts whose second push goes on after they
+	// returned (each holds its blob, up to 64 MiB, until it ends).
+	background chan struct{}
+	pushes     atomic.Int64 // blobs offered to peers (for tests)
 	// inflight counts pushes under way (for tests: a Put returns before
 	// a slow peer's push ends).
 	inflight atomic.Int64
@@ -59,10 +62,14 @@ type blobNet struct {
 // heldBlobs bounds the memory of where blobs are held.
 const heldBlobs = 4096
 
+// backgroundPuts is how many Puts may leave their second push running
+// after they return; past it a Put waits for both pushes.
+const backgroundPuts = 4
+
 func newBlobNet(local *blob.Store, tr *mesh.Transport, self string, members func() []cluster.Member,
 	log interface{ Warn(string, ...any) }) *blobNet {
 	return &blobNet{local: local, transport: tr, self: self, members: members, log: log,
-		held: blob.NewLRU[[]string](heldBlobs)}
+		held: blob.NewLRU[[]string](heldBlobs), background: make(chan struct{}, backgroundPuts)}
 }
 
 // serve answers one blob stream from a peer node.
@@ -261,7 +268,8 @@ func (b *blobNet) GetContext(ctx context.Context, hash string) ([]byte, error) {
 // only if at least one other node holds it when any other node is alive:
 // an accepted job's module must survive the loss of the node that took it.
 // It returns at the first node's acknowledgement; the push to the second
-// goes on in the background. Waiting for both held every large submit for
+// goes on in the background (at most backgroundPuts at a time; past that
+// a Put waits for both). Waiting for both held every large submit for
 // the QUIC idle timeout (30 s) when one of the two died mid-push (a
 // leader killed while a follower replicated to it). A blob known to be
 // held by a live peer already is not pushed again.
@@ -294,12 +302,25 @@ func (b *blobNet) Put(data []byte) (string, error) {
 	for range targets {
 		r := <-results
 		if r.err == nil {
-			go func(left int) { // release the context once the others end
+			left := len(targets) - 1 - len(errs) // pushes still under way
+			finish := func() {
 				for ; left > 0; left-- {
 					<-results
 				}
 				cancel()
-			}(len(targets) - 1 - len(errs))
+			}
+			select {
+			case b.background <- struct{}{}:
+				go func() { // release the context and the slot once the others end
+					defer func() { <-b.background }()
+					finish()
+				}()
+			default:
+				// Enough pushes (and the bytes they hold) are under way in
+				// the background already, e.g. a recovered node
+				// replicating every blob it holds: wait here, as before.
+				finish()
+			}
 			return hash, nil
 		}
 		errs = append(errs, r.err)

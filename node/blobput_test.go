@@ -12,7 +12,8 @@ import (
 // died mid-push (a leader SIGKILLed while a follower replicated a large
 // submit to it) no longer holds the submit until the QUIC idle timeout
 // (30 s). The push to the dead peer is still under way when Put returns,
-// and the live peer holds the blob.
+// and the live peer holds the blob. Past a bound on such background
+// pushes, a Put waits for both.
 func TestBlobPutDoesNotWaitForADeadPeer(t *testing.T) {
 	first := start(t, node.Config{})
 	op := operator(t, first, first.Addr())
@@ -36,7 +37,7 @@ func TestBlobPutDoesNotWaitForADeadPeer(t *testing.T) {
 	}()
 
 	data := bytes.Repeat([]byte("a blob of a large submit "), 40<<10)
-	hash, inflight, err := first.PutBlobWithDeadPeer(data, hole.LocalAddr().String())
+	hash, inflight, err := first.PutBlobWithDeadPeer(data, hole.LocalAddr().String(), 1)
 	if err != nil {
 		t.Fatalf("put with one live and one dead peer: %v", err)
 	}
@@ -45,5 +46,14 @@ func TestBlobPutDoesNotWaitForADeadPeer(t *testing.T) {
 	}
 	if !second.HoldsBlob(hash) {
 		t.Fatal("Put returned before the live peer held the blob")
+	}
+
+	// With no room left for background pushes (a recovered node pushing
+	// every blob it holds), a Put waits for both, as before: the bytes
+	// held by pushes under way stay bounded.
+	other := bytes.Repeat([]byte("another blob "), 40<<10)
+	hash, inflight, err = first.PutBlobWithDeadPeer(other, hole.LocalAddr().String(), 0)
+	if err != nil || inflight != 0 || !second.HoldsBlob(hash) {
+		t.Fatalf("put with no background room: err %v, %d pushes under way at its return; want none, and the live peer holding it", err, inflight)
 	}
 }
