@@ -54,7 +54,9 @@ func interspersed(app *ucli.App, args []string) []string {
 				// --wasm x'): leave the rest as typed, so the CLI names the
 				// unknown command and suggests one, instead of refusing
 				// flags it would have moved ahead of it.
-				return append(append(out, early...), args[i:]...)
+				// Flags held before it go after it, so its error (and
+				// its suggestion) comes first: "palyra --json job sumbit".
+				return append(append(out, args[i:]...), early...)
 			}
 			break
 		}

@@ -73,7 +73,7 @@ func jobBrowse(c *ucli.Context) error {
 	if st := c.Duration("step-timeout"); st < 0 {
 		return usageErr("--step-timeout %v is negative", st)
 	} else if st > 0 {
-		if st > c.Duration("timeout") {
+		if t := c.Duration("timeout"); t > 0 && st > t { // 0: the cluster's default
 			return usageErr("--step-timeout %v is longer than the job's --timeout %v: raise --timeout too", st, c.Duration("timeout"))
 		}
 		doc["timeout_ms"] = max(1, st.Milliseconds())

@@ -1064,18 +1064,29 @@ func jobCancel(c *ucli.Context) error {
 		return err
 	}
 	defer cl.Close()
-	var done []any // JSON of each one cancelled
+	var done []any           // JSON of each one cancelled
+	var failures []errorJSON // under --json, each one that was not
 	failed := 0
+	printDone := func() error {
+		if !c.Bool("json") || (len(ids) == 1 && len(done) == 0) {
+			return nil
+		}
+		if len(ids) == 1 {
+			return writeJSON(c.App.Writer, done[0])
+		}
+		return writeJSON(c.App.Writer, nonNil(done))
+	}
 	for _, id := range ids {
 		resp, err := cl.Jobs.CancelJob(c.Context, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id}))
 		if err != nil {
 			if len(ids) == 1 || interrupted(c) {
+				_ = printDone() // those cancelled before the interruption
 				return fail(c, cl.Explain(err))
 			}
 			failed++
 			e := cl.Explain(err)
 			if c.Bool("json") {
-				_ = writeJSON(c.App.ErrWriter, map[string]any{"error": errorJSON{Code: e.Code, Message: e.Message, Hint: withDataDir(c, e.Hint)}})
+				failures = append(failures, errorJSON{Code: e.Code, Message: e.Message, Hint: withDataDir(c, e.Hint)})
 			} else if strings.Contains(e.Message, id) {
 				fmt.Fprintf(c.App.ErrWriter, "error: %s\n", e.Message)
 			} else {
@@ -1094,19 +1105,17 @@ func jobCancel(c *ucli.Context) error {
 			fmt.Fprintf(c.App.Writer, "%s %s\n", resp.Msg.Job.Id, resp.Msg.Job.Phase.WireName())
 		}
 	}
-	if c.Bool("json") {
-		var err error
-		if len(ids) == 1 {
-			err = writeJSON(c.App.Writer, done[0])
-		} else {
-			err = writeJSON(c.App.Writer, nonNil(done))
-		}
-		if err != nil {
-			return err
-		}
+	if err := printDone(); err != nil {
+		return err
 	}
 	if failed > 0 {
-		return ucli.Exit(fmt.Sprintf("%d of %d could not be cancelled (above)", failed, len(ids)), exitFailure)
+		msg := fmt.Sprintf("%d of %d could not be cancelled", failed, len(ids))
+		if c.Bool("json") {
+			// One JSON document on stderr: the summary, with each failure.
+			_ = writeJSON(c.App.ErrWriter, map[string]any{"error": errorJSON{Code: "failed", Message: msg}, "failures": failures})
+			return ucli.Exit("", exitFailure)
+		}
+		return ucli.Exit(msg+" (above)", exitFailure)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -252,12 +253,18 @@ func hasLeader(nodes []*palyrav1.NodeInfo) bool {
 // "" otherwise or when --addr chose the node. status describes the node
 // that answers, and the user asked about this machine's.
 func otherNodeNote(c *ucli.Context, answered string) string {
-	if c.IsSet("addr") {
+	if c.IsSet("addr") || c.Bool("json") {
 		return ""
 	}
 	l := node.Layout{Dir: c.String("data-dir")}
 	st, err := l.ReadState()
 	if err != nil || st.NodeID == "" || st.NodeID == answered {
+		return ""
+	}
+	// Only when the command went through this data dir's credential: a
+	// device credential (of this cluster or another) was never aimed at
+	// this node.
+	if src, err := resolveCredential(c); err != nil || src.device || filepath.Clean(src.dir) != filepath.Clean(l.OperatorDir()) {
 		return ""
 	}
 	return fmt.Sprintf("note: this data dir's node %s (%s) did not answer; this is %s, another node of its cluster (start it: palyra node start --data-dir %s)",

@@ -86,30 +86,46 @@ func TestLeaderChurn(t *testing.T) {
 // answered is another one (it described a follower elsewhere as if it were
 // this machine's node); --addr, which picks the node, gets no note.
 func TestStatusNotesAnotherNodeAnswered(t *testing.T) {
-	dir := t.TempDir()
-	if err := (node.Layout{Dir: dir}).WriteState(node.State{NodeID: "n-mine0001", Address: "127.0.0.1:7544"}); err != nil {
+	c := startNode(t) // a data dir with a node and its operator credential
+	st, err := (node.Layout{Dir: c.dir}).ReadState()
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctxFor := func(args ...string) *ucli.Context {
 		fs := flag.NewFlagSet("palyra", flag.ContinueOnError)
 		fs.String("data-dir", "", "")
+		fs.String("config-dir", t.TempDir(), "")
 		fs.String("addr", "", "")
+		fs.Bool("json", false, "")
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
 		}
 		return ucli.NewContext(ucli.NewApp(), fs, nil)
 	}
-	note := otherNodeNote(ctxFor("--data-dir", dir), "n-other002")
-	if !strings.Contains(note, "this data dir's node n-mine0001 (127.0.0.1:7544) did not answer; this is n-other002") || !strings.Contains(note, "palyra node start --data-dir "+dir) {
+	note := otherNodeNote(ctxFor("--data-dir", c.dir), "n-other002")
+	if !strings.Contains(note, "this data dir's node "+st.NodeID+" ("+st.Address+") did not answer; this is n-other002") || !strings.Contains(note, "palyra node start --data-dir "+c.dir) {
 		t.Fatalf("note %q", note)
 	}
-	if note := otherNodeNote(ctxFor("--data-dir", dir), "n-mine0001"); note != "" {
-		t.Fatalf("its own node answered, note %q", note)
+	for what, ctx := range map[string]*ucli.Context{
+		"its own node answered": ctxFor("--data-dir", c.dir),
+		"--addr chose the node": ctxFor("--data-dir", c.dir, "--addr", "127.0.0.1:7545"),
+		"--json":                ctxFor("--data-dir", c.dir, "--json"),
+	} {
+		answered := "n-other002"
+		if what == "its own node answered" {
+			answered = st.NodeID
+		}
+		if note := otherNodeNote(ctx, answered); note != "" {
+			t.Errorf("%s: note %q", what, note)
+		}
 	}
-	if note := otherNodeNote(ctxFor("--data-dir", dir, "--addr", "127.0.0.1:7545"), "n-other002"); note != "" {
-		t.Fatalf("--addr chose the node, note %q", note)
+	// A node's data dir without its operator credential (a device's was
+	// used): the command was never aimed at that node.
+	bare := t.TempDir()
+	if err := (node.Layout{Dir: bare}).WriteState(node.State{NodeID: "n-mine0001", Address: "127.0.0.1:7544"}); err != nil {
+		t.Fatal(err)
 	}
-	if note := otherNodeNote(ctxFor("--data-dir", t.TempDir()), "n-other002"); note != "" {
-		t.Fatalf("a device (no node here), note %q", note)
+	if note := otherNodeNote(ctxFor("--data-dir", bare), "n-other002"); note != "" {
+		t.Fatalf("data dir without an operator credential: note %q", note)
 	}
 }

@@ -154,6 +154,17 @@ func TestCancelTakesSeveralIDs(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != 0 || len(out) != 2 || out[0].ID != c2 || out[1].Phase != "aborted" {
 		t.Fatalf("cancel --json of 2: %v %+v; want an array of both, aborted", err, r)
 	}
+	// Under --json stderr is one document: the summary and each failure.
+	e := spin()
+	r = c.cli("job", "cancel", e, "j-0000000000000000", "--json")
+	var errDoc struct {
+		Error    errorJSON   `json:"error"`
+		Failures []errorJSON `json:"failures"`
+	}
+	if err := json.Unmarshal([]byte(r.stderr), &errDoc); err != nil || r.code != exitFailure || errDoc.Error.Message != "1 of 2 could not be cancelled" ||
+		len(errDoc.Failures) != 1 || !strings.Contains(errDoc.Failures[0].Message, "j-0000000000000000") {
+		t.Fatalf("cancel --json with a failure: %v %+v; want one JSON document on stderr naming it", err, r)
+	}
 	if r := c.cli("job", "cancel"); r.code != exitUsage {
 		t.Fatalf("cancel without an id: %+v; want a usage error", r)
 	}

@@ -105,7 +105,9 @@ func (is identityService) ListPairings(ctx context.Context, _ *connect.Request[p
 // list called it pending.
 func pinsARetiredRoot(p *consensus.Pairing, b consensus.TrustBundle) bool {
 	active, ok := b.Active()
-	return ok && len(b.Roots) == 1 && p.CreatedAtMS < active.ActivatedAtMS
+	// CrossFrom: the active root came from a rotation (the first root's
+	// activation can follow codes made while the cluster started).
+	return ok && active.CrossFrom != "" && len(b.Roots) == 1 && p.CreatedAtMS < active.ActivatedAtMS
 }
 
 func (is identityService) RevokePairing(ctx context.Context, req *connect.Request[palyrav1.RevokePairingRequest]) (*connect.Response[palyrav1.RevokePairingResponse], error) {

@@ -11,7 +11,8 @@ import (
 // it listed such codes as pending, and each failed on every node with
 // "not part of the cluster that made this code".
 func TestPairingsPinningARetiredRootAreStale(t *testing.T) {
-	active := consensus.CARoot{Fingerprint: "new", State: consensus.RootActive, ActivatedAtMS: 5000}
+	active := consensus.CARoot{Fingerprint: "new", State: consensus.RootActive, ActivatedAtMS: 5000, CrossFrom: "old"}
+	first := consensus.CARoot{Fingerprint: "first", State: consensus.RootActive, ActivatedAtMS: 5000}
 	old := consensus.CARoot{Fingerprint: "old", State: consensus.RootRetiring, ActivatedAtMS: 100}
 	before, after := &consensus.Pairing{CreatedAtMS: 4000}, &consensus.Pairing{CreatedAtMS: 6000}
 	for _, c := range []struct {
@@ -24,6 +25,9 @@ func TestPairingsPinningARetiredRootAreStale(t *testing.T) {
 		{"made before the rotation, during the overlap", before, []consensus.CARoot{old, active}, false},
 		{"made after the rotation", after, []consensus.CARoot{active}, false},
 		{"no bundle yet", before, nil, false},
+		// The first root's record can follow codes made while the cluster
+		// started: those pin it, and it is no rotation's.
+		{"made before the first root's record", before, []consensus.CARoot{first}, false},
 	} {
 		if got := pinsARetiredRoot(c.p, consensus.TrustBundle{Roots: c.roots}); got != c.want {
 			t.Errorf("%s: stale %v, want %v", c.name, got, c.want)
