@@ -66,7 +66,7 @@ forbid (principal, action == Palyra::Action::"grant.http", resource in Palyra::G
 		t.Errorf("denial %q, hint %q; want the subject named and the operator's fix", pe.Message, pe.Hint)
 	}
 	// A public suffix is a grant of every site under it.
-	for _, h := range []string{"com", "*.com", "co.uk", "COM."} {
+	for _, h := range []string{"com", "*.com", "co.uk", "COM.", "github.io"} {
 		refused(t, ctx, js, ctl, &palyrav1.SubmitJobRequest{WasmModule: mod, AllowHosts: []string{h}}, "is a public suffix", "name the hosts the job reaches")
 	}
 

@@ -76,8 +76,12 @@ func checkAllowHost(h string) error {
 		return invalid(err.Error(), hostRule)
 	}
 	if _, ipErr := netip.ParseAddr(n); ipErr != nil {
-		if suffix, icann := publicsuffix.PublicSuffix(n); icann && suffix == n {
-			return invalid(fmt.Sprintf("--allow-host %q is a public suffix (like com or co.uk): it would admit every site under it", clipHost(h)),
+		// A listed suffix: an ICANN one (com, co.uk), or a private one
+		// with a dot (github.io: every user's site). A single label that
+		// no list names (localhost, an intranet name) is the fallback
+		// rule's answer, not a listed suffix.
+		if suffix, icann := publicsuffix.PublicSuffix(n); suffix == n && (icann || strings.Contains(n, ".")) {
+			return invalid(fmt.Sprintf("--allow-host %q is a public suffix (like com, co.uk or github.io): it would admit every site under it", clipHost(h)),
 				"name the hosts the job reaches, e.g. --allow-host api.example.com")
 		}
 	}
