@@ -301,3 +301,48 @@ func TestSubmitWaitHeldForApprovalSaysHowItGoesOn(t *testing.T) {
 		}
 	}
 }
+
+// A hook's jobs run with its tool's grants whoever's job fires it, so the
+// policy is asked for them when the hook is bound (for the binder) and a
+// policy that would forbid a bound hook's binder those grants is refused,
+// naming the hook. A hook bound under a forbid on a secret read that
+// secret on every job.
+func TestHookGrantsAreAskedOfThePolicy(t *testing.T) {
+	c := startNode(t)
+	key := filepath.Join(t.TempDir(), "k")
+	runCLI(t, "skill", "keygen", "-o", key)
+	guard := packExampleWith(t, "guard", key, func(m string) string {
+		return strings.Replace(m, "wall_clock_ms = 10000", "wall_clock_ms = 10000\nsecrets = [\"tok1\"]", 1)
+	}, "gate")
+	if r := c.cli("skill", "install", guard, "--trust-on-first-use"); r.code != 0 {
+		t.Fatalf("install guard: %+v", r)
+	}
+	def := c.cli("policy", "get").stdout
+	forbid := def + "\n@id(\"no-tok1\")\nforbid (principal, action == Palyra::Action::\"grant.secret\", resource == Palyra::Grant::\"tok1\");\n"
+	setPolicy := func(src string) result {
+		f := filepath.Join(t.TempDir(), "p.cedar")
+		if err := os.WriteFile(f, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return c.cli("policy", "set", f)
+	}
+	if r := setPolicy(forbid); r.code != 0 {
+		t.Fatalf("policy set: %+v", r)
+	}
+	r := c.cli("hook", "bind", "after_run", "example.guard", "gate")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "no-tok1") || !strings.Contains(r.stderr, "with secret tok1") {
+		t.Fatalf("binding a hook whose tool reads a secret the policy forbids: %+v; want it refused naming the forbid and the grant", r)
+	}
+	if r := setPolicy(def); r.code != 0 {
+		t.Fatalf("policy set back: %+v", r)
+	}
+	r = c.cli("hook", "bind", "after_run", "example.guard", "gate", "--json")
+	var h struct{ ID string }
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &h) != nil || h.ID == "" {
+		t.Fatalf("hook bind under a policy that allows the grant: %+v", r)
+	}
+	r = setPolicy(forbid)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "hook "+h.ID) || !strings.Contains(r.stderr, "palyra hook unbind "+h.ID) {
+		t.Fatalf("a policy forbidding a bound hook's grant: %+v; want it refused naming the hook and how to unbind it", r)
+	}
+}

@@ -62,6 +62,10 @@ func (hs hookService) BindHook(ctx context.Context, req *connect.Request[palyrav
 		return nil, invalid(fmt.Sprintf("tool %s/%s does not take %s events: its input_schema refuses the input a hook gets (%v)", m.SkillId, m.Tool, m.Event, err),
 			"bind a tool made for hooks (its input has event, hook and job or subject: see examples/skills/guard), or change the tool's input_schema")
 	}
+	// The hook's jobs run with the tool's grants: the binder must hold them.
+	if err := s.checkHookGrants(ctx, sk, tool, m.Event); err != nil {
+		return nil, err
+	}
 	// The same binding twice ran the tool twice per event (a guard judged
 	// every job twice).
 	for _, h := range s.control.State().Hooks() {

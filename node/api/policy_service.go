@@ -50,6 +50,9 @@ func (ps policyService) SetPolicy(ctx context.Context, req *connect.Request[paly
 	if err := refusesEveryNode(policy.NewEngine(set), s.authz, s.control.State().Members("node")); err != nil {
 		return nil, err
 	}
+	if err := refusesHookGrants(policy.NewEngine(set), s.authz, s.control.State()); err != nil {
+		return nil, err
+	}
 	if _, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SetPolicy{SetPolicy: &raftpb.SetPolicy{
 		Source: []byte(req.Msg.Source), AtMs: s.now().UnixMilli(), By: caller.String()}}}); err != nil {
 		return nil, fromErr(err)
