@@ -22,7 +22,6 @@ import (
 
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/node/scheduler/driver"
-	"github.com/palyra-mesh/palyra/runtime/wasm"
 )
 
 func nodeFlags() []ucli.Flag {
@@ -36,7 +35,7 @@ func nodeFlags() []ucli.Flag {
 		&ucli.IntFlag{Name: "prefetch", Value: 4, Usage: "wasm jobs per slot a worker may hold waiting for a slot while jobs are short (under 250ms from placement to result on average; one per slot otherwise), so short jobs do not wait for the next scheduling round (0: none; applies while this node leads)", EnvVars: []string{"PALYRA_PREFETCH"}},
 		&ucli.IntFlag{Name: "array-prefetch", Value: 32, Usage: "the most job-array tasks per slot a worker may hold waiting: as many as about 100ms of work by the average run of the array's tasks, one before any of them has run (0: tasks take the --prefetch of single jobs; applies while this node leads)", EnvVars: []string{"PALYRA_ARRAY_PREFETCH"}},
 		&ucli.DurationFlag{Name: "lease-ttl", Value: driver.DefaultLeaseTTL, Usage: "how long a placement lives without its worker renewing it (workers renew 3 times per TTL); a worker that is stuck, paused or cut off loses its jobs to the queue after this (applies while this node leads)", EnvVars: []string{"PALYRA_LEASE_TTL"}},
-		&ucli.DurationFlag{Name: "host-call-timeout", Value: wasm.DefaultHostCallTimeout, Usage: "how long one host call of a wasm job on this node may take (an HTTP fetch, a secret or key-value read or write; 100ms to 1h) before it fails as timed out, which the job can handle; the job's own --timeout still applies", EnvVars: []string{"PALYRA_HOST_CALL_TIMEOUT"}},
+		&ucli.DurationFlag{Name: "host-call-timeout", Value: node.DefaultHostCallTimeout, Usage: "how long one host call of a wasm job on this node may take (an HTTP fetch, a secret or key-value read or write; 100ms to 1h) before it fails as timed out, which the job can handle; the job's own --timeout still applies", EnvVars: []string{"PALYRA_HOST_CALL_TIMEOUT"}},
 		&ucli.DurationFlag{Name: "cert-ttl", Usage: "lifetime of the certificates this node signs while it is a voter (5s to 90 days); every node and device renews at two thirds of it", DefaultText: "24h", EnvVars: []string{"PALYRA_CERT_TTL"}},
 		&ucli.StringFlag{Name: "network", Usage: "tune failure detection for `lan` (one site: a dead leader replaced in under a second) or wan (sites apart: slower, tolerant of slow links); default: the one recorded in the data dir, else lan", EnvVars: []string{"PALYRA_NETWORK"}},
 		&ucli.IntFlag{Name: "target-voters", Usage: "raft voters the cluster keeps: 1, 3 or 5 (the leader's setting applies)", DefaultText: "3", EnvVars: []string{"PALYRA_TARGET_VOTERS"}},
@@ -99,7 +98,7 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 		return node.Config{}, usageErr("--cert-ttl must be between 5s and 2160h (90 days)")
 	}
 	if d := c.Duration("host-call-timeout"); d < 100*time.Millisecond || d > time.Hour {
-		return node.Config{}, usageErr("--host-call-timeout must be between 100ms and 1h (default %v)", wasm.DefaultHostCallTimeout)
+		return node.Config{}, usageErr("--host-call-timeout must be between 100ms and 1h (default %v)", node.DefaultHostCallTimeout)
 	}
 	network := strings.ToLower(c.String("network"))
 	if _, err := node.TimersFor(network); err != nil {

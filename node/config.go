@@ -8,6 +8,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/runtime/browser"
+	"github.com/palyra-mesh/palyra/runtime/wasm"
 )
 
 // DefaultListen is the QUIC address a node listens on by default.
@@ -72,7 +73,7 @@ type Config struct {
 	// it (0: driver.DefaultLeaseTTL).
 	LeaseTTL time.Duration
 	// HostCallTimeout bounds one host call of a wasm job run here (0:
-	// wasm.DefaultHostCallTimeout).
+	// DefaultHostCallTimeout).
 	HostCallTimeout time.Duration
 	// BlobGCInterval is how often unreferenced blobs are collected (0:
 	// every minute); BlobGCGrace is how old an unreferenced blob must be
@@ -130,6 +131,12 @@ func (c *Config) defaults() {
 // defaultBrowserSlots is Config.BrowserSlots' default, used while
 // Chromium is installed.
 const defaultBrowserSlots = 2
+
+// DefaultHostCallTimeout is how long one host call of a wasm job (an
+// HTTP fetch, a secret or key-value call) may take unless the node is
+// started with another (the CLI cannot import the runtime: one-way
+// dependencies).
+const DefaultHostCallTimeout = wasm.DefaultHostCallTimeout
 
 func defaultWasmSlots() int { return 2 * runtime.NumCPU() }
 
