@@ -28,7 +28,7 @@ func interspersed(app *ucli.App, args []string) []string {
 		if a == "--" {
 			break
 		}
-		if strings.HasPrefix(a, "-") && a != "-" && !defines(flags, a) && !takesValue(flags, a) {
+		if strings.HasPrefix(a, "-") && a != "-" && !defines(flags, a) && !takesValue(flags, a) && !builtinFlag(a) {
 			early = append(early, a)
 			i++
 			continue
@@ -136,6 +136,17 @@ func takesValue(flags []ucli.Flag, a string) bool {
 				return true
 			}
 		}
+	}
+	return false
+}
+
+// builtinFlag reports whether a is a flag urfave/cli answers at every
+// level without defining it: help, version, shell completion.
+func builtinFlag(a string) bool {
+	name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+	switch name {
+	case "help", "h", "version", "v", "generate-bash-completion":
+		return true
 	}
 	return false
 }

@@ -343,6 +343,13 @@ func TestInterspersedFlags(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", args, got, want)
 		}
 	}
+	// Help flags are every level's: 'palyra hook --help' lists the
+	// group's commands (it was held as an early flag and lost them).
+	for _, args := range [][]string{{"hook", "--help"}, {"job", "-h"}, {"hook"}} {
+		if r := runCLI(t, args...); r.code != 0 || !strings.Contains(r.stdout, "COMMANDS:") {
+			t.Errorf("palyra %v: %+v; want the group's commands", args, r)
+		}
+	}
 	r := runCLI(t, "--json", "status", "--data-dir", t.TempDir(), "--config-dir", t.TempDir())
 	if !strings.Contains(r.stderr, `"code": "no_credential"`) {
 		t.Errorf("palyra --json status without a credential: %+v; want status's own JSON error, not a usage error", r)
