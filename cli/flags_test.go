@@ -28,6 +28,7 @@ func TestBadFlagValuesSayWhatTheyWant(t *testing.T) {
 		// (the whole help page was printed, then 'Required flag "peer" not set').
 		{[]string{"device", "pair", "--code", "X"}, "--peer is required (a node's address HOST:PORT)"},
 		{[]string{"job", "prune"}, "--older-than is required (remove jobs that ended more than DURATION ago"},
+		{[]string{"kv", "put", "bad\xff", "v"}, `the key "bad\xff" is not valid UTF-8`},
 		{[]string{"job", "submit", "--wasm", "x.wasm", "--timeout", "48h"}, "--timeout 48h0m0s is over the 24h a job may run"},
 		// An --addr that cannot name a node (it was dialled, and the failure
 		// said to check that a node runs there).

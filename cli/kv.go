@@ -99,6 +99,11 @@ func kvCommand() *ucli.Command {
 						return usageErr("give a key and a value: palyra kv put KEY VALUE (or - to read stdin, or --from-file FILE)")
 					}
 					key := args[0]
+					if !utf8.ValidString(key) {
+						// It failed in the client's encoder: "string field
+						// contains invalid UTF-8".
+						return usageErr("the key %q is not valid UTF-8: keys are text, e.g. notes/count", key)
+					}
 					var value []byte
 					var err error
 					switch f := c.String("from-file"); {

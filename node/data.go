@@ -64,7 +64,17 @@ func (k nodeKV) Get(ctx context.Context, key string) ([]byte, bool, error) {
 func (k nodeKV) Put(ctx context.Context, key string, val []byte) error {
 	seq, run := k.next()
 	cmd := &raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: key, Value: val, JobId: k.job, Attempt: k.attempt, NodeId: k.n.ID(), Seq: seq, Run: run}}}
-	return k.retry(ctx, seq != 0, func() error { _, err := k.n.cluster.Apply(ctx, cmd); return err })
+	return refused(k.retry(ctx, seq != 0, func() error { _, err := k.n.cluster.Apply(ctx, cmd); return err }))
+}
+
+// refused marks an error the store gave for good (invalid: a limit, the
+// store full) as runtime.ErrRefused, so the guest is not told to retry.
+func refused(err error) error {
+	var ce *consensus.Error
+	if errors.As(err, &ce) && ce.Code == consensus.ErrInvalid.Code {
+		return fmt.Errorf("%w: %v", runtime.ErrRefused, err)
+	}
+	return err
 }
 
 func (k nodeKV) Delete(ctx context.Context, key string) error {

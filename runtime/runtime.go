@@ -156,6 +156,11 @@ type KV interface {
 // ErrNotFound is returned by Secrets.Get for an unknown secret.
 var ErrNotFound = errors.New("not found")
 
+// ErrRefused wraps a KV write the store refused for good (the store is
+// full, a limit): the guest gets "bad request" with the reason, not
+// "service unavailable", which says to retry.
+var ErrRefused = errors.New("refused")
+
 // Artifact is a named file a job produced (a screenshot, a PDF). The node
 // stores its bytes as a content-addressed blob.
 type Artifact struct {

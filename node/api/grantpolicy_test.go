@@ -121,3 +121,17 @@ forbid (principal, action == Palyra::Action::"grant.http", resource) when { cont
 		t.Errorf("check of a host with a port: %v; want invalid_argument", err)
 	}
 }
+
+// A key-value key with a control character is refused: a newline or an
+// escape sequence in a key forged rows of 'audit list' and 'kv list', or
+// drove the terminal showing them.
+func TestKVKeysWithControlCharactersAreRefused(t *testing.T) {
+	for _, k := range []string{"tmp/x\n99 secret.delete", "esc\x1b[2J", "tab\there", "del\x7f"} {
+		if err := checkKVKey(k); err == nil || !strings.Contains(err.Error(), "control character") {
+			t.Errorf("key %q: %v; want it refused", k, err)
+		}
+	}
+	if err := checkKVKey("notes/ünïcode ok"); err != nil {
+		t.Errorf("a printable key refused: %v", err)
+	}
+}

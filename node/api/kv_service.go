@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -43,6 +44,10 @@ func checkKVKey(key string) error {
 		return invalid(fmt.Sprintf("the key is %d bytes; keys are at most %d", len(key), consensus.MaxKVKey), "use a shorter key")
 	case !utf8.ValidString(key):
 		return invalid("the key is not valid UTF-8", "keys are text, e.g. notes/count")
+	case strings.ContainsFunc(key, unicode.IsControl):
+		// A newline or an escape sequence in a key forged rows of 'audit
+		// list' and 'kv list', or drove the terminal that showed them.
+		return invalid(fmt.Sprintf("the key %q holds a control character", key), "keys are printable text, e.g. notes/count")
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package wasm
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -141,4 +142,11 @@ const i64 = 0x7e
 // lines joins what a run wrote, for assertions over everything visible.
 func everything(res runtime.Result, logs string) string {
 	return strings.Join([]string{string(res.Stdout), string(res.Stderr), res.Message, logs}, "\n")
+}
+
+// refusingKV is a store that refuses every write for good (full).
+type refusingKV struct{ *memKV }
+
+func (refusingKV) Put(context.Context, string, []byte) error {
+	return fmt.Errorf("%w: the key-value store holds 100000 entries, its limit", runtime.ErrRefused)
 }

@@ -205,7 +205,7 @@ func TestKV(t *testing.T) {
 	}{
 		{"no grants", "jobs/j1/count", nil, "exited with code 2: kv: kv_get: no grant: the job has no key-value grant"},
 		{"outside the prefix", "jobs/j2/count", grants, `exited with code 2: kv: kv_get: no grant: key "jobs/j2/count" is outside the job's key-value prefix "jobs/j1/"`},
-		{"empty key", "", grants, "kv_get: bad request: key must be 1 to 1024 bytes, not 0"},
+		{"empty key", "", grants, "kv_get: bad request: key must be 1 to 512 bytes, not 0"},
 	} {
 		res := e.Run(context.Background(), runtime.Spec{Module: counter, Input: []byte(tc.key), Grants: tc.grants})
 		wantReason(t, res, runtime.ReasonExitCode, tc.want)
@@ -236,6 +236,15 @@ func TestHostCallErrorsAreCodes(t *testing.T) {
 		{"kv_delete outside the prefix", hostCallModule(abi.FnKVDelete, []int32{100, 9}, i64, int32(abi.CodeNoGrant), name), kvGrant},
 		{"kv_get missing", hostCallModule(abi.FnKVGet, []int32{100, 2, 200, 16}, i64, int32(abi.CodeNotFound), testData{100, []byte("p/")}), kvGrant},
 		{"kv_put value too large", hostCallModule(abi.FnKVPut, []int32{100, 2, 0, abi.MaxValue + 1}, i64, int32(abi.CodeTooLarge), testData{100, []byte("p/")}), kvGrant},
+		// The store's own limits, as the guest sees them: a value over 64
+		// KiB is too large, a key over 512 bytes or with a control
+		// character a bad request (they were "service unavailable",
+		// which says to retry), and a write the store refuses for good
+		// (full) is a bad request too.
+		{"kv_put value over the store's 64 KiB", hostCallModule(abi.FnKVPut, []int32{100, 2, 0, 70_000}, i64, int32(abi.CodeTooLarge), testData{100, []byte("p/")}), kvGrant},
+		{"kv_put key over 512 bytes", hostCallModule(abi.FnKVPut, []int32{100, 600, 0, 1}, i64, int32(abi.CodeBadRequest), testData{100, []byte("p/" + strings.Repeat("k", 598))}), kvGrant},
+		{"kv_put key with an escape", hostCallModule(abi.FnKVPut, []int32{100, 5, 0, 1}, i64, int32(abi.CodeBadRequest), testData{100, []byte("p/\x1b[2")}), kvGrant},
+		{"kv_put the store refuses", hostCallModule(abi.FnKVPut, []int32{100, 3, 0, 1}, i64, int32(abi.CodeBadRequest), testData{100, []byte("p/k")}), &runtime.Grants{KVPrefix: "p/", KV: refusingKV{newMemKV()}}},
 		{"fetch of garbage", hostCallModule(abi.FnHTTPFetch, []int32{100, 9, 200, 1000}, i64, int32(abi.CodeBadRequest), name), nil},
 		{"fetch request length past the limit", hostCallModule(abi.FnHTTPFetch, []int32{0, abi.MaxRequest + 1, 0, 10}, i64, int32(abi.CodeTooLarge)), nil},
 		{"no error yet", hostCallModule(abi.FnLastError, []int32{0, 100}, i32, 0), nil},

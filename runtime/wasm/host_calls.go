@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/palyra-mesh/palyra/runtime"
@@ -178,6 +179,11 @@ func (st *hostState) grantedKey(mem memory, ptr, n uint64) (string, *callError) 
 	if cerr != nil {
 		return "", cerr
 	}
+	if strings.ContainsFunc(key, unicode.IsControl) {
+		// As the API refuses them: a newline or an escape sequence in a
+		// key forged rows of listings, or drove a terminal showing them.
+		return "", callErr(abi.CodeBadRequest, "key %q holds a control character; keys are printable text", clipName(key))
+	}
 	switch {
 	case st.grants.KVPrefix == "":
 		return "", callErr(abi.CodeNoGrant, "the job has no key-value grant")
@@ -193,6 +199,9 @@ func (st *hostState) grantedKey(mem memory, ptr, n uint64) (string, *callError) 
 func (st *hostState) kvError(ctx context.Context, op, key string, err error) *callError {
 	if ctx.Err() != nil {
 		return callErr(abi.CodeTimeout, "%s key %q took longer than %v (the worker's host call limit, --host-call-timeout)", op, clipName(key), st.callTimeout)
+	}
+	if errors.Is(err, runtime.ErrRefused) {
+		return callErr(abi.CodeBadRequest, "%s key %q was refused: %s", op, clipName(key), firstLine(strings.TrimPrefix(err.Error(), runtime.ErrRefused.Error()+": ")))
 	}
 	st.log.Warn("key-value service failed", "op", op, "key", key, "error", err)
 	return callErr(abi.CodeUnavailable, "%s key %q failed on the host", op, clipName(key))

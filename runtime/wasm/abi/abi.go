@@ -84,9 +84,9 @@ const (
 	MaxURL           = 8 << 10  // bytes of a URL
 	MaxMethod        = 16       // bytes of an HTTP method
 	MaxRequest       = MaxRequestBody + MaxHeaderBytes + MaxURL + MaxMethod + 16
-	MaxSecretName    = 256     // bytes of a secret name
-	MaxKey           = 1024    // bytes of a key-value key
-	MaxValue         = 1 << 20 // bytes of a key-value value
-	MaxErrorMessage  = 512     // bytes of a last_error message
+	MaxSecretName    = 128      // bytes of a secret name (the cluster's rule)
+	MaxKey           = 512      // bytes of a key-value key (consensus.MaxKVKey)
+	MaxValue         = 64 << 10 // bytes of a key-value value (consensus.MaxKVValue)
+	MaxErrorMessage  = 512      // bytes of a last_error message
 	ResponseOverhead = MaxHeaderBytes + 8*MaxHeaders + 12
 )

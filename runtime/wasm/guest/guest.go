@@ -159,7 +159,7 @@ func KVGet(key string) ([]byte, error) {
 	return readSized(abi.FnKVGet, 1024, func(out []byte) int64 { return kvGet(key, out) })
 }
 
-// KVPut stores val under key (at most 1 MiB).
+// KVPut stores val under key (at most 64 KiB).
 func KVPut(key string, val []byte) error {
 	if !available {
 		return ErrUnsupported
