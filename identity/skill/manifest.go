@@ -162,6 +162,25 @@ func ParseManifest(data []byte) (*Manifest, error) {
 	return &m, nil
 }
 
+// CheckNamespace refuses a skill id outside its publisher's namespace: an
+// id is PUBLISHER.NAME, NAME without a dot, so no publisher takes an id
+// that reads as another's ("example.tools" from "mallory", or
+// "example.tools.fetch" from "example" when "example.tools" publishes
+// too). It is asked of new packages (pack) and of ids not installed yet:
+// a skill installed under an older id may still be upgraded by its
+// publisher.
+func (m *Manifest) CheckNamespace() error {
+	name, ok := strings.CutPrefix(m.SkillID, m.Publisher+".")
+	if !ok || name == "" || strings.Contains(name, ".") {
+		n := m.SkillID
+		if i := strings.LastIndexByte(n, '.'); i >= 0 {
+			n = n[i+1:]
+		}
+		return fmt.Errorf("skill_id %q is not in publisher %q's namespace: name it %s.NAME (NAME without a dot), e.g. %s.%s", m.SkillID, m.Publisher, m.Publisher, m.Publisher, n)
+	}
+	return nil
+}
+
 // Validate checks every field of m on its own (not against a package's
 // files: see Read).
 func (m *Manifest) Validate() error {
@@ -175,11 +194,6 @@ func (m *Manifest) Validate() error {
 	}
 	if !idRE.MatchString(m.Publisher) {
 		bad("publisher %q: want 1-64 of a-z, 0-9, '.', '_', '-', starting with a letter or digit", m.Publisher)
-	} else if idRE.MatchString(m.SkillID) && m.SkillID != m.Publisher && !strings.HasPrefix(m.SkillID, m.Publisher+".") {
-		// A skill id is in its publisher's namespace, so an id that reads
-		// as another publisher's ("example.tools" from "mallory") cannot
-		// be taken by whoever installs first.
-		bad("skill_id %q is not in publisher %q's namespace: name it %s.NAME", m.SkillID, m.Publisher, m.Publisher)
 	}
 	if !versionRE.MatchString(m.Version) || !semver.IsValid("v"+m.Version) {
 		bad("version %q: want MAJOR.MINOR.PATCH with an optional -PRERELEASE, e.g. 1.2.0 or 2.0.0-rc.1 (semantic versioning, without +BUILD metadata: two packages whose versions differ only there would be one version)", m.Version)

@@ -350,7 +350,13 @@ func FromDir(dir string) (*Package, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Read(data) // the same checks as any package
+	if p, err = Read(data); err != nil { // the same checks as any package
+		return nil, err
+	}
+	if err := p.Manifest.CheckNamespace(); err != nil { // a new package's id
+		return nil, fmt.Errorf("skill.toml: %w", err)
+	}
+	return p, nil
 }
 
 // Hash is the sha256 of a package file's bytes (how a registry names it).

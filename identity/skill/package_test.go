@@ -203,8 +203,6 @@ func TestManifestRefusals(t *testing.T) {
 		{"tool kv prefix outside the skill's", goodManifest + "[tools.capabilities]\nkv_prefix = \"other/\"\n", `tools[0].capabilities.kv_prefix: "other/" is not under`},
 		{"tool private addresses", goodManifest + "[tools.capabilities]\nallow_private = true\n", "tools[0].capabilities.allow_private"},
 		{"tool unknown capability", goodManifest + "[tools.capabilities]\nfuel = 3\n", "fuel"},
-		{"id in another publisher's namespace", strings.Replace(goodManifest, `skill_id = "acme.echo"`, `skill_id = "example.echo"`, 1), `skill_id "example.echo" is not in publisher "acme"'s namespace: name it acme.NAME`},
-		{"id that only starts like the publisher", strings.Replace(goodManifest, `skill_id = "acme.echo"`, `skill_id = "acmecorp.echo"`, 1), "namespace"},
 		{"build metadata", strings.Replace(goodManifest, `version = "1.2.3"`, `version = "1.2.3-beta+x"`, 1), "without +BUILD metadata"},
 	} {
 		_, err := ParseManifest([]byte(tc.manifest))
@@ -361,5 +359,30 @@ func TestToolCapabilitiesJSON(t *testing.T) {
 	b, err := json.Marshal(ToolCapabilities{})
 	if err != nil || string(b) != `{"http_hosts":[],"secrets":[]}` {
 		t.Fatalf("%s %v", b, err)
+	}
+}
+
+// A skill id is PUBLISHER.NAME, NAME without a dot: an id that reads as
+// another publisher's is refused ("acme.tools.x" could be publisher
+// "acme.tools"'s).
+func TestSkillIDsAreInThePublishersNamespace(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"acme.echo": true, "example.echo": false, "acmecorp.echo": false, "acme": false, "acme.": false,
+		"acme.tools.fetch": false, "echo": false,
+	} {
+		m, err := ParseManifest([]byte(strings.Replace(goodManifest, `skill_id = "acme.echo"`, `skill_id = "`+id+`"`, 1)))
+		if err != nil {
+			if !ok {
+				continue // refused on its own already (not an id)
+			}
+			t.Fatalf("%s: %v", id, err)
+		}
+		if err := m.CheckNamespace(); (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), `not in publisher "acme"'s namespace`)) {
+			t.Errorf("%s: %v, want allowed %v", id, err, ok)
+		}
+	}
+	dotted, _ := ParseManifest([]byte(strings.Replace(strings.Replace(goodManifest, `skill_id = "acme.echo"`, `skill_id = "acme.tools.echo"`, 1), `publisher = "acme"`, `publisher = "acme.tools"`, 1)))
+	if err := dotted.CheckNamespace(); err != nil {
+		t.Errorf("publisher acme.tools naming acme.tools.echo: %v", err)
 	}
 }

@@ -84,7 +84,15 @@ func (ss skillService) InstallSkill(ctx context.Context, req *connect.Request[pa
 		return nil, err
 	}
 	st := s.control.State()
-	if old, ok := st.Skill(p.Manifest.SkillID); ok && old.Publisher != name {
+	old, installed := st.Skill(p.Manifest.SkillID)
+	if !installed {
+		// A new id is in its publisher's namespace; one installed already
+		// (before the rule) may still be upgraded by its publisher.
+		if err := p.Manifest.CheckNamespace(); err != nil {
+			return nil, invalid(err.Error(), "ask the publisher to rename the skill (skill_id in skill.toml)")
+		}
+	}
+	if installed && old.Publisher != name {
 		// Refused again, authoritatively, when the install applies; said
 		// here too so trust-on-first-use trusts nothing for a refused package.
 		return nil, apiError(connect.CodeFailedPrecondition, "conflict",
