@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
@@ -21,7 +22,7 @@ func secretCommand() *ucli.Command {
 		Subcommands: []*ucli.Command{
 			{
 				Name:      "set",
-				Usage:     "store a secret (the value is read from --from-file, or from stdin)",
+				Usage:     "store a secret (the value is read from --from-file, or from stdin: typed at a terminal, one line, not echoed)",
 				ArgsUsage: "NAME",
 				Description: `The value never appears in logs, job records or API answers. A job reads it
    only when submitted with --secret NAME and the policy grants it:
@@ -45,10 +46,15 @@ func secretCommand() *ucli.Command {
 					if f := c.String("from-file"); f != "" {
 						value, err = os.ReadFile(f)
 					} else {
-						if isTerminal(c.App.ErrWriter) {
-							fmt.Fprintln(c.App.ErrWriter, "reading the secret from stdin (end with Ctrl-D)…")
+						if f, ok := c.App.Reader.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+							// Typed at a terminal: not echoed (it was, onto
+							// the screen and into any transcript), one line.
+							fmt.Fprint(c.App.ErrWriter, "secret value (not echoed): ")
+							value, err = term.ReadPassword(int(f.Fd()))
+							fmt.Fprintln(c.App.ErrWriter)
+						} else {
+							value, err = io.ReadAll(io.LimitReader(c.App.Reader, 1<<20))
 						}
-						value, err = io.ReadAll(io.LimitReader(c.App.Reader, 1<<20))
 					}
 					if err != nil {
 						return fail(c, &client.Error{Code: "invalid_argument", Message: err.Error()})

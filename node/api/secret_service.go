@@ -30,13 +30,13 @@ func secretInfo(sec *consensus.Secret) *palyrav1.SecretInfo {
 var secretNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 
 // secretNameRule describes secretNameRE to people.
-const secretNameRule = "1 to 128 letters, digits, '.', '_' or '-'"
+const secretNameRule = "1 to 128 letters, digits, '.', '_' or '-', not starting with '-' (it reads as a flag), nor '.' or '..'"
 
 // checkSecretName refuses a name a secret may not have. Only setting a
 // secret checks it: a secret stored under an older, looser rule can still
 // be deleted.
 func checkSecretName(name string) error {
-	if secretNameRE.MatchString(name) {
+	if secretNameRE.MatchString(name) && !strings.HasPrefix(name, "-") && name != "." && name != ".." {
 		return nil
 	}
 	what := fmt.Sprintf("secret name %q is not valid", name)

@@ -27,7 +27,7 @@ func TestSetSecretNames(t *testing.T) {
 			t.Errorf("secret name %q refused: %v", good, err)
 		}
 	}
-	for _, bad := range []string{"bad name!", "", "a/b", "tab\tname", "naïve", "*", strings.Repeat("a", 129)} {
+	for _, bad := range []string{"bad name!", "", "a/b", "tab\tname", "naïve", "*", strings.Repeat("a", 129), "--json", "-lead", ".", ".."} {
 		err := setSecret(s, ctx, bad)
 		if err == nil {
 			t.Errorf("secret name %q accepted", bad)
