@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -102,13 +103,32 @@ func auditCommand() *ucli.Command {
 			{
 				Name:  "verify",
 				Usage: "recompute the journal's hash chain (on a node, or in an export with --file)",
+				Description: `Without --file, a node recomputes the replicated journal's chain and names
+   its head (the last record's sha256).
+
+   With --file, the export is checked offline: each record's hash, the
+   chain between them, and that it ends at the head its header names. The
+   chain is not signed: whoever can write the file can rewrite it whole,
+   recompute every hash and its header, and it still verifies on its own.
+   It proves something only against a head you trust, recorded elsewhere
+   (the head 'palyra audit verify' printed, kept by another party, or read
+   from the cluster now): give it with --head, and the export must end
+   exactly there.
+
+   Examples:
+     palyra audit verify
+     palyra audit verify --file audit.jsonl --head 3f2a9c0d1e7b`,
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "file", Usage: "verify an export written by 'palyra audit export' (offline)"},
+					&ucli.StringFlag{Name: "head", Usage: "with --file: the head `SHA256` you trust (at least 12 hex digits of it); the export must end at it"},
 					jsonFlag,
 				},
 				Action: func(c *ucli.Context) error {
 					if f := c.String("file"); f != "" {
 						return verifyAuditFile(c, f)
+					}
+					if c.IsSet("head") {
+						return usageErr("--head is for an export (--file): a node's own journal is verified against its replicas")
 					}
 					cl, err := dial(c)
 					if err != nil {
@@ -268,14 +288,25 @@ func verifyAuditFile(c *ucli.Context, file string) error {
 	if bad == 0 && len(recs) > 0 && (recs[len(recs)-1].Seq != hdr.HeadSeq || recs[len(recs)-1].Sha256 != hdr.HeadSHA256) {
 		bad, problem = recs[len(recs)-1].Seq, "the last record is not the head the export names (records were cut off)"
 	}
+	trusted := strings.ToLower(strings.TrimSpace(c.String("head")))
+	if c.IsSet("head") && (len(trusted) < 12 || strings.Trim(trusted, "0123456789abcdef") != "") {
+		return usageErr("--head %q: give the trusted head's sha256 in hex, at least 12 digits of it", c.String("head"))
+	}
+	if bad == 0 && trusted != "" && !strings.HasPrefix(hdr.HeadSHA256, trusted) {
+		bad, problem = hdr.HeadSeq, fmt.Sprintf("the export ends at head %s, not at the head you trust (%s): it was rewritten, or is of another journal or point in time", hdr.HeadSHA256, trusted)
+	}
 	if c.Bool("json") {
-		_ = writeJSON(c.App.Writer, map[string]any{"ok": bad == 0, "records": len(recs), "first_bad_seq": bad, "problem": problem})
+		_ = writeJSON(c.App.Writer, map[string]any{"ok": bad == 0, "records": len(recs), "first_bad_seq": bad, "problem": problem,
+			"head_sha256": hdr.HeadSHA256, "against_trusted_head": trusted != ""})
 	}
 	if bad != 0 {
 		return fail(c, &client.Error{Code: "journal_corrupt", Message: fmt.Sprintf("%s: record %d does not verify: %s", file, bad, problem)})
 	}
 	if !c.Bool("json") {
 		fmt.Fprintf(c.App.Writer, "%s verified: %d records, seq %d..%d, head %s\n", file, len(recs), hdr.BaseSeq+1, hdr.HeadSeq, hdr.HeadSHA256)
+		if trusted == "" {
+			fmt.Fprintln(c.App.ErrWriter, "note: checked on its own only: a file rewritten whole verifies too; give the head you trust with --head (see --help)")
+		}
 	}
 	return nil
 }

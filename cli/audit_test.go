@@ -122,8 +122,24 @@ func TestAuditJournalAcrossNodesAndLeaderLoss(t *testing.T) {
 	if r := c.on(third, "audit", "export", "-o", exp); r.code != 0 {
 		t.Fatalf("export: %q", r.stderr)
 	}
-	if r := runCLI(t, "audit", "verify", "--file", exp); r.code != 0 || !strings.Contains(r.stdout, "verified") {
-		t.Fatalf("verify the export: %q %q", r.stdout, r.stderr)
+	if r := runCLI(t, "audit", "verify", "--file", exp); r.code != 0 || !strings.Contains(r.stdout, "verified") || !strings.Contains(r.stderr, "checked on its own only") {
+		t.Fatalf("verify the export: %q %q; want it verified, with a note that only a trusted head proves it", r.stdout, r.stderr)
+	}
+	// Against a head the verifier trusts (recorded when the export was
+	// made, as 'audit verify' printed it), and a head that is not the
+	// export's.
+	var live struct {
+		HeadSha256 string `json:"head_sha256"`
+	}
+	first, _, _ := strings.Cut(readFile(t, exp), "\n")
+	if json.Unmarshal([]byte(first), &live) != nil || len(live.HeadSha256) < 16 {
+		t.Fatalf("export header %q has no head", first)
+	}
+	if r := runCLI(t, "audit", "verify", "--file", exp, "--head", live.HeadSha256[:16]); r.code != 0 || strings.Contains(r.stderr, "on its own") {
+		t.Fatalf("verify the export against the cluster's head: %+v", r)
+	}
+	if r := runCLI(t, "audit", "verify", "--file", exp, "--head", "0123456789abcdef"); r.code == 0 || !strings.Contains(r.stderr, "not at the head you trust") {
+		t.Fatalf("verify the export against another head: %+v; want it refused", r)
 	}
 	data, _ := os.ReadFile(exp)
 	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
@@ -145,3 +161,12 @@ func TestAuditJournalAcrossNodesAndLeaderLoss(t *testing.T) {
 }
 
 func jsonNum(n uint64) string { b, _ := json.Marshal(n); return string(b) }
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
