@@ -346,3 +346,26 @@ func TestHookGrantsAreAskedOfThePolicy(t *testing.T) {
 		t.Fatalf("a policy forbidding a bound hook's grant: %+v; want it refused naming the hook and how to unbind it", r)
 	}
 }
+
+// A before_run hook that runs out of time says the bound is the hook's
+// (its skill's wall_clock_ms), not the submitter's --timeout, which it
+// told the submitter to raise.
+func TestBeforeRunHookTimeoutNamesItsBound(t *testing.T) {
+	c := startNode(t)
+	key := filepath.Join(t.TempDir(), "k")
+	runCLI(t, "skill", "keygen", "-o", key)
+	slow := packExampleWith(t, "guard", key, func(m string) string {
+		m = strings.Replace(m, "wall_clock_ms = 10000", "wall_clock_ms = 1000", 1)
+		return strings.Replace(m, `module = "modules/gate.wasm"`, `module = "modules/spin.wasm"`, 1)
+	}, "spin")
+	if r := c.cli("skill", "install", slow, "--trust-on-first-use"); r.code != 0 {
+		t.Fatalf("install: %+v", r)
+	}
+	if r := c.cli("hook", "bind", "before_run", "example.guard", "gate"); r.code != 0 {
+		t.Fatalf("bind: %+v", r)
+	}
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "x")
+	if r.code == 0 || !strings.Contains(r.stderr, "a before_run hook runs for at most 1s") || strings.Contains(r.stderr, "raise it with --timeout") {
+		t.Fatalf("a job under a hook that times out: %+v; want the hook's bound named, not --timeout", r)
+	}
+}

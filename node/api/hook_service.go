@@ -261,7 +261,11 @@ func (s *Server) runBeforeHook(ctx context.Context, h *raftpb.HookRecord, desc m
 		msg := j.Phase.String()
 		if j.Error != nil {
 			msg += ": " + j.Error.Message
-			if j.Error.Hint != "" {
+			switch {
+			case j.Error.Code == "timeout":
+				// Not the submitter's --timeout: the hook's own bound.
+				msg += fmt.Sprintf(" (a before_run hook runs for at most %s: the skill's wall_clock_ms, up to %s)", timeout, beforeRunTimeout)
+			case j.Error.Hint != "":
 				msg += " (" + j.Error.Hint + ")"
 			}
 		}
