@@ -185,7 +185,9 @@ func TestSkillWithHooksIsNotDisabledOrRemoved(t *testing.T) {
 		t.Fatalf("submit after refused disable/remove: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	r := c.cli("skill", "remove", "example.guard", "--force")
-	if r.code != 0 || !strings.Contains(r.stdout, "example.guard removed") || !strings.Contains(r.stdout, "hook "+hookID+" unbound") {
+	// The skill is gone: binding the hook again needs it installed first.
+	if r.code != 0 || !strings.Contains(r.stdout, "example.guard removed") || !strings.Contains(r.stdout, "hook "+hookID+" unbound") ||
+		!strings.Contains(r.stdout, "once the skill is installed again, bind it with") {
 		t.Fatalf("remove --force: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	if r := c.cli("hook", "list"); strings.Contains(r.stdout, hookID) {

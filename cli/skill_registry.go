@@ -184,7 +184,7 @@ func skillRegistryCommands() []*ucli.Command {
 					return writeJSON(c.App.Writer, map[string]any{"removed": id, "unbound_hooks": hookIDs(resp.Msg.UnboundHooks)})
 				}
 				fmt.Fprintf(c.App.Writer, "%s removed\n", id)
-				printUnbound(c.App.Writer, resp.Msg.UnboundHooks)
+				printUnbound(c.App.Writer, resp.Msg.UnboundHooks, true)
 				return nil
 			},
 		},
@@ -271,9 +271,16 @@ func hookIDs(hs []*palyrav1.HookInfo) []string {
 	return ids
 }
 
-func printUnbound(w io.Writer, hs []*palyrav1.HookInfo) {
+// printUnbound lists the hooks a --force unbound, with the command that
+// binds each again once its skill is back (after a remove, the skill must
+// be installed again first).
+func printUnbound(w io.Writer, hs []*palyrav1.HookInfo, removed bool) {
 	for _, h := range hs {
-		fmt.Fprintf(w, "hook %s unbound (%s -> %s/%s); bind it again with 'palyra hook bind %s %s %s'\n", h.Id, h.Event, h.SkillId, h.Tool, h.Event, h.SkillId, h.Tool)
+		again := "bind it again with"
+		if removed {
+			again = "once the skill is installed again, bind it with"
+		}
+		fmt.Fprintf(w, "hook %s unbound (%s -> %s/%s); %s 'palyra hook bind %s %s %s'\n", h.Id, h.Event, h.SkillId, h.Tool, again, h.Event, h.SkillId, h.Tool)
 	}
 }
 
@@ -309,7 +316,7 @@ func skillStatusCommand(name, status, usage string) *ucli.Command {
 				return fail(c, cl.Explain(err))
 			}
 			if c.Bool("json") {
-				printUnbound(c.App.ErrWriter, resp.Msg.UnboundHooks)
+				printUnbound(c.App.ErrWriter, resp.Msg.UnboundHooks, false)
 				return writeJSON(c.App.Writer, resp.Msg.Skill)
 			}
 			if resp.Msg.Unchanged {
@@ -317,7 +324,7 @@ func skillStatusCommand(name, status, usage string) *ucli.Command {
 				return nil
 			}
 			fmt.Fprintf(c.App.Writer, "%s is %s\n", id, resp.Msg.Skill.Status)
-			printUnbound(c.App.Writer, resp.Msg.UnboundHooks)
+			printUnbound(c.App.Writer, resp.Msg.UnboundHooks, false)
 			return nil
 		},
 	}
