@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/palyra-mesh/palyra/runtime"
 )
@@ -149,4 +150,11 @@ type refusingKV struct{ *memKV }
 
 func (refusingKV) Put(context.Context, string, []byte) error {
 	return fmt.Errorf("%w: the key-value store holds 100000 entries, its limit", runtime.ErrRefused)
+}
+
+// tapText is all a tap holds, stdout then stderr.
+func tapText(t *testing.T, tap *runtime.Tap) string {
+	t.Helper()
+	out, _ := tap.Read([2]int64{0, 0}, 1<<20)
+	return string(out[0].Data) + string(out[1].Data)
 }

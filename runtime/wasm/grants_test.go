@@ -174,6 +174,20 @@ func TestSecrets(t *testing.T) {
 		wantReason(t, res, runtime.ReasonExitCode, tc.want)
 		all += everything(res, "")
 	}
+	// A job that prints the value by mistake: its output masks it, the
+	// live stream (a tap, what 'job logs -f' reads) too, a value split
+	// over two writes included.
+	tap := runtime.NewTap()
+	res = e.Run(context.Background(), runtime.Spec{Module: secret, Input: []byte("leak api-token"), Grants: grants, Tap: tap})
+	wantReason(t, res, runtime.ReasonNone)
+	if string(res.Stdout) != "the token is ***, oops\n" || string(res.Stderr) != "***\n" {
+		t.Errorf("a printed secret: stdout %q, stderr %q; want it masked", res.Stdout, res.Stderr)
+	}
+	streamed := tapText(t, tap)
+	if !strings.Contains(streamed, "the token is ***, oops") {
+		t.Errorf("the live stream %q does not mask the value", streamed)
+	}
+	all += everything(res, "") + streamed
 	all += logs.String()
 	if !strings.Contains(logs.String(), "secret_get") {
 		t.Fatalf("the executor logged no secret_get records at debug level; the leak check below would prove nothing:\n%s", logs)

@@ -138,6 +138,8 @@ type hostState struct {
 	client      *egress.Client // created at the first fetch
 	callTimeout time.Duration  // per secret or key-value call
 	lastErr     string
+	// mask holds the secret values the run read, masked in its output.
+	mask *secretMask
 }
 
 // newHostState checks a Spec's grants and builds its run state. An error
@@ -149,6 +151,7 @@ func (e *Executor) newHostState(spec runtime.Spec) (*hostState, error) {
 	}
 	policy.From(spec.GrantsFrom)
 	st := &hostState{
+		mask:        &secretMask{},
 		log:         e.log,
 		policy:      policy,
 		clientOpts:  egress.Options{Resolver: e.cfg.resolver, Timeout: e.cfg.HostCallTimeout},

@@ -101,6 +101,7 @@ func secretGet(ctx context.Context, st *hostState, mem memory, args []uint64) (i
 		st.log.Warn("secret service failed", "secret", name, "error", err)
 		return 0, callErr(abi.CodeUnavailable, "reading secret %q failed on the host", clipName(name))
 	}
+	st.mask.add(val) // masked in the job's output from now on
 	if uint64(len(val)) <= outCap {
 		if cerr := mem.write(outPtr, val); cerr != nil {
 			return 0, cerr

@@ -215,8 +215,15 @@ func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, 
 	alloc := newLimitedAllocator(lim.memory)
 	stdout := newBoundedBuffer(lim.maxOutput, func() { stop(&outputLimitError{stream: "stdout"}) })
 	stderr := newBoundedBuffer(lim.maxOutput, func() { stop(&outputLimitError{stream: "stderr"}) })
+	var mask *secretMask
+	if host != nil {
+		mask = host.mask
+	}
+	var teeOut, teeErr *maskingWriter
 	if lim.tap != nil {
-		stdout.tee, stderr.tee = lim.tap.Writer(runtime.Stdout), lim.tap.Writer(runtime.Stderr)
+		teeOut = &maskingWriter{w: lim.tap.Writer(runtime.Stdout), mask: mask}
+		teeErr = &maskingWriter{w: lim.tap.Writer(runtime.Stderr), mask: mask}
+		stdout.tee, stderr.tee = teeOut, teeErr
 	}
 	modCfg := wazero.NewModuleConfig().
 		WithName(""). // anonymous: many instances of one module may run at once
@@ -263,6 +270,12 @@ func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, 
 	var outFull, errFull bool
 	res.Stdout, outFull = stdout.result()
 	res.Stderr, errFull = stderr.result()
+	// Secret values the guest read are masked in its output (mask.go).
+	res.Stdout, res.Stderr = mask.apply(res.Stdout), mask.apply(res.Stderr)
+	if teeOut != nil {
+		teeOut.flush()
+		teeErr.flush()
+	}
 	o := outcome{
 		err:          callErr,
 		instantiated: instantiated,
