@@ -230,7 +230,7 @@ func requiredFlags(cmds []*ucli.Command) []*ucli.Command {
 				if !ctx.IsSet(name) {
 					what := ""
 					if d, ok := f.(ucli.DocGenerationFlag); ok && d.GetUsage() != "" {
-						what = " (" + strings.ReplaceAll(d.GetUsage(), "`", "") + ")"
+						what = ": " + strings.ReplaceAll(d.GetUsage(), "`", "")
 					}
 					return ucli.Exit(fmt.Sprintf("error: --%s is required%s\nrun '%s --help' for usage", name, what, ctx.Command.HelpName), exitUsage)
 				}

@@ -56,6 +56,9 @@ func auditCommand() *ucli.Command {
 					jsonFlag,
 				},
 				Action: func(c *ucli.Context) error {
+					if l := c.Int("limit"); l < 1 || l > 1000 {
+						return usageErr("--limit %d: a page holds 1 to 1000 records (default 100)", l)
+					}
 					if c.Bool("oldest-first") && c.IsSet("before") {
 						return usageErr("--before pages newest first; with --oldest-first page on with --after SEQ")
 					}

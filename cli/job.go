@@ -283,6 +283,11 @@ func jobSubmit(c *ucli.Context) error {
 		return usageErr("use either --input or --input-file, not both")
 	case c.IsSet("input"):
 		input = []byte(c.String("input"))
+		if c.String("input") == "-" {
+			// '-' means stdin to --input-file, not here: say so, since
+			// the job gets the one byte "-" as its input.
+			fmt.Fprintln(c.App.ErrWriter, "note: --input - gives the job the text \"-\"; to pass stdin use --input-file -")
+		}
 	case c.String("input-file") == "-":
 		if input, err = readAllBounded(c.App.Reader, palyrav1.MaxInputBytes); err != nil {
 			return fail(c, &client.Error{Code: "invalid_argument", Message: readFailure("input", "stdin", err), Hint: "pass less input, or have the job fetch its data"})

@@ -19,8 +19,11 @@ import (
 
 // kvEntryJSON is a key and its value: text as is, anything else base64.
 type kvEntryJSON struct {
-	Key         string `json:"key"`
-	Value       string `json:"value,omitempty"`
+	Key string `json:"key"`
+	// Value is there for an empty value too (it was left out, so a
+	// script read "no value"); a binary one is "" with ValueBase64 set,
+	// as a job's output is.
+	Value       string `json:"value"`
 	ValueBase64 string `json:"value_base64,omitempty"`
 	Size        int    `json:"size"`
 }
@@ -137,7 +140,7 @@ func kvCommand() *ucli.Command {
 					if c.Bool("json") {
 						return writeJSON(c.App.Writer, map[string]any{"key": key, "size": len(value)})
 					}
-					fmt.Fprintf(c.App.Writer, "%s set (%d bytes)\n", key, len(value))
+					fmt.Fprintf(c.App.Writer, "%s set (%s)\n", key, sizeText(uint64(len(value))))
 					return nil
 				},
 			},

@@ -16,7 +16,7 @@ import (
 // actions under the default policy).
 func TestKVCommands(t *testing.T) {
 	c := startNode(t)
-	if r := c.cli("kv", "put", "app/counter", "41"); r.code != 0 || !strings.Contains(r.stdout, "app/counter set (2 bytes)") {
+	if r := c.cli("kv", "put", "app/counter", "41"); r.code != 0 || !strings.Contains(r.stdout, "app/counter set (2 B)") {
 		t.Fatalf("kv put: %+v", r)
 	}
 	// A job granted the prefix reads the seeded value and writes it back.
@@ -98,6 +98,13 @@ func TestKVCommands(t *testing.T) {
 	r = c.cli("audit", "list", "--json")
 	if r.code != 0 || !strings.Contains(r.stdout, `"kv.put"`) || !strings.Contains(r.stdout, `"kv:app/k1"`) || !strings.Contains(r.stdout, `"kv.delete"`) {
 		t.Fatalf("audit list lacks the key-value writes: %+v", r)
+	}
+	// An empty value reads back as "value": "" in --json (it was left out).
+	if r := c.cli("kv", "put", "app/empty", ""); r.code != 0 {
+		t.Fatalf("kv put of an empty value: %+v", r)
+	}
+	if r := c.cli("kv", "get", "app/empty", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"value": ""`) {
+		t.Fatalf("kv get --json of an empty value: %+v", r)
 	}
 	// A paired device that is no operator may not read or write.
 	cfg := filepath.Join(t.TempDir(), "laptop")

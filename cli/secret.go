@@ -89,7 +89,7 @@ func secretCommand() *ucli.Command {
 					if c.Bool("json") {
 						return writeJSON(c.App.Writer, map[string]any{"name": name, "bytes": len(value)})
 					}
-					fmt.Fprintf(c.App.Writer, "secret %s stored (%d bytes)\n", name, len(value))
+					fmt.Fprintf(c.App.Writer, "secret %s stored (%s)\n", name, sizeText(uint64(len(value))))
 					return nil
 				},
 			},

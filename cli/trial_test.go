@@ -169,3 +169,12 @@ func TestCancelTakesSeveralIDs(t *testing.T) {
 		t.Fatalf("cancel without an id: %+v; want a usage error", r)
 	}
 }
+
+// 'job submit --input -' gives the job the text "-" and says so, naming
+// --input-file - for stdin (a user lost a run to it).
+func TestInputDashIsNoted(t *testing.T) {
+	r := runCLI(t, "--data-dir", t.TempDir(), "--addr", "127.0.0.1:1", "--dial-timeout", "200ms", "job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--input", "-")
+	if !strings.Contains(r.stderr, `note: --input - gives the job the text "-"; to pass stdin use --input-file -`) {
+		t.Fatalf("submit --input -: %+v; want the note", r)
+	}
+}
