@@ -131,6 +131,11 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 		if err := printConfig(c.App.Writer, src, c); err != nil {
 			return node.Config{}, err
 		}
+		if err := node.CheckMetricsListen(cfg.MetricsListen, cfg.MetricsAllowRemote); err != nil {
+			// What start refuses, said here too: print-config checks a
+			// configuration before it is deployed.
+			fmt.Fprintf(c.App.ErrWriter, "warning: 'node start' refuses this configuration: %v\n", err)
+		}
 		return node.Config{}, errConfigPrinted
 	}
 	return cfg, nil

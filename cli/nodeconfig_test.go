@@ -157,3 +157,17 @@ func TestPrintConfigShowsRecordedMetricsListen(t *testing.T) {
 		}
 	}
 }
+
+// --print-config says when 'node start' would refuse the configuration it
+// prints (a metrics address other hosts reach without
+// --metrics-allow-remote printed silently).
+func TestPrintConfigWarnsOfWhatStartRefuses(t *testing.T) {
+	r := runCLI(t, "node", "start", "--data-dir", t.TempDir(), "--metrics-listen", "0.0.0.0:9765", "--print-config")
+	if !strings.Contains(r.stdout, `metrics-listen = "0.0.0.0:9765"`) || !strings.Contains(r.stderr, "warning: 'node start' refuses this configuration") ||
+		!strings.Contains(r.stderr, "--metrics-allow-remote") {
+		t.Fatalf("print-config of a refused metrics address: %+v", r)
+	}
+	if r := runCLI(t, "node", "start", "--data-dir", t.TempDir(), "--metrics-listen", "127.0.0.1:9765", "--print-config"); strings.Contains(r.stderr, "warning") {
+		t.Fatalf("print-config of a loopback metrics address: %+v", r)
+	}
+}

@@ -258,6 +258,15 @@ func (m *nodeMetrics) blobUsage(s *blob.Store) (float64, float64) {
 // unless the operator asked for it.
 var ErrMetricsNotLoopback = errors.New("the metrics endpoint is plain HTTP without authentication, so it binds loopback only; to serve it to other hosts (a Prometheus server elsewhere), add --metrics-allow-remote")
 
+// CheckMetricsListen is checkMetricsListen for the CLI ('node start
+// --print-config' says what start would refuse).
+func CheckMetricsListen(addr string, allowRemote bool) error {
+	if addr == "" || addr == MetricsOff {
+		return nil
+	}
+	return checkMetricsListen(addr, allowRemote)
+}
+
 // checkMetricsListen validates the --metrics-listen address.
 func checkMetricsListen(addr string, allowRemote bool) error {
 	host, port, err := net.SplitHostPort(addr)
