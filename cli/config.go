@@ -129,7 +129,16 @@ func resolveCredential(c *ucli.Context) (credentialSource, error) {
 		dataDir = "palyra-data"
 	}
 	layout := node.Layout{Dir: dataDir}
-	if _, err := os.Stat(layout.OperatorDir()); explicit || err == nil {
+	if _, statErr := os.Stat(layout.OperatorDir()); explicit || statErr == nil {
+		if explicit && errors.Is(statErr, fs.ErrNotExist) {
+			// A mistyped --data-dir, or one of a node that has no local
+			// operator: say which, and that a paired device goes without it.
+			what := "holds no operator credential (no operator/ in it)"
+			if _, err := os.Stat(layout.Dir); errors.Is(err, fs.ErrNotExist) {
+				what = "does not exist"
+			}
+			return credentialSource{}, fmt.Errorf("%w: --data-dir %s %s; check the path, or leave --data-dir out to use this device's paired credential (in %s)", identity.ErrNoCredential, layout.Dir, what, configDir(c))
+		}
 		cred, err := identity.LoadCredential(layout.OperatorDir())
 		if err != nil {
 			return credentialSource{}, err

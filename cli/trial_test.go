@@ -178,3 +178,18 @@ func TestInputDashIsNoted(t *testing.T) {
 		t.Fatalf("submit --input -: %+v; want the note", r)
 	}
 }
+
+// A --data-dir that does not exist (or holds no operator credential) is
+// named as such, with the way to use a paired device instead; it said to
+// pair this device, though one was paired.
+func TestMissingDataDirIsNamed(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "typo")
+	r := runCLI(t, "--data-dir", missing, "status")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "--data-dir "+missing+" does not exist; check the path, or leave --data-dir out") {
+		t.Fatalf("status with a missing --data-dir: %+v", r)
+	}
+	empty := t.TempDir()
+	if r := runCLI(t, "--data-dir", empty, "status"); !strings.Contains(r.stderr, "--data-dir "+empty+" holds no operator credential") {
+		t.Fatalf("status with a --data-dir without a credential: %+v", r)
+	}
+}
