@@ -68,7 +68,8 @@ func (is identityService) CreatePairing(ctx context.Context, req *connect.Reques
 			return nil, invalid(err.Error(), "use --ttl between 30s and 24h")
 		}
 		p := consensus.Pairing{ID: rec.ID, Kind: rec.Kind, Name: m.Name, Operator: m.Operator, SecretHash: rec.SecretHash,
-			CreatedAtMS: now, ExpiresAtMS: rec.ExpiresAtMS, CreatedBy: rec.CreatedBy}
+			CreatedAtMS: now, ExpiresAtMS: rec.ExpiresAtMS, CreatedBy: rec.CreatedBy,
+			State: consensus.PairingPending} // as applied: the answer said "unknown"
 		_, err = s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_CreatePairing{CreatePairing: &raftpb.CreatePairing{Pairing: consensus.PairingPB(&p)}}})
 		if errors.Is(err, consensus.ErrConflict) && attempt < 3 {
 			continue // id collision: draw another code

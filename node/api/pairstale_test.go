@@ -1,9 +1,14 @@
 package api
 
 import (
+	"context"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
 // 'pair list' calls a pending code stale once the CA root it pins is gone
@@ -32,5 +37,20 @@ func TestPairingsPinningARetiredRootAreStale(t *testing.T) {
 		if got := pinsARetiredRoot(c.p, consensus.TrustBundle{Roots: c.roots}); got != c.want {
 			t.Errorf("%s: stale %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// CreatePairing answers with the code's state as applied, pending (the
+// console showed "unknown").
+func TestCreatePairingAnswersPending(t *testing.T) {
+	is, ctl, _, _ := pairingServer(t) // a real CA
+	addMember(t, ctl, &raftpb.Member{Kind: "device", Id: "d-operator1", Operator: true, AddedAtMs: 1, AddedBy: "init"})
+	ctx := context.WithValue(context.Background(), principalKey{}, identity.Principal{Kind: identity.KindDevice, ID: "d-operator1"})
+	resp, err := is.CreatePairing(ctx, connect.NewRequest(&palyrav1.CreatePairingRequest{Kind: "device"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := resp.Msg.Pairing.State; st != "pending" {
+		t.Fatalf("a new code's state %q, want pending", st)
 	}
 }
