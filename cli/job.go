@@ -412,6 +412,10 @@ func submitFlagValues(c *ucli.Context) (map[string]string, error) {
 	if c.IsSet("kv-prefix") && c.String("kv-prefix") == "" {
 		return nil, usageErr("empty key-value prefix name in --kv-prefix: give the prefix the job may use, e.g. --kv-prefix app/ (leave the flag out for no key-value access)")
 	}
+	if p := c.String("kv-prefix"); p != "" && !strings.HasSuffix(p, "/") {
+		// A prefix is a prefix of bytes: "app" grants "appx/…" too.
+		fmt.Fprintf(c.App.ErrWriter, "note: --kv-prefix %s also grants keys such as %sx/…; end it with / (%s/) to grant only %s/…\n", p, p, p, p)
+	}
 	constraints := map[string]string{}
 	for _, it := range c.StringSlice("constraint") {
 		k, v, ok := strings.Cut(it, "=")

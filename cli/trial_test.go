@@ -193,3 +193,15 @@ func TestMissingDataDirIsNamed(t *testing.T) {
 		t.Fatalf("status with a --data-dir without a credential: %+v", r)
 	}
 }
+
+// --kv-prefix without a trailing slash is noted: a prefix of bytes, "app"
+// grants "appx/…" too.
+func TestKVPrefixWithoutSlashIsNoted(t *testing.T) {
+	r := runCLI(t, "--data-dir", t.TempDir(), "--addr", "127.0.0.1:1", "--dial-timeout", "200ms", "job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--kv-prefix", "app")
+	if !strings.Contains(r.stderr, "note: --kv-prefix app also grants keys such as appx/…; end it with / (app/)") {
+		t.Fatalf("submit --kv-prefix app: %+v; want the note", r)
+	}
+	if r := runCLI(t, "--data-dir", t.TempDir(), "--addr", "127.0.0.1:1", "--dial-timeout", "200ms", "job", "submit", "--wasm", testwasm.Path(t, "reverse"), "--kv-prefix", "app/"); strings.Contains(r.stderr, "note: --kv-prefix") {
+		t.Fatalf("submit --kv-prefix app/: %+v; want no note", r)
+	}
+}
