@@ -371,3 +371,34 @@ func TestBeforeRunHookTimeoutNamesItsBound(t *testing.T) {
 		t.Fatalf("a job under a hook that times out: %+v; want the hook's bound named, not --timeout", r)
 	}
 }
+
+// An upgrade of a hooked skill whose new tool asks for a grant the
+// policy forbids the hook's binder is refused, naming the hook: the hook
+// would have read the secret on every job, asked of nobody.
+func TestHookedSkillUpgradeKeepsTheGrantPolicy(t *testing.T) {
+	c := startNode(t)
+	key := filepath.Join(t.TempDir(), "k")
+	runCLI(t, "skill", "keygen", "-o", key)
+	v1 := packExample(t, "guard", key, "gate")
+	v2 := packExampleWith(t, "guard", key, func(m string) string {
+		m = strings.Replace(m, `version = "1.0.0"`, `version = "1.1.0"`, 1)
+		return strings.Replace(m, "wall_clock_ms = 10000", "wall_clock_ms = 10000\nsecrets = [\"tok1\"]", 1)
+	}, "gate")
+	if r := c.cli("skill", "install", v1, "--trust-on-first-use"); r.code != 0 {
+		t.Fatalf("install v1: %+v", r)
+	}
+	f := filepath.Join(t.TempDir(), "p.cedar")
+	os.WriteFile(f, []byte(c.cli("policy", "get").stdout+"\n@id(\"no-tok1\")\nforbid (principal, action == Palyra::Action::\"grant.secret\", resource == Palyra::Grant::\"tok1\");\n"), 0o600)
+	if r := c.cli("policy", "set", f); r.code != 0 {
+		t.Fatalf("policy set: %+v", r)
+	}
+	r := c.cli("hook", "bind", "after_run", "example.guard", "gate", "--json")
+	var h struct{ ID string }
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &h) != nil {
+		t.Fatalf("bind v1's tool (no grants): %+v", r)
+	}
+	r = c.cli("skill", "install", v2)
+	if r.code == 0 || !strings.Contains(r.stderr, "hook "+h.ID) || !strings.Contains(r.stderr, "with secret tok1") || !strings.Contains(r.stderr, "no-tok1") {
+		t.Fatalf("upgrade to a version whose hooked tool reads a forbidden secret: %+v; want it refused naming the hook", r)
+	}
+}

@@ -71,6 +71,28 @@ func (s *Server) checkHookGrants(ctx context.Context, sk *raftpb.SkillRecord, to
 	return nil
 }
 
+// hookGrantDenial is the first grant of hook h's tool (in skill sk) that
+// e refuses h's binder, with the decision; ok false when all are allowed.
+func hookGrantDenial(e *policy.Engine, a *Authorizer, h *raftpb.HookRecord, sk *raftpb.SkillRecord) (what string, d policy.Decision, denied bool) {
+	var tool *raftpb.SkillTool
+	for _, t := range sk.Tools {
+		if t.Id == h.Tool {
+			tool = t
+		}
+	}
+	if tool == nil {
+		return "", policy.Decision{}, false
+	}
+	kind, id, _ := strings.Cut(h.By, ":")
+	pp := a.Principal(identity.Principal{Kind: identity.Kind(kind), ID: id})
+	for _, ask := range grantAsks(consensus.ToolGrants(sk, tool)) {
+		if d := e.Authorize(policy.Request{Principal: pp, Action: ask.action, Resource: ask.res, Context: ask.ctx}); !d.Allow {
+			return ask.what, d, true
+		}
+	}
+	return "", policy.Decision{}, false
+}
+
 // refusesHookGrants refuses a policy under which a bound hook's binder
 // may not have the grants its jobs run with.
 func refusesHookGrants(e *policy.Engine, a *Authorizer, st State) error {
@@ -79,23 +101,28 @@ func refusesHookGrants(e *policy.Engine, a *Authorizer, st State) error {
 		if !ok {
 			continue
 		}
-		var tool *raftpb.SkillTool
-		for _, t := range sk.Tools {
-			if t.Id == h.Tool {
-				tool = t
-			}
+		if what, d, denied := hookGrantDenial(e, a, h, sk); denied {
+			return invalid(fmt.Sprintf("policy rejected: hook %s (%s → %s/%s, bound by %s) runs its jobs with %s, which this policy forbids its binder: %s",
+				h.Id, h.Event, h.SkillId, h.Tool, h.By, what, policy.Explain(d)),
+				fmt.Sprintf("unbind the hook first ('palyra hook unbind %s'), or keep a permit for that grant", h.Id))
 		}
-		if tool == nil {
+	}
+	return nil
+}
+
+// upgradeKeepsHookGrants refuses installing rec over a skill whose bound
+// hooks' binders the policy forbids a grant the new version's tools ask
+// for (a version that adds a secret read it on every hooked job).
+func upgradeKeepsHookGrants(a *Authorizer, st State, rec *raftpb.SkillRecord) error {
+	for _, h := range st.Hooks() {
+		if h.SkillId != rec.SkillId {
 			continue
 		}
-		kind, id, _ := strings.Cut(h.By, ":")
-		pp := a.Principal(identity.Principal{Kind: identity.Kind(kind), ID: id})
-		for _, ask := range grantAsks(consensus.ToolGrants(sk, tool)) {
-			if d := e.Authorize(policy.Request{Principal: pp, Action: ask.action, Resource: ask.res, Context: ask.ctx}); !d.Allow {
-				return invalid(fmt.Sprintf("policy rejected: hook %s (%s → %s/%s, bound by %s) runs its jobs with %s, which this policy forbids its binder: %s",
-					h.Id, h.Event, h.SkillId, h.Tool, h.By, ask.what, policy.Explain(d)),
-					fmt.Sprintf("unbind the hook first ('palyra hook unbind %s'), or keep a permit for that grant", h.Id))
-			}
+		if what, d, denied := hookGrantDenial(a.engine, a, h, rec); denied {
+			return apiError(connect.CodePermissionDenied, "forbidden",
+				fmt.Sprintf("hook %s (%s → %s/%s, bound by %s) would run this version's tool with %s, which the policy forbids its binder: %s",
+					h.Id, h.Event, h.SkillId, h.Tool, h.By, what, policy.Explain(d)),
+				fmt.Sprintf("unbind the hook first ('palyra hook unbind %s'), or permit that grant to %s", h.Id, h.By))
 		}
 	}
 	return nil

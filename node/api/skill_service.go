@@ -193,6 +193,11 @@ func (ss skillService) InstallSkill(ctx context.Context, req *connect.Request[pa
 		}
 		rec.Tools = append(rec.Tools, st)
 	}
+	// Hooks bound to this skill run its new version's tools with their
+	// grants: each binder must hold them, as when the hook was bound.
+	if err := upgradeKeepsHookGrants(s.authz, s.control.State(), rec); err != nil {
+		return nil, err
+	}
 	if err := ss.apply(ctx, &raftpb.SkillCommand{Install: rec, AllowDowngrade: m.AllowDowngrade}); err != nil {
 		return nil, err
 	}
