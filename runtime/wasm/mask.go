@@ -19,8 +19,8 @@ import (
 const maskText = "***"
 
 // minMaskLen is the shortest value masked: shorter ones would mask
-// ordinary text ("1", "yes").
-const minMaskLen = 4
+// ordinary text ("true", a port, a PIN) and corrupt structured output.
+const minMaskLen = 8
 
 // secretMask holds the values a run read, longest first.
 type secretMask struct {
@@ -42,7 +42,7 @@ func (m *secretMask) add(v []byte) {
 	slices.SortFunc(m.vals, func(a, b []byte) int { return len(b) - len(a) })
 }
 
-// snapshot returns the values and the longest one's length.
+// snapshot returns a copy of the values' list and the longest's length.
 func (m *secretMask) snapshot() ([][]byte, int) {
 	if m == nil {
 		return nil, 0
@@ -52,7 +52,7 @@ func (m *secretMask) snapshot() ([][]byte, int) {
 	if len(m.vals) == 0 {
 		return nil, 0
 	}
-	return m.vals, len(m.vals[0])
+	return slices.Clone(m.vals), len(m.vals[0])
 }
 
 // apply returns b with every value replaced (b itself when none occurs).
@@ -66,50 +66,69 @@ func (m *secretMask) apply(b []byte) []byte {
 	return b
 }
 
-// maskingWriter passes a stream on with the values masked. It holds back
-// the last bytes that could begin a value continuing in the next write
-// (at most the longest value's length minus one) until more comes or
-// flush; without values it passes writes straight on.
+// maskingWriter masks one output stream as it is written, and what it
+// passes on is the job's record of that stream too (record), so a reader
+// who followed the live stream (job logs -f, by offset) and then reads
+// the record finds the same bytes. Until the guest reads a value the
+// stream passes through as written; from then on it holds back the last
+// bytes that could begin a value continuing in the next write (at most
+// the longest value's length minus one) until more come or flush. A value
+// printed before the guest read it is not masked: it was passed on then.
 type maskingWriter struct {
-	w    io.Writer
+	w    io.Writer // the live stream (a tap's writer); nil without one
 	mask *secretMask
 
 	mu      sync.Mutex
+	raw     int  // bytes passed on before any value was known
+	masking bool // a value was known at some write: the rest is in emitted
 	pending []byte
+	emitted []byte
 }
 
 func (mw *maskingWriter) Write(p []byte) (int, error) {
 	vals, longest := mw.mask.snapshot()
 	mw.mu.Lock()
 	defer mw.mu.Unlock()
-	if longest == 0 && len(mw.pending) == 0 {
-		return mw.w.Write(p)
+	if !mw.masking && longest == 0 {
+		mw.raw += len(p)
+		mw.pass(p)
+		return len(p), nil
 	}
+	mw.masking = true
 	mw.pending = append(mw.pending, p...)
 	cut := max(0, len(mw.pending)-(longest-1))
 	// An occurrence that starts before the cut is whole here: emit it
-	// (masked) rather than split it.
-	for _, v := range vals {
-		for i := 0; ; {
-			j := bytes.Index(mw.pending[i:], v)
-			if j < 0 {
-				break
+	// (masked) rather than split it; moving the cut may split another,
+	// so until it stays.
+	for moved := true; moved; {
+		moved = false
+		for _, v := range vals {
+			for i := 0; ; {
+				j := bytes.Index(mw.pending[i:], v)
+				if j < 0 {
+					break
+				}
+				start, end := i+j, i+j+len(v)
+				if start < cut && end > cut {
+					cut, moved = end, true
+				}
+				i = start + 1
 			}
-			start, end := i+j, i+j+len(v)
-			if start < cut && end > cut {
-				cut = end
-			}
-			i = end
 		}
 	}
 	if cut > 0 {
 		out := mw.mask.apply(bytes.Clone(mw.pending[:cut]))
 		mw.pending = append(mw.pending[:0], mw.pending[cut:]...)
-		if _, err := mw.w.Write(out); err != nil {
-			return len(p), err
-		}
+		mw.emitted = append(mw.emitted, out...)
+		mw.pass(out)
 	}
 	return len(p), nil
+}
+
+func (mw *maskingWriter) pass(b []byte) {
+	if mw.w != nil {
+		mw.w.Write(b)
+	}
 }
 
 // flush passes on what is held back, masked.
@@ -117,7 +136,21 @@ func (mw *maskingWriter) flush() {
 	mw.mu.Lock()
 	defer mw.mu.Unlock()
 	if len(mw.pending) > 0 {
-		mw.w.Write(mw.mask.apply(mw.pending))
+		out := mw.mask.apply(mw.pending)
+		mw.emitted = append(mw.emitted, out...)
+		mw.pass(out)
 		mw.pending = nil
 	}
+}
+
+// record is the stream as passed on, given raw, what the guest wrote
+// (and the stream took): its first bytes as they were, then the masked
+// rest. Call after flush.
+func (mw *maskingWriter) record(raw []byte) []byte {
+	mw.mu.Lock()
+	defer mw.mu.Unlock()
+	if !mw.masking {
+		return raw
+	}
+	return append(slices.Clip(raw[:mw.raw]), mw.emitted...)
 }

@@ -219,12 +219,13 @@ func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, 
 	if host != nil {
 		mask = host.mask
 	}
-	var teeOut, teeErr *maskingWriter
+	// Both streams pass through a masking writer (mask.go): what it
+	// passes on is the live stream and the record alike.
+	teeOut, teeErr := &maskingWriter{mask: mask}, &maskingWriter{mask: mask}
 	if lim.tap != nil {
-		teeOut = &maskingWriter{w: lim.tap.Writer(runtime.Stdout), mask: mask}
-		teeErr = &maskingWriter{w: lim.tap.Writer(runtime.Stderr), mask: mask}
-		stdout.tee, stderr.tee = teeOut, teeErr
+		teeOut.w, teeErr.w = lim.tap.Writer(runtime.Stdout), lim.tap.Writer(runtime.Stderr)
 	}
+	stdout.tee, stderr.tee = teeOut, teeErr
 	modCfg := wazero.NewModuleConfig().
 		WithName(""). // anonymous: many instances of one module may run at once
 		WithArgs("job").
@@ -270,12 +271,11 @@ func (e *Executor) execute(ctx context.Context, compiled wazero.CompiledModule, 
 	var outFull, errFull bool
 	res.Stdout, outFull = stdout.result()
 	res.Stderr, errFull = stderr.result()
-	// Secret values the guest read are masked in its output (mask.go).
-	res.Stdout, res.Stderr = mask.apply(res.Stdout), mask.apply(res.Stderr)
-	if teeOut != nil {
-		teeOut.flush()
-		teeErr.flush()
-	}
+	// Secret values the guest read are masked in its output (mask.go),
+	// the record as the live stream passed them on.
+	teeOut.flush()
+	teeErr.flush()
+	res.Stdout, res.Stderr = teeOut.record(res.Stdout), teeErr.record(res.Stderr)
 	o := outcome{
 		err:          callErr,
 		instantiated: instantiated,
