@@ -57,13 +57,14 @@ type blobNet struct {
 	// inflight counts pushes under way (for tests: a Put returns before
 	// a slow peer's push ends).
 	inflight atomic.Int64
+	dropped  atomic.Int64 // second copies dropped for want of background room (for tests)
 }
 
 // heldBlobs bounds the memory of where blobs are held.
 const heldBlobs = 4096
 
 // backgroundPuts is how many Puts may leave their second push running
-// after they return; past it a Put waits for both pushes.
+// after they return; past it a Put drops its second copy.
 const backgroundPuts = 4
 
 func newBlobNet(local *blob.Store, tr *mesh.Transport, self string, members func() []cluster.Member,
@@ -269,7 +270,7 @@ func (b *blobNet) GetContext(ctx context.Context, hash string) ([]byte, error) {
 // an accepted job's module must survive the loss of the node that took it.
 // It returns at the first node's acknowledgement; the push to the second
 // goes on in the background (at most backgroundPuts at a time; past that
-// a Put waits for both). Waiting for both held every large submit for
+// the second copy is dropped). Waiting for both held every large submit for
 // the QUIC idle timeout (30 s) when one of the two died mid-push (a
 // leader killed while a follower replicated to it). A blob known to be
 // held by a live peer already is not pushed again.
@@ -309,6 +310,10 @@ func (b *blobNet) Put(data []byte) (string, error) {
 				}
 				cancel()
 			}
+			if left == 0 {
+				cancel()
+				return hash, nil
+			}
 			select {
 			case b.background <- struct{}{}:
 				go func() { // release the context and the slot once the others end
@@ -318,8 +323,13 @@ func (b *blobNet) Put(data []byte) (string, error) {
 			default:
 				// Enough pushes (and the bytes they hold) are under way in
 				// the background already, e.g. a recovered node
-				// replicating every blob it holds: wait here, as before.
-				finish()
+				// replicating every blob it holds: the extra copy is
+				// dropped (one other node holds the blob, which is what a
+				// Put promises) rather than waited for, which held every
+				// submit behind a slow or dead peer again.
+				cancel()
+				b.dropped.Add(1)
+				go finish() // reap the cancelled pushes
 			}
 			return hash, nil
 		}

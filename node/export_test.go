@@ -15,14 +15,15 @@ func (n *Node) BlobPushes() int64 { return n.blobNet.pushes.Load() }
 // PutBlobWithDeadPeer stores data as a blob with a peer that never
 // answers (at addr) among the nodes it is pushed to, with room for
 // background pushes left after a Put returns, and says how many pushes
-// were still under way when Put returned.
-func (n *Node) PutBlobWithDeadPeer(data []byte, addr string, background int) (hash string, inflight int64, err error) {
+// were still under way when Put returned and how many second copies it
+// dropped.
+func (n *Node) PutBlobWithDeadPeer(data []byte, addr string, background int) (hash string, inflight, dropped int64, err error) {
 	b := newBlobNet(n.blobs, n.transport, n.blobNet.self, func() []cluster.Member {
 		return append([]cluster.Member{{ID: "n-deadpeer", Address: addr, State: cluster.StateAlive}}, n.cluster.Members()...)
 	}, n.log)
 	b.background = make(chan struct{}, background)
 	hash, err = b.Put(data)
-	return hash, b.inflight.Load(), err
+	return hash, b.inflight.Load(), b.dropped.Load(), err
 }
 
 // StateForTest is the node's replica of the state.
