@@ -87,7 +87,7 @@ func auditCommand() *ucli.Command {
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "SEQ\tTIME\tACTOR\tACTION\tSUBJECT\tDETAIL")
 					for _, r := range resp.Msg.Records {
-						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, time.UnixMilli(r.AtMs).UTC().Format(time.RFC3339), r.Actor, r.Action, r.Subject, r.Detail)
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, time.UnixMilli(r.AtMs).UTC().Format(time.RFC3339), printableText(r.Actor), printableText(r.Action), printableText(r.Subject), printableText(r.Detail))
 					}
 					if err := tw.Flush(); err != nil {
 						return err

@@ -244,13 +244,13 @@ func kvList(c *ucli.Context) error {
 			case asJSON:
 				out = append(out, toKVJSON(e))
 			case keysOnly:
-				fmt.Fprintln(c.App.Writer, e.Key)
+				fmt.Fprintln(c.App.Writer, printableText(e.Key))
 			default:
 				if !header {
 					fmt.Fprintln(tw, "KEY\tSIZE\tVALUE")
 					header = true
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\n", e.Key, len(e.Value), valuePreview(e.Value))
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", printableText(e.Key), len(e.Value), valuePreview(e.Value))
 			}
 		}
 		if err := tw.Flush(); err != nil {

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	ucli "github.com/urfave/cli/v2"
@@ -287,4 +289,15 @@ func withDataDir(c *ucli.Context, hint string) string {
 		return hint
 	}
 	return strings.ReplaceAll(hint, "'palyra --addr ", "'palyra --data-dir "+dir+" --addr ")
+}
+
+// printableText is s as a text column or line shows it: as it is when every rune
+// is printable, else quoted with escapes, so a newline or an escape
+// sequence in a key or an audit field cannot forge rows or drive the
+// terminal (keys written before the API refused them keep theirs).
+func printableText(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
 }

@@ -61,3 +61,20 @@ func TestJSONTimesHaveMilliseconds(t *testing.T) {
 		}
 	}
 }
+
+// Text columns show a value with a newline or an escape sequence quoted:
+// a key-value key or an audit field cannot forge rows or drive the
+// terminal.
+func TestPrintableText(t *testing.T) {
+	for in, want := range map[string]string{
+		"notes/count":       "notes/count",
+		"with space ünï":    "with space ünï",
+		"tmp/x\n99 forged":  `"tmp/x\n99 forged"`,
+		"esc\x1b[2J":        `"esc\x1b[2J"`,
+		"rtl\u202eoverride": `"rtl\u202eoverride"`,
+	} {
+		if got := printableText(in); got != want {
+			t.Errorf("printableText(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -44,9 +44,20 @@ func checkKVKey(key string) error {
 		return invalid(fmt.Sprintf("the key is %d bytes; keys are at most %d", len(key), consensus.MaxKVKey), "use a shorter key")
 	case !utf8.ValidString(key):
 		return invalid("the key is not valid UTF-8", "keys are text, e.g. notes/count")
-	case strings.ContainsFunc(key, unicode.IsControl):
-		// A newline or an escape sequence in a key forged rows of 'audit
-		// list' and 'kv list', or drove the terminal that showed them.
+	}
+	return nil
+}
+
+// checkNewKVKey is checkKVKey for a key being written: no control
+// characters either (a newline or an escape sequence in a key forged rows
+// of 'audit list' and 'kv list', or drove the terminal that showed them).
+// Reads and deletes take any key, so one written before the rule can
+// still be read and removed.
+func checkNewKVKey(key string) error {
+	if err := checkKVKey(key); err != nil {
+		return err
+	}
+	if strings.ContainsFunc(key, unicode.IsControl) {
 		return invalid(fmt.Sprintf("the key %q holds a control character", key), "keys are printable text, e.g. notes/count")
 	}
 	return nil
@@ -97,7 +108,7 @@ func (ks kvService) writable() error {
 
 func (ks kvService) PutKV(ctx context.Context, req *connect.Request[palyrav1.PutKVRequest]) (*connect.Response[palyrav1.PutKVResponse], error) {
 	s, m := ks.s, req.Msg
-	if err := checkKVKey(m.Key); err != nil {
+	if err := checkNewKVKey(m.Key); err != nil {
 		return nil, err
 	}
 	if len(m.Value) > consensus.MaxKVValue {

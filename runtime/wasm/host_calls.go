@@ -154,6 +154,12 @@ func kvPut(ctx context.Context, st *hostState, mem memory, args []uint64) (int64
 	}
 	cctx, cancel := context.WithTimeout(ctx, st.callTimeout)
 	defer cancel()
+	if strings.ContainsFunc(key, unicode.IsControl) {
+		// As the API refuses them: a newline or an escape sequence in a
+		// key forged rows of listings, or drove a terminal showing them.
+		// (Reads and deletes take any key: one written before can go.)
+		return 0, callErr(abi.CodeBadRequest, "key %q holds a control character; keys are printable text", clipName(key))
+	}
 	if err := st.grants.KV.Put(cctx, key, val); err != nil {
 		return 0, st.kvError(cctx, "writing", key, err)
 	}
@@ -179,11 +185,6 @@ func (st *hostState) grantedKey(mem memory, ptr, n uint64) (string, *callError) 
 	key, cerr := readName(mem, ptr, n, "key", abi.MaxKey)
 	if cerr != nil {
 		return "", cerr
-	}
-	if strings.ContainsFunc(key, unicode.IsControl) {
-		// As the API refuses them: a newline or an escape sequence in a
-		// key forged rows of listings, or drove a terminal showing them.
-		return "", callErr(abi.CodeBadRequest, "key %q holds a control character; keys are printable text", clipName(key))
 	}
 	switch {
 	case st.grants.KVPrefix == "":

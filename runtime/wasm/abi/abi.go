@@ -84,7 +84,7 @@ const (
 	MaxURL           = 8 << 10  // bytes of a URL
 	MaxMethod        = 16       // bytes of an HTTP method
 	MaxRequest       = MaxRequestBody + MaxHeaderBytes + MaxURL + MaxMethod + 16
-	MaxSecretName    = 128      // bytes of a secret name (the cluster's rule)
+	MaxSecretName    = 256      // bytes of a secret name (set now: at most 128; older ones up to 256)
 	MaxKey           = 512      // bytes of a key-value key (consensus.MaxKVKey)
 	MaxValue         = 64 << 10 // bytes of a key-value value (consensus.MaxKVValue)
 	MaxErrorMessage  = 512      // bytes of a last_error message
