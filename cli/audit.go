@@ -120,10 +120,10 @@ func auditCommand() *ucli.Command {
 
    Examples:
      palyra audit verify
-     palyra audit verify --file audit.jsonl --head 3f2a9c0d1e7b`,
+     palyra audit verify --file audit.jsonl --head 3f2a9c0d1e7b4a5f…(all 64 digits)`,
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "file", Usage: "verify an export written by 'palyra audit export' (offline)"},
-					&ucli.StringFlag{Name: "head", Usage: "with --file: the head `SHA256` you trust (at least 12 hex digits of it); the export must end at it"},
+					&ucli.StringFlag{Name: "head", Usage: "with --file: the head `SHA256` you trust (its 64 hex digits, at least 32); the export must end at it"},
 					jsonFlag,
 				},
 				Action: func(c *ucli.Context) error {
@@ -287,16 +287,22 @@ func verifyAuditFile(c *ucli.Context, file string) error {
 		}
 		recs = append(recs, &r)
 	}
-	bad, problem := palyrav1.VerifyAuditChain(hdr.BaseSeq, hdr.BaseSHA256, recs)
-	if bad == 0 && len(recs) > 0 && (recs[len(recs)-1].Seq != hdr.HeadSeq || recs[len(recs)-1].Sha256 != hdr.HeadSHA256) {
-		bad, problem = recs[len(recs)-1].Seq, "the last record is not the head the export names (records were cut off)"
-	}
 	trusted := strings.ToLower(strings.TrimSpace(c.String("head")))
-	if c.IsSet("head") && (len(trusted) < 12 || strings.Trim(trusted, "0123456789abcdef") != "") {
-		return usageErr("--head %q: give the trusted head's sha256 in hex, at least 12 digits of it", c.String("head"))
+	if c.IsSet("head") && (len(trusted) < 32 || len(trusted) > 64 || strings.Trim(trusted, "0123456789abcdef") != "") {
+		return usageErr("--head %q: give the trusted head's sha256 in hex, all 64 digits (at least 32)", c.String("head"))
 	}
-	if bad == 0 && trusted != "" && !strings.HasPrefix(hdr.HeadSHA256, trusted) {
-		bad, problem = hdr.HeadSeq, fmt.Sprintf("the export ends at head %s, not at the head you trust (%s): it was rewritten, or is of another journal or point in time", hdr.HeadSHA256, trusted)
+	bad, problem := palyrav1.VerifyAuditChain(hdr.BaseSeq, hdr.BaseSHA256, recs)
+	// The head the chain ends at, as computed (each record's hash was
+	// checked above), not as the header claims it.
+	end, endSeq := hdr.BaseSHA256, hdr.BaseSeq
+	if len(recs) > 0 {
+		end, endSeq = recs[len(recs)-1].Sha256, recs[len(recs)-1].Seq
+	}
+	if bad == 0 && (endSeq != hdr.HeadSeq || end != hdr.HeadSHA256) {
+		bad, problem = max(endSeq, 1), "the chain does not end at the head the export names (records were cut off, or the header was changed)"
+	}
+	if bad == 0 && trusted != "" && !strings.HasPrefix(end, trusted) {
+		bad, problem = endSeq, fmt.Sprintf("the export ends at head %s, not at the head you trust (%s): it was rewritten, or is of another journal or point in time", end, trusted)
 	}
 	if c.Bool("json") {
 		_ = writeJSON(c.App.Writer, map[string]any{"ok": bad == 0, "records": len(recs), "first_bad_seq": bad, "problem": problem,

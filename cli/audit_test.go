@@ -135,11 +135,25 @@ func TestAuditJournalAcrossNodesAndLeaderLoss(t *testing.T) {
 	if json.Unmarshal([]byte(first), &live) != nil || len(live.HeadSha256) < 16 {
 		t.Fatalf("export header %q has no head", first)
 	}
-	if r := runCLI(t, "audit", "verify", "--file", exp, "--head", live.HeadSha256[:16]); r.code != 0 || strings.Contains(r.stderr, "on its own") {
+	if r := runCLI(t, "audit", "verify", "--file", exp, "--head", live.HeadSha256); r.code != 0 || strings.Contains(r.stderr, "on its own") {
 		t.Fatalf("verify the export against the cluster's head: %+v", r)
 	}
-	if r := runCLI(t, "audit", "verify", "--file", exp, "--head", "0123456789abcdef"); r.code == 0 || !strings.Contains(r.stderr, "not at the head you trust") {
+	if r := runCLI(t, "audit", "verify", "--file", exp, "--head", strings.Repeat("0123456789abcdef", 4)); r.code == 0 || !strings.Contains(r.stderr, "not at the head you trust") {
 		t.Fatalf("verify the export against another head: %+v; want it refused", r)
+	}
+	// A file of a header alone that names the trusted head is no proof:
+	// the head compared is the chain's, as computed.
+	forged := filepath.Join(t.TempDir(), "forged.jsonl")
+	var hdr map[string]any
+	first2, _, _ := strings.Cut(readFile(t, exp), "\n")
+	json.Unmarshal([]byte(first2), &hdr)
+	hb, _ := json.Marshal(hdr)
+	os.WriteFile(forged, append(hb, '\n'), 0o644)
+	if r := runCLI(t, "audit", "verify", "--file", forged, "--head", live.HeadSha256); r.code == 0 {
+		t.Fatalf("a header alone naming the trusted head: %+v; want it refused", r)
+	}
+	if r := runCLI(t, "audit", "verify", "--file", exp, "--head", live.HeadSha256[:12]); r.code != exitUsage {
+		t.Fatalf("--head of 12 digits: %+v; want a usage error (48 bits can be ground)", r)
 	}
 	data, _ := os.ReadFile(exp)
 	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
