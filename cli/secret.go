@@ -22,7 +22,7 @@ func secretCommand() *ucli.Command {
 		Subcommands: []*ucli.Command{
 			{
 				Name:      "set",
-				Usage:     "store a secret (the value is read from --from-file, or from stdin: typed at a terminal, one line, not echoed)",
+				Usage:     "store a secret (the value is read from --from-file, or from stdin: typed or pasted at a terminal without echo, ended with Ctrl-D)",
 				ArgsUsage: "NAME",
 				Description: `The value never appears in logs, job records or API answers. A job reads it
    only when submitted with --secret NAME and the policy grants it:
@@ -48,10 +48,12 @@ func secretCommand() *ucli.Command {
 					} else {
 						if f, ok := c.App.Reader.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 							// Typed at a terminal: not echoed (it was, onto
-							// the screen and into any transcript), one line.
-							fmt.Fprint(c.App.ErrWriter, "secret value (not echoed): ")
-							value, err = term.ReadPassword(int(f.Fd()))
-							fmt.Fprintln(c.App.ErrWriter)
+							// the screen and into any transcript).
+							fmt.Fprintln(c.App.ErrWriter, "secret value (not echoed; end with Enter, then Ctrl-D):")
+							value, err = readTyped(c.Context, f)
+							if interrupted(c) {
+								return ucli.Exit("interrupted: nothing stored", exitInterrupted)
+							}
 						} else {
 							value, err = io.ReadAll(io.LimitReader(c.App.Reader, 1<<20))
 						}
