@@ -30,15 +30,15 @@ func TestSecretSetAsUsersTypeIt(t *testing.T) {
 		t.Fatalf("secret set '': %+v; want a usage error saying the name is empty", r)
 	}
 	r := c.cliStdin("x\n", "secret", "set", "echoed")
-	if r.code != 0 || !strings.Contains(r.stdout, "(2 bytes)") ||
+	if r.code != 0 || !strings.Contains(r.stdout, "(2 B)") ||
 		!strings.Contains(r.stderr, "warning: stored 2 bytes ending in a newline; use printf or --trim-newline to leave it out") {
 		t.Fatalf("echo x | secret set: %+v; want the 2 bytes stored and a warning", r)
 	}
-	if r := c.cliStdin("x", "secret", "set", "printed"); r.code != 0 || !strings.Contains(r.stdout, "(1 bytes)") || strings.Contains(r.stderr, "warning") {
+	if r := c.cliStdin("x", "secret", "set", "printed"); r.code != 0 || !strings.Contains(r.stdout, "(1 B)") || strings.Contains(r.stderr, "warning") {
 		t.Fatalf("printf x | secret set: %+v; want 1 byte, no warning", r)
 	}
 	for _, in := range []string{"x\n", "x\r\n"} {
-		if r := c.cliStdin(in, "secret", "set", "trimmed", "--trim-newline"); r.code != 0 || !strings.Contains(r.stdout, "(1 bytes)") || strings.Contains(r.stderr, "warning") {
+		if r := c.cliStdin(in, "secret", "set", "trimmed", "--trim-newline"); r.code != 0 || !strings.Contains(r.stdout, "(1 B)") || strings.Contains(r.stderr, "warning") {
 			t.Fatalf("%q | secret set --trim-newline: %+v; want 1 byte, no warning", in, r)
 		}
 	}

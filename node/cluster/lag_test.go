@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/internal/testdisk"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
@@ -62,8 +64,27 @@ func TestFollowerWithFullDiskLagsThenCatchesUp(t *testing.T) {
 	for i := range 300 {
 		cmd := &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{
 			Job: &raftpb.JobRecord{Id: fmt.Sprintf("lag-%03d", i), Kind: "wasm", ModuleSha256: "ab", Input: input}}}}
-		if _, err := leader.cl.Apply(ctxFor(t, 10*time.Second), cmd); err != nil {
-			t.Fatalf("submit %d: %v", i, err)
+		// On a loaded machine the leader may change meanwhile (a fresh
+		// clone's CI lost it at submit 7): send again through the leader
+		// there is then; a job the first try committed is a conflict.
+		for try := 0; ; try++ {
+			_, err := leader.cl.Apply(ctxFor(t, 10*time.Second), cmd)
+			if err == nil || (try > 0 && errors.Is(err, consensus.ErrConflict)) {
+				break
+			}
+			if !consensus.WorthRetrying(err, true) || try == 20 {
+				t.Fatalf("submit %d: %v", i, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			eventually(t, 20*time.Second, "a leader", func() error {
+				for _, n := range nodes {
+					if n.store.Raft().State() == raft.Leader {
+						return nil
+					}
+				}
+				return errors.New("none yet")
+			})
+			leader = leaderOf(t, nodes)
 		}
 	}
 	want := leader.store.State().AppliedIndex()
