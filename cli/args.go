@@ -141,11 +141,12 @@ func takesValue(flags []ucli.Flag, a string) bool {
 }
 
 // builtinFlag reports whether a is a flag urfave/cli answers at every
-// level without defining it: help, version, shell completion.
+// level without defining it: help and shell completion (--version is the
+// app's, and goes before the command like any global flag).
 func builtinFlag(a string) bool {
 	name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 	switch name {
-	case "help", "h", "version", "v", "generate-bash-completion":
+	case "help", "h", "generate-bash-completion":
 		return true
 	}
 	return false

@@ -338,6 +338,7 @@ func TestInterspersedFlags(t *testing.T) {
 		"palyra --json status":                          "palyra status --json",
 		"palyra --data-dir d --json job list --limit 1": "palyra --data-dir d job list --json --limit 1",
 		"palyra --bogus status":                         "palyra --bogus status",
+		"palyra job -v list":                            "palyra -v job list", // the app's --version, as before
 	} {
 		if got := strings.Join(interspersed(app, strings.Fields(args)), " "); got != want {
 			t.Errorf("%s: got %q, want %q", args, got, want)

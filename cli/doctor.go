@@ -402,6 +402,11 @@ func quorumCheckFrom(list *palyrav1.ListNodesResponse) check {
 		return check{Name: name, Status: "warn", Detail: fmt.Sprintf("voters: %s (a single voter: add nodes to survive losing one)", h), Fix: fix}
 	case h.total <= 1:
 		return check{Name: name, Status: "ok", Detail: fmt.Sprintf("voters: %s (a single voter, as --target-voters 1 asks)", h)}
+	case t < 0 && h.noLeader && len(h.down) == 0:
+		// Every voter alive and none leads: an election that does not
+		// end, not voters to bring back.
+		return check{Name: name, Status: "fail", Detail: "voters: " + h.String(),
+			Fix: "read the voters' logs for why no election ends (a full disk, clocks, a network that drops raft's traffic); 'palyra nodes' shows each one's raft state"}
 	case t < 0:
 		return check{Name: name, Status: "fail", Detail: "voters: " + h.String(), Fix: fix}
 	case t == 0:

@@ -1090,6 +1090,12 @@ func jobCancel(c *ucli.Context) error {
 		if err != nil {
 			if len(ids) == 1 || interrupted(c) {
 				_ = printDone() // those cancelled before the interruption
+				if c.Bool("json") && len(failures) > 0 {
+					e := cl.Explain(err)
+					failures = append(failures, errorJSON{Code: e.Code, Message: e.Message, Hint: withDataDir(c, e.Hint)})
+					_ = writeJSON(c.App.ErrWriter, map[string]any{"error": errorJSON{Code: "interrupted", Message: "interrupted: the rest were not cancelled"}, "failures": failures})
+					return ucli.Exit("", exitInterrupted)
+				}
 				return fail(c, cl.Explain(err))
 			}
 			failed++

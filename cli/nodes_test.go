@@ -204,8 +204,14 @@ func TestQuorumCheckFrom(t *testing.T) {
 	// Three voters alive by gossip and no leader: a failure (doctor
 	// passed it once the serving node no longer called itself lagging).
 	stuck := []*palyrav1.NodeInfo{lag(v("a", "alive"), 0, 9000), lag(v("b", "alive"), 0, 9000), lag(v("c", "alive"), 0, 9000)}
-	if got := quorumCheckFrom(&palyrav1.ListNodesResponse{Nodes: stuck}); got.Status != "fail" || !strings.Contains(got.Detail, "NO LEADER") {
-		t.Errorf("no leader: %+v, want a failure saying so", got)
+	if got := quorumCheckFrom(&palyrav1.ListNodesResponse{Nodes: stuck}); got.Status != "fail" || !strings.Contains(got.Detail, "NO LEADER") ||
+		strings.Contains(got.Fix, "down back") || !strings.Contains(got.Fix, "no election ends") {
+		t.Errorf("no leader: %+v, want a failure saying so, with a fix about the election (no voter is down)", got)
+	}
+	// A leader gossip briefly suspects still leads.
+	suspect := leader(v("a", "suspect"))
+	if !hasLeader([]*palyrav1.NodeInfo{suspect, v("b", "alive")}) || hasLeader([]*palyrav1.NodeInfo{leader(v("a", "dead"))}) {
+		t.Error("hasLeader: a suspect leader leads, a dead one does not")
 	}
 	// A single voter is fine when the target is one, a warning below a
 	// larger target (after 'node recover' doctor said OK).

@@ -238,10 +238,11 @@ func leaderTenure(s *palyrav1.StatusResponse, now time.Time) string {
 	return out
 }
 
-// hasLeader reports whether a node list names a live raft leader.
+// hasLeader reports whether a node list names a raft leader that has not
+// left or died (a leader gossip briefly suspects still leads).
 func hasLeader(nodes []*palyrav1.NodeInfo) bool {
 	for _, n := range nodes {
-		if n.Leader && n.State == "alive" {
+		if n.Leader && n.State != "dead" && n.State != "left" && n.State != "removed" {
 			return true
 		}
 	}

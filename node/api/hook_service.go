@@ -262,7 +262,7 @@ func (s *Server) runBeforeHook(ctx context.Context, h *raftpb.HookRecord, desc m
 		if j.Error != nil {
 			msg += ": " + j.Error.Message
 			switch {
-			case j.Error.Code == "timeout":
+			case j.Error.Code == "timeout" || j.Error.Code == "expired":
 				// Not the submitter's --timeout: the hook's own bound.
 				msg += fmt.Sprintf(" (a before_run hook runs for at most %s: the skill's wall_clock_ms, up to %s)", timeout, beforeRunTimeout)
 			case j.Error.Hint != "":
