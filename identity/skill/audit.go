@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"golang.org/x/net/publicsuffix"
 )
 
 // Audit limits (the reference's).
@@ -79,6 +81,10 @@ func (p *Package) Audit() []Finding {
 			out = append(out, Finding{"capability", "", fmt.Sprintf("http_hosts %q is a wildcard; list each host (a host admits its subdomains)", h)})
 		case !isIP(h) && !strings.Contains(strings.Trim(h, "."), "."):
 			out = append(out, Finding{"capability", "", fmt.Sprintf("http_hosts %q is a whole top-level domain", h)})
+		case !isIP(h) && isPublicSuffix(h):
+			// As a job's --allow-host is refused: co.uk or github.io admits
+			// every site under it.
+			out = append(out, Finding{"capability", "", fmt.Sprintf("http_hosts %q is a public suffix: it admits every site under it", h)})
 		}
 	}
 	for _, s := range c.Secrets {
@@ -251,4 +257,13 @@ func (r *reader) limits() error {
 		_, err = r.u32()
 	}
 	return err
+}
+
+// isPublicSuffix reports whether host is a listed public suffix: an
+// ICANN one (co.uk) or a private one with a dot (github.io), as the API
+// refuses for a job's --allow-host.
+func isPublicSuffix(host string) bool {
+	h := strings.ToLower(strings.Trim(host, "."))
+	suffix, icann := publicsuffix.PublicSuffix(h)
+	return suffix == h && (icann || strings.Contains(h, "."))
 }

@@ -269,7 +269,7 @@ func TestLimits(t *testing.T) {
 }
 
 func TestAuditFindings(t *testing.T) {
-	manifest := strings.Replace(goodManifest, `http_hosts = ["api.example.com"]`, `http_hosts = ["*.example.com", "com"]`+"\nsecrets = [\"*\"]", 1)
+	manifest := strings.Replace(goodManifest, `http_hosts = ["api.example.com"]`, `http_hosts = ["*.example.com", "com", "co.uk", "github.io"]`+"\nsecrets = [\"*\"]", 1)
 	manifest = strings.Replace(manifest, `kv_prefix = "echo/"`, `kv_prefix = "/"`, 1)
 	p, err := FromDir(skillDir(t, manifest, fsModule))
 	must(t, err)
@@ -278,7 +278,7 @@ func TestAuditFindings(t *testing.T) {
 		got = append(got, f.String())
 	}
 	all := strings.Join(got, "\n")
-	for _, want := range []string{"wildcard", "top-level domain", "every secret", "whole key-value store", "path_open"} {
+	for _, want := range []string{"wildcard", "top-level domain", `"co.uk" is a public suffix`, `"github.io" is a public suffix`, "every secret", "whole key-value store", "path_open"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("audit findings lack %q:\n%s", want, all)
 		}
