@@ -2,6 +2,9 @@ package node_test
 
 import (
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +34,14 @@ func TestRestartedNodeTakesNoWorkBeforeRecover(t *testing.T) {
 	}
 	dir := third.Layout().Dir
 	third.Close()
+	// Until the others see it gone, the leader may still place on it (a
+	// job then runs on no one, and the restarted node's Recover rightly
+	// requeues it as left by its previous process).
+	waitFor(t, "the third node seen gone", time.Minute, func() bool {
+		a, _ := healthy(first, 2, 3)
+		b, _ := healthy(second, 2, 3)
+		return a && b
+	})
 	var ids []string
 	for i := range 24 {
 		ids = append(ids, submit(t, op, fmt.Sprintf("queued-%d", i)))
@@ -45,11 +56,37 @@ func TestRestartedNodeTakesNoWorkBeforeRecover(t *testing.T) {
 		}
 	}
 
-	start(t, node.Config{DataDir: dir})
+	// Its log says what Recover requeued: here nothing, since no job ran
+	// on it before it stopped. (Each job's attempt is no measure: on a
+	// loaded machine the failure detector may rightly requeue a job of a
+	// node that stalls while it starts, as a fresh-clone CI saw once.)
+	var logs lockedLog
+	start(t, node.Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for _, id := range ids {
 		j := waitCompleted(t, op, id)
 		if j.Attempt != 1 {
-			t.Errorf("job %s completed on attempt %d: it was placed on the restarting node before it recovered, and requeued", id, j.Attempt)
+			t.Logf("job %s completed on attempt %d", id, j.Attempt)
 		}
 	}
+	if strings.Contains(logs.String(), "requeued job left running by a previous process") {
+		t.Fatalf("the restarted node's Recover requeued jobs placed on it after it started (they ran twice):\n%s", logs.String())
+	}
+}
+
+// lockedLog is a log sink safe for the node's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
