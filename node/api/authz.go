@@ -19,10 +19,11 @@ import (
 // stored in Raft (or the shipped default until one is set), reloaded on
 // every node when it changes.
 type Authorizer struct {
-	engine  *policy.Engine
-	state   AuthzState
-	version uint64
-	log     *slog.Logger
+	engine   *policy.Engine
+	state    AuthzState
+	reloadMu sync.Mutex // reload runs from Watch and from SetPolicy
+	version  uint64
+	log      *slog.Logger
 
 	// Node-work decisions, cached briefly (they are asked per result and
 	// per scheduling round); a policy change empties the cache at once.
@@ -68,6 +69,8 @@ func NewAuthorizer(state AuthzState, log *slog.Logger) (*Authorizer, error) {
 // fails to parse here (it was validated before it was stored, so only a
 // version skew can cause this) keeps the previous set and logs loudly.
 func (a *Authorizer) reload() {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
 	p := a.state.Policy()
 	if p.Version == 0 || p.Version == a.version {
 		return

@@ -62,6 +62,10 @@ func (ps policyService) SetPolicy(ctx context.Context, req *connect.Request[paly
 	if err := s.control.VerifyRead(ctx); err != nil {
 		return nil, fromErr(err)
 	}
+	// The next call through this node is decided by the new policy (Watch
+	// swaps it in on its own goroutine, which a call right after this
+	// answer could beat: a bind then saw the policy before).
+	s.authz.reload()
 	s.log.Info("policy set", "by", caller, "version", s.control.State().Policy().Version)
 	return connect.NewResponse(&palyrav1.SetPolicyResponse{Version: s.control.State().Policy().Version}), nil
 }
