@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/palyra-mesh/palyra/internal/testbuf"
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
@@ -60,7 +60,7 @@ func TestRestartedNodeTakesNoWorkBeforeRecover(t *testing.T) {
 	// on it before it stopped. (Each job's attempt is no measure: on a
 	// loaded machine the failure detector may rightly requeue a job of a
 	// node that stalls while it starts, as a fresh-clone CI saw once.)
-	var logs lockedLog
+	var logs testbuf.Buffer
 	start(t, node.Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for _, id := range ids {
 		j := waitCompleted(t, op, id)
@@ -71,22 +71,4 @@ func TestRestartedNodeTakesNoWorkBeforeRecover(t *testing.T) {
 	if strings.Contains(logs.String(), "requeued job left running by a previous process") {
 		t.Fatalf("the restarted node's Recover requeued jobs placed on it after it started (they ran twice):\n%s", logs.String())
 	}
-}
-
-// lockedLog is a log sink safe for the node's goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -111,36 +111,19 @@ func (s *Server) replay(ctx context.Context, m *palyrav1.SubmitJobRequest) (cons
 }
 
 // checkGrants checks each capability a wasm job asks for against the
-// caller's policy.
+// caller's policy, hosts in the form the runtime matches them in (a
+// skill's manifest hosts come here without checkGrantValues); the job
+// keeps that form.
 func (s *Server) checkGrants(ctx context.Context, m *palyrav1.SubmitJobRequest) error {
-	for _, name := range m.SecretNames {
-		if err := s.authz.Check(ctx, policy.ActionGrantSecret, policy.GrantResource(policy.GrantSecret, name), map[string]any{"grant_key": name}); err != nil {
-			return err
-		}
+	hosts, err := canonicalHosts(m.AllowHosts)
+	if err != nil {
+		return err
 	}
-	if m.KvPrefix != "" {
-		if err := s.authz.Check(ctx, policy.ActionGrantKV, policy.GrantResource(policy.GrantKV, m.KvPrefix), map[string]any{"grant_prefix": m.KvPrefix}); err != nil {
+	m.AllowHosts = hosts
+	g := consensus.Grants{HTTPHosts: hosts, AllowPrivate: m.AllowPrivate, Secrets: m.SecretNames, KVPrefix: m.KvPrefix}
+	for _, a := range grantAsks(g) {
+		if err := s.authz.Check(ctx, a.action, a.res, a.ctx); err != nil {
 			return err
-		}
-	}
-	if len(m.AllowHosts) > 0 || m.AllowPrivate {
-		// Wasm egress grants are checked the same way as browser ones, in
-		// the form the runtime matches them in (a skill's manifest hosts
-		// come here without checkGrantValues).
-		hosts, err := canonicalHosts(m.AllowHosts)
-		if err != nil {
-			return err
-		}
-		m.AllowHosts = hosts
-		for _, h := range m.AllowHosts {
-			if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, h), map[string]any{"grant_host": h}); err != nil {
-				return err
-			}
-		}
-		if m.AllowPrivate {
-			if err := s.authz.Check(ctx, policy.ActionGrantHTTP, policy.GrantResource(policy.GrantHTTP, "private"), map[string]any{"grant_host": "private"}); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
