@@ -293,6 +293,16 @@ func TestCancelArrayPruneRetention(t *testing.T) {
 	if r := c.cli("job", "retention"); r.code != 0 || r.stdout != "ended jobs are kept for 24h\n" {
 		t.Fatalf("retention: %+v", r)
 	}
+	// A dry run counts what would go and removes nothing.
+	if r := c.cli("job", "prune", "--older-than", "0", "--dry-run"); r.code != 0 || !strings.HasPrefix(r.stdout, "would prune 5 jobs that ended before ") || !strings.Contains(r.stdout, "nothing removed") {
+		t.Fatalf("prune --dry-run: %+v", r)
+	}
+	if r := c.cli("job", "prune", "--older-than", "0", "--dry-run", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"would_prune": 5`) {
+		t.Fatalf("prune --dry-run --json: %+v", r)
+	}
+	if r := c.cli("job", "get", ids[0]); r.code != 0 {
+		t.Fatalf("a dry run removed a job: %+v", r)
+	}
 	if r := c.cli("job", "prune", "--older-than", "0"); r.code != 0 || r.stdout == "" || !strings.HasPrefix(r.stdout, "pruned 5 jobs that ended before ") ||
 		!strings.Contains(r.stdout, "their blobs (inputs and outputs over 4 KiB, modules no kept job uses) are deleted on every node within a few minutes") {
 		t.Fatalf("prune: %+v", r)

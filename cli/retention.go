@@ -32,10 +32,12 @@ func pruneCommand() *ucli.Command {
    10 minutes ago (a grace for jobs still being accepted).
 
    Examples:
+     palyra job prune --older-than 7d --dry-run   # how many would go
      palyra job prune --older-than 7d
      palyra job prune --older-than 0      # every ended job`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "older-than", Usage: "remove jobs that ended more than `DURATION` ago, e.g. 12h, 7d, 0", Required: true},
+			&ucli.BoolFlag{Name: "dry-run", Usage: "remove nothing: say how many jobs would be removed"},
 			jsonFlag,
 		},
 		Action: func(c *ucli.Context) error {
@@ -51,11 +53,23 @@ func pruneCommand() *ucli.Command {
 				return err
 			}
 			defer cl.Close()
-			resp, err := cl.Jobs.PruneJobs(c.Context, connect.NewRequest(&palyrav1.PruneJobsRequest{OlderThanMs: d.Milliseconds()}))
+			dry := c.Bool("dry-run")
+			resp, err := cl.Jobs.PruneJobs(c.Context, connect.NewRequest(&palyrav1.PruneJobsRequest{OlderThanMs: d.Milliseconds(), DryRun: dry}))
 			if err != nil {
 				return fail(c, cl.Explain(err))
 			}
 			r := resp.Msg
+			if dry {
+				if c.Bool("json") {
+					return writeJSON(c.App.Writer, map[string]any{"would_prune": r.Pruned, "before": msTime(r.BeforeMs), "dry_run": true})
+				}
+				noun := "jobs"
+				if r.Pruned == 1 {
+					noun = "job"
+				}
+				fmt.Fprintf(c.App.Writer, "would prune %d %s that ended before %s (dry run: nothing removed)\n", r.Pruned, noun, msTime(r.BeforeMs))
+				return nil
+			}
 			if c.Bool("json") {
 				return writeJSON(c.App.Writer, map[string]any{"pruned": r.Pruned, "before": msTime(r.BeforeMs)})
 			}

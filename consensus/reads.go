@@ -345,6 +345,27 @@ func (s *State) PrunedBefore() int64 {
 	return s.prunedBefore
 }
 
+// EndedBefore is how many jobs a prune to beforeMS would remove (array
+// tasks count one each, as applyPrune counts them). It walks the ended
+// units before the cut-off, not the jobs held.
+func (s *State) EndedBefore(beforeMS int64) uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var n uint64
+	s.idx.ended.Ascend(func(k timeKey) bool {
+		if k.at >= beforeMS {
+			return false
+		}
+		if a, ok := s.arrays[k.id]; ok {
+			n += uint64(a.Size)
+		} else {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
 // JobCount is the number of jobs held (array tasks included).
 func (s *State) JobCount() int {
 	s.mu.RLock()

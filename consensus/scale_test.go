@@ -164,11 +164,16 @@ func TestArrayLifecycle(t *testing.T) {
 	if !st.BlobReferenced("mod") {
 		t.Fatal("the array's module is unreferenced before pruning")
 	}
+	if n200, n201 := st.EndedBefore(200), st.EndedBefore(201); n200 != 0 || n201 != 3 {
+		t.Fatalf("a dry run counts %d before 200 and %d before 201, want 0 and the array's 3 tasks", n200, n201)
+	}
 	applyAll(t, f, prune(200)) // ended at 200: not before 200
 	if _, ok := st.Array("arr"); !ok {
 		t.Fatal("pruned an array that ended at the cut-off")
 	}
-	applyAll(t, f, prune(201))
+	if r := applyAll(t, f, prune(201)); r[0].Job.Attempt != 3 {
+		t.Fatalf("prune removed %d jobs, want the array's 3", r[0].Job.Attempt)
+	}
 	if _, ok := st.Array("arr"); ok || st.JobCount() != 0 || st.BlobReferenced("mod") {
 		t.Fatalf("after pruning: array present %v, %d jobs, module referenced %v", ok, st.JobCount(), st.BlobReferenced("mod"))
 	}

@@ -40,6 +40,11 @@ func (js jobService) PruneJobs(ctx context.Context, req *connect.Request[palyrav
 	caller, _ := PrincipalFrom(ctx)
 	now := s.now().UnixMilli()
 	before := now - req.Msg.OlderThanMs
+	if req.Msg.DryRun {
+		// Counted on this replica, which may lag the leader by a few
+		// entries: a count, not a promise.
+		return connect.NewResponse(&palyrav1.PruneJobsResponse{Pruned: s.control.State().EndedBefore(before), BeforeMs: before}), nil
+	}
 	cmd := &raftpb.Command{Cmd: &raftpb.Command_PruneJobs{PruneJobs: &raftpb.PruneJobs{
 		BeforeMs: before, Max: pruneBatch, AtMs: now, By: caller.String()}}}
 	var total uint64

@@ -22,6 +22,7 @@ type State interface {
 	CountByPhase() map[consensus.Phase]uint64
 	Retention() int64
 	PrunedBefore() int64
+	EndedBefore(beforeMS int64) uint64
 	AppliedIndex() uint64
 
 	// Identity plane.

@@ -1980,10 +1980,12 @@ func (x *WatchJobResponse) GetArray() *JobArray {
 
 // PruneJobsRequest removes jobs (and whole job arrays) that ended more
 // than older_than_ms ago, with their results. Running and queued jobs are
-// never pruned.
+// never pruned. With dry_run nothing is removed: pruned says how many
+// jobs would have been.
 type PruneJobsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	OlderThanMs   int64                  `protobuf:"varint,1,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
+	DryRun        bool                   `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2025,9 +2027,16 @@ func (x *PruneJobsRequest) GetOlderThanMs() int64 {
 	return 0
 }
 
+func (x *PruneJobsRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type PruneJobsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pruned        uint64                 `protobuf:"varint,1,opt,name=pruned,proto3" json:"pruned,omitempty"`                     // jobs removed (array tasks count one each)
+	Pruned        uint64                 `protobuf:"varint,1,opt,name=pruned,proto3" json:"pruned,omitempty"`                     // jobs removed, or that would be (dry_run); array tasks count one each
 	BeforeMs      int64                  `protobuf:"varint,2,opt,name=before_ms,json=beforeMs,proto3" json:"before_ms,omitempty"` // the cut-off used: jobs that ended before it were removed
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6926,9 +6935,10 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"_\n" +
 	"\x10WatchJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\x12)\n" +
-	"\x05array\x18\x02 \x01(\v2\x13.palyra.v1.JobArrayR\x05array\"6\n" +
+	"\x05array\x18\x02 \x01(\v2\x13.palyra.v1.JobArrayR\x05array\"O\n" +
 	"\x10PruneJobsRequest\x12\"\n" +
-	"\rolder_than_ms\x18\x01 \x01(\x03R\volderThanMs\"H\n" +
+	"\rolder_than_ms\x18\x01 \x01(\x03R\volderThanMs\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"H\n" +
 	"\x11PruneJobsResponse\x12\x16\n" +
 	"\x06pruned\x18\x01 \x01(\x04R\x06pruned\x12\x1b\n" +
 	"\tbefore_ms\x18\x02 \x01(\x03R\bbeforeMs\"8\n" +
