@@ -272,17 +272,42 @@ func dedent(cmds []*ucli.Command) []*ucli.Command {
 			c.OnUsageError = onUsageError
 		}
 		if c.Before == nil {
-			c.Before = noNegativeDurations
+			c.Before = checkArgs
 		}
 		dedent(c.Subcommands)
 	}
 	return cmds
 }
 
+// checkArgs runs before every command's action: a command that takes no
+// arguments refuses one (they were ignored: 'palyra node leave n-2'
+// made the local node leave), and durations must make sense.
+func checkArgs(c *ucli.Context) error {
+	if cmd := c.Command; cmd != nil && !hasSubcommands(cmd) && cmd.Action != nil &&
+		cmd.ArgsUsage == "" && c.NArg() > 0 { // " ": the command says more itself
+		return usageErr("unexpected argument %q: '%s' takes no arguments, only flags\nrun '%s --help' for usage", c.Args().First(), cmd.HelpName, cmd.HelpName)
+	}
+	return noNegativeDurations(c)
+}
+
+// hasSubcommands says whether cmd is a group: urfave/cli gives every
+// command, once set up, a "help" subcommand of its own.
+func hasSubcommands(cmd *ucli.Command) bool {
+	for _, s := range cmd.Subcommands {
+		if s.Name != "help" {
+			return true
+		}
+	}
+	return false
+}
+
 // noNegativeDurations refuses a negative value for any duration flag set
 // on the command (or globally): each was taken, and ignored or read as
 // "none", without a word (--wait-timeout -3s, --dial-timeout -1s, a drain
-// --deadline). Zero keeps its meaning where a flag gives it one.
+// --deadline). Zero keeps its meaning where a flag gives it one. A
+// positive one under a millisecond is refused too: every duration goes
+// out in milliseconds or coarser, where it became 0, "the default" (a
+// --timeout 500us ran for 30s, a --deadline 999us had none).
 func noNegativeDurations(c *ucli.Context) error {
 	for _, cc := range c.Lineage() {
 		var flags []ucli.Flag
@@ -299,6 +324,8 @@ func noNegativeDurations(c *ucli.Context) error {
 			}
 			if d := cc.Duration(df.Name); d < 0 {
 				return usageErr("--%s %s is negative: give a positive duration, e.g. 30s or 10m", df.Name, d)
+			} else if d > 0 && d < time.Millisecond {
+				return usageErr("--%s %s is under a millisecond, the smallest unit it takes: give e.g. 10ms or 30s", df.Name, d)
 			}
 		}
 	}

@@ -20,6 +20,16 @@ func TestBadFlagValuesSayWhatTheyWant(t *testing.T) {
 		{[]string{"job", "submit", "--wasm", "x.wasm", "--priority", "high"}, `invalid value "high" for --priority: want a whole number`},
 		{[]string{"job", "submit", "--wasm", "x.wasm", "--wait-timeout", "-3s"}, "--wait-timeout -3s is negative"},
 		{[]string{"--dial-timeout", "-1s", "status"}, "--dial-timeout -1s is negative"},
+		// Under a millisecond went out as 0, "the default" (a 30s timeout,
+		// no deadline).
+		{[]string{"job", "submit", "--wasm", "x.wasm", "--timeout", "500us"}, "--timeout 500µs is under a millisecond"},
+		{[]string{"job", "submit", "--wasm", "x.wasm", "--deadline", "999us"}, "--deadline 999µs is under a millisecond"},
+		// An argument to a command that takes none was ignored: 'node leave
+		// n-2' made the local node leave.
+		{[]string{"node", "leave", "n-2"}, `unexpected argument "n-2": 'palyra node leave' takes no arguments`},
+		{[]string{"pair", "create", "node"}, `unexpected argument "node": 'palyra pair create' takes no arguments`},
+		{[]string{"status", "x"}, `unexpected argument "x"`},
+		{[]string{"version", "x"}, `unexpected argument "x"`},
 		// A negative argument reads as an unknown flag.
 		{[]string{"job", "retention", "-2h"}, `"-2h" reads as a flag (it starts with -): to pass it as an argument, put -- before the arguments`},
 		{[]string{"kv", "put", "k", "-1"}, `"-1" reads as a flag`},
