@@ -72,7 +72,7 @@ func deviceCommand() *ucli.Command {
 						if d.Revoked {
 							state = "revoked"
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", d.Id, d.Name, d.Operator, state, msTime(d.AddedAtMs))
+						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", d.Id, printableText(d.Name), d.Operator, state, msTime(d.AddedAtMs))
 					}
 					return tw.Flush()
 				},

@@ -841,10 +841,10 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 			cs = append(cs, k+"="+val)
 		}
 		slices.Sort(cs)
-		fmt.Fprintf(tw, "constraints\t%s\n", strings.Join(cs, ", "))
+		fmt.Fprintf(tw, "constraints\t%s\n", printableText(strings.Join(cs, ", ")))
 	}
 	if v.IdempotencyKey != "" {
-		fmt.Fprintf(tw, "idempotency key\t%s\n", v.IdempotencyKey)
+		fmt.Fprintf(tw, "idempotency key\t%s\n", printableText(v.IdempotencyKey))
 	}
 	fmt.Fprintf(tw, "submitted\t%s\n", v.SubmittedAt)
 	if v.PlacedAt != "" {

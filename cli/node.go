@@ -59,6 +59,9 @@ func parseLabels(items []string) (out map[string]string, warnings []string, err 
 		if strings.HasPrefix(k, "palyra.") {
 			return nil, nil, fmt.Errorf("label %q: the palyra. prefix is reserved", it)
 		}
+		if err := palyrav1.CheckText("label", it); err != nil {
+			return nil, nil, err
+		}
 		if op := palyrav1.ComparisonIn(k, v); op != "" {
 			return nil, nil, fmt.Errorf("label %q: a label is k=v, one '=' between a key and a value (not %s)", it, op)
 		}

@@ -66,7 +66,7 @@ func nodesCommand() *ucli.Command {
 			for _, n := range resp.Msg.Nodes {
 				sched := schedulingText(n)
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Id, n.Address, n.State, n.Voter, n.Leader,
-					raftText(n), sched, n.Running, kv(n.Capacity), dash(n.Version), kv(userLabels(n.Labels)))
+					raftText(n), sched, n.Running, kv(n.Capacity), dash(n.Version), printableText(kv(userLabels(n.Labels))))
 			}
 			if err := tw.Flush(); err != nil {
 				return err

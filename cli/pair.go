@@ -81,13 +81,13 @@ func pairCommand() *ucli.Command {
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 					stale := false
-					fmt.Fprintln(tw, "ID\tKIND\tOPERATOR\tSTATE\tEXPIRES\tCREATED BY\tUSED BY")
+					fmt.Fprintln(tw, "ID\tKIND\tNAME\tOPERATOR\tSTATE\tEXPIRES\tCREATED BY\tUSED BY")
 					for _, p := range resp.Msg.Pairings {
 						op := fmt.Sprint(p.Operator)
 						if p.Kind != "device" {
 							op = "-" // only a device may be an operator
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Id, p.Kind, op, p.State, msTime(p.ExpiresAtMs), p.CreatedBy, p.UsedBy)
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Id, p.Kind, dash(printableText(p.Name)), op, p.State, msTime(p.ExpiresAtMs), p.CreatedBy, p.UsedBy)
 						stale = stale || p.State == "stale"
 					}
 					if err := tw.Flush(); err != nil {

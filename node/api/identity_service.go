@@ -48,6 +48,9 @@ func (is identityService) CreatePairing(ctx context.Context, req *connect.Reques
 	if m.Operator && kind != identity.KindDevice {
 		return nil, invalid("--operator applies to device codes only", "drop --operator, or use --kind device")
 	}
+	if err := checkName("--name", m.Name); err != nil {
+		return nil, err
+	}
 	ttl := time.Duration(m.TtlMs) * time.Millisecond
 	if ttl == 0 {
 		ttl = pairing.DefaultTTL
@@ -179,6 +182,17 @@ func (is identityService) Pair(ctx context.Context, req *connect.Request[palyrav
 	}
 	if len(m.Secret) == 0 || len(m.Secret) > 64 {
 		return nil, invalid("missing or malformed pairing secret", "type the whole code")
+	}
+	if err := checkName("the name", m.Name); err != nil {
+		return nil, err
+	}
+	if err := checkName("the host name", m.HostName); err != nil {
+		return nil, err
+	}
+	for k, v := range m.Labels {
+		if err := palyrav1.CheckText("label", k+"="+v); err != nil {
+			return nil, invalid(err.Error(), "give labels of printable text: --label k=v")
+		}
 	}
 	name := m.Name
 	if name == "" {
@@ -399,4 +413,21 @@ func (is identityService) RevokeMember(ctx context.Context, req *connect.Request
 	mem, _ := s.control.State().Member(m.Kind, m.Id)
 	s.log.Info("revoked", "principal", m.Kind+":"+m.Id, "by", caller)
 	return connect.NewResponse(&palyrav1.RevokeMemberResponse{Member: memberToPB(&mem)}), nil
+}
+
+// maxName bounds a member's or pairing code's name.
+const maxName = 256
+
+// checkName refuses a name a caller chose (a device's, a node's, a
+// code's) that is too long or holds a control character: names are
+// printed in every listing, where an escape sequence drives the reader's
+// terminal.
+func checkName(what, name string) error {
+	if len(name) > maxName {
+		return invalid(fmt.Sprintf("%s is %d bytes, over the %d a name may have", what, len(name), maxName), "use a shorter --name")
+	}
+	if err := palyrav1.CheckText(what, name); err != nil {
+		return invalid(err.Error(), "use a name of printable text, e.g. --name laptop-ana")
+	}
+	return nil
 }

@@ -168,6 +168,8 @@ func (s *Server) validateSubmit(m *palyrav1.SubmitJobRequest) error {
 		return invalid("--deadline must be positive", "e.g. --deadline 10m")
 	case len(m.IdempotencyKey) > 256:
 		return invalid("idempotency key is over 256 bytes", "use a shorter key")
+	case palyrav1.CheckText("idempotency key", m.IdempotencyKey) != nil:
+		return invalid(palyrav1.CheckText("idempotency key", m.IdempotencyKey).Error(), "use a key of printable text, e.g. a UUID or order-1234")
 	case len(m.Constraints) > 32:
 		return invalid("too many constraints", "use at most 32 --constraint k=v")
 	case m.MemoryBytes > MaxMemory:

@@ -195,3 +195,31 @@ func TestSubmitTimeoutRange(t *testing.T) {
 		t.Fatalf("a 1s timeout: %v", err)
 	}
 }
+
+// Text a caller chooses and listings print (constraints, an idempotency
+// key, a pairing code's or member's name) may not hold control
+// characters: an escape sequence in it drove the terminal of whoever
+// listed it ('device list' set the window title and cleared the screen).
+func TestCallerTextRefusesControlCharacters(t *testing.T) {
+	s := &Server{Options: Options{MaxQueued: 10}, control: &fakeControl{fsm: consensus.NewFSM()}}
+	for _, m := range []*palyrav1.SubmitJobRequest{
+		{WasmModule: []byte("m"), Constraints: map[string]string{"zone": "eu\x1b[2J"}},
+		{WasmModule: []byte("m"), Constraints: map[string]string{"zo\nne": "eu"}},
+		{WasmModule: []byte("m"), IdempotencyKey: "k\x1b]0;pwned\a"},
+	} {
+		if err := s.validateSubmit(m); err == nil || !strings.Contains(err.Error(), "control character") {
+			t.Errorf("%+v: %v, want it refused for a control character", m, err)
+		}
+	}
+	if err := s.validateSubmit(&palyrav1.SubmitJobRequest{WasmModule: []byte("m"), Constraints: map[string]string{"zone": "eu-ü"}, IdempotencyKey: "order 1234 ✓"}); err != nil {
+		t.Fatalf("printable text refused: %v", err)
+	}
+	for _, name := range []string{"x\x1b]0;pwned\a", "a\nb", strings.Repeat("n", maxName+1)} {
+		if err := checkName("--name", name); err == nil {
+			t.Errorf("name %q accepted", name)
+		}
+	}
+	if err := checkName("--name", "laptop of Zoë"); err != nil {
+		t.Errorf("a printable name refused: %v", err)
+	}
+}

@@ -160,6 +160,9 @@ func checkConstraints(cs map[string]string) error {
 			return invalid(fmt.Sprintf("--constraint %q: the key is empty", item),
 				"a constraint k=v matches a node label set with --label k=v on node start")
 		}
+		if err := palyrav1.CheckText("--constraint", item); err != nil {
+			return invalid(err.Error(), "a constraint k=v matches a node label set with --label k=v on node start; labels are printable")
+		}
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // The label rule: what a node label (node start/join --label k=v) should
@@ -46,4 +48,16 @@ func ComparisonIn(key, value string) string {
 		return "=="
 	}
 	return ""
+}
+
+// CheckText refuses a name, label or key chosen by a caller that holds a
+// control character (an escape sequence, a newline, a bell): printed in a
+// listing it drives the reader's terminal (sets its title, clears it,
+// forges rows). what names the field in the error.
+func CheckText(what, s string) error {
+	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return fmt.Errorf("%s %q holds a control character (%q at byte %d): use printable text", what, s, r, i)
+	}
+	return nil
 }
