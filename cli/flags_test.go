@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -90,5 +92,35 @@ func TestTextErrorShape(t *testing.T) {
 	want := errorJSON{Code: "failed", Message: "job j-1 failed: exit 3\nmore detail", Hint: "raise it with --timeout"}
 	if got != want {
 		t.Errorf("textError = %+v, want %+v", got, want)
+	}
+}
+
+// node start refuses values it would have changed or mistaken (slots 0 or
+// -1 became the default, a negative prefetch and a zero lease were taken,
+// a wildcard --advertise wrote a new cluster, then failed), before it
+// writes anything to the data dir.
+func TestNodeStartRefusesBadValuesBeforeWriting(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--wasm-slots", "0"}, "--wasm-slots 0: give 1 to"},
+		{[]string{"--wasm-slots", "-1"}, "--wasm-slots -1: give 1 to"},
+		{[]string{"--browser-slots", "-2"}, "or -1 to run no browser jobs"},
+		{[]string{"--prefetch", "-1"}, "--prefetch -1: give 0 (none) to"},
+		{[]string{"--array-prefetch", "-3"}, "--array-prefetch -3"},
+		{[]string{"--lease-ttl", "0"}, "--lease-ttl 0s: give 1s to 1h"},
+		{[]string{"--advertise", "0.0.0.0:7430"}, "is a wildcard"},
+		{[]string{"--advertise", "10.0.0.5"}, "is not HOST:PORT"},
+		{[]string{"--advertise", "10.0.0.5:0"}, "is not a number from 1 to 65535"},
+	} {
+		dir := filepath.Join(t.TempDir(), "d")
+		r := runCLI(t, append([]string{"--data-dir", dir, "node", "start"}, c.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want usage exit and %q", c.args, r.code, r.stderr, c.want)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%v: the data dir was written (%v)", c.args, err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"strconv"
 
 	"log/slog"
 	"strings"
@@ -102,6 +103,25 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 	}
 	if d := c.Duration("host-call-timeout"); d < 100*time.Millisecond || d > time.Hour {
 		return node.Config{}, usageErr("--host-call-timeout must be between 100ms and 1h (default %v)", node.DefaultHostCallTimeout)
+	}
+	if v := c.Int("wasm-slots"); v < 0 || v > maxSlots || (c.IsSet("wasm-slots") && v == 0) {
+		return node.Config{}, usageErr("--wasm-slots %d: give 1 to %d wasm jobs at once (default 2 × CPUs)", v, maxSlots)
+	}
+	if v := c.Int("browser-slots"); v < -1 || v > maxSlots {
+		return node.Config{}, usageErr("--browser-slots %d: give 1 to %d, or -1 to run no browser jobs on this node", v, maxSlots)
+	}
+	for _, name := range []string{"prefetch", "array-prefetch"} {
+		if v := c.Int(name); v < 0 || v > maxPrefetch {
+			return node.Config{}, usageErr("--%s %d: give 0 (none) to %d", name, v, maxPrefetch)
+		}
+	}
+	if d := c.Duration("lease-ttl"); d < time.Second || d > time.Hour {
+		return node.Config{}, usageErr("--lease-ttl %v: give 1s to 1h (default %v); workers renew 3 times per TTL", d, driver.DefaultLeaseTTL)
+	}
+	if a := c.String("advertise"); a != "" {
+		if err := checkAdvertise(a); err != nil {
+			return node.Config{}, usageErr("--advertise: %v", err)
+		}
 	}
 	network := strings.ToLower(c.String("network"))
 	if _, err := node.TimersFor(network); err != nil {
@@ -502,6 +522,32 @@ func nodeRemove(c *ucli.Context) error {
 	}
 	if r.KeptOperator != "" {
 		fmt.Fprintf(c.App.ErrWriter, "warning: this call used %s, the removed node's own local operator credential, so it is not revoked; use another operator and run 'palyra device revoke %s'\n", r.KeptOperator, r.KeptOperator)
+	}
+	return nil
+}
+
+// Bounds of node start's counts: past them a value is a slip, not a plan.
+const (
+	maxSlots    = 4096
+	maxPrefetch = 1024
+)
+
+// checkAdvertise refuses an --advertise address no peer could dial,
+// before anything is written to the data dir (a wildcard made a new
+// cluster there, then failed to start).
+func checkAdvertise(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not HOST:PORT (e.g. 10.0.0.5:7444): %v", addr, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%q: port %q is not a number from 1 to 65535", addr, port)
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host: give the address other nodes dial, e.g. 10.0.0.5:7444", addr)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("%q is a wildcard: give the address other nodes dial, e.g. 10.0.0.5:7444", addr)
 	}
 	return nil
 }
