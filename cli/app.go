@@ -234,6 +234,11 @@ func requiredFlags(cmds []*ucli.Command) []*ucli.Command {
 					}
 					return ucli.Exit(fmt.Sprintf("error: --%s is required%s\nrun '%s --help' for usage", name, what, ctx.Command.HelpName), exitUsage)
 				}
+				// An empty value is not one ('job deny ID --reason ""'
+				// denied with no reason recorded).
+				if _, ok := f.(*ucli.StringFlag); ok && strings.TrimSpace(ctx.String(name)) == "" {
+					return ucli.Exit(fmt.Sprintf("error: --%s is empty: it is required and needs a value\nrun '%s --help' for usage", name, ctx.Command.HelpName), exitUsage)
+				}
 			}
 			return action(ctx)
 		}

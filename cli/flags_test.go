@@ -40,6 +40,8 @@ func TestBadFlagValuesSayWhatTheyWant(t *testing.T) {
 		// (the whole help page was printed, then 'Required flag "peer" not set').
 		{[]string{"device", "pair", "--code", "X"}, "--peer is required: a node's address HOST:PORT"},
 		{[]string{"job", "prune"}, "--older-than is required: remove jobs that ended more than DURATION ago"},
+		{[]string{"job", "deny", "j-1", "--reason", ""}, "--reason is empty: it is required and needs a value"},
+		{[]string{"job", "prune", "--older-than", " "}, "--older-than is empty"},
 		{[]string{"kv", "put", "bad\xff", "v"}, `the key "bad\xff" is not valid UTF-8`},
 		{[]string{"audit", "list", "--limit", "1001"}, "--limit 1001: a page holds 1 to 1000 records"},
 		{[]string{"job", "submit", "--wasm", "x.wasm", "--timeout", "48h"}, "--timeout 48h0m0s is over the 24h a job may run"},
