@@ -54,6 +54,13 @@ func jobBrowse(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
+	for _, flag := range []string{"screenshot", "pdf"} {
+		if c.String(flag) == "-" {
+			// Stdout carries the page's text (or --json); a file named "-"
+			// was written instead.
+			return usageErr("--%s -: job browse writes the %s to a file; for stdout, save it from the job afterwards: palyra job artifact JOB_ID page.%s -o -", flag, flag, map[string]string{"screenshot": "png", "pdf": "pdf"}[flag])
+		}
+	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return usageErr("%q is not an http(s) URL", raw)
@@ -183,7 +190,7 @@ func artifactCommand() *ucli.Command {
 		Name:      "artifact",
 		Usage:     "download a job's artifact (a screenshot, a PDF)",
 		ArgsUsage: "JOB_ID NAME",
-		Flags:     []ucli.Flag{&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` (default: NAME in the current directory)"}},
+		Flags:     []ucli.Flag{&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` (default: NAME in the current directory; - for stdout)"}},
 		Action: func(c *ucli.Context) error {
 			if c.NArg() != 2 {
 				return usageErr("job artifact takes JOB_ID and NAME (names are listed by 'palyra job get ID --json')")
@@ -207,11 +214,22 @@ func saveArtifact(c *ucli.Context, cl *client.Client, jobID, name, path string) 
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}
-	if err := os.WriteFile(path, resp.Msg.Data, 0o644); err != nil {
+	path, err = writeFileOrStdout(c, path, resp.Msg.Data)
+	if err != nil {
 		return fail(c, &client.Error{Code: "io", Message: err.Error()})
 	}
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%s, %d bytes, sha256:%s)\n", path, resp.Msg.Artifact.MediaType, len(resp.Msg.Data), resp.Msg.Artifact.Sha256[:12])
 	return nil
+}
+
+// writeFileOrStdout writes data to path, or to stdout when path is "-"
+// (a file named "-" was written), and says where it went.
+func writeFileOrStdout(c *ucli.Context, path string, data []byte) (string, error) {
+	if path == "-" {
+		_, err := c.App.Writer.Write(data)
+		return "stdout", err
+	}
+	return path, os.WriteFile(path, data, 0o644)
 }
 
 // writeNotes copies a browse job's stderr notes to stderr, a blocked

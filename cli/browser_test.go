@@ -101,6 +101,13 @@ func TestBrowserJobThroughCLI(t *testing.T) {
 	if r := c.cli("job", "list"); r.code != 0 || !regexp.MustCompile(`(?m)^`+j.ID+` +browser +completed`).MatchString(r.stdout) {
 		t.Fatalf("job list: %+v, want the job with its kind", r)
 	}
+	// -o - is stdout, byte for byte (a file named "-" was written).
+	if r := c.cli("job", "artifact", j.ID, "page.png", "-o", "-"); r.code != 0 || r.stdout != string(data) || !strings.Contains(r.stderr, "wrote stdout") {
+		t.Fatalf("artifact -o -: exit %d, %d bytes on stdout (want %d), stderr %q", r.code, len(r.stdout), len(data), r.stderr)
+	}
+	if r := c.cli("job", "browse", site.URL+"/", "--screenshot", "-"); r.code != exitUsage || !strings.Contains(r.stderr, "palyra job artifact JOB_ID page.png -o -") {
+		t.Fatalf("browse --screenshot -: %+v", r)
+	}
 	if r := c.cli("job", "artifact", j.ID, "nope.png"); r.code != 1 || !strings.Contains(r.stderr, "its artifacts are: page.png") {
 		t.Fatalf("unknown artifact: %+v", r)
 	}
@@ -247,6 +254,12 @@ func TestBrowserSessionCommands(t *testing.T) {
 	}
 	if b, err := os.ReadFile(shot); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
 		t.Fatalf("%s: %v, want a PNG", shot, err)
+	}
+	if r := c.cli("browser", "screenshot", id, "-o", "-"); r.code != 0 || !strings.HasPrefix(r.stdout, "\x89PNG") || !strings.Contains(r.stderr, "wrote stdout") {
+		t.Fatalf("screenshot -o -: exit %d, stdout starts %q, stderr %q", r.code, r.stdout[:min(len(r.stdout), 8)], r.stderr)
+	}
+	if r := c.cli("browser", "screenshot", id, "-o", "-", "--json"); r.code != exitUsage {
+		t.Fatalf("screenshot -o - --json: %+v", r)
 	}
 	// A page whose PNG is over the session limit comes back as JPEG, and
 	// the file says so by its name.

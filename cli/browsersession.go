@@ -71,7 +71,7 @@ func browserCommand() *ucli.Command {
 				Name: "screenshot", Usage: "save a screenshot of the session's page", ArgsUsage: "ID",
 				Description: `A PNG of the viewport. A PNG over the session limit (256 KiB) comes
    back as JPEG instead, written with a .jpg extension.`,
-				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write it to `FILE` (default screenshot.png)"}, jsonFlag},
+				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write it to `FILE` (default screenshot.png; - for stdout)"}, jsonFlag},
 				Action: browserScreenshot,
 			},
 			{
@@ -307,6 +307,9 @@ func browserScreenshot(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.String("output") == "-" && c.Bool("json") {
+		return usageErr("-o - and --json both write to stdout: give -o FILE with --json")
+	}
 	cl, err := dial(c)
 	if err != nil {
 		return err
@@ -324,12 +327,12 @@ func browserScreenshot(c *ucli.Context) error {
 	if resp.Msg.MediaType == "image/jpeg" {
 		// The page's PNG was over the session limit: the bytes are a JPEG,
 		// and a .png name would mislead whatever opens the file.
-		if ext := filepath.Ext(out); strings.EqualFold(ext, ".png") || ext == "" {
+		if ext := filepath.Ext(out); out != "-" && (strings.EqualFold(ext, ".png") || ext == "") {
 			out = strings.TrimSuffix(out, ext) + ".jpg"
 		}
 		note = " (a JPEG: the page's PNG was over the session's screenshot limit)"
 	}
-	if err := os.WriteFile(out, resp.Msg.Data, 0o644); err != nil {
+	if out, err = writeFileOrStdout(c, out, resp.Msg.Data); err != nil {
 		return fail(c, &client.Error{Code: "io", Message: err.Error()})
 	}
 	if c.Bool("json") {
