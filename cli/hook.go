@@ -109,7 +109,7 @@ func hookCommand() *ucli.Command {
 						return fail(c, cl.Explain(err))
 					}
 					if c.Bool("json") {
-						return writeJSON(c.App.Writer, nonNil(resp.Msg.Hooks)) // [] when empty, not null
+						return writeJSON(c.App.Writer, map[string]any{"hooks": nonNil(resp.Msg.Hooks)})
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "HOOK\tEVENT\tSKILL\tTOOL\tBY\tAT")

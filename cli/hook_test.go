@@ -193,9 +193,10 @@ func TestSkillWithHooksIsNotDisabledOrRemoved(t *testing.T) {
 	if r := c.cli("hook", "list"); strings.Contains(r.stdout, hookID) {
 		t.Fatalf("hook list after remove --force: %q", r.stdout)
 	}
-	for _, args := range [][]string{{"hook", "list", "--json"}, {"skill", "list", "--json"}} {
-		if r := c.cli(args...); strings.TrimSpace(r.stdout) != "[]" { // an empty list, not null
-			t.Fatalf("%v with nothing to list: %q", args, r.stdout)
+	// An object holding an empty list (not null), as every list is.
+	for args, want := range map[string]string{"hook": `"hooks": []`, "skill": `"skills": []`} {
+		if r := c.cli(args, "list", "--json"); !strings.HasPrefix(strings.TrimSpace(r.stdout), "{") || !strings.Contains(r.stdout, want) {
+			t.Fatalf("%s list --json with nothing to list: %q", args, r.stdout)
 		}
 	}
 	if r := c.cli("job", "submit", "--wasm", reverse, "--input", strings.Repeat("x", 200), "--wait"); r.code != 0 {

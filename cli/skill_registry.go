@@ -111,7 +111,8 @@ func skillRegistryCommands() []*ucli.Command {
 					return fail(c, cl.Explain(err))
 				}
 				if c.Bool("json") {
-					return writeJSON(c.App.Writer, nonNil(resp.Msg.Skills)) // [] when empty, not null
+					// An object, as every other list is ({"jobs": …}).
+					return writeJSON(c.App.Writer, map[string]any{"skills": nonNil(resp.Msg.Skills)})
 				}
 				if len(resp.Msg.Skills) == 0 {
 					fmt.Fprintln(c.App.Writer, "no skills installed (install one with 'palyra skill install FILE'; 'palyra skill --help' says how to make one)")
@@ -254,12 +255,15 @@ var forceUnbindFlag = &ucli.BoolFlag{Name: "force", Usage: "go ahead although ho
 // hooksBoundHelp documents what disable, quarantine and remove do with the
 // hooks bound to the skill.
 func hooksBoundHelp(verb string) string {
+	again := "after\n   'palyra skill enable', if the skill comes back"
+	if verb == "remove" {
+		again = "once the skill\n   is installed again"
+	}
 	return `Refused while hooks are bound to the skill ('palyra hook list'): a hook
    whose skill cannot run would refuse every job (before_run) or be skipped
    (after_run, events). The error names each hook; unbind them first
    ('palyra hook unbind HOOK_ID'), or ` + verb + ` with --force, which unbinds
-   them in the same change and lists them (bind them again after
-   'palyra skill enable', if the skill comes back). --force never leaves a
+   them in the same change and lists them (bind them again ` + again + `). --force never leaves a
    hook dangling: jobs keep being accepted, without the unbound hooks.`
 }
 
@@ -379,7 +383,7 @@ func skillTrustCommand() *ucli.Command {
 						return fail(c, cl.Explain(err))
 					}
 					if c.Bool("json") {
-						return writeJSON(c.App.Writer, nonNil(resp.Msg.Publishers)) // [] when empty, not null
+						return writeJSON(c.App.Writer, map[string]any{"publishers": nonNil(resp.Msg.Publishers)})
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "PUBLISHER\tKEY\tBY")
