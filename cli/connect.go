@@ -48,7 +48,9 @@ func dialNodes(c *ucli.Context, failover bool) (*client.Client, error) {
 		if errors.Is(err, identity.ErrInsecureKeyFile) {
 			hint = "fix the key's permissions with chmod 600 on the key.pem named above"
 		}
-		return nil, fail(c, &client.Error{Code: "no_credential", Message: fmt.Sprintf("no operator credential: %v", err), Hint: hint})
+		// "no credential: …" said twice ("no operator credential: no credential: …").
+		why := strings.TrimPrefix(err.Error(), identity.ErrNoCredential.Error()+": ")
+		return nil, fail(c, &client.Error{Code: "no_credential", Message: "no operator credential: " + why, Hint: hint})
 	}
 	opts := client.Options{DialTimeout: c.Duration("dial-timeout"), CallTimeout: c.Duration("call-timeout"), UnreachableHint: src.hint}
 	addrs := src.addrs

@@ -41,6 +41,8 @@ func TestBadFlagValuesSayWhatTheyWant(t *testing.T) {
 		{[]string{"device", "pair", "--code", "X"}, "--peer is required: a node's address HOST:PORT"},
 		{[]string{"job", "prune"}, "--older-than is required: remove jobs that ended more than DURATION ago"},
 		{[]string{"job", "deny", "j-1", "--reason", ""}, "--reason is empty: it is required and needs a value"},
+		{[]string{"secret", "set", "x", "--from-file", "/dev/null"}, "/dev/null is empty: a secret needs a value"},
+		{[]string{"--data-dir", t.TempDir(), "node", "start", "--log-level", "bogus"}, `--log-level "bogus": use debug, info, warn or error`},
 		{[]string{"job", "prune", "--older-than", " "}, "--older-than is empty"},
 		{[]string{"kv", "put", "bad\xff", "v"}, `the key "bad\xff" is not valid UTF-8`},
 		{[]string{"audit", "list", "--limit", "1001"}, "--limit 1001: a page holds 1 to 1000 records"},

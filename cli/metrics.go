@@ -20,7 +20,7 @@ func metricsCommand() *ucli.Command {
 		Usage: "print a node's Prometheus metrics (raft, jobs, queue, workers, certificates) through the API",
 		Description: `The same text a node started with --metrics-listen serves at /metrics, fetched
    over the authenticated API from the node at --addr (operators only). With
-   --json, one object per series: {"name", "labels", "value"}; with --match,
+   --json, {"node_id", "series": [{"name", "labels", "value"}, …]}; with --match,
    only series whose name contains the text. Like grep, a --match that
    matches no series exits 1 (saying so on stderr; with --json after
    printing an empty list), so scripts can tell; errors exit 1 too.

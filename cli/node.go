@@ -413,7 +413,7 @@ func canListen(addr string) error {
 func newLogger(w interface{ Write([]byte) (int, error) }, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {

@@ -71,6 +71,13 @@ func secretCommand() *ucli.Command {
 						trimmed = len(value) < before
 					}
 					if len(value) == 0 {
+						if f := c.String("from-file"); f != "" {
+							what := "empty"
+							if trimmed {
+								what = "only a newline"
+							}
+							return usageErr("%s is %s: a secret needs a value", f, what)
+						}
 						if trimmed {
 							return usageErr("the secret value is only a newline; pipe the value in or use --from-file")
 						}
