@@ -42,6 +42,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	app := newApp(stdin, stdout, stderr)
+	if wantsJSON(args) {
+		// Under --json, stderr carries the error object and nothing else
+		// (progress lines, notes and a job's stderr passed through made it
+		// unparseable; the JSON on stdout holds what they said).
+		app.Metadata = map[string]any{jsonStderrKey: stderr}
+		app.ErrWriter = io.Discard
+	}
 	err := app.RunContext(ctx, interspersed(app, args))
 	if err == nil {
 		return exitOK

@@ -494,7 +494,9 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, src
 			var b strings.Builder
 			width := max(6, len(strconv.Itoa(len(names)-1)))
 			for i, n := range names {
-				fmt.Fprintf(&b, "%0*d\t%s\n", width, i, n)
+				// A name with a tab or newline (or anything not
+				// printable) is quoted, so each line maps one task.
+				fmt.Fprintf(&b, "%0*d\t%s\n", width, i, printableText(n))
 			}
 			if err := os.WriteFile(filepath.Join(outDir, "inputs.tsv"), []byte(b.String()), 0o644); err != nil {
 				return failed(&client.Error{Code: "io_error", Message: fmt.Sprintf("writing %s: %v", filepath.Join(outDir, "inputs.tsv"), err)})
@@ -642,7 +644,7 @@ type taskInputs struct {
 func (s taskInputs) of(i uint32) string {
 	switch {
 	case s.names != nil && int(i) < len(s.names):
-		return "file " + s.names[i]
+		return "file " + printableText(s.names[i])
 	case s.file == "-":
 		return fmt.Sprintf("line %d of stdin", i+1)
 	case s.file != "":

@@ -197,6 +197,28 @@ func TestArrayInputDirOutputDirAndFailure(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "000001.out")); !os.IsNotExist(err) || !strings.Contains(read("000001.failed"), "failed") {
 		t.Fatalf("failed task's files: .out %v", err)
 	}
+	// Under --json, stdout is one JSON object and stderr the error object
+	// alone (progress lines and each failed task's line came first, so
+	// stderr did not parse).
+	r = c.cli("job", "submit", "--wasm", testwasm.Path(t, "sleep"), "--input-dir", in, "--wait", "--json")
+	var outJSON, errJSON map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &outJSON); r.code != 1 || err != nil {
+		t.Fatalf("--wait --json: exit %d, stdout does not parse (%v): %q", r.code, err, r.stdout)
+	}
+	if err := json.Unmarshal([]byte(r.stderr), &errJSON); err != nil || errJSON["error"] == nil {
+		t.Fatalf("--wait --json: stderr is not one error object (%v): %q", err, r.stderr)
+	}
+	// A file name with a tab or a newline is quoted in inputs.tsv.
+	odd := t.TempDir()
+	os.WriteFile(filepath.Join(odd, "new\nline"), []byte("1ms"), 0o600)
+	os.WriteFile(filepath.Join(odd, "tab\tname"), []byte("1ms"), 0o600)
+	oddOut := filepath.Join(t.TempDir(), "odd")
+	if r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "sleep"), "--input-dir", odd, "--wait", "--output-dir", oddOut); r.code != 0 {
+		t.Fatalf("odd names: %+v", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(oddOut, "inputs.tsv")); string(b) != "000000\t\"new\\nline\"\n000001\t\"tab\\tname\"\n" {
+		t.Fatalf("inputs.tsv of odd names: %q", b)
+	}
 	// A directory that holds anything is refused before anything is
 	// submitted: another run's files would mix with this one's.
 	before := strings.Count(c.cli("job", "list").stdout, "\n")

@@ -1093,7 +1093,7 @@ func jobCancel(c *ucli.Context) error {
 				if c.Bool("json") && len(failures) > 0 {
 					e := cl.Explain(err)
 					failures = append(failures, errorJSON{Code: e.Code, Message: e.Message, Hint: withDataDir(c, e.Hint)})
-					_ = writeJSON(c.App.ErrWriter, map[string]any{"error": errorJSON{Code: "interrupted", Message: "interrupted: the rest were not cancelled"}, "failures": failures})
+					_ = writeJSON(errJSONWriter(c), map[string]any{"error": errorJSON{Code: "interrupted", Message: "interrupted: the rest were not cancelled"}, "failures": failures})
 					return ucli.Exit("", exitInterrupted)
 				}
 				return fail(c, cl.Explain(err))
@@ -1127,7 +1127,7 @@ func jobCancel(c *ucli.Context) error {
 		msg := fmt.Sprintf("%d of %d could not be cancelled", failed, len(ids))
 		if c.Bool("json") {
 			// One JSON document on stderr: the summary, with each failure.
-			_ = writeJSON(c.App.ErrWriter, map[string]any{"error": errorJSON{Code: "failed", Message: msg}, "failures": failures})
+			_ = writeJSON(errJSONWriter(c), map[string]any{"error": errorJSON{Code: "failed", Message: msg}, "failures": failures})
 			return ucli.Exit("", exitFailure)
 		}
 		return ucli.Exit(msg+" (above)", exitFailure)

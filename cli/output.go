@@ -209,7 +209,7 @@ func fail(c *ucli.Context, e *client.Error) error {
 func failWith(c *ucli.Context, e *client.Error, code int) error {
 	e = &client.Error{Code: e.Code, Message: e.Message, Hint: withDataDir(c, e.Hint)}
 	if c.Bool("json") {
-		_ = writeJSON(c.App.ErrWriter, map[string]any{"error": errorJSON{Code: e.Code, Message: e.Message, Hint: e.Hint}})
+		_ = writeJSON(errJSONWriter(c), map[string]any{"error": errorJSON{Code: e.Code, Message: e.Message, Hint: e.Hint}})
 		return ucli.Exit("", code)
 	}
 	msg := "error: " + e.Message
@@ -300,4 +300,16 @@ func printableText(s string) string {
 		return s
 	}
 	return strconv.Quote(s)
+}
+
+// jsonStderrKey keeps the real stderr in the app's metadata under --json,
+// where the app's ErrWriter discards notes and progress.
+const jsonStderrKey = "palyra.stderr"
+
+// errJSONWriter is where an error object goes under --json: stderr.
+func errJSONWriter(c *ucli.Context) io.Writer {
+	if w, ok := c.App.Metadata[jsonStderrKey].(io.Writer); ok {
+		return w
+	}
+	return c.App.ErrWriter
 }
