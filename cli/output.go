@@ -306,7 +306,8 @@ func printableText(s string) string {
 // where the app's ErrWriter discards notes and progress.
 const jsonStderrKey = "palyra.stderr"
 
-// errJSONWriter is where an error object goes under --json: stderr.
+// errJSONWriter is stderr itself, even under --json: where an error
+// object goes, and a prompt to a person at a terminal.
 func errJSONWriter(c *ucli.Context) io.Writer {
 	if w, ok := c.App.Metadata[jsonStderrKey].(io.Writer); ok {
 		return w

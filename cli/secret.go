@@ -49,7 +49,9 @@ func secretCommand() *ucli.Command {
 						if f, ok := c.App.Reader.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 							// Typed at a terminal: not echoed (it was, onto
 							// the screen and into any transcript).
-							fmt.Fprintln(c.App.ErrWriter, "secret value (not echoed; end with Enter, then Ctrl-D):")
+							// The prompt shows under --json too (a person
+							// is typing; no script reads this stderr).
+							fmt.Fprintln(errJSONWriter(c), "secret value (not echoed; end with Enter, then Ctrl-D):")
 							value, err = readTyped(c.Context, f)
 							if interrupted(c) {
 								return ucli.Exit("interrupted: nothing stored", exitInterrupted)
