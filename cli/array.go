@@ -202,9 +202,9 @@ func arrayInputs(c *ucli.Context) ([][]byte, []string, error) {
 		return nil, nil, usageErr("job arrays run wasm modules; submit browser jobs one at a time")
 	}
 	if dir := c.String("input-dir"); c.IsSet("input-dir") {
-		// A directory that is not there is a wrong argument, as an empty
-		// one is: both exit with the usage code (a file in it that
-		// cannot be read, or is too large, is a failure, exit 1).
+		// A path that cannot be read exits 1, as a --wasm or --input-file
+		// that cannot be; a file where a directory is wanted, or an empty
+		// directory, is a wrong argument (exit 2).
 		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 			msg := fmt.Sprintf("--input-dir %s is not a directory", dir)
 			switch {
@@ -213,7 +213,11 @@ func arrayInputs(c *ucli.Context) ([][]byte, []string, error) {
 			case err != nil:
 				msg = fmt.Sprintf("--input-dir: %v", err)
 			}
-			return nil, nil, failWith(c, &client.Error{Code: "invalid_argument", Message: msg, Hint: "pass a directory holding one file per task (hidden files are skipped); for one task per line of a file, use --inputs FILE"}, exitUsage)
+			code := exitUsage
+			if err != nil {
+				code = exitFailure
+			}
+			return nil, nil, failWith(c, &client.Error{Code: "invalid_argument", Message: msg, Hint: "pass a directory holding one file per task (hidden files are skipped); for one task per line of a file, use --inputs FILE"}, code)
 		}
 		in, names, skipped, err := readInputDir(dir)
 		if err != nil {
@@ -236,8 +240,8 @@ func arrayInputs(c *ucli.Context) ([][]byte, []string, error) {
 	from := "stdin"
 	if name := c.String("inputs"); name != "-" {
 		f, err := os.Open(name)
-		if err != nil { // a wrong argument, as an empty file is (see --input-dir)
-			return nil, nil, failWith(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --inputs: %v", err), Hint: "pass a file with one input per line ('-' for stdin)"}, exitUsage)
+		if err != nil { // cannot be read: exit 1, as for --wasm (see --input-dir)
+			return nil, nil, fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("cannot read --inputs: %v", err), Hint: "pass a file with one input per line ('-' for stdin)"})
 		}
 		defer f.Close()
 		if st, err := f.Stat(); err == nil && st.IsDir() {

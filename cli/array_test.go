@@ -253,8 +253,9 @@ func TestArrayUsageErrors(t *testing.T) {
 		{[]string{"--input", "x", "--wait", "--output-dir", dir}, 2, "--output-dir"},
 		// Missing like empty: a wrong argument (a missing --input-dir
 		// was exit 1, an empty one exit 2).
-		{[]string{"--inputs", filepath.Join(dir, "missing")}, 2, "cannot read --inputs"},
-		{[]string{"--input-dir", filepath.Join(dir, "missing")}, 2, "does not exist"},
+		// A path that cannot be read exits 1, as a --wasm that cannot.
+		{[]string{"--inputs", filepath.Join(dir, "missing")}, 1, "cannot read --inputs"},
+		{[]string{"--input-dir", filepath.Join(dir, "missing")}, 1, "does not exist"},
 		{[]string{"--input-dir", lines}, 2, "is not a directory"},
 	} {
 		r := c.cli(append([]string{"job", "submit", "--wasm", mod}, tc.args...)...)
