@@ -383,8 +383,24 @@ func (js jobService) CancelJob(ctx context.Context, req *connect.Request[palyrav
 		return nil, err
 	}
 	caller, _ := PrincipalFrom(ctx)
-	j, err := s.control.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{
-		Id: req.Msg.Id, AtMs: s.now().UnixMilli(), Reason: "cancelled by " + caller.String()}}})
+	cmd := &raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{
+		Id: req.Msg.Id, AtMs: s.now().UnixMilli(), Reason: "cancelled by " + caller.String()}}}
+	j, err := s.control.Apply(ctx, cmd)
+	// A cancel is harmless twice: one whose outcome is unknown (the
+	// leader died before answering) is sent again, and "already ended"
+	// then means the first one took (or the job ended meanwhile), which is
+	// what the caller asked for. Before, the caller was told "may or may
+	// not have committed" and had to run it again.
+	for retry := 0; retry < 3 && consensus.WorthRetrying(err, true) && ctx.Err() == nil; retry++ {
+		j, err = s.control.Apply(ctx, cmd)
+		if errors.Is(err, consensus.ErrConflict) {
+			if cur, ok := s.control.State().Job(req.Msg.Id); ok && cur.Phase.Terminal() {
+				j, err = cur, nil
+			} else if cur, ok := s.control.State().Array(req.Msg.Id); ok && cur.Terminal() {
+				j, err = cur.Template, nil
+			}
+		}
+	}
 	if err != nil {
 		return nil, fromErr(err)
 	}

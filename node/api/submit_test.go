@@ -16,6 +16,7 @@ import (
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/node/blob"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
 	"github.com/palyra-mesh/palyra/runtime/wasm"
 )
 
@@ -221,5 +222,46 @@ func TestCallerTextRefusesControlCharacters(t *testing.T) {
 	}
 	if err := checkName("--name", "laptop of Zoë"); err != nil {
 		t.Errorf("a printable name refused: %v", err)
+	}
+}
+
+// lossyControl applies each command, but answers the next lose of them
+// as a leader that died before replying would: outcome unknown.
+type lossyControl struct {
+	Control
+	lose int
+}
+
+func (l *lossyControl) Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error) {
+	j, err := l.Control.Apply(ctx, cmd)
+	if l.lose > 0 {
+		l.lose--
+		return consensus.Job{}, consensus.ErrUnknownOutcome
+	}
+	return j, err
+}
+
+// A cancel whose outcome is unknown (the leader died before answering) is
+// sent again, and the second's "already aborted" is the answer the caller
+// wanted: the job is cancelled. It told the caller "may or may not have
+// committed" before, with the job cancelled.
+func TestCancelWithUnknownOutcomeIsSentAgain(t *testing.T) {
+	js, _, _, ctl, ctx := newSubmitServer(t)
+	resp, err := js.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: tinyModule("cancel")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.Msg.Job.Id
+	js.s.control = &lossyControl{Control: ctl, lose: 1}
+	c, err := js.CancelJob(ctx, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id}))
+	if err != nil {
+		t.Fatalf("cancel with an unknown outcome: %v", err)
+	}
+	if c.Msg.Job.Phase != palyrav1.JobPhase_JOB_PHASE_ABORTED {
+		t.Fatalf("cancel answered %v, want aborted", c.Msg.Job.Phase)
+	}
+	// Cancelling an ended job is still refused, when nothing was lost.
+	if _, err := js.CancelJob(ctx, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id})); connect.CodeOf(err) != connect.CodeFailedPrecondition && connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Fatalf("cancel of an aborted job: %v", err)
 	}
 }
