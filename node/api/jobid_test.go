@@ -65,6 +65,12 @@ func TestTaskPastArrayEnd(t *testing.T) {
 				t.Errorf("%s %s: %v (message %q, hint %q); want not_found saying the array has 3 tasks, 0 to 2", what, task, err, pe.Message, pe.Hint)
 			}
 		}
+		// A leading zero names a task that exists without it (it was
+		// called perhaps pruned).
+		err := call(id + ".02")
+		if pe := apiCode(t, err); connect.CodeOf(err) != connect.CodeNotFound || !strings.Contains(pe.Message, "no leading zeros") || pe.Hint != "use "+id+".2" {
+			t.Errorf("%s %s.02: %v (message %q, hint %q)", what, id, err, pe.Message, pe.Hint)
+		}
 	}
 }
 

@@ -140,7 +140,18 @@ func (s *Server) notFound(ctx context.Context, id string) error {
 		// A task index past the array's end was never a task: say how
 		// many the array has rather than suggest it was pruned.
 		if a, ok := st.Array(arrayID); ok {
-			if n, err := strconv.ParseUint(idx, 10, 64); err == nil && n >= uint64(a.Size) {
+			n, err := strconv.ParseUint(idx, 10, 64)
+			if err == nil && n < uint64(a.Size) && strconv.FormatUint(n, 10) != idx {
+				// "j-….007": the task exists as j-….7; the pruned
+				// message said it may have been pruned.
+				if err := s.authz.Check(ctx, policy.ActionJobRead, arrayResource(&a), nil); err != nil {
+					return err
+				}
+				return apiError(connect.CodeNotFound, "not_found",
+					fmt.Sprintf("no task %s: a task's index has no leading zeros", id),
+					fmt.Sprintf("use %s.%d", arrayID, n))
+			}
+			if err == nil && n >= uint64(a.Size) {
 				if err := s.authz.Check(ctx, policy.ActionJobRead, arrayResource(&a), nil); err != nil {
 					return err
 				}
