@@ -352,6 +352,10 @@ var badValueRE = regexp.MustCompile(`^invalid value "(.*)" for flag -(\S+): (par
 // than the flag's type holds (its own checks refuse what is over).
 var flagRanges = map[string]string{"priority": priorityRange, "retries": "from 0 to 10"}
 
+// uintFlagRanges says what an unsigned flag takes, for a value that does
+// not parse ("-3" was told "0 or more" where 0 is refused too).
+var uintFlagRanges = map[string]string{"limit": "from 1 to 1000"}
+
 var undefinedFlagRE = regexp.MustCompile(`^flag provided but not defined: (-\S+)$`)
 
 // closestFlag is the name among flags nearest to name, if it is near
@@ -444,6 +448,8 @@ func onUsageError(c *ucli.Context, err error, _ bool) error {
 					msg += ": want a whole number " + r
 				} else if outOfRange {
 					msg += fmt.Sprintf(": want a whole number from 0 to %d", uint64(math.MaxUint64))
+				} else if r, ok := uintFlagRanges[m[2]]; ok {
+					msg += ": want a whole number " + r
 				} else {
 					msg += ": want a whole number, 0 or more"
 				}

@@ -77,7 +77,11 @@ func pruneCommand() *ucli.Command {
 				fmt.Fprintf(c.App.Writer, "no job ended before %s; nothing pruned\n", msTime(r.BeforeMs))
 				return nil
 			}
-			fmt.Fprintf(c.App.Writer, "pruned %d jobs that ended before %s\n%s\n", r.Pruned, msTime(r.BeforeMs), blobsFreedNote)
+			noun := "jobs"
+			if r.Pruned == 1 {
+				noun = "job"
+			}
+			fmt.Fprintf(c.App.Writer, "pruned %d %s that ended before %s\n%s\n", r.Pruned, noun, msTime(r.BeforeMs), blobsFreedNote)
 			return nil
 		},
 	}
