@@ -595,12 +595,14 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, src
 			if len(t.Stdout) == 0 || t.Stdout[len(t.Stdout)-1] != '\n' {
 				fmt.Fprintln(out)
 			}
-			if t.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED || t.Error == nil {
-				errw.Write(t.Stderr)
-			} else if rest := stderrBeforeQuote(t.Stderr, t.Error.Message); len(rest) > 0 {
+			stderr := t.Stderr
+			if t.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED && t.Error != nil {
 				// The failure line below quotes the last line.
-				errw.Write(rest)
-				if rest[len(rest)-1] != '\n' {
+				stderr = stderrBeforeQuote(t.Stderr, t.Error.Message)
+			}
+			if len(stderr) > 0 {
+				errw.Write(stderrTail(stderr, t.Id))
+				if stderr[len(stderr)-1] != '\n' {
 					fmt.Fprintln(errw)
 				}
 			}
@@ -749,4 +751,26 @@ func giveUpOnArray(ctx context.Context, cl *client.Client, seen *atomic.Pointer[
 			return
 		}
 	}
+}
+
+// maxTaskStderrLines is how much of each task's stderr 'job submit
+// --inputs … --wait' prints: a thousand failing tasks' crash dumps (a
+// hundred lines each) buried the outputs and the failure lines.
+const maxTaskStderrLines = 20
+
+// stderrTail is a task's stderr, cut to its last maxTaskStderrLines lines
+// after a line naming the task and where the whole of it is.
+func stderrTail(stderr []byte, id string) []byte {
+	s := bytes.TrimRight(stderr, "\n")
+	n := bytes.Count(s, []byte("\n")) + 1
+	if n <= maxTaskStderrLines {
+		return stderr
+	}
+	cut := s
+	for i := 0; i < maxTaskStderrLines; i++ {
+		cut = cut[:bytes.LastIndexByte(cut, '\n')]
+	}
+	tail := stderr[len(cut)+1:]
+	head := fmt.Sprintf("[%s: stderr's last %d of %d lines; all of it: palyra job logs %s, or --output-dir]\n", id, maxTaskStderrLines, n, id)
+	return append([]byte(head), tail...)
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -552,5 +553,24 @@ func TestStderrBeforeQuote(t *testing.T) {
 	}
 	if got := (taskInputs{}).of(1); got != "" {
 		t.Errorf("unknown inputs: %q", got)
+	}
+}
+
+// A task's stderr past maxTaskStderrLines lines is cut to its tail under a
+// line saying so and where the rest is; a shorter one is kept whole.
+func TestStderrTail(t *testing.T) {
+	short := []byte("a\nb\n")
+	if got := stderrTail(short, "j-1.0"); string(got) != string(short) {
+		t.Fatalf("short stderr changed: %q", got)
+	}
+	var b strings.Builder
+	for i := 1; i <= 100; i++ {
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	got := string(stderrTail([]byte(b.String()), "j-1.3"))
+	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+	if len(lines) != maxTaskStderrLines+1 || lines[0] != "[j-1.3: stderr's last 20 of 100 lines; all of it: palyra job logs j-1.3, or --output-dir]" ||
+		lines[1] != "line 81" || lines[len(lines)-1] != "line 100" {
+		t.Fatalf("tail of 100 lines: %q", got)
 	}
 }
