@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/quic-go/quic-go"
 )
@@ -164,8 +165,36 @@ func (t *Transport) adoptPeer(c *quic.Conn) {
 	if old := t.peers[key]; old == nil || isDone(old.done) {
 		t.peers[key] = &peerEntry{done: done, conn: c}
 	}
+	t.supersedeLocked(c, key)
 	t.trackLocked(c, key)
 	t.servePeerLocked(c)
+}
+
+// supersedeLocked closes the older conns to key when the peer there has
+// just connected anew (c): it restarted, or its end of them is gone.
+// Calls in flight on them (a raft heartbeat) waited, unanswered, for
+// their timeout (10 s) before, and a restarted node heard from the leader
+// only then: 3 to 6 s after it started, calling elections meanwhile. A
+// conn younger than the handshake timeout is left alone, since both ends
+// dialling each other at once is not a restart. t.mu must be held.
+func (t *Transport) supersedeLocked(c *quic.Conn, key string) {
+	var stale []*quic.Conn
+	for x, k := range t.conns {
+		if k == key && x != c && time.Since(t.born[x]) > t.qconf.HandshakeIdleTimeout {
+			stale = append(stale, x)
+		}
+	}
+	if len(stale) == 0 {
+		return
+	}
+	t.log.Debug("peer connected anew: closing its older connections", "peer", key, "closing", len(stale))
+	t.wg.Add(1)
+	go func() { // CloseWithError waits for the conn's loop: not under t.mu
+		defer t.wg.Done()
+		for _, x := range stale {
+			x.CloseWithError(codeSuperseded, "superseded: the peer connected anew")
+		}
+	}()
 }
 
 func isDone(ch chan struct{}) bool {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/quic-go/quic-go"
 )
@@ -26,6 +27,7 @@ const (
 	codeNoCert     quic.ApplicationErrorCode = 0x102 // peer ALPN without client certificate
 	codeBadALPN    quic.ApplicationErrorCode = 0x103 // unknown ALPN (cannot happen with crypto/tls)
 	codeAPIBacklog quic.ApplicationErrorCode = 0x104 // nobody takes API conns
+	codeSuperseded quic.ApplicationErrorCode = 0x105 // the peer connected anew: it restarted
 )
 
 // Stream error codes sent when mesh resets a stream.
@@ -61,10 +63,11 @@ type Transport struct {
 
 	mu         sync.Mutex
 	closed     bool
-	conns      map[*quic.Conn]string // every live conn → its peer-cache key ("" for API conns)
-	refused    refusals              // why peer connections ended: this node's certificate refused?
-	peers      map[string]*peerEntry // canonical remote addr → conn used for outgoing peer traffic
-	consumers  map[Tag]*consumer     // who takes inbound streams of each tag
+	conns      map[*quic.Conn]string    // every live conn → its peer-cache key ("" for API conns)
+	born       map[*quic.Conn]time.Time // when each conn in conns was tracked
+	refused    refusals                 // why peer connections ended: this node's certificate refused?
+	peers      map[string]*peerEntry    // canonical remote addr → conn used for outgoing peer traffic
+	consumers  map[Tag]*consumer        // who takes inbound streams of each tag
 	closer     sync.Once
 	apiRefused atomic.Bool // API handshakes are refused (RefuseAPI)
 }
@@ -141,6 +144,7 @@ func Listen(cfg Config) (*Transport, error) {
 		cancel:    cancel,
 		apiCh:     make(chan *quic.Conn, apiBacklog),
 		conns:     map[*quic.Conn]string{},
+		born:      map[*quic.Conn]time.Time{},
 		peers:     map[string]*peerEntry{},
 		consumers: map[Tag]*consumer{},
 	}
@@ -239,6 +243,7 @@ func (t *Transport) adoptAccepted(c *quic.Conn) {
 // watcher that forgets it when it dies. t.mu must be held and t.closed false.
 func (t *Transport) trackLocked(c *quic.Conn, key string) {
 	t.conns[c] = key
+	t.born[c] = time.Now()
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
@@ -257,6 +262,7 @@ func (t *Transport) forget(c *quic.Conn) {
 		return
 	}
 	delete(t.conns, c)
+	delete(t.born, c)
 	if e := t.peers[key]; e != nil && e.conn == c {
 		delete(t.peers, key)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/mesh"
 	"github.com/palyra-mesh/palyra/mesh/internal/meshtest"
+	"github.com/quic-go/quic-go"
 )
 
 func TestTaggedStreamsBothWays(t *testing.T) {
@@ -235,4 +236,63 @@ func TestCloseUnblocksAndLeaksNothing(t *testing.T) {
 	eventually(t, 10*time.Second, "goroutines back to the count before the test", func() bool {
 		return stableGoroutines() <= base
 	})
+}
+
+// A peer that was killed and restarted connects anew; the calls still
+// waiting on the old connection fail at once rather than at their own
+// timeout (a raft heartbeat waited 10 s, and the restarted node heard
+// from the leader 3 to 6 s after it started, calling elections meanwhile).
+func TestPeerConnectingAnewEndsItsOldConnection(t *testing.T) {
+	ca := meshtest.NewCA(t, "cluster")
+	const handshake = time.Second // old conns younger than this are left alone
+	at := func(name, listen string) *mesh.Transport {
+		tr, err := mesh.Listen(mesh.Config{ListenAddr: listen, ServerTLS: ca.ServerTLS(t, name), ClientTLS: ca.ClientTLS(t, name),
+			Logger: testLogger(), QUIC: &quic.Config{HandshakeIdleTimeout: handshake}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		return tr
+	}
+	a, b := at("node-a", "127.0.0.1:0"), at("node-b", "127.0.0.1:0")
+	bAddr := addrOf(b)
+	// b takes the call and never answers, as a killed process would not.
+	if err := b.Handle(mesh.TagRPC, func(c net.Conn, _ mesh.PeerInfo) { select {} }); err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.OpenStream(ctxTimeout(t, 5*time.Second), bAddr, mesh.TagRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("heartbeat")); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	failed := make(chan time.Time, 1)
+	go func() {
+		c.Read(make([]byte, 16))
+		failed <- time.Now()
+	}()
+	mesh.KillForTest(b)
+	time.Sleep(handshake + 200*time.Millisecond)
+	b2 := at("node-b", bAddr)
+	serveEcho(t, a, mesh.TagBlob)
+	restarted := time.Now()
+	c2, err := b2.OpenStream(ctxTimeout(t, 5*time.Second), addrOf(a), mesh.TagBlob)
+	if err != nil {
+		t.Fatalf("the restarted peer dials: %v", err)
+	}
+	defer c2.Close()
+	if _, err := roundTrip(c2, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-failed:
+		if d := at.Sub(restarted); d > 3*time.Second {
+			t.Fatalf("the call on the old connection failed %v after the peer connected anew", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call on the old connection still waits 5s after the peer connected anew")
+	}
 }
