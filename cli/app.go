@@ -146,8 +146,8 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 		Flags:                globalFlags(),
 		Action:               unknownCommand,
 		UsageText:            "palyra [global options] command [command options]", // what urfave prints for an app without an action
-		Commands: requiredFlags(dedent(withUnknownCommand([]*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
-			caCommand(), policyCommand(), secretCommand(), kvCommand(), doctorCommand(), snapshotCommand(), versionCommand(), completionCommand(), consoleCommand(), browserCommand(), metricsCommand(), skillCommand(), auditCommand(), hookCommand()}))),
+		Commands: requiredFlags(dedent(shortNames(withUnknownCommand([]*ucli.Command{nodeCommand(), nodesCommand(), jobCommand(), statusCommand(), pairCommand(), deviceCommand(),
+			caCommand(), policyCommand(), secretCommand(), kvCommand(), doctorCommand(), snapshotCommand(), versionCommand(), completionCommand(), consoleCommand(), browserCommand(), metricsCommand(), skillCommand(), auditCommand(), hookCommand()})))),
 		// A paired device's certificate renews after the command that
 		// found it due (see renewAfter).
 		After:          renewAfter,
@@ -193,10 +193,42 @@ func unknownCommand(c *ucli.Context) error {
 		cmds, path = c.Command.Subcommands, c.Command.HelpName
 	}
 	msg := fmt.Sprintf("error: '%s' is not a command of '%s'", word, path)
-	if s := closestCommand(cmds, word); s != "" {
+	if s, ok := elsewhere[path+" "+word]; ok {
+		msg += fmt.Sprintf(". Did you mean '%s'?", s)
+	} else if s := closestCommand(cmds, word); s != "" {
 		msg += fmt.Sprintf(". Did you mean %q?", s)
 	}
 	return ucli.Exit(msg+fmt.Sprintf("\nrun '%s --help' for its commands", path), exitUsage)
+}
+
+// elsewhere names the command a user reaching for another group's verb
+// means ('palyra node list' lists nodes as 'palyra nodes').
+var elsewhere = map[string]string{
+	"palyra node list":     "palyra nodes",
+	"palyra node ls":       "palyra nodes",
+	"palyra node status":   "palyra status",
+	"palyra device create": "palyra pair create --kind device",
+}
+
+// shortNames gives every list command the alias ls, and every delete or
+// remove command rm, where no sibling has that name (kv had them alone).
+func shortNames(cmds []*ucli.Command) []*ucli.Command {
+	taken := func(name string) bool {
+		for _, c := range cmds {
+			if c.HasName(name) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range cmds {
+		short := map[string]string{"list": "ls", "delete": "rm", "remove": "rm"}[c.Name]
+		if short != "" && !taken(short) {
+			c.Aliases = append(c.Aliases, short)
+		}
+		shortNames(c.Subcommands)
+	}
+	return cmds
 }
 
 // withUnknownCommand sets unknownCommand on every command in cmds (and

@@ -31,6 +31,7 @@ func TestBadFlagValuesSayWhatTheyWant(t *testing.T) {
 		{[]string{"node", "leave", "n-2"}, `unexpected argument "n-2": 'palyra node leave' takes no arguments`},
 		{[]string{"pair", "create", "node"}, `unexpected argument "node": 'palyra pair create' takes no arguments`},
 		{[]string{"status", "x"}, `unexpected argument "x"`},
+		{[]string{"node", "list"}, `'list' is not a command of 'palyra node'. Did you mean 'palyra nodes'?`},
 		{[]string{"version", "x"}, `unexpected argument "x"`},
 		// A negative argument reads as an unknown flag.
 		{[]string{"job", "retention", "-2h"}, `"-2h" reads as a flag (it starts with -): to pass it as an argument, put -- before the arguments`},
@@ -126,6 +127,17 @@ func TestNodeStartRefusesBadValuesBeforeWriting(t *testing.T) {
 		}
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("%v: the data dir was written (%v)", c.args, err)
+		}
+	}
+}
+
+// Every list command answers to ls and every delete or remove to rm, as
+// kv's did alone.
+func TestShortNames(t *testing.T) {
+	for _, args := range [][]string{{"job", "ls"}, {"secret", "ls"}, {"secret", "rm"}, {"skill", "rm"}, {"hook", "ls"}, {"kv", "ls"}, {"kv", "rm"}, {"device", "ls"}} {
+		r := runCLI(t, append(args, "--help")...)
+		if r.code != 0 || !strings.Contains(r.stdout, "NAME:") {
+			t.Errorf("%v --help: %+v", args, r)
 		}
 	}
 }
