@@ -574,3 +574,18 @@ func TestStderrTail(t *testing.T) {
 		t.Fatalf("tail of 100 lines: %q", got)
 	}
 }
+
+// An empty job list says so on stderr (a header alone read as a failure),
+// and which kind of empty it is.
+func TestEmptyJobListSaysSo(t *testing.T) {
+	c := startNode(t)
+	if r := c.cli("job", "list"); r.code != 0 || r.stderr != "no jobs\n" || !strings.HasPrefix(r.stdout, "ID") {
+		t.Fatalf("empty list: %+v", r)
+	}
+	if r := c.cli("job", "list", "--phase", "failed"); r.code != 0 || r.stderr != "no jobs match\n" {
+		t.Fatalf("empty filtered list: %+v", r)
+	}
+	if r := c.cli("job", "list", "--json"); r.code != 0 || r.stderr != "" {
+		t.Fatalf("--json says nothing on stderr: %+v", r)
+	}
+}

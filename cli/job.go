@@ -1026,6 +1026,16 @@ func jobList(c *ucli.Context) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.ID, v.Kind, v.Phase, v.Attempt, v.NodeID, v.SubmittedAt, errText)
 	}
 	tw.Flush()
+	if len(resp.Msg.Jobs) == 0 {
+		// A header alone read as a failure to list; say what was empty.
+		what := "no jobs"
+		if c.String("after") != "" {
+			what = "no more jobs"
+		} else if c.String("phase") != "" || c.String("node") != "" || c.String("array") != "" {
+			what = "no jobs match"
+		}
+		fmt.Fprintln(c.App.ErrWriter, what)
+	}
 	if note := tasksNote(resp.Msg.Jobs); note != "" && c.String("array") == "" {
 		fmt.Fprintln(c.App.ErrWriter, note)
 	}
