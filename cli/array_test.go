@@ -588,4 +588,9 @@ func TestEmptyJobListSaysSo(t *testing.T) {
 	if r := c.cli("job", "list", "--json"); r.code != 0 || r.stderr != "" {
 		t.Fatalf("--json says nothing on stderr: %+v", r)
 	}
+	for args, want := range map[string]string{"secret list": "no secrets", "hook list": "no hooks bound", "skill trust list": "no trusted publishers"} {
+		if r := c.cli(strings.Fields(args)...); r.code != 0 || !strings.HasPrefix(r.stderr, want+" (") {
+			t.Errorf("%s with nothing to list: %+v", args, r)
+		}
+	}
 }

@@ -116,7 +116,11 @@ func hookCommand() *ucli.Command {
 					for _, h := range resp.Msg.Hooks {
 						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Id, h.Event, h.SkillId, h.Tool, h.By, time.UnixMilli(h.AtMs).UTC().Format(time.RFC3339))
 					}
-					return tw.Flush()
+					if err := tw.Flush(); err != nil || len(resp.Msg.Hooks) > 0 {
+						return err
+					}
+					fmt.Fprintln(c.App.ErrWriter, "no hooks bound (bind one with 'palyra hook bind EVENT SKILL TOOL')")
+					return nil
 				},
 			},
 		},

@@ -128,7 +128,11 @@ func secretCommand() *ucli.Command {
 					for _, s := range resp.Msg.Secrets {
 						fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, msTime(s.SetAtMs), s.SetBy)
 					}
-					return tw.Flush()
+					if err := tw.Flush(); err != nil || len(resp.Msg.Secrets) > 0 {
+						return err
+					}
+					fmt.Fprintln(c.App.ErrWriter, "no secrets (store one with 'palyra secret set NAME')")
+					return nil
 				},
 			},
 			{

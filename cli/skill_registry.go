@@ -390,7 +390,11 @@ func skillTrustCommand() *ucli.Command {
 					for _, p := range resp.Msg.Publishers {
 						fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Key, p.By)
 					}
-					return tw.Flush()
+					if err := tw.Flush(); err != nil || len(resp.Msg.Publishers) > 0 {
+						return err
+					}
+					fmt.Fprintln(c.App.ErrWriter, "no trusted publishers (trust one with 'palyra skill trust add PUBLISHER KEY')")
+					return nil
 				},
 			},
 			{
