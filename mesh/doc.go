@@ -29,6 +29,10 @@ const (
 	TagRaft         Tag = 1 // hashicorp/raft RPC streams
 	TagGossip       Tag = 2 // memberlist push/pull and fallback probe streams
 	TagGossipPacket Tag = 3 // one gossip packet too large for a datagram
+	// TagProbe is never served: a live peer refuses it (resets the
+	// stream), whatever its version, which proves it still holds the
+	// connection (Transport.answers).
+	TagProbe Tag = 4
 )
 
 // Tags for upper layers, consumed with AcceptStream.
@@ -39,7 +43,9 @@ const (
 )
 
 // internal reports whether the tag is consumed inside mesh.
-func (t Tag) internal() bool { return t == TagRaft || t == TagGossip || t == TagGossipPacket }
+func (t Tag) internal() bool {
+	return t == TagRaft || t == TagGossip || t == TagGossipPacket || t == TagProbe
+}
 
 // String names well-known tags and prints others as numbers.
 func (t Tag) String() string {
@@ -50,6 +56,8 @@ func (t Tag) String() string {
 		return "gossip"
 	case TagGossipPacket:
 		return "gossip-packet"
+	case TagProbe:
+		return "probe"
 	case TagRPC:
 		return "rpc"
 	case TagBlob:

@@ -170,31 +170,67 @@ func (t *Transport) adoptPeer(c *quic.Conn) {
 	t.servePeerLocked(c)
 }
 
-// supersedeLocked closes the older conns to key when the peer there has
-// just connected anew (c): it restarted, or its end of them is gone.
-// Calls in flight on them (a raft heartbeat) waited, unanswered, for
-// their timeout (10 s) before, and a restarted node heard from the leader
-// only then: 3 to 6 s after it started, calling elections meanwhile. A
-// conn younger than the handshake timeout is left alone, since both ends
-// dialling each other at once is not a restart. t.mu must be held.
+// supersedeLocked probes the older conns to key when the peer there has
+// just connected anew (c), and closes those it no longer answers on: it
+// restarted. Calls in flight on such a conn (a raft heartbeat) waited,
+// unanswered, for their own timeout (10 s) before, since a dead conn is
+// probed only at backed-off intervals, and a restarted node heard from
+// the leader 3 to 6 s after it started, calling elections meanwhile. The
+// probe's packet reaches the restarted process, which resets the old
+// conn at once (stateless reset); a live peer refuses the probe stream,
+// so a conn it still uses (two nodes may hold two conns, one each way,
+// when one dials an address the other's packets do not come from) is
+// kept. A conn younger than the handshake timeout is not probed: both
+// ends dialling each other at once is not a restart. t.mu must be held.
 func (t *Transport) supersedeLocked(c *quic.Conn, key string) {
-	var stale []*quic.Conn
 	for x, k := range t.conns {
-		if k == key && x != c && time.Since(t.born[x]) > t.qconf.HandshakeIdleTimeout {
-			stale = append(stale, x)
+		if k != key || x == c || time.Since(t.born[x]) <= t.qconf.HandshakeIdleTimeout {
+			continue
 		}
+		t.wg.Add(1)
+		go func(x *quic.Conn) { // not under t.mu: the probe waits
+			defer t.wg.Done()
+			if !t.answers(x, probeWait) {
+				t.log.Debug("peer connected anew and no longer answers on an older connection: closing it", "peer", key)
+				x.CloseWithError(codeSuperseded, "superseded: the peer connected anew and no longer answers here")
+			}
+		}(x)
 	}
-	if len(stale) == 0 {
-		return
+}
+
+// probeWait bounds how long a live peer may take to refuse a probe.
+const probeWait = 2 * time.Second
+
+// answers reports whether the peer still answers on c: it opens a
+// TagProbe stream, which a live peer refuses. It says false only on
+// evidence (the conn ended, or the probe went out and nothing came back
+// within wait), never because c is busy (no stream could be opened).
+func (t *Transport) answers(c *quic.Conn, wait time.Duration) bool {
+	ctx, cancel := context.WithTimeout(t.ctx, wait)
+	defer cancel()
+	s, err := c.OpenStreamSync(ctx)
+	if err != nil {
+		return c.Context().Err() == nil
 	}
-	t.log.Debug("peer connected anew: closing its older connections", "peer", key, "closing", len(stale))
-	t.wg.Add(1)
-	go func() { // CloseWithError waits for the conn's loop: not under t.mu
-		defer t.wg.Done()
-		for _, x := range stale {
-			x.CloseWithError(codeSuperseded, "superseded: the peer connected anew")
-		}
-	}()
+	s.SetWriteDeadline(time.Now().Add(wait))
+	// Padded: a restarted peer answers a packet on a conn it does not
+	// know with a stateless reset (ending it at once) only when the
+	// packet is large enough that the reset cannot amplify it.
+	probe := make([]byte, 128)
+	probe[0] = byte(TagProbe)
+	if _, err := s.Write(probe); err != nil {
+		s.CancelRead(streamShutdown)
+		return c.Context().Err() == nil
+	}
+	s.Close()
+	s.SetReadDeadline(time.Now().Add(wait))
+	_, err = s.Read(make([]byte, 1))
+	s.CancelRead(streamShutdown)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return t.ctx.Err() != nil // the probe went unanswered (unless we are closing)
+	}
+	return c.Context().Err() == nil
 }
 
 func isDone(ch chan struct{}) bool {

@@ -167,8 +167,12 @@ func (t *Transport) route(c *quic.Conn, s *quic.Stream) {
 	s.SetReadDeadline(time.Time{})
 	tag := Tag(b[0])
 	sc := newStreamConn(t, c, s, tag)
-	if tag == TagGossipPacket {
+	switch tag {
+	case TagGossipPacket:
 		t.readGossipPacket(sc)
+		return
+	case TagProbe: // a peer asks whether this conn is still ours: refusing says yes
+		sc.reject(streamNoTag)
 		return
 	}
 	t.mu.Lock()

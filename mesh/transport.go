@@ -27,7 +27,7 @@ const (
 	codeNoCert     quic.ApplicationErrorCode = 0x102 // peer ALPN without client certificate
 	codeBadALPN    quic.ApplicationErrorCode = 0x103 // unknown ALPN (cannot happen with crypto/tls)
 	codeAPIBacklog quic.ApplicationErrorCode = 0x104 // nobody takes API conns
-	codeSuperseded quic.ApplicationErrorCode = 0x105 // the peer connected anew: it restarted
+	codeSuperseded quic.ApplicationErrorCode = 0x106 // the peer connected anew and no longer answers on this conn (0x105: codeRefused)
 )
 
 // Stream error codes sent when mesh resets a stream.

@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -294,5 +296,67 @@ func TestPeerConnectingAnewEndsItsOldConnection(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the call on the old connection still waits 5s after the peer connected anew")
+	}
+}
+
+// A peer whose packets come from another address than the one dialled
+// (a node listening on 0.0.0.0 that advertises another IP) holds two live
+// conns with a peer, one each way, under one key on one side: the peer
+// dialling anew there is no restart, and the older conn, still answered,
+// stays open with its calls.
+func TestPeerConnectingAnewKeepsALiveOldConnection(t *testing.T) {
+	ca := meshtest.NewCA(t, "cluster")
+	const handshake = time.Second
+	at := func(name, listen, advertise string) *mesh.Transport {
+		tr, err := mesh.Listen(mesh.Config{ListenAddr: listen, AdvertiseAddr: advertise, ServerTLS: ca.ServerTLS(t, name), ClientTLS: ca.ClientTLS(t, name),
+			Logger: testLogger(), QUIC: &quic.Config{HandshakeIdleTimeout: handshake}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		return tr
+	}
+	free, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aPort := free.LocalAddr().(*net.UDPAddr).Port
+	free.Close()
+	a := at("node-a", fmt.Sprintf("0.0.0.0:%d", aPort), fmt.Sprintf("127.0.0.2:%d", aPort))
+	b := at("node-b", "127.0.0.1:0", "")
+	// b holds a's call without answering for a while, then echoes.
+	if err := b.Handle(mesh.TagRPC, func(c net.Conn, _ mesh.PeerInfo) {
+		time.Sleep(3 * handshake)
+		echo(c)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.OpenStream(ctxTimeout(t, 5*time.Second), addrOf(b), mesh.TagRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() {
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		back, err := roundTrip(c, []byte("slow call"))
+		if err == nil && string(back) != "slow call" {
+			err = errors.New("wrong echo")
+		}
+		done <- err
+	}()
+	time.Sleep(handshake + 300*time.Millisecond)
+	// b dials a at an address a's packets do not come from.
+	serveEcho(t, a, mesh.TagBlob)
+	c2, err := b.OpenStream(ctxTimeout(t, 5*time.Second), net.JoinHostPort("127.0.0.2", strconv.Itoa(aPort)), mesh.TagBlob)
+	if err != nil {
+		t.Fatalf("b dials a at 127.0.0.2: %v", err)
+	}
+	defer c2.Close()
+	if _, err := roundTrip(c2, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the call on the older, live connection: %v", err)
 	}
 }
