@@ -388,15 +388,19 @@ func (js jobService) CancelJob(ctx context.Context, req *connect.Request[palyrav
 	j, err := s.control.Apply(ctx, cmd)
 	// A cancel is harmless twice: one whose outcome is unknown (the
 	// leader died before answering) is sent again, and "already ended"
-	// then means the first one took (or the job ended meanwhile), which is
-	// what the caller asked for. Before, the caller was told "may or may
-	// not have committed" and had to run it again.
-	for retry := 0; retry < 3 && consensus.WorthRetrying(err, true) && ctx.Err() == nil; retry++ {
+	// then means the first one took if the job is aborted now (for an
+	// array: some task was), read once this replica is current. A job
+	// that ended otherwise meanwhile (completed, expired) is answered as
+	// the conflict it is. Before, the caller was told "may or may not have
+	// committed" and had to run it again. (Apply itself goes round while
+	// there is no leader or quorum.)
+	for retry := 0; retry < 3 && errors.Is(err, consensus.ErrUnknownOutcome) && ctx.Err() == nil; retry++ {
 		j, err = s.control.Apply(ctx, cmd)
-		if errors.Is(err, consensus.ErrConflict) {
-			if cur, ok := s.control.State().Job(req.Msg.Id); ok && cur.Phase.Terminal() {
+		if errors.Is(err, consensus.ErrConflict) && s.control.VerifyRead(ctx) == nil {
+			st := s.control.State()
+			if cur, ok := st.Job(req.Msg.Id); ok && cur.Phase == consensus.PhaseAborted {
 				j, err = cur, nil
-			} else if cur, ok := s.control.State().Array(req.Msg.Id); ok && cur.Terminal() {
+			} else if cur, ok := st.Array(req.Msg.Id); ok && cur.Terminal() && cur.Count(consensus.PhaseAborted) > 0 {
 				j, err = cur.Template, nil
 			}
 		}

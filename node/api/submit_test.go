@@ -226,13 +226,21 @@ func TestCallerTextRefusesControlCharacters(t *testing.T) {
 }
 
 // lossyControl applies each command, but answers the next lose of them
-// as a leader that died before replying would: outcome unknown.
+// as a leader that died before replying would: outcome unknown. With
+// instead set, the first lost one is not applied: instead runs.
 type lossyControl struct {
 	Control
-	lose int
+	lose    int
+	instead func()
 }
 
 func (l *lossyControl) Apply(ctx context.Context, cmd *raftpb.Command) (consensus.Job, error) {
+	if l.lose > 0 && l.instead != nil {
+		l.lose--
+		l.instead()
+		l.instead = nil
+		return consensus.Job{}, consensus.ErrUnknownOutcome
+	}
 	j, err := l.Control.Apply(ctx, cmd)
 	if l.lose > 0 {
 		l.lose--
@@ -263,5 +271,24 @@ func TestCancelWithUnknownOutcomeIsSentAgain(t *testing.T) {
 	// Cancelling an ended job is still refused, when nothing was lost.
 	if _, err := js.CancelJob(ctx, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id})); connect.CodeOf(err) != connect.CodeFailedPrecondition && connect.CodeOf(err) != connect.CodeAlreadyExists {
 		t.Fatalf("cancel of an aborted job: %v", err)
+	}
+	// A lost cancel that never committed, the job expiring meanwhile: the
+	// retry's "already ended" is not taken for success (the review found
+	// any ended phase was).
+	resp, err = js.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: tinyModule("cancel-expired"), DeadlineMs: 60_000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = resp.Msg.Job.Id
+	js.s.control = &lossyControl{Control: ctl, lose: 1, instead: func() {
+		if _, err := ctl.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_ExpireJob{ExpireJob: &raftpb.ExpireJob{Id: id, AtMs: math.MaxInt64 / 2}}}); err != nil {
+			t.Errorf("expire: %v", err)
+		}
+	}}
+	if c, err := js.CancelJob(ctx, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id})); err == nil {
+		t.Fatalf("a cancel that never took, on a job that expired meanwhile, answered %v", c.Msg.Job.Phase)
+	}
+	if j, _ := ctl.fsm.State().Job(id); j.Phase != consensus.PhaseExpired {
+		t.Fatalf("the job is %v, want expired", j.Phase)
 	}
 }
