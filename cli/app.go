@@ -328,11 +328,15 @@ func dedent(cmds []*ucli.Command) []*ucli.Command {
 // made the local node leave), and durations must make sense.
 func checkArgs(c *ucli.Context) error {
 	if cmd := c.Command; cmd != nil && !hasSubcommands(cmd) && cmd.Action != nil &&
-		cmd.ArgsUsage == "" && c.NArg() > 0 { // " ": the command says more itself
+		cmd.ArgsUsage == "" && c.NArg() > 0 && !isHelpWord(c.Args().First()) { // " ": the command says more itself
 		return usageErr("unexpected argument %q: '%s' takes no arguments, only flags\nrun '%s --help' for usage", c.Args().First(), cmd.HelpName, cmd.HelpName)
 	}
 	return noNegativeDurations(c)
 }
+
+// isHelpWord is an argument urfave/cli takes as its help subcommand
+// ('palyra status help'), which it picks after Before has run.
+func isHelpWord(s string) bool { return s == "help" || s == "h" }
 
 // hasSubcommands says whether cmd is a group: urfave/cli gives every
 // command, once set up, a "help" subcommand of its own.

@@ -131,6 +131,19 @@ func TestNodeStartRefusesBadValuesBeforeWriting(t *testing.T) {
 	}
 }
 
+// 'CMD help' shows a command's help, for commands that take no
+// arguments too (the argument check refused "help").
+func TestHelpWordAfterACommand(t *testing.T) {
+	for _, args := range [][]string{{"status", "help"}, {"node", "leave", "help"}, {"job", "list", "h"}, {"version", "help"}} {
+		if r := runCLI(t, args...); r.code != 0 || !strings.Contains(r.stdout, "USAGE:") {
+			t.Errorf("%v: %+v", args, r)
+		}
+	}
+	if r := runCLI(t, "node", "recover", "x"); r.code != exitUsage || !strings.Contains(r.stderr, "name the node with --data-dir") {
+		t.Errorf("node recover x: %+v", r)
+	}
+}
+
 // Every list command answers to ls and every delete or remove to rm, as
 // kv's did alone.
 func TestShortNames(t *testing.T) {

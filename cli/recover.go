@@ -14,8 +14,9 @@ import (
 
 func nodeRecoverCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:  "recover",
-		Usage: "make this stopped node a cluster of one, keeping every job it holds, after a quorum of voters is lost for good",
+		Name:      "recover",
+		ArgsUsage: " ", // it refuses arguments itself, naming --data-dir
+		Usage:     "make this stopped node a cluster of one, keeping every job it holds, after a quorum of voters is lost for good",
 		Description: `Outage recovery, the last resort (as Consul's and Nomad's peers.json): when so
    many voters are gone for good that the cluster can never again elect a
    leader, run this on ONE survivor, the most up to date ('palyra node recover
