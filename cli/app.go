@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		// (progress lines, notes and a job's stderr passed through made it
 		// unparseable; the JSON on stdout holds what they said).
 		app.Metadata = map[string]any{jsonStderrKey: stderr}
-		app.ErrWriter = io.Discard
+		app.ErrWriter = &jsonNotes{w: stderr}
 	}
 	err := app.RunContext(ctx, interspersed(app, args))
 	if err == nil {

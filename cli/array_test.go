@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -592,5 +593,31 @@ func TestEmptyJobListSaysSo(t *testing.T) {
 		if r := c.cli(strings.Fields(args)...); r.code != 0 || !strings.HasPrefix(r.stderr, want+" (") {
 			t.Errorf("%s with nothing to list: %+v", args, r)
 		}
+	}
+}
+
+// Under --json, notes and warnings reach stderr as JSON objects (they were
+// left out, or broke the error object's parse), and nothing else does.
+func TestNotesUnderJSONAreObjects(t *testing.T) {
+	c := startNode(t)
+	lines := filepath.Join(t.TempDir(), "in.txt")
+	os.WriteFile(lines, []byte("1ms\n\n2ms\n"), 0o600)
+	r := c.cli("job", "submit", "--wasm", testwasm.Path(t, "sleep"), "--inputs", lines, "--json")
+	if r.code != 0 {
+		t.Fatalf("submit: %+v", r)
+	}
+	dec := json.NewDecoder(strings.NewReader(r.stderr))
+	var objs []map[string]string
+	for {
+		var o map[string]string
+		if err := dec.Decode(&o); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("stderr is not JSON objects (%v): %q", err, r.stderr)
+		}
+		objs = append(objs, o)
+	}
+	if len(objs) != 1 || !strings.Contains(objs[0]["note"], "1 empty line(s)") {
+		t.Fatalf("stderr objects %v, want one note of the empty line", objs)
 	}
 }

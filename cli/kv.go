@@ -115,8 +115,8 @@ func kvCommand() *ucli.Command {
 					case f != "":
 						value, err = readCapped(func() (io.ReadCloser, error) { return os.Open(f) })
 					case len(args) == 2 && args[1] == "-":
-						if isTerminal(c.App.ErrWriter) {
-							fmt.Fprintln(c.App.ErrWriter, "reading the value from stdin (end with Ctrl-D)…")
+						if w := errJSONWriter(c); isTerminal(w) { // a prompt: shown under --json too
+							fmt.Fprintln(w, "reading the value from stdin (end with Ctrl-D)…")
 						}
 						value, err = readCapped(func() (io.ReadCloser, error) { return io.NopCloser(c.App.Reader), nil })
 					case len(args) == 2:

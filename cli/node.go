@@ -61,7 +61,11 @@ func parseLabels(items []string) (out map[string]string, warnings []string, err 
 			return nil, nil, fmt.Errorf("label %q: the palyra. prefix is reserved", it)
 		}
 		if err := palyrav1.CheckText("label", it); err != nil {
-			return nil, nil, err
+			// Kept, as labels outside the rule are, so a node labelled so
+			// before still starts (a joining node is refused it).
+			warnings = append(warnings, fmt.Sprintf("%v: it is kept, and listings show it quoted", err))
+			out[k] = v
+			continue
 		}
 		if op := palyrav1.ComparisonIn(k, v); op != "" {
 			return nil, nil, fmt.Errorf("label %q: a label is k=v, one '=' between a key and a value (not %s)", it, op)

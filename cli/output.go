@@ -314,3 +314,22 @@ func errJSONWriter(c *ucli.Context) io.Writer {
 	}
 	return c.App.ErrWriter
 }
+
+// jsonNotes is the app's ErrWriter under --json: each line written that
+// is a warning or a note ("warning: …", "note: …") goes to w as one
+// {"warning": …} or {"note": …} object; anything else (progress, a
+// job's stderr passed through) is left out, as the JSON on stdout holds
+// it. Stderr is then JSON objects only, and a script still learns that a
+// device's certificate could not be renewed.
+type jsonNotes struct{ w io.Writer }
+
+func (j *jsonNotes) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(string(p), "\n") {
+		for _, kind := range []string{"warning", "note"} {
+			if msg, ok := strings.CutPrefix(line, kind+": "); ok {
+				_ = writeJSON(j.w, map[string]string{kind: msg})
+			}
+		}
+	}
+	return len(p), nil
+}
