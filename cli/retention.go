@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
@@ -54,7 +55,16 @@ func pruneCommand() *ucli.Command {
 			}
 			defer cl.Close()
 			dry := c.Bool("dry-run")
-			resp, err := cl.Jobs.PruneJobs(c.Context, connect.NewRequest(&palyrav1.PruneJobsRequest{OlderThanMs: d.Milliseconds(), DryRun: dry}))
+			req := connect.NewRequest(&palyrav1.PruneJobsRequest{OlderThanMs: d.Milliseconds()})
+			prune := cl.Jobs.PruneJobs
+			if dry {
+				prune = cl.Jobs.CountPrunableJobs
+			}
+			resp, err := prune(c.Context, req)
+			if dry && connect.CodeOf(err) == connect.CodeUnimplemented {
+				return fail(c, &client.Error{Code: "unimplemented", Message: "the node that answered is too old to count ended jobs (--dry-run); nothing was removed",
+					Hint: "upgrade it, or run the dry run through an upgraded node with --addr"})
+			}
 			if err != nil {
 				return fail(c, cl.Explain(err))
 			}

@@ -40,11 +40,6 @@ func (js jobService) PruneJobs(ctx context.Context, req *connect.Request[palyrav
 	caller, _ := PrincipalFrom(ctx)
 	now := s.now().UnixMilli()
 	before := now - req.Msg.OlderThanMs
-	if req.Msg.DryRun {
-		// Counted on this replica, which may lag the leader by a few
-		// entries: a count, not a promise.
-		return connect.NewResponse(&palyrav1.PruneJobsResponse{Pruned: s.control.State().EndedBefore(before), BeforeMs: before}), nil
-	}
 	cmd := &raftpb.Command{Cmd: &raftpb.Command_PruneJobs{PruneJobs: &raftpb.PruneJobs{
 		BeforeMs: before, Max: pruneBatch, AtMs: now, By: caller.String()}}}
 	var total uint64
@@ -70,6 +65,21 @@ func (js jobService) PruneJobs(ctx context.Context, req *connect.Request[palyrav
 	}
 	s.log.Info("jobs pruned", "pruned", total, "before", rfc3339(before), "by", caller.String())
 	return connect.NewResponse(&palyrav1.PruneJobsResponse{Pruned: total, BeforeMs: before}), nil
+}
+
+// CountPrunableJobs says how many jobs PruneJobs would remove now,
+// removing nothing. Counted on this replica, which may lag the leader by
+// a few entries: a count, not a promise.
+func (js jobService) CountPrunableJobs(ctx context.Context, req *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error) {
+	s := js.s
+	if err := s.authz.Check(ctx, policy.ActionJobPrune, policy.ClusterResource(), nil); err != nil {
+		return nil, err
+	}
+	if req.Msg.OlderThanMs < 0 {
+		return nil, invalid("older_than must not be negative", "e.g. --older-than 24h (0 counts every ended job)")
+	}
+	before := s.now().UnixMilli() - req.Msg.OlderThanMs
+	return connect.NewResponse(&palyrav1.PruneJobsResponse{Pruned: s.control.State().EndedBefore(before), BeforeMs: before}), nil
 }
 
 // SetRetention sets how long ended jobs are kept; the leader prunes older

@@ -1980,12 +1980,10 @@ func (x *WatchJobResponse) GetArray() *JobArray {
 
 // PruneJobsRequest removes jobs (and whole job arrays) that ended more
 // than older_than_ms ago, with their results. Running and queued jobs are
-// never pruned. With dry_run nothing is removed: pruned says how many
-// jobs would have been.
+// never pruned.
 type PruneJobsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	OlderThanMs   int64                  `protobuf:"varint,1,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
-	DryRun        bool                   `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2027,16 +2025,9 @@ func (x *PruneJobsRequest) GetOlderThanMs() int64 {
 	return 0
 }
 
-func (x *PruneJobsRequest) GetDryRun() bool {
-	if x != nil {
-		return x.DryRun
-	}
-	return false
-}
-
 type PruneJobsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pruned        uint64                 `protobuf:"varint,1,opt,name=pruned,proto3" json:"pruned,omitempty"`                     // jobs removed, or that would be (dry_run); array tasks count one each
+	Pruned        uint64                 `protobuf:"varint,1,opt,name=pruned,proto3" json:"pruned,omitempty"`                     // jobs removed (CountPrunableJobs: that would be); array tasks count one each
 	BeforeMs      int64                  `protobuf:"varint,2,opt,name=before_ms,json=beforeMs,proto3" json:"before_ms,omitempty"` // the cut-off used: jobs that ended before it were removed
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6935,10 +6926,9 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"_\n" +
 	"\x10WatchJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.palyra.v1.JobR\x03job\x12)\n" +
-	"\x05array\x18\x02 \x01(\v2\x13.palyra.v1.JobArrayR\x05array\"O\n" +
+	"\x05array\x18\x02 \x01(\v2\x13.palyra.v1.JobArrayR\x05array\"<\n" +
 	"\x10PruneJobsRequest\x12\"\n" +
-	"\rolder_than_ms\x18\x01 \x01(\x03R\volderThanMs\x12\x17\n" +
-	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"H\n" +
+	"\rolder_than_ms\x18\x01 \x01(\x03R\volderThanMsJ\x04\b\x02\x10\x03\"H\n" +
 	"\x11PruneJobsResponse\x12\x16\n" +
 	"\x06pruned\x18\x01 \x01(\x04R\x06pruned\x12\x1b\n" +
 	"\tbefore_ms\x18\x02 \x01(\x03R\bbeforeMs\"8\n" +
@@ -7291,7 +7281,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\x13JOB_PHASE_COMPLETED\x10\x05\x12\x14\n" +
 	"\x10JOB_PHASE_FAILED\x10\x06\x12\x15\n" +
 	"\x11JOB_PHASE_ABORTED\x10\a\x12\x15\n" +
-	"\x11JOB_PHASE_EXPIRED\x10\b2\xa3\x06\n" +
+	"\x11JOB_PHASE_EXPIRED\x10\b2\xf3\x06\n" +
 	"\n" +
 	"JobService\x12F\n" +
 	"\tSubmitJob\x12\x1b.palyra.v1.SubmitJobRequest\x1a\x1c.palyra.v1.SubmitJobResponse\x12=\n" +
@@ -7303,7 +7293,8 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bWatchJob\x12\x1a.palyra.v1.WatchJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x01\x12D\n" +
 	"\x06RunJob\x12\x1b.palyra.v1.SubmitJobRequest\x1a\x1b.palyra.v1.WatchJobResponse0\x01\x12L\n" +
 	"\vGetArtifact\x12\x1d.palyra.v1.GetArtifactRequest\x1a\x1e.palyra.v1.GetArtifactResponse\x12F\n" +
-	"\tPruneJobs\x12\x1b.palyra.v1.PruneJobsRequest\x1a\x1c.palyra.v1.PruneJobsResponse\x12O\n" +
+	"\tPruneJobs\x12\x1b.palyra.v1.PruneJobsRequest\x1a\x1c.palyra.v1.PruneJobsResponse\x12N\n" +
+	"\x11CountPrunableJobs\x12\x1b.palyra.v1.PruneJobsRequest\x1a\x1c.palyra.v1.PruneJobsResponse\x12O\n" +
 	"\fSetRetention\x12\x1e.palyra.v1.SetRetentionRequest\x1a\x1f.palyra.v1.SetRetentionResponse\x12B\n" +
 	"\aJobLogs\x12\x19.palyra.v1.JobLogsRequest\x1a\x1a.palyra.v1.JobLogsResponse0\x012\xb4\x03\n" +
 	"\vNodeService\x12=\n" +
@@ -7535,87 +7526,89 @@ var file_palyra_v1_api_proto_depIdxs = []int32{
 	8,   // 57: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
 	6,   // 58: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
 	22,  // 59: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	24,  // 60: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	18,  // 61: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
-	29,  // 62: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	27,  // 63: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
-	32,  // 64: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	36,  // 65: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	34,  // 66: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	38,  // 67: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	41,  // 68: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	43,  // 69: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	45,  // 70: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	48,  // 71: palyra.v1.KVService.GetKV:input_type -> palyra.v1.GetKVRequest
-	50,  // 72: palyra.v1.KVService.PutKV:input_type -> palyra.v1.PutKVRequest
-	52,  // 73: palyra.v1.KVService.DeleteKV:input_type -> palyra.v1.DeleteKVRequest
-	54,  // 74: palyra.v1.KVService.ListKV:input_type -> palyra.v1.ListKVRequest
-	57,  // 75: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
-	59,  // 76: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
-	58,  // 77: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
-	58,  // 78: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
-	63,  // 79: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
-	69,  // 80: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
-	71,  // 81: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
-	73,  // 82: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
-	75,  // 83: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
-	77,  // 84: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
-	79,  // 85: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
-	81,  // 86: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
-	83,  // 87: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
-	85,  // 88: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
-	86,  // 89: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
-	89,  // 90: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
-	91,  // 91: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
-	94,  // 92: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
-	96,  // 93: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
-	98,  // 94: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
-	9,   // 95: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11,  // 96: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13,  // 97: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15,  // 98: palyra.v1.JobService.ListArrays:output_type -> palyra.v1.ListArraysResponse
-	17,  // 99: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	21,  // 100: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	21,  // 101: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,   // 102: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	23,  // 103: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	25,  // 104: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	19,  // 105: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
-	30,  // 106: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	28,  // 107: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
-	33,  // 108: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	37,  // 109: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	35,  // 110: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	39,  // 111: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	42,  // 112: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	44,  // 113: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	46,  // 114: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	49,  // 115: palyra.v1.KVService.GetKV:output_type -> palyra.v1.GetKVResponse
-	51,  // 116: palyra.v1.KVService.PutKV:output_type -> palyra.v1.PutKVResponse
-	53,  // 117: palyra.v1.KVService.DeleteKV:output_type -> palyra.v1.DeleteKVResponse
-	55,  // 118: palyra.v1.KVService.ListKV:output_type -> palyra.v1.ListKVResponse
-	60,  // 119: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
-	60,  // 120: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
-	62,  // 121: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
-	60,  // 122: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
-	64,  // 123: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
-	70,  // 124: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
-	72,  // 125: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
-	74,  // 126: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
-	76,  // 127: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
-	78,  // 128: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
-	80,  // 129: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
-	82,  // 130: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
-	84,  // 131: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
-	9,   // 132: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
-	87,  // 133: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
-	90,  // 134: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
-	92,  // 135: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
-	95,  // 136: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
-	97,  // 137: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
-	99,  // 138: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
-	95,  // [95:139] is the sub-list for method output_type
-	51,  // [51:95] is the sub-list for method input_type
+	22,  // 60: palyra.v1.JobService.CountPrunableJobs:input_type -> palyra.v1.PruneJobsRequest
+	24,  // 61: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	18,  // 62: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
+	29,  // 63: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	27,  // 64: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
+	32,  // 65: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	36,  // 66: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	34,  // 67: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	38,  // 68: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	41,  // 69: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	43,  // 70: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	45,  // 71: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	48,  // 72: palyra.v1.KVService.GetKV:input_type -> palyra.v1.GetKVRequest
+	50,  // 73: palyra.v1.KVService.PutKV:input_type -> palyra.v1.PutKVRequest
+	52,  // 74: palyra.v1.KVService.DeleteKV:input_type -> palyra.v1.DeleteKVRequest
+	54,  // 75: palyra.v1.KVService.ListKV:input_type -> palyra.v1.ListKVRequest
+	57,  // 76: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
+	59,  // 77: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
+	58,  // 78: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
+	58,  // 79: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
+	63,  // 80: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
+	69,  // 81: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
+	71,  // 82: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
+	73,  // 83: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
+	75,  // 84: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
+	77,  // 85: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
+	79,  // 86: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
+	81,  // 87: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
+	83,  // 88: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
+	85,  // 89: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
+	86,  // 90: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
+	89,  // 91: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
+	91,  // 92: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
+	94,  // 93: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
+	96,  // 94: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
+	98,  // 95: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
+	9,   // 96: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	11,  // 97: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	13,  // 98: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	15,  // 99: palyra.v1.JobService.ListArrays:output_type -> palyra.v1.ListArraysResponse
+	17,  // 100: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	21,  // 101: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	21,  // 102: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	7,   // 103: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	23,  // 104: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	23,  // 105: palyra.v1.JobService.CountPrunableJobs:output_type -> palyra.v1.PruneJobsResponse
+	25,  // 106: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	19,  // 107: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	30,  // 108: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	28,  // 109: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
+	33,  // 110: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	37,  // 111: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	35,  // 112: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	39,  // 113: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	42,  // 114: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	44,  // 115: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	46,  // 116: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	49,  // 117: palyra.v1.KVService.GetKV:output_type -> palyra.v1.GetKVResponse
+	51,  // 118: palyra.v1.KVService.PutKV:output_type -> palyra.v1.PutKVResponse
+	53,  // 119: palyra.v1.KVService.DeleteKV:output_type -> palyra.v1.DeleteKVResponse
+	55,  // 120: palyra.v1.KVService.ListKV:output_type -> palyra.v1.ListKVResponse
+	60,  // 121: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
+	60,  // 122: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
+	62,  // 123: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
+	60,  // 124: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
+	64,  // 125: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
+	70,  // 126: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
+	72,  // 127: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
+	74,  // 128: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
+	76,  // 129: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
+	78,  // 130: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
+	80,  // 131: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
+	82,  // 132: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
+	84,  // 133: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
+	9,   // 134: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
+	87,  // 135: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
+	90,  // 136: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
+	92,  // 137: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
+	95,  // 138: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
+	97,  // 139: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
+	99,  // 140: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
+	96,  // [96:141] is the sub-list for method output_type
+	51,  // [51:96] is the sub-list for method input_type
 	51,  // [51:51] is the sub-list for extension type_name
 	51,  // [51:51] is the sub-list for extension extendee
 	0,   // [0:51] is the sub-list for field type_name

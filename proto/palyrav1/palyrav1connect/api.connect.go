@@ -70,6 +70,9 @@ const (
 	JobServiceGetArtifactProcedure = "/palyra.v1.JobService/GetArtifact"
 	// JobServicePruneJobsProcedure is the fully-qualified name of the JobService's PruneJobs RPC.
 	JobServicePruneJobsProcedure = "/palyra.v1.JobService/PruneJobs"
+	// JobServiceCountPrunableJobsProcedure is the fully-qualified name of the JobService's
+	// CountPrunableJobs RPC.
+	JobServiceCountPrunableJobsProcedure = "/palyra.v1.JobService/CountPrunableJobs"
 	// JobServiceSetRetentionProcedure is the fully-qualified name of the JobService's SetRetention RPC.
 	JobServiceSetRetentionProcedure = "/palyra.v1.JobService/SetRetention"
 	// JobServiceJobLogsProcedure is the fully-qualified name of the JobService's JobLogs RPC.
@@ -173,6 +176,11 @@ type JobServiceClient interface {
 	RunJob(context.Context, *connect.Request[palyrav1.SubmitJobRequest]) (*connect.ServerStreamForClient[palyrav1.WatchJobResponse], error)
 	GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error)
 	PruneJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error)
+	// CountPrunableJobs says how many jobs PruneJobs would remove now
+	// (counted on the answering node's replica), removing nothing: 'job
+	// prune --dry-run'. A method of its own, so that a node too old to
+	// know it refuses it (unimplemented) rather than pruning.
+	CountPrunableJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error)
 	SetRetention(context.Context, *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error)
 	// JobLogs streams a job's stdout and stderr: while it runs, from its
 	// worker as they are written (through whichever node the caller
@@ -246,6 +254,12 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("PruneJobs")),
 			connect.WithClientOptions(opts...),
 		),
+		countPrunableJobs: connect.NewClient[palyrav1.PruneJobsRequest, palyrav1.PruneJobsResponse](
+			httpClient,
+			baseURL+JobServiceCountPrunableJobsProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("CountPrunableJobs")),
+			connect.WithClientOptions(opts...),
+		),
 		setRetention: connect.NewClient[palyrav1.SetRetentionRequest, palyrav1.SetRetentionResponse](
 			httpClient,
 			baseURL+JobServiceSetRetentionProcedure,
@@ -263,17 +277,18 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 
 // jobServiceClient implements JobServiceClient.
 type jobServiceClient struct {
-	submitJob    *connect.Client[palyrav1.SubmitJobRequest, palyrav1.SubmitJobResponse]
-	getJob       *connect.Client[palyrav1.GetJobRequest, palyrav1.GetJobResponse]
-	listJobs     *connect.Client[palyrav1.ListJobsRequest, palyrav1.ListJobsResponse]
-	listArrays   *connect.Client[palyrav1.ListArraysRequest, palyrav1.ListArraysResponse]
-	cancelJob    *connect.Client[palyrav1.CancelJobRequest, palyrav1.CancelJobResponse]
-	watchJob     *connect.Client[palyrav1.WatchJobRequest, palyrav1.WatchJobResponse]
-	runJob       *connect.Client[palyrav1.SubmitJobRequest, palyrav1.WatchJobResponse]
-	getArtifact  *connect.Client[palyrav1.GetArtifactRequest, palyrav1.GetArtifactResponse]
-	pruneJobs    *connect.Client[palyrav1.PruneJobsRequest, palyrav1.PruneJobsResponse]
-	setRetention *connect.Client[palyrav1.SetRetentionRequest, palyrav1.SetRetentionResponse]
-	jobLogs      *connect.Client[palyrav1.JobLogsRequest, palyrav1.JobLogsResponse]
+	submitJob         *connect.Client[palyrav1.SubmitJobRequest, palyrav1.SubmitJobResponse]
+	getJob            *connect.Client[palyrav1.GetJobRequest, palyrav1.GetJobResponse]
+	listJobs          *connect.Client[palyrav1.ListJobsRequest, palyrav1.ListJobsResponse]
+	listArrays        *connect.Client[palyrav1.ListArraysRequest, palyrav1.ListArraysResponse]
+	cancelJob         *connect.Client[palyrav1.CancelJobRequest, palyrav1.CancelJobResponse]
+	watchJob          *connect.Client[palyrav1.WatchJobRequest, palyrav1.WatchJobResponse]
+	runJob            *connect.Client[palyrav1.SubmitJobRequest, palyrav1.WatchJobResponse]
+	getArtifact       *connect.Client[palyrav1.GetArtifactRequest, palyrav1.GetArtifactResponse]
+	pruneJobs         *connect.Client[palyrav1.PruneJobsRequest, palyrav1.PruneJobsResponse]
+	countPrunableJobs *connect.Client[palyrav1.PruneJobsRequest, palyrav1.PruneJobsResponse]
+	setRetention      *connect.Client[palyrav1.SetRetentionRequest, palyrav1.SetRetentionResponse]
+	jobLogs           *connect.Client[palyrav1.JobLogsRequest, palyrav1.JobLogsResponse]
 }
 
 // SubmitJob calls palyra.v1.JobService.SubmitJob.
@@ -321,6 +336,11 @@ func (c *jobServiceClient) PruneJobs(ctx context.Context, req *connect.Request[p
 	return c.pruneJobs.CallUnary(ctx, req)
 }
 
+// CountPrunableJobs calls palyra.v1.JobService.CountPrunableJobs.
+func (c *jobServiceClient) CountPrunableJobs(ctx context.Context, req *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error) {
+	return c.countPrunableJobs.CallUnary(ctx, req)
+}
+
 // SetRetention calls palyra.v1.JobService.SetRetention.
 func (c *jobServiceClient) SetRetention(ctx context.Context, req *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error) {
 	return c.setRetention.CallUnary(ctx, req)
@@ -347,6 +367,11 @@ type JobServiceHandler interface {
 	RunJob(context.Context, *connect.Request[palyrav1.SubmitJobRequest], *connect.ServerStream[palyrav1.WatchJobResponse]) error
 	GetArtifact(context.Context, *connect.Request[palyrav1.GetArtifactRequest]) (*connect.Response[palyrav1.GetArtifactResponse], error)
 	PruneJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error)
+	// CountPrunableJobs says how many jobs PruneJobs would remove now
+	// (counted on the answering node's replica), removing nothing: 'job
+	// prune --dry-run'. A method of its own, so that a node too old to
+	// know it refuses it (unimplemented) rather than pruning.
+	CountPrunableJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error)
 	SetRetention(context.Context, *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error)
 	// JobLogs streams a job's stdout and stderr: while it runs, from its
 	// worker as they are written (through whichever node the caller
@@ -416,6 +441,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("PruneJobs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceCountPrunableJobsHandler := connect.NewUnaryHandler(
+		JobServiceCountPrunableJobsProcedure,
+		svc.CountPrunableJobs,
+		connect.WithSchema(jobServiceMethods.ByName("CountPrunableJobs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	jobServiceSetRetentionHandler := connect.NewUnaryHandler(
 		JobServiceSetRetentionProcedure,
 		svc.SetRetention,
@@ -448,6 +479,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceGetArtifactHandler.ServeHTTP(w, r)
 		case JobServicePruneJobsProcedure:
 			jobServicePruneJobsHandler.ServeHTTP(w, r)
+		case JobServiceCountPrunableJobsProcedure:
+			jobServiceCountPrunableJobsHandler.ServeHTTP(w, r)
 		case JobServiceSetRetentionProcedure:
 			jobServiceSetRetentionHandler.ServeHTTP(w, r)
 		case JobServiceJobLogsProcedure:
@@ -495,6 +528,10 @@ func (UnimplementedJobServiceHandler) GetArtifact(context.Context, *connect.Requ
 
 func (UnimplementedJobServiceHandler) PruneJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.PruneJobs is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) CountPrunableJobs(context.Context, *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("palyra.v1.JobService.CountPrunableJobs is not implemented"))
 }
 
 func (UnimplementedJobServiceHandler) SetRetention(context.Context, *connect.Request[palyrav1.SetRetentionRequest]) (*connect.Response[palyrav1.SetRetentionResponse], error) {
