@@ -201,34 +201,33 @@ func (t *Transport) supersedeLocked(c *quic.Conn, key string) {
 // probeWait bounds how long a live peer may take to refuse a probe.
 const probeWait = 2 * time.Second
 
-// answers reports whether the peer still answers on c: it opens a
-// TagProbe stream, which a live peer refuses. It says false only on
-// evidence (the conn ended, or the probe went out and nothing came back
-// within wait), never because c is busy (no stream could be opened).
+// answers reports whether the peer still answers on c. It opens a
+// TagProbe stream and closes it at once: the FIN goes out even when the
+// conn has no flow-control credit left (a peer slow to read a bulk
+// transfer), and a live peer resets the stream (mesh refuses TagProbe,
+// and an older mesh a stream whose tag never came). Beside it, a padded
+// datagram (ignored by a live peer: not gossip) is large enough that a
+// restarted process answers it with a stateless reset, ending c at once.
+// It says false only on evidence: c ended, or nothing at all came back
+// on c within wait; never because c is busy (no stream could be opened).
 func (t *Transport) answers(c *quic.Conn, wait time.Duration) bool {
 	ctx, cancel := context.WithTimeout(t.ctx, wait)
 	defer cancel()
+	before := c.ConnectionStats().PacketsReceived
 	s, err := c.OpenStreamSync(ctx)
 	if err != nil {
 		return c.Context().Err() == nil
 	}
-	s.SetWriteDeadline(time.Now().Add(wait))
-	// Padded: a restarted peer answers a packet on a conn it does not
-	// know with a stateless reset (ending it at once) only when the
-	// packet is large enough that the reset cannot amplify it.
-	probe := make([]byte, 128)
-	probe[0] = byte(TagProbe)
-	if _, err := s.Write(probe); err != nil {
-		s.CancelRead(streamShutdown)
-		return c.Context().Err() == nil
-	}
-	s.Close()
+	s.Close() // FIN only: no data, so no flow control
+	_ = c.SendDatagram(make([]byte, 128))
 	s.SetReadDeadline(time.Now().Add(wait))
 	_, err = s.Read(make([]byte, 1))
 	s.CancelRead(streamShutdown)
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return t.ctx.Err() != nil // the probe went unanswered (unless we are closing)
+		// Unanswered; but any packet from the peer meanwhile (on a lossy
+		// link the answer may be late) says it is alive.
+		return t.ctx.Err() != nil || c.ConnectionStats().PacketsReceived > before
 	}
 	return c.Context().Err() == nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -388,21 +389,28 @@ func (js jobService) CancelJob(ctx context.Context, req *connect.Request[palyrav
 	j, err := s.control.Apply(ctx, cmd)
 	// A cancel is harmless twice: one whose outcome is unknown (the
 	// leader died before answering) is sent again, and "already ended"
-	// then means the first one took if the job is aborted now (for an
-	// array: some task was), read once this replica is current. A job
-	// that ended otherwise meanwhile (completed, expired) is answered as
+	// then means the first one took if the job (for an array, one of its
+	// tasks) was aborted by this very cancel, its reason recorded, read
+	// once this replica is current. A job that ended otherwise meanwhile
+	// (completed, expired, denied, aborted by someone else) is answered as
 	// the conflict it is. Before, the caller was told "may or may not have
 	// committed" and had to run it again. (Apply itself goes round while
 	// there is no leader or quorum.)
+	reason := cmd.GetCancelJob().Reason
+	byThis := func(j consensus.Job) bool {
+		return j.Phase == consensus.PhaseAborted && j.Error != nil && j.Error.Code == "aborted" && j.Error.Message == reason
+	}
 	for retry := 0; retry < 3 && errors.Is(err, consensus.ErrUnknownOutcome) && ctx.Err() == nil; retry++ {
 		j, err = s.control.Apply(ctx, cmd)
-		if errors.Is(err, consensus.ErrConflict) && s.control.VerifyRead(ctx) == nil {
-			st := s.control.State()
-			if cur, ok := st.Job(req.Msg.Id); ok && cur.Phase == consensus.PhaseAborted {
-				j, err = cur, nil
-			} else if cur, ok := st.Array(req.Msg.Id); ok && cur.Terminal() && cur.Count(consensus.PhaseAborted) > 0 {
-				j, err = cur.Template, nil
-			}
+		if !errors.Is(err, consensus.ErrConflict) || s.control.VerifyRead(ctx) != nil {
+			continue
+		}
+		st := s.control.State()
+		if cur, ok := st.Job(req.Msg.Id); ok && byThis(cur) {
+			j, err = cur, nil
+		} else if cur, ok := st.Array(req.Msg.Id); ok && cur.Terminal() &&
+			slices.ContainsFunc(st.Jobs(consensus.JobFilter{ArrayID: req.Msg.Id, Phase: consensus.PhaseAborted}), byThis) {
+			j, err = cur.Template, nil
 		}
 	}
 	if err != nil {

@@ -291,4 +291,37 @@ func TestCancelWithUnknownOutcomeIsSentAgain(t *testing.T) {
 	if j, _ := ctl.fsm.State().Job(id); j.Phase != consensus.PhaseExpired {
 		t.Fatalf("the job is %v, want expired", j.Phase)
 	}
+	// Aborted meanwhile by something else (a denial, a disabled skill,
+	// another caller): not this cancel's success either (review).
+	resp, err = js.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: tinyModule("cancel-other")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = resp.Msg.Job.Id
+	js.s.control = &lossyControl{Control: ctl, lose: 1, instead: func() {
+		if _, err := ctl.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{Id: id, AtMs: 1, Reason: "skill example.tools disabled"}}}); err != nil {
+			t.Errorf("the other abort: %v", err)
+		}
+	}}
+	if c, err := js.CancelJob(ctx, connect.NewRequest(&palyrav1.CancelJobRequest{Id: id})); err == nil {
+		t.Fatalf("a lost cancel of a job aborted by something else answered success: %v", c.Msg.Job.Error)
+	}
+	// An array: one task aborted by another cause earlier, the lost
+	// cancel never committed, the other task expiring meanwhile.
+	arr, err := js.SubmitJob(ctx, connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: tinyModule("cancel-array"), Inputs: [][]byte{[]byte("a"), []byte("b")}, DeadlineMs: 60_000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aid := arr.Msg.Array.Id
+	if _, err := ctl.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_CancelJob{CancelJob: &raftpb.CancelJob{Id: consensus.TaskID(aid, 0), AtMs: 1, Reason: "denied"}}}); err != nil {
+		t.Fatal(err)
+	}
+	js.s.control = &lossyControl{Control: ctl, lose: 1, instead: func() {
+		if _, err := ctl.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_ExpireJob{ExpireJob: &raftpb.ExpireJob{Id: consensus.TaskID(aid, 1), AtMs: math.MaxInt64 / 2}}}); err != nil {
+			t.Errorf("expire: %v", err)
+		}
+	}}
+	if c, err := js.CancelJob(ctx, connect.NewRequest(&palyrav1.CancelJobRequest{Id: aid})); err == nil {
+		t.Fatalf("a lost array cancel that never took answered success: %v", c.Msg.Array)
+	}
 }
