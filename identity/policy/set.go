@@ -66,7 +66,7 @@ func Parse(src []byte) (set *Set, err error) {
 		return nil, syntaxError(src, err)
 	}
 	if len(list) == 0 {
-		return nil, fmt.Errorf("%w: the document has no policies, so every call would be denied, including policy.set; start from the policy in force ('palyra policy get') and edit it", ErrInvalidPolicy)
+		return nil, fmt.Errorf("%w: the document has no policies, so every call would be denied, including policy.set; start from the default policy or the one in force ('palyra policy get' prints it) and edit that", ErrInvalidPolicy)
 	}
 	s := &Set{source: slices.Clone(src), ps: cedar.NewPolicySet(), meta: map[string]meta{}}
 	var errs []error
