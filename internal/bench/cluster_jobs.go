@@ -158,13 +158,13 @@ func workerKill(ctx context.Context, c *procCluster, sleepMod []byte, trials int
 			return fmt.Errorf("worker trial %d: %w", i+1, err)
 		}
 		placed, done, moved = append(placed, p), append(done, d), moved+n
-		fmt.Fprintf(os.Stderr, "  worker trial %d/%d: %d jobs moved, re-placed %s, completed %s after the kill\n",
-			i+1, trials, n, p.Round(time.Millisecond), d.Round(time.Millisecond))
-		r, _, err := restart(ctx, c, victim)
+		r, starts, err := restart(ctx, c, victim)
 		if err != nil {
 			return fmt.Errorf("worker trial %d: %w", i+1, err)
 		}
 		rejoin = append(rejoin, r)
+		fmt.Fprintf(os.Stderr, "  worker trial %d/%d: %d jobs moved, re-placed %s, completed %s after the kill; restarted, healthy after %s (%d start(s))\n",
+			i+1, trials, n, p.Round(time.Millisecond), d.Round(time.Millisecond), r.Round(100*time.Millisecond), starts)
 	}
 	fmt.Printf("worker SIGKILL with jobs running (12 × %s jobs over the 3 nodes, a non-leader worker killed), %d trials, %d jobs moved:\n", jobLen, trials, moved)
 	fmt.Printf("  kill → its jobs re-placed elsewhere    p50 %s   p99 %s\n", ms(pct(placed, 50)), ms(pct(placed, 99)))
