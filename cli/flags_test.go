@@ -154,3 +154,12 @@ func TestShortNames(t *testing.T) {
 		}
 	}
 }
+
+// skill keygen with stdout not a terminal says where the public key went
+// ("the line above" was not on screen).
+func TestKeygenSaysWhereThePublicKeyWent(t *testing.T) {
+	r := runCLI(t, "skill", "keygen", "-o", filepath.Join(t.TempDir(), "k.pem"))
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "ed25519:") || !strings.Contains(r.stderr, "the public key went to stdout") {
+		t.Fatalf("keygen: %+v", r)
+	}
+}

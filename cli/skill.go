@@ -110,7 +110,11 @@ func skillKeygenCommand() *ucli.Command {
 				return writeJSON(c.App.Writer, map[string]string{"public_key": skill.FormatPublicKey(pub), "private_key_file": out})
 			}
 			fmt.Fprintf(c.App.Writer, "%s\n", skill.FormatPublicKey(pub))
-			fmt.Fprintf(c.App.ErrWriter, "private key written to %s (keep it private); the line above is the public key\n", out)
+			where := "the line above is the public key"
+			if !isTerminal(c.App.Writer) { // stdout went elsewhere: "above" is not on screen
+				where = "the public key went to stdout"
+			}
+			fmt.Fprintf(c.App.ErrWriter, "private key written to %s (keep it private); %s\n", out, where)
 			return nil
 		},
 	}
