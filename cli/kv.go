@@ -215,6 +215,9 @@ func kvList(c *ucli.Context) error {
 		return usageErr("--limit is a number of keys, 1 or more")
 	}
 	all, keysOnly, asJSON := c.Bool("all"), c.Bool("keys-only"), c.Bool("json")
+	if all && c.IsSet("limit") {
+		return usageErr("--all lists every key and --limit at most N: give one of them")
+	}
 	cl, err := dial(c)
 	if err != nil {
 		return err
@@ -277,7 +280,15 @@ func kvList(c *ucli.Context) error {
 		return nil
 	}
 	if next != "" {
-		fmt.Fprintf(c.App.ErrWriter, "more keys follow: palyra kv list %s--after %q (or --all)\n", prefixArg(prefix), next)
+		// The next page's command keeps this one's flags.
+		more := ""
+		if c.IsSet("limit") {
+			more += fmt.Sprintf(" --limit %d", limit)
+		}
+		if keysOnly {
+			more += " --keys-only"
+		}
+		fmt.Fprintf(c.App.ErrWriter, "more keys follow: palyra kv list %s--after %q%s (or --all)\n", prefixArg(prefix), next, more)
 	}
 	return nil
 }

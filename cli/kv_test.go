@@ -39,8 +39,11 @@ func TestKVCommands(t *testing.T) {
 	// Pages of two, in key order, with the cursor to go on; --all for all.
 	r := c.cli("kv", "list", "app/", "--limit", "2")
 	if r.code != 0 || !strings.Contains(r.stdout, "app/counter") || !strings.Contains(r.stdout, "app/k1") || strings.Contains(r.stdout, "app/k2") ||
-		!strings.Contains(r.stderr, `--after "app/k1"`) {
-		t.Fatalf("kv list --limit 2: %+v", r)
+		!strings.Contains(r.stderr, `--after "app/k1" --limit 2 (or --all)`) {
+		t.Fatalf("kv list --limit 2: %+v, want the next page's command to keep --limit", r)
+	}
+	if r := c.cli("kv", "list", "app/", "--limit", "2", "--all"); r.code != exitUsage || !strings.Contains(r.stderr, "give one of them") {
+		t.Fatalf("kv list --limit --all: %+v", r)
 	}
 	r = c.cli("kv", "list", "app/", "--after", "app/k1", "--keys-only", "--all")
 	if r.code != 0 || r.stdout != "app/k2\napp/k3\napp/z-bin\n" || r.stderr != "" {
