@@ -42,7 +42,7 @@ func browseCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "fail", Usage: "exit 1 when the page answers an HTTP error status (4xx, 5xx), as curl --fail does; by default it is a note on stderr"},
 			&ucli.DurationFlag{Name: "timeout", Usage: "job time limit", Value: time.Minute},
 			&ucli.DurationFlag{Name: "step-timeout", Usage: "time limit of each step (loading the page, waiting for --text's element, …)", DefaultText: "the worker's default, 15s"},
-			&ucli.DurationFlag{Name: "wait-timeout", Usage: "stop waiting after `DURATION` and cancel the job; by default browse waits for the job's end, but gives up within seconds when no node in the cluster can run browser jobs"},
+			&ucli.DurationFlag{Name: "wait-timeout", Usage: "stop waiting after `DURATION` and cancel the job; by default browse waits for the job's end, but gives up within seconds when no node in the cluster can run browser jobs", DefaultText: "none"},
 			jsonFlag,
 		},
 		Action: jobBrowse,

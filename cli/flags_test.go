@@ -163,3 +163,11 @@ func TestKeygenSaysWhereThePublicKeyWent(t *testing.T) {
 		t.Fatalf("keygen: %+v", r)
 	}
 }
+
+// --version and 'palyra version' print the same line.
+func TestVersionFlagMatchesVersionCommand(t *testing.T) {
+	a, b := runCLI(t, "--version"), runCLI(t, "version")
+	if a.code != 0 || a.stdout != b.stdout || !strings.HasPrefix(a.stdout, "palyra ") {
+		t.Fatalf("--version %q, version %q", a.stdout, b.stdout)
+	}
+}

@@ -25,7 +25,7 @@ import (
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
-var waitTimeoutFlag = &ucli.DurationFlag{Name: "wait-timeout", Usage: "with --wait: stop waiting `DURATION` after the job is accepted (the job carries on); by default --wait waits for the job's end, but gives up within seconds on a job no node in the cluster can run"}
+var waitTimeoutFlag = &ucli.DurationFlag{Name: "wait-timeout", Usage: "with --wait: stop waiting `DURATION` after the job is accepted (the job carries on); by default --wait waits for the job's end, but gives up within seconds on a job no node in the cluster can run", DefaultText: "none"}
 
 var jsonFlag = &ucli.BoolFlag{Name: "json", Usage: "print machine-readable JSON"}
 
@@ -94,7 +94,7 @@ func jobCommand() *ucli.Command {
 					&ucli.IntFlag{Name: "priority", Usage: "higher runs first when capacity is short (" + priorityRange + ")"},
 					&ucli.StringSliceFlag{Name: "constraint", Usage: "run only on nodes with label `k=v` (equality only; repeatable)"},
 					&ucli.UintFlag{Name: "retries", Usage: "extra attempts, with backoff, for retryable failures (max 10)"},
-					&ucli.DurationFlag{Name: "deadline", Usage: "the job expires if not completed within this time of submission"},
+					&ucli.DurationFlag{Name: "deadline", Usage: "the job expires if not completed within this time of submission", DefaultText: "none"},
 					&ucli.StringFlag{Name: "idempotency-key", Usage: "`KEY` that makes submitting again safe: a submission with a key used before returns that job (a different payload is refused); without it, each run makes a random key"},
 					&ucli.BoolFlag{Name: "wait", Usage: "wait for the job to finish and print its output"},
 					waitTimeoutFlag,

@@ -56,6 +56,12 @@ func versionLine() string {
 	return fmt.Sprintf("%s (commit %s, %s, %s)", b.Version, commit, b.GoVersion, b.Platform)
 }
 
+// --version prints what 'palyra version' prints (it said "palyra version
+// 0.1.0-dev (…)", the command "palyra 0.1.0-dev (…)").
+func init() {
+	ucli.VersionPrinter = func(c *ucli.Context) { fmt.Fprintln(c.App.Writer, "palyra "+versionLine()) }
+}
+
 func versionCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "version",
