@@ -457,8 +457,10 @@ func setSchedulable(c *ucli.Context, req *palyrav1.SetSchedulableRequest) error 
 		return writeJSON(c.App.Writer, out)
 	}
 	switch {
+	case req.Drain && req.DrainDeadlineMs > 0:
+		fmt.Fprintf(c.App.Writer, "node %s is draining: no new work; what still runs there after %s moves elsewhere\n", id, time.Duration(req.DrainDeadlineMs)*time.Millisecond)
 	case req.Drain:
-		fmt.Fprintf(c.App.Writer, "node %s is draining: no new work\n", id)
+		fmt.Fprintf(c.App.Writer, "node %s is draining: no new work; what runs there finishes\n", id)
 	case req.Eligible:
 		fmt.Fprintf(c.App.Writer, "node %s is eligible for new work\n", id)
 	default:

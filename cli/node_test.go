@@ -235,6 +235,13 @@ func TestDrainAndEligibilityJSON(t *testing.T) {
 	if r := c.cli("node", "drain", id, "--deadline", "-5s"); r.code == 0 || !strings.Contains(r.stderr, "--deadline -5s is negative") {
 		t.Fatalf("a negative drain deadline: %+v", r)
 	}
+	// The text says what the deadline does (it was not mentioned).
+	if r := c.cli("node", "drain", id, "--deadline", "2m"); r.code != 0 || !strings.Contains(r.stdout, "what still runs there after 2m0s moves elsewhere") {
+		t.Fatalf("drain --deadline: %+v", r)
+	}
+	if r := c.cli("node", "eligibility", id, "--enable"); r.code != 0 {
+		t.Fatalf("eligibility --enable: %+v", r)
+	}
 }
 
 // Confirmation-only commands take --json too (secret delete here; hook
