@@ -493,6 +493,10 @@ func onUsageError(c *ucli.Context, err error, _ bool) error {
 			break
 		}
 	}
+	// "flag needs an argument: -file" (the flag package's single dash).
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		msg = fmt.Sprintf("--%s needs a value", strings.TrimLeft(name, "-"))
+	}
 	// A misspelt flag ("--wiat") gets the closest one the command has.
 	if m := undefinedFlagRE.FindStringSubmatch(msg); m != nil && negativeArgRE.FindStringSubmatch(msg) == nil {
 		name := strings.TrimLeft(m[1], "-")

@@ -42,6 +42,7 @@ func TestBadFlagValuesSayWhatTheyWant(t *testing.T) {
 		{[]string{"device", "pair", "--code", "X"}, "--peer is required: a node's address HOST:PORT"},
 		{[]string{"job", "prune"}, "--older-than is required: remove jobs that ended more than DURATION ago"},
 		{[]string{"job", "list", "--limit", "-3"}, `invalid value "-3" for --limit: want a whole number from 1 to 1000`},
+		{[]string{"job", "list", "--limit"}, "--limit needs a value"},
 		{[]string{"job", "deny", "j-1", "--reason", ""}, "--reason is empty: it is required and needs a value"},
 		{[]string{"secret", "set", "x", "--from-file", "/dev/null"}, "/dev/null is empty: a secret needs a value"},
 		{[]string{"--data-dir", t.TempDir(), "node", "start", "--log-level", "bogus"}, `--log-level "bogus": use debug, info, warn or error`},

@@ -50,7 +50,7 @@ func hookCommand() *ucli.Command {
 				Flags: []ucli.Flag{jsonFlag},
 				Action: func(c *ucli.Context) error {
 					if c.NArg() != 3 {
-						return usageErr("%s takes an event (%s), a skill id and a tool id; got %d arguments", c.Command.HelpName, strings.Join(hookEvents, ", "), c.NArg())
+						return usageErr("%s takes an event (%s), a skill id and a tool id; got %s", c.Command.HelpName, strings.Join(hookEvents, ", "), argCount(c.NArg()))
 					}
 					cl, err := dial(c)
 					if err != nil {

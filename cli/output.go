@@ -333,3 +333,11 @@ func (j *jsonNotes) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// argCount is "1 argument" or "N arguments".
+func argCount(n int) string {
+	if n == 1 {
+		return "1 argument"
+	}
+	return fmt.Sprintf("%d arguments", n)
+}

@@ -349,7 +349,7 @@ func skillTrustCommand() *ucli.Command {
 				},
 				Action: func(c *ucli.Context) error {
 					if c.NArg() != 2 {
-						return usageErr("%s takes a publisher name and its key (ed25519:…), got %d arguments", c.Command.HelpName, c.NArg())
+						return usageErr("%s takes a publisher name and its key (ed25519:…), got %s", c.Command.HelpName, argCount(c.NArg()))
 					}
 					cl, err := dial(c)
 					if err != nil {
@@ -448,7 +448,7 @@ func skillRunCommand() *ucli.Command {
 		},
 		Action: func(c *ucli.Context) error {
 			if c.NArg() != 2 {
-				return usageErr("%s takes the skill id and the tool id, got %d arguments", c.Command.HelpName, c.NArg())
+				return usageErr("%s takes the skill id and the tool id, got %s", c.Command.HelpName, argCount(c.NArg()))
 			}
 			var input []byte
 			switch f := c.String("input-file"); {
