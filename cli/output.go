@@ -335,9 +335,12 @@ func (j *jsonNotes) Write(p []byte) (int, error) {
 }
 
 // argCount is "1 argument" or "N arguments".
-func argCount(n int) string {
+func argCount(n int) string { return countOf(n, "argument", "arguments") }
+
+// countOf is n with its noun: "1 job", "5 jobs".
+func countOf(n int, one, many string) string {
 	if n == 1 {
-		return "1 argument"
+		return "1 " + one
 	}
-	return fmt.Sprintf("%d arguments", n)
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -73,11 +73,7 @@ func pruneCommand() *ucli.Command {
 				if c.Bool("json") {
 					return writeJSON(c.App.Writer, map[string]any{"would_prune": r.Pruned, "before": msTime(r.BeforeMs), "dry_run": true})
 				}
-				noun := "jobs"
-				if r.Pruned == 1 {
-					noun = "job"
-				}
-				fmt.Fprintf(c.App.Writer, "would prune %d %s that ended before %s (dry run: nothing removed)\n", r.Pruned, noun, msTime(r.BeforeMs))
+				fmt.Fprintf(c.App.Writer, "would prune %s that ended before %s (dry run: nothing removed)\n", countOf(int(r.Pruned), "job", "jobs"), msTime(r.BeforeMs))
 				return nil
 			}
 			if c.Bool("json") {
@@ -87,11 +83,7 @@ func pruneCommand() *ucli.Command {
 				fmt.Fprintf(c.App.Writer, "no job ended before %s; nothing pruned\n", msTime(r.BeforeMs))
 				return nil
 			}
-			noun := "jobs"
-			if r.Pruned == 1 {
-				noun = "job"
-			}
-			fmt.Fprintf(c.App.Writer, "pruned %d %s that ended before %s\n%s\n", r.Pruned, noun, msTime(r.BeforeMs), blobsFreedNote)
+			fmt.Fprintf(c.App.Writer, "pruned %s that ended before %s\n%s\n", countOf(int(r.Pruned), "job", "jobs"), msTime(r.BeforeMs), blobsFreedNote)
 			return nil
 		},
 	}

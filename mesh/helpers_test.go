@@ -2,6 +2,7 @@ package mesh_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/mesh"
 	"github.com/palyra-mesh/palyra/mesh/internal/meshtest"
+	"github.com/quic-go/quic-go"
 )
 
 // testLogger discards logs unless MESH_TEST_LOG is set.
@@ -105,4 +107,40 @@ func roundTrip(c net.Conn, msg []byte) ([]byte, error) {
 	back := make([]byte, len(msg))
 	_, err := io.ReadFull(c, back)
 	return back, err
+}
+
+// probeHandshake is the handshake timeout of quickTransport's transports:
+// a peer's conns older than it are probed when the peer connects anew.
+const probeHandshake = time.Second
+
+// quickTransport listens as name on listen (advertising advertise, if
+// given) with a handshake timeout of probeHandshake.
+func quickTransport(t *testing.T, ca *meshtest.CA, name, listen, advertise string) *mesh.Transport {
+	t.Helper()
+	tr, err := mesh.Listen(mesh.Config{ListenAddr: listen, AdvertiseAddr: advertise, ServerTLS: ca.ServerTLS(t, name), ClientTLS: ca.ClientTLS(t, name),
+		Logger: testLogger(), QUIC: &quic.Config{HandshakeIdleTimeout: probeHandshake}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// twoWayPair makes a, listening on 0.0.0.0 and advertising 127.0.0.2,
+// and b on 127.0.0.1: a's packets do not come from the address b dials,
+// so a conn each way gives a two live conns to b under one key. It
+// returns a's advertised address too.
+func twoWayPair(t *testing.T) (a, b *mesh.Transport, aAdvertised string) {
+	t.Helper()
+	ca := meshtest.NewCA(t, "cluster")
+	free, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := free.LocalAddr().(*net.UDPAddr).Port
+	free.Close()
+	aAdvertised = fmt.Sprintf("127.0.0.2:%d", port)
+	a = quickTransport(t, ca, "node-a", fmt.Sprintf("0.0.0.0:%d", port), aAdvertised)
+	b = quickTransport(t, ca, "node-b", "127.0.0.1:0", "")
+	return a, b, aAdvertised
 }

@@ -5,15 +5,13 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
-	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/palyra-mesh/palyra/mesh"
 	"github.com/palyra-mesh/palyra/mesh/internal/meshtest"
-	"github.com/quic-go/quic-go"
 )
 
 func TestTaggedStreamsBothWays(t *testing.T) {
@@ -246,16 +244,7 @@ func TestCloseUnblocksAndLeaksNothing(t *testing.T) {
 // from the leader 3 to 6 s after it started, calling elections meanwhile).
 func TestPeerConnectingAnewEndsItsOldConnection(t *testing.T) {
 	ca := meshtest.NewCA(t, "cluster")
-	const handshake = time.Second // old conns younger than this are left alone
-	at := func(name, listen string) *mesh.Transport {
-		tr, err := mesh.Listen(mesh.Config{ListenAddr: listen, ServerTLS: ca.ServerTLS(t, name), ClientTLS: ca.ClientTLS(t, name),
-			Logger: testLogger(), QUIC: &quic.Config{HandshakeIdleTimeout: handshake}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tr.Close() })
-		return tr
-	}
+	at := func(name, listen string) *mesh.Transport { return quickTransport(t, ca, name, listen, "") }
 	a, b := at("node-a", "127.0.0.1:0"), at("node-b", "127.0.0.1:0")
 	bAddr := addrOf(b)
 	// b takes the call and never answers, as a killed process would not.
@@ -277,7 +266,7 @@ func TestPeerConnectingAnewEndsItsOldConnection(t *testing.T) {
 		failed <- time.Now()
 	}()
 	mesh.KillForTest(b)
-	time.Sleep(handshake + 200*time.Millisecond)
+	time.Sleep(probeHandshake + 200*time.Millisecond)
 	b2 := at("node-b", bAddr)
 	serveEcho(t, a, mesh.TagBlob)
 	restarted := time.Now()
@@ -305,28 +294,10 @@ func TestPeerConnectingAnewEndsItsOldConnection(t *testing.T) {
 // dialling anew there is no restart, and the older conn, still answered,
 // stays open with its calls.
 func TestPeerConnectingAnewKeepsALiveOldConnection(t *testing.T) {
-	ca := meshtest.NewCA(t, "cluster")
-	const handshake = time.Second
-	at := func(name, listen, advertise string) *mesh.Transport {
-		tr, err := mesh.Listen(mesh.Config{ListenAddr: listen, AdvertiseAddr: advertise, ServerTLS: ca.ServerTLS(t, name), ClientTLS: ca.ClientTLS(t, name),
-			Logger: testLogger(), QUIC: &quic.Config{HandshakeIdleTimeout: handshake}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tr.Close() })
-		return tr
-	}
-	free, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	aPort := free.LocalAddr().(*net.UDPAddr).Port
-	free.Close()
-	a := at("node-a", fmt.Sprintf("0.0.0.0:%d", aPort), fmt.Sprintf("127.0.0.2:%d", aPort))
-	b := at("node-b", "127.0.0.1:0", "")
+	a, b, aAdvertised := twoWayPair(t)
 	// b holds a's call without answering for a while, then echoes.
 	if err := b.Handle(mesh.TagRPC, func(c net.Conn, _ mesh.PeerInfo) {
-		time.Sleep(3 * handshake)
+		time.Sleep(3 * probeHandshake)
 		echo(c)
 	}); err != nil {
 		t.Fatal(err)
@@ -345,10 +316,10 @@ func TestPeerConnectingAnewKeepsALiveOldConnection(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(handshake + 300*time.Millisecond)
+	time.Sleep(probeHandshake + 300*time.Millisecond)
 	// b dials a at an address a's packets do not come from.
 	serveEcho(t, a, mesh.TagBlob)
-	c2, err := b.OpenStream(ctxTimeout(t, 5*time.Second), net.JoinHostPort("127.0.0.2", strconv.Itoa(aPort)), mesh.TagBlob)
+	c2, err := b.OpenStream(ctxTimeout(t, 5*time.Second), aAdvertised, mesh.TagBlob)
 	if err != nil {
 		t.Fatalf("b dials a at 127.0.0.2: %v", err)
 	}
@@ -358,5 +329,61 @@ func TestPeerConnectingAnewKeepsALiveOldConnection(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("the call on the older, live connection: %v", err)
+	}
+}
+
+// A live peer slow to read a bulk transfer, its older conn out of
+// connection flow-control credit, still answers the probe: a probe that
+// sent data sat in the send buffer, went unanswered, and the live conn
+// was closed with its transfers (a review's test).
+func TestProbeOfAFlowBlockedLivePeerKeepsItsConnection(t *testing.T) {
+	a, b, aAdvertised := twoWayPair(t)
+	release := make(chan struct{})
+	// b is live but slow to read a bulk transfer.
+	if err := b.Handle(mesh.TagBlob, func(c net.Conn, _ mesh.PeerInfo) {
+		<-release
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		c, err := a.OpenStream(ctxTimeout(t, 5*time.Second), addrOf(b), mesh.TagBlob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			_, err := c.Write(make([]byte, 1<<20))
+			errs <- err
+		}()
+	}
+	time.Sleep(probeHandshake + 300*time.Millisecond)
+	serveEcho(t, a, mesh.TagRPC)
+	c2, err := b.OpenStream(ctxTimeout(t, 5*time.Second), aAdvertised, mesh.TagRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := roundTrip(c2, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second) // the probe waits 2 s
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("bulk write on the older, live, busy connection: %v", err)
+		}
 	}
 }

@@ -31,15 +31,11 @@ const (
 // more than the first would have.
 func (js jobService) PruneJobs(ctx context.Context, req *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error) {
 	s := js.s
-	if err := s.authz.Check(ctx, policy.ActionJobPrune, policy.ClusterResource(), nil); err != nil {
+	now, before, err := js.pruneCutoff(ctx, req.Msg)
+	if err != nil {
 		return nil, err
 	}
-	if req.Msg.OlderThanMs < 0 {
-		return nil, invalid("older_than must not be negative", "e.g. --older-than 24h (0 prunes every ended job)")
-	}
 	caller, _ := PrincipalFrom(ctx)
-	now := s.now().UnixMilli()
-	before := now - req.Msg.OlderThanMs
 	cmd := &raftpb.Command{Cmd: &raftpb.Command_PruneJobs{PruneJobs: &raftpb.PruneJobs{
 		BeforeMs: before, Max: pruneBatch, AtMs: now, By: caller.String()}}}
 	var total uint64
@@ -71,15 +67,24 @@ func (js jobService) PruneJobs(ctx context.Context, req *connect.Request[palyrav
 // removing nothing. Counted on this replica, which may lag the leader by
 // a few entries: a count, not a promise.
 func (js jobService) CountPrunableJobs(ctx context.Context, req *connect.Request[palyrav1.PruneJobsRequest]) (*connect.Response[palyrav1.PruneJobsResponse], error) {
-	s := js.s
-	if err := s.authz.Check(ctx, policy.ActionJobPrune, policy.ClusterResource(), nil); err != nil {
+	_, before, err := js.pruneCutoff(ctx, req.Msg)
+	if err != nil {
 		return nil, err
 	}
-	if req.Msg.OlderThanMs < 0 {
-		return nil, invalid("older_than must not be negative", "e.g. --older-than 24h (0 counts every ended job)")
+	return connect.NewResponse(&palyrav1.PruneJobsResponse{Pruned: js.s.control.State().EndedBefore(before), BeforeMs: before}), nil
+}
+
+// pruneCutoff checks a prune (or its count) may be asked, and returns
+// this node's time and the cut-off: jobs that ended before it go.
+func (js jobService) pruneCutoff(ctx context.Context, m *palyrav1.PruneJobsRequest) (now, before int64, err error) {
+	if err := js.s.authz.Check(ctx, policy.ActionJobPrune, policy.ClusterResource(), nil); err != nil {
+		return 0, 0, err
 	}
-	before := s.now().UnixMilli() - req.Msg.OlderThanMs
-	return connect.NewResponse(&palyrav1.PruneJobsResponse{Pruned: s.control.State().EndedBefore(before), BeforeMs: before}), nil
+	if m.OlderThanMs < 0 {
+		return 0, 0, invalid("older_than must not be negative", "e.g. --older-than 24h (0: every ended job)")
+	}
+	now = js.s.now().UnixMilli()
+	return now, now - m.OlderThanMs, nil
 }
 
 // SetRetention sets how long ended jobs are kept; the leader prunes older
