@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -247,8 +248,11 @@ func TestPeerConnectingAnewEndsItsOldConnection(t *testing.T) {
 	at := func(name, listen string) *mesh.Transport { return quickTransport(t, ca, name, listen, "") }
 	a, b := at("node-a", "127.0.0.1:0"), at("node-b", "127.0.0.1:0")
 	bAddr := addrOf(b)
-	// b takes the call and never answers, as a killed process would not.
-	if err := b.Handle(mesh.TagRPC, func(c net.Conn, _ mesh.PeerInfo) { select {} }); err != nil {
+	// b takes the call and never answers, as a killed process would not;
+	// its handler returns once the stream fails, as Handle asks (a handler
+	// that never returned held b's Close, and the package, for ever: a CI
+	// run hung 19 minutes).
+	if err := b.Handle(mesh.TagRPC, func(c net.Conn, _ mesh.PeerInfo) { io.Copy(io.Discard, c) }); err != nil {
 		t.Fatal(err)
 	}
 	c, err := a.OpenStream(ctxTimeout(t, 5*time.Second), bAddr, mesh.TagRPC)
