@@ -3,14 +3,17 @@ package browser
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -213,7 +216,7 @@ func newCountingServerOn(t testing.TB, addr string, h http.Handler) *countingSer
 		cs.requests.Add(1)
 		h.ServeHTTP(w, r)
 	}))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listenQuiet(addr)
 	if err != nil {
 		t.Fatalf("listening on %s: %v", addr, err)
 	}
@@ -227,6 +230,47 @@ func newCountingServerOn(t testing.TB, addr string, h http.Handler) *countingSer
 	cs.Start()
 	t.Cleanup(cs.Close)
 	return cs
+}
+
+// listenQuiet listens on addr; a port 0 there becomes a free port below
+// the kernel's ephemeral range. A counting server asserts that nothing
+// connected to it, and an ephemeral port can be one another process still
+// dials: go test runs packages side by side, and a client in another
+// package's test (a raft peer of a stopped node, a browser whose page
+// outlived its server) can keep dialing a closed server's port, which the
+// kernel may hand to this server next. CI once saw a blocked host with
+// "0 requests and 1 connections", most likely such a dial (bytes that are
+// not HTTP get a 400 before any handler runs). Port 0 never yields a port
+// below the range, so no stale address of another process lands there.
+func listenQuiet(addr string) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port != "0" {
+		return net.Listen("tcp", addr)
+	}
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	// Above the well-known ports and every port Chromium refuses as unsafe
+	// (the highest is 10080).
+	const floor = 20000
+	if low-floor < 1000 {
+		return net.Listen("tcp", addr) // no room below the range: take what the kernel gives
+	}
+	var last error
+	for range 64 {
+		p := floor + rand.IntN(low-floor)
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+		if err == nil {
+			return ln, nil
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("no free port below the ephemeral range %d: %w", low, last)
 }
 
 // port is the server's port as a string.
