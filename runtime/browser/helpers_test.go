@@ -201,6 +201,59 @@ type countingServer struct {
 	*httptest.Server
 	requests atomic.Int64
 	conns    atomic.Int64
+
+	mu    sync.Mutex
+	heads []*headConn // every accepted connection, to say what it sent
+}
+
+// firstBytes lists what each accepted connection sent first: an
+// unexpected connection is then seen to be a browser's (an HTTP request
+// line, a TLS hello, or nothing, as a preconnect) or another client's.
+func (cs *countingServer) firstBytes() []string {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var out []string
+	for _, c := range cs.heads {
+		c.mu.Lock()
+		out = append(out, fmt.Sprintf("%q", c.head))
+		c.mu.Unlock()
+	}
+	return out
+}
+
+// headConn keeps the first bytes read from a connection.
+type headConn struct {
+	net.Conn
+	mu   sync.Mutex
+	head []byte
+}
+
+func (c *headConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	if room := 48 - len(c.head); room > 0 {
+		c.head = append(c.head, p[:min(n, room)]...)
+	}
+	c.mu.Unlock()
+	return n, err
+}
+
+// headListener wraps each accepted connection in a headConn.
+type headListener struct {
+	net.Listener
+	cs *countingServer
+}
+
+func (l headListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	hc := &headConn{Conn: c}
+	l.cs.mu.Lock()
+	l.cs.heads = append(l.cs.heads, hc)
+	l.cs.mu.Unlock()
+	return hc, nil
 }
 
 func newCountingServer(t testing.TB, h http.Handler) *countingServer {
@@ -221,7 +274,7 @@ func newCountingServerOn(t testing.TB, addr string, h http.Handler) *countingSer
 		t.Fatalf("listening on %s: %v", addr, err)
 	}
 	cs.Listener.Close()
-	cs.Listener = ln
+	cs.Listener = headListener{ln, cs}
 	cs.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			cs.conns.Add(1)

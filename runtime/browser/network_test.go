@@ -33,7 +33,7 @@ func twoHosts(t *testing.T, page func(other string) string) (site, other *counti
 func assertUntouched(t *testing.T, other *countingServer) {
 	t.Helper()
 	if n, c := other.requests.Load(), other.conns.Load(); n != 0 || c != 0 {
-		t.Errorf("the blocked host saw %d requests and %d connections, want none", n, c)
+		t.Errorf("the blocked host saw %d requests and %d connections, want none (each connection's first bytes: %s)", n, c, strings.Join(other.firstBytes(), ", "))
 	}
 }
 
