@@ -21,6 +21,7 @@ import (
 //	raft/          raft log (bbolt) and snapshots
 //	blobs/         content-addressed modules and artifacts
 //	wasm-cache/    wazero's compiled-code cache
+//	browser/       the running browsers' Chromium profiles (emptied at start: one left there is a killed process's)
 //	refused.json   present while the cluster refuses this node's certificate (it was removed): for 'palyra doctor'
 type Layout struct{ Dir string }
 
@@ -34,6 +35,7 @@ func (l Layout) BlobDir() string     { return filepath.Join(l.Dir, "blobs") }
 func (l Layout) WasmCacheDir() string {
 	return filepath.Join(l.Dir, "wasm-cache")
 }
+func (l Layout) BrowserDir() string  { return filepath.Join(l.Dir, "browser") }
 func (l Layout) RefusedFile() string { return filepath.Join(l.Dir, "refused.json") }
 
 // Refusal is refused.json: since when the node has found that the

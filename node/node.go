@@ -809,7 +809,7 @@ func (n *Node) startBrowser(ctx context.Context, quiet bool) bool {
 	if slots == 0 {
 		slots = defaultBrowserSlots
 	}
-	ex, err := browser.New(ctx, browser.Config{ExecPath: path, Slots: slots, Logger: n.log, SessionIdleTTL: n.cfg.BrowserSessionIdleTTL, Prewarm: n.cfg.BrowserPrewarm})
+	ex, err := browser.New(ctx, browser.Config{ExecPath: path, Slots: slots, Logger: n.log, ProfileDir: n.layout.BrowserDir(), SessionIdleTTL: n.cfg.BrowserSessionIdleTTL, Prewarm: n.cfg.BrowserPrewarm})
 	if err != nil {
 		if !quiet {
 			n.log.Warn("browser executor did not start; this node runs no browser jobs", "err", err)

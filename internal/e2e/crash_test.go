@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/runtime/browser"
 )
 
 // A node SIGKILLed with one job running and one queued loses neither: after
@@ -72,4 +76,47 @@ func TestSIGTERMStopsCleanly(t *testing.T) {
 	if r := p.cli("job", "get", list.Jobs[0].ID, "--json"); !strings.Contains(r.stdout, `"output": "cba"`) {
 		t.Fatalf("job result lost across restart: %+v", r)
 	}
+}
+
+// A node SIGKILLed cannot remove its browser's profile (a Chromium user
+// data directory with the jobs' cookies and caches); the next start on the
+// same data dir does. It used to live in the temporary directory, where
+// every killed node left one for good.
+func TestSIGKILLLeavesNoBrowserProfile(t *testing.T) {
+	if _, ok := browser.Detect(); !ok {
+		t.Fatalf("no Chromium to start: %s (make deps installs it)", browser.InstallHint)
+	}
+	p := newProc(t)
+	p.start()
+	dir := filepath.Join(p.dataDir, "browser")
+	first := waitProfiles(t, dir, "")
+	p.kill()
+	p.start()
+	second := waitProfiles(t, dir, first)
+	if _, err := os.Stat(first); !os.IsNotExist(err) {
+		t.Errorf("the killed node's profile %s is still there after the restart (stat: %v)", first, err)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("node exited with %v after SIGTERM; log:\n%s", err, p.log)
+	}
+	p.cmd = nil
+	if _, err := os.Stat(second); !os.IsNotExist(err) {
+		t.Errorf("a node stopped with SIGTERM left its browser's profile %s (stat: %v)", second, err)
+	}
+}
+
+// waitProfiles waits until dir holds exactly one browser profile other
+// than not, and returns it.
+func waitProfiles(t *testing.T, dir, not string) string {
+	t.Helper()
+	var got []string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		got, _ = filepath.Glob(filepath.Join(dir, "profile-*"))
+		if len(got) == 1 && got[0] != not {
+			return got[0]
+		}
+	}
+	t.Fatalf("browser profiles in %s: %v, want one (other than %q)", dir, got, not)
+	return ""
 }

@@ -52,6 +52,13 @@ type Config struct {
 	// loopback TCP sockets besides its QUIC port; off by default for that
 	// reason.
 	Prewarm bool
+	// ProfileDir holds the browsers' profiles (user data directories), one
+	// per browser process, each removed once its browser exits. New
+	// empties it of profiles first: one there belongs to a browser of a
+	// process that was killed before it could remove it (a node's data
+	// directory is held by one process at a time). Default: a temporary
+	// directory per browser, which a killed process leaves behind.
+	ProfileDir string
 	// Logger receives debug and warning records. Default: slog.Default().
 	Logger *slog.Logger
 

@@ -69,6 +69,9 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		}
 		cfg.ExecPath = p
 	}
+	if err := clearProfiles(cfg.ProfileDir); err != nil {
+		return nil, err
+	}
 	life, shutdown := context.WithCancelCause(context.Background())
 	e := &Executor{
 		cfg:      cfg,

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +27,7 @@ var errBrowserUnresponsive = errors.New("browser stopped responding")
 type proc struct {
 	gen         int
 	allocCancel context.CancelFunc
+	release     func()          // kills the browser, waits for its exit, removes its profile
 	ctx         context.Context // chromedp context owning the browser
 	cancel      context.CancelFunc
 	b           *chromedp.Browser
@@ -83,7 +86,25 @@ func allocatorOptions(cfg Config, frames bool) []chromedp.ExecAllocatorOption {
 // launch starts a browser. ctx bounds only the start; the browser lives
 // until kill or close.
 func launch(ctx context.Context, cfg Config, gen int, frames bool, log *slog.Logger) (*proc, error) {
-	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), allocatorOptions(cfg, frames)...)
+	opts := allocatorOptions(cfg, frames)
+	profile := ""
+	if cfg.ProfileDir != "" {
+		dir, err := os.MkdirTemp(cfg.ProfileDir, profilePrefix)
+		if err != nil {
+			return nil, fmt.Errorf("browser: making a profile directory: %w (is --data-dir writable?)", err)
+		}
+		profile = dir
+		opts = append(opts, chromedp.UserDataDir(dir))
+	}
+	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	alloc := chromedp.FromContext(allocCtx).Allocator
+	release := func() {
+		allocCancel()
+		if profile != "" {
+			alloc.Wait() // the browser has exited
+			removeProfile(profile, log)
+		}
+	}
 	bctx, bcancel := chromedp.NewContext(allocCtx,
 		chromedp.WithErrorf(func(f string, a ...any) { log.Debug("chromedp: "+fmt.Sprintf(f, a...), "browser_gen", gen) }),
 		chromedp.WithLogf(func(f string, a ...any) { log.Debug("chromedp: "+fmt.Sprintf(f, a...), "browser_gen", gen) }),
@@ -98,14 +119,14 @@ func launch(ctx context.Context, cfg Config, gen int, frames bool, log *slog.Log
 	}
 	if err != nil {
 		bcancel()
-		allocCancel()
+		release()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("browser: start interrupted: %w", ctx.Err())
 		}
 		return nil, fmt.Errorf("browser: starting %s: %w (set Config.ExecPath to a working Chromium, or %s)", cfg.ExecPath, err, InstallHint)
 	}
 	c := chromedp.FromContext(bctx)
-	p := &proc{gen: gen, allocCancel: allocCancel, ctx: bctx, cancel: bcancel, b: c.Browser,
+	p := &proc{gen: gen, allocCancel: allocCancel, release: release, ctx: bctx, cancel: bcancel, b: c.Browser,
 		probeLimit: defaultProbeTimeout, frames: frames, frameLock: make(chan struct{}, 1)}
 	if pr := c.Browser.Process(); pr != nil {
 		p.pid = pr.Pid
@@ -144,11 +165,14 @@ func (p *proc) probe() error {
 }
 
 // kill stops the process at once and releases its resources in the
-// background (chromedp removes its temporary profile after the exit).
+// background (its profile is removed after the exit).
 func (p *proc) kill() {
 	p.broken.Store(true)
 	p.allocCancel()
-	go p.cancel()
+	go func() {
+		p.cancel()
+		p.release()
+	}()
 }
 
 // close shuts the browser down, gracefully if it answers before ctx ends.
@@ -170,6 +194,7 @@ func (p *proc) close(ctx context.Context) error {
 	}
 	p.allocCancel()
 	p.cancel()
+	p.release()
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
@@ -181,4 +206,47 @@ func (p *proc) close(ctx context.Context) error {
 		err = nil
 	}
 	return err
+}
+
+// profilePrefix names the profile directories under Config.ProfileDir;
+// only those are ever removed there.
+const profilePrefix = "profile-"
+
+// clearProfiles makes dir (when set) and removes the profiles left in it
+// by browsers of a process that was killed.
+func clearProfiles(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("browser: making the profile directory: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("browser: reading the profile directory: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), profilePrefix) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("browser: removing a profile left by a killed browser: %w", err)
+		}
+	}
+	return nil
+}
+
+// removeProfile removes an exited browser's profile. Chromium's child
+// processes can still write in it for a moment after the browser exits,
+// so a failed removal is tried again for a while.
+func removeProfile(dir string, log *slog.Logger) {
+	var err error
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if err = os.RemoveAll(dir); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		log.Warn("could not remove a browser profile; the next start removes it", "dir", dir, "err", err)
+	}
 }
