@@ -70,8 +70,10 @@ func snapshotCommand() *ucli.Command {
    again with new codes. Jobs that were running are
    run again (as a new attempt).
 
-   The data dir must be empty or absent unless --force (which deletes what it
-   holds). A damaged or truncated file restores nothing.
+   The data dir must be empty or absent unless --force, which replaces what
+   it holds once the restore is complete: the restore is written beside it
+   (as much free space again is needed), so a damaged or truncated file
+   restores nothing and deletes nothing.
 
      palyra snapshot restore backup.snap --data-dir /var/lib/palyra --listen 10.0.0.1:7444
      palyra node start --data-dir /var/lib/palyra --listen 10.0.0.1:7444
@@ -79,7 +81,7 @@ func snapshotCommand() *ucli.Command {
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "listen", Usage: "UDP `HOST:PORT` the restored node will listen on (give the same to 'node start')", Value: node.DefaultListen, EnvVars: []string{"PALYRA_LISTEN"}},
 					&ucli.StringFlag{Name: "advertise", Usage: "`HOST:PORT` other nodes dial (default: --listen)", EnvVars: []string{"PALYRA_ADVERTISE"}},
-					&ucli.BoolFlag{Name: "force", Usage: "delete what the data dir holds (it must not be in use)"},
+					&ucli.BoolFlag{Name: "force", Usage: "replace what the data dir holds, once the restore is complete (it must not be in use)"},
 					jsonFlag,
 				},
 				Action: snapshotRestore,

@@ -184,24 +184,45 @@ func Restore(ctx context.Context, src io.Reader, cfg RestoreConfig) (_ RestoreIn
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		return RestoreInfo{}, fmt.Errorf("address %q is a wildcard: give --advertise, the address other nodes dial", addr)
 	}
-	l := Layout{Dir: cfg.DataDir}
-	info := RestoreInfo{DataDir: l.Dir, Address: addr}
-	created, unlock, err := prepareRestoreDir(l, cfg.Force)
+	target := Layout{Dir: cfg.DataDir}
+	info := RestoreInfo{DataDir: target.Dir, Address: addr}
+	created, held, unlock, err := prepareRestoreDir(target, cfg.Force)
 	if err != nil {
 		return info, err
+	}
+	// Over a data dir that holds something (--force), the restore is made
+	// beside it and swapped in only once complete: a damaged, truncated
+	// or unreadable file, a full disk or an interrupt then leaves what was
+	// there as it was.
+	l, swapping := target, false
+	if held {
+		stage, err := os.MkdirTemp(filepath.Dir(target.Dir), "."+filepath.Base(target.Dir)+".restore-")
+		if err != nil {
+			unlock()
+			return info, fmt.Errorf("make a directory to restore into beside %s: %w", target.Dir, err)
+		}
+		l = Layout{Dir: stage}
 	}
 	defer func() {
 		if err == nil {
 			unlock()
 			return
 		}
-		cerr := clearDataDir(l)
-		unlock()
-		if cerr == nil {
-			// Leave the directory as it was found: absent, or empty.
-			cerr = os.Remove(l.LockFile())
-			if created && cerr == nil {
-				cerr = os.Remove(l.Dir)
+		var cerr error
+		if held {
+			if !swapping { // a failed swap says where everything is
+				cerr = os.RemoveAll(l.Dir)
+			}
+			unlock()
+		} else {
+			cerr = clearDataDir(l)
+			unlock()
+			if cerr == nil {
+				// Leave the directory as it was found: absent, or empty.
+				cerr = os.Remove(l.LockFile())
+				if created && cerr == nil {
+					cerr = os.Remove(l.Dir)
+				}
 			}
 		}
 		if cerr != nil {
@@ -268,8 +289,14 @@ func Restore(ctx context.Context, src io.Reader, cfg RestoreConfig) (_ RestoreIn
 	if err := l.WriteState(st); err != nil {
 		return info, fmt.Errorf("write node state: %w", err)
 	}
+	if held {
+		swapping = true
+		if err := swapIn(target, l); err != nil {
+			return info, err
+		}
+	}
 	cfg.Logger.Info("restored a cluster from a snapshot", "cluster", hdr.ClusterName, "raft_index", hdr.RaftIndex,
-		"node", nodeP.ID, "jobs", info.Jobs, "blobs", info.Blobs, "revoked_old_nodes", len(info.Revoked), "data_dir", l.Dir)
+		"node", nodeP.ID, "jobs", info.Jobs, "blobs", info.Blobs, "revoked_old_nodes", len(info.Revoked), "data_dir", target.Dir)
 	return info, nil
 }
 
@@ -333,41 +360,77 @@ func revokeOldNodes(members []consensus.Member, atMS int64, by string) ([]*raftp
 }
 
 // prepareRestoreDir makes sure dir is absent or empty (or, with force,
-// empties it) and takes its lock, so no node runs on it meanwhile. It
-// says whether it created the directory.
-func prepareRestoreDir(l Layout, force bool) (created bool, unlock func(), err error) {
+// may hold something, which it reports as held) and takes its lock, so
+// no node runs on it meanwhile. It says whether it created the directory.
+func prepareRestoreDir(l Layout, force bool) (created, held bool, unlock func(), err error) {
 	entries, err := os.ReadDir(l.Dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		if err := os.MkdirAll(l.Dir, 0o700); err != nil {
-			return false, nil, fmt.Errorf("create data dir: %w", err)
+			return false, false, nil, fmt.Errorf("create data dir: %w", err)
 		}
 		created = true
 	case err != nil:
-		return false, nil, fmt.Errorf("read data dir: %w", err)
+		return false, false, nil, fmt.Errorf("read data dir: %w", err)
 	}
-	var held []string
+	var names []string
 	for _, e := range entries {
 		if e.Name() != filepath.Base(l.LockFile()) {
-			held = append(held, e.Name())
+			names = append(names, e.Name())
 		}
 	}
-	if len(held) > 0 && !force {
-		what := fmt.Sprintf("%d entries, e.g. %s", len(held), held[0])
+	if len(names) > 0 && !force {
+		what := fmt.Sprintf("%d entries, e.g. %s", len(names), names[0])
 		if st, err := l.ReadState(); err == nil {
 			what = fmt.Sprintf("node %s of cluster %s", st.NodeID, st.ClusterName)
 		}
-		return false, nil, fmt.Errorf("%w: %s holds %s", ErrDataDirNotEmpty, l.Dir, what)
+		return false, false, nil, fmt.Errorf("%w: %s holds %s", ErrDataDirNotEmpty, l.Dir, what)
 	}
 	unlock, err = l.lock()
 	if err != nil {
-		return false, nil, err
+		return false, false, nil, err
 	}
-	if err := clearDataDir(l); err != nil {
-		unlock()
-		return false, nil, fmt.Errorf("empty %s: %w", l.Dir, err)
+	return created, len(names) > 0, unlock, nil
+}
+
+// swapIn replaces what target holds (but its lock) with what stage holds,
+// then removes both the old contents and stage. The old contents move
+// aside first and node.json moves in last, so a crash part way leaves
+// target without node.json (an incomplete data dir, which node start
+// refuses) and the old contents whole beside it.
+func swapIn(target, stage Layout) error {
+	parent, base := filepath.Dir(target.Dir), filepath.Base(target.Dir)
+	old, err := os.MkdirTemp(parent, "."+base+".replaced-")
+	if err != nil {
+		return fmt.Errorf("make a directory for the replaced contents beside %s: %w", target.Dir, err)
 	}
-	return created, unlock, nil
+	move := func(from, to string, skip func(string) bool) error {
+		entries, err := os.ReadDir(from)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if skip(e.Name()) {
+				continue
+			}
+			if err := os.Rename(filepath.Join(from, e.Name()), filepath.Join(to, e.Name())); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	lock, state := filepath.Base(target.LockFile()), filepath.Base(target.StateFile())
+	if err := move(target.Dir, old, func(n string) bool { return n == lock }); err != nil {
+		return fmt.Errorf("moving %s's contents aside to %s (what is left of them is there): %w", target.Dir, old, err)
+	}
+	err = move(stage.Dir, target.Dir, func(n string) bool { return n == state })
+	if err == nil {
+		err = os.Rename(stage.StateFile(), target.StateFile())
+	}
+	if err != nil {
+		return fmt.Errorf("moving the restored node into %s (the replaced contents are in %s, the rest of the restore in %s): %w", target.Dir, old, stage.Dir, err)
+	}
+	return errors.Join(os.RemoveAll(old), os.Remove(stage.Dir))
 }
 
 // clearDataDir deletes everything in the data dir but its lock file.

@@ -2,7 +2,10 @@ package node_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -133,6 +136,45 @@ func TestSnapshotSaveAndRestore(t *testing.T) {
 	if _, err := node.Restore(ctx, bytes.NewReader(file), cfg); !errors.Is(err, node.ErrDataDirNotEmpty) {
 		t.Fatalf("restore over a restored dir: %v", err)
 	}
+	// --force with a damaged file deletes nothing: the restore is made
+	// beside the data dir and swapped in only once complete (it used to
+	// empty the data dir first, then fail).
+	before := treeOf(t, dir)
+	damaged := slices.Clone(file)
+	damaged[len(damaged)/2] ^= 0xff
+	for name, f := range map[string][]byte{"damaged": damaged, "truncated": file[:len(file)/2], "empty": nil} {
+		if _, err := node.Restore(ctx, bytes.NewReader(f), node.RestoreConfig{DataDir: dir, Listen: addr, Force: true}); err == nil {
+			t.Fatalf("forced restore of a %s file succeeded", name)
+		}
+		if after := treeOf(t, dir); !maps.Equal(before, after) {
+			t.Fatalf("a forced restore of a %s file changed the data dir:\nbefore %v\nafter  %v", name, before, after)
+		}
+	}
+	// A forced restore that completes replaces the contents, and leaves
+	// nothing beside the data dir.
+	other := filepath.Join(t.TempDir(), "used")
+	if err := os.MkdirAll(filepath.Join(other, "raft"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "raft", "stale.db"), []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res2, err := node.Restore(ctx, bytes.NewReader(file), node.RestoreConfig{DataDir: other, Listen: addr, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(other, "raft", "stale.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a forced restore kept a file of the replaced data dir: %v", err)
+	}
+	if st, err := (node.Layout{Dir: other}).ReadState(); err != nil || st.NodeID != res2.NodeID {
+		t.Errorf("the forced restore's node.json: %+v %v, want node %s", st, err, res2.NodeID)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(other)); len(entries) != 1 {
+		t.Errorf("a forced restore left %d entries beside the data dir, want none: %v", len(entries)-1, entries)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(dir)); len(entries) != 1 {
+		t.Errorf("the failed forced restores left entries beside %s: %v", dir, entries)
+	}
 
 	n2.Close()
 	first.Close()
@@ -186,4 +228,27 @@ func TestSnapshotSaveAndRestore(t *testing.T) {
 func sorted(s ...string) []string {
 	slices.Sort(s)
 	return s
+}
+
+// treeOf maps each file under dir (but the lock) to its size and the
+// first bytes of its sha256.
+func treeOf(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == "LOCK" {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = fmt.Sprintf("%d:%x", len(b), sha256.Sum256(b))[:24]
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
