@@ -1,15 +1,19 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
+	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/node"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
 func nodeRecoverCommand() *ucli.Command {
@@ -21,6 +25,10 @@ func nodeRecoverCommand() *ucli.Command {
    many voters are gone for good that the cluster can never again elect a
    leader, run this on ONE survivor, the most up to date ('palyra node recover
    --dry-run' on each shows its last raft index). The node must be stopped.
+
+   Before anything changes it asks the other voters of the last
+   configuration whether their cluster has a leader, and refuses if one says
+   so: recovering then would split a working cluster in two.
 
    It keeps everything this node's raft log holds, entries it did not know to
    be committed included, makes it the only voter, and revokes the other
@@ -35,6 +43,7 @@ func nodeRecoverCommand() *ucli.Command {
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "yes", Usage: "recover (without it, nothing changes)"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "only show what recovering would do"},
+			&ucli.BoolFlag{Name: "force", Usage: "recover even though another voter answers with a leader (it splits the cluster: stop those voters for good first)"},
 			jsonFlag,
 		},
 		Action: nodeRecover,
@@ -54,10 +63,25 @@ func nodeRecover(c *ucli.Context) error {
 	}
 	dry := !c.Bool("yes")
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	res, err := node.Recover(node.RecoverConfig{DataDir: dataDir, DryRun: dry, Logger: logger})
+	// What the node knows, changing nothing: the other voters are asked
+	// whether their cluster still has a leader before anything is done.
+	res, err := node.Recover(node.RecoverConfig{DataDir: dataDir, DryRun: true, Logger: logger})
 	if err != nil {
 		return fail(c, &client.Error{Code: "recover_failed", Message: err.Error(),
 			Hint: "name a stopped node's data dir with --data-dir"})
+	}
+	alive, unsure := askVoters(c, res)
+	if len(alive) > 0 && !c.Bool("force") {
+		return fail(c, &client.Error{Code: "quorum_alive",
+			Message: "the cluster is not lost: " + strings.Join(alive, "; ") + ". Recovering this node would split it in two clusters that both accept jobs",
+			Hint:    "start this node again instead ('palyra node start --data-dir " + dataDir + "'), or take it out with 'palyra node remove'; if those voters must go for good, stop them first (or pass --force)"})
+	}
+	if !dry {
+		res, err = node.Recover(node.RecoverConfig{DataDir: dataDir, Logger: logger})
+		if err != nil {
+			return fail(c, &client.Error{Code: "recover_failed", Message: err.Error(),
+				Hint: "name a stopped node's data dir with --data-dir"})
+		}
 	}
 	if c.Bool("json") {
 		var servers []map[string]any
@@ -68,7 +92,7 @@ func nodeRecover(c *ucli.Context) error {
 			"recovered": !dry, "data_dir": dataDir, "node_id": res.NodeID, "address": res.Address,
 			"last_index": res.LastIndex, "last_term": res.LastTerm, "applied_index": res.AppliedIndex,
 			"jobs": res.Jobs, "servers": servers, "was_voter": res.WasVoter, "holds_ca": res.HoldsCA,
-			"revoked_nodes": nonNil(res.Revoked),
+			"revoked_nodes": nonNil(res.Revoked), "warnings": nonNil(append(unsure, alive...)),
 		})
 		if err == nil && dry && !c.Bool("dry-run") {
 			return ucli.Exit("", exitFailure)
@@ -96,6 +120,12 @@ func nodeRecover(c *ucli.Context) error {
 	if !res.HoldsCA {
 		fmt.Fprintln(w, "  WARNING: this node does not hold the cluster CA; the recovered cluster cannot pair nodes or renew certificates without it")
 	}
+	for _, u := range unsure {
+		fmt.Fprintf(w, "  WARNING: %s; make sure it is stopped for good before recovering\n", u)
+	}
+	for _, a := range alive { // with --force
+		fmt.Fprintf(w, "  WARNING: %s\n", a)
+	}
 	verb := "would revoke"
 	if !dry {
 		verb = "revoked"
@@ -115,4 +145,45 @@ func nodeRecover(c *ucli.Context) error {
 	fmt.Fprintf(c.App.Writer, "recovered: node %s is now the only voter of its cluster, with %d jobs\n", res.NodeID, res.Jobs)
 	fmt.Fprintf(c.App.Writer, "next:\n  palyra node start --data-dir %s\n  palyra --data-dir %s pair create --kind node    # then 'palyra node join' on each new machine\n", dataDir, dataDir)
 	return nil
+}
+
+// askVoters asks each other voter of the node's last configuration, with
+// the node's local operator credential and a short timeout, whether its
+// cluster has a leader. alive lists those that say so; unsure, those that
+// answered without saying (a refused credential, say). A voter that does
+// not answer is taken as lost.
+func askVoters(c *ucli.Context, res node.RecoverResult) (alive, unsure []string) {
+	src, err := resolveCredential(c)
+	if err != nil {
+		return nil, []string{"the other voters could not be asked whether they are alive (" + err.Error() + ")"}
+	}
+	asked := false
+	for _, s := range res.Servers {
+		if !s.Voter || s.ID == res.NodeID || s.Address == "" {
+			continue
+		}
+		if !asked {
+			fmt.Fprintln(c.App.ErrWriter, "asking the other voters whether their cluster still has a leader…")
+			asked = true
+		}
+		cl, err := client.NewCluster([]string{s.Address}, src.cred, client.Options{DialTimeout: 2 * time.Second, CallTimeout: 3 * time.Second})
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(c.Context, 5*time.Second)
+		resp, err := cl.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+		cancel()
+		switch {
+		case err == nil && resp.Msg.LeaderId != "" && resp.Msg.LeaderId != res.NodeID:
+			alive = append(alive, fmt.Sprintf("voter %s at %s answers, and its cluster has a leader (%s)", s.ID, s.Address, resp.Msg.LeaderId))
+		case err == nil:
+			// It runs, without a leader: a survivor like this one.
+		case cl.Explain(err).Code == "unreachable":
+			// Lost, or stopped.
+		default:
+			unsure = append(unsure, fmt.Sprintf("voter %s at %s answers but would not say whether its cluster has a leader (%s)", s.ID, s.Address, cl.Explain(err).Message))
+		}
+		cl.Close()
+	}
+	return alive, unsure
 }

@@ -27,8 +27,9 @@ type recoverJSON struct {
 	} `json:"servers"`
 }
 
-// Two of three voters are SIGKILLed and their data dirs deleted: the
-// survivor cannot commit. 'palyra node recover' refuses without --yes,
+// A voter stopped while the others keep a leader may not be recovered
+// (that would split the cluster). Then two of three voters are SIGKILLed
+// and their data dirs deleted: the survivor cannot commit. 'palyra node recover' refuses without --yes,
 // reports on --dry-run, and with --yes makes the survivor a cluster of
 // one: after a restart every job it had committed is there with its
 // result, the jobs that were running on the lost nodes run again and
@@ -49,6 +50,21 @@ func TestOutageRecoveryFromOneSurvivor(t *testing.T) {
 		m.waitUp(90 * time.Second)
 	}
 	c.waitViews("3 alive voters and one leader on every node", 90*time.Second, c.members, agree(3, 3))
+
+	// One voter stopped while the other two keep a leader: recovering it
+	// would split the cluster in two. It is refused, dry run or not, and
+	// changes nothing; the node starts again and rejoins.
+	n1.kill()
+	c.waitViews("n2 and n3 keep a leader", 60*time.Second, []*member{n2, n3}, agree(2, 3))
+	for _, mode := range []string{"--dry-run", "--yes"} {
+		r := palyra(t, work, "--data-dir", n1.dataDir, "node", "recover", mode)
+		if r.code != 1 || !strings.Contains(r.stderr, "the cluster is not lost") || !strings.Contains(r.stderr, "has a leader") {
+			t.Fatalf("node recover %s with a live quorum elsewhere: %+v; want it refused", mode, r)
+		}
+	}
+	n1.startNode(slots...)
+	n1.waitUp(90 * time.Second)
+	c.waitViews("n1 back after the refused recovery", 90*time.Second, c.members, agree(3, 3))
 
 	outputs := map[string]string{}
 	for i := 0; i < 9; i++ {
