@@ -408,7 +408,10 @@ func quorumCheckFrom(list *palyrav1.ListNodesResponse) check {
 		return check{Name: name, Status: "fail", Detail: "voters: " + h.String(),
 			Fix: "read the voters' logs for why no election ends (a full disk, clocks, a network that drops raft's traffic); 'palyra nodes' shows each one's raft state"}
 	case t < 0:
-		return check{Name: name, Status: "fail", Detail: "voters: " + h.String(), Fix: fix}
+		// Without a quorum nothing can be removed or paired: bring voters
+		// back, or, if they are lost for good, recover from a survivor.
+		return check{Name: name, Status: "fail", Detail: "voters: " + h.String(),
+			Fix: "bring the voters that are down back ('palyra node start' on their machines); if a majority is lost for good, stop one survivor and run 'palyra node recover --data-dir DIR --dry-run' on it (README: Outage recovery)"}
 	case t == 0:
 		return check{Name: name, Status: "warn", Detail: "voters: " + h.String(), Fix: fix}
 	}

@@ -72,7 +72,7 @@ func TestVotersHealth(t *testing.T) {
 	}{
 		{[]*palyrav1.NodeInfo{n("a", "alive", true), n("b", "alive", true), n("c", "alive", true), n("w", "dead", false)}, "3 of 3 alive: can lose 1 more", 1},
 		{[]*palyrav1.NodeInfo{n("a", "alive", true), n("b", "dead", true), n("c", "alive", true)}, "2 of 3 alive: can lose no voter without losing the quorum (not alive: b dead)", 0},
-		{[]*palyrav1.NodeInfo{n("a", "alive", true), n("b", "dead", true), n("c", "left", true)}, "1 of 3 alive: NO QUORUM (writes and linearizable reads fail until a majority is back) (not alive: b dead, c left)", -1},
+		{[]*palyrav1.NodeInfo{n("a", "alive", true), n("b", "dead", true), n("c", "left", true)}, "1 of 3 alive: NO QUORUM (writes and linearizable reads fail until a majority is back; if it is lost for good: 'palyra node recover --dry-run' on a stopped survivor) (not alive: b dead, c left)", -1},
 		{[]*palyrav1.NodeInfo{n("a", "alive", true)}, "1 of 1 alive: can lose no voter without losing the quorum", 0},
 		{[]*palyrav1.NodeInfo{n("a", "alive", true), n("b", "alive", true), n("c", "alive", true), n("d", "alive", true), n("e", "alive", true)}, "5 of 5 alive: can lose 2 more", 2},
 		// A voter that is alive but far behind the leader's log acknowledges
@@ -80,11 +80,11 @@ func TestVotersHealth(t *testing.T) {
 		{[]*palyrav1.NodeInfo{leader(n("a", "alive", true)), lag(n("b", "alive", true), 52000, 300), n("c", "alive", true)},
 			"3 of 3 alive, 1 lagging: can lose no voter without losing the quorum (lagging, not counted in the failure tolerance: b 52000 entries behind; see 'palyra nodes')", 0},
 		{[]*palyrav1.NodeInfo{leader(n("a", "alive", true)), lag(n("b", "alive", true), 0, -1), n("c", "dead", true)},
-			"2 of 3 alive, 1 lagging: NO QUORUM (writes and linearizable reads fail until a majority is back) (not alive: c dead) (lagging, not counted in the failure tolerance: b never heard from a leader; see 'palyra nodes')", -1},
+			"2 of 3 alive, 1 lagging: NO QUORUM (writes and linearizable reads fail until a majority is back; if it is lost for good: 'palyra node recover --dry-run' on a stopped survivor) (not alive: c dead) (lagging, not counted in the failure tolerance: b never heard from a leader; see 'palyra nodes')", -1},
 		// With no leader, none lags behind one: the voter answering listed
 		// itself as lagging while the quorum was gone.
 		{[]*palyrav1.NodeInfo{lag(n("a", "alive", true), 0, 18800), n("b", "dead", true), n("c", "dead", true)},
-			"1 of 3 alive: NO QUORUM (writes and linearizable reads fail until a majority is back) (not alive: b dead, c dead)", -1},
+			"1 of 3 alive: NO QUORUM (writes and linearizable reads fail until a majority is back; if it is lost for good: 'palyra node recover --dry-run' on a stopped survivor) (not alive: b dead, c dead)", -1},
 		// Every voter alive by gossip but no leader (a stuck election):
 		// nothing commits, so the tolerance is none, said as such.
 		{[]*palyrav1.NodeInfo{lag(n("a", "alive", true), 0, 9000), lag(n("b", "alive", true), 0, 9000), lag(n("c", "alive", true), 0, 9000)},
@@ -188,17 +188,21 @@ func TestQuorumCheckFrom(t *testing.T) {
 	v := func(id, state string) *palyrav1.NodeInfo {
 		return &palyrav1.NodeInfo{Id: id, State: state, Voter: true}
 	}
+	// With a quorum, a voter down is replaced by removing it; without
+	// one nothing can be removed, so the fix is to bring voters back or,
+	// lost for good, to recover a survivor (doctor named 'node remove',
+	// which fails without a quorum).
 	for _, c := range []struct {
-		nodes []*palyrav1.NodeInfo
-		want  string
+		nodes     []*palyrav1.NodeInfo
+		want, fix string
 	}{
-		{[]*palyrav1.NodeInfo{v("a", "alive"), v("b", "alive"), v("c", "alive")}, "ok"},
-		{[]*palyrav1.NodeInfo{v("a", "alive"), v("b", "alive"), v("c", "dead")}, "warn"},
-		{[]*palyrav1.NodeInfo{v("a", "alive"), v("b", "dead"), v("c", "dead")}, "fail"},
-		{[]*palyrav1.NodeInfo{v("a", "alive")}, "ok"},
+		{[]*palyrav1.NodeInfo{v("a", "alive"), v("b", "alive"), v("c", "alive")}, "ok", ""},
+		{[]*palyrav1.NodeInfo{v("a", "alive"), v("b", "alive"), v("c", "dead")}, "warn", "palyra node remove"},
+		{[]*palyrav1.NodeInfo{v("a", "alive"), v("b", "dead"), v("c", "dead")}, "fail", "palyra node recover"},
+		{[]*palyrav1.NodeInfo{v("a", "alive")}, "ok", ""},
 	} {
-		if got := quorumCheckFrom(&palyrav1.ListNodesResponse{Nodes: c.nodes}); got.Status != c.want || (c.want != "ok" && !strings.Contains(got.Fix, "palyra node remove")) {
-			t.Errorf("%d voters: %+v, want %s", len(c.nodes), got, c.want)
+		if got := quorumCheckFrom(&palyrav1.ListNodesResponse{Nodes: c.nodes}); got.Status != c.want || !strings.Contains(got.Fix, c.fix) {
+			t.Errorf("%d voters: %+v, want %s with a fix naming %q", len(c.nodes), got, c.want, c.fix)
 		}
 	}
 	// Three voters alive by gossip and no leader: a failure (doctor

@@ -206,7 +206,7 @@ func (h voterHealth) String() string {
 	case t < 0 && h.noLeader && h.alive-len(h.lagging) >= h.total/2+1:
 		s += ": NO LEADER (an election is under way, or the voters cannot elect one: writes and linearizable reads fail until one is elected; see each voter's log)"
 	case t < 0:
-		s += ": NO QUORUM (writes and linearizable reads fail until a majority is back)"
+		s += ": NO QUORUM (writes and linearizable reads fail until a majority is back; if it is lost for good: 'palyra node recover --dry-run' on a stopped survivor)"
 	case t == 0:
 		s += ": can lose no voter without losing the quorum"
 	case t == 1:

@@ -251,7 +251,7 @@ func (c *Cluster) noQuorum(cause error) error {
 		msg += ": " + cause.Error()
 	}
 	return &consensus.Error{Code: consensus.ErrNoQuorum.Code, Message: msg,
-		Hint: "a majority of voters must be up and reachable from this node; check 'palyra status' on the other nodes and the network between them"}
+		Hint: "a majority of voters must be up and reachable from this node; check 'palyra status' on the other nodes and the network between them (a majority lost for good: 'palyra node recover --dry-run' on a stopped survivor)"}
 }
 
 // verifyLeader confirms with a quorum that this node still leads.
