@@ -369,7 +369,7 @@ func (b *blobNet) heldBy(hash string, others []cluster.Member) bool {
 // this node holds, and knows a live peer holds, costs neither a read nor a
 // push: only a look at the local store.
 func (b *blobNet) Locate(hash string) error {
-	if b.local.Has(hash) {
+	if b.local.Renew(hash) { // named again: not collectable until the commit names it
 		if others := b.others(); len(others) == 0 || b.heldBy(hash, others) {
 			return nil
 		}

@@ -208,6 +208,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.blobs, err = blob.Open(l.BlobDir()); err != nil {
 		return nil, err
 	}
+	// This process holds the data dir: a temp file there is a store a
+	// killed predecessor never finished (up to a module's or 1 MiB input's size).
+	if swept, err := n.blobs.SweepTemp(); err != nil {
+		n.log.Warn("could not remove unfinished blob writes", "err", err)
+	} else if swept > 0 {
+		n.log.Info("removed unfinished blob writes of a previous run", "files", swept)
+	}
 	n.slots = cfg.WasmSlots
 	if n.slots <= 0 {
 		n.slots = defaultWasmSlots()

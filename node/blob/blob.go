@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -112,7 +113,7 @@ func (s *Store) Put(data []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
+	f, err := os.CreateTemp(dir, tempPrefix+"*")
 	if err != nil {
 		return "", fmt.Errorf("create blob: %w", err)
 	}
@@ -166,6 +167,67 @@ func (s *Store) Has(h string) bool {
 	}
 	_, err := os.Stat(s.path(h))
 	return err == nil
+}
+
+// renewAfter is how old a blob's age must be before Renew writes it
+// again: collection's grace is minutes, so a minute of slack costs
+// nothing, and a blob named by every submit is not touched on each.
+const renewAfter = time.Minute
+
+// Renew reports whether the store holds h and, if it does, renews its
+// age as a Put of it would (when older than a minute): a blob about to
+// be named again by a commit must not look unused to collection, whose
+// grace counts from the last store.
+func (s *Store) Renew(h string) bool {
+	if !ValidHash(h) {
+		return false
+	}
+	p := s.path(h)
+	fi, err := os.Stat(p)
+	if err != nil {
+		return false
+	}
+	if now := time.Now(); now.Sub(fi.ModTime()) > renewAfter {
+		_ = os.Chtimes(p, now, now)
+	}
+	return true
+}
+
+// tempPrefix starts the names of the temp files of stores in progress.
+const tempPrefix = ".tmp-"
+
+// SweepTemp removes the temp files of stores that never finished (their
+// process was killed between write and rename) and returns how many. Call
+// it only while no store is in progress: when the process that owns the
+// data dir opens it.
+func (s *Store) SweepTemp() (int, error) {
+	root := filepath.Join(s.dir, "sha256")
+	prefixes, err := os.ReadDir(root)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, p := range prefixes {
+		if !p.IsDir() {
+			continue
+		}
+		entries, err := os.ReadDir(filepath.Join(root, p.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), tempPrefix) {
+				if err := os.Remove(filepath.Join(root, p.Name(), e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					errs = append(errs, err)
+					continue
+				}
+				n++
+			}
+		}
+	}
+	return n, errors.Join(errs...)
 }
 
 // Info describes one stored blob.

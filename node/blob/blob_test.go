@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestPutGetVerify(t *testing.T) {
@@ -106,4 +107,65 @@ func TestPutSyncsDirectoriesAndReportsFailure(t *testing.T) {
 func dirExists(dir string) bool {
 	_, err := os.Stat(dir)
 	return err == nil
+}
+
+// Renew reports a held blob and renews an old one's age, so collection's
+// grace counts from the newest use (a submit by hash only looked the blob
+// up, and a module in use looked as old as its first store).
+func TestRenew(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.Put([]byte("module"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(s.path(h), old, old); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Renew(h) {
+		t.Fatal("Renew says a held blob is not held")
+	}
+	fi, err := os.Stat(s.path(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(fi.ModTime()) > time.Minute {
+		t.Errorf("Renew left the blob's age at %s, want now", fi.ModTime())
+	}
+	if s.Renew(Hash([]byte("absent"))) || s.Renew("../x") {
+		t.Error("Renew says an absent or invalid name is held")
+	}
+}
+
+// SweepTemp removes the temp files a killed process left mid-store, and
+// nothing else.
+func TestSweepTemp(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.Put([]byte("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(s.path(h))
+	for _, name := range []string{".tmp-123", ".tmp-456"} {
+		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, 1000), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.SweepTemp()
+	if err != nil || n != 2 {
+		t.Fatalf("SweepTemp: %d %v, want 2 removed", n, err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 || entries[0].Name() != h {
+		t.Errorf("after the sweep the shard holds %v, want only %s", entries, h)
+	}
+	if got, err := s.Get(h); err != nil || string(got) != "kept" {
+		t.Errorf("the blob after the sweep: %q %v", got, err)
+	}
 }
