@@ -236,7 +236,12 @@ func (s *Store) raftErr(err error) error {
 	case errors.Is(err, raft.ErrLeadershipLost):
 		return errf(ErrUnknownOutcome, "check whether it took effect before doing it again, unless doing it twice is harmless",
 			"leadership was lost while committing; the change may or may not have been committed")
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Still the leader, handing over: naming itself as the leader to
+		// go to (as below) sent callers back here.
+		return errf(ErrNotLeader, "retry in a moment; the request goes to the next leader",
+			"this node is handing leadership over to another voter")
+	case errors.Is(err, raft.ErrNotLeader):
 		if id == "" {
 			return errf(ErrNoQuorum, "wait for the cluster to elect a leader; check 'palyra status' on the other nodes",
 				"no leader: this node cannot reach a quorum")

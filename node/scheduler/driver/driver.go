@@ -137,6 +137,7 @@ type Driver struct {
 	taskRunSeq     uint64                       // counts observed task runs
 	inflight       map[string]inflightPlacement // job id → placement
 	rounds         int                          // rounds committing now
+	failedRounds   int                          // rounds failed in a row (reset by one committed)
 	roundDone      chan struct{}                // a round finished committing
 	wg             sync.WaitGroup
 }
@@ -316,13 +317,31 @@ func (d *Driver) Round(ctx context.Context) {
 		go func() {
 			defer d.wg.Done()
 			err := d.cfg.Apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_SchedulerRound{SchedulerRound: round}})
-			if err != nil && !errors.Is(err, consensus.ErrConflict) {
-				d.log.Warn("scheduling round not committed", "placements", len(round.Placements), "err", err)
-			}
+			failed := err != nil && !errors.Is(err, consensus.ErrConflict)
 			d.mu.Lock()
 			d.release(round)
 			d.rounds--
+			if failed {
+				d.failedRounds++
+			} else {
+				d.failedRounds = 0
+			}
+			streak := d.failedRounds
 			d.mu.Unlock()
+			if failed {
+				if streak == 1 || streak%100 == 0 {
+					d.log.Warn("scheduling round not committed; retrying with a back-off", "placements", len(round.Placements), "failed_in_a_row", streak, "err", err)
+				}
+				// A round that fails at once (leadership being handed
+				// over, no quorum) is not planned again at once: the loop
+				// spun, hundreds of rounds and warnings in 100 ms.
+				t := time.NewTimer(roundBackoff(streak, d.cfg.Tick))
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+			}
 			select {
 			case d.roundDone <- struct{}{}:
 			default:
@@ -332,6 +351,12 @@ func (d *Driver) Round(ctx context.Context) {
 		d.planMu.Unlock()
 	}
 	d.prune(ctx, now)
+}
+
+// roundBackoff is the pause before the next round after n failed in a
+// row: 2 ms, doubling, at most a tick.
+func roundBackoff(n int, tick time.Duration) time.Duration {
+	return min(tick, time.Millisecond<<min(n, 16))
 }
 
 // Wait blocks until every round started has finished committing.

@@ -222,3 +222,35 @@ func TestTaskReasonNamesTheKind(t *testing.T) {
 		t.Fatalf("round: %v; want arr.0 pending for want of wasm capacity", got)
 	}
 }
+
+// A round that fails at once (leadership being handed over, no quorum)
+// is retried with a back-off: the loop planned and failed a round, and
+// logged a warning, hundreds of times in 100 ms while a leader handed
+// over with work queued.
+func TestFailingRoundsBackOff(t *testing.T) {
+	st := &fakeState{queued: []consensus.Job{{ID: "j1", Kind: "wasm", CommitIndex: 1}}}
+	var mu sync.Mutex
+	applies := 0
+	d := New(Config{
+		State: st,
+		Apply: func(context.Context, *raftpb.Command) error {
+			mu.Lock()
+			applies++
+			mu.Unlock()
+			return &consensus.Error{Code: consensus.ErrNotLeader.Code, Message: "this node is handing leadership over to another voter"}
+		},
+		Workers:  func() []Worker { return []Worker{{ID: "n1", Alive: true, Slots: map[string]int{"wasm": 2}}} },
+		IsLeader: true,
+		Tick:     time.Second,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	d.Run(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	// Back-off 2, 4, 8 … ms: about 8 rounds in 300 ms; the spin made
+	// thousands.
+	if applies < 2 || applies > 30 {
+		t.Fatalf("%d rounds tried in 300 ms against a node that fails them at once; want a few, backing off", applies)
+	}
+}
