@@ -77,7 +77,8 @@ func caCommand() *ucli.Command {
 				Name:  "rotate",
 				Usage: "replace the cluster's CA root with a new one, with no restart and no failed call",
 				Description: `The leader makes a new root, cross-signed by the current one, and every voter
-   fetches its key. Once they all hold it, it becomes the active root: every
+   fetches its key. Once every live voter holds it (a voter that is down is
+   not waited for), it becomes the active root: every
    certificate is issued under it from then on, nodes renew onto it at once,
    and paired devices on their next palyra command. The old root stays trusted
    for --overlap, and is dropped after that once every live node has renewed.

@@ -208,8 +208,9 @@ func nodeCommand() *ucli.Command {
    recorded in the data dir: restart with just 'palyra node start --data-dir D'.
    An explicit --listen moves the node; it logs the change and tells the
    cluster its new address. --network and --metrics-listen are remembered
-   the same way (--metrics-listen off stops serving metrics). SIGINT/SIGTERM
-   stop it.
+   the same way (--metrics-listen off stops serving metrics); other flags
+   (--target-voters, --wasm-slots, --cert-ttl, …) are not: give them on every
+   start, or keep them in a --config file. SIGINT/SIGTERM stop it.
 
    Everything (API, Raft, gossip) is QUIC with mutual TLS on one UDP port.
 

@@ -143,7 +143,7 @@ func nodeRecover(c *ucli.Context) error {
 		return nil
 	}
 	fmt.Fprintf(c.App.Writer, "recovered: node %s is now the only voter of its cluster, with %d jobs\n", res.NodeID, res.Jobs)
-	fmt.Fprintf(c.App.Writer, "next:\n  palyra node start --data-dir %s\n  palyra --data-dir %s pair create --kind node    # then 'palyra node join' on each new machine\n", dataDir, dataDir)
+	fmt.Fprintf(c.App.Writer, "next:\n  palyra node start --data-dir %s    # with the flags it ran with before (--target-voters, --wasm-slots, --config …): only its address, network and metrics address are remembered\n  palyra --data-dir %s pair create --kind node    # then 'palyra node join' on each new machine\n", dataDir, dataDir)
 	return nil
 }
 

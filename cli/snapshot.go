@@ -309,7 +309,16 @@ func snapshotSave(c *ucli.Context) error {
 // refuseExisting refuses to replace an existing file (a backup, most
 // likely) unless --force.
 func refuseExisting(c *ucli.Context, path string) error {
-	if path == "-" || c.Bool("force") {
+	if path == "-" {
+		return nil
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		// Even with --force: a directory is not replaced (the whole
+		// snapshot was taken, then the rename into it failed).
+		return fail(c, &client.Error{Code: "invalid_argument", Message: fmt.Sprintf("%s is a directory", path),
+			Hint: fmt.Sprintf("name a file, e.g. %s", filepath.Join(path, "palyra.snap"))})
+	}
+	if c.Bool("force") {
 		return nil
 	}
 	if _, err := os.Lstat(path); err == nil {

@@ -138,6 +138,18 @@ func TestSnapshotSaveKeepsAnExistingFile(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Fatalf("save --force left files: %v", entries)
 	}
+	// A directory is refused before the snapshot is taken, --force or
+	// not (it used to be taken whole, then fail renaming onto the
+	// directory with a raw error).
+	for _, args := range [][]string{{dir}, {dir, "--force"}} {
+		r := c.cli(append([]string{"snapshot", "save"}, args...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "is a directory") || !strings.Contains(r.stderr, filepath.Join(dir, "palyra.snap")) {
+			t.Fatalf("save to a directory %v: %+v; want a refusal naming a file in it", args, r)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("a save to the directory left files: %v", entries)
+	}
 }
 
 func mustOpen(t *testing.T, path string) *os.File {
