@@ -43,7 +43,7 @@ func nodeRecoverCommand() *ucli.Command {
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "yes", Usage: "recover (without it, nothing changes)"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "only show what recovering would do"},
-			&ucli.BoolFlag{Name: "force", Usage: "recover even though another voter answers with a leader (it splits the cluster: stop those voters for good first)"},
+			&ucli.BoolFlag{Name: "force", Usage: "recover even though another voter answers with a leader (it splits the cluster: stop those voters for good first), or this node holds no CA key (the result can never pair or renew)"},
 			jsonFlag,
 		},
 		Action: nodeRecover,
@@ -75,6 +75,11 @@ func nodeRecover(c *ucli.Context) error {
 		return fail(c, &client.Error{Code: "quorum_alive",
 			Message: "the cluster is not lost: " + strings.Join(alive, "; ") + ". Recovering this node would split it in two clusters that both accept jobs",
 			Hint:    "start this node again instead ('palyra node start --data-dir " + dataDir + "'), or take it out with 'palyra node remove'; if those voters must go for good, stop them first (or pass --force)"})
+	}
+	if !dry && !res.HoldsCA && !c.Bool("force") {
+		return fail(c, &client.Error{Code: "no_ca_key",
+			Message: "this node does not hold the cluster CA: recovered, the cluster could never pair a node or device again, nor renew a certificate (each expires within its lifetime)",
+			Hint:    "recover a voter that holds it (its --dry-run says so), or restore the newest snapshot ('palyra snapshot restore'); --force recovers this node anyway (to read its jobs out, say)"})
 	}
 	if !dry {
 		res, err = node.Recover(node.RecoverConfig{DataDir: dataDir, Logger: logger})

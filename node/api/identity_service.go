@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/palyra-mesh/palyra/identity"
 	"github.com/palyra-mesh/palyra/identity/pairing"
 	"github.com/palyra-mesh/palyra/identity/policy"
+	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -59,6 +61,11 @@ func (is identityService) CreatePairing(ctx context.Context, req *connect.Reques
 		return nil, invalid(fmt.Sprintf("ttl %s is out of range", ttl), "use --ttl between 30s and 24h")
 	}
 	fp := s.caFingerprint()
+	if !s.canSign() && s.noVoterHoldsCAKey(fp) {
+		return nil, apiError(connect.CodeFailedPrecondition, "no_ca_key",
+			"no voter of this cluster holds the key of its CA root, so no node can sign a certificate: a code could never be used, and certificates cannot be renewed either",
+			"this cluster was likely recovered ('palyra node recover') from a node without the CA: restore the newest snapshot instead ('palyra snapshot restore' carries the CA), or recover a voter that held it")
+	}
 	caller, _ := PrincipalFrom(ctx)
 	for attempt := 0; ; attempt++ {
 		code, err := pairing.New(kind, fp)
@@ -353,6 +360,26 @@ func (is identityService) Renew(ctx context.Context, req *connect.Request[palyra
 		s.log.Info("renewed a relayed certificate", "principal", subject, "relay", caller)
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// noVoterHoldsCAKey reports whether gossip shows, for certain, that no
+// voter holds the key of root fp: every voter is alive (so its labels are
+// known) and none lists it. A voter not heard from may hold it.
+func (s *Server) noVoterHoldsCAKey(fp string) bool {
+	if s.Members == nil || fp == "" {
+		return false
+	}
+	voters := 0
+	for _, m := range s.Members() {
+		if !m.Voter {
+			continue
+		}
+		if m.State != cluster.StateAlive || slices.Contains(strings.Split(m.Labels[LabelCAKeys], ","), prefix(fp)) {
+			return false
+		}
+		voters++
+	}
+	return voters > 0
 }
 
 // canSign reports whether this node signs certificates itself.

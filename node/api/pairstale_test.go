@@ -2,11 +2,13 @@ package api
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
@@ -52,5 +54,35 @@ func TestCreatePairingAnswersPending(t *testing.T) {
 	}
 	if st := resp.Msg.Pairing.State; st != "pending" {
 		t.Fatalf("a new code's state %q, want pending", st)
+	}
+}
+
+// A cluster whose voters hold no key of its CA root (recovered from a node
+// that never held it) refuses to make codes no one could use; pair
+// create printed a code and every join failed with "retry shortly".
+// A voter holding the key, or one not heard from (it may), lets it be.
+func TestCreatePairingRefusedWhenNoVoterHoldsTheCAKey(t *testing.T) {
+	is, ctl, issuer, _ := pairingServer(t)
+	addMember(t, ctl, &raftpb.Member{Kind: "device", Id: "d-operator1", Operator: true, AddedAtMs: 1, AddedBy: "init"})
+	ctx := context.WithValue(context.Background(), principalKey{}, identity.Principal{Kind: identity.KindDevice, ID: "d-operator1"})
+	fp := issuer.Fingerprint()
+	is.s.Issuer = nil // this node cannot sign
+	is.s.info.CAFingerprint = fp
+	for _, c := range []struct {
+		name    string
+		voter   cluster.Member
+		refused bool
+	}{
+		{"the only voter holds no key", cluster.Member{ID: "n-1", Voter: true, State: cluster.StateAlive}, true},
+		{"a voter holds it", cluster.Member{ID: "n-1", Voter: true, State: cluster.StateAlive, Labels: map[string]string{LabelCAKeys: "000000000000," + prefix(fp)}}, false},
+		{"a voter not heard from", cluster.Member{ID: "n-1", Voter: true, State: cluster.StateDead}, false},
+	} {
+		is.s.Members = func() []cluster.Member {
+			return []cluster.Member{c.voter, {ID: "n-2", State: cluster.StateAlive}} // n-2: a non-voter
+		}
+		_, err := is.CreatePairing(ctx, connect.NewRequest(&palyrav1.CreatePairingRequest{Kind: "node"}))
+		if got := apiErr(err); c.refused != (err != nil) || (c.refused && (got.Code != "no_ca_key" || !strings.Contains(got.Hint, "snapshot restore"))) {
+			t.Errorf("%s: %v, want refused %v (no_ca_key, naming snapshot restore)", c.name, err, c.refused)
+		}
 	}
 }
