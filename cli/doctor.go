@@ -253,6 +253,12 @@ func refusedCheck(cred check, src credentialSource, nodeRemoved bool) check {
 // but it was revoked with the node, and no renewal or restart brings it
 // back.
 func removedNodeCheck(cert check, l node.Layout, r node.Refusal) check {
+	if r.Because == node.WhyStaleTrust {
+		return check{Name: cert.Name, Status: "fail",
+			Detail: fmt.Sprintf("%s; but this node trusts none of its peers (found at %s): the cluster replaced its CA root while it was down ('palyra ca rotate') and dropped the old one, or its peers are another cluster's",
+				cert.Detail, r.Since.UTC().Format(time.RFC3339)),
+			Fix: node.RemovedFix + "; its data dir is " + l.Dir}
+	}
 	return check{Name: cert.Name, Status: "fail",
 		Detail: fmt.Sprintf("%s; but the cluster refuses it: this node was removed ('palyra node remove'; the node found so at %s: %s)",
 			cert.Detail, r.Since.UTC().Format(time.RFC3339), r.Because),

@@ -80,3 +80,35 @@ func TestCertRefusalsCountsRefusingPeers(t *testing.T) {
 		t.Fatalf("a peer that accepts again still counts as refusing: %d", refusing)
 	}
 }
+
+// A node whose trust is another CA's (the cluster replaced its root while
+// the node was down, or the peer is another cluster's) refuses the peer's
+// certificate itself: counted by PeerCertRefusals, not by CertRefusals.
+func TestPeerCertRefusalsCountsPeersThisNodeRefuses(t *testing.T) {
+	ca, old := meshtest.NewCA(t, "cluster"), meshtest.NewCA(t, "old root")
+	server, err := mesh.Listen(mesh.Config{ListenAddr: "127.0.0.1:0", ServerTLS: ca.ServerTLS(t, "server"), ClientTLS: ca.ClientTLS(t, "server"), Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close() })
+	serveEcho(t, server, mesh.TagRPC)
+
+	stale := newNode(t, old, "stale")
+	if streamWorks(t, stale, addrOf(server)) {
+		t.Fatal("a node trusting another root exchanged a stream")
+	}
+	eventually(t, 5*time.Second, "the refusal of the peer counted", func() bool {
+		refused, ended := stale.PeerCertRefusals()
+		return refused == 1 && ended == 1
+	})
+	if refusing, _ := stale.CertRefusals(); refusing != 0 {
+		t.Errorf("this node refusing the peer counted as the peer refusing it: %d", refusing)
+	}
+	friend := newNode(t, ca, "friend")
+	if !streamWorks(t, friend, addrOf(server)) {
+		t.Fatal("a node of the cluster could not exchange a stream")
+	}
+	if refused, _ := friend.PeerCertRefusals(); refused != 0 {
+		t.Errorf("a node of the cluster counted a refusal of its peer: %d", refused)
+	}
+}

@@ -484,8 +484,8 @@ func (n *Node) startCluster(ctx context.Context) error {
 		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 		if err := c.Join(jctx, seeds); err != nil {
-			if refused, why := n.selfRefused(); refused {
-				return fmt.Errorf("join the cluster via %v: %s (%s): %w", seeds, refusedMessage, why, err)
+			if refused, why, msg := n.selfRefused(); refused {
+				return fmt.Errorf("join the cluster via %v: %s (%s): %w", seeds, msg, why, err)
 			}
 			return fmt.Errorf("join the cluster via %v: %w", seeds, err)
 		}

@@ -69,6 +69,13 @@ const (
 // refusedMessage is what a node removed from the cluster is told.
 const refusedMessage = "this node's certificate is refused by the cluster: it was removed ('palyra node remove', or 'node recover' on a survivor after a lost quorum); " + RemovedFix
 
+// WhyStaleTrust is the refusal's reason (refused.json's "because") when
+// this node refused every peer's certificate, for 'palyra doctor'.
+const WhyStaleTrust = "it refused the certificate of every peer it tried"
+
+// staleTrustMessage is what a node that trusts none of its peers is told.
+const staleTrustMessage = "this node trusts none of its peers' certificates: the cluster replaced its CA root while this node was down and has since dropped the old one ('palyra ca rotate'), or the peers it knows are another cluster's; " + RemovedFix
+
 // RemovedFix is what brings a removed node's machine back: its data dir
 // holds an identity the cluster refuses for good.
 const RemovedFix = "to bring this machine back, stop it, move its data dir away and join again with a new code " +
@@ -78,14 +85,20 @@ const RemovedFix = "to bring this machine back, stop it, move its data dir away 
 // its own replica's registry names it revoked, or every peer it tried
 // refused its certificate in the TLS handshake. A node that merely cannot
 // reach its peers is not refused.
-func (n *Node) selfRefused() (bool, string) {
+// It also says so when this node refuses every peer's certificate (its
+// trust is out of date: a CA rotation it slept through), with that
+// message: raft's own lines blamed the peers, many times a second.
+func (n *Node) selfRefused() (refused bool, why, message string) {
 	if st := n.store.State(); st.IsRevoked("node", n.state.NodeID) {
-		return true, "this node's registry entry is revoked"
+		return true, "this node's registry entry is revoked", refusedMessage
 	}
 	if refusing, ended := n.transport.CertRefusals(); ended > 0 && refusing == ended {
-		return true, "every peer it tried refused its certificate"
+		return true, "every peer it tried refused its certificate", refusedMessage
 	}
-	return false, ""
+	if refused, ended := n.transport.PeerCertRefusals(); ended > 0 && refused == ended {
+		return true, WhyStaleTrust, staleTrustMessage
+	}
+	return false, "", ""
 }
 
 // watchSelfRefused logs refusedMessage once, and again at most every
@@ -98,11 +111,11 @@ func (n *Node) watchSelfRefused(ctx context.Context, every time.Duration) {
 	var last time.Time
 	written, recorded := false, false // whether refused.json was brought in step, and to what
 	for {
-		refused, why := n.selfRefused()
+		refused, why, msg := n.selfRefused()
 		n.refused.Store(refused) // raft's own lines go quiet meanwhile
 		if refused && (last.IsZero() || time.Since(last) >= refusedLogEvery) {
 			last = time.Now()
-			n.log.Error(refusedMessage, "because", why)
+			n.log.Error(msg, "because", why)
 		}
 		if !written || recorded != refused {
 			if err := n.layout.recordRefusal(refused, why, time.Now()); err != nil {
