@@ -821,7 +821,14 @@ func jobGet(c *ucli.Context) error {
 func printJob(w io.Writer, j *palyrav1.Job) {
 	v := toJobJSON(j)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "id\t%s\nkind\t%s\nphase\t%s\nattempt\t%d\nnode\t%s\nsubmitter\t%s\n", v.ID, v.Kind, v.Phase, v.Attempt, v.NodeID, v.Submitter)
+	// A queued job that ran before (re-queued off a dead or removed node,
+	// or restored from a snapshot) keeps its last placement: say it is
+	// the last one, not where the job is.
+	nodeText, placedLabel := v.NodeID, "placed"
+	if v.Phase == "queued" && v.NodeID != "" {
+		nodeText, placedLabel = "none yet (the last attempt was placed on "+v.NodeID+")", "last placed"
+	}
+	fmt.Fprintf(tw, "id\t%s\nkind\t%s\nphase\t%s\nattempt\t%d\nnode\t%s\nsubmitter\t%s\n", v.ID, v.Kind, v.Phase, v.Attempt, nodeText, v.Submitter)
 	if v.ModuleSHA256 != "" {
 		fmt.Fprintf(tw, "module\tsha256:%s\n", v.ModuleSHA256)
 	}
@@ -848,7 +855,7 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 	}
 	fmt.Fprintf(tw, "submitted\t%s\n", v.SubmittedAt)
 	if v.PlacedAt != "" {
-		fmt.Fprintf(tw, "placed\t%s\n", v.PlacedAt)
+		fmt.Fprintf(tw, "%s\t%s\n", placedLabel, v.PlacedAt)
 	}
 	if v.StartedAt != "" { // only once a result says when (startedAt)
 		fmt.Fprintf(tw, "started\t%s\n", v.StartedAt)

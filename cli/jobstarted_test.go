@@ -44,3 +44,23 @@ func TestJobGetShowsStartedOnlyForRunsThatBegan(t *testing.T) {
 		}
 	}
 }
+
+// A queued job that ran before keeps its last placement; 'job get' says
+// it is the last one, not where the job is (after a snapshot restore a
+// queued job showed a removed node and a placement time as if placed).
+func TestJobGetOfARequeuedJobSaysWhereItLastRan(t *testing.T) {
+	j := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_QUEUED, Attempt: 2, NodeId: "n-9d81fccc", Kind: "wasm",
+		SubmittedAtMs: 1_790_000_000_000, PlacedAtMs: 1_790_000_001_000}
+	var b bytes.Buffer
+	printJob(&b, j)
+	out := b.String()
+	if !strings.Contains(out, "none yet (the last attempt was placed on n-9d81fccc)") || !strings.Contains(out, "\nlast placed") {
+		t.Errorf("a re-queued job's node and placement:\n%s", out)
+	}
+	j.Phase = palyrav1.JobPhase_JOB_PHASE_RUNNING
+	b.Reset()
+	printJob(&b, j)
+	if out := b.String(); strings.Contains(out, "none yet") || !strings.Contains(out, "\nplaced") {
+		t.Errorf("a running job's node and placement:\n%s", out)
+	}
+}
