@@ -317,3 +317,38 @@ func TestUnreachablePageFailsItsNavigation(t *testing.T) {
 	// The next job on the same browser is unaffected.
 	mustOK(t, run(t, e, loopbackSpec(script(t, map[string]any{"action": "navigate", "url": alivePage(t) + "/"}))))
 }
+
+// A navigation that fails for its own reason (here its load event never
+// comes within the step's time) is not explained by a sub-resource the
+// proxy could not fetch meanwhile: the message named a missing image as
+// the page that was unreachable.
+func TestSubresourceFailureDoesNotExplainANavigation(t *testing.T) {
+	e := shared(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	release := make(chan struct{})
+	defer close(release)
+	site := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow.png" {
+			select { // holds the load event back
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		html(w, `<img src="http://`+closed+`/missing.png"><img src="/slow.png">`)
+	}))
+	r := run(t, e, loopbackSpec(script(t,
+		map[string]any{"action": "navigate", "url": site.URL + "/", "timeout_ms": 1500},
+	)))
+	if strings.Contains(r.Message, "unreachable") || strings.Contains(r.Message, "missing.png") {
+		t.Errorf("got %q %q: a missing image explained the navigation's failure", r.Reason, r.Message)
+	}
+	if !strings.Contains(r.Message, "steps[0] (navigate)") {
+		t.Errorf("got %q %q, want the navigate step to fail on its own reason", r.Reason, r.Message)
+	}
+}

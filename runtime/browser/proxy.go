@@ -76,8 +76,14 @@ func startProxy(pol *policy, rec *recorder, log *slog.Logger) (*egressProxy, err
 			// the proxy: a navigation fails (an empty 502 would load as a
 			// blank page and the step would succeed), a sub-resource is
 			// missing. The recorder keeps the reason for the step's
-			// message.
-			p.rec().fetchFailed(r.URL.String(), err)
+			// message, of a document's fetch only (a sub-resource's
+			// failure is not why a navigation failed), and not when the
+			// browser itself went away (a crash named an image it was
+			// loading as the page that was unreachable).
+			if dest := r.Header.Get("Sec-Fetch-Dest"); (dest == "" || dest == "document" || dest == "iframe" || dest == "frame") &&
+				!errors.Is(err, context.Canceled) && r.Context().Err() == nil {
+				p.rec().fetchFailed(r.URL.String(), err)
+			}
 			p.refuse(w)
 		},
 	}
