@@ -74,30 +74,56 @@ func (r *refusals) note(key string, err error) {
 	}
 }
 
-func (r *refusals) count(why int) (n, ended int) {
+// count counts the peers whose last connection ended for why, and the
+// peers tried: those whose last connection ended at all, and those with
+// a live connection now (inbound ones included), which count as accepted
+// whatever an earlier connection said.
+func (r *refusals) count(why int, live map[string]bool) (n, tried int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, w := range r.last {
-		ended++
+	for key, w := range r.last {
+		if live[key] {
+			continue // counted below
+		}
+		tried++
 		if w == why {
 			n++
 		}
 	}
-	return n, ended
+	return n, tried + len(live)
+}
+
+// livePeers is the set of peer keys with a live connection.
+func (t *Transport) livePeers() map[string]bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	live := map[string]bool{}
+	for c, key := range t.conns {
+		if key != "" && c.Context().Err() == nil {
+			live[key] = true
+		}
+	}
+	return live
 }
 
 // CertRefusals counts the peers whose last connection ended with a refusal
-// of this node's certificate, and the peers whose last connection ended at
-// all (failed to dial or closed). refusing == ended > 0 means every peer
-// this node tried refuses its certificate.
-func (t *Transport) CertRefusals() (refusing, ended int) { return t.refused.count(endedRefusedUs) }
+// of this node's certificate, and the peers tried (a last connection that
+// ended, or a live one). refusing == tried > 0 means every peer this node
+// tried refuses its certificate; a peer connected now, in either
+// direction, accepts it (a healthy node's one refused dial, while its
+// other peers had dialled in, made it look removed).
+func (t *Transport) CertRefusals() (refusing, tried int) {
+	return t.refused.count(endedRefusedUs, t.livePeers())
+}
 
 // PeerCertRefusals counts the peers whose last connection ended with this
-// node refusing their certificate, and the peers whose last connection
-// ended at all. refused == ended > 0 means this node trusts no peer it
-// tried: its own trust is out of date (the cluster replaced its CA root
-// while it was down), or the peers are another cluster's.
-func (t *Transport) PeerCertRefusals() (refused, ended int) { return t.refused.count(endedRefusedIt) }
+// node refusing their certificate, and the peers tried, as CertRefusals
+// does. refused == tried > 0 means this node trusts no peer: its own
+// trust is out of date (the cluster replaced its CA root while it was
+// down), or the peers are another cluster's.
+func (t *Transport) PeerCertRefusals() (refused, tried int) {
+	return t.refused.count(endedRefusedIt, t.livePeers())
+}
 
 // connEnded records why a peer connection ended.
 func (t *Transport) connEnded(c *quic.Conn, key string) {

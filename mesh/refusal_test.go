@@ -112,3 +112,30 @@ func TestPeerCertRefusalsCountsPeersThisNodeRefuses(t *testing.T) {
 		t.Errorf("a node of the cluster counted a refusal of its peer: %d", refused)
 	}
 }
+
+// A peer connected now, in either direction, counts as accepting: a
+// healthy node whose other peers had dialled in, and whose one dial of a
+// bad peer was refused (either way), looked refused by every peer it
+// tried: 1 of 1 (a leader dialling a node down through a CA rotation
+// took itself for removed, or for stale).
+func TestRefusalCountsTakeLivePeersAsAccepting(t *testing.T) {
+	ca, other := meshtest.NewCA(t, "cluster"), meshtest.NewCA(t, "another")
+	healthy := newNode(t, ca, "healthy")
+	serveEcho(t, healthy, mesh.TagRPC)
+	friend := newNode(t, ca, "friend")
+	if !streamWorks(t, friend, addrOf(healthy)) { // inbound to healthy, and live
+		t.Fatal("the friend could not reach the healthy node")
+	}
+	stranger := newNode(t, other, "stranger") // healthy refuses its certificate, and it refuses healthy's
+	serveEcho(t, stranger, mesh.TagRPC)
+	if streamWorks(t, healthy, addrOf(stranger)) {
+		t.Fatal("a stream to another cluster's node worked")
+	}
+	eventually(t, 5*time.Second, "the refused dial counted among two peers tried", func() bool {
+		refused, tried := healthy.PeerCertRefusals()
+		return refused == 1 && tried == 2
+	})
+	if refusing, tried := healthy.CertRefusals(); refusing == tried {
+		t.Errorf("CertRefusals %d of %d: a node with a live peer counts as refused by all", refusing, tried)
+	}
+}
