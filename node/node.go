@@ -144,6 +144,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 
+	if err = checkNoRestoreInProgress(l); err != nil {
+		return nil, err
+	}
 	st, err := l.ReadState()
 	if errors.Is(err, ErrNoState) {
 		// A new cluster (CA, keys, operator credential) is made only on a

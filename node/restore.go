@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/palyra-mesh/palyra/consensus"
@@ -196,10 +198,12 @@ func Restore(ctx context.Context, src io.Reader, cfg RestoreConfig) (_ RestoreIn
 	// there as it was.
 	l, swapping := target, false
 	if held {
-		stage, err := os.MkdirTemp(filepath.Dir(target.Dir), "."+filepath.Base(target.Dir)+".restore-")
+		// Inside the data dir: on its filesystem whatever it is (a mount
+		// point, a symlink to a volume), with no need of a writable parent.
+		stage, err := os.MkdirTemp(target.Dir, stagePrefix)
 		if err != nil {
 			unlock()
-			return info, fmt.Errorf("make a directory to restore into beside %s: %w", target.Dir, err)
+			return info, fmt.Errorf("make a directory to restore into in %s: %w", target.Dir, err)
 		}
 		l = Layout{Dir: stage}
 	}
@@ -291,7 +295,7 @@ func Restore(ctx context.Context, src io.Reader, cfg RestoreConfig) (_ RestoreIn
 	}
 	if held {
 		swapping = true
-		if err := swapIn(target, l); err != nil {
+		if err := swapIn(target, l, cfg.Logger); err != nil {
 			return info, err
 		}
 	}
@@ -393,16 +397,31 @@ func prepareRestoreDir(l Layout, force bool) (created, held bool, unlock func(),
 	return created, len(names) > 0, unlock, nil
 }
 
-// swapIn replaces what target holds (but its lock) with what stage holds,
-// then removes both the old contents and stage. The old contents move
-// aside first and node.json moves in last, so a crash part way leaves
-// target without node.json (an incomplete data dir, which node start
-// refuses) and the old contents whole beside it.
-func swapIn(target, stage Layout) error {
-	parent, base := filepath.Dir(target.Dir), filepath.Base(target.Dir)
-	old, err := os.MkdirTemp(parent, "."+base+".replaced-")
+// Names inside a data dir during a forced restore: the restore being
+// written, the contents it replaces, and the marker that a swap is under
+// way (node start refuses the dir while it is there).
+const (
+	stagePrefix    = ".restore-"
+	replacedPrefix = ".replaced-"
+	restoringFile  = "RESTORING"
+)
+
+// swapIn replaces what target holds (but its lock) with what stage (a
+// directory inside target) holds. RESTORING is written first and removed
+// last, so a crash part way leaves a data dir that node start refuses,
+// naming where the old contents and the restore are, rather than one it
+// would take for new (no node.json) and initialise as a new cluster.
+func swapIn(target, stage Layout, log *slog.Logger) error {
+	marker := filepath.Join(target.Dir, restoringFile)
+	note := "a snapshot restore (--force) was replacing this data dir's contents; the old ones are in " +
+		replacedPrefix + "*, the restored ones partly in place and partly in " + filepath.Base(stage.Dir) +
+		": run the restore again, or put the old contents back and remove this file\n"
+	if err := writeFileAtomic(marker, []byte(note), 0o600); err != nil {
+		return fmt.Errorf("mark %s as being restored: %w", target.Dir, err)
+	}
+	old, err := os.MkdirTemp(target.Dir, replacedPrefix)
 	if err != nil {
-		return fmt.Errorf("make a directory for the replaced contents beside %s: %w", target.Dir, err)
+		return fmt.Errorf("make a directory for the replaced contents in %s: %w", target.Dir, err)
 	}
 	move := func(from, to string, skip func(string) bool) error {
 		entries, err := os.ReadDir(from)
@@ -420,17 +439,57 @@ func swapIn(target, stage Layout) error {
 		return nil
 	}
 	lock, state := filepath.Base(target.LockFile()), filepath.Base(target.StateFile())
-	if err := move(target.Dir, old, func(n string) bool { return n == lock }); err != nil {
-		return fmt.Errorf("moving %s's contents aside to %s (what is left of them is there): %w", target.Dir, old, err)
+	ours := func(n string) bool {
+		return n == lock || n == restoringFile || n == filepath.Base(stage.Dir) || n == filepath.Base(old)
+	}
+	if err := move(target.Dir, old, ours); err != nil {
+		return fmt.Errorf("moving %s's contents aside to %s: %w", target.Dir, old, err)
 	}
 	err = move(stage.Dir, target.Dir, func(n string) bool { return n == state })
 	if err == nil {
 		err = os.Rename(stage.StateFile(), target.StateFile())
 	}
+	if err == nil {
+		err = fsyncDir(target.Dir)
+	}
 	if err != nil {
 		return fmt.Errorf("moving the restored node into %s (the replaced contents are in %s, the rest of the restore in %s): %w", target.Dir, old, stage.Dir, err)
 	}
-	return errors.Join(os.RemoveAll(old), os.Remove(stage.Dir))
+	if err := os.Remove(marker); err != nil {
+		return fmt.Errorf("the restore is in place, but %s could not be removed (remove it by hand): %w", marker, err)
+	}
+	// The restore is complete: failing to delete what it replaced is not
+	// a failed restore.
+	if err := errors.Join(os.RemoveAll(old), os.Remove(stage.Dir)); err != nil {
+		log.Warn("the restore is in place; remove the replaced contents by hand", "dir", old, "err", err)
+	}
+	return nil
+}
+
+// fsyncDir makes dir's entries (the renames into it) durable.
+func fsyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// checkNoRestoreInProgress refuses a data dir whose forced restore did not
+// finish (RESTORING is there).
+func checkNoRestoreInProgress(l Layout) error {
+	b, err := os.ReadFile(filepath.Join(l.Dir, restoringFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", filepath.Join(l.Dir, restoringFile), err)
+	}
+	return fmt.Errorf("%s holds an unfinished snapshot restore, so it is refused: %s", l.Dir, strings.TrimSpace(string(b)))
 }
 
 // clearDataDir deletes everything in the data dir but its lock file.

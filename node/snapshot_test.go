@@ -172,6 +172,29 @@ func TestSnapshotSaveAndRestore(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Dir(other)); len(entries) != 1 {
 		t.Errorf("a forced restore left %d entries beside the data dir, want none: %v", len(entries)-1, entries)
 	}
+	entries, _ := os.ReadDir(other)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".re") || e.Name() == "RESTORING" {
+			t.Errorf("a forced restore left %s in the data dir", e.Name())
+		}
+	}
+	// Through a trailing slash and a symlink (a volume mounted elsewhere):
+	// the restore is made inside the data dir, on its filesystem.
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(other, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.Restore(ctx, bytes.NewReader(file), node.RestoreConfig{DataDir: link + "/", Listen: addr, Force: true}); err != nil {
+		t.Fatalf("a forced restore through a symlink with a trailing slash: %v", err)
+	}
+	// A swap cut off part way leaves RESTORING: node start refuses the
+	// dir, naming it, rather than take it for new and make a new cluster.
+	if err := os.WriteFile(filepath.Join(other, "RESTORING"), []byte("a snapshot restore was replacing this data dir's contents\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.Start(ctx, node.Config{DataDir: other, Listen: addr, Fast: true}); err == nil || !strings.Contains(err.Error(), "unfinished snapshot restore") {
+		t.Fatalf("start on a data dir with an unfinished restore: %v", err)
+	}
 	if entries, _ := os.ReadDir(filepath.Dir(dir)); len(entries) != 1 {
 		t.Errorf("the failed forced restores left entries beside %s: %v", dir, entries)
 	}
