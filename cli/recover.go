@@ -76,6 +76,14 @@ func nodeRecover(c *ucli.Context) error {
 			Message: "the cluster is not lost: " + strings.Join(alive, "; ") + ". Recovering this node would split it in two clusters that both accept jobs",
 			Hint:    "start this node again instead ('palyra node start --data-dir " + dataDir + "'), or take it out with 'palyra node remove'; if those voters must go for good, stop them first (or pass --force)"})
 	}
+	if !dry && len(unsure) > 0 && !c.Bool("force") {
+		// It runs: a voter that answers at all may lead a working cluster
+		// (an expired local credential is refused by live voters, and was
+		// taken for a lost cluster).
+		return fail(c, &client.Error{Code: "voter_alive",
+			Message: "a voter of the last configuration is running: " + strings.Join(unsure, "; ") + ". If its cluster has a leader, recovering this node would split it in two",
+			Hint:    "check 'palyra status' on that node; if the quorum is lost for good, stop the other voters first, or pass --force"})
+	}
 	if !dry && !res.HoldsCA && !c.Bool("force") {
 		return fail(c, &client.Error{Code: "no_ca_key",
 			Message: "this node does not hold the cluster CA: recovered, the cluster could never pair a node or device again, nor renew a certificate (each expires within its lifetime)",
