@@ -36,8 +36,12 @@ func collectBlobs(store *blob.Store, refs blobRefs, now time.Time, grace time.Du
 		if refs.BlobReferenced(b.Hash) { // named meanwhile
 			continue
 		}
-		if derr := store.Delete(b.Hash); derr != nil {
+		deleted, derr := store.DeleteIfOlder(b.Hash, now.Add(-grace)) // not if renewed since the walk
+		if derr != nil {
 			err = derr
+			continue
+		}
+		if !deleted {
 			continue
 		}
 		n++

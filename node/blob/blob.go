@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -25,6 +26,10 @@ var ErrNotFound = errors.New("blob not found")
 // Store keeps blobs under dir/sha256/<first two hex>/<hash>.
 type Store struct {
 	dir string
+	// ageMu orders renewing a blob's age against collection's look at it
+	// and removal (DeleteIfOlder), so a blob renewed for a commit about to
+	// name it is never removed on its old age.
+	ageMu sync.Mutex
 	// syncDir fsyncs a directory; tests replace it to see which
 	// directories a store syncs and to make a sync fail.
 	syncDir func(dir string) error
@@ -102,13 +107,16 @@ func (s *Store) path(h string) string {
 func (s *Store) Put(data []byte) (string, error) {
 	h := Hash(data)
 	p := s.path(h)
+	s.ageMu.Lock()
 	if _, err := os.Stat(p); err == nil {
 		// Held already: renew its age, so collection's grace period counts
 		// from the newest store (a job about to name it is safe).
 		now := time.Now()
 		_ = os.Chtimes(p, now, now)
+		s.ageMu.Unlock()
 		return h, nil
 	}
+	s.ageMu.Unlock()
 	dir, err := s.shardDir(h)
 	if err != nil {
 		return "", err
@@ -170,9 +178,10 @@ func (s *Store) Has(h string) bool {
 }
 
 // renewAfter is how old a blob's age must be before Renew writes it
-// again: collection's grace is minutes, so a minute of slack costs
-// nothing, and a blob named by every submit is not touched on each.
-const renewAfter = time.Minute
+// again: well under any collection grace (minutes by default, seconds in
+// tests), and a blob named by every submit is touched at most once a
+// second, not on each.
+const renewAfter = time.Second
 
 // Renew reports whether the store holds h and, if it does, renews its
 // age as a Put of it would (when older than a minute): a blob about to
@@ -183,6 +192,8 @@ func (s *Store) Renew(h string) bool {
 		return false
 	}
 	p := s.path(h)
+	s.ageMu.Lock()
+	defer s.ageMu.Unlock()
 	fi, err := os.Stat(p)
 	if err != nil {
 		return false
@@ -191,6 +202,32 @@ func (s *Store) Renew(h string) bool {
 		_ = os.Chtimes(p, now, now)
 	}
 	return true
+}
+
+// DeleteIfOlder removes blob h if it was last stored or renewed before
+// cutoff, and says whether it did: collection's removal, which a Renew or
+// Put since its walk wins over.
+func (s *Store) DeleteIfOlder(h string, cutoff time.Time) (bool, error) {
+	if !ValidHash(h) {
+		return false, fmt.Errorf("invalid blob hash %q", h)
+	}
+	p := s.path(h)
+	s.ageMu.Lock()
+	defer s.ageMu.Unlock()
+	fi, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !fi.ModTime().Before(cutoff) {
+		return false, nil
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("delete blob %s: %w", h, err)
+	}
+	return true, nil
 }
 
 // tempPrefix starts the names of the temp files of stores in progress.

@@ -169,3 +169,37 @@ func TestSweepTemp(t *testing.T) {
 		t.Errorf("the blob after the sweep: %q %v", got, err)
 	}
 }
+
+// DeleteIfOlder removes a blob last stored before the cut-off, and keeps
+// one renewed since: collection's walk and its removal are apart, and a
+// blob a commit is about to name must survive the gap.
+func TestDeleteIfOlder(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.Put([]byte("module"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(s.path(h), old, old); err != nil {
+		t.Fatal(err)
+	}
+	cutoff := time.Now().Add(-10 * time.Minute) // the walk saw it as old
+	if !s.Renew(h) {                             // named again meanwhile
+		t.Fatal("Renew: not held")
+	}
+	if deleted, err := s.DeleteIfOlder(h, cutoff); err != nil || deleted || !s.Has(h) {
+		t.Fatalf("a blob renewed after the walk: deleted %v, err %v, held %v", deleted, err, s.Has(h))
+	}
+	if err := os.Chtimes(s.path(h), old, old); err != nil {
+		t.Fatal(err)
+	}
+	if deleted, err := s.DeleteIfOlder(h, cutoff); err != nil || !deleted || s.Has(h) {
+		t.Fatalf("an old blob: deleted %v, err %v, held %v", deleted, err, s.Has(h))
+	}
+	if deleted, err := s.DeleteIfOlder(h, cutoff); err != nil || deleted {
+		t.Fatalf("an absent blob: deleted %v, err %v", deleted, err)
+	}
+}

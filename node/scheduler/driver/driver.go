@@ -197,6 +197,9 @@ func (d *Driver) Run(ctx context.Context) {
 				d.leaseMu.Lock()
 				d.leases, d.silent = map[string]lease{}, map[string]bool{} // every lease starts afresh under this leader
 				d.leaseMu.Unlock()
+				d.mu.Lock()
+				d.failedRounds = 0 // a streak of an earlier term is not this one's
+				d.mu.Unlock()
 			}
 			isLeader = l
 			d.leading.Store(l)
