@@ -187,7 +187,7 @@ func TestDeleteIfOlder(t *testing.T) {
 		t.Fatal(err)
 	}
 	cutoff := time.Now().Add(-10 * time.Minute) // the walk saw it as old
-	if !s.Renew(h) {                             // named again meanwhile
+	if !s.Renew(h) {                            // named again meanwhile
 		t.Fatal("Renew: not held")
 	}
 	if deleted, err := s.DeleteIfOlder(h, cutoff); err != nil || deleted || !s.Has(h) {
