@@ -189,15 +189,7 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	// The rename is durable only once the directory is.
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return fsyncDir(filepath.Dir(path))
 }
 
 // lock takes an exclusive flock on the data dir so two node processes can

@@ -109,10 +109,9 @@ func dirExists(dir string) bool {
 	return err == nil
 }
 
-// Renew reports a held blob and renews an old one's age, so collection's
-// grace counts from the newest use (a submit by hash only looked the blob
-// up, and a module in use looked as old as its first store).
-func TestRenew(t *testing.T) {
+// storeWithOldBlob is a store holding one blob stored an hour ago.
+func storeWithOldBlob(t *testing.T) (*Store, string) {
+	t.Helper()
 	s, err := Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +124,14 @@ func TestRenew(t *testing.T) {
 	if err := os.Chtimes(s.path(h), old, old); err != nil {
 		t.Fatal(err)
 	}
+	return s, h
+}
+
+// Renew reports a held blob and renews an old one's age, so collection's
+// grace counts from the newest use (a submit by hash only looked the blob
+// up, and a module in use looked as old as its first store).
+func TestRenew(t *testing.T) {
+	s, h := storeWithOldBlob(t)
 	if !s.Renew(h) {
 		t.Fatal("Renew says a held blob is not held")
 	}
@@ -174,18 +181,8 @@ func TestSweepTemp(t *testing.T) {
 // one renewed since: collection's walk and its removal are apart, and a
 // blob a commit is about to name must survive the gap.
 func TestDeleteIfOlder(t *testing.T) {
-	s, err := Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := s.Put([]byte("module"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, h := storeWithOldBlob(t)
 	old := time.Now().Add(-time.Hour)
-	if err := os.Chtimes(s.path(h), old, old); err != nil {
-		t.Fatal(err)
-	}
 	cutoff := time.Now().Add(-10 * time.Minute) // the walk saw it as old
 	if !s.Renew(h) {                            // named again meanwhile
 		t.Fatal("Renew: not held")
