@@ -71,9 +71,9 @@ func snapshotCommand() *ucli.Command {
    run again (as a new attempt).
 
    The data dir must be empty or absent unless --force, which replaces what
-   it holds once the restore is complete: the restore is written beside it
-   (as much free space again is needed), so a damaged or truncated file
-   restores nothing and deletes nothing.
+   it holds once the restore is complete: the restore is written inside it
+   and swapped in at the end (as much free space again is needed), so a
+   damaged or truncated file restores nothing and deletes nothing.
 
      palyra snapshot restore backup.snap --data-dir /var/lib/palyra --listen 10.0.0.1:7444
      palyra node start --data-dir /var/lib/palyra --listen 10.0.0.1:7444
