@@ -66,7 +66,7 @@ func caCommand() *ucli.Command {
 					}
 					for _, n := range resp.Msg.Nodes {
 						if n.State == "removed" && len(n.Holds) > 0 {
-							fmt.Fprintf(c.App.ErrWriter, "%s was removed ('palyra node remove') and signs nothing, but its data dir may still hold the CA key of %s: wipe that machine (delete its data dir)\n",
+							fmt.Fprintf(c.App.ErrWriter, "%s was removed ('palyra node remove') and signs nothing, but its data dir may still hold the CA key of %s, with which anyone can sign a certificate for any member: wipe that machine (delete its data dir), or rotate the CA ('palyra ca rotate')\n",
 								n.Id, strings.Join(n.Holds, ","))
 						}
 					}

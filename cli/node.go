@@ -524,6 +524,11 @@ func nodeRemove(c *ucli.Context) error {
 	case r.HeldCa:
 		fmt.Fprintf(w, "it held the cluster CA key; %s still hold it and sign ('palyra ca status')\n", strings.Join(r.CaHolders, ", "))
 	}
+	if r.HeldCa {
+		// Revoking the node's certificate does not take the key off its
+		// disk: with it, anyone can sign a certificate for any member.
+		fmt.Fprintln(c.App.ErrWriter, "warning: its disk still holds the CA key, with which anyone can sign a certificate for any device or node of this cluster, an operator's included: unless that machine is wiped for certain, rotate the CA now ('palyra ca rotate'; the old root stays trusted for --overlap, then is dropped)")
+	}
 	if len(r.RevokedDevices) > 0 {
 		fmt.Fprintf(w, "its local operator credential %s is revoked too\n", strings.Join(r.RevokedDevices, ", "))
 	}

@@ -135,9 +135,14 @@ func TestNodeLeaveThenRemove(t *testing.T) {
 	}
 
 	r = c.cli("node", "remove", third.ID())
-	if r.code != 0 || strings.Contains(r.stderr, "warning") || !strings.Contains(r.stdout, "still hold it") ||
+	if r.code != 0 || strings.Contains(r.stderr, "no other live node holds it") || !strings.Contains(r.stdout, "still hold it") ||
 		!strings.Contains(r.stdout, c.node.ID()) || !strings.Contains(r.stdout, second.ID()) {
 		t.Fatalf("remove of the node that left: %+v", r)
+	}
+	// Its disk still holds the CA key (a trial forged an operator's
+	// certificate with it): the removal says to rotate the CA.
+	if !strings.Contains(r.stderr, "its disk still holds the CA key") || !strings.Contains(r.stderr, "palyra ca rotate") {
+		t.Fatalf("remove of a node that held the CA key does not say to rotate the CA: %+v", r)
 	}
 }
 
