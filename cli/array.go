@@ -452,7 +452,7 @@ func watchArray(ctx context.Context, cl *client.Client, id string, show func(*pa
 			return nil, ctx.Err()
 		}
 		var ce *connect.Error
-		if errors.As(err, &ce) && (ce.Code() == connect.CodeNotFound || ce.Code() == connect.CodePermissionDenied) {
+		if (errors.As(err, &ce) && (ce.Code() == connect.CodeNotFound || ce.Code() == connect.CodePermissionDenied)) || client.CredentialRefused(err) {
 			return nil, err
 		}
 		lastErr = err

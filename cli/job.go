@@ -748,7 +748,7 @@ func waitJob(ctx context.Context, cl *client.Client, id string, opts waitOpts) (
 			return nil, ended()
 		}
 		var ce *connect.Error
-		if errors.As(err, &ce) && ce.Code() == connect.CodeNotFound {
+		if (errors.As(err, &ce) && ce.Code() == connect.CodeNotFound) || client.CredentialRefused(err) {
 			return nil, err
 		}
 		lastErr = err
@@ -1263,6 +1263,11 @@ func reconnectNotices(w io.Writer) func(client.Notice) {
 // unreachable) is opened again; one the cluster refused (no such job, not
 // allowed, bad request) is not.
 func watchRetryable(err error) bool {
+	if client.CredentialRefused(err) {
+		// Revoked (or expired) meanwhile: the stream was cut, and every
+		// node refuses the credential (it retried for a minute, silent).
+		return false
+	}
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		return true

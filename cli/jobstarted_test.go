@@ -2,9 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/palyra-mesh/palyra/cli/client"
 	palyrav1 "github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
@@ -62,5 +65,20 @@ func TestJobGetOfARequeuedJobSaysWhereItLastRan(t *testing.T) {
 	printJob(&b, j)
 	if out := b.String(); strings.Contains(out, "none yet") || !strings.Contains(out, "\nplaced") {
 		t.Errorf("a running job's node and placement:\n%s", out)
+	}
+}
+
+// A stream cut because the credential was revoked (or expired) is not
+// opened again: every node refuses the credential in the handshake, and
+// 'job watch' and 'job logs -f' retried, silent, for a minute before
+// saying so.
+func TestWatchIsNotRetriedWithARefusedCredential(t *testing.T) {
+	refused := fmt.Errorf("unavailable: dial 127.0.0.1:7444: %w", errors.New("CRYPTO_ERROR 0x12a (remote): tls: bad certificate"))
+	if watchRetryable(refused) || !client.CredentialRefused(refused) {
+		t.Errorf("a refused credential is retried: %v", refused)
+	}
+	lost := errors.New("timeout: no recent network activity")
+	if !watchRetryable(lost) || client.CredentialRefused(lost) {
+		t.Errorf("a node that went silent is not retried: %v", lost)
 	}
 }

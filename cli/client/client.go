@@ -527,6 +527,18 @@ const apiRefusedAlert = "tls: no application protocol"
 // before it is closed (keep-alives go every 500 ms).
 const idleTimeout = 8 * time.Second
 
+// CredentialRefused reports whether err is a node refusing this client's
+// credential in the handshake (revoked, expired, another cluster's): no
+// retry, on this node or another, can succeed with it.
+func CredentialRefused(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "(remote): tls: bad certificate") || strings.Contains(msg, "(remote): tls: certificate required") ||
+		strings.Contains(msg, "(remote): tls: revoked certificate")
+}
+
 // transportError explains a call's transport failure against addr.
 func (c *Client) transportError(addr string, err error) *Error {
 	msg := err.Error()
@@ -556,7 +568,7 @@ func (c *Client) transportError(addr string, err error) *Error {
 		return &Error{Code: "unavailable",
 			Message: fmt.Sprintf("the node at %s does not serve the API yet: it is starting (joining its cluster, catching up with its log)", addr),
 			Hint:    "wait until its log says it serves, or reach another node (--addr A,B,C; a paired device tries every node it knows)"}
-	case strings.Contains(msg, "(remote): tls: bad certificate"), strings.Contains(msg, "(remote): tls: certificate required"):
+	case CredentialRefused(err):
 		return &Error{Code: "unauthenticated",
 			Message: fmt.Sprintf("the node at %s refused this credential: it was revoked, has expired, or belongs to another cluster", addr),
 			Hint:    "run 'palyra doctor' to see the certificate's state; if it was revoked, pair again with a new code"}
