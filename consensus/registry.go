@@ -174,7 +174,13 @@ func (s *State) applyConsumePairing(c *raftpb.ConsumePairing) ApplyResult {
 	createHint := "create a new code with 'palyra pair create --kind " + p.Kind + "'"
 	switch p.State {
 	case PairingUsed:
-		return ApplyResult{Err: errf(ErrConflict, createHint, "pairing code %s was already used (by %s); codes work once", p.ID, p.UsedBy)}
+		// Who used it is said only to whoever holds the whole code: the
+		// public id alone (from an old screenshot, say) tells nothing more.
+		by := ""
+		if subtle.ConstantTimeCompare(c.PresentedSecretHash, p.SecretHash) == 1 {
+			by = " (by " + p.UsedBy + ")"
+		}
+		return ApplyResult{Err: errf(ErrConflict, createHint, "pairing code %s was already used%s; codes work once", p.ID, by)}
 	case PairingRevoked:
 		return ApplyResult{Err: errf(ErrConflict, createHint, "pairing code %s was revoked", p.ID)}
 	}

@@ -79,6 +79,15 @@ func TestPairingIsOneTimeAndExpires(t *testing.T) {
 	if !errors.As(res[4].Err, &ce) || ce.Hint == "" {
 		t.Fatalf("reuse error lacks a hint: %v", res[4].Err)
 	}
+	// Who used the code is told only to whoever holds its secret: the
+	// public id alone named the device that paired with it.
+	if !strings.Contains(res[4].Err.Error(), "(by device:d-1)") {
+		t.Errorf("reuse with the secret: %v, want it to name who used the code", res[4].Err)
+	}
+	guess := applyAll(t, f, consume("p1", "guess", 3000, "device", "d-3"))[0].Err
+	if guess == nil || !strings.Contains(guess.Error(), "already used") || strings.Contains(guess.Error(), "d-1") {
+		t.Errorf("reuse without the secret: %v, want 'already used' naming no one", guess)
+	}
 }
 
 // A joining node's local operator is added with it, in the same command,
