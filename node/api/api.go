@@ -329,7 +329,15 @@ func withStaleHint(err error) error {
 	return &consensus.Error{Code: ce.Code, Message: ce.Message, Hint: hint}
 }
 
-func mib(n int) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+// mib is a size in MiB; one that is not a whole number of MiB carries its
+// bytes too, so a size just over a limit does not read as the limit
+// ("input is 1.0 MiB; the limit is 1.0 MiB").
+func mib(n int) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f MiB (%d bytes)", float64(n)/(1<<20), n)
+}
 
 // nodeService ---------------------------------------------------------------
 

@@ -86,3 +86,13 @@ func TestCreatePairingRefusedWhenNoVoterHoldsTheCAKey(t *testing.T) {
 		}
 	}
 }
+
+// A size just over a limit does not read as the limit itself.
+func TestMiBSaysBytesWhenRounded(t *testing.T) {
+	if got := mib(1_100_000); got != "1.0 MiB (1100000 bytes)" {
+		t.Errorf("mib(1100000) = %q", got)
+	}
+	if got := mib(1 << 20); got != "1.0 MiB" {
+		t.Errorf("mib(1 MiB) = %q", got)
+	}
+}
