@@ -523,3 +523,33 @@ func TestBrowseNotesAndStepTimeout(t *testing.T) {
 		t.Fatalf("--step-timeout over --timeout: %+v; want a usage error", r)
 	}
 }
+
+// 'browser do' takes text and expressions as written: they were split
+// into words and joined by one space ("a  b" was typed "a b", a "//"
+// comment swallowed the lines after it). A target with spaces goes in
+// quotes; a step given more words than it takes is refused.
+func TestBrowserDoStepsKeepTheirText(t *testing.T) {
+	for _, c := range []struct {
+		arg  string
+		want map[string]any
+	}{
+		{"type #user a  b   c", map[string]any{"action": "type", "selector": "#user", "text": "a  b   c"}},
+		{"evaluate 'a  b'.length", map[string]any{"action": "evaluate", "expression": "'a  b'.length", "name": "step0"}},
+		{"evaluate 1 // comment\n+ 41", map[string]any{"action": "evaluate", "expression": "1 // comment\n+ 41", "name": "step0"}},
+		{"type 'form #user' ada", map[string]any{"action": "type", "selector": "form #user", "text": "ada"}},
+		{"extract \"main h1\" title", map[string]any{"action": "extract", "selector": "main h1", "name": "title"}},
+		{"click main  button", map[string]any{"action": "click", "selector": "main  button"}},
+		{"wait_text Hello  world", map[string]any{"action": "wait_for", "text": "Hello  world"}},
+		{"extract e12", map[string]any{"action": "extract", "ref": "e12", "name": "step0"}},
+	} {
+		m, err := parseStep(0, c.arg)
+		if err != nil || fmt.Sprint(m) != fmt.Sprint(c.want) {
+			t.Errorf("%q: %v %v, want %v", c.arg, m, err, c.want)
+		}
+	}
+	for _, arg := range []string{"navigate http://a/ http://b/", "press Enter Tab", "extract main h1 title", "type 'unclosed x", "screenshot a.png b.png"} {
+		if m, err := parseStep(0, arg); err == nil {
+			t.Errorf("%q: %v, want refused", arg, m)
+		}
+	}
+}

@@ -63,7 +63,9 @@ func browserCommand() *ucli.Command {
      pdf [NAME.pdf]             the page as PDF, written to --output-dir (default stepN.pdf)
      {"action": …}              any step as JSON (runtime/browser/SCRIPT.md)
    N is the step's place in the call, from 0; two steps of one call may not
-   use the same name. Steps other than navigate get 5s each.`,
+   use the same name. Steps other than navigate get 5s each. TEXT… and
+   EXPRESSION… are taken as written, spaces and newlines kept; a TARGET with
+   spaces goes in quotes within the step: "type 'form #user' ada".`,
 				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "output-dir", Usage: "write screenshots and PDFs the steps make to `DIR`", Value: "."}, jsonFlag},
 				Action: browserDo,
 			},
@@ -138,86 +140,136 @@ func target(m map[string]any, t string) {
 	}
 }
 
+// cutWord splits s into its first word and the rest, which keeps its
+// own spaces and newlines (only the blanks between the two go). A word
+// that starts with a quote (' or ") runs to the matching quote, so a
+// selector with spaces can be one word: "type 'form #user' ada".
+func cutWord(s string) (word, rest string, err error) {
+	s = strings.TrimLeft(s, " \t\r\n")
+	if s != "" && (s[0] == '\'' || s[0] == '"') {
+		end := strings.IndexByte(s[1:], s[0])
+		if end < 0 {
+			return "", "", fmt.Errorf("%c opens a quoted word that is never closed", s[0])
+		}
+		return s[1 : 1+end], strings.TrimLeft(s[2+end:], " \t\r\n"), nil
+	}
+	if k := strings.IndexAny(s, " \t\r\n"); k >= 0 {
+		return s[:k], strings.TrimLeft(s[k:], " \t\r\n"), nil
+	}
+	return s, "", nil
+}
+
 // parseStep turns STEP argument i into a step object. A value or file it
 // does not name is named by i, as a browser job names unnamed artifacts,
-// so two steps of one call never write the same name.
+// so two steps of one call never write the same name. Text and
+// expressions are taken as written, spaces and newlines kept (they were
+// split into words and joined by one space: "a  b" typed "a b", and a
+// "//" comment swallowed the lines after it).
 func parseStep(i int, arg string) (map[string]any, error) {
-	arg = strings.TrimSpace(arg)
-	if strings.HasPrefix(arg, "{") {
+	if strings.HasPrefix(strings.TrimSpace(arg), "{") {
 		var m map[string]any
-		if err := json.Unmarshal([]byte(arg), &m); err != nil {
+		if err := json.Unmarshal([]byte(strings.TrimSpace(arg)), &m); err != nil {
 			return nil, fmt.Errorf("step %q is not a JSON object: %v", arg, err)
 		}
 		return m, nil
 	}
-	f := strings.Fields(arg)
-	if len(f) == 0 {
+	action, rest, _ := cutWord(arg)
+	if action == "" {
 		return nil, fmt.Errorf("empty step")
 	}
-	rest := func(i int) string { return strings.Join(f[i:], " ") }
-	need := func(n int, usage string) error {
-		if len(f) < n {
-			return fmt.Errorf("step %q: usage: %s", arg, usage)
-		}
-		return nil
+	fail := func(usage string) (map[string]any, error) {
+		return nil, fmt.Errorf("step %q: usage: %s", arg, usage)
 	}
-	m := map[string]any{"action": f[0]}
-	switch f[0] {
+	// one takes the single word a step needs; more is a mistake, not
+	// something to drop.
+	one := func(usage string) (string, error) {
+		w, more, err := cutWord(rest)
+		if err != nil {
+			return "", fmt.Errorf("step %q: %v", arg, err)
+		}
+		if w == "" || more != "" {
+			return "", fmt.Errorf("step %q: usage: %s", arg, usage)
+		}
+		return w, nil
+	}
+	m := map[string]any{"action": action}
+	switch action {
 	case "observe":
-		if len(f) > 1 {
+		if strings.TrimSpace(rest) != "" {
 			return nil, fmt.Errorf("step %q: observe takes nothing", arg)
 		}
 	case "navigate":
-		if err := need(2, "navigate URL"); err != nil {
+		u, err := one("navigate URL")
+		if err != nil {
 			return nil, err
 		}
-		m["url"] = f[1]
+		m["url"] = u
 	case "click", "wait_for":
-		if err := need(2, f[0]+" TARGET"); err != nil {
-			return nil, err
+		t := strings.TrimSpace(rest)
+		if q, more, err := cutWord(t); err == nil && more == "" && t != "" && (t[0] == '\'' || t[0] == '"') {
+			t = q
 		}
-		target(m, rest(1))
+		if t == "" {
+			return fail(action + " TARGET")
+		}
+		target(m, t)
 	case "type":
-		if err := need(3, "type TARGET TEXT"); err != nil {
-			return nil, err
+		t, text, err := cutWord(rest)
+		if err != nil {
+			return nil, fmt.Errorf("step %q: %v", arg, err)
 		}
-		target(m, f[1])
-		m["text"] = rest(2)
+		if t == "" || text == "" {
+			return fail("type TARGET TEXT (a TARGET with spaces in quotes)")
+		}
+		target(m, t)
+		m["text"] = text
 	case "press":
-		if err := need(2, "press KEY"); err != nil {
+		k, err := one("press KEY")
+		if err != nil {
 			return nil, err
 		}
-		m["key"] = f[1]
+		m["key"] = k
 	case "wait_text":
-		if err := need(2, "wait_text TEXT"); err != nil {
-			return nil, err
+		if strings.TrimSpace(rest) == "" {
+			return fail("wait_text TEXT")
 		}
-		m["action"], m["text"] = "wait_for", rest(1)
+		m["action"], m["text"] = "wait_for", rest
 	case "extract":
-		if err := need(2, "extract TARGET [NAME]"); err != nil {
-			return nil, err
+		t, name, err := cutWord(rest)
+		if err != nil {
+			return nil, fmt.Errorf("step %q: %v", arg, err)
 		}
-		target(m, f[1])
+		if t == "" {
+			return fail("extract TARGET [NAME] (a TARGET with spaces in quotes)")
+		}
+		target(m, t)
 		m["name"] = fmt.Sprintf("step%d", i)
-		if len(f) > 2 {
-			m["name"] = f[2]
+		if name != "" {
+			if strings.ContainsAny(name, " \t\r\n") {
+				return fail("extract TARGET [NAME]: a TARGET with spaces goes in quotes, e.g. extract 'main h1' title")
+			}
+			m["name"] = name
 		}
 	case "evaluate":
-		if err := need(2, "evaluate EXPRESSION"); err != nil {
-			return nil, err
+		if strings.TrimSpace(rest) == "" {
+			return fail("evaluate EXPRESSION")
 		}
-		m["expression"], m["name"] = rest(1), fmt.Sprintf("step%d", i)
+		m["expression"], m["name"] = rest, fmt.Sprintf("step%d", i)
 	case "screenshot", "pdf":
 		ext := ".png"
-		if f[0] == "pdf" {
+		if action == "pdf" {
 			ext = ".pdf"
 		}
 		m["name"] = fmt.Sprintf("step%d%s", i, ext)
-		if len(f) > 1 {
-			m["name"] = f[1]
+		if strings.TrimSpace(rest) != "" {
+			n, err := one(action + " [NAME]")
+			if err != nil {
+				return nil, err
+			}
+			m["name"] = n
 		}
 	default:
-		return nil, fmt.Errorf("unknown step %q; steps: observe, navigate, click, type, press, wait_for, wait_text, extract, evaluate, screenshot, pdf (see 'palyra browser do --help')", f[0])
+		return nil, fmt.Errorf("unknown step %q; steps: observe, navigate, click, type, press, wait_for, wait_text, extract, evaluate, screenshot, pdf (see 'palyra browser do --help')", action)
 	}
 	return m, nil
 }
