@@ -539,8 +539,8 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, src
 		case stuck.Load() != nil:
 			j := stuck.Load()
 			msg := fmt.Sprintf("array %s: no task can start: %s", id, j.PendingReason)
-			if j.Kind == "browser" {
-				msg += " (" + chromiumHint + ")"
+			if h := browserHint(j.PendingReason); j.Kind == "browser" && h != "" {
+				msg += " (" + h + ")"
 			}
 			return ucli.Exit(msg+". "+goesOn, exitFailure)
 		case errors.Is(ctx.Err(), context.DeadlineExceeded):

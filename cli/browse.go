@@ -109,7 +109,11 @@ func jobBrowse(c *ucli.Context) error {
 			return waitFailed(c, cl, err)
 		}
 		if sq.unplaceable {
-			return ucli.Exit(fmt.Sprintf("no node in the cluster can run browser jobs: %s (job %s cancelled)", chromiumHint, id), exitFailure)
+			why := chromiumHint
+			if sq.job != nil && browserHint(sq.job.PendingReason) == "" {
+				why = sq.job.PendingReason
+			}
+			return ucli.Exit(fmt.Sprintf("no node in the cluster can run this browser job: %s (job %s cancelled)", why, id), exitFailure)
 		}
 		return ucli.Exit(fmt.Sprintf("gave up waiting after %s: job %s was still %s; cancelled it", sq.after, id, sq.job.GetPhase().WireName()), exitFailure)
 	}

@@ -167,9 +167,10 @@ func TestBrowseWithoutChromiumFailsFastThenRedetects(t *testing.T) {
 
 	begin := time.Now()
 	r := c.cli("job", "browse", site.URL+"/", "--text", "h1", "--allow-private")
-	if r.code != 1 || !strings.Contains(r.stderr, "no node in the cluster can run browser jobs") || !strings.Contains(r.stderr, "apt-get install") {
+	if r.code != 1 || !strings.Contains(r.stderr, "no node in the cluster can run this browser job") || !strings.Contains(r.stderr, "apt-get install") {
 		t.Fatalf("browse with no Chromium: %+v", r)
 	}
+
 	t.Logf("browse gave up after %s: %s", time.Since(begin).Round(time.Millisecond), strings.TrimSpace(r.stderr))
 	list := c.cli("job", "list", "--json")
 	if !strings.Contains(list.stdout, `"aborted"`) || strings.Contains(list.stdout, `"queued"`) {
@@ -181,6 +182,17 @@ func TestBrowseWithoutChromiumFailsFastThenRedetects(t *testing.T) {
 	r = c.cli("job", "submit", "--browser", script, "--allow-host", "127.0.0.1", "--allow-private", "--wait")
 	if r.code != 1 || !strings.Contains(r.stderr, "no eligible node offers browser capacity") || !strings.Contains(r.stderr, "palyra job cancel") {
 		t.Fatalf("submit --wait with no Chromium: %+v", r)
+	}
+	// A constraint no node matches is the job's own doing: no "install
+	// Chromium" (it was said whatever the reason).
+	r = c.cli("job", "submit", "--browser", script, "--allow-host", "127.0.0.1", "--allow-private", "--constraint", "zone=nowhere", "--wait")
+	if r.code != 1 || !strings.Contains(r.stderr, "matching zone=nowhere") || strings.Contains(r.stderr, "apt-get install") {
+		t.Fatalf("submit --wait with a constraint no node matches: %+v", r)
+	}
+	if m := regexp.MustCompile(`palyra job cancel (j-[0-9a-f]+)`).FindStringSubmatch(r.stderr); m == nil {
+		t.Fatalf("no job to cancel in %q", r.stderr)
+	} else if rc := c.cli("job", "cancel", m[1]); rc.code != 0 { // it could never run
+		t.Fatalf("cancel: %+v", rc)
 	}
 	r = c.cli("job", "submit", "--browser", script, "--allow-host", "127.0.0.1", "--allow-private", "--wait", "--wait-timeout", "1500ms")
 	if r.code != 1 || !strings.Contains(r.stderr, "gave up waiting after 1.5s") {

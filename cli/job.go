@@ -623,13 +623,27 @@ func (e *stillQueuedError) Error() string {
 		msg += ": " + reason
 	}
 	if e.unplaceable && e.job != nil && e.job.Kind == "browser" {
-		msg += " (" + chromiumHint + ")"
+		if h := browserHint(e.job.PendingReason); h != "" {
+			msg += " (" + h + ")"
+		}
 	}
 	return msg + fmt.Sprintf(". It stays %s: follow it with 'palyra job watch %s' or cancel it with 'palyra job cancel %s'", phase, e.id, e.id)
 }
 
 // chromiumHint is what to do when no node can run browser jobs.
-const chromiumHint = "no node has Chromium; install it on a worker (Debian: apt-get install -y chromium-headless-shell): running nodes notice it within 10s, no restart needed"
+const chromiumHint = "install Chromium on a worker (Debian: apt-get install -y chromium-headless-shell; running nodes notice it within 10s, no restart needed), or make a node that has it eligible again ('palyra node eligibility ID --enable'; 'palyra nodes' shows each node's browser slots)"
+
+// browserHint is chromiumHint for a browser job waiting for reason, or
+// nothing when the reason is the job's own constraint: no node matching
+// it is not a missing Chromium (the hint said "install it" to a job whose
+// --constraint matched no node, and to a cluster whose only browser node
+// was made ineligible).
+func browserHint(reason string) string {
+	if strings.Contains(reason, "matching") {
+		return ""
+	}
+	return chromiumHint
+}
 
 // unplaceable reports whether j waits because no node in the cluster can
 // run it at all (not merely because every slot is busy).
