@@ -61,6 +61,9 @@ func jobBrowse(c *ucli.Context) error {
 			return usageErr("--%s -: job browse writes the %s to a file; for stdout, save it from the job afterwards: palyra job artifact JOB_ID page.%s -o -", flag, flag, map[string]string{"screenshot": "png", "pdf": "pdf"}[flag])
 		}
 	}
+	if err := checkBrowseOutputs(c.String("screenshot"), c.String("pdf")); err != nil {
+		return err
+	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return usageErr("%q is not an http(s) URL", raw)
@@ -261,4 +264,32 @@ func writeNotes(c *ucli.Context, stderr []byte) {
 			fmt.Fprintln(c.App.ErrWriter)
 		}
 	}
+}
+
+// checkBrowseOutputs refuses, before the job runs, output files that
+// could not be written or would be wrong: a directory that does not
+// exist (the job ran, then the save failed, with no job id to fetch the
+// artifact by), one file for both (the PDF replaced the PNG), an
+// extension that is not the format (PNG bytes went into x.jpg).
+func checkBrowseOutputs(screenshot, pdf string) error {
+	if screenshot != "" && screenshot == pdf {
+		return usageErr("--screenshot and --pdf both name %s: give each its own file", screenshot)
+	}
+	for flag, path := range map[string]string{"screenshot": screenshot, "pdf": pdf} {
+		if path == "" {
+			continue
+		}
+		want := map[string]string{"screenshot": ".png", "pdf": ".pdf"}[flag]
+		if ext := strings.ToLower(filepath.Ext(path)); ext != "" && ext != want {
+			return usageErr("--%s %s: the %s is a %s file; name it …%s", flag, path, flag, strings.TrimPrefix(want, "."), want)
+		}
+		dir := filepath.Dir(path)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return usageErr("--%s %s: the directory %s does not exist; create it first, or name a file elsewhere", flag, path, dir)
+		}
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			return usageErr("--%s %s is a directory: name a file, e.g. %s", flag, path, filepath.Join(path, "page"+want))
+		}
+	}
+	return nil
 }

@@ -565,3 +565,27 @@ func TestBrowserDoStepsKeepTheirText(t *testing.T) {
 		}
 	}
 }
+
+// job browse refuses output files it could not write, or would write
+// wrong, before the job runs: a missing directory failed after the run
+// with no job id, one file for both lost the PNG, x.jpg got PNG bytes.
+func TestBrowseOutputsCheckedBeforeTheJob(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ shot, pdf, want string }{
+		{filepath.Join(dir, "nope", "x.png"), "", "does not exist"},
+		{filepath.Join(dir, "same.png"), filepath.Join(dir, "same.png"), "both name"},
+		{filepath.Join(dir, "x.jpg"), "", "name it ….png"},
+		{"", filepath.Join(dir, "x.png"), "name it ….pdf"},
+		{dir, "", "is a directory"},
+	} {
+		if err := checkBrowseOutputs(c.shot, c.pdf); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--screenshot %q --pdf %q: %v, want %q", c.shot, c.pdf, err, c.want)
+		}
+	}
+	if err := checkBrowseOutputs(filepath.Join(dir, "page.png"), filepath.Join(dir, "page.pdf")); err != nil {
+		t.Errorf("good outputs refused: %v", err)
+	}
+	if err := checkBrowseOutputs("shot", ""); err != nil { // no extension: as given
+		t.Errorf("a file without an extension refused: %v", err)
+	}
+}
