@@ -41,6 +41,7 @@ func browseCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "allow-private", Usage: "allow private, loopback and link-local targets (a policy grant)"},
 			&ucli.BoolFlag{Name: "fail", Usage: "exit 1 when the page answers an HTTP error status (4xx, 5xx), as curl --fail does; by default it is a note on stderr"},
 			&ucli.DurationFlag{Name: "timeout", Usage: "job time limit", Value: time.Minute},
+			&ucli.StringFlag{Name: "max-output", Usage: "bound on the page's extracted text (and the job's stderr), e.g. 4MiB (default 1MiB)"},
 			&ucli.DurationFlag{Name: "step-timeout", Usage: "time limit of each step (loading the page, waiting for --text's element, …)", DefaultText: "the worker's default, 15s"},
 			&ucli.DurationFlag{Name: "wait-timeout", Usage: "stop waiting after `DURATION` and cancel the job; by default browse waits for the job's end, but gives up within seconds when no node in the cluster can run browser jobs", DefaultText: "none"},
 			jsonFlag,
@@ -88,6 +89,12 @@ func jobBrowse(c *ucli.Context) error {
 		}
 		doc["timeout_ms"] = max(1, st.Milliseconds())
 	}
+	var maxOut uint64
+	if s := c.String("max-output"); s != "" {
+		if maxOut, err = ParseSize(s); err != nil {
+			return usageErr("--max-output: %v", err)
+		}
+	}
 	script, _ := json.Marshal(doc)
 	cl, err := dial(c)
 	if err != nil {
@@ -96,7 +103,7 @@ func jobBrowse(c *ucli.Context) error {
 	defer cl.Close()
 	resp, err := cl.Jobs.SubmitJob(c.Context, connect.NewRequest(&palyrav1.SubmitJobRequest{
 		BrowserScript: script, AllowHosts: append([]string{u.Hostname()}, c.StringSlice("allow-host")...),
-		AllowPrivate: c.Bool("allow-private"), TimeoutMs: c.Duration("timeout").Milliseconds(),
+		AllowPrivate: c.Bool("allow-private"), TimeoutMs: c.Duration("timeout").Milliseconds(), MaxOutputBytes: maxOut,
 	}))
 	if err != nil {
 		return fail(c, cl.Explain(err))
@@ -140,7 +147,9 @@ func jobBrowse(c *ucli.Context) error {
 			return printEnded(c, job)
 		}
 		writeNotes(c, job.Stderr)
-		reason := jobReason(job)
+		// The script is the command's own making: its settings are the
+		// command's flags.
+		reason := strings.ReplaceAll(jobReason(job), "(set by the script's timeout_ms)", "(set by --step-timeout)")
 		if sel := c.String("text"); sel != "" && job.Error != nil && strings.Contains(job.Error.Message, "(wait_for)") && strings.Contains(job.Error.Message, "step timeout") {
 			// The --text element never appeared: say so in the words of
 			// the command, not of the script it made.
