@@ -81,6 +81,18 @@ func TestBrowserSessionAcrossNodes(t *testing.T) {
 		}
 		return false
 	})
+	// A worker an operator made ineligible opens no session (jobs stayed
+	// queued while a session opened there); eligible again, it does.
+	if _, err := op.Node.SetSchedulable(ctx, connect.NewRequest(&palyrav1.SetSchedulableRequest{NodeId: worker.ID(), Eligible: false})); err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	waitFor(t, "the ineligible worker refusing a session", 30*time.Second, func() bool {
+		_, err := op.Browser.OpenSession(ctx, connect.NewRequest(&palyrav1.OpenBrowserSessionRequest{AllowHosts: []string{"127.0.0.1"}, AllowPrivate: true}))
+		return err != nil && strings.Contains(op.Explain(err).Message, "take no new work")
+	})
+	if _, err := op.Node.SetSchedulable(ctx, connect.NewRequest(&palyrav1.SetSchedulableRequest{NodeId: worker.ID(), Eligible: true})); err != nil {
+		t.Fatal(op.Explain(err))
+	}
 	site := loginCookieSite(t)
 	open := func() *palyrav1.BrowserSession {
 		r, err := via[0].Browser.OpenSession(ctx, connect.NewRequest(&palyrav1.OpenBrowserSessionRequest{AllowHosts: []string{"127.0.0.1"}, AllowPrivate: true}))

@@ -75,18 +75,34 @@ func workerOf(id string) (string, error) {
 	return "n-" + m[1], nil
 }
 
-// browserWorkers lists the alive nodes that offer browser capacity.
-func (bs browserService) browserWorkers() []cluster.Member {
-	var out []cluster.Member
+// browserWorkers lists the alive nodes that offer browser capacity and
+// take new work (not made ineligible, draining or removed: a session
+// opened on a node an operator had disabled, while jobs stayed queued),
+// and how many were left out for that.
+func (bs browserService) browserWorkers() (out []cluster.Member, excluded int) {
+	return bs.browserNodes(true)
+}
+
+// browserNodes lists the alive nodes that offer browser capacity; with
+// newWork, only those that take new work (the others are counted).
+// Sessions already open on a node made ineligible since are still listed
+// and driven (browserNodes(false)).
+func (bs browserService) browserNodes(newWork bool) (out []cluster.Member, excluded int) {
 	if bs.s.Members == nil {
-		return nil
+		return nil, 0
 	}
+	st := bs.s.control.State()
 	for _, m := range bs.s.Members() {
-		if m.State == cluster.StateAlive && m.Capacity["browser"] > 0 {
-			out = append(out, m)
+		if m.State != cluster.StateAlive || m.Capacity["browser"] <= 0 {
+			continue
 		}
+		if rec, ok := st.Member("node", m.ID); newWork && ok && (rec.Ineligible || rec.Draining || rec.Revoked) {
+			excluded++
+			continue
+		}
+		out = append(out, m)
 	}
-	return out
+	return out, excluded
 }
 
 func (bs browserService) OpenSession(ctx context.Context, req *connect.Request[palyrav1.OpenBrowserSessionRequest]) (*connect.Response[palyrav1.BrowserSessionResponse], error) {
@@ -100,12 +116,17 @@ func (bs browserService) OpenSession(ctx context.Context, req *connect.Request[p
 	}
 	m.AllowHosts = hosts
 	owner, _ := bs.caller(ctx)
-	workers := bs.browserWorkers()
+	workers, excluded := bs.browserWorkers()
 	if m.NodeId != "" {
 		workers = filterMembers(workers, func(w cluster.Member) bool { return w.ID == m.NodeId })
 		if len(workers) == 0 {
-			return nil, apiError(connect.CodeFailedPrecondition, "no_browser", fmt.Sprintf("node %s is not an alive node with a browser", m.NodeId), "see 'palyra nodes' (capacity browser)")
+			return nil, apiError(connect.CodeFailedPrecondition, "no_browser", fmt.Sprintf("node %s is not an alive node with a browser that takes new work", m.NodeId),
+				"see 'palyra nodes' (capacity browser, eligibility); 'palyra node eligibility ID --enable' makes a disabled node take work again")
 		}
+	}
+	if len(workers) == 0 && excluded > 0 {
+		return nil, apiError(connect.CodeFailedPrecondition, "no_browser", fmt.Sprintf("no node in the cluster can open a browser session: the %d with a browser take no new work (ineligible or draining)", excluded),
+			"make one eligible again: 'palyra node eligibility ID --enable' ('palyra nodes' shows them)")
 	}
 	if len(workers) == 0 {
 		return nil, apiError(connect.CodeFailedPrecondition, "no_browser", "no node in the cluster can run browser sessions: none has Chromium",
@@ -202,7 +223,8 @@ func (bs browserService) ListSessions(ctx context.Context, req *connect.Request[
 	out := &palyrav1.ListBrowserSessionsResponse{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, w := range bs.browserWorkers() {
+	nodes, _ := bs.browserNodes(false)
+	for _, w := range nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
