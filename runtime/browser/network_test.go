@@ -314,6 +314,14 @@ func TestUnreachablePageFailsItsNavigation(t *testing.T) {
 			t.Errorf("%s: got %q %q, want step_failed at the navigate saying the page is unreachable (%s)", tc.url, r.Reason, r.Message, tc.want)
 		}
 	}
+	// Without --allow-private the policy resolves the name itself: one
+	// that does not resolve is still unreachable, not blocked (it said
+	// "blocked: cannot resolve host", against SCRIPT.md).
+	r := run(t, e, runtime.Spec{AllowHosts: []string{"no-such-host.invalid"}, Script: script(t,
+		map[string]any{"action": "navigate", "url": "http://no-such-host.invalid/"})})
+	if r.Reason != runtime.ReasonStepFailed || !strings.Contains(r.Message, "page unreachable") || !strings.Contains(r.Message, "cannot resolve") {
+		t.Errorf("a name that does not resolve, policy resolving: got %q %q, want step_failed saying the page is unreachable", r.Reason, r.Message)
+	}
 	// The next job on the same browser is unaffected.
 	mustOK(t, run(t, e, loopbackSpec(script(t, map[string]any{"action": "navigate", "url": alivePage(t) + "/"}))))
 }

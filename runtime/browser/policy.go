@@ -20,11 +20,14 @@ const lookupTimeout = 5 * time.Second
 type BlockedError struct {
 	URL    string
 	Reason string
+	cause  error // what the reason says, when it is an error (a name that does not resolve)
 }
 
 func (e *BlockedError) Error() string {
 	return fmt.Sprintf("request to %s blocked: %s", truncate(e.URL, 256), e.Reason)
 }
+
+func (e *BlockedError) Unwrap() error { return e.cause }
 
 // resolver is the part of *net.Resolver the policy uses; tests replace it.
 type resolver interface {
@@ -98,7 +101,7 @@ func (p *policy) checkURL(ctx context.Context, raw string) error {
 		return &BlockedError{URL: raw, Reason: fmt.Sprintf("scheme %q is not allowed (only http and https)", u.Scheme)}
 	}
 	if _, err := p.checkHost(ctx, u.Hostname()); err != nil {
-		return &BlockedError{URL: raw, Reason: err.Error()}
+		return &BlockedError{URL: raw, Reason: err.Error(), cause: err}
 	}
 	return nil
 }
@@ -158,7 +161,7 @@ func (p *policy) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 			addrs[i] = addrs[i].Unmap()
 		}
 		if err != nil {
-			err = fmt.Errorf("cannot resolve host %q: %w", truncate(host, 128), err)
+			err = &resolveError{fmt.Errorf("cannot resolve host %q: %w", truncate(host, 128), err)}
 		}
 		l.addrs, l.err = addrs, err
 		close(l.done)
@@ -172,6 +175,13 @@ func (p *policy) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 		return nil, ctx.Err()
 	}
 }
+
+// resolveError is a host name that does not resolve: the page is
+// unreachable, not refused by the policy.
+type resolveError struct{ err error }
+
+func (e *resolveError) Error() string { return e.err.Error() }
+func (e *resolveError) Unwrap() error { return e.err }
 
 // privateReason says why a is not a public unicast address, or "" if it is.
 func privateReason(a netip.Addr) string { return netguard.PrivateReason(a) }

@@ -117,6 +117,12 @@ func refused(what, sel string, err error) error {
 // for Stderr.
 func (j *job) navigate(ctx context.Context, i int, u string) error {
 	if err := j.pol.checkURL(ctx, u); err != nil {
+		var re *resolveError
+		if errors.As(err, &re) {
+			// A name that does not resolve is a page that cannot be
+			// reached, as SCRIPT.md says, not one the policy refused.
+			return fmt.Errorf("%w: %v", errUnreachable, re)
+		}
 		var be *BlockedError
 		if !errors.As(err, &be) {
 			be = &BlockedError{URL: u, Reason: err.Error()}
