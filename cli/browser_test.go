@@ -130,6 +130,15 @@ func TestBrowserJobThroughCLI(t *testing.T) {
 		t.Fatalf("bad script: %+v, want one 'invalid browser script: steps[0]…'", r)
 	}
 
+	// Wasm-only flags are refused with a browser script (they were taken
+	// and ignored).
+	for _, f := range [][]string{{"--input", "x"}, {"--memory", "32MiB"}, {"--fuel", "1000"}, {"--kv-prefix", "a/"}} {
+		r = c.cli(append([]string{"job", "submit", "--browser", bad}, f...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, f[0]+" applies to wasm jobs only") {
+			t.Fatalf("job submit --browser %v: %+v, want it refused", f, r)
+		}
+	}
+
 	// A plain device may not grant itself network access (policy).
 	cfg := filepath.Join(t.TempDir(), "dev")
 	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", n.Addr()); r.code != 0 {

@@ -236,6 +236,15 @@ func jobSubmit(c *ucli.Context) error {
 	if c.IsSet("wasm") == c.IsSet("browser") {
 		return usageErr("give exactly one of --wasm FILE or --browser SCRIPT.json")
 	}
+	if c.IsSet("browser") {
+		// A browser job has no stdin, no linear memory, no fuel and no
+		// key-value store: these were taken and ignored.
+		for _, f := range []string{"input", "input-file", "memory", "fuel", "kv-prefix"} {
+			if c.IsSet(f) {
+				return usageErr("--%s applies to wasm jobs only; a browser job's limits are --timeout and --max-output (runtime/browser/SCRIPT.md)", f)
+			}
+		}
+	}
 	constraints, err := submitFlagValues(c)
 	if err != nil {
 		return err
