@@ -206,7 +206,7 @@ func artifactCommand() *ucli.Command {
 		Name:      "artifact",
 		Usage:     "download a job's artifact (a screenshot, a PDF)",
 		ArgsUsage: "JOB_ID NAME",
-		Flags:     []ucli.Flag{&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` (default: NAME in the current directory; - for stdout)"}},
+		Flags:     []ucli.Flag{&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` (default: NAME in the current directory; - for stdout)"}, jsonFlag},
 		Action: func(c *ucli.Context) error {
 			if c.NArg() != 2 {
 				return usageErr("job artifact takes JOB_ID and NAME (names are listed by 'palyra job get ID --json')")
@@ -215,12 +215,25 @@ func artifactCommand() *ucli.Command {
 			if out == "" {
 				out = filepath.Base(c.Args().Get(1))
 			}
+			if out == "-" && c.Bool("json") {
+				return usageErr("-o - writes the artifact's bytes to stdout; --json describes a file written: give one of them")
+			}
 			cl, err := dial(c)
 			if err != nil {
 				return err
 			}
 			defer cl.Close()
-			return saveArtifact(c, cl, c.Args().Get(0), c.Args().Get(1), out)
+			if err := saveArtifact(c, cl, c.Args().Get(0), c.Args().Get(1), out); err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				fi, err := os.Stat(out)
+				if err != nil {
+					return fail(c, &client.Error{Code: "io", Message: err.Error()})
+				}
+				return writeJSON(c.App.Writer, map[string]any{"job_id": c.Args().Get(0), "name": c.Args().Get(1), "path": out, "bytes": fi.Size()})
+			}
+			return nil
 		},
 	}
 }

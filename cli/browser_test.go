@@ -101,6 +101,15 @@ func TestBrowserJobThroughCLI(t *testing.T) {
 	if r := c.cli("job", "list"); r.code != 0 || !regexp.MustCompile(`(?m)^`+j.ID+` +browser +completed`).MatchString(r.stdout) {
 		t.Fatalf("job list: %+v, want the job with its kind", r)
 	}
+	// --json describes the file written, as every command that prints
+	// takes --json ("unknown flag" before).
+	var art struct {
+		Path  string `json:"path"`
+		Bytes int    `json:"bytes"`
+	}
+	if r := c.cli("job", "artifact", j.ID, "page.png", "-o", out, "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &art) != nil || art.Path != out || art.Bytes != len(data) {
+		t.Fatalf("artifact --json: %+v → %+v", r, art)
+	}
 	// -o - is stdout, byte for byte (a file named "-" was written).
 	if r := c.cli("job", "artifact", j.ID, "page.png", "-o", "-"); r.code != 0 || r.stdout != string(data) || !strings.Contains(r.stderr, "wrote stdout") {
 		t.Fatalf("artifact -o -: exit %d, %d bytes on stdout (want %d), stderr %q", r.code, len(r.stdout), len(data), r.stderr)
