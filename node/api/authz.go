@@ -122,7 +122,9 @@ func (a *Authorizer) Check(ctx context.Context, action string, res policy.Resour
 	if d.Allow {
 		return nil
 	}
-	hint := "ask an operator to allow it; see the policy with 'palyra policy get'"
+	// Not "see 'palyra policy get'": a caller who is not an operator is
+	// denied that too.
+	hint := "ask an operator to allow it (operators read and change the policy with 'palyra policy get' and 'palyra policy set')"
 	if pp.Operator {
 		// An operator is the one who can change it.
 		hint = "the cluster's policy refuses it, operators included: change it with 'palyra policy get > p.cedar', edit, 'palyra policy set p.cedar'"
