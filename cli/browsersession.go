@@ -65,7 +65,11 @@ func browserCommand() *ucli.Command {
    N is the step's place in the call, from 0; two steps of one call may not
    use the same name. Steps other than navigate get 5s each. TEXT… and
    EXPRESSION… are taken as written, spaces and newlines kept; a TARGET with
-   spaces goes in quotes within the step: "type 'form #user' ada".`,
+   spaces goes in quotes within the step: "type 'form #user' ada".
+   Limits: 64 steps per call, 256 per session; observe lists at most 200
+   elements (name the others by CSS selector); a
+   screenshot step's PNG at most 256 KiB ('palyra browser screenshot'
+   falls back to JPEG).`,
 				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "output-dir", Usage: "write screenshots and PDFs the steps make to `DIR`", Value: "."}, jsonFlag},
 				Action: browserDo,
 			},
