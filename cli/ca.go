@@ -41,11 +41,17 @@ func caCommand() *ucli.Command {
 								"holds": nonNil(n.Holds), "cert_root": n.CertRoot,
 								"cert_expires": msTime(n.CertExpiresMs), "cert_renew_at": msTime(n.CertRenewAtMs)})
 						}
-						return writeJSON(c.App.Writer, map[string]any{"roots": rootsJSON(resp.Msg.Roots), "rotating": resp.Msg.Rotating, "nodes": nodes})
+						l := resp.Msg.GetLedger()
+						return writeJSON(c.App.Writer, map[string]any{"roots": rootsJSON(resp.Msg.Roots), "rotating": resp.Msg.Rotating, "nodes": nodes,
+							"certificate_ledger": map[string]any{"started": l.GetStarted(), "complete": l.GetComplete(),
+								"since": msTime(l.GetSinceMs()), "certificates": l.GetCertificates(), "unrecorded_until": msTime(l.GetUnrecordedUntilMs())}})
 					}
 					printRoots(c, resp.Msg.Roots)
 					if resp.Msg.Rotating {
 						fmt.Fprintln(c.App.Writer, "a rotation is in progress: the new root becomes active once every live voter holds its key")
+					}
+					if l := resp.Msg.GetLedger(); l != nil {
+						fmt.Fprintln(c.App.Writer, ledgerLine(l))
 					}
 					fmt.Fprintln(c.App.Writer)
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
@@ -161,6 +167,20 @@ func dash(s string) string {
 
 // certExpiry is when a node's certificate expires, with how long that is
 // from now ("-" when the node does not say).
+// ledgerLine says what the certificate ledger holds and what it accepts.
+func ledgerLine(l *palyrav1.CertLedgerStatus) string {
+	if !l.Started {
+		return "certificate ledger: not started yet (the leader starts it); every certificate the CA signs is accepted"
+	}
+	since := time.UnixMilli(l.SinceMs).UTC()
+	if l.Complete {
+		return fmt.Sprintf("certificate ledger: %d certificates recorded; nodes accept only those (since %s): one signed with the CA key outside the cluster is refused",
+			l.Certificates, since.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("certificate ledger: %d certificates recorded; nodes accept only those, and until they expire (%s at the latest) the ones issued before %s that it lacks (it was restarted by a restore, a recovery or an upgrade)",
+		l.Certificates, time.UnixMilli(l.UnrecordedUntilMs).UTC().Format(time.RFC3339), since.Format(time.RFC3339))
+}
+
 func certExpiry(ms int64, now time.Time) string {
 	if ms == 0 {
 		return "-"

@@ -90,11 +90,21 @@ func TestDeviceRenewsAfterCommands(t *testing.T) {
 			Expires  string `json:"cert_expires"`
 			RenewAt  string `json:"cert_renew_at"`
 		}
+		Ledger struct {
+			Started, Complete bool
+			Certificates      int
+		} `json:"certificate_ledger"`
 	}
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil || len(st.Roots) != 1 || st.Roots[0].State != "active" ||
 		st.Roots[0].Fingerprint != rot.NewRoot || len(st.Nodes) != 1 || !strings.HasPrefix(rot.NewRoot, st.Nodes[0].CertRoot) ||
 		len(st.Roots[0].Holders) != 1 {
 		t.Fatalf("ca status after the rotation: %+v\n%+v", r, st)
+	}
+	// Every certificate issued (the node's and the device's renewals onto
+	// the new root among them) is in the ledger, which a new cluster starts
+	// complete.
+	if l := st.Ledger; !l.Started || !l.Complete || l.Certificates < 4 {
+		t.Fatalf("ca status: certificate ledger %+v, want started, complete, and the node's, its operator's and the device's certificates and renewals", l)
 	}
 	// The node says when its certificate expires and when it renews it
 	// (a 9 s lifetime here, renewed two thirds in).
@@ -103,7 +113,8 @@ func TestDeviceRenewsAfterCommands(t *testing.T) {
 	if err1 != nil || err2 != nil || !renew.Before(exp) || exp.Sub(renew) > 9*time.Second || time.Until(exp) > 10*time.Second || time.Until(exp) < -10*time.Second {
 		t.Fatalf("ca status: certificate expires %q, renews %q", st.Nodes[0].Expires, st.Nodes[0].RenewAt)
 	}
-	if r := c.cli("ca", "status"); r.code != 0 || !strings.Contains(r.stdout, "CERTIFICATE EXPIRES") || !strings.Contains(r.stdout, exp.UTC().Format("2006-01-02")) {
+	if r := c.cli("ca", "status"); r.code != 0 || !strings.Contains(r.stdout, "CERTIFICATE EXPIRES") || !strings.Contains(r.stdout, exp.UTC().Format("2006-01-02")) ||
+		!strings.Contains(r.stdout, "nodes accept only those") {
 		t.Fatalf("ca status (text) does not show the certificate's expiry: %+v", r)
 	}
 	if r := c.cli("ca", "rotate", "--overlap", "1s"); r.code != 1 || !strings.Contains(r.stderr, "--overlap between") {

@@ -118,6 +118,10 @@ func commandTimes(cmd *raftpb.Command) []timeGroup {
 		return one(&c.UseToken.AtMs)
 	case *raftpb.Command_RevokeCert:
 		return one(&c.RevokeCert.AtMs)
+	case *raftpb.Command_RecordCerts:
+		return one(&c.RecordCerts.AtMs)
+	case *raftpb.Command_StartCertLedger:
+		return one(&c.StartCertLedger.AtMs)
 	case *raftpb.Command_SetPolicy:
 		return one(&c.SetPolicy.AtMs)
 	case *raftpb.Command_SetSecret:

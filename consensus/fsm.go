@@ -189,6 +189,10 @@ func (s *State) apply(index uint64, cmd *raftpb.Command) ApplyResult {
 		return s.applyUseToken(c.UseToken)
 	case *raftpb.Command_RevokeCert:
 		return s.applyRevokeCert(c.RevokeCert)
+	case *raftpb.Command_RecordCerts:
+		return s.applyRecordCerts(c.RecordCerts)
+	case *raftpb.Command_StartCertLedger:
+		return s.applyStartCertLedger(c.StartCertLedger)
 	case *raftpb.Command_SetPolicy:
 		return s.applySetPolicy(c.SetPolicy)
 	case *raftpb.Command_ExpireJob:

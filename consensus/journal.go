@@ -92,6 +92,12 @@ func (s *State) auditCommand(cmd *raftpb.Command, res ApplyResult) {
 		s.audit(c.RevokeMember.AtMs, c.RevokeMember.By, "member.revoke", c.RevokeMember.Kind+":"+c.RevokeMember.Id, "")
 	case *raftpb.Command_RevokeCert:
 		s.audit(c.RevokeCert.AtMs, "", "cert.revoke", "serial:"+c.RevokeCert.Serial, c.RevokeCert.Reason)
+	case *raftpb.Command_RecordCerts:
+		for _, r := range c.RecordCerts.Certs {
+			s.audit(c.RecordCerts.AtMs, "", "cert.issue", r.Kind+":"+r.Id, "serial:"+r.Serial)
+		}
+	case *raftpb.Command_StartCertLedger:
+		s.audit(c.StartCertLedger.AtMs, "", "cert.ledger", "ledger", fmt.Sprintf("complete=%v %s", c.StartCertLedger.Complete, c.StartCertLedger.Reason))
 	case *raftpb.Command_SetPolicy:
 		s.audit(c.SetPolicy.AtMs, c.SetPolicy.By, "policy.set", "policy", fmt.Sprintf("version=%d sha256=%s", s.id.policy.Version, sha256hex(c.SetPolicy.Source)))
 	case *raftpb.Command_SetSecret:

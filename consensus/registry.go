@@ -92,11 +92,13 @@ type identityState struct {
 	revokedSerials map[string]bool
 	policy         Policy
 	trust          trustState
+	ledger         certLedger
 }
 
 func newIdentityState() identityState {
 	return identityState{pairings: map[string]*Pairing{}, members: map[string]*Member{},
-		usedTokens: map[string]int64{}, revokedSerials: map[string]bool{}}
+		usedTokens: map[string]int64{}, revokedSerials: map[string]bool{},
+		ledger: certLedger{certs: map[string]*issuedCert{}}}
 }
 
 func pairingFromPB(r *raftpb.PairingRecord) Pairing {
@@ -446,6 +448,7 @@ func (s *State) snapshotIdentity(snap *raftpb.Snapshot) {
 		snap.Policy = &raftpb.PolicyRecord{Source: p.Source, Version: p.Version, SetAtMs: p.SetAtMS, SetBy: p.SetBy}
 	}
 	s.snapshotTrust(snap)
+	s.snapshotCertLedger(snap)
 }
 
 func (s *State) restoreIdentity(snap *raftpb.Snapshot) {
@@ -468,6 +471,7 @@ func (s *State) restoreIdentity(snap *raftpb.Snapshot) {
 		s.id.policy = Policy{Source: p.Source, Version: p.Version, SetAtMS: p.SetAtMs, SetBy: p.SetBy}
 	}
 	s.restoreTrust(snap)
+	s.restoreCertLedger(snap)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -25,6 +25,7 @@ import (
 	"github.com/smallstep/certificates/authority/provisioner"
 	"github.com/smallstep/certificates/db"
 	"go.step.sm/crypto/jose"
+	"golang.org/x/crypto/ssh"
 )
 
 const (
@@ -86,7 +87,26 @@ type borrowedDB struct{ db.AuthDB }
 
 func (borrowedDB) Shutdown() error { return nil }
 
-var _ db.AuthDB = borrowedDB{}
+// StoreCertificate passes the authority's issued leaves on to the
+// borrowed database when it keeps them (the cluster's ledger does).
+func (b borrowedDB) StoreCertificate(c *x509.Certificate) error {
+	if s, ok := b.AuthDB.(db.CertificateStorer); ok {
+		return s.StoreCertificate(c)
+	}
+	return db.ErrNotImplemented
+}
+
+func (b borrowedDB) StoreSSHCertificate(c *ssh.Certificate) error {
+	if s, ok := b.AuthDB.(db.CertificateStorer); ok {
+		return s.StoreSSHCertificate(c)
+	}
+	return db.ErrNotImplemented
+}
+
+var (
+	_ db.AuthDB            = borrowedDB{}
+	_ db.CertificateStorer = borrowedDB{}
+)
 
 // newStepAuthority starts an embedded authority that signs leaves directly
 // with the root key.
@@ -242,13 +262,17 @@ func (s *stepAuthority) close() error {
 	return s.auth.Shutdown()
 }
 
-// TokenLedger is the replicated record the CA keeps its one-time token ids
-// and revoked serials in. UseToken must return false (and no error) for a
-// token id that was used before anywhere in the cluster.
+// TokenLedger is the replicated record the CA keeps its one-time token ids,
+// revoked serials and issued certificates in. UseToken must return false
+// (and no error) for a token id that was used before anywhere in the
+// cluster. RecordCert must have recorded leaf, durably and cluster-wide,
+// when it returns nil: the certificate is handed out only then, and peers
+// accept only certificates the ledger holds.
 type TokenLedger interface {
 	UseToken(id string) (bool, error)
 	IsSerialRevoked(serial string) bool
 	RevokeSerial(serial, reason string) error
+	RecordCert(leaf *x509.Certificate) error
 }
 
 // WithTokenLedger keeps the authority's one-time-token and revocation state
@@ -257,11 +281,21 @@ func WithTokenLedger(l TokenLedger) CAOption {
 	return WithAuthDB(ledgerDB{l})
 }
 
-// ledgerDB adapts a TokenLedger to smallstep's db.AuthDB. Certificates are
-// not stored (the cluster does not need them back); SSH is not used.
+// ledgerDB adapts a TokenLedger to smallstep's db.AuthDB. The authority
+// stores every leaf it signs (StoreCertificate) before Sign returns it, and
+// a failed store fails the signing; certificates are not read back; SSH is
+// not used.
 type ledgerDB struct{ l TokenLedger }
 
-var _ db.AuthDB = ledgerDB{}
+var (
+	_ db.AuthDB            = ledgerDB{}
+	_ db.CertificateStorer = ledgerDB{}
+)
+
+func (d ledgerDB) StoreCertificate(crt *x509.Certificate) error { return d.l.RecordCert(crt) }
+func (d ledgerDB) StoreSSHCertificate(*ssh.Certificate) error {
+	return errors.New("ssh certificates are not used by palyra")
+}
 
 func (d ledgerDB) IsRevoked(sn string) (bool, error) { return d.l.IsSerialRevoked(sn), nil }
 func (d ledgerDB) IsSSHRevoked(string) (bool, error) { return false, nil }

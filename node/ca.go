@@ -522,6 +522,7 @@ func (k *caKeeper) lead(ctx context.Context, b consensus.TrustBundle) {
 	if !ok {
 		return
 	}
+	k.startLedger(ctx)
 	members := k.n.cluster.Members()
 	if b.Rotation != nil {
 		pending, ok := b.Pending()
@@ -568,6 +569,25 @@ func (k *caKeeper) lead(ctx context.Context, b consensus.TrustBundle) {
 		if k.propose(ctx, &raftpb.CATrust{Op: &raftpb.CATrust_Drop{Drop: &raftpb.CADropRoot{Fingerprint: r.Fingerprint}}}, "drop the retired CA root") {
 			k.log.Info("CA rotation: the old root is no longer trusted", "root", prefix(r.Fingerprint))
 		}
+	}
+}
+
+// startLedger starts the certificate ledger of a cluster made before it
+// (members registered, no ledger): certificates issued before now are
+// accepted until they expire (at most consensus.MaxCertLifetimeMS), every
+// one issued from now on must be in it. A new cluster's init node starts
+// its ledger complete before registering any member.
+func (k *caKeeper) startLedger(ctx context.Context) {
+	st := k.n.store.State()
+	if _, _, started := st.CertLedgerStarted(); started || len(st.Members("node")) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := k.n.apply(cctx, &raftpb.Command{Cmd: &raftpb.Command_StartCertLedger{StartCertLedger: &raftpb.StartCertLedger{
+		AtMs: time.Now().UnixMilli(), Reason: "a cluster made before the ledger: earlier certificates are accepted until they expire"}}})
+	if err != nil && !errors.Is(err, consensus.ErrConflict) {
+		k.log.Warn("could not start the certificate ledger", "err", err)
 	}
 }
 

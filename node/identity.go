@@ -16,13 +16,22 @@ import (
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
-// peerCheck refuses revoked principals and certificates in every TLS
-// handshake. Before raft is open nothing is known to be revoked.
+// peerCheck refuses revoked principals and certificates, and certificates
+// the cluster's ledger does not hold, in every TLS handshake. Before raft
+// is open nothing is known to be revoked.
 func (n *Node) peerCheck(p identity.Principal, leaf *x509.Certificate) error {
-	st := n.stateOrNil()
-	if st == nil {
+	store := n.storeOrNil()
+	if store == nil {
 		return nil
 	}
+	if err := revokedCheck(store.State(), p, leaf); err != nil {
+		return err
+	}
+	return n.ledgerCheck(store, p, leaf)
+}
+
+// revokedCheck refuses a revoked principal or certificate.
+func revokedCheck(st *consensus.State, p identity.Principal, leaf *x509.Certificate) error {
 	if st.IsRevoked(string(p.Kind), p.ID) {
 		return fmt.Errorf("%s has been revoked", p)
 	}
@@ -32,13 +41,56 @@ func (n *Node) peerCheck(p identity.Principal, leaf *x509.Certificate) error {
 	return nil
 }
 
+// Waits of ledgerCheck: how long a certificate the ledger lacks is looked
+// for again (the record may be committed and not applied here yet: the
+// signer hands a certificate out once the leader has applied its record),
+// and how recently a follower must have heard from its leader for its
+// ledger to be taken as the cluster's.
+var (
+	ledgerWait    = time.Second
+	ledgerPoll    = 20 * time.Millisecond
+	ledgerCurrent = 500 * time.Millisecond
+)
+
+// ledgerCheck accepts leaf if the certificate ledger holds it for p (or
+// does not judge it: not started, or issued before a restart of the
+// ledger). A leaf it lacks is looked for again for ledgerWait, then refused
+// if this replica is current, and accepted with a warning if it is not:
+// a node cut off from its leader, or restarting behind it, cannot tell a
+// certificate issued since from a forged one, and refusing its peers
+// would keep it from ever catching up.
+func (n *Node) ledgerCheck(store *consensus.Store, p identity.Principal, leaf *x509.Certificate) error {
+	verdict, why := store.State().CertStatus(leaf, string(p.Kind), p.ID)
+	for deadline := time.Now().Add(ledgerWait); verdict == consensus.CertUnknown && time.Now().Before(deadline); {
+		time.Sleep(ledgerPoll)
+		verdict, why = store.State().CertStatus(leaf, string(p.Kind), p.ID)
+	}
+	switch verdict {
+	case consensus.CertRecorded, consensus.CertUnchecked:
+		return nil
+	case consensus.CertUnknown:
+		if !store.Current(ledgerCurrent) {
+			n.ledgerWarn.Do(func() {
+				n.log.Warn("accepted a certificate this node's ledger lacks: this node is not in touch with a leader, so it cannot tell one issued since from a forged one",
+					"peer", p.String(), "serial", leaf.SerialNumber.String())
+			})
+			return nil
+		}
+	}
+	return fmt.Errorf("%s; a certificate signed with the CA key outside the cluster is refused: pair again ('palyra pair create'), and if the CA key left a machine, rotate it ('palyra ca rotate')", why)
+}
+
 func (n *Node) stateOrNil() *consensus.State {
+	if s := n.storeOrNil(); s != nil {
+		return s.State()
+	}
+	return nil
+}
+
+func (n *Node) storeOrNil() *consensus.Store {
 	n.storeMu.RLock()
 	defer n.storeMu.RUnlock()
-	if n.store == nil {
-		return nil
-	}
-	return n.store.State()
+	return n.store
 }
 
 // tokenLedger keeps the CA's one-time tokens and revocations in Raft.
@@ -57,6 +109,23 @@ func (l tokenLedger) UseToken(id string) (bool, error) {
 func (l tokenLedger) IsSerialRevoked(serial string) bool {
 	st := l.n.stateOrNil()
 	return st != nil && st.IsSerialRevoked(serial)
+}
+
+// RecordCert commits leaf to the certificate ledger; the CA hands the
+// certificate out only once that returns.
+func (l tokenLedger) RecordCert(leaf *x509.Certificate) error {
+	p, err := identity.PrincipalFromCert(leaf)
+	if err != nil {
+		return fmt.Errorf("record certificate: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = l.n.apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_RecordCerts{RecordCerts: &raftpb.RecordCerts{
+		Certs: []*raftpb.IssuedCert{consensus.IssuedCertPB(leaf, string(p.Kind), p.ID)}, AtMs: time.Now().UnixMilli()}}})
+	if err != nil {
+		return fmt.Errorf("record certificate %s in the cluster's ledger: %w", leaf.SerialNumber, err)
+	}
+	return nil
 }
 
 func (l tokenLedger) RevokeSerial(serial, reason string) error {
@@ -78,6 +147,11 @@ func (n *Node) registerInitMembers(ctx context.Context) error {
 		return err
 	}
 	now := time.Now().UnixMilli()
+	if _, ok := st.Member("node", n.state.NodeID); !ok {
+		if err := n.startCertLedger(ctx); err != nil {
+			return err
+		}
+	}
 	if err := add(consensus.Member{Kind: "node", ID: n.state.NodeID, AddedAtMS: now, AddedBy: "init", Labels: n.cfg.Labels}); err != nil {
 		return fmt.Errorf("register node: %w", err)
 	}
@@ -85,6 +159,35 @@ func (n *Node) registerInitMembers(ctx context.Context) error {
 		if err := add(consensus.Member{Kind: "device", ID: n.state.OperatorID, Name: "local operator", Operator: true, AddedAtMS: now, AddedBy: "init"}); err != nil {
 			return fmt.Errorf("register local operator: %w", err)
 		}
+	}
+	return nil
+}
+
+// startCertLedger starts a new cluster's certificate ledger complete: it
+// records the two certificates signed before raft was open (this node's
+// and its local operator's), then says every certificate the cluster
+// accepts from here on is in the ledger. A cluster whose ledger is
+// started already (a restore, a restart after a failed first start) is
+// left as it is.
+func (n *Node) startCertLedger(ctx context.Context) error {
+	if _, _, started := n.store.State().CertLedgerStarted(); started {
+		return nil
+	}
+	certs := []*raftpb.IssuedCert{consensus.IssuedCertPB(n.cred.Current().Leaf, "node", n.state.NodeID)}
+	if n.state.OperatorID != "" {
+		op, err := identity.LoadCredential(n.layout.OperatorDir())
+		if err != nil {
+			return fmt.Errorf("read the local operator's certificate: %w", err)
+		}
+		certs = append(certs, consensus.IssuedCertPB(op.Leaf, "device", n.state.OperatorID))
+	}
+	now := time.Now().UnixMilli()
+	if _, err := n.apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_RecordCerts{RecordCerts: &raftpb.RecordCerts{Certs: certs, AtMs: now}}}); err != nil {
+		return fmt.Errorf("record the first certificates: %w", err)
+	}
+	_, err := n.apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_StartCertLedger{StartCertLedger: &raftpb.StartCertLedger{AtMs: now, Complete: true, Reason: "new cluster"}}})
+	if err != nil && !errors.Is(err, consensus.ErrConflict) {
+		return fmt.Errorf("start the certificate ledger: %w", err)
 	}
 	return nil
 }

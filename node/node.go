@@ -16,6 +16,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"golang.org/x/time/rate"
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
@@ -44,8 +45,11 @@ type Node struct {
 	cred    *identity.Live
 	credMu  sync.Mutex // serialises saving and swapping this node's credentials
 	keeper  *caKeeper  // the cluster CA keys this node holds (voters), the trust bundle
-	metaMu  sync.Mutex
-	labels  map[string]string // gossiped labels: the configured ones and the CA's
+	// ledgerWarn: at most one warning a minute about certificates accepted
+	// unjudged while this node is not current (ledgerCheck).
+	ledgerWarn rate.Sometimes
+	metaMu     sync.Mutex
+	labels     map[string]string // gossiped labels: the configured ones and the CA's
 	// refused: the cluster refuses this node (watchSelfRefused); raft's
 	// warnings and errors are debug meanwhile.
 	refused atomic.Bool
@@ -134,7 +138,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if tightened {
 		cfg.Logger.Warn("the data dir was open to other users; made it private (0700)", "data_dir", l.Dir)
 	}
-	n := &Node{cfg: cfg, layout: l, leaveReq: make(chan struct{})}
+	n := &Node{cfg: cfg, layout: l, leaveReq: make(chan struct{}),
+		ledgerWarn: rate.Sometimes{First: 1, Interval: time.Minute}}
 	if n.unlock, err = l.lock(); err != nil {
 		return nil, err
 	}

@@ -84,6 +84,13 @@ func Recover(cfg RecoverConfig) (RecoverResult, error) {
 					}
 				}
 			}
+			// Certificates recorded only in entries this node never
+			// received are lost with them: the ledger accepts what was
+			// issued before now until it expires.
+			if _, _, started := s.CertLedgerStarted(); started {
+				cmds = append(cmds, &raftpb.Command{Cmd: &raftpb.Command_StartCertLedger{StartCertLedger: &raftpb.StartCertLedger{
+					AtMs: at, Reason: "node recover on " + st.NodeID + ": certificates issued before are accepted until they expire"}}})
+			}
 			return cmds
 		},
 	})

@@ -262,9 +262,10 @@ func Restore(ctx context.Context, src io.Reader, cfg RestoreConfig) (_ RestoreIn
 			var err error
 			contents, err = consensus.SeedSnapshot(consensus.SeedConfig{Dir: l.RaftDir(), NodeID: nodeP.ID, Address: addr,
 				Index: hdr.RaftIndex, Term: hdr.RaftTerm, Logger: cfg.Logger, After: func(c consensus.SnapshotContents) []*raftpb.Command {
-					cmds, ids := revokeOldNodes(c.Members, time.Now().UnixMilli(), "snapshot restore")
+					at := time.Now().UnixMilli()
+					cmds, ids := revokeOldNodes(c.Members, at, "snapshot restore")
 					info.Revoked = ids
-					return cmds
+					return append(cmds, restoredLedger(l, nodeP, opP, at)...)
 				}}, r)
 			return stateErr(err)
 		},
@@ -329,6 +330,27 @@ func restoreIdentity(ctx context.Context, l Layout, k backup.Keys, hdr backup.He
 		return fmt.Errorf("issue operator credential: %w", err)
 	}
 	return nil
+}
+
+// restoredLedger returns the commands that record the restored node's and
+// operator's certificates and restart the certificate ledger: whatever
+// the cluster issued after the snapshot was taken is not in it, so
+// certificates issued before now are accepted until they expire.
+func restoredLedger(l Layout, nodeP, opP identity.Principal, at int64) []*raftpb.Command {
+	var certs []*raftpb.IssuedCert
+	for _, c := range []struct {
+		dir string
+		p   identity.Principal
+	}{{l.NodeCredDir(), nodeP}, {l.OperatorDir(), opP}} {
+		if cred, err := identity.LoadCredential(c.dir); err == nil {
+			certs = append(certs, consensus.IssuedCertPB(cred.Leaf, string(c.p.Kind), c.p.ID))
+		}
+	}
+	return []*raftpb.Command{
+		{Cmd: &raftpb.Command_RecordCerts{RecordCerts: &raftpb.RecordCerts{Certs: certs, AtMs: at}}},
+		{Cmd: &raftpb.Command_StartCertLedger{StartCertLedger: &raftpb.StartCertLedger{AtMs: at,
+			Reason: "snapshot restore: certificates issued before are accepted until they expire"}}},
+	}
 }
 
 // revokeOldNodes returns commands revoking every node member not revoked

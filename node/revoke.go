@@ -37,7 +37,7 @@ func (n *Node) watchRevocations(ctx context.Context) {
 					return false
 				}
 				p, err := identity.PrincipalFromCert(cs.PeerCertificates[0])
-				return err == nil && n.peerCheck(p, cs.PeerCertificates[0]) != nil
+				return err == nil && revokedCheck(st, p, cs.PeerCertificates[0]) != nil
 			})
 			n.log.Info("revocation: cut live connections", "revoked", fresh, "connections", dropped)
 			if n.store.IsLeader() {

@@ -111,7 +111,13 @@ func (is identityService) GetCA(ctx context.Context, _ *connect.Request[palyrav1
 		return nil, err
 	}
 	roots, nodes := s.caView()
-	return connect.NewResponse(&palyrav1.GetCAResponse{Roots: roots, Nodes: nodes, Rotating: s.control.State().Trust().Rotation != nil}), nil
+	st := s.control.State()
+	since, complete, started := st.CertLedgerStarted()
+	ledger := &palyrav1.CertLedgerStatus{Started: started, Complete: complete, SinceMs: since, Certificates: uint32(st.IssuedCerts())}
+	if started && !complete {
+		ledger.UnrecordedUntilMs = since + consensus.MaxCertLifetimeMS
+	}
+	return connect.NewResponse(&palyrav1.GetCAResponse{Roots: roots, Nodes: nodes, Rotating: st.Trust().Rotation != nil, Ledger: ledger}), nil
 }
 
 // RotateCA asks the cluster for a new CA root. The request is committed

@@ -31,6 +31,8 @@ type State interface {
 	IsRevoked(kind, id string) bool
 	IsSerialRevoked(serial string) bool
 	Trust() consensus.TrustBundle
+	CertLedgerStarted() (sinceMS int64, complete, started bool)
+	IssuedCerts() int
 
 	// Secrets (sealed).
 	Secret(name string) (consensus.Secret, bool)

@@ -1006,6 +1006,7 @@ type GetCAResponse struct {
 	Roots         []*CARoot              `protobuf:"bytes,1,rep,name=roots,proto3" json:"roots,omitempty"`
 	Rotating      bool                   `protobuf:"varint,2,opt,name=rotating,proto3" json:"rotating,omitempty"` // a rotation was requested and its root is not active yet
 	Nodes         []*CANode              `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Ledger        *CertLedgerStatus      `protobuf:"bytes,4,opt,name=ledger,proto3" json:"ledger,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1061,6 +1062,94 @@ func (x *GetCAResponse) GetNodes() []*CANode {
 	return nil
 }
 
+func (x *GetCAResponse) GetLedger() *CertLedgerStatus {
+	if x != nil {
+		return x.Ledger
+	}
+	return nil
+}
+
+// CertLedgerStatus: the record of every certificate the cluster issued,
+// which nodes check each peer's certificate against (identity/DESIGN.md).
+type CertLedgerStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Started bool                   `protobuf:"varint,1,opt,name=started,proto3" json:"started,omitempty"`
+	// complete: every certificate the cluster accepts is recorded. Otherwise
+	// (a restore, a recovery, a cluster made before the ledger) certificates
+	// issued before since_ms that it lacks are accepted until they expire.
+	Complete          bool   `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
+	SinceMs           int64  `protobuf:"varint,3,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`
+	Certificates      uint32 `protobuf:"varint,4,opt,name=certificates,proto3" json:"certificates,omitempty"`                                      // unexpired certificates recorded
+	UnrecordedUntilMs int64  `protobuf:"varint,5,opt,name=unrecorded_until_ms,json=unrecordedUntilMs,proto3" json:"unrecorded_until_ms,omitempty"` // not complete: when the last of those may expire
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *CertLedgerStatus) Reset() {
+	*x = CertLedgerStatus{}
+	mi := &file_palyra_v1_identity_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertLedgerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertLedgerStatus) ProtoMessage() {}
+
+func (x *CertLedgerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_identity_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertLedgerStatus.ProtoReflect.Descriptor instead.
+func (*CertLedgerStatus) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CertLedgerStatus) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
+func (x *CertLedgerStatus) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *CertLedgerStatus) GetSinceMs() int64 {
+	if x != nil {
+		return x.SinceMs
+	}
+	return 0
+}
+
+func (x *CertLedgerStatus) GetCertificates() uint32 {
+	if x != nil {
+		return x.Certificates
+	}
+	return 0
+}
+
+func (x *CertLedgerStatus) GetUnrecordedUntilMs() int64 {
+	if x != nil {
+		return x.UnrecordedUntilMs
+	}
+	return 0
+}
+
 type RotateCARequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	OverlapMs     int64                  `protobuf:"varint,1,opt,name=overlap_ms,json=overlapMs,proto3" json:"overlap_ms,omitempty"` // how long the old root stays trusted; 0 = the certificate lifetime
@@ -1070,7 +1159,7 @@ type RotateCARequest struct {
 
 func (x *RotateCARequest) Reset() {
 	*x = RotateCARequest{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[15]
+	mi := &file_palyra_v1_identity_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1171,7 @@ func (x *RotateCARequest) String() string {
 func (*RotateCARequest) ProtoMessage() {}
 
 func (x *RotateCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[15]
+	mi := &file_palyra_v1_identity_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1184,7 @@ func (x *RotateCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateCARequest.ProtoReflect.Descriptor instead.
 func (*RotateCARequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{15}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RotateCARequest) GetOverlapMs() int64 {
@@ -1118,7 +1207,7 @@ type RotateCAResponse struct {
 
 func (x *RotateCAResponse) Reset() {
 	*x = RotateCAResponse{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[16]
+	mi := &file_palyra_v1_identity_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1219,7 @@ func (x *RotateCAResponse) String() string {
 func (*RotateCAResponse) ProtoMessage() {}
 
 func (x *RotateCAResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[16]
+	mi := &file_palyra_v1_identity_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1232,7 @@ func (x *RotateCAResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateCAResponse.ProtoReflect.Descriptor instead.
 func (*RotateCAResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{16}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RotateCAResponse) GetOldFingerprint() string {
@@ -1197,7 +1286,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[17]
+	mi := &file_palyra_v1_identity_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1298,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[17]
+	mi := &file_palyra_v1_identity_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1311,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{17}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Member) GetKind() string {
@@ -1289,7 +1378,7 @@ type ListDevicesRequest struct {
 
 func (x *ListDevicesRequest) Reset() {
 	*x = ListDevicesRequest{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[18]
+	mi := &file_palyra_v1_identity_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1390,7 @@ func (x *ListDevicesRequest) String() string {
 func (*ListDevicesRequest) ProtoMessage() {}
 
 func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[18]
+	mi := &file_palyra_v1_identity_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1403,7 @@ func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesRequest.ProtoReflect.Descriptor instead.
 func (*ListDevicesRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{18}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{19}
 }
 
 type ListDevicesResponse struct {
@@ -1326,7 +1415,7 @@ type ListDevicesResponse struct {
 
 func (x *ListDevicesResponse) Reset() {
 	*x = ListDevicesResponse{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[19]
+	mi := &file_palyra_v1_identity_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1427,7 @@ func (x *ListDevicesResponse) String() string {
 func (*ListDevicesResponse) ProtoMessage() {}
 
 func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[19]
+	mi := &file_palyra_v1_identity_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1440,7 @@ func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesResponse.ProtoReflect.Descriptor instead.
 func (*ListDevicesResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{19}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListDevicesResponse) GetDevices() []*Member {
@@ -1371,7 +1460,7 @@ type RevokeMemberRequest struct {
 
 func (x *RevokeMemberRequest) Reset() {
 	*x = RevokeMemberRequest{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[20]
+	mi := &file_palyra_v1_identity_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1472,7 @@ func (x *RevokeMemberRequest) String() string {
 func (*RevokeMemberRequest) ProtoMessage() {}
 
 func (x *RevokeMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[20]
+	mi := &file_palyra_v1_identity_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1485,7 @@ func (x *RevokeMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeMemberRequest.ProtoReflect.Descriptor instead.
 func (*RevokeMemberRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{20}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokeMemberRequest) GetKind() string {
@@ -1422,7 +1511,7 @@ type RevokeMemberResponse struct {
 
 func (x *RevokeMemberResponse) Reset() {
 	*x = RevokeMemberResponse{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[21]
+	mi := &file_palyra_v1_identity_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1523,7 @@ func (x *RevokeMemberResponse) String() string {
 func (*RevokeMemberResponse) ProtoMessage() {}
 
 func (x *RevokeMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[21]
+	mi := &file_palyra_v1_identity_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1536,7 @@ func (x *RevokeMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeMemberResponse.ProtoReflect.Descriptor instead.
 func (*RevokeMemberResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{21}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RevokeMemberResponse) GetMember() *Member {
@@ -1465,7 +1554,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[22]
+	mi := &file_palyra_v1_identity_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1566,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[22]
+	mi := &file_palyra_v1_identity_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1579,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{22}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{23}
 }
 
 type GetPolicyResponse struct {
@@ -1504,7 +1593,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[23]
+	mi := &file_palyra_v1_identity_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1605,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[23]
+	mi := &file_palyra_v1_identity_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1618,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{23}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetPolicyResponse) GetSource() string {
@@ -1562,7 +1651,7 @@ type SetPolicyRequest struct {
 
 func (x *SetPolicyRequest) Reset() {
 	*x = SetPolicyRequest{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[24]
+	mi := &file_palyra_v1_identity_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1663,7 @@ func (x *SetPolicyRequest) String() string {
 func (*SetPolicyRequest) ProtoMessage() {}
 
 func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[24]
+	mi := &file_palyra_v1_identity_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1676,7 @@ func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{24}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetPolicyRequest) GetSource() string {
@@ -1606,7 +1695,7 @@ type SetPolicyResponse struct {
 
 func (x *SetPolicyResponse) Reset() {
 	*x = SetPolicyResponse{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[25]
+	mi := &file_palyra_v1_identity_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1707,7 @@ func (x *SetPolicyResponse) String() string {
 func (*SetPolicyResponse) ProtoMessage() {}
 
 func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[25]
+	mi := &file_palyra_v1_identity_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1720,7 @@ func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{25}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetPolicyResponse) GetVersion() uint64 {
@@ -1653,7 +1742,7 @@ type CheckPolicyRequest struct {
 
 func (x *CheckPolicyRequest) Reset() {
 	*x = CheckPolicyRequest{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[26]
+	mi := &file_palyra_v1_identity_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1754,7 @@ func (x *CheckPolicyRequest) String() string {
 func (*CheckPolicyRequest) ProtoMessage() {}
 
 func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[26]
+	mi := &file_palyra_v1_identity_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1767,7 @@ func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CheckPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{26}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckPolicyRequest) GetPrincipal() string {
@@ -1724,7 +1813,7 @@ type CheckPolicyResponse struct {
 
 func (x *CheckPolicyResponse) Reset() {
 	*x = CheckPolicyResponse{}
-	mi := &file_palyra_v1_identity_proto_msgTypes[27]
+	mi := &file_palyra_v1_identity_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1825,7 @@ func (x *CheckPolicyResponse) String() string {
 func (*CheckPolicyResponse) ProtoMessage() {}
 
 func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_identity_proto_msgTypes[27]
+	mi := &file_palyra_v1_identity_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1838,7 @@ func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyResponse.ProtoReflect.Descriptor instead.
 func (*CheckPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{27}
+	return file_palyra_v1_identity_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CheckPolicyResponse) GetAllow() bool {
@@ -1870,11 +1959,18 @@ const file_palyra_v1_identity_proto_rawDesc = "" +
 	"\tcert_root\x18\x05 \x01(\tR\bcertRoot\x12&\n" +
 	"\x0fcert_expires_ms\x18\x06 \x01(\x03R\rcertExpiresMs\x12'\n" +
 	"\x10cert_renew_at_ms\x18\a \x01(\x03R\rcertRenewAtMs\"\x0e\n" +
-	"\fGetCARequest\"}\n" +
+	"\fGetCARequest\"\xb2\x01\n" +
 	"\rGetCAResponse\x12'\n" +
 	"\x05roots\x18\x01 \x03(\v2\x11.palyra.v1.CARootR\x05roots\x12\x1a\n" +
 	"\brotating\x18\x02 \x01(\bR\brotating\x12'\n" +
-	"\x05nodes\x18\x03 \x03(\v2\x11.palyra.v1.CANodeR\x05nodes\"0\n" +
+	"\x05nodes\x18\x03 \x03(\v2\x11.palyra.v1.CANodeR\x05nodes\x123\n" +
+	"\x06ledger\x18\x04 \x01(\v2\x1b.palyra.v1.CertLedgerStatusR\x06ledger\"\xb7\x01\n" +
+	"\x10CertLedgerStatus\x12\x18\n" +
+	"\astarted\x18\x01 \x01(\bR\astarted\x12\x1a\n" +
+	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12\x19\n" +
+	"\bsince_ms\x18\x03 \x01(\x03R\asinceMs\x12\"\n" +
+	"\fcertificates\x18\x04 \x01(\rR\fcertificates\x12.\n" +
+	"\x13unrecorded_until_ms\x18\x05 \x01(\x03R\x11unrecordedUntilMs\"0\n" +
 	"\x0fRotateCARequest\x12\x1d\n" +
 	"\n" +
 	"overlap_ms\x18\x01 \x01(\x03R\toverlapMs\"\xcd\x01\n" +
@@ -1950,7 +2046,7 @@ func file_palyra_v1_identity_proto_rawDescGZIP() []byte {
 	return file_palyra_v1_identity_proto_rawDescData
 }
 
-var file_palyra_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_palyra_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_palyra_v1_identity_proto_goTypes = []any{
 	(*Pairing)(nil),               // 0: palyra.v1.Pairing
 	(*CreatePairingRequest)(nil),  // 1: palyra.v1.CreatePairingRequest
@@ -1967,60 +2063,62 @@ var file_palyra_v1_identity_proto_goTypes = []any{
 	(*CANode)(nil),                // 12: palyra.v1.CANode
 	(*GetCARequest)(nil),          // 13: palyra.v1.GetCARequest
 	(*GetCAResponse)(nil),         // 14: palyra.v1.GetCAResponse
-	(*RotateCARequest)(nil),       // 15: palyra.v1.RotateCARequest
-	(*RotateCAResponse)(nil),      // 16: palyra.v1.RotateCAResponse
-	(*Member)(nil),                // 17: palyra.v1.Member
-	(*ListDevicesRequest)(nil),    // 18: palyra.v1.ListDevicesRequest
-	(*ListDevicesResponse)(nil),   // 19: palyra.v1.ListDevicesResponse
-	(*RevokeMemberRequest)(nil),   // 20: palyra.v1.RevokeMemberRequest
-	(*RevokeMemberResponse)(nil),  // 21: palyra.v1.RevokeMemberResponse
-	(*GetPolicyRequest)(nil),      // 22: palyra.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),     // 23: palyra.v1.GetPolicyResponse
-	(*SetPolicyRequest)(nil),      // 24: palyra.v1.SetPolicyRequest
-	(*SetPolicyResponse)(nil),     // 25: palyra.v1.SetPolicyResponse
-	(*CheckPolicyRequest)(nil),    // 26: palyra.v1.CheckPolicyRequest
-	(*CheckPolicyResponse)(nil),   // 27: palyra.v1.CheckPolicyResponse
-	nil,                           // 28: palyra.v1.PairRequest.LabelsEntry
+	(*CertLedgerStatus)(nil),      // 15: palyra.v1.CertLedgerStatus
+	(*RotateCARequest)(nil),       // 16: palyra.v1.RotateCARequest
+	(*RotateCAResponse)(nil),      // 17: palyra.v1.RotateCAResponse
+	(*Member)(nil),                // 18: palyra.v1.Member
+	(*ListDevicesRequest)(nil),    // 19: palyra.v1.ListDevicesRequest
+	(*ListDevicesResponse)(nil),   // 20: palyra.v1.ListDevicesResponse
+	(*RevokeMemberRequest)(nil),   // 21: palyra.v1.RevokeMemberRequest
+	(*RevokeMemberResponse)(nil),  // 22: palyra.v1.RevokeMemberResponse
+	(*GetPolicyRequest)(nil),      // 23: palyra.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),     // 24: palyra.v1.GetPolicyResponse
+	(*SetPolicyRequest)(nil),      // 25: palyra.v1.SetPolicyRequest
+	(*SetPolicyResponse)(nil),     // 26: palyra.v1.SetPolicyResponse
+	(*CheckPolicyRequest)(nil),    // 27: palyra.v1.CheckPolicyRequest
+	(*CheckPolicyResponse)(nil),   // 28: palyra.v1.CheckPolicyResponse
+	nil,                           // 29: palyra.v1.PairRequest.LabelsEntry
 }
 var file_palyra_v1_identity_proto_depIdxs = []int32{
 	0,  // 0: palyra.v1.CreatePairingResponse.pairing:type_name -> palyra.v1.Pairing
 	0,  // 1: palyra.v1.ListPairingsResponse.pairings:type_name -> palyra.v1.Pairing
 	0,  // 2: palyra.v1.RevokePairingResponse.pairing:type_name -> palyra.v1.Pairing
-	28, // 3: palyra.v1.PairRequest.labels:type_name -> palyra.v1.PairRequest.LabelsEntry
+	29, // 3: palyra.v1.PairRequest.labels:type_name -> palyra.v1.PairRequest.LabelsEntry
 	11, // 4: palyra.v1.GetCAResponse.roots:type_name -> palyra.v1.CARoot
 	12, // 5: palyra.v1.GetCAResponse.nodes:type_name -> palyra.v1.CANode
-	11, // 6: palyra.v1.RotateCAResponse.roots:type_name -> palyra.v1.CARoot
-	17, // 7: palyra.v1.ListDevicesResponse.devices:type_name -> palyra.v1.Member
-	17, // 8: palyra.v1.RevokeMemberResponse.member:type_name -> palyra.v1.Member
-	1,  // 9: palyra.v1.IdentityService.CreatePairing:input_type -> palyra.v1.CreatePairingRequest
-	3,  // 10: palyra.v1.IdentityService.ListPairings:input_type -> palyra.v1.ListPairingsRequest
-	5,  // 11: palyra.v1.IdentityService.RevokePairing:input_type -> palyra.v1.RevokePairingRequest
-	7,  // 12: palyra.v1.IdentityService.Pair:input_type -> palyra.v1.PairRequest
-	9,  // 13: palyra.v1.IdentityService.Renew:input_type -> palyra.v1.RenewRequest
-	18, // 14: palyra.v1.IdentityService.ListDevices:input_type -> palyra.v1.ListDevicesRequest
-	20, // 15: palyra.v1.IdentityService.RevokeMember:input_type -> palyra.v1.RevokeMemberRequest
-	13, // 16: palyra.v1.IdentityService.GetCA:input_type -> palyra.v1.GetCARequest
-	15, // 17: palyra.v1.IdentityService.RotateCA:input_type -> palyra.v1.RotateCARequest
-	22, // 18: palyra.v1.PolicyService.GetPolicy:input_type -> palyra.v1.GetPolicyRequest
-	24, // 19: palyra.v1.PolicyService.SetPolicy:input_type -> palyra.v1.SetPolicyRequest
-	26, // 20: palyra.v1.PolicyService.CheckPolicy:input_type -> palyra.v1.CheckPolicyRequest
-	2,  // 21: palyra.v1.IdentityService.CreatePairing:output_type -> palyra.v1.CreatePairingResponse
-	4,  // 22: palyra.v1.IdentityService.ListPairings:output_type -> palyra.v1.ListPairingsResponse
-	6,  // 23: palyra.v1.IdentityService.RevokePairing:output_type -> palyra.v1.RevokePairingResponse
-	8,  // 24: palyra.v1.IdentityService.Pair:output_type -> palyra.v1.PairResponse
-	10, // 25: palyra.v1.IdentityService.Renew:output_type -> palyra.v1.RenewResponse
-	19, // 26: palyra.v1.IdentityService.ListDevices:output_type -> palyra.v1.ListDevicesResponse
-	21, // 27: palyra.v1.IdentityService.RevokeMember:output_type -> palyra.v1.RevokeMemberResponse
-	14, // 28: palyra.v1.IdentityService.GetCA:output_type -> palyra.v1.GetCAResponse
-	16, // 29: palyra.v1.IdentityService.RotateCA:output_type -> palyra.v1.RotateCAResponse
-	23, // 30: palyra.v1.PolicyService.GetPolicy:output_type -> palyra.v1.GetPolicyResponse
-	25, // 31: palyra.v1.PolicyService.SetPolicy:output_type -> palyra.v1.SetPolicyResponse
-	27, // 32: palyra.v1.PolicyService.CheckPolicy:output_type -> palyra.v1.CheckPolicyResponse
-	21, // [21:33] is the sub-list for method output_type
-	9,  // [9:21] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	15, // 6: palyra.v1.GetCAResponse.ledger:type_name -> palyra.v1.CertLedgerStatus
+	11, // 7: palyra.v1.RotateCAResponse.roots:type_name -> palyra.v1.CARoot
+	18, // 8: palyra.v1.ListDevicesResponse.devices:type_name -> palyra.v1.Member
+	18, // 9: palyra.v1.RevokeMemberResponse.member:type_name -> palyra.v1.Member
+	1,  // 10: palyra.v1.IdentityService.CreatePairing:input_type -> palyra.v1.CreatePairingRequest
+	3,  // 11: palyra.v1.IdentityService.ListPairings:input_type -> palyra.v1.ListPairingsRequest
+	5,  // 12: palyra.v1.IdentityService.RevokePairing:input_type -> palyra.v1.RevokePairingRequest
+	7,  // 13: palyra.v1.IdentityService.Pair:input_type -> palyra.v1.PairRequest
+	9,  // 14: palyra.v1.IdentityService.Renew:input_type -> palyra.v1.RenewRequest
+	19, // 15: palyra.v1.IdentityService.ListDevices:input_type -> palyra.v1.ListDevicesRequest
+	21, // 16: palyra.v1.IdentityService.RevokeMember:input_type -> palyra.v1.RevokeMemberRequest
+	13, // 17: palyra.v1.IdentityService.GetCA:input_type -> palyra.v1.GetCARequest
+	16, // 18: palyra.v1.IdentityService.RotateCA:input_type -> palyra.v1.RotateCARequest
+	23, // 19: palyra.v1.PolicyService.GetPolicy:input_type -> palyra.v1.GetPolicyRequest
+	25, // 20: palyra.v1.PolicyService.SetPolicy:input_type -> palyra.v1.SetPolicyRequest
+	27, // 21: palyra.v1.PolicyService.CheckPolicy:input_type -> palyra.v1.CheckPolicyRequest
+	2,  // 22: palyra.v1.IdentityService.CreatePairing:output_type -> palyra.v1.CreatePairingResponse
+	4,  // 23: palyra.v1.IdentityService.ListPairings:output_type -> palyra.v1.ListPairingsResponse
+	6,  // 24: palyra.v1.IdentityService.RevokePairing:output_type -> palyra.v1.RevokePairingResponse
+	8,  // 25: palyra.v1.IdentityService.Pair:output_type -> palyra.v1.PairResponse
+	10, // 26: palyra.v1.IdentityService.Renew:output_type -> palyra.v1.RenewResponse
+	20, // 27: palyra.v1.IdentityService.ListDevices:output_type -> palyra.v1.ListDevicesResponse
+	22, // 28: palyra.v1.IdentityService.RevokeMember:output_type -> palyra.v1.RevokeMemberResponse
+	14, // 29: palyra.v1.IdentityService.GetCA:output_type -> palyra.v1.GetCAResponse
+	17, // 30: palyra.v1.IdentityService.RotateCA:output_type -> palyra.v1.RotateCAResponse
+	24, // 31: palyra.v1.PolicyService.GetPolicy:output_type -> palyra.v1.GetPolicyResponse
+	26, // 32: palyra.v1.PolicyService.SetPolicy:output_type -> palyra.v1.SetPolicyResponse
+	28, // 33: palyra.v1.PolicyService.CheckPolicy:output_type -> palyra.v1.CheckPolicyResponse
+	22, // [22:34] is the sub-list for method output_type
+	10, // [10:22] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_identity_proto_init() }
@@ -2034,7 +2132,7 @@ func file_palyra_v1_identity_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_identity_proto_rawDesc), len(file_palyra_v1_identity_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

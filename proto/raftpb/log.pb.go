@@ -2541,6 +2541,267 @@ func (x *RevokeCert) GetReason() string {
 	return ""
 }
 
+// IssuedCert is one leaf certificate the cluster's CA signed: peers accept
+// a certificate only when the ledger holds its serial for the principal it
+// names and the key it carries (identity/DESIGN.md, "The certificate
+// ledger"), so a CA key taken off a disk cannot mint members.
+type IssuedCert struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"` // decimal, as x509 prints it
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`     // "node" | "device"
+	Id            string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	SpkiSha256    []byte                 `protobuf:"bytes,4,opt,name=spki_sha256,json=spkiSha256,proto3" json:"spki_sha256,omitempty"`    // SHA-256 of the leaf's SubjectPublicKeyInfo
+	NotAfterMs    int64                  `protobuf:"varint,5,opt,name=not_after_ms,json=notAfterMs,proto3" json:"not_after_ms,omitempty"` // dropped from the ledger after this
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssuedCert) Reset() {
+	*x = IssuedCert{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssuedCert) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssuedCert) ProtoMessage() {}
+
+func (x *IssuedCert) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssuedCert.ProtoReflect.Descriptor instead.
+func (*IssuedCert) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *IssuedCert) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *IssuedCert) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *IssuedCert) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *IssuedCert) GetSpkiSha256() []byte {
+	if x != nil {
+		return x.SpkiSha256
+	}
+	return nil
+}
+
+func (x *IssuedCert) GetNotAfterMs() int64 {
+	if x != nil {
+		return x.NotAfterMs
+	}
+	return 0
+}
+
+// RecordCerts adds issued leaves to the ledger (before the signer hands
+// them out) and drops those expired at at_ms.
+type RecordCerts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Certs         []*IssuedCert          `protobuf:"bytes,1,rep,name=certs,proto3" json:"certs,omitempty"`
+	AtMs          int64                  `protobuf:"varint,2,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordCerts) Reset() {
+	*x = RecordCerts{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordCerts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordCerts) ProtoMessage() {}
+
+func (x *RecordCerts) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordCerts.ProtoReflect.Descriptor instead.
+func (*RecordCerts) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RecordCerts) GetCerts() []*IssuedCert {
+	if x != nil {
+		return x.Certs
+	}
+	return nil
+}
+
+func (x *RecordCerts) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+// StartCertLedger (re)starts the ledger's enforcement. complete: every
+// leaf the cluster will accept from here on is in the ledger (a new
+// cluster). Otherwise (a cluster made before the ledger, a restore from a
+// snapshot, a recovery that may have lost entries) a leaf issued before
+// at_ms that the ledger lacks is accepted until it expires, for at most
+// the longest certificate lifetime after at_ms.
+type StartCertLedger struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AtMs          int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Complete      bool                   `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartCertLedger) Reset() {
+	*x = StartCertLedger{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartCertLedger) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartCertLedger) ProtoMessage() {}
+
+func (x *StartCertLedger) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartCertLedger.ProtoReflect.Descriptor instead.
+func (*StartCertLedger) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *StartCertLedger) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *StartCertLedger) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *StartCertLedger) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// CertLedgerRecord is the ledger in a snapshot.
+type CertLedgerRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SinceMs       int64                  `protobuf:"varint,1,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"` // 0: never started (every leaf accepted, as before)
+	Complete      bool                   `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
+	Certs         []*IssuedCert          `protobuf:"bytes,3,rep,name=certs,proto3" json:"certs,omitempty"` // sorted by serial
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertLedgerRecord) Reset() {
+	*x = CertLedgerRecord{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertLedgerRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertLedgerRecord) ProtoMessage() {}
+
+func (x *CertLedgerRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertLedgerRecord.ProtoReflect.Descriptor instead.
+func (*CertLedgerRecord) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CertLedgerRecord) GetSinceMs() int64 {
+	if x != nil {
+		return x.SinceMs
+	}
+	return 0
+}
+
+func (x *CertLedgerRecord) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *CertLedgerRecord) GetCerts() []*IssuedCert {
+	if x != nil {
+		return x.Certs
+	}
+	return nil
+}
+
 type SetPolicy struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Source        []byte                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
@@ -2552,7 +2813,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2825,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2838,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{29}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetPolicy) GetSource() []byte {
@@ -2615,7 +2876,7 @@ type SetSecret struct {
 
 func (x *SetSecret) Reset() {
 	*x = SetSecret{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2888,7 @@ func (x *SetSecret) String() string {
 func (*SetSecret) ProtoMessage() {}
 
 func (x *SetSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2901,7 @@ func (x *SetSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecret.ProtoReflect.Descriptor instead.
 func (*SetSecret) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{30}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetSecret) GetName() string {
@@ -2682,7 +2943,7 @@ type DeleteSecret struct {
 
 func (x *DeleteSecret) Reset() {
 	*x = DeleteSecret{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2694,7 +2955,7 @@ func (x *DeleteSecret) String() string {
 func (*DeleteSecret) ProtoMessage() {}
 
 func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2707,7 +2968,7 @@ func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecret.ProtoReflect.Descriptor instead.
 func (*DeleteSecret) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{31}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteSecret) GetName() string {
@@ -2757,7 +3018,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +3030,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +3043,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{32}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KVPut) GetKey() string {
@@ -2864,7 +3125,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2876,7 +3137,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2889,7 +3150,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{33}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -2983,6 +3244,8 @@ type Command struct {
 	//	*Command_Hook
 	//	*Command_Batch
 	//	*Command_CaTrust
+	//	*Command_RecordCerts
+	//	*Command_StartCertLedger
 	Cmd isCommand_Cmd `protobuf_oneof:"cmd"`
 	// round is a scheduling round the leader attached to this command when
 	// it proposed it (a submit places its job in the same entry when a slot
@@ -3001,7 +3264,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3276,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3289,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Command) GetCmd() isCommand_Cmd {
@@ -3315,6 +3578,24 @@ func (x *Command) GetCaTrust() *CATrust {
 	return nil
 }
 
+func (x *Command) GetRecordCerts() *RecordCerts {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RecordCerts); ok {
+			return x.RecordCerts
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetStartCertLedger() *StartCertLedger {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_StartCertLedger); ok {
+			return x.StartCertLedger
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetRound() *SchedulerRound {
 	if x != nil {
 		return x.Round
@@ -3458,6 +3739,15 @@ type Command_CaTrust struct {
 	CaTrust *CATrust `protobuf:"bytes,40,opt,name=ca_trust,json=caTrust,proto3,oneof"`
 }
 
+type Command_RecordCerts struct {
+	// 42+: the certificate ledger (every leaf the cluster's CA signed).
+	RecordCerts *RecordCerts `protobuf:"bytes,42,opt,name=record_certs,json=recordCerts,proto3,oneof"`
+}
+
+type Command_StartCertLedger struct {
+	StartCertLedger *StartCertLedger `protobuf:"bytes,43,opt,name=start_cert_ledger,json=startCertLedger,proto3,oneof"`
+}
+
 func (*Command_SubmitJob) isCommand_Cmd() {}
 
 func (*Command_AssignJob) isCommand_Cmd() {}
@@ -3520,6 +3810,10 @@ func (*Command_Batch) isCommand_Cmd() {}
 
 func (*Command_CaTrust) isCommand_Cmd() {}
 
+func (*Command_RecordCerts) isCommand_Cmd() {}
+
+func (*Command_StartCertLedger) isCommand_Cmd() {}
+
 // CARootRecord is one root of the cluster's trust bundle. Only public
 // material is replicated: the CA keys stay on the voters (identity/DESIGN.md).
 type CARootRecord struct {
@@ -3541,7 +3835,7 @@ type CARootRecord struct {
 
 func (x *CARootRecord) Reset() {
 	*x = CARootRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3553,7 +3847,7 @@ func (x *CARootRecord) String() string {
 func (*CARootRecord) ProtoMessage() {}
 
 func (x *CARootRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3566,7 +3860,7 @@ func (x *CARootRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARootRecord.ProtoReflect.Descriptor instead.
 func (*CARootRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CARootRecord) GetFingerprint() string {
@@ -3637,7 +3931,7 @@ type CARotationRecord struct {
 
 func (x *CARotationRecord) Reset() {
 	*x = CARotationRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3943,7 @@ func (x *CARotationRecord) String() string {
 func (*CARotationRecord) ProtoMessage() {}
 
 func (x *CARotationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3956,7 @@ func (x *CARotationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARotationRecord.ProtoReflect.Descriptor instead.
 func (*CARotationRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CARotationRecord) GetRequestedAtMs() int64 {
@@ -3708,7 +4002,7 @@ type CATrust struct {
 
 func (x *CATrust) Reset() {
 	*x = CATrust{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3720,7 +4014,7 @@ func (x *CATrust) String() string {
 func (*CATrust) ProtoMessage() {}
 
 func (x *CATrust) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3733,7 +4027,7 @@ func (x *CATrust) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CATrust.ProtoReflect.Descriptor instead.
 func (*CATrust) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CATrust) GetAtMs() int64 {
@@ -3846,7 +4140,7 @@ type CAInitRoot struct {
 
 func (x *CAInitRoot) Reset() {
 	*x = CAInitRoot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3858,7 +4152,7 @@ func (x *CAInitRoot) String() string {
 func (*CAInitRoot) ProtoMessage() {}
 
 func (x *CAInitRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3871,7 +4165,7 @@ func (x *CAInitRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAInitRoot.ProtoReflect.Descriptor instead.
 func (*CAInitRoot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{38}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CAInitRoot) GetDer() []byte {
@@ -3890,7 +4184,7 @@ type CARequestRotation struct {
 
 func (x *CARequestRotation) Reset() {
 	*x = CARequestRotation{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3902,7 +4196,7 @@ func (x *CARequestRotation) String() string {
 func (*CARequestRotation) ProtoMessage() {}
 
 func (x *CARequestRotation) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3915,7 +4209,7 @@ func (x *CARequestRotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARequestRotation.ProtoReflect.Descriptor instead.
 func (*CARequestRotation) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{39}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CARequestRotation) GetOverlapMs() int64 {
@@ -3936,7 +4230,7 @@ type CAAddPending struct {
 
 func (x *CAAddPending) Reset() {
 	*x = CAAddPending{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4242,7 @@ func (x *CAAddPending) String() string {
 func (*CAAddPending) ProtoMessage() {}
 
 func (x *CAAddPending) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +4255,7 @@ func (x *CAAddPending) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAAddPending.ProtoReflect.Descriptor instead.
 func (*CAAddPending) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{40}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CAAddPending) GetDer() []byte {
@@ -3994,7 +4288,7 @@ type CAActivate struct {
 
 func (x *CAActivate) Reset() {
 	*x = CAActivate{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4006,7 +4300,7 @@ func (x *CAActivate) String() string {
 func (*CAActivate) ProtoMessage() {}
 
 func (x *CAActivate) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4019,7 +4313,7 @@ func (x *CAActivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAActivate.ProtoReflect.Descriptor instead.
 func (*CAActivate) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{41}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CAActivate) GetFingerprint() string {
@@ -4038,7 +4332,7 @@ type CADropRoot struct {
 
 func (x *CADropRoot) Reset() {
 	*x = CADropRoot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4050,7 +4344,7 @@ func (x *CADropRoot) String() string {
 func (*CADropRoot) ProtoMessage() {}
 
 func (x *CADropRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4063,7 +4357,7 @@ func (x *CADropRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CADropRoot.ProtoReflect.Descriptor instead.
 func (*CADropRoot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{42}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CADropRoot) GetFingerprint() string {
@@ -4083,7 +4377,7 @@ type UsedToken struct {
 
 func (x *UsedToken) Reset() {
 	*x = UsedToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4095,7 +4389,7 @@ func (x *UsedToken) String() string {
 func (*UsedToken) ProtoMessage() {}
 
 func (x *UsedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4108,7 +4402,7 @@ func (x *UsedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsedToken.ProtoReflect.Descriptor instead.
 func (*UsedToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{43}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UsedToken) GetId() string {
@@ -4137,7 +4431,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4149,7 +4443,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4162,7 +4456,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PolicyRecord) GetSource() []byte {
@@ -4210,7 +4504,7 @@ type HookRecord struct {
 
 func (x *HookRecord) Reset() {
 	*x = HookRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4222,7 +4516,7 @@ func (x *HookRecord) String() string {
 func (*HookRecord) ProtoMessage() {}
 
 func (x *HookRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4235,7 +4529,7 @@ func (x *HookRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookRecord.ProtoReflect.Descriptor instead.
 func (*HookRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *HookRecord) GetId() string {
@@ -4293,7 +4587,7 @@ type HookCommand struct {
 
 func (x *HookCommand) Reset() {
 	*x = HookCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4305,7 +4599,7 @@ func (x *HookCommand) String() string {
 func (*HookCommand) ProtoMessage() {}
 
 func (x *HookCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4318,7 +4612,7 @@ func (x *HookCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookCommand.ProtoReflect.Descriptor instead.
 func (*HookCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HookCommand) GetBind() *HookRecord {
@@ -4371,7 +4665,7 @@ type DecideJob struct {
 
 func (x *DecideJob) Reset() {
 	*x = DecideJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4383,7 +4677,7 @@ func (x *DecideJob) String() string {
 func (*DecideJob) ProtoMessage() {}
 
 func (x *DecideJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4396,7 +4690,7 @@ func (x *DecideJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJob.ProtoReflect.Descriptor instead.
 func (*DecideJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DecideJob) GetId() string {
@@ -4481,7 +4775,7 @@ type SkillRecord struct {
 
 func (x *SkillRecord) Reset() {
 	*x = SkillRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4493,7 +4787,7 @@ func (x *SkillRecord) String() string {
 func (*SkillRecord) ProtoMessage() {}
 
 func (x *SkillRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4506,7 +4800,7 @@ func (x *SkillRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillRecord.ProtoReflect.Descriptor instead.
 func (*SkillRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SkillRecord) GetSkillId() string {
@@ -4696,7 +4990,7 @@ type SkillTool struct {
 
 func (x *SkillTool) Reset() {
 	*x = SkillTool{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4708,7 +5002,7 @@ func (x *SkillTool) String() string {
 func (*SkillTool) ProtoMessage() {}
 
 func (x *SkillTool) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4721,7 +5015,7 @@ func (x *SkillTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillTool.ProtoReflect.Descriptor instead.
 func (*SkillTool) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SkillTool) GetId() string {
@@ -4799,7 +5093,7 @@ type ToolGrants struct {
 
 func (x *ToolGrants) Reset() {
 	*x = ToolGrants{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +5105,7 @@ func (x *ToolGrants) String() string {
 func (*ToolGrants) ProtoMessage() {}
 
 func (x *ToolGrants) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +5118,7 @@ func (x *ToolGrants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolGrants.ProtoReflect.Descriptor instead.
 func (*ToolGrants) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ToolGrants) GetHttpHosts() []string {
@@ -4868,7 +5162,7 @@ type PublisherRecord struct {
 
 func (x *PublisherRecord) Reset() {
 	*x = PublisherRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4880,7 +5174,7 @@ func (x *PublisherRecord) String() string {
 func (*PublisherRecord) ProtoMessage() {}
 
 func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4893,7 +5187,7 @@ func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublisherRecord.ProtoReflect.Descriptor instead.
 func (*PublisherRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PublisherRecord) GetName() string {
@@ -4954,7 +5248,7 @@ type SkillCommand struct {
 
 func (x *SkillCommand) Reset() {
 	*x = SkillCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4966,7 +5260,7 @@ func (x *SkillCommand) String() string {
 func (*SkillCommand) ProtoMessage() {}
 
 func (x *SkillCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4979,7 +5273,7 @@ func (x *SkillCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillCommand.ProtoReflect.Descriptor instead.
 func (*SkillCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SkillCommand) GetAtMs() int64 {
@@ -5099,17 +5393,18 @@ type Snapshot struct {
 	Publishers     []*PublisherRecord `protobuf:"bytes,18,rep,name=publishers,proto3" json:"publishers,omitempty"`           // sorted by name
 	// The audit journal: the retained records in order, after the folded
 	// base (the chain's hash at journal_base_seq).
-	Journal           []*AuditRecord `protobuf:"bytes,19,rep,name=journal,proto3" json:"journal,omitempty"`
-	JournalBaseSeq    uint64         `protobuf:"varint,20,opt,name=journal_base_seq,json=journalBaseSeq,proto3" json:"journal_base_seq,omitempty"`
-	JournalBaseSha256 string         `protobuf:"bytes,21,opt,name=journal_base_sha256,json=journalBaseSha256,proto3" json:"journal_base_sha256,omitempty"`
-	Hooks             []*HookRecord  `protobuf:"bytes,22,rep,name=hooks,proto3" json:"hooks,omitempty"` // sorted by id
+	Journal           []*AuditRecord    `protobuf:"bytes,19,rep,name=journal,proto3" json:"journal,omitempty"`
+	JournalBaseSeq    uint64            `protobuf:"varint,20,opt,name=journal_base_seq,json=journalBaseSeq,proto3" json:"journal_base_seq,omitempty"`
+	JournalBaseSha256 string            `protobuf:"bytes,21,opt,name=journal_base_sha256,json=journalBaseSha256,proto3" json:"journal_base_sha256,omitempty"`
+	Hooks             []*HookRecord     `protobuf:"bytes,22,rep,name=hooks,proto3" json:"hooks,omitempty"` // sorted by id
+	CertLedger        *CertLedgerRecord `protobuf:"bytes,42,opt,name=cert_ledger,json=certLedger,proto3" json:"cert_ledger,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5121,7 +5416,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5134,7 +5429,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -5305,6 +5600,13 @@ func (x *Snapshot) GetHooks() []*HookRecord {
 	return nil
 }
 
+func (x *Snapshot) GetCertLedger() *CertLedgerRecord {
+	if x != nil {
+		return x.CertLedger
+	}
+	return nil
+}
+
 // AuditRecord is one entry of the hash-chained audit journal: the FSM
 // appends one for every security-relevant change it applies, so every
 // replica holds the same chain (palyrav1.AuditHash).
@@ -5324,7 +5626,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5336,7 +5638,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5349,7 +5651,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{54}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AuditRecord) GetSeq() uint64 {
@@ -5419,7 +5721,7 @@ type ArrayRecord struct {
 
 func (x *ArrayRecord) Reset() {
 	*x = ArrayRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5431,7 +5733,7 @@ func (x *ArrayRecord) String() string {
 func (*ArrayRecord) ProtoMessage() {}
 
 func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5444,7 +5746,7 @@ func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayRecord.ProtoReflect.Descriptor instead.
 func (*ArrayRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{55}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ArrayRecord) GetTemplate() *JobRecord {
@@ -5704,7 +6006,27 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"RevokeCert\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"H\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x8b\x01\n" +
+	"\n" +
+	"IssuedCert\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\x12\x1f\n" +
+	"\vspki_sha256\x18\x04 \x01(\fR\n" +
+	"spkiSha256\x12 \n" +
+	"\fnot_after_ms\x18\x05 \x01(\x03R\n" +
+	"notAfterMs\"T\n" +
+	"\vRecordCerts\x120\n" +
+	"\x05certs\x18\x01 \x03(\v2\x1a.palyra.raft.v1.IssuedCertR\x05certs\x12\x13\n" +
+	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\"Z\n" +
+	"\x0fStartCertLedger\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x1a\n" +
+	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"{\n" +
+	"\x10CertLedgerRecord\x12\x19\n" +
+	"\bsince_ms\x18\x01 \x01(\x03R\asinceMs\x12\x1a\n" +
+	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x120\n" +
+	"\x05certs\x18\x03 \x03(\v2\x1a.palyra.raft.v1.IssuedCertR\x05certs\"H\n" +
 	"\tSetPolicy\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x0e\n" +
@@ -5736,7 +6058,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x10\n" +
 	"\x03run\x18\x06 \x01(\x04R\x03run\x12\x0e\n" +
 	"\x02by\x18\a \x01(\tR\x02by\x12\x13\n" +
-	"\x05at_ms\x18\b \x01(\x03R\x04atMs\"\x97\x10\n" +
+	"\x05at_ms\x18\b \x01(\x03R\x04atMs\"\xa8\x11\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -5781,7 +6103,9 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"decide_job\x18\x1c \x01(\v2\x19.palyra.raft.v1.DecideJobH\x00R\tdecideJob\x121\n" +
 	"\x04hook\x18\x1d \x01(\v2\x1b.palyra.raft.v1.HookCommandH\x00R\x04hook\x124\n" +
 	"\x05batch\x18\x1e \x01(\v2\x1c.palyra.raft.v1.CommandBatchH\x00R\x05batch\x124\n" +
-	"\bca_trust\x18( \x01(\v2\x17.palyra.raft.v1.CATrustH\x00R\acaTrust\x124\n" +
+	"\bca_trust\x18( \x01(\v2\x17.palyra.raft.v1.CATrustH\x00R\acaTrust\x12@\n" +
+	"\frecord_certs\x18* \x01(\v2\x1b.palyra.raft.v1.RecordCertsH\x00R\vrecordCerts\x12M\n" +
+	"\x11start_cert_ledger\x18+ \x01(\v2\x1f.palyra.raft.v1.StartCertLedgerH\x00R\x0fstartCertLedger\x124\n" +
 	"\x05round\x18d \x01(\v2\x1e.palyra.raft.v1.SchedulerRoundR\x05round\x12\x1d\n" +
 	"\n" +
 	"hook_rules\x18e \x01(\rR\thookRulesB\x05\n" +
@@ -5923,7 +6247,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	" \x01(\tR\auntrust\x12!\n" +
 	"\funbind_hooks\x18\v \x03(\tR\vunbindHooks\x12'\n" +
 	"\x0fallow_downgrade\x18\f \x01(\bR\x0eallowDowngrade\x12\x14\n" +
-	"\x05rules\x18\r \x01(\rR\x05rules\"\xdc\b\n" +
+	"\x05rules\x18\r \x01(\rR\x05rules\"\x9f\t\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x19.palyra.raft.v1.JobRecordR\x04jobs\x12#\n" +
@@ -5954,7 +6278,9 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\ajournal\x18\x13 \x03(\v2\x1b.palyra.raft.v1.AuditRecordR\ajournal\x12(\n" +
 	"\x10journal_base_seq\x18\x14 \x01(\x04R\x0ejournalBaseSeq\x12.\n" +
 	"\x13journal_base_sha256\x18\x15 \x01(\tR\x11journalBaseSha256\x120\n" +
-	"\x05hooks\x18\x16 \x03(\v2\x1a.palyra.raft.v1.HookRecordR\x05hooks\"\xcd\x01\n" +
+	"\x05hooks\x18\x16 \x03(\v2\x1a.palyra.raft.v1.HookRecordR\x05hooks\x12A\n" +
+	"\vcert_ledger\x18* \x01(\v2 .palyra.raft.v1.CertLedgerRecordR\n" +
+	"certLedger\"\xcd\x01\n" +
 	"\vAuditRecord\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x14\n" +
@@ -5981,7 +6307,7 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
@@ -6012,118 +6338,127 @@ var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*RevokeMember)(nil),       // 26: palyra.raft.v1.RevokeMember
 	(*UseToken)(nil),           // 27: palyra.raft.v1.UseToken
 	(*RevokeCert)(nil),         // 28: palyra.raft.v1.RevokeCert
-	(*SetPolicy)(nil),          // 29: palyra.raft.v1.SetPolicy
-	(*SetSecret)(nil),          // 30: palyra.raft.v1.SetSecret
-	(*DeleteSecret)(nil),       // 31: palyra.raft.v1.DeleteSecret
-	(*KVPut)(nil),              // 32: palyra.raft.v1.KVPut
-	(*KVDelete)(nil),           // 33: palyra.raft.v1.KVDelete
-	(*Command)(nil),            // 34: palyra.raft.v1.Command
-	(*CARootRecord)(nil),       // 35: palyra.raft.v1.CARootRecord
-	(*CARotationRecord)(nil),   // 36: palyra.raft.v1.CARotationRecord
-	(*CATrust)(nil),            // 37: palyra.raft.v1.CATrust
-	(*CAInitRoot)(nil),         // 38: palyra.raft.v1.CAInitRoot
-	(*CARequestRotation)(nil),  // 39: palyra.raft.v1.CARequestRotation
-	(*CAAddPending)(nil),       // 40: palyra.raft.v1.CAAddPending
-	(*CAActivate)(nil),         // 41: palyra.raft.v1.CAActivate
-	(*CADropRoot)(nil),         // 42: palyra.raft.v1.CADropRoot
-	(*UsedToken)(nil),          // 43: palyra.raft.v1.UsedToken
-	(*PolicyRecord)(nil),       // 44: palyra.raft.v1.PolicyRecord
-	(*HookRecord)(nil),         // 45: palyra.raft.v1.HookRecord
-	(*HookCommand)(nil),        // 46: palyra.raft.v1.HookCommand
-	(*DecideJob)(nil),          // 47: palyra.raft.v1.DecideJob
-	(*SkillRecord)(nil),        // 48: palyra.raft.v1.SkillRecord
-	(*SkillTool)(nil),          // 49: palyra.raft.v1.SkillTool
-	(*ToolGrants)(nil),         // 50: palyra.raft.v1.ToolGrants
-	(*PublisherRecord)(nil),    // 51: palyra.raft.v1.PublisherRecord
-	(*SkillCommand)(nil),       // 52: palyra.raft.v1.SkillCommand
-	(*Snapshot)(nil),           // 53: palyra.raft.v1.Snapshot
-	(*AuditRecord)(nil),        // 54: palyra.raft.v1.AuditRecord
-	(*ArrayRecord)(nil),        // 55: palyra.raft.v1.ArrayRecord
-	nil,                        // 56: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 57: palyra.raft.v1.Member.LabelsEntry
+	(*IssuedCert)(nil),         // 29: palyra.raft.v1.IssuedCert
+	(*RecordCerts)(nil),        // 30: palyra.raft.v1.RecordCerts
+	(*StartCertLedger)(nil),    // 31: palyra.raft.v1.StartCertLedger
+	(*CertLedgerRecord)(nil),   // 32: palyra.raft.v1.CertLedgerRecord
+	(*SetPolicy)(nil),          // 33: palyra.raft.v1.SetPolicy
+	(*SetSecret)(nil),          // 34: palyra.raft.v1.SetSecret
+	(*DeleteSecret)(nil),       // 35: palyra.raft.v1.DeleteSecret
+	(*KVPut)(nil),              // 36: palyra.raft.v1.KVPut
+	(*KVDelete)(nil),           // 37: palyra.raft.v1.KVDelete
+	(*Command)(nil),            // 38: palyra.raft.v1.Command
+	(*CARootRecord)(nil),       // 39: palyra.raft.v1.CARootRecord
+	(*CARotationRecord)(nil),   // 40: palyra.raft.v1.CARotationRecord
+	(*CATrust)(nil),            // 41: palyra.raft.v1.CATrust
+	(*CAInitRoot)(nil),         // 42: palyra.raft.v1.CAInitRoot
+	(*CARequestRotation)(nil),  // 43: palyra.raft.v1.CARequestRotation
+	(*CAAddPending)(nil),       // 44: palyra.raft.v1.CAAddPending
+	(*CAActivate)(nil),         // 45: palyra.raft.v1.CAActivate
+	(*CADropRoot)(nil),         // 46: palyra.raft.v1.CADropRoot
+	(*UsedToken)(nil),          // 47: palyra.raft.v1.UsedToken
+	(*PolicyRecord)(nil),       // 48: palyra.raft.v1.PolicyRecord
+	(*HookRecord)(nil),         // 49: palyra.raft.v1.HookRecord
+	(*HookCommand)(nil),        // 50: palyra.raft.v1.HookCommand
+	(*DecideJob)(nil),          // 51: palyra.raft.v1.DecideJob
+	(*SkillRecord)(nil),        // 52: palyra.raft.v1.SkillRecord
+	(*SkillTool)(nil),          // 53: palyra.raft.v1.SkillTool
+	(*ToolGrants)(nil),         // 54: palyra.raft.v1.ToolGrants
+	(*PublisherRecord)(nil),    // 55: palyra.raft.v1.PublisherRecord
+	(*SkillCommand)(nil),       // 56: palyra.raft.v1.SkillCommand
+	(*Snapshot)(nil),           // 57: palyra.raft.v1.Snapshot
+	(*AuditRecord)(nil),        // 58: palyra.raft.v1.AuditRecord
+	(*ArrayRecord)(nil),        // 59: palyra.raft.v1.ArrayRecord
+	nil,                        // 60: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 61: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	56, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	60, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
 	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
 	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
 	0,  // 5: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
 	2,  // 6: palyra.raft.v1.FinishJob.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	6,  // 7: palyra.raft.v1.FinishBatch.results:type_name -> palyra.raft.v1.FinishJob
-	34, // 8: palyra.raft.v1.CommandBatch.commands:type_name -> palyra.raft.v1.Command
+	38, // 8: palyra.raft.v1.CommandBatch.commands:type_name -> palyra.raft.v1.Command
 	4,  // 9: palyra.raft.v1.SchedulerRound.placements:type_name -> palyra.raft.v1.AssignJob
 	9,  // 10: palyra.raft.v1.SchedulerRound.slots:type_name -> palyra.raft.v1.NodeSlots
 	17, // 11: palyra.raft.v1.SchedulerRound.pending:type_name -> palyra.raft.v1.SetPendingReason
 	19, // 12: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
 	1,  // 13: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
 	11, // 14: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
-	57, // 15: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	61, // 15: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
 	20, // 16: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
 	21, // 17: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
 	21, // 18: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
 	21, // 19: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
-	3,  // 20: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
-	4,  // 21: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
-	6,  // 22: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
-	15, // 23: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
-	19, // 24: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
-	22, // 25: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
-	23, // 26: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
-	24, // 27: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
-	25, // 28: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
-	26, // 29: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
-	27, // 30: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
-	28, // 31: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
-	29, // 32: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
-	16, // 33: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
-	17, // 34: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
-	18, // 35: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
-	5,  // 36: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
-	30, // 37: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
-	31, // 38: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
-	32, // 39: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
-	33, // 40: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
-	10, // 41: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
-	7,  // 42: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
-	12, // 43: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
-	13, // 44: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
-	14, // 45: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
-	52, // 46: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
-	47, // 47: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
-	46, // 48: palyra.raft.v1.Command.hook:type_name -> palyra.raft.v1.HookCommand
-	8,  // 49: palyra.raft.v1.Command.batch:type_name -> palyra.raft.v1.CommandBatch
-	37, // 50: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
-	10, // 51: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
-	38, // 52: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
-	39, // 53: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
-	40, // 54: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
-	41, // 55: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
-	42, // 56: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
-	45, // 57: palyra.raft.v1.HookCommand.bind:type_name -> palyra.raft.v1.HookRecord
-	49, // 58: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
-	50, // 59: palyra.raft.v1.SkillTool.grants:type_name -> palyra.raft.v1.ToolGrants
-	48, // 60: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
-	51, // 61: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
-	1,  // 62: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	20, // 63: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	21, // 64: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	43, // 65: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	44, // 66: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	30, // 67: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	32, // 68: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	35, // 69: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
-	36, // 70: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
-	48, // 71: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
-	51, // 72: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
-	54, // 73: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
-	45, // 74: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
-	1,  // 75: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	76, // [76:76] is the sub-list for method output_type
-	76, // [76:76] is the sub-list for method input_type
-	76, // [76:76] is the sub-list for extension type_name
-	76, // [76:76] is the sub-list for extension extendee
-	0,  // [0:76] is the sub-list for field type_name
+	29, // 20: palyra.raft.v1.RecordCerts.certs:type_name -> palyra.raft.v1.IssuedCert
+	29, // 21: palyra.raft.v1.CertLedgerRecord.certs:type_name -> palyra.raft.v1.IssuedCert
+	3,  // 22: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
+	4,  // 23: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
+	6,  // 24: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
+	15, // 25: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
+	19, // 26: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
+	22, // 27: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
+	23, // 28: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
+	24, // 29: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
+	25, // 30: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
+	26, // 31: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
+	27, // 32: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
+	28, // 33: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
+	33, // 34: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
+	16, // 35: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
+	17, // 36: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
+	18, // 37: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
+	5,  // 38: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
+	34, // 39: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
+	35, // 40: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
+	36, // 41: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
+	37, // 42: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
+	10, // 43: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
+	7,  // 44: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
+	12, // 45: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
+	13, // 46: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
+	14, // 47: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
+	56, // 48: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
+	51, // 49: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
+	50, // 50: palyra.raft.v1.Command.hook:type_name -> palyra.raft.v1.HookCommand
+	8,  // 51: palyra.raft.v1.Command.batch:type_name -> palyra.raft.v1.CommandBatch
+	41, // 52: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
+	30, // 53: palyra.raft.v1.Command.record_certs:type_name -> palyra.raft.v1.RecordCerts
+	31, // 54: palyra.raft.v1.Command.start_cert_ledger:type_name -> palyra.raft.v1.StartCertLedger
+	10, // 55: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
+	42, // 56: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
+	43, // 57: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
+	44, // 58: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
+	45, // 59: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
+	46, // 60: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
+	49, // 61: palyra.raft.v1.HookCommand.bind:type_name -> palyra.raft.v1.HookRecord
+	53, // 62: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
+	54, // 63: palyra.raft.v1.SkillTool.grants:type_name -> palyra.raft.v1.ToolGrants
+	52, // 64: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
+	55, // 65: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
+	1,  // 66: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	20, // 67: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	21, // 68: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	47, // 69: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	48, // 70: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	34, // 71: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	36, // 72: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	39, // 73: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
+	40, // 74: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
+	52, // 75: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
+	55, // 76: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
+	58, // 77: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
+	49, // 78: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
+	32, // 79: palyra.raft.v1.Snapshot.cert_ledger:type_name -> palyra.raft.v1.CertLedgerRecord
+	1,  // 80: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	81, // [81:81] is the sub-list for method output_type
+	81, // [81:81] is the sub-list for method input_type
+	81, // [81:81] is the sub-list for extension type_name
+	81, // [81:81] is the sub-list for extension extendee
+	0,  // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -6131,7 +6466,7 @@ func file_palyra_raft_v1_log_proto_init() {
 	if File_palyra_raft_v1_log_proto != nil {
 		return
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[34].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[38].OneofWrappers = []any{
 		(*Command_SubmitJob)(nil),
 		(*Command_AssignJob)(nil),
 		(*Command_FinishJob)(nil),
@@ -6163,8 +6498,10 @@ func file_palyra_raft_v1_log_proto_init() {
 		(*Command_Hook)(nil),
 		(*Command_Batch)(nil),
 		(*Command_CaTrust)(nil),
+		(*Command_RecordCerts)(nil),
+		(*Command_StartCertLedger)(nil),
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[37].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[41].OneofWrappers = []any{
 		(*CATrust_Init)(nil),
 		(*CATrust_Request)(nil),
 		(*CATrust_Pending)(nil),
@@ -6177,7 +6514,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   58,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

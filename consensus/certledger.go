@@ -1,0 +1,168 @@
+package consensus
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/x509"
+	"fmt"
+	"time"
+
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// The certificate ledger: every leaf the cluster's CA signs is recorded
+// (serial, principal, key) before the signer hands it out, and a peer is
+// accepted only with a certificate the ledger holds. The CA key signs for
+// whoever holds it; a removed voter's disk, a stolen backup, keep it. The
+// ledger makes a certificate the key signs outside the cluster's own CA
+// service worthless: it names no serial the cluster recorded, or names one
+// for another principal or key. identity/DESIGN.md says more.
+
+// MaxCertLifetimeMS bounds the lifetime of any certificate the cluster
+// issues (node start's --cert-ttl); a ledger started over certificates it
+// does not hold accepts them for at most this long.
+const MaxCertLifetimeMS = int64(90 * 24 * time.Hour / time.Millisecond)
+
+// issuedCert is one ledger entry.
+type issuedCert struct {
+	kind, id   string
+	spki       []byte
+	notAfterMS int64
+}
+
+// certLedger is the part of State holding the ledger.
+type certLedger struct {
+	sinceMS  int64 // 0: not started; every leaf is accepted
+	complete bool
+	certs    map[string]*issuedCert // by serial
+}
+
+// CertVerdict is what the ledger says of a presented leaf.
+type CertVerdict int
+
+// Verdicts.
+const (
+	// CertRecorded: the ledger holds this serial for this principal and key.
+	CertRecorded CertVerdict = iota
+	// CertUnchecked: the ledger is not started, or the leaf predates its
+	// start (grandfathered); accepted.
+	CertUnchecked
+	// CertUnknown: the ledger does not hold this serial. A replica behind
+	// the leader may not have applied it yet; a current one refuses it.
+	CertUnknown
+	// CertMismatch: the serial is recorded for another principal or key:
+	// a forgery, refused.
+	CertMismatch
+)
+
+// SPKIHash is the key digest the ledger records for a leaf.
+func SPKIHash(c *x509.Certificate) []byte {
+	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+	return sum[:]
+}
+
+// IssuedCertPB is the ledger entry of leaf c issued to kind:id.
+func IssuedCertPB(c *x509.Certificate, kind, id string) *raftpb.IssuedCert {
+	return &raftpb.IssuedCert{Serial: c.SerialNumber.String(), Kind: kind, Id: id,
+		SpkiSha256: SPKIHash(c), NotAfterMs: c.NotAfter.UnixMilli()}
+}
+
+// CertLedgerStarted reports whether the ledger is enforced, and since when.
+func (s *State) CertLedgerStarted() (sinceMS int64, complete, started bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.id.ledger.sinceMS, s.id.ledger.complete, s.id.ledger.sinceMS != 0
+}
+
+// IssuedCerts is the number of unexpired leaves the ledger holds.
+func (s *State) IssuedCerts() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.id.ledger.certs)
+}
+
+// CertStatus judges leaf c, presented for principal kind:id, by the ledger.
+func (s *State) CertStatus(c *x509.Certificate, kind, id string) (CertVerdict, string) {
+	serial := c.SerialNumber.String()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	l := &s.id.ledger
+	if e, ok := l.certs[serial]; ok {
+		if e.kind != kind || e.id != id {
+			return CertMismatch, fmt.Sprintf("certificate %s was issued to %s:%s, not %s:%s", serial, e.kind, e.id, kind, id)
+		}
+		if !bytes.Equal(e.spki, SPKIHash(c)) {
+			return CertMismatch, fmt.Sprintf("certificate %s carries a key other than the one it was issued for", serial)
+		}
+		return CertRecorded, ""
+	}
+	if l.sinceMS == 0 {
+		return CertUnchecked, ""
+	}
+	if !l.complete && c.NotBefore.UnixMilli() < l.sinceMS && c.NotAfter.UnixMilli() <= l.sinceMS+MaxCertLifetimeMS {
+		return CertUnchecked, ""
+	}
+	return CertUnknown, fmt.Sprintf("certificate %s for %s:%s was not issued by this cluster's CA service", serial, kind, id)
+}
+
+func (s *State) applyRecordCerts(c *raftpb.RecordCerts) ApplyResult {
+	l := &s.id.ledger
+	for serial, e := range l.certs { // order-independent pruning
+		if e.notAfterMS < c.AtMs {
+			delete(l.certs, serial)
+		}
+	}
+	for _, r := range c.Certs {
+		if r.GetSerial() == "" || !validKind(r.Kind) || r.Id == "" || len(r.SpkiSha256) != sha256.Size {
+			return ApplyResult{Err: errf(ErrInvalid, "", "malformed certificate record")}
+		}
+	}
+	for _, r := range c.Certs {
+		if old, ok := l.certs[r.Serial]; ok && (old.kind != r.Kind || old.id != r.Id || !bytes.Equal(old.spki, r.SpkiSha256)) {
+			return ApplyResult{Err: errf(ErrConflict, "", "certificate serial %s is already recorded for %s:%s", r.Serial, old.kind, old.id)}
+		}
+	}
+	for _, r := range c.Certs {
+		l.certs[r.Serial] = &issuedCert{kind: r.Kind, id: r.Id, spki: append([]byte(nil), r.SpkiSha256...), notAfterMS: r.NotAfterMs}
+	}
+	return ApplyResult{}
+}
+
+func (s *State) applyStartCertLedger(c *raftpb.StartCertLedger) ApplyResult {
+	if c.AtMs <= 0 {
+		return ApplyResult{Err: errf(ErrInvalid, "", "certificate ledger start without a time")}
+	}
+	l := &s.id.ledger
+	if l.sinceMS != 0 && c.Complete {
+		// Only a new cluster starts complete, and only once.
+		return ApplyResult{Err: errf(ErrConflict, "", "the certificate ledger was started already")}
+	}
+	l.sinceMS, l.complete = c.AtMs, c.Complete
+	return ApplyResult{}
+}
+
+func (s *State) snapshotCertLedger(snap *raftpb.Snapshot) {
+	l := &s.id.ledger
+	if l.sinceMS == 0 && len(l.certs) == 0 {
+		return
+	}
+	r := &raftpb.CertLedgerRecord{SinceMs: l.sinceMS, Complete: l.complete}
+	for _, serial := range sortedKeys(l.certs) {
+		e := l.certs[serial]
+		r.Certs = append(r.Certs, &raftpb.IssuedCert{Serial: serial, Kind: e.kind, Id: e.id, SpkiSha256: e.spki, NotAfterMs: e.notAfterMS})
+	}
+	snap.CertLedger = r
+}
+
+func (s *State) restoreCertLedger(snap *raftpb.Snapshot) {
+	l := &s.id.ledger
+	*l = certLedger{certs: map[string]*issuedCert{}}
+	r := snap.GetCertLedger()
+	if r == nil {
+		return
+	}
+	l.sinceMS, l.complete = r.SinceMs, r.Complete
+	for _, e := range r.Certs {
+		l.certs[e.Serial] = &issuedCert{kind: e.Kind, id: e.Id, spki: e.SpkiSha256, notAfterMS: e.NotAfterMs}
+	}
+}

@@ -1,0 +1,119 @@
+package consensus
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"io"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// leafAt is a self-signed stand-in for a leaf: the ledger reads only its
+// serial, key and validity.
+func leafAt(t *testing.T, serial int64, notBefore time.Time, life time.Duration) *x509.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), NotBefore: notBefore, NotAfter: notBefore.Add(life)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func record(at int64, certs ...*raftpb.IssuedCert) *raftpb.Command {
+	return &raftpb.Command{Cmd: &raftpb.Command_RecordCerts{RecordCerts: &raftpb.RecordCerts{Certs: certs, AtMs: at}}}
+}
+
+func startLedger(at int64, complete bool) *raftpb.Command {
+	return &raftpb.Command{Cmd: &raftpb.Command_StartCertLedger{StartCertLedger: &raftpb.StartCertLedger{AtMs: at, Complete: complete}}}
+}
+
+func TestCertLedger(t *testing.T) {
+	t0 := time.UnixMilli(1_000_000_000_000)
+	ms := t0.UnixMilli()
+	node := leafAt(t, 1, t0, time.Hour)
+	dev := leafAt(t, 2, t0, time.Hour)
+	sameSerialOtherKey := leafAt(t, 2, t0, time.Hour)
+	stranger := leafAt(t, 3, t0.Add(time.Minute), time.Hour)
+	old := leafAt(t, 4, t0.Add(-time.Hour), 2*time.Hour) // issued before a restart
+
+	f := NewFSM()
+	st := f.State()
+	// Before the ledger starts every leaf is accepted, as before it existed.
+	if v, _ := st.CertStatus(stranger, "device", "d-x"); v != CertUnchecked {
+		t.Fatalf("not started: verdict %v, want unchecked", v)
+	}
+	res := applyAll(t, f,
+		record(ms, IssuedCertPB(node, "node", "n-1"), IssuedCertPB(dev, "device", "d-1")),
+		startLedger(ms, true),
+		startLedger(ms+1, true), // complete only once
+		record(ms, IssuedCertPB(sameSerialOtherKey, "device", "d-2")),
+		record(ms, &raftpb.IssuedCert{Serial: "9", Kind: "robot", Id: "r", SpkiSha256: make([]byte, 32)}),
+	)
+	for i, want := range []string{"", "", "started already", "already recorded", "malformed"} {
+		got := ""
+		if res[i].Err != nil {
+			got = res[i].Err.Error()
+		}
+		if (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("command %d: error %q, want %q", i, got, want)
+		}
+	}
+	check := func(c *x509.Certificate, kind, id string, want CertVerdict) {
+		t.Helper()
+		if v, why := st.CertStatus(c, kind, id); v != want {
+			t.Errorf("serial %s as %s:%s: verdict %v (%s), want %v", c.SerialNumber, kind, id, v, why, want)
+		}
+	}
+	check(node, "node", "n-1", CertRecorded)
+	check(dev, "device", "d-1", CertRecorded)
+	check(node, "device", "d-1", CertMismatch)               // another principal's serial
+	check(sameSerialOtherKey, "device", "d-1", CertMismatch) // the serial with another key
+	check(stranger, "device", "d-x", CertUnknown)
+	check(old, "device", "d-old", CertUnknown) // complete: nothing is grandfathered
+
+	// Snapshots carry the ledger.
+	f2 := NewFSM()
+	if err := f2.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snapshotBytes(t, f2), snapshotBytes(t, f)) {
+		t.Fatal("the ledger did not survive a snapshot")
+	}
+	if v, _ := f2.State().CertStatus(dev, "device", "d-1"); v != CertRecorded {
+		t.Fatalf("restored ledger: verdict %v", v)
+	}
+
+	// A restart (restore, recover): what was issued before it is accepted
+	// until it expires, for at most the longest lifetime; later leaves
+	// must be recorded.
+	applyAll(t, f, startLedger(ms+10, false))
+	check(old, "device", "d-old", CertUnchecked)
+	check(stranger, "device", "d-x", CertUnknown) // issued after the restart
+	check(leafAt(t, 5, t0.Add(-time.Hour), 91*24*time.Hour), "device", "d-long", CertUnknown)
+	check(node, "device", "d-1", CertMismatch) // recorded ones are still checked
+
+	// Expired leaves leave the ledger with the next record.
+	if n := st.IssuedCerts(); n != 2 {
+		t.Fatalf("ledger holds %d, want 2", n)
+	}
+	applyAll(t, f, record(ms+2*time.Hour.Milliseconds(), IssuedCertPB(stranger, "device", "d-x")))
+	if n := st.IssuedCerts(); n != 1 {
+		t.Fatalf("after expiry the ledger holds %d, want 1 (the new one)", n)
+	}
+}

@@ -1,0 +1,90 @@
+package node_test
+
+import (
+	"context"
+	"crypto/x509"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// A certificate signed with the cluster's CA key outside the cluster's
+// own CA service (a removed voter's disk, a stolen backup) is refused by
+// every node, the leader and a follower alike, whether it names the local
+// operator (full rights), a device never paired or a node; the
+// certificates the cluster issued itself, at its start and by pairing,
+// keep working.
+func TestCertificatesSignedOutsideTheClusterAreRefused(t *testing.T) {
+	first, second, op := twoNodes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	kr, err := identity.OpenKeyring(first.Layout().CADir()) // no ledger: signs like a copied key
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kr.Close()
+	fps := kr.Fingerprints()
+	if len(fps) != 1 {
+		t.Fatalf("keyring holds %d CAs, want 1", len(fps))
+	}
+	ca := kr.Get(fps[0])
+	forge := func(p identity.Principal) *identity.Credential {
+		key, csr, err := identity.NewKeyAndCSR(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain, err := ca.Sign(ctx, csr, p, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &identity.Credential{Principal: p, Leaf: chain[0], Chain: chain[1:], Key: key, RootCerts: []*x509.Certificate{ca.Root()}}
+	}
+	opCred, err := identity.LoadCredential(first.Layout().OperatorDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func(addr string, cred *identity.Credential) error {
+		cl, err := client.New(addr, cred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err = cl.Node.Status(cctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+		return err
+	}
+
+	for _, addr := range []string{first.Addr(), second.Addr()} {
+		if err := status(addr, opCred); err != nil {
+			t.Fatalf("the operator's own certificate refused by %s: %v", addr, op.Explain(err))
+		}
+	}
+	forged := map[string]identity.Principal{
+		"the local operator":    opCred.Principal,
+		"a device never paired": {Kind: identity.KindDevice, ID: identity.NewID(identity.KindDevice)},
+		"the first node":        {Kind: identity.KindNode, ID: first.ID()},
+	}
+	for what, p := range forged {
+		cred := forge(p)
+		for _, addr := range []string{first.Addr(), second.Addr()} {
+			if err := status(addr, cred); err == nil {
+				t.Errorf("%s, through %s: a certificate for %s signed outside the cluster was accepted", what, addr, p)
+			}
+		}
+	}
+	// The ledger holds what the cluster issued: the first node's and its
+	// operator's certificates, the second node's (and its operator's).
+	if n := first.StateForTest().IssuedCerts(); n < 3 {
+		t.Errorf("the ledger holds %d certificates, want at least 3", n)
+	}
+	if _, complete, started := second.StateForTest().CertLedgerStarted(); !started || !complete {
+		t.Errorf("a new cluster's ledger: started %v complete %v, want both", started, complete)
+	}
+}
