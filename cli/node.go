@@ -210,7 +210,9 @@ func nodeCommand() *ucli.Command {
    cluster its new address. --network and --metrics-listen are remembered
    the same way (--metrics-listen off stops serving metrics); other flags
    (--target-voters, --wasm-slots, --cert-ttl, …) are not: give them on every
-   start, or keep them in a --config file. SIGINT/SIGTERM stop it.
+   start, or keep them in a --config file. SIGINT/SIGTERM stop it cleanly:
+   a leader hands leadership over, and the node takes no more work and
+   queues the jobs it was running again, to start at once on other nodes.
 
    Everything (API, Raft, gossip) is QUIC with mutual TLS on one UDP port.
 

@@ -679,6 +679,7 @@ func (n *Node) Close() error {
 			n.log.Info("stopped", "took", time.Since(began).Round(time.Millisecond))
 		}()
 		n.handOff()
+		offered := n.withdrawSlots()
 		if n.cancel != nil {
 			n.cancel()
 		}
@@ -688,7 +689,11 @@ func (n *Node) Close() error {
 		if n.caCl.tr != nil {
 			n.caCl.tr.Close()
 		}
-		err = errors.Join(err, n.closeStage("the worker, scheduler and background loops", 30*time.Second, func() error { n.wg.Wait(); return nil }))
+		stopped := n.closeStage("the worker, scheduler and background loops", 30*time.Second, func() error { n.wg.Wait(); return nil })
+		err = errors.Join(err, stopped)
+		if stopped == nil && offered {
+			n.handBack()
+		}
 		if n.cluster != nil {
 			err = errors.Join(err, n.closeStage("gossip and cluster loops", 20*time.Second, n.cluster.Close))
 		}
@@ -751,6 +756,72 @@ func (n *Node) handOff() {
 	if err := n.cluster.HandOff(ctx); err != nil {
 		n.log.Warn("stopping without handing leadership over; the other voters elect a leader once their election timeout passes", "err", err)
 	}
+}
+
+// withdrawSlots is Close's stage before the worker stops: the node gossips
+// that it offers no slots, so the scheduler places nothing more here and
+// the jobs handBack queues again go elsewhere. It waits (at most a second)
+// until the news has left this node. It reports whether the node had
+// offered slots.
+func (n *Node) withdrawSlots() bool {
+	n.metaMu.Lock()
+	defer n.metaMu.Unlock()
+	if !n.workerReady || n.cluster == nil {
+		return false
+	}
+	n.workerReady = false
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := n.cluster.SetMeta(ctx, n.meta()); err != nil {
+		n.log.Debug("stopping: could not gossip that this node takes no more work", "err", err)
+	}
+	return true
+}
+
+// handBackWait bounds how long a stopping node spends handing its jobs
+// back (handBack).
+const handBackWait = 3 * time.Second
+
+// handBack is Close's stage after the worker stopped its runs (and after
+// withdrawSlots, so the scheduler no longer places work here): the jobs
+// the cluster still records as running here (started or held for a slot)
+// are queued again at once, so they run elsewhere now rather than once
+// the cluster has noticed this node gone (seconds) or it starts again. A
+// job whose result committed meanwhile is left alone (stale attempt). A
+// node with no leader, or one that never offered its slots, hands nothing
+// back: the next start's Recover, or the leader's failure detection,
+// does it as before.
+func (n *Node) handBack() {
+	if n.cluster == nil || n.store == nil {
+		return
+	}
+	if _, leader := n.store.Leader(); leader == "" {
+		return
+	}
+	jobs := n.store.State().RunningOn(n.state.NodeID)
+	if len(jobs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handBackWait)
+	defer cancel()
+	handed, left := 0, 0
+	for _, j := range jobs {
+		_, err := n.apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{
+			Id: j.ID, Attempt: j.Attempt, Reason: "node stopping", NodeId: n.state.NodeID}}})
+		switch {
+		case err == nil:
+			handed++
+		case errors.Is(err, consensus.ErrStaleAttempt) || errors.Is(err, consensus.ErrNotFound):
+		default:
+			left++
+		}
+	}
+	if left > 0 {
+		n.log.Warn("stopping: could not queue every running job again; the rest move once the cluster sees this node gone, or when it starts again",
+			"queued_again", handed, "left", left)
+		return
+	}
+	n.log.Info("stopping: queued this node's running jobs again, to run elsewhere", "jobs", handed)
 }
 
 // closeStage runs one stage of Close, waiting for it at most limit; a
