@@ -165,8 +165,6 @@ func dash(s string) string {
 	return s
 }
 
-// certExpiry is when a node's certificate expires, with how long that is
-// from now ("-" when the node does not say).
 // ledgerLine says what the certificate ledger holds and what it accepts.
 func ledgerLine(l *palyrav1.CertLedgerStatus) string {
 	if !l.Started {
@@ -174,13 +172,15 @@ func ledgerLine(l *palyrav1.CertLedgerStatus) string {
 	}
 	since := time.UnixMilli(l.SinceMs).UTC()
 	if l.Complete {
-		return fmt.Sprintf("certificate ledger: %d certificates recorded; nodes accept only those (since %s): one signed with the CA key outside the cluster is refused",
+		return fmt.Sprintf("certificate ledger: %d certificates recorded since %s; nodes accept no others (one signed with a copy of the CA key is refused)",
 			l.Certificates, since.Format(time.RFC3339))
 	}
-	return fmt.Sprintf("certificate ledger: %d certificates recorded; nodes accept only those, and until they expire (%s at the latest) the ones issued before %s that it lacks (it was restarted by a restore, a recovery or an upgrade)",
+	return fmt.Sprintf("certificate ledger: %d certificates recorded; nodes accept no others, except, until they expire (%s at the latest), certificates issued before %s to members not renewed since (the ledger was restarted by a restore, a recovery or an upgrade)",
 		l.Certificates, time.UnixMilli(l.UnrecordedUntilMs).UTC().Format(time.RFC3339), since.Format(time.RFC3339))
 }
 
+// certExpiry is when a node's certificate expires, with how long that is
+// from now ("-" when the node does not say).
 func certExpiry(ms int64, now time.Time) string {
 	if ms == 0 {
 		return "-"

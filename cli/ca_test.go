@@ -114,7 +114,7 @@ func TestDeviceRenewsAfterCommands(t *testing.T) {
 		t.Fatalf("ca status: certificate expires %q, renews %q", st.Nodes[0].Expires, st.Nodes[0].RenewAt)
 	}
 	if r := c.cli("ca", "status"); r.code != 0 || !strings.Contains(r.stdout, "CERTIFICATE EXPIRES") || !strings.Contains(r.stdout, exp.UTC().Format("2006-01-02")) ||
-		!strings.Contains(r.stdout, "nodes accept only those") {
+		!strings.Contains(r.stdout, "nodes accept no others") {
 		t.Fatalf("ca status (text) does not show the certificate's expiry: %+v", r)
 	}
 	if r := c.cli("ca", "rotate", "--overlap", "1s"); r.code != 1 || !strings.Contains(r.stderr, "--overlap between") {

@@ -23,11 +23,17 @@ import (
 // does not hold accepts them for at most this long.
 const MaxCertLifetimeMS = int64(90 * 24 * time.Hour / time.Millisecond)
 
+// certPruneGrace is how long after it expires a leaf stays in the ledger:
+// the cluster clock only moves forward, and a leader whose clock ran ahead
+// must not drop certificates still valid on the others' clocks.
+const certPruneGrace = int64(7 * 24 * time.Hour / time.Millisecond)
+
 // issuedCert is one ledger entry.
 type issuedCert struct {
-	kind, id   string
-	spki       []byte
-	notAfterMS int64
+	kind, id    string
+	sum         []byte // SHA-256 of the leaf's DER
+	notBeforeMS int64
+	notAfterMS  int64
 }
 
 // certLedger is the part of State holding the ledger.
@@ -35,6 +41,12 @@ type certLedger struct {
 	sinceMS  int64 // 0: not started; every leaf is accepted
 	complete bool
 	certs    map[string]*issuedCert // by serial
+	// renewed: principals ("kind:id") with a leaf recorded since sinceMS.
+	renewed map[string]bool
+}
+
+func newCertLedger() certLedger {
+	return certLedger{certs: map[string]*issuedCert{}, renewed: map[string]bool{}}
 }
 
 // CertVerdict is what the ledger says of a presented leaf.
@@ -42,29 +54,30 @@ type CertVerdict int
 
 // Verdicts.
 const (
-	// CertRecorded: the ledger holds this serial for this principal and key.
+	// CertRecorded: the ledger holds this very leaf for this principal.
 	CertRecorded CertVerdict = iota
-	// CertUnchecked: the ledger is not started, or the leaf predates its
-	// start (grandfathered); accepted.
+	// CertUnchecked: the ledger is not started, or the leaf predates a
+	// restart of it and names a member in good standing (grandfathered);
+	// accepted.
 	CertUnchecked
 	// CertUnknown: the ledger does not hold this serial. A replica behind
 	// the leader may not have applied it yet; a current one refuses it.
 	CertUnknown
-	// CertMismatch: the serial is recorded for another principal or key:
-	// a forgery, refused.
+	// CertMismatch: the serial is recorded for another principal or
+	// another leaf: a forgery, refused.
 	CertMismatch
 )
 
-// SPKIHash is the key digest the ledger records for a leaf.
-func SPKIHash(c *x509.Certificate) []byte {
-	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+// CertSum is the digest the ledger records for a leaf.
+func CertSum(c *x509.Certificate) []byte {
+	sum := sha256.Sum256(c.Raw)
 	return sum[:]
 }
 
 // IssuedCertPB is the ledger entry of leaf c issued to kind:id.
 func IssuedCertPB(c *x509.Certificate, kind, id string) *raftpb.IssuedCert {
 	return &raftpb.IssuedCert{Serial: c.SerialNumber.String(), Kind: kind, Id: id,
-		SpkiSha256: SPKIHash(c), NotAfterMs: c.NotAfter.UnixMilli()}
+		CertSha256: CertSum(c), NotBeforeMs: c.NotBefore.UnixMilli(), NotAfterMs: c.NotAfter.UnixMilli()}
 }
 
 // CertLedgerStarted reports whether the ledger is enforced, and since when.
@@ -74,7 +87,8 @@ func (s *State) CertLedgerStarted() (sinceMS int64, complete, started bool) {
 	return s.id.ledger.sinceMS, s.id.ledger.complete, s.id.ledger.sinceMS != 0
 }
 
-// IssuedCerts is the number of unexpired leaves the ledger holds.
+// IssuedCerts is the number of leaves the ledger holds (expired ones stay
+// for a week).
 func (s *State) IssuedCerts() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -91,8 +105,8 @@ func (s *State) CertStatus(c *x509.Certificate, kind, id string) (CertVerdict, s
 		if e.kind != kind || e.id != id {
 			return CertMismatch, fmt.Sprintf("certificate %s was issued to %s:%s, not %s:%s", serial, e.kind, e.id, kind, id)
 		}
-		if !bytes.Equal(e.spki, SPKIHash(c)) {
-			return CertMismatch, fmt.Sprintf("certificate %s carries a key other than the one it was issued for", serial)
+		if !bytes.Equal(e.sum, CertSum(c)) {
+			return CertMismatch, fmt.Sprintf("certificate %s for %s:%s is not the one the cluster issued under that serial", serial, kind, id)
 		}
 		return CertRecorded, ""
 	}
@@ -100,33 +114,43 @@ func (s *State) CertStatus(c *x509.Certificate, kind, id string) (CertVerdict, s
 		return CertUnchecked, ""
 	}
 	if !l.complete && c.NotBefore.UnixMilli() < l.sinceMS && c.NotAfter.UnixMilli() <= l.sinceMS+MaxCertLifetimeMS {
-		return CertUnchecked, ""
+		m, member := s.id.members[kind+":"+id]
+		if member && !m.Revoked && !l.renewed[kind+":"+id] {
+			return CertUnchecked, ""
+		}
 	}
 	return CertUnknown, fmt.Sprintf("certificate %s for %s:%s was not issued by this cluster's CA service", serial, kind, id)
 }
 
 func (s *State) applyRecordCerts(c *raftpb.RecordCerts) ApplyResult {
 	l := &s.id.ledger
+	for _, r := range c.Certs {
+		if r.GetSerial() == "" || !validKind(r.Kind) || r.Id == "" || len(r.CertSha256) != sha256.Size {
+			return ApplyResult{Err: errf(ErrInvalid, "", "malformed certificate record")}
+		}
+		if old, ok := l.certs[r.Serial]; ok && (old.kind != r.Kind || old.id != r.Id || !bytes.Equal(old.sum, r.CertSha256)) {
+			return ApplyResult{Err: errf(ErrConflict, "", "certificate serial %s is already recorded for %s:%s", r.Serial, old.kind, old.id)}
+		}
+	}
 	for serial, e := range l.certs { // order-independent pruning
-		if e.notAfterMS < c.AtMs {
+		if e.notAfterMS+certPruneGrace < c.AtMs {
 			delete(l.certs, serial)
 		}
 	}
 	for _, r := range c.Certs {
-		if r.GetSerial() == "" || !validKind(r.Kind) || r.Id == "" || len(r.SpkiSha256) != sha256.Size {
-			return ApplyResult{Err: errf(ErrInvalid, "", "malformed certificate record")}
+		l.certs[r.Serial] = &issuedCert{kind: r.Kind, id: r.Id, sum: append([]byte(nil), r.CertSha256...),
+			notBeforeMS: r.NotBeforeMs, notAfterMS: r.NotAfterMs}
+		if l.sinceMS != 0 && !l.complete && r.NotBeforeMs >= l.sinceMS-certBackdateMS {
+			l.renewed[r.Kind+":"+r.Id] = true
 		}
-	}
-	for _, r := range c.Certs {
-		if old, ok := l.certs[r.Serial]; ok && (old.kind != r.Kind || old.id != r.Id || !bytes.Equal(old.spki, r.SpkiSha256)) {
-			return ApplyResult{Err: errf(ErrConflict, "", "certificate serial %s is already recorded for %s:%s", r.Serial, old.kind, old.id)}
-		}
-	}
-	for _, r := range c.Certs {
-		l.certs[r.Serial] = &issuedCert{kind: r.Kind, id: r.Id, spki: append([]byte(nil), r.SpkiSha256...), notAfterMS: r.NotAfterMs}
 	}
 	return ApplyResult{}
 }
+
+// certBackdateMS is how far the CA backdates NotBefore (clock skew): a
+// leaf issued after a restart of the ledger may say up to this much
+// earlier.
+const certBackdateMS = int64(5 * time.Minute / time.Millisecond)
 
 func (s *State) applyStartCertLedger(c *raftpb.StartCertLedger) ApplyResult {
 	if c.AtMs <= 0 {
@@ -138,6 +162,7 @@ func (s *State) applyStartCertLedger(c *raftpb.StartCertLedger) ApplyResult {
 		return ApplyResult{Err: errf(ErrConflict, "", "the certificate ledger was started already")}
 	}
 	l.sinceMS, l.complete = c.AtMs, c.Complete
+	l.renewed = map[string]bool{}
 	return ApplyResult{}
 }
 
@@ -146,23 +171,27 @@ func (s *State) snapshotCertLedger(snap *raftpb.Snapshot) {
 	if l.sinceMS == 0 && len(l.certs) == 0 {
 		return
 	}
-	r := &raftpb.CertLedgerRecord{SinceMs: l.sinceMS, Complete: l.complete}
+	r := &raftpb.CertLedgerRecord{SinceMs: l.sinceMS, Complete: l.complete, Renewed: sortedKeys(l.renewed)}
 	for _, serial := range sortedKeys(l.certs) {
 		e := l.certs[serial]
-		r.Certs = append(r.Certs, &raftpb.IssuedCert{Serial: serial, Kind: e.kind, Id: e.id, SpkiSha256: e.spki, NotAfterMs: e.notAfterMS})
+		r.Certs = append(r.Certs, &raftpb.IssuedCert{Serial: serial, Kind: e.kind, Id: e.id, CertSha256: e.sum,
+			NotBeforeMs: e.notBeforeMS, NotAfterMs: e.notAfterMS})
 	}
 	snap.CertLedger = r
 }
 
 func (s *State) restoreCertLedger(snap *raftpb.Snapshot) {
 	l := &s.id.ledger
-	*l = certLedger{certs: map[string]*issuedCert{}}
+	*l = newCertLedger()
 	r := snap.GetCertLedger()
 	if r == nil {
 		return
 	}
 	l.sinceMS, l.complete = r.SinceMs, r.Complete
 	for _, e := range r.Certs {
-		l.certs[e.Serial] = &issuedCert{kind: e.Kind, id: e.Id, spki: e.SpkiSha256, notAfterMS: e.NotAfterMs}
+		l.certs[e.Serial] = &issuedCert{kind: e.Kind, id: e.Id, sum: e.CertSha256, notBeforeMS: e.NotBeforeMs, notAfterMS: e.NotAfterMs}
+	}
+	for _, p := range r.Renewed {
+		l.renewed[p] = true
 	}
 }

@@ -63,7 +63,7 @@ func TestCertLedger(t *testing.T) {
 		startLedger(ms, true),
 		startLedger(ms+1, true), // complete only once
 		record(ms, IssuedCertPB(sameSerialOtherKey, "device", "d-2")),
-		record(ms, &raftpb.IssuedCert{Serial: "9", Kind: "robot", Id: "r", SpkiSha256: make([]byte, 32)}),
+		record(ms, &raftpb.IssuedCert{Serial: "9", Kind: "robot", Id: "r", CertSha256: make([]byte, 32)}),
 	)
 	for i, want := range []string{"", "", "started already", "already recorded", "malformed"} {
 		got := ""
@@ -99,21 +99,47 @@ func TestCertLedger(t *testing.T) {
 		t.Fatalf("restored ledger: verdict %v", v)
 	}
 
-	// A restart (restore, recover): what was issued before it is accepted
-	// until it expires, for at most the longest lifetime; later leaves
-	// must be recorded.
-	applyAll(t, f, startLedger(ms+10, false))
+	// A restart (restore, recover): a leaf issued before it is accepted
+	// while valid, for at most the longest lifetime, if it names a member
+	// not revoked that has had no leaf recorded since; later leaves must
+	// be recorded.
+	member := func(kind, id string) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: kind, Id: id, AddedAtMs: ms}}}}
+	}
+	applyAll(t, f, member("device", "d-old"), member("device", "d-gone"), member("device", "d-renews"),
+		&raftpb.Command{Cmd: &raftpb.Command_RevokeMember{RevokeMember: &raftpb.RevokeMember{Kind: "device", Id: "d-gone", AtMs: ms}}},
+		startLedger(ms+10, false))
 	check(old, "device", "d-old", CertUnchecked)
+	check(old, "device", "d-never-admitted", CertUnknown)
+	check(old, "device", "d-gone", CertUnknown)
 	check(stranger, "device", "d-x", CertUnknown) // issued after the restart
-	check(leafAt(t, 5, t0.Add(-time.Hour), 91*24*time.Hour), "device", "d-long", CertUnknown)
+	check(leafAt(t, 5, t0.Add(-time.Hour), 91*24*time.Hour), "device", "d-old", CertUnknown)
 	check(node, "device", "d-1", CertMismatch) // recorded ones are still checked
+	check(old, "device", "d-renews", CertUnchecked)
+	renewal := leafAt(t, 6, t0.Add(time.Second), time.Hour)
+	applyAll(t, f, record(ms+20, IssuedCertPB(renewal, "device", "d-renews")))
+	check(renewal, "device", "d-renews", CertRecorded)
+	check(old, "device", "d-renews", CertUnknown) // renewed since: the old one is no longer taken
 
-	// Expired leaves leave the ledger with the next record.
-	if n := st.IssuedCerts(); n != 2 {
-		t.Fatalf("ledger holds %d, want 2", n)
+	// Expired leaves leave the ledger a week after they expire, with the
+	// next record.
+	if n := st.IssuedCerts(); n != 3 {
+		t.Fatalf("ledger holds %d, want 3", n)
 	}
 	applyAll(t, f, record(ms+2*time.Hour.Milliseconds(), IssuedCertPB(stranger, "device", "d-x")))
+	if n := st.IssuedCerts(); n != 4 {
+		t.Fatalf("an hour after expiry the ledger holds %d, want 4", n)
+	}
+	applyAll(t, f, record(ms+8*24*time.Hour.Milliseconds(), IssuedCertPB(leafAt(t, 7, t0.Add(8*24*time.Hour), time.Hour), "device", "d-y")))
 	if n := st.IssuedCerts(); n != 1 {
-		t.Fatalf("after expiry the ledger holds %d, want 1 (the new one)", n)
+		t.Fatalf("a week after expiry the ledger holds %d, want 1 (the new one)", n)
+	}
+	// Snapshots carry what was renewed since the restart.
+	f3 := NewFSM()
+	if err := f3.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snapshotBytes(t, f3), snapshotBytes(t, f)) {
+		t.Fatal("the ledger did not survive a snapshot")
 	}
 }

@@ -94,7 +94,7 @@ func (s *State) auditCommand(cmd *raftpb.Command, res ApplyResult) {
 		s.audit(c.RevokeCert.AtMs, "", "cert.revoke", "serial:"+c.RevokeCert.Serial, c.RevokeCert.Reason)
 	case *raftpb.Command_RecordCerts:
 		for _, r := range c.RecordCerts.Certs {
-			s.audit(c.RecordCerts.AtMs, "", "cert.issue", r.Kind+":"+r.Id, "serial:"+r.Serial)
+			s.audit(c.RecordCerts.AtMs, c.RecordCerts.By, "cert.issue", r.Kind+":"+r.Id, "serial:"+r.Serial)
 		}
 	case *raftpb.Command_StartCertLedger:
 		s.audit(c.StartCertLedger.AtMs, "", "cert.ledger", "ledger", fmt.Sprintf("complete=%v %s", c.StartCertLedger.Complete, c.StartCertLedger.Reason))

@@ -98,7 +98,7 @@ type identityState struct {
 func newIdentityState() identityState {
 	return identityState{pairings: map[string]*Pairing{}, members: map[string]*Member{},
 		usedTokens: map[string]int64{}, revokedSerials: map[string]bool{},
-		ledger: certLedger{certs: map[string]*issuedCert{}}}
+		ledger: newCertLedger()}
 }
 
 func pairingFromPB(r *raftpb.PairingRecord) Pairing {

@@ -312,25 +312,6 @@ func (s *Store) Barrier(ctx context.Context) error {
 	return nil
 }
 
-// Current reports whether this replica's state is the cluster's as of
-// about maxLag ago: it leads, or it heard from a leader within maxLag and
-// has applied every entry it knows to be committed. A replica that is not
-// current (cut off, restarting, catching up) cannot tell a record it has
-// not applied yet from one that does not exist.
-func (s *Store) Current(maxLag time.Duration) bool {
-	switch s.raft.State() {
-	case raft.Leader:
-		return true
-	case raft.Follower:
-		if _, id := s.raft.LeaderWithID(); id == "" {
-			return false
-		}
-		last := s.raft.LastContact()
-		return !last.IsZero() && time.Since(last) <= maxLag && s.raft.AppliedIndex() >= s.raft.CommitIndex()
-	}
-	return false
-}
-
 // Stats is a small, typed view of raft's state.
 type Stats struct {
 	State        string

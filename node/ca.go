@@ -246,10 +246,16 @@ func (k *caKeeper) labels(b consensus.TrustBundle) map[string]string {
 	return out
 }
 
-// due reports whether c must be renewed: two thirds into its lifetime, or
-// issued by a root other than the active one (a rotation activated).
+// due reports whether c must be renewed: two thirds into its lifetime,
+// issued by a root other than the active one (a rotation activated), or
+// missing from a certificate ledger restarted over certificates it lacks
+// (a restore, a recovery, an upgrade): until c is renewed into the ledger,
+// a certificate forged for this principal would be taken for it.
 func (k *caKeeper) due(c *identity.Credential, b consensus.TrustBundle) bool {
 	if time.Now().After(identity.RenewAt(c.Leaf)) {
+		return true
+	}
+	if k.unrecorded(c) {
 		return true
 	}
 	a, ok := b.Active()
@@ -258,6 +264,23 @@ func (k *caKeeper) due(c *identity.Credential, b consensus.TrustBundle) bool {
 	}
 	root := k.parse(a.DER)
 	return root != nil && c.Leaf.CheckSignatureFrom(root) != nil
+}
+
+// unrecorded reports whether c is grandfathered by an incomplete ledger
+// rather than recorded in it.
+func (k *caKeeper) unrecorded(c *identity.Credential) bool {
+	st := k.n.stateOrNil()
+	if st == nil {
+		return false
+	}
+	if _, complete, started := st.CertLedgerStarted(); !started || complete {
+		return false
+	}
+	if cl := k.n.clusterRef.Load(); cl == nil || !cl.SeenSupport(cluster.FeatureCertLedger) {
+		return false
+	}
+	v, _ := st.CertStatus(c.Leaf, string(c.Principal.Kind), c.Principal.ID)
+	return v == consensus.CertUnchecked
 }
 
 // retrust returns c trusting the bundle's roots, and presenting the
@@ -579,7 +602,7 @@ func (k *caKeeper) lead(ctx context.Context, b consensus.TrustBundle) {
 // its ledger complete before registering any member.
 func (k *caKeeper) startLedger(ctx context.Context) {
 	st := k.n.store.State()
-	if _, _, started := st.CertLedgerStarted(); started || len(st.Members("node")) == 0 {
+	if _, _, started := st.CertLedgerStarted(); started || len(st.Members("node")) == 0 || !k.n.cluster.AllSupport(cluster.FeatureCertLedger) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

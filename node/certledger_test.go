@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"crypto/x509"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +80,42 @@ func TestCertificatesSignedOutsideTheClusterAreRefused(t *testing.T) {
 			}
 		}
 	}
+	// A member node relaying a renewal of a forged certificate (a node
+	// holding a copied CA key, say) gets it refused by the signer: a forged
+	// certificate is never turned into a recorded one. The same relay of a
+	// real certificate is renewed.
+	nodeCred, err := identity.LoadCredential(second.Layout().NodeCredDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, err := client.New(first.Addr(), nodeCred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Close()
+	relayed := func(cur *identity.Credential) error {
+		_, csr, err := identity.NewKeyAndCSR(cur.Principal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proof, err := identity.RenewalProof(cur.Key, csr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &palyrav1.RenewRequest{CsrDer: csr, Proof: proof}
+		for _, c := range append([]*x509.Certificate{cur.Leaf}, cur.Chain...) {
+			req.RelayChainDer = append(req.RelayChainDer, c.Raw)
+		}
+		_, err = relay.Identity.Renew(ctx, connect.NewRequest(req))
+		return err
+	}
+	if err := relayed(forge(opCred.Principal)); err == nil || !strings.Contains(err.Error(), "was not issued by this cluster's CA service") {
+		t.Errorf("a relayed renewal of a forged operator certificate: %v, want it refused as never issued", err)
+	}
+	if err := relayed(opCred); err != nil {
+		t.Errorf("a relayed renewal of the operator's own certificate: %v", relay.Explain(err))
+	}
+
 	// The ledger holds what the cluster issued: the first node's and its
 	// operator's certificates, the second node's (and its operator's).
 	if n := first.StateForTest().IssuedCerts(); n < 3 {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -41,43 +43,107 @@ func revokedCheck(st *consensus.State, p identity.Principal, leaf *x509.Certific
 	return nil
 }
 
-// Waits of ledgerCheck: how long a certificate the ledger lacks is looked
-// for again (the record may be committed and not applied here yet: the
-// signer hands a certificate out once the leader has applied its record),
-// and how recently a follower must have heard from its leader for its
-// ledger to be taken as the cluster's.
-var (
-	ledgerWait    = time.Second
-	ledgerPoll    = 20 * time.Millisecond
-	ledgerCurrent = 500 * time.Millisecond
-)
+// ledgerJudgeWait bounds how long a TLS handshake waits for this node to
+// confirm with the leader that its ledger is current (ledgerCheck).
+const ledgerJudgeWait = 1500 * time.Millisecond
 
 // ledgerCheck accepts leaf if the certificate ledger holds it for p (or
 // does not judge it: not started, or issued before a restart of the
-// ledger). A leaf it lacks is looked for again for ledgerWait, then refused
-// if this replica is current, and accepted with a warning if it is not:
-// a node cut off from its leader, or restarting behind it, cannot tell a
-// certificate issued since from a forged one, and refusing its peers
-// would keep it from ever catching up.
+// ledger to a member in good standing). A leaf it lacks may have been
+// recorded moments ago and not applied here yet: the node makes its
+// replica current through the leader (a read index) and looks again, and
+// refuses the leaf if it is still missing. A node that cannot do that
+// (no leader, cut off, or already asking for another handshake, which may
+// be the connection the question needs) accepts the leaf with a warning
+// and checks the connection again once it can (recheckLedger): refusing
+// its peers' new certificates would keep a node that is behind from ever
+// catching up.
 func (n *Node) ledgerCheck(store *consensus.Store, p identity.Principal, leaf *x509.Certificate) error {
 	verdict, why := store.State().CertStatus(leaf, string(p.Kind), p.ID)
-	for deadline := time.Now().Add(ledgerWait); verdict == consensus.CertUnknown && time.Now().Before(deadline); {
-		time.Sleep(ledgerPoll)
-		verdict, why = store.State().CertStatus(leaf, string(p.Kind), p.ID)
-	}
 	switch verdict {
 	case consensus.CertRecorded, consensus.CertUnchecked:
 		return nil
-	case consensus.CertUnknown:
-		if !store.Current(ledgerCurrent) {
-			n.ledgerWarn.Do(func() {
-				n.log.Warn("accepted a certificate this node's ledger lacks: this node is not in touch with a leader, so it cannot tell one issued since from a forged one",
-					"peer", p.String(), "serial", leaf.SerialNumber.String())
-			})
-			return nil
+	case consensus.CertMismatch:
+		return ledgerRefusal(why)
+	}
+	c := n.clusterRef.Load()
+	if c != nil && !c.SeenSupport(cluster.FeatureCertLedger) {
+		return nil // an older member signs without recording
+	}
+	if c == nil || !n.judging.CompareAndSwap(false, true) {
+		n.acceptUnjudged(p, leaf, "this node is starting, or already asking the leader for another connection")
+		return nil
+	}
+	defer n.judging.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), ledgerJudgeWait)
+	err := c.VerifyRead(ctx)
+	cancel()
+	if err != nil {
+		n.acceptUnjudged(p, leaf, "this node could not reach a leader to bring its ledger up to date: "+err.Error())
+		return nil
+	}
+	if verdict, why = store.State().CertStatus(leaf, string(p.Kind), p.ID); verdict == consensus.CertRecorded || verdict == consensus.CertUnchecked {
+		return nil
+	}
+	return ledgerRefusal(why)
+}
+
+func ledgerRefusal(why string) error {
+	return fmt.Errorf("%s: a certificate signed with the CA key outside the cluster is refused; pair again ('palyra pair create'), and if the CA key left a machine, rotate it ('palyra ca rotate')", why)
+}
+
+// acceptUnjudged lets a connection through whose certificate the ledger
+// lacks while this node cannot tell whether it was issued since, and has
+// recheckLedger look at it again.
+func (n *Node) acceptUnjudged(p identity.Principal, leaf *x509.Certificate, why string) {
+	n.unjudged.Store(true)
+	n.ledgerWarn.Do(func() {
+		n.log.Warn("accepted a certificate this node's ledger lacks, for now: "+why+"; the connection is checked again once this node is current",
+			"peer", p.String(), "serial", leaf.SerialNumber.String())
+	})
+}
+
+// recheckEvery is how often recheckLedger looks for connections accepted
+// unjudged.
+const recheckEvery = 2 * time.Second
+
+// recheckLedger closes the connections accepted unjudged (acceptUnjudged)
+// whose certificates the ledger still lacks once this node is current.
+func (n *Node) recheckLedger(ctx context.Context) {
+	t := time.NewTicker(recheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !n.unjudged.Swap(false) {
+			continue
+		}
+		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := n.cluster.VerifyRead(vctx)
+		cancel()
+		if err != nil || !n.cluster.SeenSupport(cluster.FeatureCertLedger) {
+			n.unjudged.Store(true)
+			continue
+		}
+		st := n.store.State()
+		dropped := n.transport.DropPeers(func(cs tls.ConnectionState) bool {
+			if len(cs.PeerCertificates) == 0 {
+				return false
+			}
+			p, err := identity.PrincipalFromCert(cs.PeerCertificates[0])
+			if err != nil {
+				return false
+			}
+			v, _ := st.CertStatus(cs.PeerCertificates[0], string(p.Kind), p.ID)
+			return v == consensus.CertUnknown || v == consensus.CertMismatch
+		})
+		if dropped > 0 {
+			n.log.Warn("closed connections whose certificates the cluster never issued (accepted while this node could not tell)", "connections", dropped)
 		}
 	}
-	return fmt.Errorf("%s; a certificate signed with the CA key outside the cluster is refused: pair again ('palyra pair create'), and if the CA key left a machine, rotate it ('palyra ca rotate')", why)
 }
 
 func (n *Node) stateOrNil() *consensus.State {
@@ -118,10 +184,14 @@ func (l tokenLedger) RecordCert(leaf *x509.Certificate) error {
 	if err != nil {
 		return fmt.Errorf("record certificate: %w", err)
 	}
+	if !l.n.cluster.SeenSupport(cluster.FeatureCertLedger) {
+		return nil // an older member could not apply the record
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err = l.n.apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_RecordCerts{RecordCerts: &raftpb.RecordCerts{
-		Certs: []*raftpb.IssuedCert{consensus.IssuedCertPB(leaf, string(p.Kind), p.ID)}, AtMs: time.Now().UnixMilli()}}})
+		Certs: []*raftpb.IssuedCert{consensus.IssuedCertPB(leaf, string(p.Kind), p.ID)}, AtMs: time.Now().UnixMilli(),
+		By: "node:" + l.n.state.NodeID}}})
 	if err != nil {
 		return fmt.Errorf("record certificate %s in the cluster's ledger: %w", leaf.SerialNumber, err)
 	}

@@ -48,6 +48,13 @@ type Node struct {
 	// ledgerWarn: at most one warning a minute about certificates accepted
 	// unjudged while this node is not current (ledgerCheck).
 	ledgerWarn rate.Sometimes
+	// clusterRef is n.cluster for the TLS handshakes' ledger check, which
+	// can run before startCluster has set it. judging: a ledger check is
+	// asking the leader (one at a time); unjudged: a certificate the ledger
+	// lacked was accepted while this node could not ask (recheckLedger).
+	clusterRef atomic.Pointer[cluster.Cluster]
+	judging    atomic.Bool
+	unjudged   atomic.Bool
 	metaMu     sync.Mutex
 	labels     map[string]string // gossiped labels: the configured ones and the CA's
 	// refused: the cluster refuses this node (watchSelfRefused); raft's
@@ -485,6 +492,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 		return err
 	}
 	n.cluster = c
+	n.clusterRef.Store(c)
 	if err := c.Start(ctx); err != nil {
 		return fmt.Errorf("start gossip: %w", err)
 	}

@@ -64,6 +64,9 @@ type Control interface {
 	// AllSupport reports whether every member runs software with feature
 	// (cluster.Feature…): a rolling upgrade has old and new nodes.
 	AllSupport(feature string) bool
+	// SeenSupport is AllSupport leaving out raft servers this node has
+	// never heard from (down since it started).
+	SeenSupport(feature string) bool
 	// Lacking names the members AllSupport finds without feature.
 	Lacking(feature string) []string
 }

@@ -342,6 +342,9 @@ func (is identityService) Renew(ctx context.Context, req *connect.Request[palyra
 		}
 		return connect.NewResponse(out), nil
 	}
+	if err := s.renewable(ctx, subject, renewedLeaf(ctx, m)); err != nil {
+		return nil, err
+	}
 	chain, err := s.Issuer.Sign(ctx, m.CsrDer, subject, s.CertTTL)
 	if err != nil {
 		if errors.Is(err, identity.ErrBadCSR) {
@@ -397,6 +400,51 @@ func (is identityService) forward(ctx context.Context, fn func(context.Context, 
 			return ce
 		}
 		return apiError(connect.CodeUnavailable, "no_signer", err.Error(), "retry in a few seconds; a voter takes over signing when one is lost")
+	}
+	return nil
+}
+
+// renewedLeaf is the certificate a renewal replaces: the relayed one, or
+// the caller's own.
+func renewedLeaf(ctx context.Context, m *palyrav1.RenewRequest) *x509.Certificate {
+	if len(m.RelayChainDer) > 0 {
+		c, err := x509.ParseCertificate(m.RelayChainDer[0])
+		if err != nil {
+			return nil
+		}
+		return c
+	}
+	if chain := peerChain(ctx); len(chain) > 0 {
+		return chain[0]
+	}
+	return nil
+}
+
+// renewable refuses to renew a certificate the ledger does not hold for
+// p (with the replica made current first), whatever let its connection
+// through: a certificate signed with a copied CA key, accepted by a node
+// that could not judge it or relayed by another node, must not be turned
+// into a recorded one.
+func (s *Server) renewable(ctx context.Context, p identity.Principal, leaf *x509.Certificate) error {
+	if leaf == nil {
+		return apiError(connect.CodeUnauthenticated, "unauthenticated", "renewal needs the current certificate", "")
+	}
+	st := s.control.State()
+	if _, _, started := st.CertLedgerStarted(); !started || !s.control.SeenSupport(cluster.FeatureCertLedger) {
+		return nil
+	}
+	v, why := st.CertStatus(leaf, string(p.Kind), p.ID)
+	if v == consensus.CertUnknown {
+		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := s.control.VerifyRead(vctx)
+		cancel()
+		if err != nil {
+			return apiError(connect.CodeUnavailable, "no_quorum", "cannot check the certificate against the cluster's ledger: "+err.Error(), "retry once the cluster has a leader")
+		}
+		v, why = s.control.State().CertStatus(leaf, string(p.Kind), p.ID)
+	}
+	if v == consensus.CertUnknown || v == consensus.CertMismatch {
+		return apiError(connect.CodePermissionDenied, "permission_denied", "renewal refused: "+why, "pair again with a new code ('palyra pair create')")
 	}
 	return nil
 }

@@ -46,6 +46,7 @@ func (f *fakeControl) VerifyRead(context.Context) error { return nil }
 func (f *fakeControl) Leader() (string, string)         { return "", "n-fake" }
 func (f *fakeControl) Stats() consensus.Stats           { return consensus.Stats{} }
 func (f *fakeControl) AllSupport(string) bool           { return true }
+func (f *fakeControl) SeenSupport(string) bool          { return true }
 func (f *fakeControl) Lacking(string) []string          { return nil }
 
 // countingIssuer wraps the real CA and counts the certificates it issued;

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"crypto/x509"
+
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
@@ -32,6 +34,7 @@ type State interface {
 	IsSerialRevoked(serial string) bool
 	Trust() consensus.TrustBundle
 	CertLedgerStarted() (sinceMS int64, complete, started bool)
+	CertStatus(c *x509.Certificate, kind, id string) (consensus.CertVerdict, string)
 	IssuedCerts() int
 
 	// Secrets (sealed).

@@ -68,8 +68,16 @@ const FeatureHookRules = "hook-rules"
 // while every member says so (hookRules).
 const FeatureHookExitNull = "hook-exit-null"
 
+// FeatureCertLedger says a node records the certificates it signs in the
+// certificate ledger and checks its peers' against it: while an older
+// node is a member, nothing is recorded (it could not apply the records,
+// and its audit journal would differ) and nothing is refused for lack of
+// a record (its certificates have none).
+const FeatureCertLedger = "cert-ledger"
+
 // features are those this software has.
-var features = []string{FeatureBatch, FeatureKVRun, FeatureToolGrants, FeatureEndedOutput, FeatureKVAudit, FeatureHookRules, FeatureHookExitNull}
+var features = []string{FeatureBatch, FeatureKVRun, FeatureToolGrants, FeatureEndedOutput, FeatureKVAudit, FeatureHookRules, FeatureHookExitNull,
+	FeatureCertLedger}
 
 // hookRules is the consensus.HookRules this node's store stamps on the
 // entries it proposes (consensus.Store.SetHookRules): those of this

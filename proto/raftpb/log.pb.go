@@ -2550,8 +2550,9 @@ type IssuedCert struct {
 	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"` // decimal, as x509 prints it
 	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`     // "node" | "device"
 	Id            string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
-	SpkiSha256    []byte                 `protobuf:"bytes,4,opt,name=spki_sha256,json=spkiSha256,proto3" json:"spki_sha256,omitempty"`    // SHA-256 of the leaf's SubjectPublicKeyInfo
-	NotAfterMs    int64                  `protobuf:"varint,5,opt,name=not_after_ms,json=notAfterMs,proto3" json:"not_after_ms,omitempty"` // dropped from the ledger after this
+	CertSha256    []byte                 `protobuf:"bytes,4,opt,name=cert_sha256,json=certSha256,proto3" json:"cert_sha256,omitempty"` // SHA-256 of the leaf's DER: key, validity and all
+	NotBeforeMs   int64                  `protobuf:"varint,6,opt,name=not_before_ms,json=notBeforeMs,proto3" json:"not_before_ms,omitempty"`
+	NotAfterMs    int64                  `protobuf:"varint,5,opt,name=not_after_ms,json=notAfterMs,proto3" json:"not_after_ms,omitempty"` // dropped from the ledger a week after this
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2607,11 +2608,18 @@ func (x *IssuedCert) GetId() string {
 	return ""
 }
 
-func (x *IssuedCert) GetSpkiSha256() []byte {
+func (x *IssuedCert) GetCertSha256() []byte {
 	if x != nil {
-		return x.SpkiSha256
+		return x.CertSha256
 	}
 	return nil
+}
+
+func (x *IssuedCert) GetNotBeforeMs() int64 {
+	if x != nil {
+		return x.NotBeforeMs
+	}
+	return 0
 }
 
 func (x *IssuedCert) GetNotAfterMs() int64 {
@@ -2627,6 +2635,7 @@ type RecordCerts struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Certs         []*IssuedCert          `protobuf:"bytes,1,rep,name=certs,proto3" json:"certs,omitempty"`
 	AtMs          int64                  `protobuf:"varint,2,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2675,12 +2684,20 @@ func (x *RecordCerts) GetAtMs() int64 {
 	return 0
 }
 
+func (x *RecordCerts) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
 // StartCertLedger (re)starts the ledger's enforcement. complete: every
 // leaf the cluster will accept from here on is in the ledger (a new
 // cluster). Otherwise (a cluster made before the ledger, a restore from a
 // snapshot, a recovery that may have lost entries) a leaf issued before
-// at_ms that the ledger lacks is accepted until it expires, for at most
-// the longest certificate lifetime after at_ms.
+// at_ms that the ledger lacks is accepted while it is valid and ends by
+// the longest certificate lifetime after at_ms, if it names a member
+// that is not revoked and has had no certificate recorded since at_ms.
 type StartCertLedger struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AtMs          int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
@@ -2743,10 +2760,13 @@ func (x *StartCertLedger) GetReason() string {
 
 // CertLedgerRecord is the ledger in a snapshot.
 type CertLedgerRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SinceMs       int64                  `protobuf:"varint,1,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"` // 0: never started (every leaf accepted, as before)
-	Complete      bool                   `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
-	Certs         []*IssuedCert          `protobuf:"bytes,3,rep,name=certs,proto3" json:"certs,omitempty"` // sorted by serial
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	SinceMs  int64                  `protobuf:"varint,1,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"` // 0: never started (every leaf accepted, as before)
+	Complete bool                   `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
+	Certs    []*IssuedCert          `protobuf:"bytes,3,rep,name=certs,proto3" json:"certs,omitempty"` // sorted by serial
+	// Members with a certificate recorded since since_ms (incomplete
+	// ledgers: no unrecorded leaf of theirs is accepted any more), sorted.
+	Renewed       []string `protobuf:"bytes,4,rep,name=renewed,proto3" json:"renewed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2798,6 +2818,13 @@ func (x *CertLedgerRecord) GetComplete() bool {
 func (x *CertLedgerRecord) GetCerts() []*IssuedCert {
 	if x != nil {
 		return x.Certs
+	}
+	return nil
+}
+
+func (x *CertLedgerRecord) GetRenewed() []string {
+	if x != nil {
+		return x.Renewed
 	}
 	return nil
 }
@@ -6006,27 +6033,30 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"RevokeCert\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x8b\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xaf\x01\n" +
 	"\n" +
 	"IssuedCert\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\tR\x02id\x12\x1f\n" +
-	"\vspki_sha256\x18\x04 \x01(\fR\n" +
-	"spkiSha256\x12 \n" +
+	"\vcert_sha256\x18\x04 \x01(\fR\n" +
+	"certSha256\x12\"\n" +
+	"\rnot_before_ms\x18\x06 \x01(\x03R\vnotBeforeMs\x12 \n" +
 	"\fnot_after_ms\x18\x05 \x01(\x03R\n" +
-	"notAfterMs\"T\n" +
+	"notAfterMs\"d\n" +
 	"\vRecordCerts\x120\n" +
 	"\x05certs\x18\x01 \x03(\v2\x1a.palyra.raft.v1.IssuedCertR\x05certs\x12\x13\n" +
-	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\"Z\n" +
+	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\"Z\n" +
 	"\x0fStartCertLedger\x12\x13\n" +
 	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"{\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x95\x01\n" +
 	"\x10CertLedgerRecord\x12\x19\n" +
 	"\bsince_ms\x18\x01 \x01(\x03R\asinceMs\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x120\n" +
-	"\x05certs\x18\x03 \x03(\v2\x1a.palyra.raft.v1.IssuedCertR\x05certs\"H\n" +
+	"\x05certs\x18\x03 \x03(\v2\x1a.palyra.raft.v1.IssuedCertR\x05certs\x12\x18\n" +
+	"\arenewed\x18\x04 \x03(\tR\arenewed\"H\n" +
 	"\tSetPolicy\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x0e\n" +
