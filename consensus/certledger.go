@@ -41,13 +41,19 @@ type certLedger struct {
 	sinceMS  int64 // 0: not started; every leaf is accepted
 	complete bool
 	certs    map[string]*issuedCert // by serial
-	// renewed: principals ("kind:id") with a leaf recorded since sinceMS.
-	renewed map[string]bool
+	// renewed: principals ("kind:id") with a leaf recorded since the
+	// ledger was (re)started, and when the first was.
+	renewed map[string]int64
 }
 
 func newCertLedger() certLedger {
-	return certLedger{certs: map[string]*issuedCert{}, renewed: map[string]bool{}}
+	return certLedger{certs: map[string]*issuedCert{}, renewed: map[string]int64{}}
 }
+
+// RenewedGraceMS is how long a member's grandfathered leaf is still
+// accepted after a leaf of its was recorded: a renewal whose answer was
+// lost is tried again with the old one.
+const RenewedGraceMS = int64(10 * time.Minute / time.Millisecond)
 
 // CertVerdict is what the ledger says of a presented leaf.
 type CertVerdict int
@@ -95,8 +101,13 @@ func (s *State) IssuedCerts() int {
 	return len(s.id.ledger.certs)
 }
 
-// CertStatus judges leaf c, presented for principal kind:id, by the ledger.
+// CertStatus judges leaf c, presented for principal kind:id, by the ledger
+// (now: this node's clock, for the grace after a renewal).
 func (s *State) CertStatus(c *x509.Certificate, kind, id string) (CertVerdict, string) {
+	return s.certStatusAt(c, kind, id, time.Now().UnixMilli())
+}
+
+func (s *State) certStatusAt(c *x509.Certificate, kind, id string, nowMS int64) (CertVerdict, string) {
 	serial := c.SerialNumber.String()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -115,7 +126,8 @@ func (s *State) CertStatus(c *x509.Certificate, kind, id string) (CertVerdict, s
 	}
 	if !l.complete && c.NotBefore.UnixMilli() < l.sinceMS && c.NotAfter.UnixMilli() <= l.sinceMS+MaxCertLifetimeMS {
 		m, member := s.id.members[kind+":"+id]
-		if member && !m.Revoked && !l.renewed[kind+":"+id] {
+		renewedAt, renewed := l.renewed[kind+":"+id]
+		if member && !m.Revoked && (!renewed || nowMS < renewedAt+RenewedGraceMS) {
 			return CertUnchecked, ""
 		}
 	}
@@ -140,17 +152,14 @@ func (s *State) applyRecordCerts(c *raftpb.RecordCerts) ApplyResult {
 	for _, r := range c.Certs {
 		l.certs[r.Serial] = &issuedCert{kind: r.Kind, id: r.Id, sum: append([]byte(nil), r.CertSha256...),
 			notBeforeMS: r.NotBeforeMs, notAfterMS: r.NotAfterMs}
-		if l.sinceMS != 0 && !l.complete && r.NotBeforeMs >= l.sinceMS-certBackdateMS {
-			l.renewed[r.Kind+":"+r.Id] = true
+		// Recorded after the (re)start, whatever its NotBefore says (the
+		// signer's clock): the log's order is what counts.
+		if p := r.Kind + ":" + r.Id; l.sinceMS != 0 && !l.complete && l.renewed[p] == 0 {
+			l.renewed[p] = c.AtMs
 		}
 	}
 	return ApplyResult{}
 }
-
-// certBackdateMS is how far the CA backdates NotBefore (clock skew): a
-// leaf issued after a restart of the ledger may say up to this much
-// earlier.
-const certBackdateMS = int64(5 * time.Minute / time.Millisecond)
 
 func (s *State) applyStartCertLedger(c *raftpb.StartCertLedger) ApplyResult {
 	if c.AtMs <= 0 {
@@ -162,7 +171,7 @@ func (s *State) applyStartCertLedger(c *raftpb.StartCertLedger) ApplyResult {
 		return ApplyResult{Err: errf(ErrConflict, "", "the certificate ledger was started already")}
 	}
 	l.sinceMS, l.complete = c.AtMs, c.Complete
-	l.renewed = map[string]bool{}
+	l.renewed = map[string]int64{}
 	return ApplyResult{}
 }
 
@@ -171,7 +180,10 @@ func (s *State) snapshotCertLedger(snap *raftpb.Snapshot) {
 	if l.sinceMS == 0 && len(l.certs) == 0 {
 		return
 	}
-	r := &raftpb.CertLedgerRecord{SinceMs: l.sinceMS, Complete: l.complete, Renewed: sortedKeys(l.renewed)}
+	r := &raftpb.CertLedgerRecord{SinceMs: l.sinceMS, Complete: l.complete}
+	for _, p := range sortedKeys(l.renewed) {
+		r.Renewed = append(r.Renewed, &raftpb.RenewedMember{Principal: p, AtMs: l.renewed[p]})
+	}
 	for _, serial := range sortedKeys(l.certs) {
 		e := l.certs[serial]
 		r.Certs = append(r.Certs, &raftpb.IssuedCert{Serial: serial, Kind: e.kind, Id: e.id, CertSha256: e.sum,
@@ -192,6 +204,6 @@ func (s *State) restoreCertLedger(snap *raftpb.Snapshot) {
 		l.certs[e.Serial] = &issuedCert{kind: e.Kind, id: e.Id, sum: e.CertSha256, notBeforeMS: e.NotBeforeMs, notAfterMS: e.NotAfterMs}
 	}
 	for _, p := range r.Renewed {
-		l.renewed[p] = true
+		l.renewed[p.Principal] = p.AtMs
 	}
 }

@@ -120,6 +120,10 @@ func TestCertLedger(t *testing.T) {
 	applyAll(t, f, record(ms+20, IssuedCertPB(renewal, "device", "d-renews")))
 	check(renewal, "device", "d-renews", CertRecorded)
 	check(old, "device", "d-renews", CertUnknown) // renewed since: the old one is no longer taken
+	// ... except for a while after the renewal (its answer may have been lost).
+	if v, _ := st.certStatusAt(old, "device", "d-renews", ms+20+RenewedGraceMS/2); v != CertUnchecked {
+		t.Errorf("a grandfathered leaf right after its member renewed: verdict %v, want unchecked", v)
+	}
 
 	// Expired leaves leave the ledger a week after they expire, with the
 	// next record.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,6 +82,26 @@ func TestCertificatesSignedOutsideTheClusterAreRefused(t *testing.T) {
 			}
 		}
 	}
+	// Many forged handshakes at once share the read indexes that judge
+	// them and are refused, all of them: none is waved through for want
+	// of a judge.
+	flood := forge(opCred.Principal)
+	var wg sync.WaitGroup
+	var accepted atomic.Int32
+	for i := 0; i < 12; i++ {
+		wg.Add(1)
+		go func(addr string) {
+			defer wg.Done()
+			if status(addr, flood) == nil {
+				accepted.Add(1)
+			}
+		}([]string{first.Addr(), second.Addr()}[i%2])
+	}
+	wg.Wait()
+	if n := accepted.Load(); n > 0 {
+		t.Errorf("%d of 12 concurrent forged handshakes were accepted", n)
+	}
+
 	// A member node relaying a renewal of a forged certificate (a node
 	// holding a copied CA key, say) gets it refused by the signer: a forged
 	// certificate is never turned into a recorded one. The same relay of a

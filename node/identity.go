@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -51,13 +52,14 @@ const ledgerJudgeWait = 1500 * time.Millisecond
 // does not judge it: not started, or issued before a restart of the
 // ledger to a member in good standing). A leaf it lacks may have been
 // recorded moments ago and not applied here yet: the node makes its
-// replica current through the leader (a read index) and looks again, and
-// refuses the leaf if it is still missing. A node that cannot do that
-// (no leader, cut off, or already asking for another handshake, which may
-// be the connection the question needs) accepts the leaf with a warning
-// and checks the connection again once it can (recheckLedger): refusing
-// its peers' new certificates would keep a node that is behind from ever
-// catching up.
+// replica current through the leader (a read index, shared by the
+// handshakes waiting at the same time) and looks again, and refuses the
+// leaf if it is still missing. A node that cannot do that within
+// ledgerJudgeWait (no leader, cut off, or the question needs the very
+// connection being checked) accepts the leaf with a warning and checks
+// that connection again once it can (recheckLedger): refusing its peers'
+// new certificates would keep a node that is behind from ever catching
+// up.
 func (n *Node) ledgerCheck(store *consensus.Store, p identity.Principal, leaf *x509.Certificate) error {
 	verdict, why := store.State().CertStatus(leaf, string(p.Kind), p.ID)
 	switch verdict {
@@ -70,16 +72,12 @@ func (n *Node) ledgerCheck(store *consensus.Store, p identity.Principal, leaf *x
 	if c != nil && !c.SeenSupport(cluster.FeatureCertLedger) {
 		return nil // an older member signs without recording
 	}
-	if c == nil || !n.judging.CompareAndSwap(false, true) {
-		n.acceptUnjudged(p, leaf, "this node is starting, or already asking the leader for another connection")
+	if c == nil {
+		n.acceptUnjudged(p, leaf, "this node is starting")
 		return nil
 	}
-	defer n.judging.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), ledgerJudgeWait)
-	err := c.VerifyRead(ctx)
-	cancel()
-	if err != nil {
-		n.acceptUnjudged(p, leaf, "this node could not reach a leader to bring its ledger up to date: "+err.Error())
+	if err := n.judge.current(c, time.Now().Add(ledgerJudgeWait)); err != nil {
+		n.acceptUnjudged(p, leaf, "this node could not bring its ledger up to date through a leader: "+err.Error())
 		return nil
 	}
 	if verdict, why = store.State().CertStatus(leaf, string(p.Kind), p.ID); verdict == consensus.CertRecorded || verdict == consensus.CertUnchecked {
@@ -92,11 +90,70 @@ func ledgerRefusal(why string) error {
 	return fmt.Errorf("%s: a certificate signed with the CA key outside the cluster is refused; pair again ('palyra pair create'), and if the CA key left a machine, rotate it ('palyra ca rotate')", why)
 }
 
+// ledgerJudge shares read indexes among the handshakes that need one: a
+// handshake waits for a read index that began after it arrived (one begun
+// earlier may predate the record it looks for), joining the one under way
+// or starting the next.
+type ledgerJudge struct {
+	mu       sync.Mutex
+	inflight *judgement
+}
+
+type judgement struct {
+	began time.Time
+	done  chan struct{}
+	err   error
+}
+
+// current returns once a read index begun after the call has made this
+// node's replica current, or with why it could not by deadline.
+func (j *ledgerJudge) current(c *cluster.Cluster, deadline time.Time) error {
+	arrived := time.Now()
+	for {
+		j.mu.Lock()
+		g := j.inflight
+		mine := g == nil
+		if mine {
+			g = &judgement{began: time.Now(), done: make(chan struct{})}
+			j.inflight = g
+		}
+		j.mu.Unlock()
+		if mine {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			g.err = c.VerifyRead(ctx)
+			cancel()
+			j.mu.Lock()
+			j.inflight = nil
+			j.mu.Unlock()
+			close(g.done)
+			return g.err
+		}
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-g.done:
+			t.Stop()
+		case <-t.C:
+			return errors.New("timed out waiting for a read index")
+		}
+		if !g.began.Before(arrived) {
+			return g.err
+		}
+		if !time.Now().Before(deadline) {
+			return errors.New("timed out waiting for a read index")
+		}
+	}
+}
+
 // acceptUnjudged lets a connection through whose certificate the ledger
 // lacks while this node cannot tell whether it was issued since, and has
 // recheckLedger look at it again.
 func (n *Node) acceptUnjudged(p identity.Principal, leaf *x509.Certificate, why string) {
-	n.unjudged.Store(true)
+	n.unjudgedMu.Lock()
+	if n.unjudged == nil {
+		n.unjudged = map[string]bool{}
+	}
+	n.unjudged[leaf.SerialNumber.String()] = true
+	n.unjudgedMu.Unlock()
 	n.ledgerWarn.Do(func() {
 		n.log.Warn("accepted a certificate this node's ledger lacks, for now: "+why+"; the connection is checked again once this node is current",
 			"peer", p.String(), "serial", leaf.SerialNumber.String())
@@ -108,7 +165,8 @@ func (n *Node) acceptUnjudged(p identity.Principal, leaf *x509.Certificate, why 
 const recheckEvery = 2 * time.Second
 
 // recheckLedger closes the connections accepted unjudged (acceptUnjudged)
-// whose certificates the ledger still lacks once this node is current.
+// whose certificates the ledger still lacks once this node is current;
+// other connections are left alone.
 func (n *Node) recheckLedger(ctx context.Context) {
 	t := time.NewTicker(recheckEvery)
 	defer t.Stop()
@@ -118,19 +176,33 @@ func (n *Node) recheckLedger(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !n.unjudged.Swap(false) {
+		n.unjudgedMu.Lock()
+		pending := n.unjudged
+		n.unjudged = nil
+		n.unjudgedMu.Unlock()
+		if len(pending) == 0 {
 			continue
 		}
 		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		err := n.cluster.VerifyRead(vctx)
 		cancel()
-		if err != nil || !n.cluster.SeenSupport(cluster.FeatureCertLedger) {
-			n.unjudged.Store(true)
+		if err != nil {
+			n.unjudgedMu.Lock()
+			if n.unjudged == nil {
+				n.unjudged = map[string]bool{}
+			}
+			for s := range pending {
+				n.unjudged[s] = true
+			}
+			n.unjudgedMu.Unlock()
+			continue
+		}
+		if !n.cluster.SeenSupport(cluster.FeatureCertLedger) {
 			continue
 		}
 		st := n.store.State()
 		dropped := n.transport.DropPeers(func(cs tls.ConnectionState) bool {
-			if len(cs.PeerCertificates) == 0 {
+			if len(cs.PeerCertificates) == 0 || !pending[cs.PeerCertificates[0].SerialNumber.String()] {
 				return false
 			}
 			p, err := identity.PrincipalFromCert(cs.PeerCertificates[0])
@@ -184,8 +256,11 @@ func (l tokenLedger) RecordCert(leaf *x509.Certificate) error {
 	if err != nil {
 		return fmt.Errorf("record certificate: %w", err)
 	}
-	if !l.n.cluster.SeenSupport(cluster.FeatureCertLedger) {
-		return nil // an older member could not apply the record
+	// Before the ledger starts, nothing is recorded while an older member
+	// could not apply the record; once it has, everything is (a
+	// certificate left out would be refused once that member is gone).
+	if _, _, started := l.n.store.State().CertLedgerStarted(); !started && !l.n.cluster.SeenSupport(cluster.FeatureCertLedger) {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -317,7 +392,7 @@ func (n *Node) nextRenewal() time.Time {
 func (n *Node) renewDue(ctx context.Context) error {
 	b := n.keeper.trust()
 	if cur := n.cred.Current(); n.keeper.due(cur, b) {
-		fresh, err := n.reissue(ctx, cur, true)
+		fresh, err := n.reissue(ctx, cur)
 		if err != nil {
 			return fmt.Errorf("renew node certificate: %w", err)
 		}
@@ -337,7 +412,7 @@ func (n *Node) renewDue(ctx context.Context) error {
 	if err != nil || !n.keeper.due(op, b) {
 		return nil
 	}
-	fresh, err := n.reissue(ctx, op, false)
+	fresh, err := n.reissue(ctx, op)
 	if err != nil {
 		return fmt.Errorf("renew the local operator credential: %w", err)
 	}
@@ -348,9 +423,8 @@ func (n *Node) renewDue(ctx context.Context) error {
 
 // reissue makes a fresh key for cur's principal and has it certified: by
 // this node's CA key when it holds the active one, else by a node that does
-// (asked as this node, with cur's renewal proof; cur is relayed when it is
-// not this node's own credential).
-func (n *Node) reissue(ctx context.Context, cur *identity.Credential, own bool) (*identity.Credential, error) {
+// (asked as this node, with cur and its renewal proof).
+func (n *Node) reissue(ctx context.Context, cur *identity.Credential) (*identity.Credential, error) {
 	key, csr, err := identity.NewKeyAndCSR(cur.Principal)
 	if err != nil {
 		return nil, err
@@ -366,11 +440,12 @@ func (n *Node) reissue(ctx context.Context, cur *identity.Credential, own bool) 
 		if err != nil {
 			return nil, err
 		}
+		// cur goes with the request, this node's own too: the signer
+		// judges the certificate being renewed, and the connection's may
+		// be an older one of this node's (connections outlive renewals).
 		req := &palyrav1.RenewRequest{CsrDer: csr, Proof: proof}
-		if !own {
-			for _, c := range append([]*x509.Certificate{cur.Leaf}, cur.Chain...) {
-				req.RelayChainDer = append(req.RelayChainDer, c.Raw)
-			}
+		for _, c := range append([]*x509.Certificate{cur.Leaf}, cur.Chain...) {
+			req.RelayChainDer = append(req.RelayChainDer, c.Raw)
 		}
 		var resp *palyrav1.RenewResponse
 		err = n.viaSigners(ctx, func(ctx context.Context, ic palyrav1connect.IdentityServiceClient) error {

@@ -49,12 +49,13 @@ type Node struct {
 	// unjudged while this node is not current (ledgerCheck).
 	ledgerWarn rate.Sometimes
 	// clusterRef is n.cluster for the TLS handshakes' ledger check, which
-	// can run before startCluster has set it. judging: a ledger check is
-	// asking the leader (one at a time); unjudged: a certificate the ledger
-	// lacked was accepted while this node could not ask (recheckLedger).
+	// can run before startCluster has set it; judge shares its read
+	// indexes; unjudged: serials of certificates the ledger lacked,
+	// accepted while this node could not tell (recheckLedger).
 	clusterRef atomic.Pointer[cluster.Cluster]
-	judging    atomic.Bool
-	unjudged   atomic.Bool
+	judge      ledgerJudge
+	unjudgedMu sync.Mutex
+	unjudged   map[string]bool
 	metaMu     sync.Mutex
 	labels     map[string]string // gossiped labels: the configured ones and the CA's
 	// refused: the cluster refuses this node (watchSelfRefused); raft's

@@ -2550,7 +2550,7 @@ type IssuedCert struct {
 	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"` // decimal, as x509 prints it
 	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`     // "node" | "device"
 	Id            string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
-	CertSha256    []byte                 `protobuf:"bytes,4,opt,name=cert_sha256,json=certSha256,proto3" json:"cert_sha256,omitempty"` // SHA-256 of the leaf's DER: key, validity and all
+	CertSha256    []byte                 `protobuf:"bytes,7,opt,name=cert_sha256,json=certSha256,proto3" json:"cert_sha256,omitempty"` // SHA-256 of the leaf's DER: key, validity and all
 	NotBeforeMs   int64                  `protobuf:"varint,6,opt,name=not_before_ms,json=notBeforeMs,proto3" json:"not_before_ms,omitempty"`
 	NotAfterMs    int64                  `protobuf:"varint,5,opt,name=not_after_ms,json=notAfterMs,proto3" json:"not_after_ms,omitempty"` // dropped from the ledger a week after this
 	unknownFields protoimpl.UnknownFields
@@ -2764,9 +2764,10 @@ type CertLedgerRecord struct {
 	SinceMs  int64                  `protobuf:"varint,1,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"` // 0: never started (every leaf accepted, as before)
 	Complete bool                   `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
 	Certs    []*IssuedCert          `protobuf:"bytes,3,rep,name=certs,proto3" json:"certs,omitempty"` // sorted by serial
-	// Members with a certificate recorded since since_ms (incomplete
-	// ledgers: no unrecorded leaf of theirs is accepted any more), sorted.
-	Renewed       []string `protobuf:"bytes,4,rep,name=renewed,proto3" json:"renewed,omitempty"`
+	// Members with a certificate recorded since the ledger was (re)started
+	// (incomplete ledgers: their unrecorded leaves are accepted only for
+	// ten minutes after that record), sorted by principal.
+	Renewed       []*RenewedMember `protobuf:"bytes,5,rep,name=renewed,proto3" json:"renewed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2822,11 +2823,63 @@ func (x *CertLedgerRecord) GetCerts() []*IssuedCert {
 	return nil
 }
 
-func (x *CertLedgerRecord) GetRenewed() []string {
+func (x *CertLedgerRecord) GetRenewed() []*RenewedMember {
 	if x != nil {
 		return x.Renewed
 	}
 	return nil
+}
+
+type RenewedMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Principal     string                 `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	AtMs          int64                  `protobuf:"varint,2,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewedMember) Reset() {
+	*x = RenewedMember{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewedMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewedMember) ProtoMessage() {}
+
+func (x *RenewedMember) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewedMember.ProtoReflect.Descriptor instead.
+func (*RenewedMember) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RenewedMember) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *RenewedMember) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
 }
 
 type SetPolicy struct {
@@ -2840,7 +2893,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +2905,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +2918,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{33}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetPolicy) GetSource() []byte {
@@ -2903,7 +2956,7 @@ type SetSecret struct {
 
 func (x *SetSecret) Reset() {
 	*x = SetSecret{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2915,7 +2968,7 @@ func (x *SetSecret) String() string {
 func (*SetSecret) ProtoMessage() {}
 
 func (x *SetSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2928,7 +2981,7 @@ func (x *SetSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecret.ProtoReflect.Descriptor instead.
 func (*SetSecret) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetSecret) GetName() string {
@@ -2970,7 +3023,7 @@ type DeleteSecret struct {
 
 func (x *DeleteSecret) Reset() {
 	*x = DeleteSecret{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3035,7 @@ func (x *DeleteSecret) String() string {
 func (*DeleteSecret) ProtoMessage() {}
 
 func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3048,7 @@ func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecret.ProtoReflect.Descriptor instead.
 func (*DeleteSecret) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteSecret) GetName() string {
@@ -3045,7 +3098,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3110,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3123,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KVPut) GetKey() string {
@@ -3152,7 +3205,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3217,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3230,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -3291,7 +3344,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3356,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3369,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{38}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Command) GetCmd() isCommand_Cmd {
@@ -3862,7 +3915,7 @@ type CARootRecord struct {
 
 func (x *CARootRecord) Reset() {
 	*x = CARootRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3874,7 +3927,7 @@ func (x *CARootRecord) String() string {
 func (*CARootRecord) ProtoMessage() {}
 
 func (x *CARootRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3887,7 +3940,7 @@ func (x *CARootRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARootRecord.ProtoReflect.Descriptor instead.
 func (*CARootRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{39}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CARootRecord) GetFingerprint() string {
@@ -3958,7 +4011,7 @@ type CARotationRecord struct {
 
 func (x *CARotationRecord) Reset() {
 	*x = CARotationRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3970,7 +4023,7 @@ func (x *CARotationRecord) String() string {
 func (*CARotationRecord) ProtoMessage() {}
 
 func (x *CARotationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3983,7 +4036,7 @@ func (x *CARotationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARotationRecord.ProtoReflect.Descriptor instead.
 func (*CARotationRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{40}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CARotationRecord) GetRequestedAtMs() int64 {
@@ -4029,7 +4082,7 @@ type CATrust struct {
 
 func (x *CATrust) Reset() {
 	*x = CATrust{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4041,7 +4094,7 @@ func (x *CATrust) String() string {
 func (*CATrust) ProtoMessage() {}
 
 func (x *CATrust) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4054,7 +4107,7 @@ func (x *CATrust) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CATrust.ProtoReflect.Descriptor instead.
 func (*CATrust) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{41}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CATrust) GetAtMs() int64 {
@@ -4167,7 +4220,7 @@ type CAInitRoot struct {
 
 func (x *CAInitRoot) Reset() {
 	*x = CAInitRoot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4179,7 +4232,7 @@ func (x *CAInitRoot) String() string {
 func (*CAInitRoot) ProtoMessage() {}
 
 func (x *CAInitRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4192,7 +4245,7 @@ func (x *CAInitRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAInitRoot.ProtoReflect.Descriptor instead.
 func (*CAInitRoot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{42}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CAInitRoot) GetDer() []byte {
@@ -4211,7 +4264,7 @@ type CARequestRotation struct {
 
 func (x *CARequestRotation) Reset() {
 	*x = CARequestRotation{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4276,7 @@ func (x *CARequestRotation) String() string {
 func (*CARequestRotation) ProtoMessage() {}
 
 func (x *CARequestRotation) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4289,7 @@ func (x *CARequestRotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARequestRotation.ProtoReflect.Descriptor instead.
 func (*CARequestRotation) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{43}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CARequestRotation) GetOverlapMs() int64 {
@@ -4257,7 +4310,7 @@ type CAAddPending struct {
 
 func (x *CAAddPending) Reset() {
 	*x = CAAddPending{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4269,7 +4322,7 @@ func (x *CAAddPending) String() string {
 func (*CAAddPending) ProtoMessage() {}
 
 func (x *CAAddPending) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4282,7 +4335,7 @@ func (x *CAAddPending) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAAddPending.ProtoReflect.Descriptor instead.
 func (*CAAddPending) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CAAddPending) GetDer() []byte {
@@ -4315,7 +4368,7 @@ type CAActivate struct {
 
 func (x *CAActivate) Reset() {
 	*x = CAActivate{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4327,7 +4380,7 @@ func (x *CAActivate) String() string {
 func (*CAActivate) ProtoMessage() {}
 
 func (x *CAActivate) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4340,7 +4393,7 @@ func (x *CAActivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAActivate.ProtoReflect.Descriptor instead.
 func (*CAActivate) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CAActivate) GetFingerprint() string {
@@ -4359,7 +4412,7 @@ type CADropRoot struct {
 
 func (x *CADropRoot) Reset() {
 	*x = CADropRoot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4371,7 +4424,7 @@ func (x *CADropRoot) String() string {
 func (*CADropRoot) ProtoMessage() {}
 
 func (x *CADropRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4384,7 +4437,7 @@ func (x *CADropRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CADropRoot.ProtoReflect.Descriptor instead.
 func (*CADropRoot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CADropRoot) GetFingerprint() string {
@@ -4404,7 +4457,7 @@ type UsedToken struct {
 
 func (x *UsedToken) Reset() {
 	*x = UsedToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4416,7 +4469,7 @@ func (x *UsedToken) String() string {
 func (*UsedToken) ProtoMessage() {}
 
 func (x *UsedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4429,7 +4482,7 @@ func (x *UsedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsedToken.ProtoReflect.Descriptor instead.
 func (*UsedToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *UsedToken) GetId() string {
@@ -4458,7 +4511,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4470,7 +4523,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4483,7 +4536,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PolicyRecord) GetSource() []byte {
@@ -4531,7 +4584,7 @@ type HookRecord struct {
 
 func (x *HookRecord) Reset() {
 	*x = HookRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +4596,7 @@ func (x *HookRecord) String() string {
 func (*HookRecord) ProtoMessage() {}
 
 func (x *HookRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +4609,7 @@ func (x *HookRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookRecord.ProtoReflect.Descriptor instead.
 func (*HookRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HookRecord) GetId() string {
@@ -4614,7 +4667,7 @@ type HookCommand struct {
 
 func (x *HookCommand) Reset() {
 	*x = HookCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4626,7 +4679,7 @@ func (x *HookCommand) String() string {
 func (*HookCommand) ProtoMessage() {}
 
 func (x *HookCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4639,7 +4692,7 @@ func (x *HookCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookCommand.ProtoReflect.Descriptor instead.
 func (*HookCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *HookCommand) GetBind() *HookRecord {
@@ -4692,7 +4745,7 @@ type DecideJob struct {
 
 func (x *DecideJob) Reset() {
 	*x = DecideJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4704,7 +4757,7 @@ func (x *DecideJob) String() string {
 func (*DecideJob) ProtoMessage() {}
 
 func (x *DecideJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4717,7 +4770,7 @@ func (x *DecideJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJob.ProtoReflect.Descriptor instead.
 func (*DecideJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DecideJob) GetId() string {
@@ -4802,7 +4855,7 @@ type SkillRecord struct {
 
 func (x *SkillRecord) Reset() {
 	*x = SkillRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4814,7 +4867,7 @@ func (x *SkillRecord) String() string {
 func (*SkillRecord) ProtoMessage() {}
 
 func (x *SkillRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4827,7 +4880,7 @@ func (x *SkillRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillRecord.ProtoReflect.Descriptor instead.
 func (*SkillRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SkillRecord) GetSkillId() string {
@@ -5017,7 +5070,7 @@ type SkillTool struct {
 
 func (x *SkillTool) Reset() {
 	*x = SkillTool{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5029,7 +5082,7 @@ func (x *SkillTool) String() string {
 func (*SkillTool) ProtoMessage() {}
 
 func (x *SkillTool) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5042,7 +5095,7 @@ func (x *SkillTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillTool.ProtoReflect.Descriptor instead.
 func (*SkillTool) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SkillTool) GetId() string {
@@ -5120,7 +5173,7 @@ type ToolGrants struct {
 
 func (x *ToolGrants) Reset() {
 	*x = ToolGrants{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5132,7 +5185,7 @@ func (x *ToolGrants) String() string {
 func (*ToolGrants) ProtoMessage() {}
 
 func (x *ToolGrants) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5145,7 +5198,7 @@ func (x *ToolGrants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolGrants.ProtoReflect.Descriptor instead.
 func (*ToolGrants) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{54}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ToolGrants) GetHttpHosts() []string {
@@ -5189,7 +5242,7 @@ type PublisherRecord struct {
 
 func (x *PublisherRecord) Reset() {
 	*x = PublisherRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5201,7 +5254,7 @@ func (x *PublisherRecord) String() string {
 func (*PublisherRecord) ProtoMessage() {}
 
 func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5214,7 +5267,7 @@ func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublisherRecord.ProtoReflect.Descriptor instead.
 func (*PublisherRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{55}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PublisherRecord) GetName() string {
@@ -5275,7 +5328,7 @@ type SkillCommand struct {
 
 func (x *SkillCommand) Reset() {
 	*x = SkillCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5287,7 +5340,7 @@ func (x *SkillCommand) String() string {
 func (*SkillCommand) ProtoMessage() {}
 
 func (x *SkillCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5300,7 +5353,7 @@ func (x *SkillCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillCommand.ProtoReflect.Descriptor instead.
 func (*SkillCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{56}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SkillCommand) GetAtMs() int64 {
@@ -5431,7 +5484,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5443,7 +5496,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5456,7 +5509,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{57}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -5653,7 +5706,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5665,7 +5718,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5678,7 +5731,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{58}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AuditRecord) GetSeq() uint64 {
@@ -5748,7 +5801,7 @@ type ArrayRecord struct {
 
 func (x *ArrayRecord) Reset() {
 	*x = ArrayRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5760,7 +5813,7 @@ func (x *ArrayRecord) String() string {
 func (*ArrayRecord) ProtoMessage() {}
 
 func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5773,7 +5826,7 @@ func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayRecord.ProtoReflect.Descriptor instead.
 func (*ArrayRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{59}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ArrayRecord) GetTemplate() *JobRecord {
@@ -6033,17 +6086,17 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"RevokeCert\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xaf\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb5\x01\n" +
 	"\n" +
 	"IssuedCert\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\tR\x02id\x12\x1f\n" +
-	"\vcert_sha256\x18\x04 \x01(\fR\n" +
+	"\vcert_sha256\x18\a \x01(\fR\n" +
 	"certSha256\x12\"\n" +
 	"\rnot_before_ms\x18\x06 \x01(\x03R\vnotBeforeMs\x12 \n" +
 	"\fnot_after_ms\x18\x05 \x01(\x03R\n" +
-	"notAfterMs\"d\n" +
+	"notAfterMsJ\x04\b\x04\x10\x05\"d\n" +
 	"\vRecordCerts\x120\n" +
 	"\x05certs\x18\x01 \x03(\v2\x1a.palyra.raft.v1.IssuedCertR\x05certs\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x0e\n" +
@@ -6051,12 +6104,15 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x0fStartCertLedger\x12\x13\n" +
 	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x95\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb4\x01\n" +
 	"\x10CertLedgerRecord\x12\x19\n" +
 	"\bsince_ms\x18\x01 \x01(\x03R\asinceMs\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x120\n" +
-	"\x05certs\x18\x03 \x03(\v2\x1a.palyra.raft.v1.IssuedCertR\x05certs\x12\x18\n" +
-	"\arenewed\x18\x04 \x03(\tR\arenewed\"H\n" +
+	"\x05certs\x18\x03 \x03(\v2\x1a.palyra.raft.v1.IssuedCertR\x05certs\x127\n" +
+	"\arenewed\x18\x05 \x03(\v2\x1d.palyra.raft.v1.RenewedMemberR\arenewed\"B\n" +
+	"\rRenewedMember\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x13\n" +
+	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\"H\n" +
 	"\tSetPolicy\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\fR\x06source\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x0e\n" +
@@ -6337,7 +6393,7 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
@@ -6372,123 +6428,125 @@ var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*RecordCerts)(nil),        // 30: palyra.raft.v1.RecordCerts
 	(*StartCertLedger)(nil),    // 31: palyra.raft.v1.StartCertLedger
 	(*CertLedgerRecord)(nil),   // 32: palyra.raft.v1.CertLedgerRecord
-	(*SetPolicy)(nil),          // 33: palyra.raft.v1.SetPolicy
-	(*SetSecret)(nil),          // 34: palyra.raft.v1.SetSecret
-	(*DeleteSecret)(nil),       // 35: palyra.raft.v1.DeleteSecret
-	(*KVPut)(nil),              // 36: palyra.raft.v1.KVPut
-	(*KVDelete)(nil),           // 37: palyra.raft.v1.KVDelete
-	(*Command)(nil),            // 38: palyra.raft.v1.Command
-	(*CARootRecord)(nil),       // 39: palyra.raft.v1.CARootRecord
-	(*CARotationRecord)(nil),   // 40: palyra.raft.v1.CARotationRecord
-	(*CATrust)(nil),            // 41: palyra.raft.v1.CATrust
-	(*CAInitRoot)(nil),         // 42: palyra.raft.v1.CAInitRoot
-	(*CARequestRotation)(nil),  // 43: palyra.raft.v1.CARequestRotation
-	(*CAAddPending)(nil),       // 44: palyra.raft.v1.CAAddPending
-	(*CAActivate)(nil),         // 45: palyra.raft.v1.CAActivate
-	(*CADropRoot)(nil),         // 46: palyra.raft.v1.CADropRoot
-	(*UsedToken)(nil),          // 47: palyra.raft.v1.UsedToken
-	(*PolicyRecord)(nil),       // 48: palyra.raft.v1.PolicyRecord
-	(*HookRecord)(nil),         // 49: palyra.raft.v1.HookRecord
-	(*HookCommand)(nil),        // 50: palyra.raft.v1.HookCommand
-	(*DecideJob)(nil),          // 51: palyra.raft.v1.DecideJob
-	(*SkillRecord)(nil),        // 52: palyra.raft.v1.SkillRecord
-	(*SkillTool)(nil),          // 53: palyra.raft.v1.SkillTool
-	(*ToolGrants)(nil),         // 54: palyra.raft.v1.ToolGrants
-	(*PublisherRecord)(nil),    // 55: palyra.raft.v1.PublisherRecord
-	(*SkillCommand)(nil),       // 56: palyra.raft.v1.SkillCommand
-	(*Snapshot)(nil),           // 57: palyra.raft.v1.Snapshot
-	(*AuditRecord)(nil),        // 58: palyra.raft.v1.AuditRecord
-	(*ArrayRecord)(nil),        // 59: palyra.raft.v1.ArrayRecord
-	nil,                        // 60: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 61: palyra.raft.v1.Member.LabelsEntry
+	(*RenewedMember)(nil),      // 33: palyra.raft.v1.RenewedMember
+	(*SetPolicy)(nil),          // 34: palyra.raft.v1.SetPolicy
+	(*SetSecret)(nil),          // 35: palyra.raft.v1.SetSecret
+	(*DeleteSecret)(nil),       // 36: palyra.raft.v1.DeleteSecret
+	(*KVPut)(nil),              // 37: palyra.raft.v1.KVPut
+	(*KVDelete)(nil),           // 38: palyra.raft.v1.KVDelete
+	(*Command)(nil),            // 39: palyra.raft.v1.Command
+	(*CARootRecord)(nil),       // 40: palyra.raft.v1.CARootRecord
+	(*CARotationRecord)(nil),   // 41: palyra.raft.v1.CARotationRecord
+	(*CATrust)(nil),            // 42: palyra.raft.v1.CATrust
+	(*CAInitRoot)(nil),         // 43: palyra.raft.v1.CAInitRoot
+	(*CARequestRotation)(nil),  // 44: palyra.raft.v1.CARequestRotation
+	(*CAAddPending)(nil),       // 45: palyra.raft.v1.CAAddPending
+	(*CAActivate)(nil),         // 46: palyra.raft.v1.CAActivate
+	(*CADropRoot)(nil),         // 47: palyra.raft.v1.CADropRoot
+	(*UsedToken)(nil),          // 48: palyra.raft.v1.UsedToken
+	(*PolicyRecord)(nil),       // 49: palyra.raft.v1.PolicyRecord
+	(*HookRecord)(nil),         // 50: palyra.raft.v1.HookRecord
+	(*HookCommand)(nil),        // 51: palyra.raft.v1.HookCommand
+	(*DecideJob)(nil),          // 52: palyra.raft.v1.DecideJob
+	(*SkillRecord)(nil),        // 53: palyra.raft.v1.SkillRecord
+	(*SkillTool)(nil),          // 54: palyra.raft.v1.SkillTool
+	(*ToolGrants)(nil),         // 55: palyra.raft.v1.ToolGrants
+	(*PublisherRecord)(nil),    // 56: palyra.raft.v1.PublisherRecord
+	(*SkillCommand)(nil),       // 57: palyra.raft.v1.SkillCommand
+	(*Snapshot)(nil),           // 58: palyra.raft.v1.Snapshot
+	(*AuditRecord)(nil),        // 59: palyra.raft.v1.AuditRecord
+	(*ArrayRecord)(nil),        // 60: palyra.raft.v1.ArrayRecord
+	nil,                        // 61: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 62: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	60, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	61, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
 	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
 	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
 	0,  // 5: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
 	2,  // 6: palyra.raft.v1.FinishJob.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	6,  // 7: palyra.raft.v1.FinishBatch.results:type_name -> palyra.raft.v1.FinishJob
-	38, // 8: palyra.raft.v1.CommandBatch.commands:type_name -> palyra.raft.v1.Command
+	39, // 8: palyra.raft.v1.CommandBatch.commands:type_name -> palyra.raft.v1.Command
 	4,  // 9: palyra.raft.v1.SchedulerRound.placements:type_name -> palyra.raft.v1.AssignJob
 	9,  // 10: palyra.raft.v1.SchedulerRound.slots:type_name -> palyra.raft.v1.NodeSlots
 	17, // 11: palyra.raft.v1.SchedulerRound.pending:type_name -> palyra.raft.v1.SetPendingReason
 	19, // 12: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
 	1,  // 13: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
 	11, // 14: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
-	61, // 15: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	62, // 15: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
 	20, // 16: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
 	21, // 17: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
 	21, // 18: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
 	21, // 19: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
 	29, // 20: palyra.raft.v1.RecordCerts.certs:type_name -> palyra.raft.v1.IssuedCert
 	29, // 21: palyra.raft.v1.CertLedgerRecord.certs:type_name -> palyra.raft.v1.IssuedCert
-	3,  // 22: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
-	4,  // 23: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
-	6,  // 24: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
-	15, // 25: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
-	19, // 26: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
-	22, // 27: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
-	23, // 28: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
-	24, // 29: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
-	25, // 30: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
-	26, // 31: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
-	27, // 32: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
-	28, // 33: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
-	33, // 34: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
-	16, // 35: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
-	17, // 36: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
-	18, // 37: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
-	5,  // 38: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
-	34, // 39: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
-	35, // 40: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
-	36, // 41: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
-	37, // 42: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
-	10, // 43: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
-	7,  // 44: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
-	12, // 45: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
-	13, // 46: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
-	14, // 47: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
-	56, // 48: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
-	51, // 49: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
-	50, // 50: palyra.raft.v1.Command.hook:type_name -> palyra.raft.v1.HookCommand
-	8,  // 51: palyra.raft.v1.Command.batch:type_name -> palyra.raft.v1.CommandBatch
-	41, // 52: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
-	30, // 53: palyra.raft.v1.Command.record_certs:type_name -> palyra.raft.v1.RecordCerts
-	31, // 54: palyra.raft.v1.Command.start_cert_ledger:type_name -> palyra.raft.v1.StartCertLedger
-	10, // 55: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
-	42, // 56: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
-	43, // 57: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
-	44, // 58: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
-	45, // 59: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
-	46, // 60: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
-	49, // 61: palyra.raft.v1.HookCommand.bind:type_name -> palyra.raft.v1.HookRecord
-	53, // 62: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
-	54, // 63: palyra.raft.v1.SkillTool.grants:type_name -> palyra.raft.v1.ToolGrants
-	52, // 64: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
-	55, // 65: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
-	1,  // 66: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	20, // 67: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	21, // 68: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	47, // 69: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	48, // 70: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	34, // 71: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	36, // 72: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	39, // 73: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
-	40, // 74: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
-	52, // 75: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
-	55, // 76: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
-	58, // 77: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
-	49, // 78: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
-	32, // 79: palyra.raft.v1.Snapshot.cert_ledger:type_name -> palyra.raft.v1.CertLedgerRecord
-	1,  // 80: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	81, // [81:81] is the sub-list for method output_type
-	81, // [81:81] is the sub-list for method input_type
-	81, // [81:81] is the sub-list for extension type_name
-	81, // [81:81] is the sub-list for extension extendee
-	0,  // [0:81] is the sub-list for field type_name
+	33, // 22: palyra.raft.v1.CertLedgerRecord.renewed:type_name -> palyra.raft.v1.RenewedMember
+	3,  // 23: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
+	4,  // 24: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
+	6,  // 25: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
+	15, // 26: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
+	19, // 27: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
+	22, // 28: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
+	23, // 29: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
+	24, // 30: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
+	25, // 31: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
+	26, // 32: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
+	27, // 33: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
+	28, // 34: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
+	34, // 35: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
+	16, // 36: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
+	17, // 37: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
+	18, // 38: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
+	5,  // 39: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
+	35, // 40: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
+	36, // 41: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
+	37, // 42: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
+	38, // 43: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
+	10, // 44: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
+	7,  // 45: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
+	12, // 46: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
+	13, // 47: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
+	14, // 48: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
+	57, // 49: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
+	52, // 50: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
+	51, // 51: palyra.raft.v1.Command.hook:type_name -> palyra.raft.v1.HookCommand
+	8,  // 52: palyra.raft.v1.Command.batch:type_name -> palyra.raft.v1.CommandBatch
+	42, // 53: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
+	30, // 54: palyra.raft.v1.Command.record_certs:type_name -> palyra.raft.v1.RecordCerts
+	31, // 55: palyra.raft.v1.Command.start_cert_ledger:type_name -> palyra.raft.v1.StartCertLedger
+	10, // 56: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
+	43, // 57: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
+	44, // 58: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
+	45, // 59: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
+	46, // 60: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
+	47, // 61: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
+	50, // 62: palyra.raft.v1.HookCommand.bind:type_name -> palyra.raft.v1.HookRecord
+	54, // 63: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
+	55, // 64: palyra.raft.v1.SkillTool.grants:type_name -> palyra.raft.v1.ToolGrants
+	53, // 65: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
+	56, // 66: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
+	1,  // 67: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	20, // 68: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	21, // 69: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	48, // 70: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	49, // 71: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	35, // 72: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	37, // 73: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	40, // 74: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
+	41, // 75: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
+	53, // 76: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
+	56, // 77: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
+	59, // 78: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
+	50, // 79: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
+	32, // 80: palyra.raft.v1.Snapshot.cert_ledger:type_name -> palyra.raft.v1.CertLedgerRecord
+	1,  // 81: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	82, // [82:82] is the sub-list for method output_type
+	82, // [82:82] is the sub-list for method input_type
+	82, // [82:82] is the sub-list for extension type_name
+	82, // [82:82] is the sub-list for extension extendee
+	0,  // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -6496,7 +6554,7 @@ func file_palyra_raft_v1_log_proto_init() {
 	if File_palyra_raft_v1_log_proto != nil {
 		return
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[38].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[39].OneofWrappers = []any{
 		(*Command_SubmitJob)(nil),
 		(*Command_AssignJob)(nil),
 		(*Command_FinishJob)(nil),
@@ -6531,7 +6589,7 @@ func file_palyra_raft_v1_log_proto_init() {
 		(*Command_RecordCerts)(nil),
 		(*Command_StartCertLedger)(nil),
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[41].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[42].OneofWrappers = []any{
 		(*CATrust_Init)(nil),
 		(*CATrust_Request)(nil),
 		(*CATrust_Pending)(nil),
@@ -6544,7 +6602,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   62,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
