@@ -17,6 +17,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/identity/pairing"
 	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/node/backup"
@@ -99,7 +101,21 @@ func TestSnapshotSaveAndRestore(t *testing.T) {
 	if _, redirect, _ := saveSnapshot(t, op2); redirect != first.Addr() {
 		t.Fatalf("n2 (no CA) redirected to %q, want the CA node %s", redirect, first.Addr())
 	}
+	pairDevice := func() *identity.Credential {
+		resp, err := op.Identity.CreatePairing(ctx, connect.NewRequest(&palyrav1.CreatePairingRequest{Kind: "device"}))
+		if err != nil {
+			t.Fatal(op.Explain(err))
+		}
+		code, _ := pairing.Parse(resp.Msg.Code)
+		cred, _, err := client.Pair(ctx, first.Addr(), code, client.PairOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cred
+	}
+	laptop := pairDevice() // in the snapshot
 	file, _, phases := saveSnapshot(t, op)
+	late := pairDevice() // after it
 	if !slices.Contains(phases, "done") {
 		t.Fatalf("progress phases %v, want a final done", phases)
 	}
@@ -212,6 +228,28 @@ func TestSnapshotSaveAndRestore(t *testing.T) {
 		t.Fatal("the old first node's local operator still works after the restore")
 	}
 	old := operator(t, r, r.Addr())
+	// A device paired before the snapshot keeps working; one paired after
+	// it is unknown to the restored cluster and refused (it pairs again).
+	// The ledger, which cannot hold what was issued after the snapshot,
+	// restarted incomplete.
+	status := func(cred *identity.Credential) error {
+		cl, err := client.New(r.Addr(), cred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		_, err = cl.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+		return err
+	}
+	if err := status(laptop); err != nil {
+		t.Errorf("a device paired before the snapshot, after the restore: %v", err)
+	}
+	if err := status(late); err == nil {
+		t.Error("a device paired after the snapshot was accepted by the restored cluster")
+	}
+	if since, complete, started := r.StateForTest().CertLedgerStarted(); !started || complete || since < info.Header.CreatedAt.UnixMilli() {
+		t.Errorf("the restored ledger: started %v complete %v since %d, want restarted incomplete at the restore", started, complete, since)
+	}
 	for _, want := range []*palyrav1.Job{jBig, jSmall} {
 		got := waitCompleted(t, old, want.Id)
 		if string(got.Stdout) != string(want.Stdout) || string(got.Input) != string(want.Input) || got.CommitIndex != want.CommitIndex {
