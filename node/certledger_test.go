@@ -147,3 +147,59 @@ func TestCertificatesSignedOutsideTheClusterAreRefused(t *testing.T) {
 		t.Errorf("a new cluster's ledger: started %v complete %v, want both", started, complete)
 	}
 }
+
+// A node that cannot reach a leader lets a certificate the ledger lacks
+// through the handshake (it cannot tell one issued meanwhile from a
+// forged one, and refusing its peers would keep it from catching up), but
+// serves no API request on that connection until it can judge it: 503,
+// retry. The operator's recorded certificate is served as ever.
+func TestUnjudgedCertificateIsNotServed(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	first := tc.first
+	kr, err := identity.OpenKeyring(first.Layout().CADir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kr.Close()
+	ca := kr.Get(kr.Fingerprints()[0])
+	opCred, err := identity.LoadCredential(first.Layout().OperatorDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, csr, err := identity.NewKeyAndCSR(opCred.Principal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	chain, err := ca.Sign(ctx, csr, opCred.Principal, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := &identity.Credential{Principal: opCred.Principal, Leaf: chain[0], Chain: chain[1:], Key: key, RootCerts: []*x509.Certificate{ca.Root()}}
+
+	for i := 1; i < 3; i++ {
+		tc.kill(i)
+	}
+	waitFor(t, "the survivor to lose its leader", time.Minute, func() bool {
+		_, leader := first.RaftForTest().LeaderWithID()
+		return leader == ""
+	})
+	status := func(cred *identity.Credential) error {
+		cl, err := client.New(first.Addr(), cred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		_, err = cl.Node.Status(cctx, connect.NewRequest(&palyrav1.StatusRequest{}))
+		return err
+	}
+	if err := status(opCred); err != nil {
+		t.Fatalf("the operator's own certificate on a node without a leader: %v", err)
+	}
+	if err := status(forged); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "cannot check this certificate") {
+		t.Fatalf("a forged certificate on a node without a leader: %v, want the request held back as unjudged", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/node/api"
 	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
@@ -160,6 +162,39 @@ func (n *Node) acceptUnjudged(p identity.Principal, leaf *x509.Certificate, why 
 	})
 }
 
+// certGate holds back the API requests on a connection let through
+// before its certificate could be judged (acceptUnjudged) until it can
+// be: refused if the ledger lacks it, served once it holds it (the
+// serial is then judged for good), 503 while this node still cannot
+// tell. Other connections pass at the cost of a map lookup.
+func (n *Node) certGate(ctx context.Context, p identity.Principal, leaf *x509.Certificate) error {
+	serial := leaf.SerialNumber.String()
+	n.unjudgedMu.Lock()
+	pending := n.unjudged[serial]
+	n.unjudgedMu.Unlock()
+	if !pending {
+		return nil
+	}
+	c := n.clusterRef.Load()
+	if c == nil {
+		return api.ErrCertUnjudged
+	}
+	if !c.SeenSupport(cluster.FeatureCertLedger) {
+		return nil // as ledgerCheck: an older member signs without recording
+	}
+	if err := n.judge.current(c, time.Now().Add(ledgerJudgeWait)); err != nil {
+		return api.ErrCertUnjudged
+	}
+	v, why := n.store.State().CertStatus(leaf, string(p.Kind), p.ID)
+	if v == consensus.CertUnknown || v == consensus.CertMismatch {
+		return ledgerRefusal(why)
+	}
+	n.unjudgedMu.Lock()
+	delete(n.unjudged, serial)
+	n.unjudgedMu.Unlock()
+	return nil
+}
+
 // recheckEvery is how often recheckLedger looks for connections accepted
 // unjudged.
 const recheckEvery = 2 * time.Second
@@ -176,9 +211,10 @@ func (n *Node) recheckLedger(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		// The serials stay pending (certGate holds their API requests)
+		// until they are judged here.
 		n.unjudgedMu.Lock()
-		pending := n.unjudged
-		n.unjudged = nil
+		pending := maps.Clone(n.unjudged)
 		n.unjudgedMu.Unlock()
 		if len(pending) == 0 {
 			continue
@@ -186,18 +222,7 @@ func (n *Node) recheckLedger(ctx context.Context) {
 		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		err := n.cluster.VerifyRead(vctx)
 		cancel()
-		if err != nil {
-			n.unjudgedMu.Lock()
-			if n.unjudged == nil {
-				n.unjudged = map[string]bool{}
-			}
-			for s := range pending {
-				n.unjudged[s] = true
-			}
-			n.unjudgedMu.Unlock()
-			continue
-		}
-		if !n.cluster.SeenSupport(cluster.FeatureCertLedger) {
+		if err != nil || !n.cluster.SeenSupport(cluster.FeatureCertLedger) {
 			continue
 		}
 		st := n.store.State()
@@ -212,6 +237,11 @@ func (n *Node) recheckLedger(ctx context.Context) {
 			v, _ := st.CertStatus(cs.PeerCertificates[0], string(p.Kind), p.ID)
 			return v == consensus.CertUnknown || v == consensus.CertMismatch
 		})
+		n.unjudgedMu.Lock()
+		for s := range pending {
+			delete(n.unjudged, s)
+		}
+		n.unjudgedMu.Unlock()
 		if dropped > 0 {
 			n.log.Warn("closed connections whose certificates the cluster never issued (accepted while this node could not tell)", "connections", dropped)
 		}

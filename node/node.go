@@ -558,7 +558,7 @@ func (n *Node) setLabels(ctx context.Context, l map[string]string) error {
 func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential) {
 	info := api.Info{NodeID: n.state.NodeID, Address: addr, ClusterName: n.state.ClusterName,
 		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now(), TargetVoters: n.cfg.TargetVoters}
-	opts := api.Options{Control: apiControl{n.cluster}, Live: n.cluster, Browsers: n.cluster, Metrics: n.metrics.Text, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
+	opts := api.Options{CertGate: n.certGate, Control: apiControl{n.cluster}, Live: n.cluster, Browsers: n.cluster, Metrics: n.metrics.Text, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Progress: n.cluster.Progress, Leave: n.leave,
 		Peers: n.peerAddrs, LeaderChanges: n.cluster.LeaderChanges, Forward: n.viaSigners, Seal: n.sealSecret, DataKey: n.dataKey, Issuer: n.keeper, Snapshots: n}
 	n.http = &http3.Server{Handler: api.New(opts).Handler(), Logger: n.log}
