@@ -13,6 +13,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
@@ -27,27 +28,7 @@ func TestCertificatesSignedOutsideTheClusterAreRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	kr, err := identity.OpenKeyring(first.Layout().CADir()) // no ledger: signs like a copied key
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kr.Close()
-	fps := kr.Fingerprints()
-	if len(fps) != 1 {
-		t.Fatalf("keyring holds %d CAs, want 1", len(fps))
-	}
-	ca := kr.Get(fps[0])
-	forge := func(p identity.Principal) *identity.Credential {
-		key, csr, err := identity.NewKeyAndCSR(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		chain, err := ca.Sign(ctx, csr, p, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &identity.Credential{Principal: p, Leaf: chain[0], Chain: chain[1:], Key: key, RootCerts: []*x509.Certificate{ca.Root()}}
-	}
+	forge := forger(t, first)
 	opCred, err := identity.LoadCredential(first.Layout().OperatorDir())
 	if err != nil {
 		t.Fatal(err)
@@ -156,27 +137,13 @@ func TestCertificatesSignedOutsideTheClusterAreRefused(t *testing.T) {
 func TestUnjudgedCertificateIsNotServed(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	first := tc.first
-	kr, err := identity.OpenKeyring(first.Layout().CADir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kr.Close()
-	ca := kr.Get(kr.Fingerprints()[0])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	opCred, err := identity.LoadCredential(first.Layout().OperatorDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, csr, err := identity.NewKeyAndCSR(opCred.Principal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	chain, err := ca.Sign(ctx, csr, opCred.Principal, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forged := &identity.Credential{Principal: opCred.Principal, Leaf: chain[0], Chain: chain[1:], Key: key, RootCerts: []*x509.Certificate{ca.Root()}}
+	forged := forger(t, first)(opCred.Principal)
 
 	for i := 1; i < 3; i++ {
 		tc.kill(i)
@@ -201,5 +168,32 @@ func TestUnjudgedCertificateIsNotServed(t *testing.T) {
 	}
 	if err := status(forged); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "cannot check this certificate") {
 		t.Fatalf("a forged certificate on a node without a leader: %v, want the request held back as unjudged", err)
+	}
+}
+
+// forger signs certificates with n's CA key as a copy of it would: the
+// keyring opened without the cluster's ledger, so nothing is recorded.
+func forger(t *testing.T, n *node.Node) func(identity.Principal) *identity.Credential {
+	t.Helper()
+	kr, err := identity.OpenKeyring(n.Layout().CADir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kr.Close() })
+	fps := kr.Fingerprints()
+	if len(fps) != 1 {
+		t.Fatalf("keyring holds %d CAs, want 1", len(fps))
+	}
+	ca := kr.Get(fps[0])
+	return func(p identity.Principal) *identity.Credential {
+		key, csr, err := identity.NewKeyAndCSR(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain, err := ca.Sign(context.Background(), csr, p, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &identity.Credential{Principal: p, Leaf: chain[0], Chain: chain[1:], Key: key, RootCerts: []*x509.Certificate{ca.Root()}}
 	}
 }
