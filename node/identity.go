@@ -78,6 +78,12 @@ func (n *Node) ledgerCheck(store *consensus.Store, p identity.Principal, leaf *x
 		n.acceptUnjudged(p, leaf, "this node is starting")
 		return nil
 	}
+	if _, leader := store.Leader(); leader == "" {
+		// No read index can be had: do not hold the handshake for one (it
+		// may be the new leader's, the very contact that would end this).
+		n.acceptUnjudged(p, leaf, "this node knows no leader")
+		return nil
+	}
 	if err := n.judge.current(c, time.Now().Add(ledgerJudgeWait)); err != nil {
 		n.acceptUnjudged(p, leaf, "this node could not bring its ledger up to date through a leader: "+err.Error())
 		return nil
@@ -181,6 +187,9 @@ func (n *Node) certGate(ctx context.Context, p identity.Principal, leaf *x509.Ce
 	}
 	if !c.SeenSupport(cluster.FeatureCertLedger) {
 		return nil // as ledgerCheck: an older member signs without recording
+	}
+	if _, leader := n.store.Leader(); leader == "" {
+		return api.ErrCertUnjudged
 	}
 	if err := n.judge.current(c, time.Now().Add(ledgerJudgeWait)); err != nil {
 		return api.ErrCertUnjudged
