@@ -175,7 +175,7 @@ func ledgerLine(l *palyrav1.CertLedgerStatus) string {
 		return fmt.Sprintf("certificate ledger: %d certificates recorded since %s; nodes accept no others (one signed with a copy of the CA key is refused)",
 			l.Certificates, since.Format(time.RFC3339))
 	}
-	return fmt.Sprintf("certificate ledger: %d certificates recorded; nodes accept no others, except, until they expire (%s at the latest), certificates issued before %s to members not renewed since (the ledger was restarted by a restore, a recovery or an upgrade)",
+	return fmt.Sprintf("certificate ledger: %d certificates recorded; nodes accept no others, except, until they expire (%s at the latest), certificates issued before %s to members registered before it and not renewed since (the ledger was restarted by a restore, a recovery or an upgrade)",
 		l.Certificates, time.UnixMilli(l.UnrecordedUntilMs).UTC().Format(time.RFC3339), since.Format(time.RFC3339))
 }
 

@@ -32,6 +32,7 @@ const certPruneGrace = int64(7 * 24 * time.Hour / time.Millisecond)
 type issuedCert struct {
 	kind, id    string
 	sum         []byte // SHA-256 of the leaf's DER
+	spki        []byte // SHA-256 of its key
 	notBeforeMS int64
 	notAfterMS  int64
 }
@@ -83,7 +84,12 @@ func CertSum(c *x509.Certificate) []byte {
 // IssuedCertPB is the ledger entry of leaf c issued to kind:id.
 func IssuedCertPB(c *x509.Certificate, kind, id string) *raftpb.IssuedCert {
 	return &raftpb.IssuedCert{Serial: c.SerialNumber.String(), Kind: kind, Id: id,
-		CertSha256: CertSum(c), NotBeforeMs: c.NotBefore.UnixMilli(), NotAfterMs: c.NotAfter.UnixMilli()}
+		CertSha256: CertSum(c), SpkiSha256: keySum(c), NotBeforeMs: c.NotBefore.UnixMilli(), NotAfterMs: c.NotAfter.UnixMilli()}
+}
+
+func keySum(c *x509.Certificate) []byte {
+	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+	return sum[:]
 }
 
 // CertLedgerStarted reports whether the ledger is enforced, and since when.
@@ -124,10 +130,24 @@ func (s *State) certStatusAt(c *x509.Certificate, kind, id string, nowMS int64) 
 	if l.sinceMS == 0 {
 		return CertUnchecked, ""
 	}
+	// A node renews on its key: a replica that has not applied the new
+	// certificate's record knows it by a recorded one of the same member
+	// with the same key (a copy of the CA key cannot make that: it needs
+	// the member's private key).
+	if kind == "node" {
+		ks := keySum(c)
+		for _, e := range l.certs {
+			if e.kind == kind && e.id == id && len(e.spki) > 0 && bytes.Equal(e.spki, ks) {
+				return CertRecorded, ""
+			}
+		}
+	}
 	if !l.complete && c.NotBefore.UnixMilli() < l.sinceMS && c.NotAfter.UnixMilli() <= l.sinceMS+MaxCertLifetimeMS {
 		m, member := s.id.members[kind+":"+id]
 		renewedAt, renewed := l.renewed[kind+":"+id]
-		if member && !m.Revoked && (!renewed || nowMS < renewedAt+RenewedGraceMS) {
+		// Only members registered before the restart: one registered since
+		// (the restored node and its operator) has every leaf recorded.
+		if member && !m.Revoked && m.AddedAtMS < l.sinceMS && (!renewed || nowMS < renewedAt+RenewedGraceMS) {
 			return CertUnchecked, ""
 		}
 	}
@@ -151,7 +171,7 @@ func (s *State) applyRecordCerts(c *raftpb.RecordCerts) ApplyResult {
 	}
 	for _, r := range c.Certs {
 		l.certs[r.Serial] = &issuedCert{kind: r.Kind, id: r.Id, sum: append([]byte(nil), r.CertSha256...),
-			notBeforeMS: r.NotBeforeMs, notAfterMS: r.NotAfterMs}
+			spki: append([]byte(nil), r.SpkiSha256...), notBeforeMS: r.NotBeforeMs, notAfterMS: r.NotAfterMs}
 		// Recorded after the (re)start, whatever its NotBefore says (the
 		// signer's clock): the log's order is what counts.
 		if p := r.Kind + ":" + r.Id; l.sinceMS != 0 && !l.complete && l.renewed[p] == 0 {
@@ -186,7 +206,7 @@ func (s *State) snapshotCertLedger(snap *raftpb.Snapshot) {
 	}
 	for _, serial := range sortedKeys(l.certs) {
 		e := l.certs[serial]
-		r.Certs = append(r.Certs, &raftpb.IssuedCert{Serial: serial, Kind: e.kind, Id: e.id, CertSha256: e.sum,
+		r.Certs = append(r.Certs, &raftpb.IssuedCert{Serial: serial, Kind: e.kind, Id: e.id, CertSha256: e.sum, SpkiSha256: e.spki,
 			NotBeforeMs: e.notBeforeMS, NotAfterMs: e.notAfterMS})
 	}
 	snap.CertLedger = r
@@ -201,7 +221,7 @@ func (s *State) restoreCertLedger(snap *raftpb.Snapshot) {
 	}
 	l.sinceMS, l.complete = r.SinceMs, r.Complete
 	for _, e := range r.Certs {
-		l.certs[e.Serial] = &issuedCert{kind: e.Kind, id: e.Id, sum: e.CertSha256, notBeforeMS: e.NotBeforeMs, notAfterMS: e.NotAfterMs}
+		l.certs[e.Serial] = &issuedCert{kind: e.Kind, id: e.Id, sum: e.CertSha256, spki: e.SpkiSha256, notBeforeMS: e.NotBeforeMs, notAfterMS: e.NotAfterMs}
 	}
 	for _, p := range r.Renewed {
 		l.renewed[p.Principal] = p.AtMs

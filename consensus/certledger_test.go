@@ -23,6 +23,11 @@ func leafAt(t *testing.T, serial int64, notBefore time.Time, life time.Duration)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return leafOn(t, key, serial, notBefore, life)
+}
+
+func leafOn(t *testing.T, key *ecdsa.PrivateKey, serial int64, notBefore time.Time, life time.Duration) *x509.Certificate {
+	t.Helper()
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), NotBefore: notBefore, NotAfter: notBefore.Add(life)}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
@@ -87,6 +92,17 @@ func TestCertLedger(t *testing.T) {
 	check(stranger, "device", "d-x", CertUnknown)
 	check(old, "device", "d-old", CertUnknown) // complete: nothing is grandfathered
 
+	// A node renews on its key: a replica that has not applied the new
+	// leaf's record knows it by the key. Another key, or a device, is not.
+	nodeKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyAll(t, f, record(ms, IssuedCertPB(leafOn(t, nodeKey, 11, t0, time.Hour), "node", "n-2")))
+	check(leafOn(t, nodeKey, 12, t0.Add(time.Minute), time.Hour), "node", "n-2", CertRecorded)
+	check(leafOn(t, nodeKey, 13, t0.Add(time.Minute), time.Hour), "node", "n-1", CertUnknown) // another node
+	check(leafAt(t, 14, t0.Add(time.Minute), time.Hour), "node", "n-2", CertUnknown)          // another key
+
 	// Snapshots carry the ledger.
 	f2 := NewFSM()
 	if err := f2.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
@@ -116,6 +132,11 @@ func TestCertLedger(t *testing.T) {
 	check(leafAt(t, 5, t0.Add(-time.Hour), 91*24*time.Hour), "device", "d-old", CertUnknown)
 	check(node, "device", "d-1", CertMismatch) // recorded ones are still checked
 	check(old, "device", "d-renews", CertUnchecked)
+	// A member registered since the restart (the restored node's operator)
+	// has every leaf recorded: none of its is grandfathered.
+	late := &raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "device", Id: "d-late", AddedAtMs: ms + 15}}}}
+	applyAll(t, f, late)
+	check(old, "device", "d-late", CertUnknown)
 	renewal := leafAt(t, 6, t0.Add(time.Second), time.Hour)
 	applyAll(t, f, record(ms+20, IssuedCertPB(renewal, "device", "d-renews")))
 	check(renewal, "device", "d-renews", CertRecorded)
@@ -127,12 +148,12 @@ func TestCertLedger(t *testing.T) {
 
 	// Expired leaves leave the ledger a week after they expire, with the
 	// next record.
-	if n := st.IssuedCerts(); n != 3 {
-		t.Fatalf("ledger holds %d, want 3", n)
+	if n := st.IssuedCerts(); n != 4 {
+		t.Fatalf("ledger holds %d, want 4", n)
 	}
 	applyAll(t, f, record(ms+2*time.Hour.Milliseconds(), IssuedCertPB(stranger, "device", "d-x")))
-	if n := st.IssuedCerts(); n != 4 {
-		t.Fatalf("an hour after expiry the ledger holds %d, want 4", n)
+	if n := st.IssuedCerts(); n != 5 {
+		t.Fatalf("an hour after expiry the ledger holds %d, want 5", n)
 	}
 	applyAll(t, f, record(ms+8*24*time.Hour.Milliseconds(), IssuedCertPB(leafAt(t, 7, t0.Add(8*24*time.Hour), time.Hour), "device", "d-y")))
 	if n := st.IssuedCerts(); n != 1 {

@@ -23,14 +23,28 @@ func NewKeyAndCSR(p Principal) (crypto.Signer, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("generate P-256 key: %w", err)
 	}
+	csr, err := CSRFor(key, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return key, csr, nil
+}
+
+// CSRFor is a CSR for p signed with an existing key: a node renews its
+// certificate on the key it has, so that peers that have not seen the new
+// certificate's record yet know it by its key (the certificate ledger).
+func CSRFor(key crypto.Signer, p Principal) ([]byte, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
 	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
 		Subject: pkix.Name{CommonName: p.ID},
 		URIs:    []*url.URL{p.uri()},
 	}, key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("create CSR for %s: %w", p, err)
+		return nil, fmt.Errorf("create CSR for %s: %w", p, err)
 	}
-	return key, csr, nil
+	return csr, nil
 }
 
 // isP256 reports whether pub is an ECDSA P-256 public key, the only key type

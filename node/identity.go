@@ -2,11 +2,9 @@ package node
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
-	"github.com/palyra-mesh/palyra/node/api"
 	"github.com/palyra-mesh/palyra/node/cluster"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 	"github.com/palyra-mesh/palyra/proto/palyrav1/palyrav1connect"
@@ -50,51 +47,52 @@ func revokedCheck(st *consensus.State, p identity.Principal, leaf *x509.Certific
 // confirm with the leader that its ledger is current (ledgerCheck).
 const ledgerJudgeWait = 1500 * time.Millisecond
 
-// ledgerCheck accepts leaf if the certificate ledger holds it for p (or
-// does not judge it: not started, or issued before a restart of the
-// ledger to a member in good standing). A leaf it lacks may have been
-// recorded moments ago and not applied here yet: the node makes its
-// replica current through the leader (a read index, shared by the
-// handshakes waiting at the same time) and looks again, and refuses the
-// leaf if it is still missing. A node that cannot do that within
-// ledgerJudgeWait (no leader, cut off, or the question needs the very
-// connection being checked) accepts the leaf with a warning and checks
-// that connection again once it can (recheckLedger): refusing its peers'
-// new certificates would keep a node that is behind from ever catching
-// up.
+// ledgerCheck accepts leaf if the certificate ledger holds it for p, or
+// a node's leaf on a key the ledger holds for that node (nodes renew on
+// their key, so a replica that was down while a peer renewed knows the new
+// certificate), or does not judge it (not started, or issued before a
+// restart of the ledger to a member in good standing). Any other leaf may
+// have been recorded moments ago and not applied here yet: the node makes
+// its replica current through the leader (a read index, shared by the
+// handshakes waiting at the same time) and looks again. A leaf still
+// missing, or one this node cannot judge (it knows no leader, or none
+// answers in time), is refused: a node without a leader lets nobody in on
+// a certificate it cannot vouch for (it once did, and a forged node
+// certificate could then win its vote and lead it).
 func (n *Node) ledgerCheck(store *consensus.Store, p identity.Principal, leaf *x509.Certificate) error {
 	verdict, why := store.State().CertStatus(leaf, string(p.Kind), p.ID)
 	switch verdict {
 	case consensus.CertRecorded, consensus.CertUnchecked:
 		return nil
 	case consensus.CertMismatch:
-		return ledgerRefusal(why)
+		return n.ledgerRefusal(p, leaf, why)
 	}
 	c := n.clusterRef.Load()
 	if c != nil && !c.SeenSupport(cluster.FeatureCertLedger) {
 		return nil // an older member signs without recording
 	}
 	if c == nil {
-		n.acceptUnjudged(p, leaf, "this node is starting")
-		return nil
+		return n.ledgerRefusal(p, leaf, why+" (this node is starting and cannot check it yet; retry)")
 	}
 	if _, leader := store.Leader(); leader == "" {
-		// No read index can be had: do not hold the handshake for one (it
-		// may be the new leader's, the very contact that would end this).
-		n.acceptUnjudged(p, leaf, "this node knows no leader")
-		return nil
+		return n.ledgerRefusal(p, leaf, why+" (as far as this node knows: it has no leader to check with; retry, or use another node)")
 	}
 	if err := n.judge.current(c, time.Now().Add(ledgerJudgeWait)); err != nil {
-		n.acceptUnjudged(p, leaf, "this node could not bring its ledger up to date through a leader: "+err.Error())
-		return nil
+		return n.ledgerRefusal(p, leaf, why+" (as far as this node knows: it could not check with a leader: "+err.Error()+")")
 	}
 	if verdict, why = store.State().CertStatus(leaf, string(p.Kind), p.ID); verdict == consensus.CertRecorded || verdict == consensus.CertUnchecked {
 		return nil
 	}
-	return ledgerRefusal(why)
+	return n.ledgerRefusal(p, leaf, why)
 }
 
-func ledgerRefusal(why string) error {
+// ledgerRefusal logs a refused certificate (a few a minute: it may be an
+// intrusion attempt with a copy of the CA key) and returns the refusal.
+func (n *Node) ledgerRefusal(p identity.Principal, leaf *x509.Certificate, why string) error {
+	n.ledgerWarn.Do(func() {
+		n.log.Warn("refused a certificate the cluster's ledger does not hold: if nobody here just paired or renewed, someone may hold a copy of the CA key (rotate it: 'palyra ca rotate')",
+			"peer", p.String(), "serial", leaf.SerialNumber.String(), "why", why)
+	})
 	return fmt.Errorf("%s: a certificate signed with the CA key outside the cluster is refused; pair again ('palyra pair create'), and if the CA key left a machine, rotate it ('palyra ca rotate')", why)
 }
 
@@ -148,111 +146,6 @@ func (j *ledgerJudge) current(c *cluster.Cluster, deadline time.Time) error {
 		}
 		if !time.Now().Before(deadline) {
 			return errors.New("timed out waiting for a read index")
-		}
-	}
-}
-
-// acceptUnjudged lets a connection through whose certificate the ledger
-// lacks while this node cannot tell whether it was issued since, and has
-// recheckLedger look at it again.
-func (n *Node) acceptUnjudged(p identity.Principal, leaf *x509.Certificate, why string) {
-	n.unjudgedMu.Lock()
-	if n.unjudged == nil {
-		n.unjudged = map[string]bool{}
-	}
-	n.unjudged[leaf.SerialNumber.String()] = true
-	n.unjudgedMu.Unlock()
-	n.ledgerWarn.Do(func() {
-		n.log.Warn("accepted a certificate this node's ledger lacks, for now: "+why+"; the connection is checked again once this node is current",
-			"peer", p.String(), "serial", leaf.SerialNumber.String())
-	})
-}
-
-// certGate holds back the API requests on a connection let through
-// before its certificate could be judged (acceptUnjudged) until it can
-// be: refused if the ledger lacks it, served once it holds it (the
-// serial is then judged for good), 503 while this node still cannot
-// tell. Other connections pass at the cost of a map lookup.
-func (n *Node) certGate(ctx context.Context, p identity.Principal, leaf *x509.Certificate) error {
-	serial := leaf.SerialNumber.String()
-	n.unjudgedMu.Lock()
-	pending := n.unjudged[serial]
-	n.unjudgedMu.Unlock()
-	if !pending {
-		return nil
-	}
-	c := n.clusterRef.Load()
-	if c == nil {
-		return api.ErrCertUnjudged
-	}
-	if !c.SeenSupport(cluster.FeatureCertLedger) {
-		return nil // as ledgerCheck: an older member signs without recording
-	}
-	if _, leader := n.store.Leader(); leader == "" {
-		return api.ErrCertUnjudged
-	}
-	if err := n.judge.current(c, time.Now().Add(ledgerJudgeWait)); err != nil {
-		return api.ErrCertUnjudged
-	}
-	v, why := n.store.State().CertStatus(leaf, string(p.Kind), p.ID)
-	if v == consensus.CertUnknown || v == consensus.CertMismatch {
-		return ledgerRefusal(why)
-	}
-	n.unjudgedMu.Lock()
-	delete(n.unjudged, serial)
-	n.unjudgedMu.Unlock()
-	return nil
-}
-
-// recheckEvery is how often recheckLedger looks for connections accepted
-// unjudged.
-const recheckEvery = 2 * time.Second
-
-// recheckLedger closes the connections accepted unjudged (acceptUnjudged)
-// whose certificates the ledger still lacks once this node is current;
-// other connections are left alone.
-func (n *Node) recheckLedger(ctx context.Context) {
-	t := time.NewTicker(recheckEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		// The serials stay pending (certGate holds their API requests)
-		// until they are judged here.
-		n.unjudgedMu.Lock()
-		pending := maps.Clone(n.unjudged)
-		n.unjudgedMu.Unlock()
-		if len(pending) == 0 {
-			continue
-		}
-		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err := n.cluster.VerifyRead(vctx)
-		cancel()
-		if err != nil || !n.cluster.SeenSupport(cluster.FeatureCertLedger) {
-			continue
-		}
-		st := n.store.State()
-		dropped := n.transport.DropPeers(func(cs tls.ConnectionState) bool {
-			if len(cs.PeerCertificates) == 0 || !pending[cs.PeerCertificates[0].SerialNumber.String()] {
-				return false
-			}
-			p, err := identity.PrincipalFromCert(cs.PeerCertificates[0])
-			if err != nil {
-				return false
-			}
-			v, _ := st.CertStatus(cs.PeerCertificates[0], string(p.Kind), p.ID)
-			return v == consensus.CertUnknown || v == consensus.CertMismatch
-		})
-		n.unjudgedMu.Lock()
-		for s := range pending {
-			delete(n.unjudged, s)
-		}
-		n.unjudgedMu.Unlock()
-		if dropped > 0 {
-			n.log.Warn("closed connections whose certificates the cluster never issued (accepted while this node could not tell)", "connections", dropped)
 		}
 	}
 }
@@ -464,7 +357,14 @@ func (n *Node) renewDue(ctx context.Context) error {
 // this node's CA key when it holds the active one, else by a node that does
 // (asked as this node, with cur and its renewal proof).
 func (n *Node) reissue(ctx context.Context, cur *identity.Credential) (*identity.Credential, error) {
+	// A node keeps its key: a peer that was down while it renewed knows the
+	// new certificate by that key (consensus.CertStatus), and can catch up
+	// from it. A device (the local operator) gets a fresh one.
 	key, csr, err := identity.NewKeyAndCSR(cur.Principal)
+	if cur.Principal.Kind == identity.KindNode {
+		key = cur.Key
+		csr, err = identity.CSRFor(cur.Key, cur.Principal)
+	}
 	if err != nil {
 		return nil, err
 	}

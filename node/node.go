@@ -45,17 +45,14 @@ type Node struct {
 	cred    *identity.Live
 	credMu  sync.Mutex // serialises saving and swapping this node's credentials
 	keeper  *caKeeper  // the cluster CA keys this node holds (voters), the trust bundle
-	// ledgerWarn: at most one warning a minute about certificates accepted
-	// unjudged while this node is not current (ledgerCheck).
+	// ledgerWarn bounds the warnings about certificates the ledger refused
+	// (ledgerRefusal).
 	ledgerWarn rate.Sometimes
 	// clusterRef is n.cluster for the TLS handshakes' ledger check, which
 	// can run before startCluster has set it; judge shares its read
-	// indexes; unjudged: serials of certificates the ledger lacked,
-	// accepted while this node could not tell (recheckLedger).
+	// indexes.
 	clusterRef atomic.Pointer[cluster.Cluster]
 	judge      ledgerJudge
-	unjudgedMu sync.Mutex
-	unjudged   map[string]bool
 	metaMu     sync.Mutex
 	labels     map[string]string // gossiped labels: the configured ones and the CA's
 	// refused: the cluster refuses this node (watchSelfRefused); raft's
@@ -147,7 +144,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		cfg.Logger.Warn("the data dir was open to other users; made it private (0700)", "data_dir", l.Dir)
 	}
 	n := &Node{cfg: cfg, layout: l, leaveReq: make(chan struct{}),
-		ledgerWarn: rate.Sometimes{First: 1, Interval: time.Minute}}
+		ledgerWarn: rate.Sometimes{First: 3, Interval: 10 * time.Second}}
 	if n.unlock, err = l.lock(); err != nil {
 		return nil, err
 	}
@@ -558,7 +555,7 @@ func (n *Node) setLabels(ctx context.Context, l map[string]string) error {
 func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential) {
 	info := api.Info{NodeID: n.state.NodeID, Address: addr, ClusterName: n.state.ClusterName,
 		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now(), TargetVoters: n.cfg.TargetVoters}
-	opts := api.Options{CertGate: n.certGate, Control: apiControl{n.cluster}, Live: n.cluster, Browsers: n.cluster, Metrics: n.metrics.Text, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
+	opts := api.Options{Control: apiControl{n.cluster}, Live: n.cluster, Browsers: n.cluster, Metrics: n.metrics.Text, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Progress: n.cluster.Progress, Leave: n.leave,
 		Peers: n.peerAddrs, LeaderChanges: n.cluster.LeaderChanges, Forward: n.viaSigners, Seal: n.sealSecret, DataKey: n.dataKey, Issuer: n.keeper, Snapshots: n}
 	n.http = &http3.Server{Handler: api.New(opts).Handler(), Logger: n.log}

@@ -21,9 +21,6 @@ func (n *Node) watchRevocations(ctx context.Context) {
 	selfDone := make(chan struct{})
 	go func() { defer close(selfDone); n.watchSelfRefused(ctx, refusedCheckEvery) }()
 	defer func() { <-selfDone }()
-	recheckDone := make(chan struct{})
-	go func() { defer close(recheckDone); n.recheckLedger(ctx) }()
-	defer func() { <-recheckDone }()
 	seen := map[string]bool{}
 	for {
 		changed := st.Watch(consensus.TopicMembers)

@@ -161,13 +161,8 @@ type Options struct {
 	CertTTL   time.Duration
 	// MaxQueued bounds queued jobs (default DefaultMaxQueued).
 	MaxQueued int
-	// CertGate, when set, is asked before each request whether the
-	// caller's certificate may be served now (the node's certificate
-	// ledger: a connection let through before its certificate could be
-	// judged waits for the verdict). Its error is the answer.
-	CertGate func(ctx context.Context, p identity.Principal, leaf *x509.Certificate) error
-	Info     Info
-	Logger   *slog.Logger
+	Info      Info
+	Logger    *slog.Logger
 }
 
 // Server implements the palyra.v1 services.
@@ -271,24 +266,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("unauthenticated: %s has been revoked; pair again with a new code", p), http.StatusUnauthorized)
 			return
 		}
-		if s.CertGate != nil {
-			if err := s.CertGate(r.Context(), p, r.TLS.PeerCertificates[0]); err != nil {
-				ce := apiError(connect.CodeUnauthenticated, "unauthenticated", err.Error(), "pair again with a new code ('palyra pair create' on a node, then 'palyra device pair')")
-				if errors.Is(err, ErrCertUnjudged) {
-					ce = apiError(connect.CodeUnavailable, "unavailable", err.Error(), "retry in a moment, or reach another node (--addr A,B,C)")
-				}
-				_ = connect.NewErrorWriter().Write(w, r, ce)
-				return
-			}
-		}
 		ctx := context.WithValue(r.Context(), principalKey{}, p)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, peerChainKey{}, r.TLS.PeerCertificates)))
 	})
 }
-
-// ErrCertUnjudged is CertGate's answer when the node cannot judge the
-// caller's certificate yet (503: retry, another node may).
-var ErrCertUnjudged = errors.New("this node cannot check this certificate against the cluster's certificate ledger now (it has no leader)")
 
 // PrincipalFrom returns the authenticated caller of a request context.
 func PrincipalFrom(ctx context.Context) (identity.Principal, bool) {

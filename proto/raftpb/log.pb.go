@@ -2551,6 +2551,7 @@ type IssuedCert struct {
 	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`     // "node" | "device"
 	Id            string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
 	CertSha256    []byte                 `protobuf:"bytes,7,opt,name=cert_sha256,json=certSha256,proto3" json:"cert_sha256,omitempty"` // SHA-256 of the leaf's DER: key, validity and all
+	SpkiSha256    []byte                 `protobuf:"bytes,8,opt,name=spki_sha256,json=spkiSha256,proto3" json:"spki_sha256,omitempty"` // SHA-256 of its SubjectPublicKeyInfo (the key)
 	NotBeforeMs   int64                  `protobuf:"varint,6,opt,name=not_before_ms,json=notBeforeMs,proto3" json:"not_before_ms,omitempty"`
 	NotAfterMs    int64                  `protobuf:"varint,5,opt,name=not_after_ms,json=notAfterMs,proto3" json:"not_after_ms,omitempty"` // dropped from the ledger a week after this
 	unknownFields protoimpl.UnknownFields
@@ -2611,6 +2612,13 @@ func (x *IssuedCert) GetId() string {
 func (x *IssuedCert) GetCertSha256() []byte {
 	if x != nil {
 		return x.CertSha256
+	}
+	return nil
+}
+
+func (x *IssuedCert) GetSpkiSha256() []byte {
+	if x != nil {
+		return x.SpkiSha256
 	}
 	return nil
 }
@@ -6086,14 +6094,16 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"RevokeCert\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb5\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xd6\x01\n" +
 	"\n" +
 	"IssuedCert\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\tR\x02id\x12\x1f\n" +
 	"\vcert_sha256\x18\a \x01(\fR\n" +
-	"certSha256\x12\"\n" +
+	"certSha256\x12\x1f\n" +
+	"\vspki_sha256\x18\b \x01(\fR\n" +
+	"spkiSha256\x12\"\n" +
 	"\rnot_before_ms\x18\x06 \x01(\x03R\vnotBeforeMs\x12 \n" +
 	"\fnot_after_ms\x18\x05 \x01(\x03R\n" +
 	"notAfterMsJ\x04\b\x04\x10\x05\"d\n" +
