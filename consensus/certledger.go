@@ -23,10 +23,16 @@ import (
 // does not hold accepts them for at most this long.
 const MaxCertLifetimeMS = int64(90 * 24 * time.Hour / time.Millisecond)
 
-// certPruneGrace is how long after it expires a leaf stays in the ledger:
-// the cluster clock only moves forward, and a leader whose clock ran ahead
-// must not drop certificates still valid on the others' clocks.
-const certPruneGrace = int64(7 * 24 * time.Hour / time.Millisecond)
+// pruneGrace is how long after it expires a leaf stays in the ledger: the
+// cluster clock only moves forward, and a leader whose clock ran ahead
+// must not drop certificates still valid on the others' clocks. One
+// lifetime of the leaf, from an hour to a week: with a lifetime of
+// seconds (--cert-ttl 5s) a week of renewals would be ~180,000 entries per
+// member; this keeps about a thousand at most.
+func pruneGrace(e *issuedCert) int64 {
+	const hour, week = int64(time.Hour / time.Millisecond), int64(7 * 24 * time.Hour / time.Millisecond)
+	return min(max(e.notAfterMS-e.notBeforeMS, hour), week)
+}
 
 // issuedCert is one ledger entry.
 type issuedCert struct {
@@ -100,7 +106,7 @@ func (s *State) CertLedgerStarted() (sinceMS int64, complete, started bool) {
 }
 
 // IssuedCerts is the number of leaves the ledger holds (expired ones stay
-// for a week).
+// for another lifetime, an hour to a week).
 func (s *State) IssuedCerts() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -165,7 +171,7 @@ func (s *State) applyRecordCerts(c *raftpb.RecordCerts) ApplyResult {
 		}
 	}
 	for serial, e := range l.certs { // order-independent pruning
-		if e.notAfterMS+certPruneGrace < c.AtMs {
+		if e.notAfterMS+pruneGrace(e) < c.AtMs {
 			delete(l.certs, serial)
 		}
 	}

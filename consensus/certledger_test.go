@@ -146,8 +146,8 @@ func TestCertLedger(t *testing.T) {
 		t.Errorf("a grandfathered leaf right after its member renewed: verdict %v, want unchecked", v)
 	}
 
-	// Expired leaves leave the ledger a week after they expire, with the
-	// next record.
+	// Expired leaves leave the ledger one lifetime (an hour at least, a
+	// week at most) after they expire, with the next record.
 	if n := st.IssuedCerts(); n != 4 {
 		t.Fatalf("ledger holds %d, want 4", n)
 	}
@@ -155,9 +155,19 @@ func TestCertLedger(t *testing.T) {
 	if n := st.IssuedCerts(); n != 5 {
 		t.Fatalf("an hour after expiry the ledger holds %d, want 5", n)
 	}
-	applyAll(t, f, record(ms+8*24*time.Hour.Milliseconds(), IssuedCertPB(leafAt(t, 7, t0.Add(8*24*time.Hour), time.Hour), "device", "d-y")))
+	long := leafAt(t, 8, t0, 30*24*time.Hour)
+	applyAll(t, f, record(ms+2*time.Hour.Milliseconds(), IssuedCertPB(long, "device", "d-z")))
+	applyAll(t, f, record(ms+3*time.Hour.Milliseconds(), IssuedCertPB(leafAt(t, 7, t0.Add(3*time.Hour), time.Hour), "device", "d-y")))
+	if n := st.IssuedCerts(); n != 2 {
+		t.Fatalf("two hours after the hour-long leaves expired the ledger holds %d, want 2 (the month-long one, the new one)", n)
+	}
+	applyAll(t, f, record(ms+(30+6)*24*time.Hour.Milliseconds(), IssuedCertPB(leafAt(t, 9, t0.Add(36*24*time.Hour), time.Hour), "device", "d-w")))
+	if n := st.IssuedCerts(); n != 2 {
+		t.Fatalf("six days after the month-long leaf expired the ledger holds %d, want it and the new one", n)
+	}
+	applyAll(t, f, record(ms+(30+8)*24*time.Hour.Milliseconds(), IssuedCertPB(leafAt(t, 10, t0.Add(38*24*time.Hour), time.Hour), "device", "d-v")))
 	if n := st.IssuedCerts(); n != 1 {
-		t.Fatalf("a week after expiry the ledger holds %d, want 1 (the new one)", n)
+		t.Fatalf("eight days after the month-long leaf expired the ledger holds %d, want 1 (the new one)", n)
 	}
 	// Snapshots carry what was renewed since the restart.
 	f3 := NewFSM()

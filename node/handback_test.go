@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,17 +63,8 @@ func TestStoppingNodeHandsItsJobsBack(t *testing.T) {
 	}
 	for _, id := range ids {
 		j := waitCompleted(t, op, id)
-		if j.NodeId == second.ID() && contains(handed, id) {
+		if j.NodeId == second.ID() && slices.Contains(handed, id) {
 			t.Errorf("job %s, handed back, completed on the stopped node", id)
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
