@@ -111,6 +111,10 @@ func jobCommand() *ucli.Command {
    minus one: task N ran line N+1 of the --inputs file, or the (N+1)th file
    of --input-dir in name order.
 
+   A job run more than once lists its earlier attempts: where each ran,
+   when it ended and why (its worker died, stopped or lost its lease, or a
+   failed run was retried).
+
    Examples:
      palyra job get j-0123456789abcdef           # a job, or an array's counts
      palyra job get j-0123456789abcdef.7         # task 7 of an array, its output included
@@ -480,7 +484,7 @@ func runAndWait(c *ucli.Context, cl *client.Client, req *palyrav1.SubmitJobReque
 			if last == nil {
 				fmt.Fprintf(c.App.ErrWriter, "job %s accepted; waiting…\n", j.Id)
 			} else {
-				fmt.Fprintf(c.App.ErrWriter, "job %s %s (attempt %d)\n", j.Id, j.Phase.WireName(), j.Attempt)
+				fmt.Fprintf(c.App.ErrWriter, "job %s %s (attempt %d%s)\n", j.Id, j.Phase.WireName(), j.Attempt, endedText(j))
 			}
 		}
 		last = j
@@ -755,7 +759,7 @@ func waitJob(ctx context.Context, cl *client.Client, id string, opts waitOpts) (
 				last = stream.Msg().Job
 				deadline = time.Now().Add(time.Minute)
 				if tty {
-					fmt.Fprintf(opts.progress, "job %s %s (attempt %d)\n", id, last.Phase.WireName(), last.Attempt)
+					fmt.Fprintf(opts.progress, "job %s %s (attempt %d%s)\n", id, last.Phase.WireName(), last.Attempt, endedText(last))
 				}
 				reasons.see(last)
 				g.see(last)
@@ -839,6 +843,24 @@ func jobGet(c *ucli.Context) error {
 	}
 	printJob(c.App.Writer, j)
 	return nil
+}
+
+// attemptText is one earlier attempt on a line: "1 on n-1a2b, placed
+// 12:00:01.200, ended 12:00:03.400: requeued: worker n-1a2b is dead".
+func attemptText(a attemptJSON) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d on %s", a.Attempt, a.NodeID)
+	if a.PlacedAt != "" {
+		fmt.Fprintf(&b, ", placed %s", a.PlacedAt)
+	}
+	if a.EndedAt != "" {
+		fmt.Fprintf(&b, ", ended %s", a.EndedAt)
+	}
+	b.WriteString(": " + a.Code)
+	if a.Reason != "" {
+		b.WriteString(": " + printableText(a.Reason))
+	}
+	return b.String()
 }
 
 func printJob(w io.Writer, j *palyrav1.Job) {
@@ -934,6 +956,13 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 	}
 	if v.MaxRetries > 0 {
 		fmt.Fprintf(tw, "retries\t%d of %d used\n", v.RetriesUsed, v.MaxRetries)
+	}
+	for i, a := range v.EarlierAttempts {
+		label := ""
+		if i == 0 {
+			label = "earlier attempts"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", label, attemptText(a))
 	}
 	if v.ExitCode != nil {
 		fmt.Fprintf(tw, "exit code\t%d\n", *v.ExitCode)
@@ -1321,7 +1350,10 @@ func printWatched(c *ucli.Context, j, prev *palyrav1.Job) error {
 		}
 	}
 	line := fmt.Sprintf("%s  %s  attempt %d", at.UTC().Format("15:04:05.000"), j.Phase.WireName(), j.Attempt)
-	if j.NodeId != "" {
+	if e := endedAttempt(j); e != nil {
+		// Queued again: say how the attempt before ended, not "on" its node.
+		line += fmt.Sprintf(" on %s ended (%s: %s)", e.NodeId, e.Code, printableText(e.Reason))
+	} else if j.NodeId != "" {
 		line += "  on " + j.NodeId
 	}
 	if j.PendingReason != "" && j.Phase == palyrav1.JobPhase_JOB_PHASE_QUEUED {
@@ -1356,11 +1388,36 @@ func phaseSince(j *palyrav1.Job) time.Time {
 		if j.DecidedAtMs > 0 {
 			ms = j.DecidedAtMs
 		}
+	case endedAttempt(j) != nil:
+		ms = endedAttempt(j).EndedAtMs // queued again when its attempt ended
 	}
 	if ms == 0 {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms)
+}
+
+// endedText is ", which ended on n-1: requeued: worker n-1 is dead" for
+// a job queued again, "" otherwise.
+func endedText(j *palyrav1.Job) string {
+	e := endedAttempt(j)
+	if e == nil {
+		return ""
+	}
+	return fmt.Sprintf(", which ended on %s: %s: %s", e.NodeId, e.Code, printableText(e.Reason))
+}
+
+// endedAttempt is, for a job queued again, the attempt that just ended
+// (its worker died or stopped, its lease lapsed, its run failed and is
+// retried), as the cluster recorded it; nil otherwise.
+func endedAttempt(j *palyrav1.Job) *palyrav1.JobAttempt {
+	if j.Phase != palyrav1.JobPhase_JOB_PHASE_QUEUED || len(j.EarlierAttempts) == 0 {
+		return nil
+	}
+	if e := j.EarlierAttempts[len(j.EarlierAttempts)-1]; e.Attempt == j.Attempt && j.Attempt > 0 {
+		return e
+	}
+	return nil
 }
 
 func jobLogs(c *ucli.Context) error {

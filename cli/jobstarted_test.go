@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/palyra-mesh/palyra/cli/client"
 	palyrav1 "github.com/palyra-mesh/palyra/proto/palyrav1"
@@ -65,6 +66,56 @@ func TestJobGetOfARequeuedJobSaysWhereItLastRan(t *testing.T) {
 	printJob(&b, j)
 	if out := b.String(); strings.Contains(out, "none yet") || !strings.Contains(out, "\nplaced") {
 		t.Errorf("a running job's node and placement:\n%s", out)
+	}
+}
+
+// 'job get' tells a re-run job's story: each earlier attempt, where it
+// ran, when and why it ended (a user trial: "attempt 3" and nothing on
+// what became of 1 and 2); --json carries the same.
+func TestJobGetShowsEarlierAttempts(t *testing.T) {
+	at := int64(1_790_000_000_000)
+	j := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_COMPLETED, Attempt: 3, NodeId: "n-3", Kind: "wasm",
+		SubmittedAtMs: at, PlacedAtMs: at + 5000, FinishedAtMs: at + 6000, MaxRetries: 2, RetriesUsed: 1,
+		EarlierAttempts: []*palyrav1.JobAttempt{
+			{Attempt: 1, NodeId: "n-1", PlacedAtMs: at + 10, EndedAtMs: at + 2000, Code: "requeued", Reason: "worker n-1 is dead"},
+			{Attempt: 2, NodeId: "n-2", PlacedAtMs: at + 2100, EndedAtMs: at + 3000, Code: "trap", Reason: "unreachable\x1b[2J"},
+		}}
+	var b bytes.Buffer
+	printJob(&b, j)
+	out := b.String()
+	for _, want := range []string{
+		"earlier attempts  1 on n-1, placed 2026-09-21T14:13:20.010Z, ended 2026-09-21T14:13:22.000Z: requeued: worker n-1 is dead\n",
+		"                  2 on n-2, placed 2026-09-21T14:13:22.100Z, ended 2026-09-21T14:13:23.000Z: trap: \"unreachable\\x1b[2J\"",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Errorf("a reason's control characters reached the terminal:\n%q", out)
+	}
+	v := toJobJSON(j)
+	if len(v.EarlierAttempts) != 2 || v.EarlierAttempts[1] != (attemptJSON{Attempt: 2, NodeID: "n-2",
+		PlacedAt: "2026-09-21T14:13:22.100Z", EndedAt: "2026-09-21T14:13:23.000Z", Code: "trap", Reason: "unreachable\x1b[2J"}) {
+		t.Errorf("--json earlier attempts: %+v", v.EarlierAttempts)
+	}
+	// Queued again after attempt 2: watch and --wait say how it ended, stamped when.
+	q := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_QUEUED, Attempt: 2, NodeId: "n-2", EarlierAttempts: j.EarlierAttempts}
+	if got, want := endedText(q), `, which ended on n-2: trap: "unreachable\x1b[2J"`; got != want {
+		t.Errorf("endedText %q, want %q", got, want)
+	}
+	if got := phaseSince(q); !got.Equal(time.UnixMilli(at + 3000)) {
+		t.Errorf("queued again since %v, want its attempt's end", got)
+	}
+	q.Phase = palyrav1.JobPhase_JOB_PHASE_RUNNING
+	if endedText(q) != "" {
+		t.Error("a running job reads as queued again")
+	}
+	j.EarlierAttempts = nil
+	b.Reset()
+	printJob(&b, j)
+	if strings.Contains(b.String(), "earlier") {
+		t.Errorf("a job run once shows earlier attempts:\n%s", b.String())
 	}
 }
 

@@ -96,6 +96,19 @@ type jobJSON struct {
 	DecisionReason   string   `json:"decision_reason,omitempty"`
 	HookID           string   `json:"hook_id,omitempty"`
 	Annotations      []string `json:"annotations,omitempty"`
+	// EarlierAttempts: attempts that ended without ending the job, oldest
+	// first (the cluster keeps the last 16).
+	EarlierAttempts []attemptJSON `json:"earlier_attempts,omitempty"`
+}
+
+// attemptJSON is an earlier attempt of a job: where it ran, how it ended.
+type attemptJSON struct {
+	Attempt  uint32 `json:"attempt"`
+	NodeID   string `json:"node_id"`
+	PlacedAt string `json:"placed_at,omitempty"`
+	EndedAt  string `json:"ended_at,omitempty"`
+	Code     string `json:"code"` // "requeued", or the failed run's error code
+	Reason   string `json:"reason,omitempty"`
 }
 
 // listJobJSON is a job in a list: a list carries no payloads, so it has
@@ -175,6 +188,10 @@ func toJobJSON(j *palyrav1.Job) jobJSON {
 	}
 	if j.Error != nil {
 		out.Error = &errorJSON{Code: j.Error.Code, Message: j.Error.Message, Hint: j.Error.Hint}
+	}
+	for _, a := range j.EarlierAttempts {
+		out.EarlierAttempts = append(out.EarlierAttempts, attemptJSON{Attempt: a.Attempt, NodeID: a.NodeId,
+			PlacedAt: msTime(a.PlacedAtMs), EndedAt: msTime(a.EndedAtMs), Code: a.Code, Reason: a.Reason})
 	}
 	return out
 }

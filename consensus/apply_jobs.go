@@ -67,7 +67,7 @@ func (s *State) applySubmit(index uint64, c *raftpb.SubmitJob) ApplyResult {
 	j.NodeID = ""
 	j.CommitIndex = index
 	j.ArrayID, j.ArrayIndex = "", 0
-	j.RetriesUsed, j.NotBeforeMS, j.PendingReason = 0, 0, ""
+	j.RetriesUsed, j.NotBeforeMS, j.PendingReason, j.Earlier = 0, 0, "", nil
 	s.put(nil, &j)
 	if j.IdempotencyKey != "" {
 		s.idempotency[j.IdempotencyKey] = j.ID
@@ -109,7 +109,7 @@ func (s *State) applySubmitArray(index uint64, c *raftpb.SubmitArray) ApplyResul
 	tmpl := jobFromRecord(t)
 	tmpl.Phase, tmpl.Attempt, tmpl.NodeID, tmpl.CommitIndex = PhaseQueued, 0, "", index
 	tmpl.Input, tmpl.InputHash, tmpl.InputSize = nil, "", 0
-	tmpl.RetriesUsed, tmpl.NotBeforeMS, tmpl.PendingReason = 0, 0, ""
+	tmpl.RetriesUsed, tmpl.NotBeforeMS, tmpl.PendingReason, tmpl.Earlier = 0, 0, "", nil
 	tmpl.ArrayID, tmpl.ArrayIndex = "", 0
 	a := &Array{Template: tmpl, Size: uint32(len(c.Tasks))}
 	s.arrays[tmpl.ID] = a
@@ -179,7 +179,7 @@ func (s *State) applyRound(c *raftpb.SchedulerRound) ApplyResult {
 		s.applyExpire(&raftpb.ExpireJob{Id: id, AtMs: c.AtMs})
 	}
 	for _, r := range c.Requeues {
-		s.applyRequeue(r)
+		s.requeue(r, c.AtMs)
 	}
 	slots := map[[2]string]uint32{}
 	for _, ns := range c.Slots {
@@ -255,6 +255,11 @@ func (s *State) applyFinish(c *raftpb.FinishJob) ApplyResult {
 	} else if c.Retryable && n.RetriesUsed < n.MaxRetries {
 		// Another attempt after an exponential backoff; the failure is
 		// kept as the job's last error until then.
+		code, msg := "failed", "the run failed"
+		if c.Error != nil {
+			code, msg = c.Error.Code, c.Error.Message
+		}
+		n.endAttempt(code, msg, c.AtMs)
 		n.RetriesUsed++
 		n.Phase = PhaseQueued
 		n.NotBeforeMS = c.AtMs + retryBackoffMS(n.RetriesUsed)
@@ -422,7 +427,11 @@ func (s *State) cancelOne(j *Job, c *raftpb.CancelJob) Job {
 	return n
 }
 
-func (s *State) applyRequeue(c *raftpb.RequeueJob) ApplyResult {
+func (s *State) applyRequeue(c *raftpb.RequeueJob) ApplyResult { return s.requeue(c, c.AtMs) }
+
+// requeue returns a running job to the queue; atMS is when (the command's
+// own time, or its scheduler round's).
+func (s *State) requeue(c *raftpb.RequeueJob, atMS int64) ApplyResult {
 	j, err := s.lookup(c.Id)
 	if err != nil {
 		return ApplyResult{Err: err}
@@ -432,6 +441,11 @@ func (s *State) applyRequeue(c *raftpb.RequeueJob) ApplyResult {
 	}
 	n := *j
 	n.Phase = PhaseQueued
+	reason := c.Reason
+	if reason == "" {
+		reason = "returned to the queue"
+	}
+	n.endAttempt("requeued", reason, atMS)
 	s.put(j, &n)
 	return ApplyResult{Job: n}
 }

@@ -34,7 +34,30 @@ func jobFromRecord(r *raftpb.JobRecord) Job {
 		SecretNames: r.SecretNames, KVPrefix: r.KvPrefix, KVSeq: r.KvSeq, KVSeqRun: r.KvSeqRun,
 		InputHash: r.InputSha256, InputSize: r.InputSize, StdoutHash: r.StdoutSha256, StdoutSize: r.StdoutSize,
 		StderrHash: r.StderrSha256, StderrSize: r.StderrSize, ArrayID: r.ArrayId, ArrayIndex: r.ArrayIndex,
+		Earlier: earlierFromPB(r.EarlierAttempts),
 	}
+}
+
+func earlierFromPB(in []*raftpb.EarlierAttempt) []EarlierAttempt {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]EarlierAttempt, len(in))
+	for i, a := range in {
+		out[i] = EarlierAttempt{Attempt: a.Attempt, NodeID: a.NodeId, PlacedAtMS: a.PlacedAtMs, EndedAtMS: a.EndedAtMs, Code: a.Code, Reason: a.Reason}
+	}
+	return out
+}
+
+func earlierToPB(in []EarlierAttempt) []*raftpb.EarlierAttempt {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]*raftpb.EarlierAttempt, len(in))
+	for i, a := range in {
+		out[i] = &raftpb.EarlierAttempt{Attempt: a.Attempt, NodeId: a.NodeID, PlacedAtMs: a.PlacedAtMS, EndedAtMs: a.EndedAtMS, Code: a.Code, Reason: a.Reason}
+	}
+	return out
 }
 
 func artifactsFromPB(in []*raftpb.ArtifactRef) []Artifact {
@@ -83,6 +106,7 @@ func jobToRecord(j *Job) *raftpb.JobRecord {
 		SecretNames: j.SecretNames, KvPrefix: j.KVPrefix, KvSeq: j.KVSeq, KvSeqRun: j.KVSeqRun,
 		InputSha256: j.InputHash, InputSize: j.InputSize, StdoutSha256: j.StdoutHash, StdoutSize: j.StdoutSize,
 		StderrSha256: j.StderrHash, StderrSize: j.StderrSize, ArrayId: j.ArrayID, ArrayIndex: j.ArrayIndex,
+		EarlierAttempts: earlierToPB(j.Earlier),
 	}
 }
 

@@ -103,6 +103,40 @@ type Job struct {
 	// position in it (task ids are ArrayID + "." + index).
 	ArrayID    string
 	ArrayIndex uint32
+
+	// Earlier holds the attempts that ended without ending the job, oldest
+	// first, the last MaxEarlierAttempts (see EarlierAttempt).
+	Earlier []EarlierAttempt
+}
+
+// EarlierAttempt is an attempt of a job that ended without ending the job:
+// its worker died, stopped, restarted or lost its lease (Code "requeued"),
+// or its run failed and was retried (Code is the run's error code). It is
+// for people reading the job's story; no decision depends on it.
+type EarlierAttempt struct {
+	Attempt    uint32
+	NodeID     string
+	PlacedAtMS int64
+	EndedAtMS  int64 // 0: not known (an entry from before the time was sent)
+	Code       string
+	Reason     string
+}
+
+// MaxEarlierAttempts bounds Job.Earlier: a job retried or re-queued more
+// often keeps the latest ones.
+const MaxEarlierAttempts = 16
+
+// endAttempt records j's current attempt as ended (code, reason, at) in a
+// new slice: copies of j handed out earlier share the old one.
+func (j *Job) endAttempt(code, reason string, atMS int64) {
+	keep := j.Earlier
+	if len(keep) >= MaxEarlierAttempts {
+		keep = keep[len(keep)-MaxEarlierAttempts+1:]
+	}
+	out := make([]EarlierAttempt, len(keep), len(keep)+1)
+	copy(out, keep)
+	j.Earlier = append(out, EarlierAttempt{Attempt: j.Attempt, NodeID: j.NodeID, PlacedAtMS: j.PlacedAtMS,
+		EndedAtMS: atMS, Code: code, Reason: reason})
 }
 
 // InlineLimit is the largest input or output carried in the Raft log

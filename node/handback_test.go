@@ -63,8 +63,16 @@ func TestStoppingNodeHandsItsJobsBack(t *testing.T) {
 	}
 	for _, id := range ids {
 		j := waitCompleted(t, op, id)
-		if j.NodeId == second.ID() && slices.Contains(handed, id) {
+		if !slices.Contains(handed, id) {
+			continue
+		}
+		if j.NodeId == second.ID() {
 			t.Errorf("job %s, handed back, completed on the stopped node", id)
+		}
+		// Its story says where the first attempt went and why it ended.
+		e := j.EarlierAttempts
+		if len(e) == 0 || e[0].NodeId != second.ID() || e[0].Code != "requeued" || e[0].Reason != "node "+second.ID()+" stopped" || e[0].EndedAtMs < e[0].PlacedAtMs || e[0].PlacedAtMs == 0 {
+			t.Errorf("job %s, handed back: earlier attempts %v", id, e)
 		}
 	}
 }

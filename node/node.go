@@ -813,7 +813,7 @@ func (n *Node) handBack() {
 	handed, left := 0, 0
 	for _, j := range jobs {
 		_, err := n.apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{
-			Id: j.ID, Attempt: j.Attempt, Reason: "node stopping", NodeId: n.state.NodeID}}})
+			Id: j.ID, Attempt: j.Attempt, Reason: "node " + n.state.NodeID + " stopped", NodeId: n.state.NodeID, AtMs: time.Now().UnixMilli()}}})
 		switch {
 		case err == nil:
 			handed++

@@ -41,6 +41,10 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 	if j.Error != nil {
 		out.Error = &palyrav1.Error{Code: j.Error.Code, Message: j.Error.Message, Hint: j.Error.Hint}
 	}
+	for _, a := range j.Earlier {
+		out.EarlierAttempts = append(out.EarlierAttempts, &palyrav1.JobAttempt{Attempt: a.Attempt, NodeId: a.NodeID,
+			PlacedAtMs: a.PlacedAtMS, EndedAtMs: a.EndedAtMS, Code: a.Code, Reason: a.Reason})
+	}
 	return out
 }
 

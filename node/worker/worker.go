@@ -213,7 +213,7 @@ func (w *Worker) Recover(ctx context.Context) error {
 		w.orphans[j.ID] = j.Attempt
 		w.mu.Unlock()
 		cmd := &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{
-			Id: j.ID, Attempt: j.Attempt, Reason: "worker restarted", NodeId: w.cfg.NodeID}}}
+			Id: j.ID, Attempt: j.Attempt, Reason: "worker " + w.cfg.NodeID + " restarted", NodeId: w.cfg.NodeID, AtMs: w.cfg.Now().UnixMilli()}}}
 		if err := w.applyRetry(ctx, cmd); err != nil && !errors.Is(err, consensus.ErrStaleAttempt) {
 			return fmt.Errorf("requeue orphaned job %s: %w", j.ID, err)
 		}

@@ -276,8 +276,11 @@ type Job struct {
 	HookId           string   `protobuf:"bytes,48,opt,name=hook_id,json=hookId,proto3" json:"hook_id,omitempty"`                // this job runs a hook
 	Annotations      []string `protobuf:"bytes,49,rep,name=annotations,proto3" json:"annotations,omitempty"`                    // added by before_run hooks
 	PlacedAtMs       int64    `protobuf:"varint,50,opt,name=placed_at_ms,json=placedAtMs,proto3" json:"placed_at_ms,omitempty"` // when the leader placed its current/last attempt
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Attempts that ended without ending the job (its worker died, stopped
+	// or lost its lease; a failed run was retried), oldest first, up to 16.
+	EarlierAttempts []*JobAttempt `protobuf:"bytes,51,rep,name=earlier_attempts,json=earlierAttempts,proto3" json:"earlier_attempts,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -660,6 +663,98 @@ func (x *Job) GetPlacedAtMs() int64 {
 	return 0
 }
 
+func (x *Job) GetEarlierAttempts() []*JobAttempt {
+	if x != nil {
+		return x.EarlierAttempts
+	}
+	return nil
+}
+
+// JobAttempt is one earlier attempt of a job: where it ran and how it ended.
+type JobAttempt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attempt       uint32                 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	PlacedAtMs    int64                  `protobuf:"varint,3,opt,name=placed_at_ms,json=placedAtMs,proto3" json:"placed_at_ms,omitempty"`
+	EndedAtMs     int64                  `protobuf:"varint,4,opt,name=ended_at_ms,json=endedAtMs,proto3" json:"ended_at_ms,omitempty"` // 0: not known
+	Code          string                 `protobuf:"bytes,5,opt,name=code,proto3" json:"code,omitempty"`                               // "requeued", or the failed run's error code
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`                           // e.g. "worker n-1a2b is dead", "lease lapsed", the run's error
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobAttempt) Reset() {
+	*x = JobAttempt{}
+	mi := &file_palyra_v1_api_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobAttempt) ProtoMessage() {}
+
+func (x *JobAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_v1_api_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobAttempt.ProtoReflect.Descriptor instead.
+func (*JobAttempt) Descriptor() ([]byte, []int) {
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *JobAttempt) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *JobAttempt) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *JobAttempt) GetPlacedAtMs() int64 {
+	if x != nil {
+		return x.PlacedAtMs
+	}
+	return 0
+}
+
+func (x *JobAttempt) GetEndedAtMs() int64 {
+	if x != nil {
+		return x.EndedAtMs
+	}
+	return 0
+}
+
+func (x *JobAttempt) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *JobAttempt) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // JobArray is a job array: one task per input, all sharing a template.
 type JobArray struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -675,7 +770,7 @@ type JobArray struct {
 
 func (x *JobArray) Reset() {
 	*x = JobArray{}
-	mi := &file_palyra_v1_api_proto_msgTypes[3]
+	mi := &file_palyra_v1_api_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +782,7 @@ func (x *JobArray) String() string {
 func (*JobArray) ProtoMessage() {}
 
 func (x *JobArray) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[3]
+	mi := &file_palyra_v1_api_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +795,7 @@ func (x *JobArray) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobArray.ProtoReflect.Descriptor instead.
 func (*JobArray) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{3}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JobArray) GetId() string {
@@ -758,7 +853,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_palyra_v1_api_proto_msgTypes[4]
+	mi := &file_palyra_v1_api_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +865,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[4]
+	mi := &file_palyra_v1_api_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +878,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{4}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Artifact) GetName() string {
@@ -824,7 +919,7 @@ type GetArtifactRequest struct {
 
 func (x *GetArtifactRequest) Reset() {
 	*x = GetArtifactRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[5]
+	mi := &file_palyra_v1_api_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +931,7 @@ func (x *GetArtifactRequest) String() string {
 func (*GetArtifactRequest) ProtoMessage() {}
 
 func (x *GetArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[5]
+	mi := &file_palyra_v1_api_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +944,7 @@ func (x *GetArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetArtifactRequest.ProtoReflect.Descriptor instead.
 func (*GetArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{5}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetArtifactRequest) GetJobId() string {
@@ -876,7 +971,7 @@ type GetArtifactResponse struct {
 
 func (x *GetArtifactResponse) Reset() {
 	*x = GetArtifactResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[6]
+	mi := &file_palyra_v1_api_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +983,7 @@ func (x *GetArtifactResponse) String() string {
 func (*GetArtifactResponse) ProtoMessage() {}
 
 func (x *GetArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[6]
+	mi := &file_palyra_v1_api_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +996,7 @@ func (x *GetArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetArtifactResponse.ProtoReflect.Descriptor instead.
 func (*GetArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{6}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetArtifactResponse) GetArtifact() *Artifact {
@@ -958,7 +1053,7 @@ type SubmitJobRequest struct {
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[7]
+	mi := &file_palyra_v1_api_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1065,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[7]
+	mi := &file_palyra_v1_api_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1078,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{7}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubmitJobRequest) GetWasmModule() []byte {
@@ -1131,7 +1226,7 @@ type SubmitJobResponse struct {
 
 func (x *SubmitJobResponse) Reset() {
 	*x = SubmitJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[8]
+	mi := &file_palyra_v1_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1238,7 @@ func (x *SubmitJobResponse) String() string {
 func (*SubmitJobResponse) ProtoMessage() {}
 
 func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[8]
+	mi := &file_palyra_v1_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1251,7 @@ func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{8}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubmitJobResponse) GetJob() *Job {
@@ -1190,7 +1285,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[9]
+	mi := &file_palyra_v1_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1297,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[9]
+	mi := &file_palyra_v1_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1310,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{9}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetJobRequest) GetId() string {
@@ -1244,7 +1339,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[10]
+	mi := &file_palyra_v1_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1351,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[10]
+	mi := &file_palyra_v1_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1364,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{10}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1313,7 +1408,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[11]
+	mi := &file_palyra_v1_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1420,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[11]
+	mi := &file_palyra_v1_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1433,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{11}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListJobsRequest) GetPhase() JobPhase {
@@ -1411,7 +1506,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[12]
+	mi := &file_palyra_v1_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1518,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[12]
+	mi := &file_palyra_v1_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1531,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1475,7 +1570,7 @@ type ListArraysRequest struct {
 
 func (x *ListArraysRequest) Reset() {
 	*x = ListArraysRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[13]
+	mi := &file_palyra_v1_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1582,7 @@ func (x *ListArraysRequest) String() string {
 func (*ListArraysRequest) ProtoMessage() {}
 
 func (x *ListArraysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[13]
+	mi := &file_palyra_v1_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1595,7 @@ func (x *ListArraysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArraysRequest.ProtoReflect.Descriptor instead.
 func (*ListArraysRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListArraysRequest) GetLimit() uint32 {
@@ -1542,7 +1637,7 @@ type ListArraysResponse struct {
 
 func (x *ListArraysResponse) Reset() {
 	*x = ListArraysResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[14]
+	mi := &file_palyra_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1649,7 @@ func (x *ListArraysResponse) String() string {
 func (*ListArraysResponse) ProtoMessage() {}
 
 func (x *ListArraysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[14]
+	mi := &file_palyra_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1662,7 @@ func (x *ListArraysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArraysResponse.ProtoReflect.Descriptor instead.
 func (*ListArraysResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListArraysResponse) GetArrays() []*JobArray {
@@ -1600,7 +1695,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[15]
+	mi := &file_palyra_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1707,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[15]
+	mi := &file_palyra_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1720,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelJobRequest) GetId() string {
@@ -1647,7 +1742,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	mi := &file_palyra_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1754,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[16]
+	mi := &file_palyra_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1767,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -1708,7 +1803,7 @@ type JobLogsRequest struct {
 
 func (x *JobLogsRequest) Reset() {
 	*x = JobLogsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	mi := &file_palyra_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1815,7 @@ func (x *JobLogsRequest) String() string {
 func (*JobLogsRequest) ProtoMessage() {}
 
 func (x *JobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[17]
+	mi := &file_palyra_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1828,7 @@ func (x *JobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogsRequest.ProtoReflect.Descriptor instead.
 func (*JobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobLogsRequest) GetId() string {
@@ -1794,7 +1889,7 @@ type JobLogsResponse struct {
 
 func (x *JobLogsResponse) Reset() {
 	*x = JobLogsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1901,7 @@ func (x *JobLogsResponse) String() string {
 func (*JobLogsResponse) ProtoMessage() {}
 
 func (x *JobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[18]
+	mi := &file_palyra_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1914,7 @@ func (x *JobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogsResponse.ProtoReflect.Descriptor instead.
 func (*JobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobLogsResponse) GetStdout() []byte {
@@ -1887,7 +1982,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +1994,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[19]
+	mi := &file_palyra_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2007,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchJobRequest) GetId() string {
@@ -1936,7 +2031,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	mi := &file_palyra_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2043,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[20]
+	mi := &file_palyra_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2056,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchJobResponse) GetJob() *Job {
@@ -1990,7 +2085,7 @@ type PruneJobsRequest struct {
 
 func (x *PruneJobsRequest) Reset() {
 	*x = PruneJobsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[21]
+	mi := &file_palyra_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2097,7 @@ func (x *PruneJobsRequest) String() string {
 func (*PruneJobsRequest) ProtoMessage() {}
 
 func (x *PruneJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[21]
+	mi := &file_palyra_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2110,7 @@ func (x *PruneJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneJobsRequest.ProtoReflect.Descriptor instead.
 func (*PruneJobsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PruneJobsRequest) GetOlderThanMs() int64 {
@@ -2035,7 +2130,7 @@ type PruneJobsResponse struct {
 
 func (x *PruneJobsResponse) Reset() {
 	*x = PruneJobsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[22]
+	mi := &file_palyra_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2142,7 @@ func (x *PruneJobsResponse) String() string {
 func (*PruneJobsResponse) ProtoMessage() {}
 
 func (x *PruneJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[22]
+	mi := &file_palyra_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2155,7 @@ func (x *PruneJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneJobsResponse.ProtoReflect.Descriptor instead.
 func (*PruneJobsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PruneJobsResponse) GetPruned() uint64 {
@@ -2088,7 +2183,7 @@ type SetRetentionRequest struct {
 
 func (x *SetRetentionRequest) Reset() {
 	*x = SetRetentionRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[23]
+	mi := &file_palyra_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2195,7 @@ func (x *SetRetentionRequest) String() string {
 func (*SetRetentionRequest) ProtoMessage() {}
 
 func (x *SetRetentionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[23]
+	mi := &file_palyra_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2208,7 @@ func (x *SetRetentionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetentionRequest.ProtoReflect.Descriptor instead.
 func (*SetRetentionRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetRetentionRequest) GetRetentionMs() int64 {
@@ -2132,7 +2227,7 @@ type SetRetentionResponse struct {
 
 func (x *SetRetentionResponse) Reset() {
 	*x = SetRetentionResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[24]
+	mi := &file_palyra_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2239,7 @@ func (x *SetRetentionResponse) String() string {
 func (*SetRetentionResponse) ProtoMessage() {}
 
 func (x *SetRetentionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[24]
+	mi := &file_palyra_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2252,7 @@ func (x *SetRetentionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetentionResponse.ProtoReflect.Descriptor instead.
 func (*SetRetentionResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetRetentionResponse) GetRetentionMs() int64 {
@@ -2179,7 +2274,7 @@ type ReadInfo struct {
 
 func (x *ReadInfo) Reset() {
 	*x = ReadInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[25]
+	mi := &file_palyra_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2286,7 @@ func (x *ReadInfo) String() string {
 func (*ReadInfo) ProtoMessage() {}
 
 func (x *ReadInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[25]
+	mi := &file_palyra_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2299,7 @@ func (x *ReadInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadInfo.ProtoReflect.Descriptor instead.
 func (*ReadInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadInfo) GetLinearizable() bool {
@@ -2236,7 +2331,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[26]
+	mi := &file_palyra_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2343,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[26]
+	mi := &file_palyra_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2356,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 type MetricsResponse struct {
@@ -2274,7 +2369,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[27]
+	mi := &file_palyra_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2381,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[27]
+	mi := &file_palyra_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2394,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MetricsResponse) GetText() string {
@@ -2324,7 +2419,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[28]
+	mi := &file_palyra_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2431,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[28]
+	mi := &file_palyra_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2444,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 type StatusResponse struct {
@@ -2386,7 +2481,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[29]
+	mi := &file_palyra_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2493,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[29]
+	mi := &file_palyra_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2506,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2584,7 +2679,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[30]
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2596,7 +2691,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[30]
+	mi := &file_palyra_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2609,7 +2704,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -2758,7 +2853,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2770,7 +2865,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[31]
+	mi := &file_palyra_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2783,7 +2878,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListNodesRequest) GetRaftProgress() bool {
@@ -2807,7 +2902,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	mi := &file_palyra_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +2914,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[32]
+	mi := &file_palyra_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +2927,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -2868,7 +2963,7 @@ type SetSchedulableRequest struct {
 
 func (x *SetSchedulableRequest) Reset() {
 	*x = SetSchedulableRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[33]
+	mi := &file_palyra_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +2975,7 @@ func (x *SetSchedulableRequest) String() string {
 func (*SetSchedulableRequest) ProtoMessage() {}
 
 func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[33]
+	mi := &file_palyra_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +2988,7 @@ func (x *SetSchedulableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulableRequest.ProtoReflect.Descriptor instead.
 func (*SetSchedulableRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetSchedulableRequest) GetNodeId() string {
@@ -2932,7 +3027,7 @@ type SetSchedulableResponse struct {
 
 func (x *SetSchedulableResponse) Reset() {
 	*x = SetSchedulableResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[34]
+	mi := &file_palyra_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3039,7 @@ func (x *SetSchedulableResponse) String() string {
 func (*SetSchedulableResponse) ProtoMessage() {}
 
 func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[34]
+	mi := &file_palyra_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3052,7 @@ func (x *SetSchedulableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulableResponse.ProtoReflect.Descriptor instead.
 func (*SetSchedulableResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 type LeaveRequest struct {
@@ -2968,7 +3063,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[35]
+	mi := &file_palyra_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3075,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[35]
+	mi := &file_palyra_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3088,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 type LeaveResponse struct {
@@ -3004,7 +3099,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[36]
+	mi := &file_palyra_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3111,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[36]
+	mi := &file_palyra_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3124,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 // RemoveNodeRequest removes a node that is gone for good.
@@ -3045,7 +3140,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[37]
+	mi := &file_palyra_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3152,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[37]
+	mi := &file_palyra_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3165,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -3113,7 +3208,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[38]
+	mi := &file_palyra_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3220,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[38]
+	mi := &file_palyra_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3233,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RemoveNodeResponse) GetNodeId() string {
@@ -3222,7 +3317,7 @@ type SecretInfo struct {
 
 func (x *SecretInfo) Reset() {
 	*x = SecretInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[39]
+	mi := &file_palyra_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3329,7 @@ func (x *SecretInfo) String() string {
 func (*SecretInfo) ProtoMessage() {}
 
 func (x *SecretInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[39]
+	mi := &file_palyra_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3342,7 @@ func (x *SecretInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretInfo.ProtoReflect.Descriptor instead.
 func (*SecretInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SecretInfo) GetName() string {
@@ -3281,7 +3376,7 @@ type SetSecretRequest struct {
 
 func (x *SetSecretRequest) Reset() {
 	*x = SetSecretRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[40]
+	mi := &file_palyra_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3293,7 +3388,7 @@ func (x *SetSecretRequest) String() string {
 func (*SetSecretRequest) ProtoMessage() {}
 
 func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[40]
+	mi := &file_palyra_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3306,7 +3401,7 @@ func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretRequest.ProtoReflect.Descriptor instead.
 func (*SetSecretRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetSecretRequest) GetName() string {
@@ -3332,7 +3427,7 @@ type SetSecretResponse struct {
 
 func (x *SetSecretResponse) Reset() {
 	*x = SetSecretResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[41]
+	mi := &file_palyra_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3439,7 @@ func (x *SetSecretResponse) String() string {
 func (*SetSecretResponse) ProtoMessage() {}
 
 func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[41]
+	mi := &file_palyra_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3452,7 @@ func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretResponse.ProtoReflect.Descriptor instead.
 func (*SetSecretResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetSecretResponse) GetSecret() *SecretInfo {
@@ -3375,7 +3470,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[42]
+	mi := &file_palyra_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3387,7 +3482,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[42]
+	mi := &file_palyra_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3400,7 +3495,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 type ListSecretsResponse struct {
@@ -3412,7 +3507,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[43]
+	mi := &file_palyra_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3424,7 +3519,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[43]
+	mi := &file_palyra_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3437,7 +3532,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*SecretInfo {
@@ -3456,7 +3551,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[44]
+	mi := &file_palyra_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3563,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[44]
+	mi := &file_palyra_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3576,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -3499,7 +3594,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[45]
+	mi := &file_palyra_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3511,7 +3606,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[45]
+	mi := &file_palyra_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3524,7 +3619,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 // KVEntry is one key of the replicated key-value store jobs use (granted
@@ -3539,7 +3634,7 @@ type KVEntry struct {
 
 func (x *KVEntry) Reset() {
 	*x = KVEntry{}
-	mi := &file_palyra_v1_api_proto_msgTypes[46]
+	mi := &file_palyra_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3646,7 @@ func (x *KVEntry) String() string {
 func (*KVEntry) ProtoMessage() {}
 
 func (x *KVEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[46]
+	mi := &file_palyra_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3659,7 @@ func (x *KVEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEntry.ProtoReflect.Descriptor instead.
 func (*KVEntry) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *KVEntry) GetKey() string {
@@ -3591,7 +3686,7 @@ type GetKVRequest struct {
 
 func (x *GetKVRequest) Reset() {
 	*x = GetKVRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[47]
+	mi := &file_palyra_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +3698,7 @@ func (x *GetKVRequest) String() string {
 func (*GetKVRequest) ProtoMessage() {}
 
 func (x *GetKVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[47]
+	mi := &file_palyra_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +3711,7 @@ func (x *GetKVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKVRequest.ProtoReflect.Descriptor instead.
 func (*GetKVRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetKVRequest) GetKey() string {
@@ -3643,7 +3738,7 @@ type GetKVResponse struct {
 
 func (x *GetKVResponse) Reset() {
 	*x = GetKVResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[48]
+	mi := &file_palyra_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +3750,7 @@ func (x *GetKVResponse) String() string {
 func (*GetKVResponse) ProtoMessage() {}
 
 func (x *GetKVResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[48]
+	mi := &file_palyra_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +3763,7 @@ func (x *GetKVResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKVResponse.ProtoReflect.Descriptor instead.
 func (*GetKVResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetKVResponse) GetEntry() *KVEntry {
@@ -3695,7 +3790,7 @@ type PutKVRequest struct {
 
 func (x *PutKVRequest) Reset() {
 	*x = PutKVRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[49]
+	mi := &file_palyra_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3707,7 +3802,7 @@ func (x *PutKVRequest) String() string {
 func (*PutKVRequest) ProtoMessage() {}
 
 func (x *PutKVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[49]
+	mi := &file_palyra_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3720,7 +3815,7 @@ func (x *PutKVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKVRequest.ProtoReflect.Descriptor instead.
 func (*PutKVRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PutKVRequest) GetKey() string {
@@ -3745,7 +3840,7 @@ type PutKVResponse struct {
 
 func (x *PutKVResponse) Reset() {
 	*x = PutKVResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[50]
+	mi := &file_palyra_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +3852,7 @@ func (x *PutKVResponse) String() string {
 func (*PutKVResponse) ProtoMessage() {}
 
 func (x *PutKVResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[50]
+	mi := &file_palyra_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +3865,7 @@ func (x *PutKVResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKVResponse.ProtoReflect.Descriptor instead.
 func (*PutKVResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 type DeleteKVRequest struct {
@@ -3782,7 +3877,7 @@ type DeleteKVRequest struct {
 
 func (x *DeleteKVRequest) Reset() {
 	*x = DeleteKVRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[51]
+	mi := &file_palyra_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3794,7 +3889,7 @@ func (x *DeleteKVRequest) String() string {
 func (*DeleteKVRequest) ProtoMessage() {}
 
 func (x *DeleteKVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[51]
+	mi := &file_palyra_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3807,7 +3902,7 @@ func (x *DeleteKVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKVRequest.ProtoReflect.Descriptor instead.
 func (*DeleteKVRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DeleteKVRequest) GetKey() string {
@@ -3828,7 +3923,7 @@ type DeleteKVResponse struct {
 
 func (x *DeleteKVResponse) Reset() {
 	*x = DeleteKVResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[52]
+	mi := &file_palyra_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3840,7 +3935,7 @@ func (x *DeleteKVResponse) String() string {
 func (*DeleteKVResponse) ProtoMessage() {}
 
 func (x *DeleteKVResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[52]
+	mi := &file_palyra_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3853,7 +3948,7 @@ func (x *DeleteKVResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKVResponse.ProtoReflect.Descriptor instead.
 func (*DeleteKVResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeleteKVResponse) GetExisted() bool {
@@ -3879,7 +3974,7 @@ type ListKVRequest struct {
 
 func (x *ListKVRequest) Reset() {
 	*x = ListKVRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[53]
+	mi := &file_palyra_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3891,7 +3986,7 @@ func (x *ListKVRequest) String() string {
 func (*ListKVRequest) ProtoMessage() {}
 
 func (x *ListKVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[53]
+	mi := &file_palyra_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3904,7 +3999,7 @@ func (x *ListKVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKVRequest.ProtoReflect.Descriptor instead.
 func (*ListKVRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListKVRequest) GetPrefix() string {
@@ -3954,7 +4049,7 @@ type ListKVResponse struct {
 
 func (x *ListKVResponse) Reset() {
 	*x = ListKVResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[54]
+	mi := &file_palyra_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3966,7 +4061,7 @@ func (x *ListKVResponse) String() string {
 func (*ListKVResponse) ProtoMessage() {}
 
 func (x *ListKVResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[54]
+	mi := &file_palyra_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3979,7 +4074,7 @@ func (x *ListKVResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKVResponse.ProtoReflect.Descriptor instead.
 func (*ListKVResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListKVResponse) GetEntries() []*KVEntry {
@@ -4020,7 +4115,7 @@ type BrowserSession struct {
 
 func (x *BrowserSession) Reset() {
 	*x = BrowserSession{}
-	mi := &file_palyra_v1_api_proto_msgTypes[55]
+	mi := &file_palyra_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4032,7 +4127,7 @@ func (x *BrowserSession) String() string {
 func (*BrowserSession) ProtoMessage() {}
 
 func (x *BrowserSession) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[55]
+	mi := &file_palyra_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4045,7 +4140,7 @@ func (x *BrowserSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSession.ProtoReflect.Descriptor instead.
 func (*BrowserSession) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BrowserSession) GetId() string {
@@ -4122,7 +4217,7 @@ type OpenBrowserSessionRequest struct {
 
 func (x *OpenBrowserSessionRequest) Reset() {
 	*x = OpenBrowserSessionRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[56]
+	mi := &file_palyra_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4134,7 +4229,7 @@ func (x *OpenBrowserSessionRequest) String() string {
 func (*OpenBrowserSessionRequest) ProtoMessage() {}
 
 func (x *OpenBrowserSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[56]
+	mi := &file_palyra_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4147,7 +4242,7 @@ func (x *OpenBrowserSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenBrowserSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenBrowserSessionRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *OpenBrowserSessionRequest) GetAllowHosts() []string {
@@ -4180,7 +4275,7 @@ type BrowserSessionRef struct {
 
 func (x *BrowserSessionRef) Reset() {
 	*x = BrowserSessionRef{}
-	mi := &file_palyra_v1_api_proto_msgTypes[57]
+	mi := &file_palyra_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4192,7 +4287,7 @@ func (x *BrowserSessionRef) String() string {
 func (*BrowserSessionRef) ProtoMessage() {}
 
 func (x *BrowserSessionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[57]
+	mi := &file_palyra_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4205,7 +4300,7 @@ func (x *BrowserSessionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSessionRef.ProtoReflect.Descriptor instead.
 func (*BrowserSessionRef) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BrowserSessionRef) GetId() string {
@@ -4225,7 +4320,7 @@ type BrowserDoRequest struct {
 
 func (x *BrowserDoRequest) Reset() {
 	*x = BrowserDoRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[58]
+	mi := &file_palyra_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4237,7 +4332,7 @@ func (x *BrowserDoRequest) String() string {
 func (*BrowserDoRequest) ProtoMessage() {}
 
 func (x *BrowserDoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[58]
+	mi := &file_palyra_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4250,7 +4345,7 @@ func (x *BrowserDoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserDoRequest.ProtoReflect.Descriptor instead.
 func (*BrowserDoRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BrowserDoRequest) GetId() string {
@@ -4282,7 +4377,7 @@ type BrowserSessionResponse struct {
 
 func (x *BrowserSessionResponse) Reset() {
 	*x = BrowserSessionResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[59]
+	mi := &file_palyra_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4294,7 +4389,7 @@ func (x *BrowserSessionResponse) String() string {
 func (*BrowserSessionResponse) ProtoMessage() {}
 
 func (x *BrowserSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[59]
+	mi := &file_palyra_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4307,7 +4402,7 @@ func (x *BrowserSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserSessionResponse.ProtoReflect.Descriptor instead.
 func (*BrowserSessionResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BrowserSessionResponse) GetSession() *BrowserSession {
@@ -4356,7 +4451,7 @@ type BrowserFile struct {
 
 func (x *BrowserFile) Reset() {
 	*x = BrowserFile{}
-	mi := &file_palyra_v1_api_proto_msgTypes[60]
+	mi := &file_palyra_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4368,7 +4463,7 @@ func (x *BrowserFile) String() string {
 func (*BrowserFile) ProtoMessage() {}
 
 func (x *BrowserFile) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[60]
+	mi := &file_palyra_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4381,7 +4476,7 @@ func (x *BrowserFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserFile.ProtoReflect.Descriptor instead.
 func (*BrowserFile) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BrowserFile) GetName() string {
@@ -4415,7 +4510,7 @@ type BrowserScreenshotResponse struct {
 
 func (x *BrowserScreenshotResponse) Reset() {
 	*x = BrowserScreenshotResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[61]
+	mi := &file_palyra_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4427,7 +4522,7 @@ func (x *BrowserScreenshotResponse) String() string {
 func (*BrowserScreenshotResponse) ProtoMessage() {}
 
 func (x *BrowserScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[61]
+	mi := &file_palyra_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4440,7 +4535,7 @@ func (x *BrowserScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*BrowserScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BrowserScreenshotResponse) GetData() []byte {
@@ -4465,7 +4560,7 @@ type ListBrowserSessionsRequest struct {
 
 func (x *ListBrowserSessionsRequest) Reset() {
 	*x = ListBrowserSessionsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[62]
+	mi := &file_palyra_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4572,7 @@ func (x *ListBrowserSessionsRequest) String() string {
 func (*ListBrowserSessionsRequest) ProtoMessage() {}
 
 func (x *ListBrowserSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[62]
+	mi := &file_palyra_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4585,7 @@ func (x *ListBrowserSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrowserSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListBrowserSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 type ListBrowserSessionsResponse struct {
@@ -4503,7 +4598,7 @@ type ListBrowserSessionsResponse struct {
 
 func (x *ListBrowserSessionsResponse) Reset() {
 	*x = ListBrowserSessionsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[63]
+	mi := &file_palyra_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4515,7 +4610,7 @@ func (x *ListBrowserSessionsResponse) String() string {
 func (*ListBrowserSessionsResponse) ProtoMessage() {}
 
 func (x *ListBrowserSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[63]
+	mi := &file_palyra_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4528,7 +4623,7 @@ func (x *ListBrowserSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrowserSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListBrowserSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListBrowserSessionsResponse) GetSessions() []*BrowserSession {
@@ -4566,7 +4661,7 @@ type SkillToolInfo struct {
 
 func (x *SkillToolInfo) Reset() {
 	*x = SkillToolInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[64]
+	mi := &file_palyra_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4578,7 +4673,7 @@ func (x *SkillToolInfo) String() string {
 func (*SkillToolInfo) ProtoMessage() {}
 
 func (x *SkillToolInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[64]
+	mi := &file_palyra_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4591,7 +4686,7 @@ func (x *SkillToolInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillToolInfo.ProtoReflect.Descriptor instead.
 func (*SkillToolInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SkillToolInfo) GetId() string {
@@ -4669,7 +4764,7 @@ type SkillToolCapabilities struct {
 
 func (x *SkillToolCapabilities) Reset() {
 	*x = SkillToolCapabilities{}
-	mi := &file_palyra_v1_api_proto_msgTypes[65]
+	mi := &file_palyra_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4681,7 +4776,7 @@ func (x *SkillToolCapabilities) String() string {
 func (*SkillToolCapabilities) ProtoMessage() {}
 
 func (x *SkillToolCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[65]
+	mi := &file_palyra_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4694,7 +4789,7 @@ func (x *SkillToolCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillToolCapabilities.ProtoReflect.Descriptor instead.
 func (*SkillToolCapabilities) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SkillToolCapabilities) GetHttpHosts() []string {
@@ -4756,7 +4851,7 @@ type SkillInfo struct {
 
 func (x *SkillInfo) Reset() {
 	*x = SkillInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[66]
+	mi := &file_palyra_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4768,7 +4863,7 @@ func (x *SkillInfo) String() string {
 func (*SkillInfo) ProtoMessage() {}
 
 func (x *SkillInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[66]
+	mi := &file_palyra_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4781,7 +4876,7 @@ func (x *SkillInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillInfo.ProtoReflect.Descriptor instead.
 func (*SkillInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SkillInfo) GetSkillId() string {
@@ -4957,7 +5052,7 @@ type PublisherInfo struct {
 
 func (x *PublisherInfo) Reset() {
 	*x = PublisherInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[67]
+	mi := &file_palyra_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4969,7 +5064,7 @@ func (x *PublisherInfo) String() string {
 func (*PublisherInfo) ProtoMessage() {}
 
 func (x *PublisherInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[67]
+	mi := &file_palyra_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4982,7 +5077,7 @@ func (x *PublisherInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublisherInfo.ProtoReflect.Descriptor instead.
 func (*PublisherInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PublisherInfo) GetName() string {
@@ -5027,7 +5122,7 @@ type InstallSkillRequest struct {
 
 func (x *InstallSkillRequest) Reset() {
 	*x = InstallSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[68]
+	mi := &file_palyra_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5039,7 +5134,7 @@ func (x *InstallSkillRequest) String() string {
 func (*InstallSkillRequest) ProtoMessage() {}
 
 func (x *InstallSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[68]
+	mi := &file_palyra_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5052,7 +5147,7 @@ func (x *InstallSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSkillRequest.ProtoReflect.Descriptor instead.
 func (*InstallSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *InstallSkillRequest) GetPackage() []byte {
@@ -5089,7 +5184,7 @@ type InstallSkillResponse struct {
 
 func (x *InstallSkillResponse) Reset() {
 	*x = InstallSkillResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[69]
+	mi := &file_palyra_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5101,7 +5196,7 @@ func (x *InstallSkillResponse) String() string {
 func (*InstallSkillResponse) ProtoMessage() {}
 
 func (x *InstallSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[69]
+	mi := &file_palyra_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5114,7 +5209,7 @@ func (x *InstallSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSkillResponse.ProtoReflect.Descriptor instead.
 func (*InstallSkillResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *InstallSkillResponse) GetSkill() *SkillInfo {
@@ -5146,7 +5241,7 @@ type ListSkillsRequest struct {
 
 func (x *ListSkillsRequest) Reset() {
 	*x = ListSkillsRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[70]
+	mi := &file_palyra_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5158,7 +5253,7 @@ func (x *ListSkillsRequest) String() string {
 func (*ListSkillsRequest) ProtoMessage() {}
 
 func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[70]
+	mi := &file_palyra_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5171,7 +5266,7 @@ func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSkillsRequest.ProtoReflect.Descriptor instead.
 func (*ListSkillsRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 type ListSkillsResponse struct {
@@ -5183,7 +5278,7 @@ type ListSkillsResponse struct {
 
 func (x *ListSkillsResponse) Reset() {
 	*x = ListSkillsResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[71]
+	mi := &file_palyra_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5195,7 +5290,7 @@ func (x *ListSkillsResponse) String() string {
 func (*ListSkillsResponse) ProtoMessage() {}
 
 func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[71]
+	mi := &file_palyra_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5208,7 +5303,7 @@ func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSkillsResponse.ProtoReflect.Descriptor instead.
 func (*ListSkillsResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListSkillsResponse) GetSkills() []*SkillInfo {
@@ -5227,7 +5322,7 @@ type GetSkillRequest struct {
 
 func (x *GetSkillRequest) Reset() {
 	*x = GetSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[72]
+	mi := &file_palyra_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5239,7 +5334,7 @@ func (x *GetSkillRequest) String() string {
 func (*GetSkillRequest) ProtoMessage() {}
 
 func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[72]
+	mi := &file_palyra_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5252,7 +5347,7 @@ func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSkillRequest.ProtoReflect.Descriptor instead.
 func (*GetSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetSkillRequest) GetSkillId() string {
@@ -5271,7 +5366,7 @@ type GetSkillResponse struct {
 
 func (x *GetSkillResponse) Reset() {
 	*x = GetSkillResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[73]
+	mi := &file_palyra_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5283,7 +5378,7 @@ func (x *GetSkillResponse) String() string {
 func (*GetSkillResponse) ProtoMessage() {}
 
 func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[73]
+	mi := &file_palyra_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5296,7 +5391,7 @@ func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSkillResponse.ProtoReflect.Descriptor instead.
 func (*GetSkillResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetSkillResponse) GetSkill() *SkillInfo {
@@ -5321,7 +5416,7 @@ type SetSkillStatusRequest struct {
 
 func (x *SetSkillStatusRequest) Reset() {
 	*x = SetSkillStatusRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[74]
+	mi := &file_palyra_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5333,7 +5428,7 @@ func (x *SetSkillStatusRequest) String() string {
 func (*SetSkillStatusRequest) ProtoMessage() {}
 
 func (x *SetSkillStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[74]
+	mi := &file_palyra_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5346,7 +5441,7 @@ func (x *SetSkillStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSkillStatusRequest.ProtoReflect.Descriptor instead.
 func (*SetSkillStatusRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SetSkillStatusRequest) GetSkillId() string {
@@ -5389,7 +5484,7 @@ type SetSkillStatusResponse struct {
 
 func (x *SetSkillStatusResponse) Reset() {
 	*x = SetSkillStatusResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[75]
+	mi := &file_palyra_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5401,7 +5496,7 @@ func (x *SetSkillStatusResponse) String() string {
 func (*SetSkillStatusResponse) ProtoMessage() {}
 
 func (x *SetSkillStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[75]
+	mi := &file_palyra_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5414,7 +5509,7 @@ func (x *SetSkillStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSkillStatusResponse.ProtoReflect.Descriptor instead.
 func (*SetSkillStatusResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *SetSkillStatusResponse) GetSkill() *SkillInfo {
@@ -5448,7 +5543,7 @@ type RemoveSkillRequest struct {
 
 func (x *RemoveSkillRequest) Reset() {
 	*x = RemoveSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[76]
+	mi := &file_palyra_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5460,7 +5555,7 @@ func (x *RemoveSkillRequest) String() string {
 func (*RemoveSkillRequest) ProtoMessage() {}
 
 func (x *RemoveSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[76]
+	mi := &file_palyra_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5473,7 +5568,7 @@ func (x *RemoveSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSkillRequest.ProtoReflect.Descriptor instead.
 func (*RemoveSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RemoveSkillRequest) GetSkillId() string {
@@ -5499,7 +5594,7 @@ type RemoveSkillResponse struct {
 
 func (x *RemoveSkillResponse) Reset() {
 	*x = RemoveSkillResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[77]
+	mi := &file_palyra_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5511,7 +5606,7 @@ func (x *RemoveSkillResponse) String() string {
 func (*RemoveSkillResponse) ProtoMessage() {}
 
 func (x *RemoveSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[77]
+	mi := &file_palyra_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5524,7 +5619,7 @@ func (x *RemoveSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSkillResponse.ProtoReflect.Descriptor instead.
 func (*RemoveSkillResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RemoveSkillResponse) GetUnboundHooks() []*HookInfo {
@@ -5545,7 +5640,7 @@ type TrustPublisherRequest struct {
 
 func (x *TrustPublisherRequest) Reset() {
 	*x = TrustPublisherRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[78]
+	mi := &file_palyra_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5557,7 +5652,7 @@ func (x *TrustPublisherRequest) String() string {
 func (*TrustPublisherRequest) ProtoMessage() {}
 
 func (x *TrustPublisherRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[78]
+	mi := &file_palyra_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5570,7 +5665,7 @@ func (x *TrustPublisherRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustPublisherRequest.ProtoReflect.Descriptor instead.
 func (*TrustPublisherRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *TrustPublisherRequest) GetName() string {
@@ -5603,7 +5698,7 @@ type TrustPublisherResponse struct {
 
 func (x *TrustPublisherResponse) Reset() {
 	*x = TrustPublisherResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[79]
+	mi := &file_palyra_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5615,7 +5710,7 @@ func (x *TrustPublisherResponse) String() string {
 func (*TrustPublisherResponse) ProtoMessage() {}
 
 func (x *TrustPublisherResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[79]
+	mi := &file_palyra_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5628,7 +5723,7 @@ func (x *TrustPublisherResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustPublisherResponse.ProtoReflect.Descriptor instead.
 func (*TrustPublisherResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *TrustPublisherResponse) GetPublisher() *PublisherInfo {
@@ -5646,7 +5741,7 @@ type ListPublishersRequest struct {
 
 func (x *ListPublishersRequest) Reset() {
 	*x = ListPublishersRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[80]
+	mi := &file_palyra_v1_api_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +5753,7 @@ func (x *ListPublishersRequest) String() string {
 func (*ListPublishersRequest) ProtoMessage() {}
 
 func (x *ListPublishersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[80]
+	mi := &file_palyra_v1_api_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +5766,7 @@ func (x *ListPublishersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPublishersRequest.ProtoReflect.Descriptor instead.
 func (*ListPublishersRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{80}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{81}
 }
 
 type ListPublishersResponse struct {
@@ -5683,7 +5778,7 @@ type ListPublishersResponse struct {
 
 func (x *ListPublishersResponse) Reset() {
 	*x = ListPublishersResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[81]
+	mi := &file_palyra_v1_api_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5695,7 +5790,7 @@ func (x *ListPublishersResponse) String() string {
 func (*ListPublishersResponse) ProtoMessage() {}
 
 func (x *ListPublishersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[81]
+	mi := &file_palyra_v1_api_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5708,7 +5803,7 @@ func (x *ListPublishersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPublishersResponse.ProtoReflect.Descriptor instead.
 func (*ListPublishersResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{81}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListPublishersResponse) GetPublishers() []*PublisherInfo {
@@ -5727,7 +5822,7 @@ type UntrustPublisherRequest struct {
 
 func (x *UntrustPublisherRequest) Reset() {
 	*x = UntrustPublisherRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[82]
+	mi := &file_palyra_v1_api_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5739,7 +5834,7 @@ func (x *UntrustPublisherRequest) String() string {
 func (*UntrustPublisherRequest) ProtoMessage() {}
 
 func (x *UntrustPublisherRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[82]
+	mi := &file_palyra_v1_api_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5752,7 +5847,7 @@ func (x *UntrustPublisherRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UntrustPublisherRequest.ProtoReflect.Descriptor instead.
 func (*UntrustPublisherRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{82}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *UntrustPublisherRequest) GetName() string {
@@ -5770,7 +5865,7 @@ type UntrustPublisherResponse struct {
 
 func (x *UntrustPublisherResponse) Reset() {
 	*x = UntrustPublisherResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[83]
+	mi := &file_palyra_v1_api_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5782,7 +5877,7 @@ func (x *UntrustPublisherResponse) String() string {
 func (*UntrustPublisherResponse) ProtoMessage() {}
 
 func (x *UntrustPublisherResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[83]
+	mi := &file_palyra_v1_api_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5795,7 +5890,7 @@ func (x *UntrustPublisherResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UntrustPublisherResponse.ProtoReflect.Descriptor instead.
 func (*UntrustPublisherResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{83}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{84}
 }
 
 type RunSkillRequest struct {
@@ -5814,7 +5909,7 @@ type RunSkillRequest struct {
 
 func (x *RunSkillRequest) Reset() {
 	*x = RunSkillRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[84]
+	mi := &file_palyra_v1_api_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5826,7 +5921,7 @@ func (x *RunSkillRequest) String() string {
 func (*RunSkillRequest) ProtoMessage() {}
 
 func (x *RunSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[84]
+	mi := &file_palyra_v1_api_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5839,7 +5934,7 @@ func (x *RunSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSkillRequest.ProtoReflect.Descriptor instead.
 func (*RunSkillRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{84}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *RunSkillRequest) GetSkillId() string {
@@ -5898,7 +5993,7 @@ type DecideJobRequest struct {
 
 func (x *DecideJobRequest) Reset() {
 	*x = DecideJobRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[85]
+	mi := &file_palyra_v1_api_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5910,7 +6005,7 @@ func (x *DecideJobRequest) String() string {
 func (*DecideJobRequest) ProtoMessage() {}
 
 func (x *DecideJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[85]
+	mi := &file_palyra_v1_api_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5923,7 +6018,7 @@ func (x *DecideJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJobRequest.ProtoReflect.Descriptor instead.
 func (*DecideJobRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{85}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *DecideJobRequest) GetId() string {
@@ -5956,7 +6051,7 @@ type DecideJobResponse struct {
 
 func (x *DecideJobResponse) Reset() {
 	*x = DecideJobResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[86]
+	mi := &file_palyra_v1_api_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5968,7 +6063,7 @@ func (x *DecideJobResponse) String() string {
 func (*DecideJobResponse) ProtoMessage() {}
 
 func (x *DecideJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[86]
+	mi := &file_palyra_v1_api_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5981,7 +6076,7 @@ func (x *DecideJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJobResponse.ProtoReflect.Descriptor instead.
 func (*DecideJobResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{86}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *DecideJobResponse) GetJob() *Job {
@@ -6011,7 +6106,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_palyra_v1_api_proto_msgTypes[87]
+	mi := &file_palyra_v1_api_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6023,7 +6118,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[87]
+	mi := &file_palyra_v1_api_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6036,7 +6131,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{87}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *AuditRecord) GetSeq() uint64 {
@@ -6109,7 +6204,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[88]
+	mi := &file_palyra_v1_api_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6121,7 +6216,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[88]
+	mi := &file_palyra_v1_api_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6134,7 +6229,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{88}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListAuditRequest) GetAfterSeq() uint64 {
@@ -6181,7 +6276,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[89]
+	mi := &file_palyra_v1_api_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6193,7 +6288,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[89]
+	mi := &file_palyra_v1_api_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6206,7 +6301,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{89}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -6259,7 +6354,7 @@ type VerifyAuditRequest struct {
 
 func (x *VerifyAuditRequest) Reset() {
 	*x = VerifyAuditRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[90]
+	mi := &file_palyra_v1_api_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6271,7 +6366,7 @@ func (x *VerifyAuditRequest) String() string {
 func (*VerifyAuditRequest) ProtoMessage() {}
 
 func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[90]
+	mi := &file_palyra_v1_api_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6284,7 +6379,7 @@ func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditRequest.ProtoReflect.Descriptor instead.
 func (*VerifyAuditRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{90}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{91}
 }
 
 type VerifyAuditResponse struct {
@@ -6303,7 +6398,7 @@ type VerifyAuditResponse struct {
 
 func (x *VerifyAuditResponse) Reset() {
 	*x = VerifyAuditResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[91]
+	mi := &file_palyra_v1_api_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6315,7 +6410,7 @@ func (x *VerifyAuditResponse) String() string {
 func (*VerifyAuditResponse) ProtoMessage() {}
 
 func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[91]
+	mi := &file_palyra_v1_api_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6328,7 +6423,7 @@ func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditResponse.ProtoReflect.Descriptor instead.
 func (*VerifyAuditResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{91}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *VerifyAuditResponse) GetOk() bool {
@@ -6405,7 +6500,7 @@ type HookInfo struct {
 
 func (x *HookInfo) Reset() {
 	*x = HookInfo{}
-	mi := &file_palyra_v1_api_proto_msgTypes[92]
+	mi := &file_palyra_v1_api_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6417,7 +6512,7 @@ func (x *HookInfo) String() string {
 func (*HookInfo) ProtoMessage() {}
 
 func (x *HookInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[92]
+	mi := &file_palyra_v1_api_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6430,7 +6525,7 @@ func (x *HookInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookInfo.ProtoReflect.Descriptor instead.
 func (*HookInfo) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{92}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *HookInfo) GetId() string {
@@ -6486,7 +6581,7 @@ type BindHookRequest struct {
 
 func (x *BindHookRequest) Reset() {
 	*x = BindHookRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[93]
+	mi := &file_palyra_v1_api_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6498,7 +6593,7 @@ func (x *BindHookRequest) String() string {
 func (*BindHookRequest) ProtoMessage() {}
 
 func (x *BindHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[93]
+	mi := &file_palyra_v1_api_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6511,7 +6606,7 @@ func (x *BindHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindHookRequest.ProtoReflect.Descriptor instead.
 func (*BindHookRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{93}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *BindHookRequest) GetEvent() string {
@@ -6544,7 +6639,7 @@ type BindHookResponse struct {
 
 func (x *BindHookResponse) Reset() {
 	*x = BindHookResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[94]
+	mi := &file_palyra_v1_api_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6556,7 +6651,7 @@ func (x *BindHookResponse) String() string {
 func (*BindHookResponse) ProtoMessage() {}
 
 func (x *BindHookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[94]
+	mi := &file_palyra_v1_api_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6569,7 +6664,7 @@ func (x *BindHookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindHookResponse.ProtoReflect.Descriptor instead.
 func (*BindHookResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{94}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *BindHookResponse) GetHook() *HookInfo {
@@ -6588,7 +6683,7 @@ type UnbindHookRequest struct {
 
 func (x *UnbindHookRequest) Reset() {
 	*x = UnbindHookRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[95]
+	mi := &file_palyra_v1_api_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6600,7 +6695,7 @@ func (x *UnbindHookRequest) String() string {
 func (*UnbindHookRequest) ProtoMessage() {}
 
 func (x *UnbindHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[95]
+	mi := &file_palyra_v1_api_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6613,7 +6708,7 @@ func (x *UnbindHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbindHookRequest.ProtoReflect.Descriptor instead.
 func (*UnbindHookRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{95}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *UnbindHookRequest) GetId() string {
@@ -6631,7 +6726,7 @@ type UnbindHookResponse struct {
 
 func (x *UnbindHookResponse) Reset() {
 	*x = UnbindHookResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[96]
+	mi := &file_palyra_v1_api_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6643,7 +6738,7 @@ func (x *UnbindHookResponse) String() string {
 func (*UnbindHookResponse) ProtoMessage() {}
 
 func (x *UnbindHookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[96]
+	mi := &file_palyra_v1_api_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6656,7 +6751,7 @@ func (x *UnbindHookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbindHookResponse.ProtoReflect.Descriptor instead.
 func (*UnbindHookResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{96}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{97}
 }
 
 type ListHooksRequest struct {
@@ -6667,7 +6762,7 @@ type ListHooksRequest struct {
 
 func (x *ListHooksRequest) Reset() {
 	*x = ListHooksRequest{}
-	mi := &file_palyra_v1_api_proto_msgTypes[97]
+	mi := &file_palyra_v1_api_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6679,7 +6774,7 @@ func (x *ListHooksRequest) String() string {
 func (*ListHooksRequest) ProtoMessage() {}
 
 func (x *ListHooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[97]
+	mi := &file_palyra_v1_api_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6692,7 +6787,7 @@ func (x *ListHooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHooksRequest.ProtoReflect.Descriptor instead.
 func (*ListHooksRequest) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{97}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{98}
 }
 
 type ListHooksResponse struct {
@@ -6704,7 +6799,7 @@ type ListHooksResponse struct {
 
 func (x *ListHooksResponse) Reset() {
 	*x = ListHooksResponse{}
-	mi := &file_palyra_v1_api_proto_msgTypes[98]
+	mi := &file_palyra_v1_api_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6716,7 +6811,7 @@ func (x *ListHooksResponse) String() string {
 func (*ListHooksResponse) ProtoMessage() {}
 
 func (x *ListHooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_v1_api_proto_msgTypes[98]
+	mi := &file_palyra_v1_api_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6729,7 +6824,7 @@ func (x *ListHooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHooksResponse.ProtoReflect.Descriptor instead.
 func (*ListHooksResponse) Descriptor() ([]byte, []int) {
-	return file_palyra_v1_api_proto_rawDescGZIP(), []int{98}
+	return file_palyra_v1_api_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ListHooksResponse) GetHooks() []*HookInfo {
@@ -6751,7 +6846,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bWasmSpec\x12#\n" +
 	"\rmodule_sha256\x18\x01 \x01(\tR\fmoduleSha256\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xea\r\n" +
+	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xac\x0e\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12)\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x12\n" +
@@ -6813,10 +6908,20 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\ahook_id\x180 \x01(\tR\x06hookId\x12 \n" +
 	"\vannotations\x181 \x03(\tR\vannotations\x12 \n" +
 	"\fplaced_at_ms\x182 \x01(\x03R\n" +
-	"placedAtMs\x1a>\n" +
+	"placedAtMs\x12@\n" +
+	"\x10earlier_attempts\x183 \x03(\v2\x15.palyra.v1.JobAttemptR\x0fearlierAttempts\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x01\n" +
+	"\n" +
+	"JobAttempt\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\rR\aattempt\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12 \n" +
+	"\fplaced_at_ms\x18\x03 \x01(\x03R\n" +
+	"placedAtMs\x12\x1e\n" +
+	"\vended_at_ms\x18\x04 \x01(\x03R\tendedAtMs\x12\x12\n" +
+	"\x04code\x18\x05 \x01(\tR\x04code\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"\x82\x02\n" +
 	"\bJobArray\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\rR\x04size\x127\n" +
@@ -7356,262 +7461,264 @@ func file_palyra_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_palyra_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 105)
+var file_palyra_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 106)
 var file_palyra_v1_api_proto_goTypes = []any{
 	(JobPhase)(0),                       // 0: palyra.v1.JobPhase
 	(*Error)(nil),                       // 1: palyra.v1.Error
 	(*WasmSpec)(nil),                    // 2: palyra.v1.WasmSpec
 	(*Job)(nil),                         // 3: palyra.v1.Job
-	(*JobArray)(nil),                    // 4: palyra.v1.JobArray
-	(*Artifact)(nil),                    // 5: palyra.v1.Artifact
-	(*GetArtifactRequest)(nil),          // 6: palyra.v1.GetArtifactRequest
-	(*GetArtifactResponse)(nil),         // 7: palyra.v1.GetArtifactResponse
-	(*SubmitJobRequest)(nil),            // 8: palyra.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),           // 9: palyra.v1.SubmitJobResponse
-	(*GetJobRequest)(nil),               // 10: palyra.v1.GetJobRequest
-	(*GetJobResponse)(nil),              // 11: palyra.v1.GetJobResponse
-	(*ListJobsRequest)(nil),             // 12: palyra.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),            // 13: palyra.v1.ListJobsResponse
-	(*ListArraysRequest)(nil),           // 14: palyra.v1.ListArraysRequest
-	(*ListArraysResponse)(nil),          // 15: palyra.v1.ListArraysResponse
-	(*CancelJobRequest)(nil),            // 16: palyra.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),           // 17: palyra.v1.CancelJobResponse
-	(*JobLogsRequest)(nil),              // 18: palyra.v1.JobLogsRequest
-	(*JobLogsResponse)(nil),             // 19: palyra.v1.JobLogsResponse
-	(*WatchJobRequest)(nil),             // 20: palyra.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),            // 21: palyra.v1.WatchJobResponse
-	(*PruneJobsRequest)(nil),            // 22: palyra.v1.PruneJobsRequest
-	(*PruneJobsResponse)(nil),           // 23: palyra.v1.PruneJobsResponse
-	(*SetRetentionRequest)(nil),         // 24: palyra.v1.SetRetentionRequest
-	(*SetRetentionResponse)(nil),        // 25: palyra.v1.SetRetentionResponse
-	(*ReadInfo)(nil),                    // 26: palyra.v1.ReadInfo
-	(*MetricsRequest)(nil),              // 27: palyra.v1.MetricsRequest
-	(*MetricsResponse)(nil),             // 28: palyra.v1.MetricsResponse
-	(*StatusRequest)(nil),               // 29: palyra.v1.StatusRequest
-	(*StatusResponse)(nil),              // 30: palyra.v1.StatusResponse
-	(*NodeInfo)(nil),                    // 31: palyra.v1.NodeInfo
-	(*ListNodesRequest)(nil),            // 32: palyra.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 33: palyra.v1.ListNodesResponse
-	(*SetSchedulableRequest)(nil),       // 34: palyra.v1.SetSchedulableRequest
-	(*SetSchedulableResponse)(nil),      // 35: palyra.v1.SetSchedulableResponse
-	(*LeaveRequest)(nil),                // 36: palyra.v1.LeaveRequest
-	(*LeaveResponse)(nil),               // 37: palyra.v1.LeaveResponse
-	(*RemoveNodeRequest)(nil),           // 38: palyra.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 39: palyra.v1.RemoveNodeResponse
-	(*SecretInfo)(nil),                  // 40: palyra.v1.SecretInfo
-	(*SetSecretRequest)(nil),            // 41: palyra.v1.SetSecretRequest
-	(*SetSecretResponse)(nil),           // 42: palyra.v1.SetSecretResponse
-	(*ListSecretsRequest)(nil),          // 43: palyra.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),         // 44: palyra.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),         // 45: palyra.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),        // 46: palyra.v1.DeleteSecretResponse
-	(*KVEntry)(nil),                     // 47: palyra.v1.KVEntry
-	(*GetKVRequest)(nil),                // 48: palyra.v1.GetKVRequest
-	(*GetKVResponse)(nil),               // 49: palyra.v1.GetKVResponse
-	(*PutKVRequest)(nil),                // 50: palyra.v1.PutKVRequest
-	(*PutKVResponse)(nil),               // 51: palyra.v1.PutKVResponse
-	(*DeleteKVRequest)(nil),             // 52: palyra.v1.DeleteKVRequest
-	(*DeleteKVResponse)(nil),            // 53: palyra.v1.DeleteKVResponse
-	(*ListKVRequest)(nil),               // 54: palyra.v1.ListKVRequest
-	(*ListKVResponse)(nil),              // 55: palyra.v1.ListKVResponse
-	(*BrowserSession)(nil),              // 56: palyra.v1.BrowserSession
-	(*OpenBrowserSessionRequest)(nil),   // 57: palyra.v1.OpenBrowserSessionRequest
-	(*BrowserSessionRef)(nil),           // 58: palyra.v1.BrowserSessionRef
-	(*BrowserDoRequest)(nil),            // 59: palyra.v1.BrowserDoRequest
-	(*BrowserSessionResponse)(nil),      // 60: palyra.v1.BrowserSessionResponse
-	(*BrowserFile)(nil),                 // 61: palyra.v1.BrowserFile
-	(*BrowserScreenshotResponse)(nil),   // 62: palyra.v1.BrowserScreenshotResponse
-	(*ListBrowserSessionsRequest)(nil),  // 63: palyra.v1.ListBrowserSessionsRequest
-	(*ListBrowserSessionsResponse)(nil), // 64: palyra.v1.ListBrowserSessionsResponse
-	(*SkillToolInfo)(nil),               // 65: palyra.v1.SkillToolInfo
-	(*SkillToolCapabilities)(nil),       // 66: palyra.v1.SkillToolCapabilities
-	(*SkillInfo)(nil),                   // 67: palyra.v1.SkillInfo
-	(*PublisherInfo)(nil),               // 68: palyra.v1.PublisherInfo
-	(*InstallSkillRequest)(nil),         // 69: palyra.v1.InstallSkillRequest
-	(*InstallSkillResponse)(nil),        // 70: palyra.v1.InstallSkillResponse
-	(*ListSkillsRequest)(nil),           // 71: palyra.v1.ListSkillsRequest
-	(*ListSkillsResponse)(nil),          // 72: palyra.v1.ListSkillsResponse
-	(*GetSkillRequest)(nil),             // 73: palyra.v1.GetSkillRequest
-	(*GetSkillResponse)(nil),            // 74: palyra.v1.GetSkillResponse
-	(*SetSkillStatusRequest)(nil),       // 75: palyra.v1.SetSkillStatusRequest
-	(*SetSkillStatusResponse)(nil),      // 76: palyra.v1.SetSkillStatusResponse
-	(*RemoveSkillRequest)(nil),          // 77: palyra.v1.RemoveSkillRequest
-	(*RemoveSkillResponse)(nil),         // 78: palyra.v1.RemoveSkillResponse
-	(*TrustPublisherRequest)(nil),       // 79: palyra.v1.TrustPublisherRequest
-	(*TrustPublisherResponse)(nil),      // 80: palyra.v1.TrustPublisherResponse
-	(*ListPublishersRequest)(nil),       // 81: palyra.v1.ListPublishersRequest
-	(*ListPublishersResponse)(nil),      // 82: palyra.v1.ListPublishersResponse
-	(*UntrustPublisherRequest)(nil),     // 83: palyra.v1.UntrustPublisherRequest
-	(*UntrustPublisherResponse)(nil),    // 84: palyra.v1.UntrustPublisherResponse
-	(*RunSkillRequest)(nil),             // 85: palyra.v1.RunSkillRequest
-	(*DecideJobRequest)(nil),            // 86: palyra.v1.DecideJobRequest
-	(*DecideJobResponse)(nil),           // 87: palyra.v1.DecideJobResponse
-	(*AuditRecord)(nil),                 // 88: palyra.v1.AuditRecord
-	(*ListAuditRequest)(nil),            // 89: palyra.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 90: palyra.v1.ListAuditResponse
-	(*VerifyAuditRequest)(nil),          // 91: palyra.v1.VerifyAuditRequest
-	(*VerifyAuditResponse)(nil),         // 92: palyra.v1.VerifyAuditResponse
-	(*HookInfo)(nil),                    // 93: palyra.v1.HookInfo
-	(*BindHookRequest)(nil),             // 94: palyra.v1.BindHookRequest
-	(*BindHookResponse)(nil),            // 95: palyra.v1.BindHookResponse
-	(*UnbindHookRequest)(nil),           // 96: palyra.v1.UnbindHookRequest
-	(*UnbindHookResponse)(nil),          // 97: palyra.v1.UnbindHookResponse
-	(*ListHooksRequest)(nil),            // 98: palyra.v1.ListHooksRequest
-	(*ListHooksResponse)(nil),           // 99: palyra.v1.ListHooksResponse
-	nil,                                 // 100: palyra.v1.Job.ConstraintsEntry
-	nil,                                 // 101: palyra.v1.JobArray.CountsEntry
-	nil,                                 // 102: palyra.v1.SubmitJobRequest.ConstraintsEntry
-	nil,                                 // 103: palyra.v1.StatusResponse.JobsByPhaseEntry
-	nil,                                 // 104: palyra.v1.NodeInfo.LabelsEntry
-	nil,                                 // 105: palyra.v1.NodeInfo.CapacityEntry
+	(*JobAttempt)(nil),                  // 4: palyra.v1.JobAttempt
+	(*JobArray)(nil),                    // 5: palyra.v1.JobArray
+	(*Artifact)(nil),                    // 6: palyra.v1.Artifact
+	(*GetArtifactRequest)(nil),          // 7: palyra.v1.GetArtifactRequest
+	(*GetArtifactResponse)(nil),         // 8: palyra.v1.GetArtifactResponse
+	(*SubmitJobRequest)(nil),            // 9: palyra.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),           // 10: palyra.v1.SubmitJobResponse
+	(*GetJobRequest)(nil),               // 11: palyra.v1.GetJobRequest
+	(*GetJobResponse)(nil),              // 12: palyra.v1.GetJobResponse
+	(*ListJobsRequest)(nil),             // 13: palyra.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 14: palyra.v1.ListJobsResponse
+	(*ListArraysRequest)(nil),           // 15: palyra.v1.ListArraysRequest
+	(*ListArraysResponse)(nil),          // 16: palyra.v1.ListArraysResponse
+	(*CancelJobRequest)(nil),            // 17: palyra.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),           // 18: palyra.v1.CancelJobResponse
+	(*JobLogsRequest)(nil),              // 19: palyra.v1.JobLogsRequest
+	(*JobLogsResponse)(nil),             // 20: palyra.v1.JobLogsResponse
+	(*WatchJobRequest)(nil),             // 21: palyra.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),            // 22: palyra.v1.WatchJobResponse
+	(*PruneJobsRequest)(nil),            // 23: palyra.v1.PruneJobsRequest
+	(*PruneJobsResponse)(nil),           // 24: palyra.v1.PruneJobsResponse
+	(*SetRetentionRequest)(nil),         // 25: palyra.v1.SetRetentionRequest
+	(*SetRetentionResponse)(nil),        // 26: palyra.v1.SetRetentionResponse
+	(*ReadInfo)(nil),                    // 27: palyra.v1.ReadInfo
+	(*MetricsRequest)(nil),              // 28: palyra.v1.MetricsRequest
+	(*MetricsResponse)(nil),             // 29: palyra.v1.MetricsResponse
+	(*StatusRequest)(nil),               // 30: palyra.v1.StatusRequest
+	(*StatusResponse)(nil),              // 31: palyra.v1.StatusResponse
+	(*NodeInfo)(nil),                    // 32: palyra.v1.NodeInfo
+	(*ListNodesRequest)(nil),            // 33: palyra.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 34: palyra.v1.ListNodesResponse
+	(*SetSchedulableRequest)(nil),       // 35: palyra.v1.SetSchedulableRequest
+	(*SetSchedulableResponse)(nil),      // 36: palyra.v1.SetSchedulableResponse
+	(*LeaveRequest)(nil),                // 37: palyra.v1.LeaveRequest
+	(*LeaveResponse)(nil),               // 38: palyra.v1.LeaveResponse
+	(*RemoveNodeRequest)(nil),           // 39: palyra.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 40: palyra.v1.RemoveNodeResponse
+	(*SecretInfo)(nil),                  // 41: palyra.v1.SecretInfo
+	(*SetSecretRequest)(nil),            // 42: palyra.v1.SetSecretRequest
+	(*SetSecretResponse)(nil),           // 43: palyra.v1.SetSecretResponse
+	(*ListSecretsRequest)(nil),          // 44: palyra.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),         // 45: palyra.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),         // 46: palyra.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),        // 47: palyra.v1.DeleteSecretResponse
+	(*KVEntry)(nil),                     // 48: palyra.v1.KVEntry
+	(*GetKVRequest)(nil),                // 49: palyra.v1.GetKVRequest
+	(*GetKVResponse)(nil),               // 50: palyra.v1.GetKVResponse
+	(*PutKVRequest)(nil),                // 51: palyra.v1.PutKVRequest
+	(*PutKVResponse)(nil),               // 52: palyra.v1.PutKVResponse
+	(*DeleteKVRequest)(nil),             // 53: palyra.v1.DeleteKVRequest
+	(*DeleteKVResponse)(nil),            // 54: palyra.v1.DeleteKVResponse
+	(*ListKVRequest)(nil),               // 55: palyra.v1.ListKVRequest
+	(*ListKVResponse)(nil),              // 56: palyra.v1.ListKVResponse
+	(*BrowserSession)(nil),              // 57: palyra.v1.BrowserSession
+	(*OpenBrowserSessionRequest)(nil),   // 58: palyra.v1.OpenBrowserSessionRequest
+	(*BrowserSessionRef)(nil),           // 59: palyra.v1.BrowserSessionRef
+	(*BrowserDoRequest)(nil),            // 60: palyra.v1.BrowserDoRequest
+	(*BrowserSessionResponse)(nil),      // 61: palyra.v1.BrowserSessionResponse
+	(*BrowserFile)(nil),                 // 62: palyra.v1.BrowserFile
+	(*BrowserScreenshotResponse)(nil),   // 63: palyra.v1.BrowserScreenshotResponse
+	(*ListBrowserSessionsRequest)(nil),  // 64: palyra.v1.ListBrowserSessionsRequest
+	(*ListBrowserSessionsResponse)(nil), // 65: palyra.v1.ListBrowserSessionsResponse
+	(*SkillToolInfo)(nil),               // 66: palyra.v1.SkillToolInfo
+	(*SkillToolCapabilities)(nil),       // 67: palyra.v1.SkillToolCapabilities
+	(*SkillInfo)(nil),                   // 68: palyra.v1.SkillInfo
+	(*PublisherInfo)(nil),               // 69: palyra.v1.PublisherInfo
+	(*InstallSkillRequest)(nil),         // 70: palyra.v1.InstallSkillRequest
+	(*InstallSkillResponse)(nil),        // 71: palyra.v1.InstallSkillResponse
+	(*ListSkillsRequest)(nil),           // 72: palyra.v1.ListSkillsRequest
+	(*ListSkillsResponse)(nil),          // 73: palyra.v1.ListSkillsResponse
+	(*GetSkillRequest)(nil),             // 74: palyra.v1.GetSkillRequest
+	(*GetSkillResponse)(nil),            // 75: palyra.v1.GetSkillResponse
+	(*SetSkillStatusRequest)(nil),       // 76: palyra.v1.SetSkillStatusRequest
+	(*SetSkillStatusResponse)(nil),      // 77: palyra.v1.SetSkillStatusResponse
+	(*RemoveSkillRequest)(nil),          // 78: palyra.v1.RemoveSkillRequest
+	(*RemoveSkillResponse)(nil),         // 79: palyra.v1.RemoveSkillResponse
+	(*TrustPublisherRequest)(nil),       // 80: palyra.v1.TrustPublisherRequest
+	(*TrustPublisherResponse)(nil),      // 81: palyra.v1.TrustPublisherResponse
+	(*ListPublishersRequest)(nil),       // 82: palyra.v1.ListPublishersRequest
+	(*ListPublishersResponse)(nil),      // 83: palyra.v1.ListPublishersResponse
+	(*UntrustPublisherRequest)(nil),     // 84: palyra.v1.UntrustPublisherRequest
+	(*UntrustPublisherResponse)(nil),    // 85: palyra.v1.UntrustPublisherResponse
+	(*RunSkillRequest)(nil),             // 86: palyra.v1.RunSkillRequest
+	(*DecideJobRequest)(nil),            // 87: palyra.v1.DecideJobRequest
+	(*DecideJobResponse)(nil),           // 88: palyra.v1.DecideJobResponse
+	(*AuditRecord)(nil),                 // 89: palyra.v1.AuditRecord
+	(*ListAuditRequest)(nil),            // 90: palyra.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 91: palyra.v1.ListAuditResponse
+	(*VerifyAuditRequest)(nil),          // 92: palyra.v1.VerifyAuditRequest
+	(*VerifyAuditResponse)(nil),         // 93: palyra.v1.VerifyAuditResponse
+	(*HookInfo)(nil),                    // 94: palyra.v1.HookInfo
+	(*BindHookRequest)(nil),             // 95: palyra.v1.BindHookRequest
+	(*BindHookResponse)(nil),            // 96: palyra.v1.BindHookResponse
+	(*UnbindHookRequest)(nil),           // 97: palyra.v1.UnbindHookRequest
+	(*UnbindHookResponse)(nil),          // 98: palyra.v1.UnbindHookResponse
+	(*ListHooksRequest)(nil),            // 99: palyra.v1.ListHooksRequest
+	(*ListHooksResponse)(nil),           // 100: palyra.v1.ListHooksResponse
+	nil,                                 // 101: palyra.v1.Job.ConstraintsEntry
+	nil,                                 // 102: palyra.v1.JobArray.CountsEntry
+	nil,                                 // 103: palyra.v1.SubmitJobRequest.ConstraintsEntry
+	nil,                                 // 104: palyra.v1.StatusResponse.JobsByPhaseEntry
+	nil,                                 // 105: palyra.v1.NodeInfo.LabelsEntry
+	nil,                                 // 106: palyra.v1.NodeInfo.CapacityEntry
 }
 var file_palyra_v1_api_proto_depIdxs = []int32{
 	0,   // 0: palyra.v1.Job.phase:type_name -> palyra.v1.JobPhase
 	2,   // 1: palyra.v1.Job.wasm:type_name -> palyra.v1.WasmSpec
 	1,   // 2: palyra.v1.Job.error:type_name -> palyra.v1.Error
-	100, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
-	5,   // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
-	101, // 5: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
-	3,   // 6: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
-	5,   // 7: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
-	102, // 8: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
-	3,   // 9: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
-	4,   // 10: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
-	3,   // 11: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
-	26,  // 12: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
-	4,   // 13: palyra.v1.GetJobResponse.array:type_name -> palyra.v1.JobArray
-	0,   // 14: palyra.v1.ListJobsRequest.phase:type_name -> palyra.v1.JobPhase
-	3,   // 15: palyra.v1.ListJobsResponse.jobs:type_name -> palyra.v1.Job
-	26,  // 16: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
-	4,   // 17: palyra.v1.ListArraysResponse.arrays:type_name -> palyra.v1.JobArray
-	26,  // 18: palyra.v1.ListArraysResponse.read:type_name -> palyra.v1.ReadInfo
-	3,   // 19: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
-	4,   // 20: palyra.v1.CancelJobResponse.array:type_name -> palyra.v1.JobArray
-	0,   // 21: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
-	3,   // 22: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
-	4,   // 23: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
-	103, // 24: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
-	104, // 25: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
-	105, // 26: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
-	31,  // 27: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
-	40,  // 28: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
-	40,  // 29: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
-	47,  // 30: palyra.v1.GetKVResponse.entry:type_name -> palyra.v1.KVEntry
-	26,  // 31: palyra.v1.GetKVResponse.read:type_name -> palyra.v1.ReadInfo
-	47,  // 32: palyra.v1.ListKVResponse.entries:type_name -> palyra.v1.KVEntry
-	26,  // 33: palyra.v1.ListKVResponse.read:type_name -> palyra.v1.ReadInfo
-	56,  // 34: palyra.v1.BrowserSessionResponse.session:type_name -> palyra.v1.BrowserSession
-	61,  // 35: palyra.v1.BrowserSessionResponse.files:type_name -> palyra.v1.BrowserFile
-	56,  // 36: palyra.v1.ListBrowserSessionsResponse.sessions:type_name -> palyra.v1.BrowserSession
-	66,  // 37: palyra.v1.SkillToolInfo.capabilities:type_name -> palyra.v1.SkillToolCapabilities
-	65,  // 38: palyra.v1.SkillInfo.tools:type_name -> palyra.v1.SkillToolInfo
-	67,  // 39: palyra.v1.InstallSkillResponse.skill:type_name -> palyra.v1.SkillInfo
-	67,  // 40: palyra.v1.ListSkillsResponse.skills:type_name -> palyra.v1.SkillInfo
-	67,  // 41: palyra.v1.GetSkillResponse.skill:type_name -> palyra.v1.SkillInfo
-	67,  // 42: palyra.v1.SetSkillStatusResponse.skill:type_name -> palyra.v1.SkillInfo
-	93,  // 43: palyra.v1.SetSkillStatusResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
-	93,  // 44: palyra.v1.RemoveSkillResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
-	68,  // 45: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
-	68,  // 46: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
-	3,   // 47: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
-	88,  // 48: palyra.v1.ListAuditResponse.records:type_name -> palyra.v1.AuditRecord
-	93,  // 49: palyra.v1.BindHookResponse.hook:type_name -> palyra.v1.HookInfo
-	93,  // 50: palyra.v1.ListHooksResponse.hooks:type_name -> palyra.v1.HookInfo
-	8,   // 51: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
-	10,  // 52: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
-	12,  // 53: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
-	14,  // 54: palyra.v1.JobService.ListArrays:input_type -> palyra.v1.ListArraysRequest
-	16,  // 55: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
-	20,  // 56: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
-	8,   // 57: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
-	6,   // 58: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
-	22,  // 59: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
-	22,  // 60: palyra.v1.JobService.CountPrunableJobs:input_type -> palyra.v1.PruneJobsRequest
-	24,  // 61: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
-	18,  // 62: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
-	29,  // 63: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
-	27,  // 64: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
-	32,  // 65: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
-	36,  // 66: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
-	34,  // 67: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
-	38,  // 68: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
-	41,  // 69: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
-	43,  // 70: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
-	45,  // 71: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
-	48,  // 72: palyra.v1.KVService.GetKV:input_type -> palyra.v1.GetKVRequest
-	50,  // 73: palyra.v1.KVService.PutKV:input_type -> palyra.v1.PutKVRequest
-	52,  // 74: palyra.v1.KVService.DeleteKV:input_type -> palyra.v1.DeleteKVRequest
-	54,  // 75: palyra.v1.KVService.ListKV:input_type -> palyra.v1.ListKVRequest
-	57,  // 76: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
-	59,  // 77: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
-	58,  // 78: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
-	58,  // 79: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
-	63,  // 80: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
-	69,  // 81: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
-	71,  // 82: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
-	73,  // 83: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
-	75,  // 84: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
-	77,  // 85: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
-	79,  // 86: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
-	81,  // 87: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
-	83,  // 88: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
-	85,  // 89: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
-	86,  // 90: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
-	89,  // 91: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
-	91,  // 92: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
-	94,  // 93: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
-	96,  // 94: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
-	98,  // 95: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
-	9,   // 96: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
-	11,  // 97: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
-	13,  // 98: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
-	15,  // 99: palyra.v1.JobService.ListArrays:output_type -> palyra.v1.ListArraysResponse
-	17,  // 100: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
-	21,  // 101: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
-	21,  // 102: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
-	7,   // 103: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
-	23,  // 104: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
-	23,  // 105: palyra.v1.JobService.CountPrunableJobs:output_type -> palyra.v1.PruneJobsResponse
-	25,  // 106: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
-	19,  // 107: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
-	30,  // 108: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
-	28,  // 109: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
-	33,  // 110: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
-	37,  // 111: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
-	35,  // 112: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
-	39,  // 113: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
-	42,  // 114: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
-	44,  // 115: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
-	46,  // 116: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
-	49,  // 117: palyra.v1.KVService.GetKV:output_type -> palyra.v1.GetKVResponse
-	51,  // 118: palyra.v1.KVService.PutKV:output_type -> palyra.v1.PutKVResponse
-	53,  // 119: palyra.v1.KVService.DeleteKV:output_type -> palyra.v1.DeleteKVResponse
-	55,  // 120: palyra.v1.KVService.ListKV:output_type -> palyra.v1.ListKVResponse
-	60,  // 121: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
-	60,  // 122: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
-	62,  // 123: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
-	60,  // 124: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
-	64,  // 125: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
-	70,  // 126: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
-	72,  // 127: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
-	74,  // 128: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
-	76,  // 129: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
-	78,  // 130: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
-	80,  // 131: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
-	82,  // 132: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
-	84,  // 133: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
-	9,   // 134: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
-	87,  // 135: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
-	90,  // 136: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
-	92,  // 137: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
-	95,  // 138: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
-	97,  // 139: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
-	99,  // 140: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
-	96,  // [96:141] is the sub-list for method output_type
-	51,  // [51:96] is the sub-list for method input_type
-	51,  // [51:51] is the sub-list for extension type_name
-	51,  // [51:51] is the sub-list for extension extendee
-	0,   // [0:51] is the sub-list for field type_name
+	101, // 3: palyra.v1.Job.constraints:type_name -> palyra.v1.Job.ConstraintsEntry
+	6,   // 4: palyra.v1.Job.artifacts:type_name -> palyra.v1.Artifact
+	4,   // 5: palyra.v1.Job.earlier_attempts:type_name -> palyra.v1.JobAttempt
+	102, // 6: palyra.v1.JobArray.counts:type_name -> palyra.v1.JobArray.CountsEntry
+	3,   // 7: palyra.v1.JobArray.template:type_name -> palyra.v1.Job
+	6,   // 8: palyra.v1.GetArtifactResponse.artifact:type_name -> palyra.v1.Artifact
+	103, // 9: palyra.v1.SubmitJobRequest.constraints:type_name -> palyra.v1.SubmitJobRequest.ConstraintsEntry
+	3,   // 10: palyra.v1.SubmitJobResponse.job:type_name -> palyra.v1.Job
+	5,   // 11: palyra.v1.SubmitJobResponse.array:type_name -> palyra.v1.JobArray
+	3,   // 12: palyra.v1.GetJobResponse.job:type_name -> palyra.v1.Job
+	27,  // 13: palyra.v1.GetJobResponse.read:type_name -> palyra.v1.ReadInfo
+	5,   // 14: palyra.v1.GetJobResponse.array:type_name -> palyra.v1.JobArray
+	0,   // 15: palyra.v1.ListJobsRequest.phase:type_name -> palyra.v1.JobPhase
+	3,   // 16: palyra.v1.ListJobsResponse.jobs:type_name -> palyra.v1.Job
+	27,  // 17: palyra.v1.ListJobsResponse.read:type_name -> palyra.v1.ReadInfo
+	5,   // 18: palyra.v1.ListArraysResponse.arrays:type_name -> palyra.v1.JobArray
+	27,  // 19: palyra.v1.ListArraysResponse.read:type_name -> palyra.v1.ReadInfo
+	3,   // 20: palyra.v1.CancelJobResponse.job:type_name -> palyra.v1.Job
+	5,   // 21: palyra.v1.CancelJobResponse.array:type_name -> palyra.v1.JobArray
+	0,   // 22: palyra.v1.JobLogsResponse.phase:type_name -> palyra.v1.JobPhase
+	3,   // 23: palyra.v1.WatchJobResponse.job:type_name -> palyra.v1.Job
+	5,   // 24: palyra.v1.WatchJobResponse.array:type_name -> palyra.v1.JobArray
+	104, // 25: palyra.v1.StatusResponse.jobs_by_phase:type_name -> palyra.v1.StatusResponse.JobsByPhaseEntry
+	105, // 26: palyra.v1.NodeInfo.labels:type_name -> palyra.v1.NodeInfo.LabelsEntry
+	106, // 27: palyra.v1.NodeInfo.capacity:type_name -> palyra.v1.NodeInfo.CapacityEntry
+	32,  // 28: palyra.v1.ListNodesResponse.nodes:type_name -> palyra.v1.NodeInfo
+	41,  // 29: palyra.v1.SetSecretResponse.secret:type_name -> palyra.v1.SecretInfo
+	41,  // 30: palyra.v1.ListSecretsResponse.secrets:type_name -> palyra.v1.SecretInfo
+	48,  // 31: palyra.v1.GetKVResponse.entry:type_name -> palyra.v1.KVEntry
+	27,  // 32: palyra.v1.GetKVResponse.read:type_name -> palyra.v1.ReadInfo
+	48,  // 33: palyra.v1.ListKVResponse.entries:type_name -> palyra.v1.KVEntry
+	27,  // 34: palyra.v1.ListKVResponse.read:type_name -> palyra.v1.ReadInfo
+	57,  // 35: palyra.v1.BrowserSessionResponse.session:type_name -> palyra.v1.BrowserSession
+	62,  // 36: palyra.v1.BrowserSessionResponse.files:type_name -> palyra.v1.BrowserFile
+	57,  // 37: palyra.v1.ListBrowserSessionsResponse.sessions:type_name -> palyra.v1.BrowserSession
+	67,  // 38: palyra.v1.SkillToolInfo.capabilities:type_name -> palyra.v1.SkillToolCapabilities
+	66,  // 39: palyra.v1.SkillInfo.tools:type_name -> palyra.v1.SkillToolInfo
+	68,  // 40: palyra.v1.InstallSkillResponse.skill:type_name -> palyra.v1.SkillInfo
+	68,  // 41: palyra.v1.ListSkillsResponse.skills:type_name -> palyra.v1.SkillInfo
+	68,  // 42: palyra.v1.GetSkillResponse.skill:type_name -> palyra.v1.SkillInfo
+	68,  // 43: palyra.v1.SetSkillStatusResponse.skill:type_name -> palyra.v1.SkillInfo
+	94,  // 44: palyra.v1.SetSkillStatusResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
+	94,  // 45: palyra.v1.RemoveSkillResponse.unbound_hooks:type_name -> palyra.v1.HookInfo
+	69,  // 46: palyra.v1.TrustPublisherResponse.publisher:type_name -> palyra.v1.PublisherInfo
+	69,  // 47: palyra.v1.ListPublishersResponse.publishers:type_name -> palyra.v1.PublisherInfo
+	3,   // 48: palyra.v1.DecideJobResponse.job:type_name -> palyra.v1.Job
+	89,  // 49: palyra.v1.ListAuditResponse.records:type_name -> palyra.v1.AuditRecord
+	94,  // 50: palyra.v1.BindHookResponse.hook:type_name -> palyra.v1.HookInfo
+	94,  // 51: palyra.v1.ListHooksResponse.hooks:type_name -> palyra.v1.HookInfo
+	9,   // 52: palyra.v1.JobService.SubmitJob:input_type -> palyra.v1.SubmitJobRequest
+	11,  // 53: palyra.v1.JobService.GetJob:input_type -> palyra.v1.GetJobRequest
+	13,  // 54: palyra.v1.JobService.ListJobs:input_type -> palyra.v1.ListJobsRequest
+	15,  // 55: palyra.v1.JobService.ListArrays:input_type -> palyra.v1.ListArraysRequest
+	17,  // 56: palyra.v1.JobService.CancelJob:input_type -> palyra.v1.CancelJobRequest
+	21,  // 57: palyra.v1.JobService.WatchJob:input_type -> palyra.v1.WatchJobRequest
+	9,   // 58: palyra.v1.JobService.RunJob:input_type -> palyra.v1.SubmitJobRequest
+	7,   // 59: palyra.v1.JobService.GetArtifact:input_type -> palyra.v1.GetArtifactRequest
+	23,  // 60: palyra.v1.JobService.PruneJobs:input_type -> palyra.v1.PruneJobsRequest
+	23,  // 61: palyra.v1.JobService.CountPrunableJobs:input_type -> palyra.v1.PruneJobsRequest
+	25,  // 62: palyra.v1.JobService.SetRetention:input_type -> palyra.v1.SetRetentionRequest
+	19,  // 63: palyra.v1.JobService.JobLogs:input_type -> palyra.v1.JobLogsRequest
+	30,  // 64: palyra.v1.NodeService.Status:input_type -> palyra.v1.StatusRequest
+	28,  // 65: palyra.v1.NodeService.Metrics:input_type -> palyra.v1.MetricsRequest
+	33,  // 66: palyra.v1.NodeService.ListNodes:input_type -> palyra.v1.ListNodesRequest
+	37,  // 67: palyra.v1.NodeService.Leave:input_type -> palyra.v1.LeaveRequest
+	35,  // 68: palyra.v1.NodeService.SetSchedulable:input_type -> palyra.v1.SetSchedulableRequest
+	39,  // 69: palyra.v1.NodeService.RemoveNode:input_type -> palyra.v1.RemoveNodeRequest
+	42,  // 70: palyra.v1.SecretService.SetSecret:input_type -> palyra.v1.SetSecretRequest
+	44,  // 71: palyra.v1.SecretService.ListSecrets:input_type -> palyra.v1.ListSecretsRequest
+	46,  // 72: palyra.v1.SecretService.DeleteSecret:input_type -> palyra.v1.DeleteSecretRequest
+	49,  // 73: palyra.v1.KVService.GetKV:input_type -> palyra.v1.GetKVRequest
+	51,  // 74: palyra.v1.KVService.PutKV:input_type -> palyra.v1.PutKVRequest
+	53,  // 75: palyra.v1.KVService.DeleteKV:input_type -> palyra.v1.DeleteKVRequest
+	55,  // 76: palyra.v1.KVService.ListKV:input_type -> palyra.v1.ListKVRequest
+	58,  // 77: palyra.v1.BrowserService.OpenSession:input_type -> palyra.v1.OpenBrowserSessionRequest
+	60,  // 78: palyra.v1.BrowserService.Do:input_type -> palyra.v1.BrowserDoRequest
+	59,  // 79: palyra.v1.BrowserService.Screenshot:input_type -> palyra.v1.BrowserSessionRef
+	59,  // 80: palyra.v1.BrowserService.CloseSession:input_type -> palyra.v1.BrowserSessionRef
+	64,  // 81: palyra.v1.BrowserService.ListSessions:input_type -> palyra.v1.ListBrowserSessionsRequest
+	70,  // 82: palyra.v1.SkillService.InstallSkill:input_type -> palyra.v1.InstallSkillRequest
+	72,  // 83: palyra.v1.SkillService.ListSkills:input_type -> palyra.v1.ListSkillsRequest
+	74,  // 84: palyra.v1.SkillService.GetSkill:input_type -> palyra.v1.GetSkillRequest
+	76,  // 85: palyra.v1.SkillService.SetSkillStatus:input_type -> palyra.v1.SetSkillStatusRequest
+	78,  // 86: palyra.v1.SkillService.RemoveSkill:input_type -> palyra.v1.RemoveSkillRequest
+	80,  // 87: palyra.v1.SkillService.TrustPublisher:input_type -> palyra.v1.TrustPublisherRequest
+	82,  // 88: palyra.v1.SkillService.ListPublishers:input_type -> palyra.v1.ListPublishersRequest
+	84,  // 89: palyra.v1.SkillService.UntrustPublisher:input_type -> palyra.v1.UntrustPublisherRequest
+	86,  // 90: palyra.v1.SkillService.RunSkill:input_type -> palyra.v1.RunSkillRequest
+	87,  // 91: palyra.v1.ApprovalService.DecideJob:input_type -> palyra.v1.DecideJobRequest
+	90,  // 92: palyra.v1.AuditService.ListAudit:input_type -> palyra.v1.ListAuditRequest
+	92,  // 93: palyra.v1.AuditService.VerifyAudit:input_type -> palyra.v1.VerifyAuditRequest
+	95,  // 94: palyra.v1.HookService.BindHook:input_type -> palyra.v1.BindHookRequest
+	97,  // 95: palyra.v1.HookService.UnbindHook:input_type -> palyra.v1.UnbindHookRequest
+	99,  // 96: palyra.v1.HookService.ListHooks:input_type -> palyra.v1.ListHooksRequest
+	10,  // 97: palyra.v1.JobService.SubmitJob:output_type -> palyra.v1.SubmitJobResponse
+	12,  // 98: palyra.v1.JobService.GetJob:output_type -> palyra.v1.GetJobResponse
+	14,  // 99: palyra.v1.JobService.ListJobs:output_type -> palyra.v1.ListJobsResponse
+	16,  // 100: palyra.v1.JobService.ListArrays:output_type -> palyra.v1.ListArraysResponse
+	18,  // 101: palyra.v1.JobService.CancelJob:output_type -> palyra.v1.CancelJobResponse
+	22,  // 102: palyra.v1.JobService.WatchJob:output_type -> palyra.v1.WatchJobResponse
+	22,  // 103: palyra.v1.JobService.RunJob:output_type -> palyra.v1.WatchJobResponse
+	8,   // 104: palyra.v1.JobService.GetArtifact:output_type -> palyra.v1.GetArtifactResponse
+	24,  // 105: palyra.v1.JobService.PruneJobs:output_type -> palyra.v1.PruneJobsResponse
+	24,  // 106: palyra.v1.JobService.CountPrunableJobs:output_type -> palyra.v1.PruneJobsResponse
+	26,  // 107: palyra.v1.JobService.SetRetention:output_type -> palyra.v1.SetRetentionResponse
+	20,  // 108: palyra.v1.JobService.JobLogs:output_type -> palyra.v1.JobLogsResponse
+	31,  // 109: palyra.v1.NodeService.Status:output_type -> palyra.v1.StatusResponse
+	29,  // 110: palyra.v1.NodeService.Metrics:output_type -> palyra.v1.MetricsResponse
+	34,  // 111: palyra.v1.NodeService.ListNodes:output_type -> palyra.v1.ListNodesResponse
+	38,  // 112: palyra.v1.NodeService.Leave:output_type -> palyra.v1.LeaveResponse
+	36,  // 113: palyra.v1.NodeService.SetSchedulable:output_type -> palyra.v1.SetSchedulableResponse
+	40,  // 114: palyra.v1.NodeService.RemoveNode:output_type -> palyra.v1.RemoveNodeResponse
+	43,  // 115: palyra.v1.SecretService.SetSecret:output_type -> palyra.v1.SetSecretResponse
+	45,  // 116: palyra.v1.SecretService.ListSecrets:output_type -> palyra.v1.ListSecretsResponse
+	47,  // 117: palyra.v1.SecretService.DeleteSecret:output_type -> palyra.v1.DeleteSecretResponse
+	50,  // 118: palyra.v1.KVService.GetKV:output_type -> palyra.v1.GetKVResponse
+	52,  // 119: palyra.v1.KVService.PutKV:output_type -> palyra.v1.PutKVResponse
+	54,  // 120: palyra.v1.KVService.DeleteKV:output_type -> palyra.v1.DeleteKVResponse
+	56,  // 121: palyra.v1.KVService.ListKV:output_type -> palyra.v1.ListKVResponse
+	61,  // 122: palyra.v1.BrowserService.OpenSession:output_type -> palyra.v1.BrowserSessionResponse
+	61,  // 123: palyra.v1.BrowserService.Do:output_type -> palyra.v1.BrowserSessionResponse
+	63,  // 124: palyra.v1.BrowserService.Screenshot:output_type -> palyra.v1.BrowserScreenshotResponse
+	61,  // 125: palyra.v1.BrowserService.CloseSession:output_type -> palyra.v1.BrowserSessionResponse
+	65,  // 126: palyra.v1.BrowserService.ListSessions:output_type -> palyra.v1.ListBrowserSessionsResponse
+	71,  // 127: palyra.v1.SkillService.InstallSkill:output_type -> palyra.v1.InstallSkillResponse
+	73,  // 128: palyra.v1.SkillService.ListSkills:output_type -> palyra.v1.ListSkillsResponse
+	75,  // 129: palyra.v1.SkillService.GetSkill:output_type -> palyra.v1.GetSkillResponse
+	77,  // 130: palyra.v1.SkillService.SetSkillStatus:output_type -> palyra.v1.SetSkillStatusResponse
+	79,  // 131: palyra.v1.SkillService.RemoveSkill:output_type -> palyra.v1.RemoveSkillResponse
+	81,  // 132: palyra.v1.SkillService.TrustPublisher:output_type -> palyra.v1.TrustPublisherResponse
+	83,  // 133: palyra.v1.SkillService.ListPublishers:output_type -> palyra.v1.ListPublishersResponse
+	85,  // 134: palyra.v1.SkillService.UntrustPublisher:output_type -> palyra.v1.UntrustPublisherResponse
+	10,  // 135: palyra.v1.SkillService.RunSkill:output_type -> palyra.v1.SubmitJobResponse
+	88,  // 136: palyra.v1.ApprovalService.DecideJob:output_type -> palyra.v1.DecideJobResponse
+	91,  // 137: palyra.v1.AuditService.ListAudit:output_type -> palyra.v1.ListAuditResponse
+	93,  // 138: palyra.v1.AuditService.VerifyAudit:output_type -> palyra.v1.VerifyAuditResponse
+	96,  // 139: palyra.v1.HookService.BindHook:output_type -> palyra.v1.BindHookResponse
+	98,  // 140: palyra.v1.HookService.UnbindHook:output_type -> palyra.v1.UnbindHookResponse
+	100, // 141: palyra.v1.HookService.ListHooks:output_type -> palyra.v1.ListHooksResponse
+	97,  // [97:142] is the sub-list for method output_type
+	52,  // [52:97] is the sub-list for method input_type
+	52,  // [52:52] is the sub-list for extension type_name
+	52,  // [52:52] is the sub-list for extension extendee
+	0,   // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_palyra_v1_api_proto_init() }
@@ -7625,7 +7732,7 @@ func file_palyra_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_v1_api_proto_rawDesc), len(file_palyra_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   105,
+			NumMessages:   106,
 			NumExtensions: 0,
 			NumServices:   9,
 		},

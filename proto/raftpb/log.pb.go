@@ -161,10 +161,14 @@ type JobRecord struct {
 	// the run kv_seq_run (a worker's nonce for one run of the attempt): a
 	// retried write (its outcome unknown to the worker) is applied once,
 	// and a new run of the same attempt numbers its writes afresh.
-	KvSeq         uint64 `protobuf:"varint,58,opt,name=kv_seq,json=kvSeq,proto3" json:"kv_seq,omitempty"`
-	KvSeqRun      uint64 `protobuf:"varint,59,opt,name=kv_seq_run,json=kvSeqRun,proto3" json:"kv_seq_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	KvSeq    uint64 `protobuf:"varint,58,opt,name=kv_seq,json=kvSeq,proto3" json:"kv_seq,omitempty"`
+	KvSeqRun uint64 `protobuf:"varint,59,opt,name=kv_seq_run,json=kvSeqRun,proto3" json:"kv_seq_run,omitempty"`
+	// earlier_attempts: the job's attempts that ended without ending it (a
+	// worker died, stopped or lost its lease, a failed run was retried),
+	// oldest first, the last 16. Shown to users; nothing decides on them.
+	EarlierAttempts []*EarlierAttempt `protobuf:"bytes,60,rep,name=earlier_attempts,json=earlierAttempts,proto3" json:"earlier_attempts,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *JobRecord) Reset() {
@@ -610,6 +614,98 @@ func (x *JobRecord) GetKvSeqRun() uint64 {
 	return 0
 }
 
+func (x *JobRecord) GetEarlierAttempts() []*EarlierAttempt {
+	if x != nil {
+		return x.EarlierAttempts
+	}
+	return nil
+}
+
+// EarlierAttempt is one attempt of a job that ended without ending the job.
+type EarlierAttempt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attempt       uint32                 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	PlacedAtMs    int64                  `protobuf:"varint,3,opt,name=placed_at_ms,json=placedAtMs,proto3" json:"placed_at_ms,omitempty"`
+	EndedAtMs     int64                  `protobuf:"varint,4,opt,name=ended_at_ms,json=endedAtMs,proto3" json:"ended_at_ms,omitempty"` // 0: not known
+	Code          string                 `protobuf:"bytes,5,opt,name=code,proto3" json:"code,omitempty"`                               // "requeued", or the failed run's error code
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EarlierAttempt) Reset() {
+	*x = EarlierAttempt{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EarlierAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EarlierAttempt) ProtoMessage() {}
+
+func (x *EarlierAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EarlierAttempt.ProtoReflect.Descriptor instead.
+func (*EarlierAttempt) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EarlierAttempt) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *EarlierAttempt) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *EarlierAttempt) GetPlacedAtMs() int64 {
+	if x != nil {
+		return x.PlacedAtMs
+	}
+	return 0
+}
+
+func (x *EarlierAttempt) GetEndedAtMs() int64 {
+	if x != nil {
+		return x.EndedAtMs
+	}
+	return 0
+}
+
+func (x *EarlierAttempt) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *EarlierAttempt) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type ArtifactRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -622,7 +718,7 @@ type ArtifactRef struct {
 
 func (x *ArtifactRef) Reset() {
 	*x = ArtifactRef{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[2]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +730,7 @@ func (x *ArtifactRef) String() string {
 func (*ArtifactRef) ProtoMessage() {}
 
 func (x *ArtifactRef) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[2]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +743,7 @@ func (x *ArtifactRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactRef.ProtoReflect.Descriptor instead.
 func (*ArtifactRef) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{2}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ArtifactRef) GetName() string {
@@ -687,7 +783,7 @@ type SubmitJob struct {
 
 func (x *SubmitJob) Reset() {
 	*x = SubmitJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[3]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +795,7 @@ func (x *SubmitJob) String() string {
 func (*SubmitJob) ProtoMessage() {}
 
 func (x *SubmitJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[3]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +808,7 @@ func (x *SubmitJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJob.ProtoReflect.Descriptor instead.
 func (*SubmitJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{3}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SubmitJob) GetJob() *JobRecord {
@@ -735,7 +831,7 @@ type AssignJob struct {
 
 func (x *AssignJob) Reset() {
 	*x = AssignJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[4]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +843,7 @@ func (x *AssignJob) String() string {
 func (*AssignJob) ProtoMessage() {}
 
 func (x *AssignJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[4]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +856,7 @@ func (x *AssignJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignJob.ProtoReflect.Descriptor instead.
 func (*AssignJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{4}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AssignJob) GetId() string {
@@ -802,7 +898,7 @@ type AssignBatch struct {
 
 func (x *AssignBatch) Reset() {
 	*x = AssignBatch{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[5]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +910,7 @@ func (x *AssignBatch) String() string {
 func (*AssignBatch) ProtoMessage() {}
 
 func (x *AssignBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[5]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +923,7 @@ func (x *AssignBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignBatch.ProtoReflect.Descriptor instead.
 func (*AssignBatch) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{5}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AssignBatch) GetAssignments() []*AssignJob {
@@ -875,7 +971,7 @@ type FinishJob struct {
 
 func (x *FinishJob) Reset() {
 	*x = FinishJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[6]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +983,7 @@ func (x *FinishJob) String() string {
 func (*FinishJob) ProtoMessage() {}
 
 func (x *FinishJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[6]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +996,7 @@ func (x *FinishJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishJob.ProtoReflect.Descriptor instead.
 func (*FinishJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{6}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FinishJob) GetId() string {
@@ -1040,7 +1136,7 @@ type FinishBatch struct {
 
 func (x *FinishBatch) Reset() {
 	*x = FinishBatch{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1148,7 @@ func (x *FinishBatch) String() string {
 func (*FinishBatch) ProtoMessage() {}
 
 func (x *FinishBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[7]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1161,7 @@ func (x *FinishBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishBatch.ProtoReflect.Descriptor instead.
 func (*FinishBatch) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{7}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FinishBatch) GetResults() []*FinishJob {
@@ -1089,7 +1185,7 @@ type CommandBatch struct {
 
 func (x *CommandBatch) Reset() {
 	*x = CommandBatch{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1197,7 @@ func (x *CommandBatch) String() string {
 func (*CommandBatch) ProtoMessage() {}
 
 func (x *CommandBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[8]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1210,7 @@ func (x *CommandBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandBatch.ProtoReflect.Descriptor instead.
 func (*CommandBatch) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{8}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommandBatch) GetCommands() []*Command {
@@ -1137,7 +1233,7 @@ type NodeSlots struct {
 
 func (x *NodeSlots) Reset() {
 	*x = NodeSlots{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1245,7 @@ func (x *NodeSlots) String() string {
 func (*NodeSlots) ProtoMessage() {}
 
 func (x *NodeSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[9]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1258,7 @@ func (x *NodeSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSlots.ProtoReflect.Descriptor instead.
 func (*NodeSlots) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{9}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeSlots) GetNodeId() string {
@@ -1206,7 +1302,7 @@ type SchedulerRound struct {
 
 func (x *SchedulerRound) Reset() {
 	*x = SchedulerRound{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1314,7 @@ func (x *SchedulerRound) String() string {
 func (*SchedulerRound) ProtoMessage() {}
 
 func (x *SchedulerRound) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1327,7 @@ func (x *SchedulerRound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulerRound.ProtoReflect.Descriptor instead.
 func (*SchedulerRound) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SchedulerRound) GetAtMs() int64 {
@@ -1295,7 +1391,7 @@ type ArrayTask struct {
 
 func (x *ArrayTask) Reset() {
 	*x = ArrayTask{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1403,7 @@ func (x *ArrayTask) String() string {
 func (*ArrayTask) ProtoMessage() {}
 
 func (x *ArrayTask) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1416,7 @@ func (x *ArrayTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayTask.ProtoReflect.Descriptor instead.
 func (*ArrayTask) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ArrayTask) GetInput() []byte {
@@ -1356,7 +1452,7 @@ type SubmitArray struct {
 
 func (x *SubmitArray) Reset() {
 	*x = SubmitArray{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1464,7 @@ func (x *SubmitArray) String() string {
 func (*SubmitArray) ProtoMessage() {}
 
 func (x *SubmitArray) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1477,7 @@ func (x *SubmitArray) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitArray.ProtoReflect.Descriptor instead.
 func (*SubmitArray) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SubmitArray) GetTemplate() *JobRecord {
@@ -1412,7 +1508,7 @@ type PruneJobs struct {
 
 func (x *PruneJobs) Reset() {
 	*x = PruneJobs{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1520,7 @@ func (x *PruneJobs) String() string {
 func (*PruneJobs) ProtoMessage() {}
 
 func (x *PruneJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1533,7 @@ func (x *PruneJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneJobs.ProtoReflect.Descriptor instead.
 func (*PruneJobs) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PruneJobs) GetBeforeMs() int64 {
@@ -1480,7 +1576,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1588,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1601,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetRetention) GetRetentionMs() int64 {
@@ -1540,7 +1636,7 @@ type CancelJob struct {
 
 func (x *CancelJob) Reset() {
 	*x = CancelJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1648,7 @@ func (x *CancelJob) String() string {
 func (*CancelJob) ProtoMessage() {}
 
 func (x *CancelJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1661,7 @@ func (x *CancelJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJob.ProtoReflect.Descriptor instead.
 func (*CancelJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelJob) GetId() string {
@@ -1600,7 +1696,7 @@ type ExpireJob struct {
 
 func (x *ExpireJob) Reset() {
 	*x = ExpireJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1708,7 @@ func (x *ExpireJob) String() string {
 func (*ExpireJob) ProtoMessage() {}
 
 func (x *ExpireJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1721,7 @@ func (x *ExpireJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireJob.ProtoReflect.Descriptor instead.
 func (*ExpireJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExpireJob) GetId() string {
@@ -1653,7 +1749,7 @@ type SetPendingReason struct {
 
 func (x *SetPendingReason) Reset() {
 	*x = SetPendingReason{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1761,7 @@ func (x *SetPendingReason) String() string {
 func (*SetPendingReason) ProtoMessage() {}
 
 func (x *SetPendingReason) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1774,7 @@ func (x *SetPendingReason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPendingReason.ProtoReflect.Descriptor instead.
 func (*SetPendingReason) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetPendingReason) GetId() string {
@@ -1709,7 +1805,7 @@ type SetNodeSchedulable struct {
 
 func (x *SetNodeSchedulable) Reset() {
 	*x = SetNodeSchedulable{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1817,7 @@ func (x *SetNodeSchedulable) String() string {
 func (*SetNodeSchedulable) ProtoMessage() {}
 
 func (x *SetNodeSchedulable) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1830,7 @@ func (x *SetNodeSchedulable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeSchedulable.ProtoReflect.Descriptor instead.
 func (*SetNodeSchedulable) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetNodeSchedulable) GetId() string {
@@ -1776,19 +1872,22 @@ func (x *SetNodeSchedulable) GetAtMs() int64 {
 // restarted); the next placement gets attempt + 1.
 // RequeueJob returns a running job to the queue. node_id, when set (a
 // worker giving back its own placement), must be the job's node.
+// at_ms: when the proposer asked (a scheduler round's requeues take the
+// round's); recorded in the job's earlier attempts, 0 in older entries.
 type RequeueJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Attempt       uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	AtMs          int64                  `protobuf:"varint,5,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RequeueJob) Reset() {
 	*x = RequeueJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1899,7 @@ func (x *RequeueJob) String() string {
 func (*RequeueJob) ProtoMessage() {}
 
 func (x *RequeueJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1912,7 @@ func (x *RequeueJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueJob.ProtoReflect.Descriptor instead.
 func (*RequeueJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RequeueJob) GetId() string {
@@ -1844,6 +1943,13 @@ func (x *RequeueJob) GetNodeId() string {
 	return ""
 }
 
+func (x *RequeueJob) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
 // PairingRecord is a one-time pairing code as the cluster keeps it: only a
 // hash of its secret is stored.
 type PairingRecord struct {
@@ -1866,7 +1972,7 @@ type PairingRecord struct {
 
 func (x *PairingRecord) Reset() {
 	*x = PairingRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1984,7 @@ func (x *PairingRecord) String() string {
 func (*PairingRecord) ProtoMessage() {}
 
 func (x *PairingRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1997,7 @@ func (x *PairingRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairingRecord.ProtoReflect.Descriptor instead.
 func (*PairingRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PairingRecord) GetId() string {
@@ -2000,7 +2106,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2118,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2131,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{21}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Member) GetKind() string {
@@ -2128,7 +2234,7 @@ type CreatePairing struct {
 
 func (x *CreatePairing) Reset() {
 	*x = CreatePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2246,7 @@ func (x *CreatePairing) String() string {
 func (*CreatePairing) ProtoMessage() {}
 
 func (x *CreatePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2259,7 @@ func (x *CreatePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePairing.ProtoReflect.Descriptor instead.
 func (*CreatePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreatePairing) GetPairing() *PairingRecord {
@@ -2185,7 +2291,7 @@ type ConsumePairing struct {
 
 func (x *ConsumePairing) Reset() {
 	*x = ConsumePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2303,7 @@ func (x *ConsumePairing) String() string {
 func (*ConsumePairing) ProtoMessage() {}
 
 func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2316,7 @@ func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumePairing.ProtoReflect.Descriptor instead.
 func (*ConsumePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ConsumePairing) GetId() string {
@@ -2266,7 +2372,7 @@ type RevokePairing struct {
 
 func (x *RevokePairing) Reset() {
 	*x = RevokePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2384,7 @@ func (x *RevokePairing) String() string {
 func (*RevokePairing) ProtoMessage() {}
 
 func (x *RevokePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2397,7 @@ func (x *RevokePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePairing.ProtoReflect.Descriptor instead.
 func (*RevokePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RevokePairing) GetId() string {
@@ -2325,7 +2431,7 @@ type AddMember struct {
 
 func (x *AddMember) Reset() {
 	*x = AddMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2443,7 @@ func (x *AddMember) String() string {
 func (*AddMember) ProtoMessage() {}
 
 func (x *AddMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2456,7 @@ func (x *AddMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMember.ProtoReflect.Descriptor instead.
 func (*AddMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{25}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AddMember) GetMember() *Member {
@@ -2372,7 +2478,7 @@ type RevokeMember struct {
 
 func (x *RevokeMember) Reset() {
 	*x = RevokeMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2490,7 @@ func (x *RevokeMember) String() string {
 func (*RevokeMember) ProtoMessage() {}
 
 func (x *RevokeMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2503,7 @@ func (x *RevokeMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeMember.ProtoReflect.Descriptor instead.
 func (*RevokeMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{26}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RevokeMember) GetKind() string {
@@ -2439,7 +2545,7 @@ type UseToken struct {
 
 func (x *UseToken) Reset() {
 	*x = UseToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2557,7 @@ func (x *UseToken) String() string {
 func (*UseToken) ProtoMessage() {}
 
 func (x *UseToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2570,7 @@ func (x *UseToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UseToken.ProtoReflect.Descriptor instead.
 func (*UseToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{27}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UseToken) GetId() string {
@@ -2492,7 +2598,7 @@ type RevokeCert struct {
 
 func (x *RevokeCert) Reset() {
 	*x = RevokeCert{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2610,7 @@ func (x *RevokeCert) String() string {
 func (*RevokeCert) ProtoMessage() {}
 
 func (x *RevokeCert) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2623,7 @@ func (x *RevokeCert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCert.ProtoReflect.Descriptor instead.
 func (*RevokeCert) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{28}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RevokeCert) GetSerial() string {
@@ -2560,7 +2666,7 @@ type IssuedCert struct {
 
 func (x *IssuedCert) Reset() {
 	*x = IssuedCert{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2678,7 @@ func (x *IssuedCert) String() string {
 func (*IssuedCert) ProtoMessage() {}
 
 func (x *IssuedCert) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2691,7 @@ func (x *IssuedCert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssuedCert.ProtoReflect.Descriptor instead.
 func (*IssuedCert) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{29}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IssuedCert) GetSerial() string {
@@ -2650,7 +2756,7 @@ type RecordCerts struct {
 
 func (x *RecordCerts) Reset() {
 	*x = RecordCerts{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +2768,7 @@ func (x *RecordCerts) String() string {
 func (*RecordCerts) ProtoMessage() {}
 
 func (x *RecordCerts) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +2781,7 @@ func (x *RecordCerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordCerts.ProtoReflect.Descriptor instead.
 func (*RecordCerts) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{30}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RecordCerts) GetCerts() []*IssuedCert {
@@ -2717,7 +2823,7 @@ type StartCertLedger struct {
 
 func (x *StartCertLedger) Reset() {
 	*x = StartCertLedger{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2729,7 +2835,7 @@ func (x *StartCertLedger) String() string {
 func (*StartCertLedger) ProtoMessage() {}
 
 func (x *StartCertLedger) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2742,7 +2848,7 @@ func (x *StartCertLedger) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartCertLedger.ProtoReflect.Descriptor instead.
 func (*StartCertLedger) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{31}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StartCertLedger) GetAtMs() int64 {
@@ -2782,7 +2888,7 @@ type CertLedgerRecord struct {
 
 func (x *CertLedgerRecord) Reset() {
 	*x = CertLedgerRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2794,7 +2900,7 @@ func (x *CertLedgerRecord) String() string {
 func (*CertLedgerRecord) ProtoMessage() {}
 
 func (x *CertLedgerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2807,7 +2913,7 @@ func (x *CertLedgerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertLedgerRecord.ProtoReflect.Descriptor instead.
 func (*CertLedgerRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{32}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CertLedgerRecord) GetSinceMs() int64 {
@@ -2848,7 +2954,7 @@ type RenewedMember struct {
 
 func (x *RenewedMember) Reset() {
 	*x = RenewedMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2860,7 +2966,7 @@ func (x *RenewedMember) String() string {
 func (*RenewedMember) ProtoMessage() {}
 
 func (x *RenewedMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2873,7 +2979,7 @@ func (x *RenewedMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewedMember.ProtoReflect.Descriptor instead.
 func (*RenewedMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{33}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RenewedMember) GetPrincipal() string {
@@ -2901,7 +3007,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +3019,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +3032,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetPolicy) GetSource() []byte {
@@ -2964,7 +3070,7 @@ type SetSecret struct {
 
 func (x *SetSecret) Reset() {
 	*x = SetSecret{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2976,7 +3082,7 @@ func (x *SetSecret) String() string {
 func (*SetSecret) ProtoMessage() {}
 
 func (x *SetSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2989,7 +3095,7 @@ func (x *SetSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecret.ProtoReflect.Descriptor instead.
 func (*SetSecret) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetSecret) GetName() string {
@@ -3031,7 +3137,7 @@ type DeleteSecret struct {
 
 func (x *DeleteSecret) Reset() {
 	*x = DeleteSecret{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3043,7 +3149,7 @@ func (x *DeleteSecret) String() string {
 func (*DeleteSecret) ProtoMessage() {}
 
 func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3056,7 +3162,7 @@ func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecret.ProtoReflect.Descriptor instead.
 func (*DeleteSecret) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteSecret) GetName() string {
@@ -3106,7 +3212,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3224,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3237,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KVPut) GetKey() string {
@@ -3213,7 +3319,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3225,7 +3331,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3238,7 +3344,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{38}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -3352,7 +3458,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3364,7 +3470,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3377,7 +3483,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{39}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Command) GetCmd() isCommand_Cmd {
@@ -3923,7 +4029,7 @@ type CARootRecord struct {
 
 func (x *CARootRecord) Reset() {
 	*x = CARootRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3935,7 +4041,7 @@ func (x *CARootRecord) String() string {
 func (*CARootRecord) ProtoMessage() {}
 
 func (x *CARootRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3948,7 +4054,7 @@ func (x *CARootRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARootRecord.ProtoReflect.Descriptor instead.
 func (*CARootRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{40}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CARootRecord) GetFingerprint() string {
@@ -4019,7 +4125,7 @@ type CARotationRecord struct {
 
 func (x *CARotationRecord) Reset() {
 	*x = CARotationRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +4137,7 @@ func (x *CARotationRecord) String() string {
 func (*CARotationRecord) ProtoMessage() {}
 
 func (x *CARotationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +4150,7 @@ func (x *CARotationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARotationRecord.ProtoReflect.Descriptor instead.
 func (*CARotationRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{41}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CARotationRecord) GetRequestedAtMs() int64 {
@@ -4090,7 +4196,7 @@ type CATrust struct {
 
 func (x *CATrust) Reset() {
 	*x = CATrust{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4102,7 +4208,7 @@ func (x *CATrust) String() string {
 func (*CATrust) ProtoMessage() {}
 
 func (x *CATrust) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4115,7 +4221,7 @@ func (x *CATrust) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CATrust.ProtoReflect.Descriptor instead.
 func (*CATrust) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{42}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CATrust) GetAtMs() int64 {
@@ -4228,7 +4334,7 @@ type CAInitRoot struct {
 
 func (x *CAInitRoot) Reset() {
 	*x = CAInitRoot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4240,7 +4346,7 @@ func (x *CAInitRoot) String() string {
 func (*CAInitRoot) ProtoMessage() {}
 
 func (x *CAInitRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4253,7 +4359,7 @@ func (x *CAInitRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAInitRoot.ProtoReflect.Descriptor instead.
 func (*CAInitRoot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{43}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CAInitRoot) GetDer() []byte {
@@ -4272,7 +4378,7 @@ type CARequestRotation struct {
 
 func (x *CARequestRotation) Reset() {
 	*x = CARequestRotation{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4284,7 +4390,7 @@ func (x *CARequestRotation) String() string {
 func (*CARequestRotation) ProtoMessage() {}
 
 func (x *CARequestRotation) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4297,7 +4403,7 @@ func (x *CARequestRotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARequestRotation.ProtoReflect.Descriptor instead.
 func (*CARequestRotation) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CARequestRotation) GetOverlapMs() int64 {
@@ -4318,7 +4424,7 @@ type CAAddPending struct {
 
 func (x *CAAddPending) Reset() {
 	*x = CAAddPending{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4330,7 +4436,7 @@ func (x *CAAddPending) String() string {
 func (*CAAddPending) ProtoMessage() {}
 
 func (x *CAAddPending) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4343,7 +4449,7 @@ func (x *CAAddPending) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAAddPending.ProtoReflect.Descriptor instead.
 func (*CAAddPending) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CAAddPending) GetDer() []byte {
@@ -4376,7 +4482,7 @@ type CAActivate struct {
 
 func (x *CAActivate) Reset() {
 	*x = CAActivate{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4388,7 +4494,7 @@ func (x *CAActivate) String() string {
 func (*CAActivate) ProtoMessage() {}
 
 func (x *CAActivate) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4401,7 +4507,7 @@ func (x *CAActivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAActivate.ProtoReflect.Descriptor instead.
 func (*CAActivate) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CAActivate) GetFingerprint() string {
@@ -4420,7 +4526,7 @@ type CADropRoot struct {
 
 func (x *CADropRoot) Reset() {
 	*x = CADropRoot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4432,7 +4538,7 @@ func (x *CADropRoot) String() string {
 func (*CADropRoot) ProtoMessage() {}
 
 func (x *CADropRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4445,7 +4551,7 @@ func (x *CADropRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CADropRoot.ProtoReflect.Descriptor instead.
 func (*CADropRoot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CADropRoot) GetFingerprint() string {
@@ -4465,7 +4571,7 @@ type UsedToken struct {
 
 func (x *UsedToken) Reset() {
 	*x = UsedToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4583,7 @@ func (x *UsedToken) String() string {
 func (*UsedToken) ProtoMessage() {}
 
 func (x *UsedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4596,7 @@ func (x *UsedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsedToken.ProtoReflect.Descriptor instead.
 func (*UsedToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UsedToken) GetId() string {
@@ -4519,7 +4625,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4531,7 +4637,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4544,7 +4650,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PolicyRecord) GetSource() []byte {
@@ -4592,7 +4698,7 @@ type HookRecord struct {
 
 func (x *HookRecord) Reset() {
 	*x = HookRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4604,7 +4710,7 @@ func (x *HookRecord) String() string {
 func (*HookRecord) ProtoMessage() {}
 
 func (x *HookRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4617,7 +4723,7 @@ func (x *HookRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookRecord.ProtoReflect.Descriptor instead.
 func (*HookRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *HookRecord) GetId() string {
@@ -4675,7 +4781,7 @@ type HookCommand struct {
 
 func (x *HookCommand) Reset() {
 	*x = HookCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4687,7 +4793,7 @@ func (x *HookCommand) String() string {
 func (*HookCommand) ProtoMessage() {}
 
 func (x *HookCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4700,7 +4806,7 @@ func (x *HookCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookCommand.ProtoReflect.Descriptor instead.
 func (*HookCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HookCommand) GetBind() *HookRecord {
@@ -4753,7 +4859,7 @@ type DecideJob struct {
 
 func (x *DecideJob) Reset() {
 	*x = DecideJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4765,7 +4871,7 @@ func (x *DecideJob) String() string {
 func (*DecideJob) ProtoMessage() {}
 
 func (x *DecideJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4778,7 +4884,7 @@ func (x *DecideJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJob.ProtoReflect.Descriptor instead.
 func (*DecideJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DecideJob) GetId() string {
@@ -4863,7 +4969,7 @@ type SkillRecord struct {
 
 func (x *SkillRecord) Reset() {
 	*x = SkillRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4875,7 +4981,7 @@ func (x *SkillRecord) String() string {
 func (*SkillRecord) ProtoMessage() {}
 
 func (x *SkillRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4888,7 +4994,7 @@ func (x *SkillRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillRecord.ProtoReflect.Descriptor instead.
 func (*SkillRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SkillRecord) GetSkillId() string {
@@ -5078,7 +5184,7 @@ type SkillTool struct {
 
 func (x *SkillTool) Reset() {
 	*x = SkillTool{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5090,7 +5196,7 @@ func (x *SkillTool) String() string {
 func (*SkillTool) ProtoMessage() {}
 
 func (x *SkillTool) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5103,7 +5209,7 @@ func (x *SkillTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillTool.ProtoReflect.Descriptor instead.
 func (*SkillTool) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{54}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SkillTool) GetId() string {
@@ -5181,7 +5287,7 @@ type ToolGrants struct {
 
 func (x *ToolGrants) Reset() {
 	*x = ToolGrants{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5193,7 +5299,7 @@ func (x *ToolGrants) String() string {
 func (*ToolGrants) ProtoMessage() {}
 
 func (x *ToolGrants) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5206,7 +5312,7 @@ func (x *ToolGrants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolGrants.ProtoReflect.Descriptor instead.
 func (*ToolGrants) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{55}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ToolGrants) GetHttpHosts() []string {
@@ -5250,7 +5356,7 @@ type PublisherRecord struct {
 
 func (x *PublisherRecord) Reset() {
 	*x = PublisherRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5262,7 +5368,7 @@ func (x *PublisherRecord) String() string {
 func (*PublisherRecord) ProtoMessage() {}
 
 func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5275,7 +5381,7 @@ func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublisherRecord.ProtoReflect.Descriptor instead.
 func (*PublisherRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{56}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PublisherRecord) GetName() string {
@@ -5336,7 +5442,7 @@ type SkillCommand struct {
 
 func (x *SkillCommand) Reset() {
 	*x = SkillCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5348,7 +5454,7 @@ func (x *SkillCommand) String() string {
 func (*SkillCommand) ProtoMessage() {}
 
 func (x *SkillCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5361,7 +5467,7 @@ func (x *SkillCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillCommand.ProtoReflect.Descriptor instead.
 func (*SkillCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{57}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SkillCommand) GetAtMs() int64 {
@@ -5492,7 +5598,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5504,7 +5610,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5517,7 +5623,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{58}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -5714,7 +5820,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5726,7 +5832,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5739,7 +5845,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{59}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AuditRecord) GetSeq() uint64 {
@@ -5809,7 +5915,7 @@ type ArrayRecord struct {
 
 func (x *ArrayRecord) Reset() {
 	*x = ArrayRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[60]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5821,7 +5927,7 @@ func (x *ArrayRecord) String() string {
 func (*ArrayRecord) ProtoMessage() {}
 
 func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[60]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5834,7 +5940,7 @@ func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayRecord.ProtoReflect.Descriptor instead.
 func (*ArrayRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{60}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ArrayRecord) GetTemplate() *JobRecord {
@@ -5859,7 +5965,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04hint\x18\x03 \x01(\tR\x04hint\"\x8b\x10\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\"\xd6\x10\n" +
 	"\tJobRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\rR\x05phase\x12\x12\n" +
@@ -5931,10 +6037,19 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\finput_schema\x189 \x01(\tR\vinputSchema\x12\x15\n" +
 	"\x06kv_seq\x18: \x01(\x04R\x05kvSeq\x12\x1c\n" +
 	"\n" +
-	"kv_seq_run\x18; \x01(\x04R\bkvSeqRun\x1a>\n" +
+	"kv_seq_run\x18; \x01(\x04R\bkvSeqRun\x12I\n" +
+	"\x10earlier_attempts\x18< \x03(\v2\x1e.palyra.raft.v1.EarlierAttemptR\x0fearlierAttempts\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\x01\n" +
+	"\x0eEarlierAttempt\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\rR\aattempt\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12 \n" +
+	"\fplaced_at_ms\x18\x03 \x01(\x03R\n" +
+	"placedAtMs\x12\x1e\n" +
+	"\vended_at_ms\x18\x04 \x01(\x03R\tendedAtMs\x12\x12\n" +
+	"\x04code\x18\x05 \x01(\tR\x04code\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"l\n" +
 	"\vArtifactRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -6022,13 +6137,14 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\beligible\x18\x02 \x01(\bR\beligible\x12\x1a\n" +
 	"\bdraining\x18\x03 \x01(\bR\bdraining\x12*\n" +
 	"\x11drain_deadline_ms\x18\x04 \x01(\x03R\x0fdrainDeadlineMs\x12\x13\n" +
-	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"g\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"|\n" +
 	"\n" +
 	"RequeueJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x17\n" +
-	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\xd4\x02\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x13\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\xd4\x02\n" +
 	"\rPairingRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vsecret_hash\x18\x02 \x01(\fR\n" +
@@ -6403,160 +6519,162 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
-	(*ArtifactRef)(nil),        // 2: palyra.raft.v1.ArtifactRef
-	(*SubmitJob)(nil),          // 3: palyra.raft.v1.SubmitJob
-	(*AssignJob)(nil),          // 4: palyra.raft.v1.AssignJob
-	(*AssignBatch)(nil),        // 5: palyra.raft.v1.AssignBatch
-	(*FinishJob)(nil),          // 6: palyra.raft.v1.FinishJob
-	(*FinishBatch)(nil),        // 7: palyra.raft.v1.FinishBatch
-	(*CommandBatch)(nil),       // 8: palyra.raft.v1.CommandBatch
-	(*NodeSlots)(nil),          // 9: palyra.raft.v1.NodeSlots
-	(*SchedulerRound)(nil),     // 10: palyra.raft.v1.SchedulerRound
-	(*ArrayTask)(nil),          // 11: palyra.raft.v1.ArrayTask
-	(*SubmitArray)(nil),        // 12: palyra.raft.v1.SubmitArray
-	(*PruneJobs)(nil),          // 13: palyra.raft.v1.PruneJobs
-	(*SetRetention)(nil),       // 14: palyra.raft.v1.SetRetention
-	(*CancelJob)(nil),          // 15: palyra.raft.v1.CancelJob
-	(*ExpireJob)(nil),          // 16: palyra.raft.v1.ExpireJob
-	(*SetPendingReason)(nil),   // 17: palyra.raft.v1.SetPendingReason
-	(*SetNodeSchedulable)(nil), // 18: palyra.raft.v1.SetNodeSchedulable
-	(*RequeueJob)(nil),         // 19: palyra.raft.v1.RequeueJob
-	(*PairingRecord)(nil),      // 20: palyra.raft.v1.PairingRecord
-	(*Member)(nil),             // 21: palyra.raft.v1.Member
-	(*CreatePairing)(nil),      // 22: palyra.raft.v1.CreatePairing
-	(*ConsumePairing)(nil),     // 23: palyra.raft.v1.ConsumePairing
-	(*RevokePairing)(nil),      // 24: palyra.raft.v1.RevokePairing
-	(*AddMember)(nil),          // 25: palyra.raft.v1.AddMember
-	(*RevokeMember)(nil),       // 26: palyra.raft.v1.RevokeMember
-	(*UseToken)(nil),           // 27: palyra.raft.v1.UseToken
-	(*RevokeCert)(nil),         // 28: palyra.raft.v1.RevokeCert
-	(*IssuedCert)(nil),         // 29: palyra.raft.v1.IssuedCert
-	(*RecordCerts)(nil),        // 30: palyra.raft.v1.RecordCerts
-	(*StartCertLedger)(nil),    // 31: palyra.raft.v1.StartCertLedger
-	(*CertLedgerRecord)(nil),   // 32: palyra.raft.v1.CertLedgerRecord
-	(*RenewedMember)(nil),      // 33: palyra.raft.v1.RenewedMember
-	(*SetPolicy)(nil),          // 34: palyra.raft.v1.SetPolicy
-	(*SetSecret)(nil),          // 35: palyra.raft.v1.SetSecret
-	(*DeleteSecret)(nil),       // 36: palyra.raft.v1.DeleteSecret
-	(*KVPut)(nil),              // 37: palyra.raft.v1.KVPut
-	(*KVDelete)(nil),           // 38: palyra.raft.v1.KVDelete
-	(*Command)(nil),            // 39: palyra.raft.v1.Command
-	(*CARootRecord)(nil),       // 40: palyra.raft.v1.CARootRecord
-	(*CARotationRecord)(nil),   // 41: palyra.raft.v1.CARotationRecord
-	(*CATrust)(nil),            // 42: palyra.raft.v1.CATrust
-	(*CAInitRoot)(nil),         // 43: palyra.raft.v1.CAInitRoot
-	(*CARequestRotation)(nil),  // 44: palyra.raft.v1.CARequestRotation
-	(*CAAddPending)(nil),       // 45: palyra.raft.v1.CAAddPending
-	(*CAActivate)(nil),         // 46: palyra.raft.v1.CAActivate
-	(*CADropRoot)(nil),         // 47: palyra.raft.v1.CADropRoot
-	(*UsedToken)(nil),          // 48: palyra.raft.v1.UsedToken
-	(*PolicyRecord)(nil),       // 49: palyra.raft.v1.PolicyRecord
-	(*HookRecord)(nil),         // 50: palyra.raft.v1.HookRecord
-	(*HookCommand)(nil),        // 51: palyra.raft.v1.HookCommand
-	(*DecideJob)(nil),          // 52: palyra.raft.v1.DecideJob
-	(*SkillRecord)(nil),        // 53: palyra.raft.v1.SkillRecord
-	(*SkillTool)(nil),          // 54: palyra.raft.v1.SkillTool
-	(*ToolGrants)(nil),         // 55: palyra.raft.v1.ToolGrants
-	(*PublisherRecord)(nil),    // 56: palyra.raft.v1.PublisherRecord
-	(*SkillCommand)(nil),       // 57: palyra.raft.v1.SkillCommand
-	(*Snapshot)(nil),           // 58: palyra.raft.v1.Snapshot
-	(*AuditRecord)(nil),        // 59: palyra.raft.v1.AuditRecord
-	(*ArrayRecord)(nil),        // 60: palyra.raft.v1.ArrayRecord
-	nil,                        // 61: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 62: palyra.raft.v1.Member.LabelsEntry
+	(*EarlierAttempt)(nil),     // 2: palyra.raft.v1.EarlierAttempt
+	(*ArtifactRef)(nil),        // 3: palyra.raft.v1.ArtifactRef
+	(*SubmitJob)(nil),          // 4: palyra.raft.v1.SubmitJob
+	(*AssignJob)(nil),          // 5: palyra.raft.v1.AssignJob
+	(*AssignBatch)(nil),        // 6: palyra.raft.v1.AssignBatch
+	(*FinishJob)(nil),          // 7: palyra.raft.v1.FinishJob
+	(*FinishBatch)(nil),        // 8: palyra.raft.v1.FinishBatch
+	(*CommandBatch)(nil),       // 9: palyra.raft.v1.CommandBatch
+	(*NodeSlots)(nil),          // 10: palyra.raft.v1.NodeSlots
+	(*SchedulerRound)(nil),     // 11: palyra.raft.v1.SchedulerRound
+	(*ArrayTask)(nil),          // 12: palyra.raft.v1.ArrayTask
+	(*SubmitArray)(nil),        // 13: palyra.raft.v1.SubmitArray
+	(*PruneJobs)(nil),          // 14: palyra.raft.v1.PruneJobs
+	(*SetRetention)(nil),       // 15: palyra.raft.v1.SetRetention
+	(*CancelJob)(nil),          // 16: palyra.raft.v1.CancelJob
+	(*ExpireJob)(nil),          // 17: palyra.raft.v1.ExpireJob
+	(*SetPendingReason)(nil),   // 18: palyra.raft.v1.SetPendingReason
+	(*SetNodeSchedulable)(nil), // 19: palyra.raft.v1.SetNodeSchedulable
+	(*RequeueJob)(nil),         // 20: palyra.raft.v1.RequeueJob
+	(*PairingRecord)(nil),      // 21: palyra.raft.v1.PairingRecord
+	(*Member)(nil),             // 22: palyra.raft.v1.Member
+	(*CreatePairing)(nil),      // 23: palyra.raft.v1.CreatePairing
+	(*ConsumePairing)(nil),     // 24: palyra.raft.v1.ConsumePairing
+	(*RevokePairing)(nil),      // 25: palyra.raft.v1.RevokePairing
+	(*AddMember)(nil),          // 26: palyra.raft.v1.AddMember
+	(*RevokeMember)(nil),       // 27: palyra.raft.v1.RevokeMember
+	(*UseToken)(nil),           // 28: palyra.raft.v1.UseToken
+	(*RevokeCert)(nil),         // 29: palyra.raft.v1.RevokeCert
+	(*IssuedCert)(nil),         // 30: palyra.raft.v1.IssuedCert
+	(*RecordCerts)(nil),        // 31: palyra.raft.v1.RecordCerts
+	(*StartCertLedger)(nil),    // 32: palyra.raft.v1.StartCertLedger
+	(*CertLedgerRecord)(nil),   // 33: palyra.raft.v1.CertLedgerRecord
+	(*RenewedMember)(nil),      // 34: palyra.raft.v1.RenewedMember
+	(*SetPolicy)(nil),          // 35: palyra.raft.v1.SetPolicy
+	(*SetSecret)(nil),          // 36: palyra.raft.v1.SetSecret
+	(*DeleteSecret)(nil),       // 37: palyra.raft.v1.DeleteSecret
+	(*KVPut)(nil),              // 38: palyra.raft.v1.KVPut
+	(*KVDelete)(nil),           // 39: palyra.raft.v1.KVDelete
+	(*Command)(nil),            // 40: palyra.raft.v1.Command
+	(*CARootRecord)(nil),       // 41: palyra.raft.v1.CARootRecord
+	(*CARotationRecord)(nil),   // 42: palyra.raft.v1.CARotationRecord
+	(*CATrust)(nil),            // 43: palyra.raft.v1.CATrust
+	(*CAInitRoot)(nil),         // 44: palyra.raft.v1.CAInitRoot
+	(*CARequestRotation)(nil),  // 45: palyra.raft.v1.CARequestRotation
+	(*CAAddPending)(nil),       // 46: palyra.raft.v1.CAAddPending
+	(*CAActivate)(nil),         // 47: palyra.raft.v1.CAActivate
+	(*CADropRoot)(nil),         // 48: palyra.raft.v1.CADropRoot
+	(*UsedToken)(nil),          // 49: palyra.raft.v1.UsedToken
+	(*PolicyRecord)(nil),       // 50: palyra.raft.v1.PolicyRecord
+	(*HookRecord)(nil),         // 51: palyra.raft.v1.HookRecord
+	(*HookCommand)(nil),        // 52: palyra.raft.v1.HookCommand
+	(*DecideJob)(nil),          // 53: palyra.raft.v1.DecideJob
+	(*SkillRecord)(nil),        // 54: palyra.raft.v1.SkillRecord
+	(*SkillTool)(nil),          // 55: palyra.raft.v1.SkillTool
+	(*ToolGrants)(nil),         // 56: palyra.raft.v1.ToolGrants
+	(*PublisherRecord)(nil),    // 57: palyra.raft.v1.PublisherRecord
+	(*SkillCommand)(nil),       // 58: palyra.raft.v1.SkillCommand
+	(*Snapshot)(nil),           // 59: palyra.raft.v1.Snapshot
+	(*AuditRecord)(nil),        // 60: palyra.raft.v1.AuditRecord
+	(*ArrayRecord)(nil),        // 61: palyra.raft.v1.ArrayRecord
+	nil,                        // 62: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 63: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	61, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
-	2,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
-	1,  // 3: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
-	4,  // 4: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
-	0,  // 5: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
-	2,  // 6: palyra.raft.v1.FinishJob.artifacts:type_name -> palyra.raft.v1.ArtifactRef
-	6,  // 7: palyra.raft.v1.FinishBatch.results:type_name -> palyra.raft.v1.FinishJob
-	39, // 8: palyra.raft.v1.CommandBatch.commands:type_name -> palyra.raft.v1.Command
-	4,  // 9: palyra.raft.v1.SchedulerRound.placements:type_name -> palyra.raft.v1.AssignJob
-	9,  // 10: palyra.raft.v1.SchedulerRound.slots:type_name -> palyra.raft.v1.NodeSlots
-	17, // 11: palyra.raft.v1.SchedulerRound.pending:type_name -> palyra.raft.v1.SetPendingReason
-	19, // 12: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
-	1,  // 13: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
-	11, // 14: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
-	62, // 15: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
-	20, // 16: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
-	21, // 17: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
-	21, // 18: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
-	21, // 19: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
-	29, // 20: palyra.raft.v1.RecordCerts.certs:type_name -> palyra.raft.v1.IssuedCert
-	29, // 21: palyra.raft.v1.CertLedgerRecord.certs:type_name -> palyra.raft.v1.IssuedCert
-	33, // 22: palyra.raft.v1.CertLedgerRecord.renewed:type_name -> palyra.raft.v1.RenewedMember
-	3,  // 23: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
-	4,  // 24: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
-	6,  // 25: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
-	15, // 26: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
-	19, // 27: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
-	22, // 28: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
-	23, // 29: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
-	24, // 30: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
-	25, // 31: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
-	26, // 32: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
-	27, // 33: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
-	28, // 34: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
-	34, // 35: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
-	16, // 36: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
-	17, // 37: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
-	18, // 38: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
-	5,  // 39: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
-	35, // 40: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
-	36, // 41: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
-	37, // 42: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
-	38, // 43: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
-	10, // 44: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
-	7,  // 45: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
-	12, // 46: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
-	13, // 47: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
-	14, // 48: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
-	57, // 49: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
-	52, // 50: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
-	51, // 51: palyra.raft.v1.Command.hook:type_name -> palyra.raft.v1.HookCommand
-	8,  // 52: palyra.raft.v1.Command.batch:type_name -> palyra.raft.v1.CommandBatch
-	42, // 53: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
-	30, // 54: palyra.raft.v1.Command.record_certs:type_name -> palyra.raft.v1.RecordCerts
-	31, // 55: palyra.raft.v1.Command.start_cert_ledger:type_name -> palyra.raft.v1.StartCertLedger
-	10, // 56: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
-	43, // 57: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
-	44, // 58: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
-	45, // 59: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
-	46, // 60: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
-	47, // 61: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
-	50, // 62: palyra.raft.v1.HookCommand.bind:type_name -> palyra.raft.v1.HookRecord
-	54, // 63: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
-	55, // 64: palyra.raft.v1.SkillTool.grants:type_name -> palyra.raft.v1.ToolGrants
-	53, // 65: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
-	56, // 66: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
-	1,  // 67: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	20, // 68: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	21, // 69: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	48, // 70: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	49, // 71: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	35, // 72: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	37, // 73: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	40, // 74: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
-	41, // 75: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
-	53, // 76: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
-	56, // 77: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
-	59, // 78: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
-	50, // 79: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
-	32, // 80: palyra.raft.v1.Snapshot.cert_ledger:type_name -> palyra.raft.v1.CertLedgerRecord
-	1,  // 81: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	82, // [82:82] is the sub-list for method output_type
-	82, // [82:82] is the sub-list for method input_type
-	82, // [82:82] is the sub-list for extension type_name
-	82, // [82:82] is the sub-list for extension extendee
-	0,  // [0:82] is the sub-list for field type_name
+	62, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	3,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
+	2,  // 3: palyra.raft.v1.JobRecord.earlier_attempts:type_name -> palyra.raft.v1.EarlierAttempt
+	1,  // 4: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
+	5,  // 5: palyra.raft.v1.AssignBatch.assignments:type_name -> palyra.raft.v1.AssignJob
+	0,  // 6: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
+	3,  // 7: palyra.raft.v1.FinishJob.artifacts:type_name -> palyra.raft.v1.ArtifactRef
+	7,  // 8: palyra.raft.v1.FinishBatch.results:type_name -> palyra.raft.v1.FinishJob
+	40, // 9: palyra.raft.v1.CommandBatch.commands:type_name -> palyra.raft.v1.Command
+	5,  // 10: palyra.raft.v1.SchedulerRound.placements:type_name -> palyra.raft.v1.AssignJob
+	10, // 11: palyra.raft.v1.SchedulerRound.slots:type_name -> palyra.raft.v1.NodeSlots
+	18, // 12: palyra.raft.v1.SchedulerRound.pending:type_name -> palyra.raft.v1.SetPendingReason
+	20, // 13: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
+	1,  // 14: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
+	12, // 15: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
+	63, // 16: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	21, // 17: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
+	22, // 18: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
+	22, // 19: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
+	22, // 20: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
+	30, // 21: palyra.raft.v1.RecordCerts.certs:type_name -> palyra.raft.v1.IssuedCert
+	30, // 22: palyra.raft.v1.CertLedgerRecord.certs:type_name -> palyra.raft.v1.IssuedCert
+	34, // 23: palyra.raft.v1.CertLedgerRecord.renewed:type_name -> palyra.raft.v1.RenewedMember
+	4,  // 24: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
+	5,  // 25: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
+	7,  // 26: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
+	16, // 27: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
+	20, // 28: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
+	23, // 29: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
+	24, // 30: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
+	25, // 31: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
+	26, // 32: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
+	27, // 33: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
+	28, // 34: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
+	29, // 35: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
+	35, // 36: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
+	17, // 37: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
+	18, // 38: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
+	19, // 39: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
+	6,  // 40: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
+	36, // 41: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
+	37, // 42: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
+	38, // 43: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
+	39, // 44: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
+	11, // 45: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
+	8,  // 46: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
+	13, // 47: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
+	14, // 48: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
+	15, // 49: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
+	58, // 50: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
+	53, // 51: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
+	52, // 52: palyra.raft.v1.Command.hook:type_name -> palyra.raft.v1.HookCommand
+	9,  // 53: palyra.raft.v1.Command.batch:type_name -> palyra.raft.v1.CommandBatch
+	43, // 54: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
+	31, // 55: palyra.raft.v1.Command.record_certs:type_name -> palyra.raft.v1.RecordCerts
+	32, // 56: palyra.raft.v1.Command.start_cert_ledger:type_name -> palyra.raft.v1.StartCertLedger
+	11, // 57: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
+	44, // 58: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
+	45, // 59: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
+	46, // 60: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
+	47, // 61: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
+	48, // 62: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
+	51, // 63: palyra.raft.v1.HookCommand.bind:type_name -> palyra.raft.v1.HookRecord
+	55, // 64: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
+	56, // 65: palyra.raft.v1.SkillTool.grants:type_name -> palyra.raft.v1.ToolGrants
+	54, // 66: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
+	57, // 67: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
+	1,  // 68: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	21, // 69: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	22, // 70: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	49, // 71: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	50, // 72: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	36, // 73: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	38, // 74: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	41, // 75: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
+	42, // 76: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
+	54, // 77: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
+	57, // 78: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
+	60, // 79: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
+	51, // 80: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
+	33, // 81: palyra.raft.v1.Snapshot.cert_ledger:type_name -> palyra.raft.v1.CertLedgerRecord
+	1,  // 82: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	83, // [83:83] is the sub-list for method output_type
+	83, // [83:83] is the sub-list for method input_type
+	83, // [83:83] is the sub-list for extension type_name
+	83, // [83:83] is the sub-list for extension extendee
+	0,  // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -6564,7 +6682,7 @@ func file_palyra_raft_v1_log_proto_init() {
 	if File_palyra_raft_v1_log_proto != nil {
 		return
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[39].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[40].OneofWrappers = []any{
 		(*Command_SubmitJob)(nil),
 		(*Command_AssignJob)(nil),
 		(*Command_FinishJob)(nil),
@@ -6599,7 +6717,7 @@ func file_palyra_raft_v1_log_proto_init() {
 		(*Command_RecordCerts)(nil),
 		(*Command_StartCertLedger)(nil),
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[42].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[43].OneofWrappers = []any{
 		(*CATrust_Init)(nil),
 		(*CATrust_Request)(nil),
 		(*CATrust_Pending)(nil),
@@ -6612,7 +6730,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,93 @@
+package consensus
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"reflect"
+	"testing"
+
+	"github.com/palyra-mesh/palyra/proto/raftpb"
+)
+
+// TestEarlierAttemptsTellTheJobsStory: every attempt that ends without
+// ending the job (re-queued by a round, by its worker, retried after a
+// failure) is kept on the job with where it ran, when and why; the last
+// MaxEarlierAttempts are kept, copies handed out before stay as they were,
+// a submission cannot bring its own, and a snapshot keeps them.
+func TestEarlierAttemptsTellTheJobsStory(t *testing.T) {
+	f := NewFSM()
+	round := func(at int64, rq ...*raftpb.RequeueJob) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_SchedulerRound{SchedulerRound: &raftpb.SchedulerRound{AtMs: at, Requeues: rq}}}
+	}
+	requeue := func(attempt uint32, node, reason string, at int64) *raftpb.Command {
+		return &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{Id: "j", Attempt: attempt, NodeId: node, Reason: reason, AtMs: at}}}
+	}
+	forged := []*raftpb.EarlierAttempt{{Attempt: 9, NodeId: "nowhere", Code: "requeued"}}
+	applyAll(t, f, submitWith("j", func(r *raftpb.JobRecord) { r.MaxRetries = 3; r.EarlierAttempts = forged }), assign("j", 1, "n1"))
+	before, _ := f.State().Job("j")
+	if before.Earlier != nil {
+		t.Fatalf("a submission brought its own earlier attempts: %+v", before.Earlier)
+	}
+	res := applyAll(t, f,
+		round(1500, &raftpb.RequeueJob{Id: "j", Attempt: 1, Reason: "worker n1 is dead"}),
+		assign("j", 2, "n2"), failAt("j", 2, "n2", true, 2500),
+		assign("j", 3, "n3"), requeue(3, "n3", "node n3 stopped", 3500),
+		assign("j", 4, "n1"), requeue(4, "n1", "", 0), // no reason; no time (the cluster clock's)
+	)
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("command %d: %v", i, r.Err)
+		}
+	}
+	j, _ := f.State().Job("j")
+	want := []EarlierAttempt{
+		{Attempt: 1, NodeID: "n1", PlacedAtMS: 0, EndedAtMS: 1500, Code: "requeued", Reason: "worker n1 is dead"},
+		// The placements carry no time: the cluster clock's (the last applied) is theirs.
+		{Attempt: 2, NodeID: "n2", PlacedAtMS: 1500, EndedAtMS: 2500, Code: "exit_code", Reason: "boom"},
+		{Attempt: 3, NodeID: "n3", PlacedAtMS: 2500, EndedAtMS: 3500, Code: "requeued", Reason: "node n3 stopped"},
+		{Attempt: 4, NodeID: "n1", PlacedAtMS: 3500, EndedAtMS: 3500, Code: "requeued", Reason: "returned to the queue"},
+	}
+	if !reflect.DeepEqual(j.Earlier, want) {
+		t.Fatalf("earlier attempts:\n got %+v\nwant %+v", j.Earlier, want)
+	}
+	// A stale requeue (attempt 1 again) records nothing.
+	if r := applyAll(t, f, requeue(1, "n1", "late", 9)); r[0].Err == nil {
+		t.Fatal("a stale requeue was applied")
+	}
+	if again, _ := f.State().Job("j"); len(again.Earlier) != 4 {
+		t.Fatalf("a stale requeue changed the story: %+v", again.Earlier)
+	}
+	if before.Earlier != nil {
+		t.Fatal("a copy handed out before changed")
+	}
+
+	// Bounded: the latest MaxEarlierAttempts are kept, oldest first.
+	held := j // a copy handed out with 4 entries
+	for a := uint32(5); a < 5+2*MaxEarlierAttempts; a++ {
+		applyAll(t, f, assign("j", a, "n2"), requeue(a, "n2", fmt.Sprint("round ", a), int64(a)))
+	}
+	j, _ = f.State().Job("j")
+	last := uint32(4 + 2*MaxEarlierAttempts)
+	if len(j.Earlier) != MaxEarlierAttempts || j.Earlier[0].Attempt != last-MaxEarlierAttempts+1 || j.Earlier[MaxEarlierAttempts-1].Attempt != last {
+		t.Fatalf("kept %d attempts, %d … %d; want the last %d ending at %d", len(j.Earlier), j.Earlier[0].Attempt, j.Earlier[len(j.Earlier)-1].Attempt, MaxEarlierAttempts, last)
+	}
+	if !reflect.DeepEqual(held.Earlier, want) {
+		t.Fatalf("a copy handed out before changed: %+v", held.Earlier)
+	}
+
+	// The job's final attempt is the job itself, not an earlier one.
+	applyAll(t, f, assign("j", last+1, "n3"), finish("j", last+1, "n3", "done"))
+	j, _ = f.State().Job("j")
+	if j.Phase != PhaseCompleted || len(j.Earlier) != MaxEarlierAttempts || j.Earlier[MaxEarlierAttempts-1].Attempt != last {
+		t.Fatalf("after completion: phase %s, %d earlier, last %d", j.Phase, len(j.Earlier), j.Earlier[len(j.Earlier)-1].Attempt)
+	}
+
+	g := NewFSM()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := g.State().Job("j"); !reflect.DeepEqual(r.Earlier, j.Earlier) {
+		t.Fatalf("snapshot lost the earlier attempts: %+v", r.Earlier)
+	}
+}
