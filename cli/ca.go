@@ -205,12 +205,12 @@ func roughDuration(d time.Duration) string {
 	return fmt.Sprintf("%ds", int(d/time.Second))
 }
 
-// unannounced names the nodes, neither removed nor dead, that announce no
+// unannounced names the nodes, neither removed nor dead (or stopped), that announce no
 // certificate expiry: ca status shows '-' for them, and says why.
 func unannounced(nodes []*palyrav1.CANode) []string {
 	var out []string
 	for _, n := range nodes {
-		if n.CertExpiresMs == 0 && n.State != "removed" && n.State != "dead" {
+		if n.CertExpiresMs == 0 && n.State != "removed" && n.State != "dead" && n.State != "stopped" {
 			out = append(out, n.Id)
 		}
 	}
@@ -223,7 +223,7 @@ func unannounced(nodes []*palyrav1.CANode) []string {
 func certWarnings(nodes []*palyrav1.CANode, now time.Time) []string {
 	var out []string
 	for _, n := range nodes {
-		if n.State == "removed" || n.State == "dead" || n.CertRenewAtMs == 0 {
+		if n.State == "removed" || n.State == "dead" || n.State == "stopped" || n.CertRenewAtMs == 0 {
 			continue
 		}
 		exp, renew := time.UnixMilli(n.CertExpiresMs), time.UnixMilli(n.CertRenewAtMs)

@@ -156,8 +156,8 @@ func TestCertWarnings(t *testing.T) {
 	if got := certExpiry(0, now); got != "-" {
 		t.Errorf("certExpiry unknown: %q", got)
 	}
-	// The '-' of a live node is explained; a dead or removed node's is not.
-	nodes = append(nodes, &palyrav1.CANode{Id: "silent-dead", State: "dead"})
+	// The '-' of a live node is explained; a dead, stopped or removed node's is not.
+	nodes = append(nodes, &palyrav1.CANode{Id: "silent-dead", State: "dead"}, &palyrav1.CANode{Id: "silent-stopped", State: "stopped"})
 	if got := unannounced(nodes); len(got) != 1 || got[0] != "old" {
 		t.Errorf("unannounced: %v, want [old]", got)
 	}

@@ -379,7 +379,7 @@ func membershipCheckFrom(self, dataDir string, nodes []*palyrav1.NodeInfo) (ch c
 		case n.InRaft:
 			return check{Name: name, Status: "ok", Detail: fmt.Sprintf("this machine's node %s is a raft non-voter (a spare, promoted when the cluster needs a voter)", self)}, true
 		case n.State != "alive":
-			return check{}, false // removed, dead or left: the checks above say so
+			return check{}, false // removed, stopped, dead or left: the checks above say so
 		}
 		return check{Name: name, Status: "fail",
 			Detail: fmt.Sprintf("this machine's node %s runs but is not a raft member (in_raft false in 'palyra nodes'): it left the cluster ('palyra node leave') and did not rejoin, so it votes in nothing and holds no replica the cluster counts", self),

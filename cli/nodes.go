@@ -19,7 +19,9 @@ func nodesCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "nodes",
 		Usage: "list the cluster's nodes as the node at --addr sees them",
-		Description: `State comes from gossip (alive, suspect, dead, left); voter and leader from
+		Description: `State comes from gossip: alive; stopped (shut down cleanly, still a
+   member, expected back); dead (stopped answering: crashed or cut off); left
+   ('palyra node leave'); removed ('palyra node remove'). Voter and leader from
    Raft. Every node should show the same voters and leader. RAFT is how far
    the node's state is along the leader's log, asked of each live node just
    now: "ok" (a few entries behind is normal under load), or LAGGING when it

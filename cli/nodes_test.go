@@ -214,8 +214,9 @@ func TestQuorumCheckFrom(t *testing.T) {
 	}
 	// A leader gossip briefly suspects still leads.
 	suspect := leader(v("a", "suspect"))
-	if !hasLeader([]*palyrav1.NodeInfo{suspect, v("b", "alive")}) || hasLeader([]*palyrav1.NodeInfo{leader(v("a", "dead"))}) {
-		t.Error("hasLeader: a suspect leader leads, a dead one does not")
+	if !hasLeader([]*palyrav1.NodeInfo{suspect, v("b", "alive")}) || hasLeader([]*palyrav1.NodeInfo{leader(v("a", "dead"))}) ||
+		hasLeader([]*palyrav1.NodeInfo{leader(v("a", "stopped"))}) {
+		t.Error("hasLeader: a suspect leader leads, a dead or stopped one does not")
 	}
 	// A single voter is fine when the target is one, a warning below a
 	// larger target (after 'node recover' doctor said OK).

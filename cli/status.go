@@ -239,10 +239,10 @@ func leaderTenure(s *palyrav1.StatusResponse, now time.Time) string {
 }
 
 // hasLeader reports whether a node list names a raft leader that has not
-// left or died (a leader gossip briefly suspects still leads).
+// left, stopped or died (a leader gossip briefly suspects still leads).
 func hasLeader(nodes []*palyrav1.NodeInfo) bool {
 	for _, n := range nodes {
-		if n.Leader && n.State != "dead" && n.State != "left" && n.State != "removed" {
+		if n.Leader && n.State != "dead" && n.State != "stopped" && n.State != "left" && n.State != "removed" {
 			return true
 		}
 	}

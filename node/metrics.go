@@ -191,7 +191,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if n.cluster != nil {
 		// The same state names as 'palyra nodes': a revoked node is removed.
-		states := map[string]float64{cluster.StateAlive: 0, cluster.StateDead: 0, cluster.StateLeft: 0, api.StateRemoved: 0}
+		states := map[string]float64{cluster.StateAlive: 0, cluster.StateStopped: 0, cluster.StateDead: 0, cluster.StateLeft: 0, api.StateRemoved: 0}
 		var reg api.AuthzState
 		if st != nil {
 			reg = st.State()

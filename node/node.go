@@ -665,8 +665,8 @@ func (n *Node) Layout() Layout { return n.layout }
 // Cluster is the node's membership view (for tests and benchmarks).
 func (n *Node) Cluster() *cluster.Cluster { return n.cluster }
 
-// Close stops the node: a leader first hands leadership over (handOff),
-// then API, worker and scheduler, gossip, raft, transport.
+// Close stops the node: it gossips that it is stopping (announceStop), a
+// leader hands leadership over (handOff), then API, worker and scheduler, gossip, raft, transport.
 // Each stage is bounded (closeStage): a part that does not stop in time is
 // logged by name and left behind, so stopping a node never hangs.
 func (n *Node) Close() error {
@@ -684,6 +684,7 @@ func (n *Node) Close() error {
 			}
 			n.log.Info("stopped", "took", time.Since(began).Round(time.Millisecond))
 		}()
+		n.announceStop()
 		n.handOff()
 		offered := n.withdrawSlots()
 		if n.cancel != nil {
@@ -743,12 +744,26 @@ func (n *Node) Close() error {
 	return err
 }
 
+// announceStop is Close's first stage: it gossips that this node is
+// stopping cleanly (cluster.Stopping), so the others list it as stopped
+// rather than dead once it is gone; they treat it as dead all the same.
+func (n *Node) announceStop() {
+	if n.cluster == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := n.cluster.Stopping(ctx); err != nil {
+		n.log.Debug("stopping: could not gossip that this node stops cleanly", "err", err)
+	}
+}
+
 // handOffWait bounds how long a stopping leader spends handing leadership
 // over: raft gives up after about two election timeouts (0.6 s with LAN
 // timers, 4 s with WAN ones), so this is a backstop.
 const handOffWait = 5 * time.Second
 
-// handOff is Close's first stage: a node stopping cleanly while it leads
+// handOff is Close's second stage: a node stopping cleanly while it leads
 // hands leadership to a live voter (cluster.HandOff), with its API, worker
 // and peer RPC still serving, so the writes in flight get their answers and
 // the others need not wait out an election timeout before they can write.

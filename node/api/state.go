@@ -79,7 +79,7 @@ var _ State = (*consensus.State)(nil)
 const StateRemoved = "removed"
 
 // MemberState is a cluster member's state as every listing names it:
-// gossip's alive, dead or left, or StateRemoved for a revoked node that is
+// gossip's alive, stopped, dead or left, or StateRemoved for a revoked node that is
 // not alive.
 func MemberState(st AuthzState, m cluster.Member) string {
 	if st != nil && m.State != cluster.StateAlive {

@@ -241,7 +241,7 @@ func (c *Cluster) Lacking(feature string) []string {
 		}
 	}
 	for id, m := range c.members {
-		if _, inRaft := conf[id]; !inRaft && m.state != StateDead && m.state != StateLeft && !slices.Contains(m.meta.Features, feature) {
+		if _, inRaft := conf[id]; !inRaft && !isDown(m.state) && m.state != StateLeft && !slices.Contains(m.meta.Features, feature) {
 			out = append(out, id)
 		}
 	}
@@ -266,7 +266,7 @@ func (c *Cluster) allSupport(feature string, seenOnly bool) bool {
 		}
 	}
 	for _, m := range c.members {
-		if m.state != StateDead && m.state != StateLeft && !slices.Contains(m.meta.Features, feature) {
+		if !isDown(m.state) && m.state != StateLeft && !slices.Contains(m.meta.Features, feature) {
 			return false
 		}
 	}

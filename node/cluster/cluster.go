@@ -41,6 +41,7 @@ type Cluster struct {
 	started    bool
 	closed     bool
 	left       bool
+	stopping   bool // Stopping announced a clean stop
 	ml         *memberlist.Memberlist
 	metaBytes  []byte
 	meta       Meta
@@ -91,7 +92,7 @@ func New(cfg Config) (*Cluster, error) {
 			}
 		}
 	}
-	mb, err := encodeMeta(cfg.Meta, false)
+	mb, err := encodeMeta(cfg.Meta, farewell{})
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +187,7 @@ func (c *Cluster) memberlist() *memberlist.Memberlist {
 }
 
 // Close stops autopilot, gossip (without a graceful leave: others will see
-// this node as dead) and peer RPC, and closes every Changes channel. It
+// this node as dead, or stopped after Stopping) and peer RPC, and closes every Changes channel. It
 // leaves the Store and Transport to their owner; close them after.
 func (c *Cluster) Close() error {
 	c.mu.Lock()
@@ -348,6 +349,35 @@ func (c *Cluster) watchLeader(ch chan raft.Observation) {
 	}
 }
 
+// Stopping announces in this node's gossip meta that it is about to stop
+// cleanly without leaving, so that once gossip loses it the others list it
+// as stopped (StateStopped) rather than dead. It changes only what they
+// show: every decision treats a stopped member as a dead one. Call it
+// before Close; it waits (up to a second, or ctx) for the announcement to
+// go out, and it is kept in any meta set afterwards.
+func (c *Cluster) Stopping(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed || c.left || c.stopping {
+		c.mu.Unlock()
+		return nil
+	}
+	mb, err := encodeMeta(c.meta, farewell{stopping: true})
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	c.stopping, c.metaBytes = true, mb
+	ml := c.ml
+	c.mu.Unlock()
+	if ml == nil {
+		return nil
+	}
+	if err := ml.UpdateNode(bounded(ctx, time.Second)); err != nil {
+		return fmt.Errorf("cluster: announce stop: %w", err)
+	}
+	return nil
+}
+
 // SetMeta replaces this node's gossiped meta (e.g. after its capacity
 // changed) and spreads it; other members see it in Members and get a
 // Changes event.
@@ -358,7 +388,7 @@ func (c *Cluster) SetMeta(ctx context.Context, m Meta) error {
 		return ErrClosed
 	}
 	m.Features = c.meta.Features // the software's, not the caller's
-	mb, err := encodeMeta(m, false)
+	mb, err := encodeMeta(m, farewell{stopping: c.stopping})
 	if err != nil {
 		c.mu.Unlock()
 		return err

@@ -11,21 +11,21 @@ import (
 
 func TestMetaRoundTripAndSizeLimit(t *testing.T) {
 	m := Meta{Labels: map[string]string{"zone": "a", "gpu": "no"}, Capacity: map[string]int{"wasm": 8, "browser": 2}, Version: "0.1.0"}
-	b, err := encodeMeta(m, true)
+	b, err := encodeMeta(m, farewell{leaving: true, stopping: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, _ := encodeMeta(m, true)
+	again, _ := encodeMeta(m, farewell{leaving: true, stopping: true})
 	if !bytes.Equal(b, again) {
 		t.Fatal("the same meta encoded to different bytes; gossip would see spurious updates")
 	}
-	got, leaving, err := decodeMeta(b)
-	if err != nil || !leaving || got.Labels["gpu"] != "no" || got.Capacity["browser"] != 2 || got.Version != "0.1.0" {
-		t.Fatalf("decoded %+v leaving=%v err=%v, want the original back", got, leaving, err)
+	got, f, err := decodeMeta(b)
+	if err != nil || !f.leaving || !f.stopping || got.Labels["gpu"] != "no" || got.Capacity["browser"] != 2 || got.Version != "0.1.0" {
+		t.Fatalf("decoded %+v %+v err=%v, want the original back", got, f, err)
 	}
 
 	big := Meta{Labels: map[string]string{"notes": strings.Repeat("x", MaxMetaSize)}}
-	if _, err := encodeMeta(big, false); err == nil || !strings.Contains(err.Error(), "fewer or shorter labels") {
+	if _, err := encodeMeta(big, farewell{}); err == nil || !strings.Contains(err.Error(), "fewer or shorter labels") {
 		t.Fatalf("oversized meta: got %v, want an error naming the fix", err)
 	}
 	n := newNode(t, 3)

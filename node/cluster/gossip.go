@@ -15,7 +15,15 @@ const (
 	StateAlive = "alive" // gossip hears from it
 	StateDead  = "dead"  // gossip declared it failed, or raft lists it and gossip never saw it
 	StateLeft  = "left"  // it left gracefully (Leave)
+	// StateStopped is a member that announced a clean stop (Stopping)
+	// before gossip lost it: still a member, expected back. Only what is
+	// shown differs; every decision treats it as dead (isDown).
+	StateStopped = "stopped"
 )
+
+// isDown reports whether a member state is dead or stopped, which every
+// decision treats alike.
+func isDown(state string) bool { return state == StateDead || state == StateStopped }
 
 // member is gossip's view of one node.
 type member struct {
@@ -23,6 +31,7 @@ type member struct {
 	state    string
 	meta     Meta
 	leaving  bool      // its meta announced a graceful leave
+	stopping bool      // its meta announced a clean stop
 	since    time.Time // last state change
 }
 
@@ -107,7 +116,7 @@ func (d *gossipDelegate) NotifyLeave(n *memberlist.Node)  { d.c.gossipGone(n) }
 // gossipAlive records a node gossip hears from (join) or whose meta or
 // address changed (update).
 func (c *Cluster) gossipAlive(n *memberlist.Node, join bool) {
-	meta, leaving, err := decodeMeta(n.Meta)
+	meta, f, err := decodeMeta(n.Meta)
 	if err != nil {
 		c.log.Warn("ignoring bad gossip meta", "peer", n.Name, "err", err)
 	}
@@ -118,7 +127,7 @@ func (c *Cluster) gossipAlive(n *memberlist.Node, join bool) {
 		c.members[n.Name] = m
 	}
 	wasAlive := m.state == StateAlive
-	m.addr, m.meta, m.leaving = n.Address(), meta, leaving
+	m.addr, m.meta, m.leaving, m.stopping = n.Address(), meta, f.leaving, f.stopping
 	if !wasAlive {
 		m.state, m.since = StateAlive, time.Now()
 	}
@@ -133,7 +142,8 @@ func (c *Cluster) gossipAlive(n *memberlist.Node, join bool) {
 // gossipGone records a node gossip no longer hears from. memberlist does
 // not say whether it left or died, so a node counts as left if it announced
 // its leave in its meta, asked the leader to remove it, or is already out of
-// the raft configuration; otherwise it is dead.
+// the raft configuration; otherwise it is stopped if its meta announced a
+// clean stop, and dead if not.
 func (c *Cluster) gossipGone(n *memberlist.Node) {
 	c.mu.Lock()
 	m := c.members[n.Name]
@@ -144,14 +154,20 @@ func (c *Cluster) gossipGone(n *memberlist.Node) {
 	_, asked := c.departing[n.Name]
 	_, inRaft := c.confIDs[n.Name]
 	state := StateDead
-	if m.leaving || asked || (len(c.confIDs) > 0 && !inRaft) {
+	switch {
+	case m.leaving || asked || (len(c.confIDs) > 0 && !inRaft):
 		state = StateLeft
+	case m.stopping:
+		state = StateStopped
 	}
 	m.state, m.since = state, time.Now()
 	c.mu.Unlock()
-	if state == StateDead {
+	switch state {
+	case StateDead:
 		c.log.Warn("member failed", "peer", n.Name, "address", n.Address())
-	} else {
+	case StateStopped:
+		c.log.Info("member stopped", "peer", n.Name, "address", n.Address())
+	default:
 		c.log.Info("member left", "peer", n.Name, "address", n.Address())
 	}
 	c.kickHousekeeping()

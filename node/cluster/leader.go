@@ -127,13 +127,13 @@ func (c *Cluster) reconnect() {
 		return
 	}
 	for id, s := range conf {
-		if m := c.members[id]; id != c.cfg.NodeID && (m == nil || m.state == StateDead) && !seen[s.Address] {
+		if m := c.members[id]; id != c.cfg.NodeID && (m == nil || isDown(m.state)) && !seen[s.Address] {
 			seen[s.Address] = true
 			addrs = append(addrs, s.Address)
 		}
 	}
 	for id, m := range c.members {
-		if id != c.cfg.NodeID && m.state == StateDead && !seen[m.addr] {
+		if id != c.cfg.NodeID && isDown(m.state) && !seen[m.addr] {
 			seen[m.addr] = true
 			addrs = append(addrs, m.addr)
 		}

@@ -29,7 +29,7 @@ func (c *Cluster) Leave(ctx context.Context) error {
 		c.mu.Unlock()
 		return nil
 	}
-	mb, err := encodeMeta(c.meta, true)
+	mb, err := encodeMeta(c.meta, farewell{leaving: true, stopping: c.stopping})
 	if err != nil {
 		c.mu.Unlock()
 		return err

@@ -10,8 +10,9 @@ import (
 type Member struct {
 	ID      string
 	Address string
-	// State is alive, dead or left (StateAlive, StateDead, StateLeft). A
-	// server raft lists but gossip has never heard from is dead.
+	// State is alive, stopped, dead or left (StateAlive, StateStopped,
+	// StateDead, StateLeft). A server raft lists but gossip has never heard
+	// from is dead. Stopped is for display only: treat it as dead.
 	State string
 	// Voter is true for raft voters; every other raft server is a
 	// non-voter that still follows the log. Members outside the raft

@@ -89,10 +89,15 @@ func (c *Cluster) hookRules() uint32 {
 	return 0
 }
 
+// farewell is what a node's meta announces about its going: a graceful
+// leave (it is leaving the cluster) or a clean stop (it stays a member and
+// is expected back).
+type farewell struct{ leaving, stopping bool }
+
 // encodeMeta encodes m (deterministically, so equal metas give equal bytes)
 // and refuses results larger than MaxMetaSize.
-func encodeMeta(m Meta, leaving bool) ([]byte, error) {
-	pb := &peerpb.NodeMeta{Labels: m.Labels, Version: m.Version, Leaving: leaving, Features: m.Features}
+func encodeMeta(m Meta, f farewell) ([]byte, error) {
+	pb := &peerpb.NodeMeta{Labels: m.Labels, Version: m.Version, Leaving: f.leaving, Stopping: f.stopping, Features: m.Features}
 	if len(m.Capacity) > 0 {
 		pb.Capacity = make(map[string]int64, len(m.Capacity))
 		for k, v := range m.Capacity {
@@ -110,10 +115,10 @@ func encodeMeta(m Meta, leaving bool) ([]byte, error) {
 }
 
 // decodeMeta reverses encodeMeta.
-func decodeMeta(b []byte) (Meta, bool, error) {
+func decodeMeta(b []byte) (Meta, farewell, error) {
 	var pb peerpb.NodeMeta
 	if err := proto.Unmarshal(b, &pb); err != nil {
-		return Meta{}, false, fmt.Errorf("cluster: decode node meta: %w", err)
+		return Meta{}, farewell{}, fmt.Errorf("cluster: decode node meta: %w", err)
 	}
 	m := Meta{Labels: pb.Labels, Version: pb.Version, Features: pb.Features}
 	if len(pb.Capacity) > 0 {
@@ -122,7 +127,7 @@ func decodeMeta(b []byte) (Meta, bool, error) {
 			m.Capacity[k] = int(v)
 		}
 	}
-	return m, pb.Leaving, nil
+	return m, farewell{leaving: pb.Leaving, stopping: pb.Stopping}, nil
 }
 
 // clone returns a deep copy, so callers never share maps with the cluster.

@@ -1347,7 +1347,11 @@ type NodeMeta struct {
 	// features names what this node's software supports that older nodes
 	// do not (e.g. "batch": it applies CommandBatch entries), so the others
 	// use it only once every member does.
-	Features      []string `protobuf:"bytes,5,rep,name=features,proto3" json:"features,omitempty"`
+	Features []string `protobuf:"bytes,5,rep,name=features,proto3" json:"features,omitempty"`
+	// stopping is set when the node begins a clean stop (SIGTERM, not a
+	// leave): once gossip loses it, the others list it stopped rather than
+	// dead, though they treat it as dead in every decision.
+	Stopping      bool `protobuf:"varint,6,opt,name=stopping,proto3" json:"stopping,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1415,6 +1419,13 @@ func (x *NodeMeta) GetFeatures() []string {
 		return x.Features
 	}
 	return nil
+}
+
+func (x *NodeMeta) GetStopping() bool {
+	if x != nil {
+		return x.Stopping
+	}
+	return false
 }
 
 // JobOutputRequest reads a running job's output from the worker that runs
@@ -1800,13 +1811,14 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\x04keys\x18\x01 \x03(\v2\x15.palyra.peer.v1.CAKeyR\x04keys\";\n" +
 	"\x05CAKey\x12\x19\n" +
 	"\broot_der\x18\x01 \x01(\fR\arootDer\x12\x17\n" +
-	"\akey_der\x18\x02 \x01(\fR\x06keyDer\"\xd4\x02\n" +
+	"\akey_der\x18\x02 \x01(\fR\x06keyDer\"\xf0\x02\n" +
 	"\bNodeMeta\x12<\n" +
 	"\x06labels\x18\x01 \x03(\v2$.palyra.peer.v1.NodeMeta.LabelsEntryR\x06labels\x12B\n" +
 	"\bcapacity\x18\x02 \x03(\v2&.palyra.peer.v1.NodeMeta.CapacityEntryR\bcapacity\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x12\x18\n" +
 	"\aleaving\x18\x04 \x01(\bR\aleaving\x12\x1a\n" +
-	"\bfeatures\x18\x05 \x03(\tR\bfeatures\x1a9\n" +
+	"\bfeatures\x18\x05 \x03(\tR\bfeatures\x12\x1a\n" +
+	"\bstopping\x18\x06 \x01(\bR\bstopping\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
