@@ -128,6 +128,10 @@ func TestWatchIsNotRetriedWithARefusedCredential(t *testing.T) {
 	if watchRetryable(refused) || !client.CredentialRefused(refused) {
 		t.Errorf("a refused credential is retried: %v", refused)
 	}
+	unknown := fmt.Errorf("unavailable: dial 127.0.0.1:7444: %w", errors.New("CRYPTO_ERROR 0x12e (remote): tls: unknown certificate"))
+	if watchRetryable(unknown) || !client.CredentialRefused(unknown) {
+		t.Errorf("a credential the cluster does not know is retried: %v", unknown)
+	}
 	lost := errors.New("timeout: no recent network activity")
 	if !watchRetryable(lost) || client.CredentialRefused(lost) {
 		t.Errorf("a node that went silent is not retried: %v", lost)

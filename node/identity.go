@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -83,8 +84,24 @@ func (n *Node) ledgerCheck(store *consensus.Store, p identity.Principal, leaf *x
 	if verdict, why = store.State().CertStatus(leaf, string(p.Kind), p.ID); verdict == consensus.CertRecorded || verdict == consensus.CertUnchecked {
 		return nil
 	}
-	return n.ledgerRefusal(p, leaf, why)
+	err := n.ledgerRefusal(p, leaf, why)
+	if verdict == consensus.CertUnknown && p.Kind != identity.KindNode {
+		// Judged on a current replica, so no retry helps. A QUIC
+		// handshake refusal carries only its alert, so this one says
+		// "unknown certificate" rather than "bad certificate": the CLI
+		// can then tell its user the cluster does not know the
+		// certificate (a device paired after the snapshot the cluster
+		// was restored from). Nodes keep bad_certificate, which mesh
+		// counts as a refusal.
+		err = fmt.Errorf("%w (%w)", err, alertCertificateUnknown)
+	}
+	return err
 }
+
+// alertCertificateUnknown is the TLS alert certificate_unknown (RFC 8446
+// §6.2), sent for a client certificate signed by this cluster's CA that
+// its ledger, made current, does not hold.
+const alertCertificateUnknown = tls.AlertError(46)
 
 // ledgerRefusal logs a refused certificate (a few a minute: it may be an
 // intrusion attempt with a copy of the CA key) and returns the refusal.

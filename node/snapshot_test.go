@@ -238,14 +238,20 @@ func TestSnapshotSaveAndRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cl.Close()
-		_, err = cl.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{}))
-		return err
+		if _, err = cl.Node.Status(ctx, connect.NewRequest(&palyrav1.StatusRequest{})); err != nil {
+			return cl.Explain(err)
+		}
+		return nil
 	}
 	if err := status(laptop); err != nil {
 		t.Errorf("a device paired before the snapshot, after the restore: %v", err)
 	}
+	// Its error says why (not "revoked, expired or another cluster's").
 	if err := status(late); err == nil {
 		t.Error("a device paired after the snapshot was accepted by the restored cluster")
+	} else if e := err.(*client.Error); !strings.Contains(e.Message, "not known to the cluster") || !strings.Contains(e.Message, "after the snapshot") ||
+		!strings.Contains(e.Hint, "palyra device pair") {
+		t.Errorf("a device paired after the snapshot is told %q (hint %q), want its certificate unknown to the cluster and to pair again", e.Message, e.Hint)
 	}
 	// The restore's own members (the new node, its operator) have every
 	// certificate recorded: a forged one (the file holds the CA key) is

@@ -528,15 +528,24 @@ const apiRefusedAlert = "tls: no application protocol"
 const idleTimeout = 8 * time.Second
 
 // CredentialRefused reports whether err is a node refusing this client's
-// credential in the handshake (revoked, expired, another cluster's): no
-// retry, on this node or another, can succeed with it.
+// credential in the handshake (revoked, expired, another cluster's, or
+// unknown to the cluster): no retry, on this node or another, can succeed
+// with it.
 func CredentialRefused(err error) bool {
 	if err == nil {
 		return false
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "(remote): tls: bad certificate") || strings.Contains(msg, "(remote): tls: certificate required") ||
-		strings.Contains(msg, "(remote): tls: revoked certificate")
+		strings.Contains(msg, "(remote): tls: revoked certificate") || credentialUnknown(err)
+}
+
+// credentialUnknown reports whether err is a node refusing this client's
+// certificate as one its cluster signed but does not know (the alert
+// certificate_unknown; node/identity.go): its ledger, checked with the
+// leader, does not hold it.
+func credentialUnknown(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "(remote): tls: unknown certificate")
 }
 
 // transportError explains a call's transport failure against addr.
@@ -568,6 +577,10 @@ func (c *Client) transportError(addr string, err error) *Error {
 		return &Error{Code: "unavailable",
 			Message: fmt.Sprintf("the node at %s does not serve the API yet: it is starting (joining its cluster, catching up with its log)", addr),
 			Hint:    "wait until its log says it serves, or reach another node (--addr A,B,C; a paired device tries every node it knows)"}
+	case credentialUnknown(err):
+		return &Error{Code: "unauthenticated",
+			Message: fmt.Sprintf("the node at %s refused this credential: its certificate is not known to the cluster (it may have been paired after the snapshot the cluster was restored from)", addr),
+			Hint:    "pair again with 'palyra device pair' (a new code from 'palyra pair create' on an operator device)"}
 	case CredentialRefused(err):
 		return &Error{Code: "unauthenticated",
 			Message: fmt.Sprintf("the node at %s refused this credential: it was revoked, has expired, or belongs to another cluster", addr),
