@@ -902,8 +902,11 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 	if v.PlacedAt != "" {
 		fmt.Fprintf(tw, "%s\t%s\n", placedLabel, v.PlacedAt)
 	}
-	if v.StartedAt != "" { // only once a result says when (startedAt)
+	if v.StartedAt != "" { // only once a result or the worker says when (startedAt)
 		fmt.Fprintf(tw, "started\t%s\n", v.StartedAt)
+	}
+	if v.WaitingForSlot {
+		fmt.Fprintf(tw, "waiting\tfor a free slot on %s (a worker takes placements ahead of its slots)\n", v.NodeID)
 	}
 	if v.FinishedAt != "" {
 		fmt.Fprintf(tw, "finished\t%s\n", v.FinishedAt)

@@ -49,6 +49,28 @@ func TestJobGetShowsStartedOnlyForRunsThatBegan(t *testing.T) {
 	}
 }
 
+// A running job read with 'job get' says what its worker says: waiting
+// for a free slot there, or when its run began.
+func TestJobGetShowsTheWorkersRunStatus(t *testing.T) {
+	placed := int64(1_790_000_000_000)
+	j := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING, Attempt: 1, NodeId: "n-1", Kind: "wasm",
+		SubmittedAtMs: placed - 10, PlacedAtMs: placed, StartedAtMs: placed, WaitingForSlot: true}
+	var b bytes.Buffer
+	printJob(&b, j)
+	if out := b.String(); !strings.Contains(out, "for a free slot on n-1 (a worker takes placements ahead of its slots)") || strings.Contains(out, "\nstarted") {
+		t.Errorf("a job waiting for a slot:\n%s", out)
+	}
+	if v := toJobJSON(j); !v.WaitingForSlot || v.StartedAt != "" {
+		t.Errorf("--json of a job waiting for a slot: waiting %v, started %q", v.WaitingForSlot, v.StartedAt)
+	}
+	j.WaitingForSlot, j.RunStartedAtMs = false, placed+250
+	b.Reset()
+	printJob(&b, j)
+	if out := b.String(); !strings.Contains(out, "2026-09-21T14:13:20.250Z") || !strings.Contains(out, "\nstarted") || strings.Contains(out, "waiting") {
+		t.Errorf("a job its worker runs:\n%s", out)
+	}
+}
+
 // A queued job that ran before keeps its last placement; 'job get' says
 // it is the last one, not where the job is (after a snapshot restore a
 // queued job showed a removed node and a placement time as if placed).

@@ -99,6 +99,9 @@ type jobJSON struct {
 	// EarlierAttempts: attempts that ended without ending the job, oldest
 	// first (the cluster keeps the last 16).
 	EarlierAttempts []attemptJSON `json:"earlier_attempts,omitempty"`
+	// WaitingForSlot: running, but its worker holds it until a slot is
+	// free (job get asks the worker; not in lists or watches).
+	WaitingForSlot bool `json:"waiting_for_slot,omitempty"`
 }
 
 // attemptJSON is an earlier attempt of a job: where it ran, how it ended.
@@ -139,12 +142,16 @@ func msTime(ms int64) string {
 // up and sort as text ("…07.260Z", never "…07.26Z").
 const jsonTime = "2006-01-02T15:04:05.000Z07:00"
 
-// startedAt is when a job's run began, "" until a result says: the
+// startedAt is when a job's run began, "" until a result (or, for a
+// running job read with job get, its worker) says: the
 // cluster records a placed job's start as its placement (it may wait on
 // its worker for a slot), and a job cancelled or expired before any
 // result may never have started. Printed as it is, a script read a
 // made-up start.
 func startedAt(j *palyrav1.Job) string {
+	if j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && j.RunStartedAtMs > 0 {
+		return msTime(j.RunStartedAtMs) // its worker says (job get)
+	}
 	reported := j.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED || j.Phase == palyrav1.JobPhase_JOB_PHASE_FAILED
 	if j.StartedAtMs == 0 || (!reported && j.StartedAtMs == j.PlacedAtMs) {
 		return ""
@@ -158,6 +165,7 @@ func toJobJSON(j *palyrav1.Job) jobJSON {
 		ExitCode: exitCode(j), Attempt: j.Attempt, NodeID: j.NodeId, Submitter: j.Submitter,
 		TimeoutMS: j.TimeoutMs, FuelUsed: j.FuelUsed, Deterministic: j.Deterministic, SubmittedAt: msTime(j.SubmittedAtMs),
 		PlacedAt: msTime(j.PlacedAtMs), StartedAt: startedAt(j), FinishedAt: msTime(j.FinishedAtMs), CommitIndex: j.CommitIndex,
+		WaitingForSlot: j.WaitingForSlot && j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING,
 	}
 	out.Output, out.OutputBase64 = textOrBase64(j.Stdout)
 	out.Stderr, out.StderrBase64 = textOrBase64(j.Stderr)

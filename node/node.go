@@ -879,6 +879,13 @@ func (n *Node) readOutput(ctx context.Context, r *peerpb.JobOutputRequest) *peer
 	if !ok {
 		return &peerpb.JobOutputResponse{}
 	}
+	var started int64
+	if at := tap.Started(); !at.IsZero() {
+		started = at.UnixMilli()
+	}
+	if r.StatusOnly {
+		return &peerpb.JobOutputResponse{Found: true, Attempt: attempt, Done: tap.Done(), StartedAtMs: started, ReportsStart: true}
+	}
 	from := [2]int64{r.StdoutOffset, r.StderrOffset}
 	if w := time.Duration(r.WaitMs) * time.Millisecond; w > 0 {
 		wctx, cancel := context.WithTimeout(ctx, w)
@@ -889,7 +896,7 @@ func (n *Node) readOutput(ctx context.Context, r *peerpb.JobOutputRequest) *peer
 	pb := func(c pruntime.Chunk) *peerpb.OutputChunk {
 		return &peerpb.OutputChunk{Offset: c.Offset, Data: c.Data, Skipped: c.Skipped}
 	}
-	return &peerpb.JobOutputResponse{Found: true, Attempt: attempt, Done: done,
+	return &peerpb.JobOutputResponse{Found: true, Attempt: attempt, Done: done, StartedAtMs: started, ReportsStart: true,
 		Stdout: pb(chunks[pruntime.Stdout]), Stderr: pb(chunks[pruntime.Stderr])}
 }
 

@@ -85,8 +85,9 @@ type Spec struct {
 	// anywhere, any time. Needs fuel metering.
 	Deterministic bool
 	// Tap, if set, gets every accepted byte of stdout and stderr as it is
-	// written, for followers ('palyra job logs -f'). Executors that have
-	// no streams leave it alone; the worker closes it.
+	// written, for followers ('palyra job logs -f'), and is told when the
+	// run gets its slot (Tap.Start; every executor calls it). Executors
+	// that have no streams write nothing to it; the worker closes it.
 	Tap *Tap
 	// Order ranks this run among those waiting for a slot of its executor:
 	// the first in Order starts first (see Order.Before).

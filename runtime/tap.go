@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"time"
 )
 
 // Stream names one of a run's output streams.
@@ -29,7 +30,33 @@ type Tap struct {
 	mu      sync.Mutex
 	streams [2]tapStream
 	done    bool
+	started time.Time     // when the run got its slot (Start); zero while it waits for one
 	changed chan struct{} // closed and replaced on every write and on Close
+}
+
+// Start records that the run has its slot and runs now (executors call it
+// once, when the run begins; a worker can then tell a run that waits for
+// a slot from one that runs).
+func (t *Tap) Start() {
+	t.mu.Lock()
+	if t.started.IsZero() {
+		t.started = time.Now()
+	}
+	t.mu.Unlock()
+}
+
+// Done reports whether the run has ended (Close).
+func (t *Tap) Done() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.done
+}
+
+// Started is when the run got its slot; zero while it waits for one.
+func (t *Tap) Started() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.started
 }
 
 type tapStream struct {

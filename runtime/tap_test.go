@@ -51,3 +51,23 @@ func TestTapFollowsBoundedAndEnds(t *testing.T) {
 		t.Fatal("not done after Close")
 	}
 }
+
+func TestTapStartAndDone(t *testing.T) {
+	tap := NewTap()
+	if !tap.Started().IsZero() || tap.Done() {
+		t.Fatal("a new tap reads as started or done")
+	}
+	tap.Start()
+	first := tap.Started()
+	if first.IsZero() {
+		t.Fatal("Start recorded nothing")
+	}
+	tap.Start() // a second call keeps the first time
+	if !tap.Started().Equal(first) {
+		t.Fatal("a second Start moved the start")
+	}
+	tap.Close()
+	if !tap.Done() {
+		t.Fatal("a closed tap is not done")
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/palyra-mesh/palyra/identity/policy"
 	"github.com/palyra-mesh/palyra/node/blob"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/peerpb"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 	"github.com/palyra-mesh/palyra/runtime/wasm"
 )
@@ -370,7 +371,33 @@ func (js jobService) GetJob(ctx context.Context, req *connect.Request[palyrav1.G
 	if err := js.s.fillPayloads(&j, true); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&palyrav1.GetJobResponse{Job: JobToPB(&j), Read: ri}), nil
+	pb := JobToPB(&j)
+	js.runStatus(ctx, &j, pb)
+	return connect.NewResponse(&palyrav1.GetJobResponse{Job: pb, Read: ri}), nil
+}
+
+// runStatusWait bounds GetJob's question to a running job's worker.
+const runStatusWait = 300 * time.Millisecond
+
+// runStatus asks a running job's worker whether the run has its slot yet
+// (a worker holds placements ahead of its slots, and the cluster records
+// a run's start only with its result) and says so on pb. A worker that
+// does not answer within runStatusWait, or an older one, leaves pb as is.
+func (js jobService) runStatus(ctx context.Context, j *consensus.Job, pb *palyrav1.Job) {
+	if j.Phase != consensus.PhaseRunning || j.NodeID == "" || js.s.Live == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, runStatusWait)
+	defer cancel()
+	out, err := js.s.Live.JobOutput(ctx, j.NodeID, &peerpb.JobOutputRequest{JobId: j.ID, StatusOnly: true})
+	if err != nil || !out.Found || !out.ReportsStart || out.Attempt != j.Attempt {
+		return
+	}
+	if out.StartedAtMs == 0 {
+		pb.WaitingForSlot = !out.Done
+		return
+	}
+	pb.RunStartedAtMs = out.StartedAtMs
 }
 
 func (js jobService) CancelJob(ctx context.Context, req *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error) {

@@ -279,8 +279,14 @@ type Job struct {
 	// Attempts that ended without ending the job (its worker died, stopped
 	// or lost its lease; a failed run was retried), oldest first, up to 16.
 	EarlierAttempts []*JobAttempt `protobuf:"bytes,51,rep,name=earlier_attempts,json=earlierAttempts,proto3" json:"earlier_attempts,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// GetJob of a running job asks its worker: waiting_for_slot (placed there,
+	// waiting for a free slot: a worker takes placements ahead of its slots),
+	// or run_started_at_ms (when the run got its slot, by the worker's clock).
+	// Neither is set when the worker did not answer at once or is older.
+	WaitingForSlot bool  `protobuf:"varint,52,opt,name=waiting_for_slot,json=waitingForSlot,proto3" json:"waiting_for_slot,omitempty"`
+	RunStartedAtMs int64 `protobuf:"varint,53,opt,name=run_started_at_ms,json=runStartedAtMs,proto3" json:"run_started_at_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -668,6 +674,20 @@ func (x *Job) GetEarlierAttempts() []*JobAttempt {
 		return x.EarlierAttempts
 	}
 	return nil
+}
+
+func (x *Job) GetWaitingForSlot() bool {
+	if x != nil {
+		return x.WaitingForSlot
+	}
+	return false
+}
+
+func (x *Job) GetRunStartedAtMs() int64 {
+	if x != nil {
+		return x.RunStartedAtMs
+	}
+	return 0
 }
 
 // JobAttempt is one earlier attempt of a job: where it ran and how it ended.
@@ -6846,7 +6866,7 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\bWasmSpec\x12#\n" +
 	"\rmodule_sha256\x18\x01 \x01(\tR\fmoduleSha256\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\xac\x0e\n" +
+	"\x04fuel\x18\x03 \x01(\x04R\x04fuel\"\x81\x0f\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12)\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x13.palyra.v1.JobPhaseR\x05phase\x12\x12\n" +
@@ -6909,7 +6929,9 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\vannotations\x181 \x03(\tR\vannotations\x12 \n" +
 	"\fplaced_at_ms\x182 \x01(\x03R\n" +
 	"placedAtMs\x12@\n" +
-	"\x10earlier_attempts\x183 \x03(\v2\x15.palyra.v1.JobAttemptR\x0fearlierAttempts\x1a>\n" +
+	"\x10earlier_attempts\x183 \x03(\v2\x15.palyra.v1.JobAttemptR\x0fearlierAttempts\x12(\n" +
+	"\x10waiting_for_slot\x184 \x01(\bR\x0ewaitingForSlot\x12)\n" +
+	"\x11run_started_at_ms\x185 \x01(\x03R\x0erunStartedAtMs\x1a>\n" +
 	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x01\n" +

@@ -1436,6 +1436,7 @@ type JobOutputRequest struct {
 	StdoutOffset  int64                  `protobuf:"varint,2,opt,name=stdout_offset,json=stdoutOffset,proto3" json:"stdout_offset,omitempty"`
 	StderrOffset  int64                  `protobuf:"varint,3,opt,name=stderr_offset,json=stderrOffset,proto3" json:"stderr_offset,omitempty"`
 	WaitMs        int64                  `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	StatusOnly    bool                   `protobuf:"varint,5,opt,name=status_only,json=statusOnly,proto3" json:"status_only,omitempty"` // no output: only found, attempt, done and the start
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1498,13 +1499,25 @@ func (x *JobOutputRequest) GetWaitMs() int64 {
 	return 0
 }
 
+func (x *JobOutputRequest) GetStatusOnly() bool {
+	if x != nil {
+		return x.StatusOnly
+	}
+	return false
+}
+
 type JobOutputResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`     // the job runs (or ran moments ago) on this worker
-	Attempt       uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"` // the attempt the output belongs to
-	Stdout        *OutputChunk           `protobuf:"bytes,3,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr        *OutputChunk           `protobuf:"bytes,4,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	Done          bool                   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"` // the run has ended; its result is on its way
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Found   bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`     // the job runs (or ran moments ago) on this worker
+	Attempt uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"` // the attempt the output belongs to
+	Stdout  *OutputChunk           `protobuf:"bytes,3,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr  *OutputChunk           `protobuf:"bytes,4,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	Done    bool                   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"` // the run has ended; its result is on its way
+	// started_at_ms: when the run got its slot, by the worker's clock; 0
+	// while it waits for one. Only where reports_start is set (an older
+	// worker does not say).
+	StartedAtMs   int64 `protobuf:"varint,6,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	ReportsStart  bool  `protobuf:"varint,7,opt,name=reports_start,json=reportsStart,proto3" json:"reports_start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1570,6 +1583,20 @@ func (x *JobOutputResponse) GetStderr() *OutputChunk {
 func (x *JobOutputResponse) GetDone() bool {
 	if x != nil {
 		return x.Done
+	}
+	return false
+}
+
+func (x *JobOutputResponse) GetStartedAtMs() int64 {
+	if x != nil {
+		return x.StartedAtMs
+	}
+	return 0
+}
+
+func (x *JobOutputResponse) GetReportsStart() bool {
+	if x != nil {
+		return x.ReportsStart
 	}
 	return false
 }
@@ -1824,18 +1851,22 @@ const file_palyra_peer_v1_peer_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
 	"\rCapacityEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x8c\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xad\x01\n" +
 	"\x10JobOutputRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\rstdout_offset\x18\x02 \x01(\x03R\fstdoutOffset\x12#\n" +
 	"\rstderr_offset\x18\x03 \x01(\x03R\fstderrOffset\x12\x17\n" +
-	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\"\xc1\x01\n" +
+	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\x12\x1f\n" +
+	"\vstatus_only\x18\x05 \x01(\bR\n" +
+	"statusOnly\"\x8a\x02\n" +
 	"\x11JobOutputResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x123\n" +
 	"\x06stdout\x18\x03 \x01(\v2\x1b.palyra.peer.v1.OutputChunkR\x06stdout\x123\n" +
 	"\x06stderr\x18\x04 \x01(\v2\x1b.palyra.peer.v1.OutputChunkR\x06stderr\x12\x12\n" +
-	"\x04done\x18\x05 \x01(\bR\x04done\"S\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\x12\"\n" +
+	"\rstarted_at_ms\x18\x06 \x01(\x03R\vstartedAtMs\x12#\n" +
+	"\rreports_start\x18\a \x01(\bR\freportsStart\"S\n" +
 	"\vOutputChunk\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +

@@ -157,6 +157,9 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 
 	ranFrom := time.Now()
 	defer func() { res.Ran = time.Since(ranFrom) }()
+	if spec.Tap != nil {
+		spec.Tap.Start()
+	}
 
 	// The job's timeout bounds the whole run; the script's timeout_ms is
 	// only each step's default (job.stepTimeout).

@@ -146,6 +146,9 @@ func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compile
 
 	slotAt := time.Now()
 	defer func() { res.Ran = time.Since(slotAt) }()
+	if spec.Tap != nil {
+		spec.Tap.Start()
+	}
 
 	lim := e.limitsFor(spec)
 	if cm == nil {

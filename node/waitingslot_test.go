@@ -1,0 +1,62 @@
+package node_test
+
+import (
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/palyra-mesh/palyra/internal/testwasm"
+	"github.com/palyra-mesh/palyra/node"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
+)
+
+// A job its worker holds until a slot is free shows as waiting for one in
+// 'job get', and a running one when its run began, as the worker says:
+// the cluster records a run's start only with its result, so a placed job
+// read as "running" with no start and no word of the wait (a user trial).
+func TestJobGetSaysWhetherARunWaitsForASlot(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 1, Prefetch: 4})
+	op := operator(t, n, n.Addr())
+	sleep := testwasm.Build(t, "sleep")
+	submit := func() string {
+		resp, err := op.Jobs.SubmitJob(callCtx(t), connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: sleep, Input: []byte("3s")}))
+		if err != nil {
+			t.Fatal(op.Explain(err))
+		}
+		return resp.Msg.Job.Id
+	}
+	get := func(id string) *palyrav1.Job {
+		resp, err := op.Jobs.GetJob(callCtx(t), connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
+		if err != nil {
+			t.Fatal(op.Explain(err))
+		}
+		return resp.Msg.Job
+	}
+	first, second := submit(), submit()
+	var a, b *palyrav1.Job
+	waitFor(t, "the first job running, the second placed behind it", 30*time.Second, func() bool {
+		a, b = get(first), get(second)
+		return a.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && b.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && a.RunStartedAtMs > 0
+	})
+	if a.WaitingForSlot {
+		t.Errorf("the running job reads as waiting for a slot: %+v", a)
+	}
+	if !b.WaitingForSlot || b.RunStartedAtMs != 0 {
+		t.Errorf("the job behind it: waiting_for_slot %v, run_started_at_ms %d; want waiting, no start", b.WaitingForSlot, b.RunStartedAtMs)
+	}
+	if a.RunStartedAtMs < a.PlacedAtMs-1000 || a.RunStartedAtMs > time.Now().UnixMilli()+1000 {
+		t.Errorf("run started at %d, placed at %d", a.RunStartedAtMs, a.PlacedAtMs)
+	}
+	done := waitCompleted(t, op, first)
+	if done.WaitingForSlot || done.RunStartedAtMs != 0 {
+		t.Errorf("an ended job carries the worker's run status: %+v", done)
+	}
+	waitFor(t, "the second job to get the slot", 30*time.Second, func() bool {
+		b = get(second)
+		return b.Phase != palyrav1.JobPhase_JOB_PHASE_RUNNING || b.RunStartedAtMs > 0
+	})
+	if b.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && b.WaitingForSlot {
+		t.Errorf("the second job, started, still reads as waiting: %+v", b)
+	}
+}
