@@ -803,6 +803,9 @@ func (n *Node) withdrawSlots() bool {
 // back (handBack).
 const handBackWait = 3 * time.Second
 
+// handBackParallel is how many hand-backs are under way at once.
+const handBackParallel = 16
+
 // handBack is Close's stage after the worker stopped its runs (and after
 // withdrawSlots, so the scheduler no longer places work here): the jobs
 // the cluster still records as running here (started or held for a slot)
@@ -825,18 +828,30 @@ func (n *Node) handBack() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), handBackWait)
 	defer cancel()
+	// Several at a time (a node may hold slots × 32 array tasks): one by
+	// one, each waiting for its commit, a few hundred outlasted the wait.
+	var mu sync.Mutex
 	handed, left := 0, 0
+	sem := make(chan struct{}, handBackParallel)
+	var wg sync.WaitGroup
 	for _, j := range jobs {
-		_, err := n.apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{
-			Id: j.ID, Attempt: j.Attempt, Reason: "node " + n.state.NodeID + " stopped", NodeId: n.state.NodeID, AtMs: time.Now().UnixMilli()}}})
-		switch {
-		case err == nil:
-			handed++
-		case errors.Is(err, consensus.ErrStaleAttempt) || errors.Is(err, consensus.ErrNotFound):
-		default:
-			left++
-		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, err := n.apply(ctx, &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{
+				Id: j.ID, Attempt: j.Attempt, Reason: "node " + n.state.NodeID + " stopped", NodeId: n.state.NodeID, AtMs: time.Now().UnixMilli()}}})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				handed++
+			case errors.Is(err, consensus.ErrStaleAttempt) || errors.Is(err, consensus.ErrNotFound):
+			default:
+				left++
+			}
+		})
 	}
+	wg.Wait()
 	if left > 0 {
 		n.log.Warn("stopping: could not queue every running job again; the rest move once the cluster sees this node gone, or when it starts again",
 			"queued_again", handed, "left", left)
