@@ -484,7 +484,7 @@ func runAndWait(c *ucli.Context, cl *client.Client, req *palyrav1.SubmitJobReque
 			if last == nil {
 				fmt.Fprintf(c.App.ErrWriter, "job %s accepted; waiting…\n", j.Id)
 			} else {
-				fmt.Fprintf(c.App.ErrWriter, "job %s %s (attempt %d%s)\n", j.Id, j.Phase.WireName(), j.Attempt, endedText(j))
+				fmt.Fprintf(c.App.ErrWriter, "job %s %s (attempt %d)\n", j.Id, j.Phase.WireName(), j.Attempt)
 			}
 		}
 		last = j
@@ -698,9 +698,21 @@ type reasonPrinter struct {
 	w        io.Writer
 	last     string
 	approval bool // the approval hint was printed
+	seen     bool
+	told     uint32 // the latest attempt whose end was printed (or known at the first sight)
 }
 
 func (r *reasonPrinter) see(j *palyrav1.Job) {
+	// An attempt that ended without ending the job (its worker died or
+	// stopped, its lease lapsed, its run failed and is retried): said once,
+	// terminal or not, the job's earlier history at the first sight left out.
+	for _, e := range newlyEnded(j, r.told) {
+		if r.seen {
+			fmt.Fprintf(r.w, "job %s attempt %d on %s ended (%s: %s); it runs again\n", j.Id, e.Attempt, e.NodeId, e.Code, printableText(e.Reason))
+		}
+		r.told = e.Attempt
+	}
+	r.seen = true
 	if j.Phase == palyrav1.JobPhase_JOB_PHASE_WAITING_FOR_APPROVAL && !r.approval {
 		// A job a before_run hook (or a requires_approval tool) holds:
 		// say how it goes on, as 'skill run' does.
@@ -759,7 +771,7 @@ func waitJob(ctx context.Context, cl *client.Client, id string, opts waitOpts) (
 				last = stream.Msg().Job
 				deadline = time.Now().Add(time.Minute)
 				if tty {
-					fmt.Fprintf(opts.progress, "job %s %s (attempt %d%s)\n", id, last.Phase.WireName(), last.Attempt, endedText(last))
+					fmt.Fprintf(opts.progress, "job %s %s (attempt %d)\n", id, last.Phase.WireName(), last.Attempt)
 				}
 				reasons.see(last)
 				g.see(last)
@@ -1352,6 +1364,26 @@ func printWatched(c *ucli.Context, j, prev *palyrav1.Job) error {
 			at = t
 		}
 	}
+	if prev != nil {
+		// Attempts that ended between the two states (a re-queue and the
+		// next placement often commit together: no queued state between).
+		told := uint32(0)
+		if n := len(prev.EarlierAttempts); n > 0 {
+			told = prev.EarlierAttempts[n-1].Attempt
+		}
+		for _, e := range newlyEnded(j, told) {
+			if endedAttempt(j) == e {
+				continue // the queued line below says it
+			}
+			when := strings.Repeat(" ", len("15:04:05.000 "))
+			if e.EndedAtMs > 0 {
+				when = time.UnixMilli(e.EndedAtMs).UTC().Format("15:04:05.000") + " "
+			}
+			if _, err := fmt.Fprintf(c.App.Writer, "%s attempt %d on %s ended (%s: %s)\n", when, e.Attempt, e.NodeId, e.Code, printableText(e.Reason)); err != nil {
+				return err
+			}
+		}
+	}
 	line := fmt.Sprintf("%s  %s  attempt %d", at.UTC().Format("15:04:05.000"), j.Phase.WireName(), j.Attempt)
 	if e := endedAttempt(j); e != nil {
 		// Queued again: say how the attempt before ended, not "on" its node.
@@ -1400,14 +1432,15 @@ func phaseSince(j *palyrav1.Job) time.Time {
 	return time.UnixMilli(ms)
 }
 
-// endedText is ", which ended on n-1: requeued: worker n-1 is dead" for
-// a job queued again, "" otherwise.
-func endedText(j *palyrav1.Job) string {
-	e := endedAttempt(j)
-	if e == nil {
-		return ""
+// newlyEnded is j's earlier attempts after attempt told, oldest first.
+func newlyEnded(j *palyrav1.Job, told uint32) []*palyrav1.JobAttempt {
+	var out []*palyrav1.JobAttempt
+	for _, e := range j.EarlierAttempts {
+		if e.Attempt > told {
+			out = append(out, e)
+		}
 	}
-	return fmt.Sprintf(", which ended on %s: %s: %s", e.NodeId, e.Code, printableText(e.Reason))
+	return out
 }
 
 // endedAttempt is, for a job queued again, the attempt that just ended

@@ -3,10 +3,13 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	ucli "github.com/urfave/cli/v2"
 
 	"github.com/palyra-mesh/palyra/cli/client"
 	palyrav1 "github.com/palyra-mesh/palyra/proto/palyrav1"
@@ -46,6 +49,41 @@ func TestJobGetShowsStartedOnlyForRunsThatBegan(t *testing.T) {
 		if got := toJobJSON(j).StartedAt != ""; got != tc.want {
 			t.Errorf("%s: --json started_at set %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// 'job watch' says how an attempt ended even when the re-queue and the
+// next placement commit together (a user trial: "running attempt 1 on A",
+// then "running attempt 2 on B", and no word of why).
+func TestWatchSaysHowAnAttemptEnded(t *testing.T) {
+	at := int64(1_790_000_000_000)
+	var out bytes.Buffer
+	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
+	fs.Bool("json", false, "")
+	c := ucli.NewContext(&ucli.App{Writer: &out, ErrWriter: &bytes.Buffer{}}, fs, nil)
+	one := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING, Attempt: 1, NodeId: "n-a", PlacedAtMs: at}
+	ended := &palyrav1.JobAttempt{Attempt: 1, NodeId: "n-a", PlacedAtMs: at, EndedAtMs: at + 1500, Code: "requeued", Reason: "worker n-a is dead"}
+	two := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING, Attempt: 2, NodeId: "n-b", PlacedAtMs: at + 1500,
+		EarlierAttempts: []*palyrav1.JobAttempt{ended}}
+	for _, step := range [][2]*palyrav1.Job{{one, nil}, {two, one}} {
+		if err := printWatched(c, step[0], step[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || lines[1] != "14:13:21.500  attempt 1 on n-a ended (requeued: worker n-a is dead)" || !strings.Contains(lines[2], "running  attempt 2  on n-b") {
+		t.Errorf("watch lines:\n%s", out.String())
+	}
+	// Queued in between: the queued line says it, once.
+	out.Reset()
+	queued := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_QUEUED, Attempt: 1, NodeId: "n-a", EarlierAttempts: two.EarlierAttempts}
+	for _, step := range [][2]*palyrav1.Job{{queued, one}, {two, queued}} {
+		if err := printWatched(c, step[0], step[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := strings.Count(out.String(), "worker n-a is dead"); got != 1 || !strings.Contains(out.String(), "queued  attempt 1 on n-a ended (requeued: worker n-a is dead)") {
+		t.Errorf("watch lines with a queued state between:\n%s", out.String())
 	}
 }
 
@@ -123,14 +161,24 @@ func TestJobGetShowsEarlierAttempts(t *testing.T) {
 	}
 	// Queued again after attempt 2: watch and --wait say how it ended, stamped when.
 	q := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_QUEUED, Attempt: 2, NodeId: "n-2", EarlierAttempts: j.EarlierAttempts}
-	if got, want := endedText(q), `, which ended on n-2: trap: "unreachable\x1b[2J"`; got != want {
-		t.Errorf("endedText %q, want %q", got, want)
+	if got := endedAttempt(q); got != j.EarlierAttempts[1] {
+		t.Errorf("endedAttempt %v, want attempt 2", got)
+	}
+	// --wait says each attempt that ended once, after the first sight.
+	var notes bytes.Buffer
+	r := &reasonPrinter{w: &notes}
+	first := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING, Attempt: 2, EarlierAttempts: j.EarlierAttempts[:1]}
+	r.see(first)
+	r.see(q)
+	r.see(j)
+	if got, want := notes.String(), "job j-1 attempt 2 on n-2 ended (trap: \"unreachable\\x1b[2J\"); it runs again\n"; got != want {
+		t.Errorf("--wait notes %q, want %q", got, want)
 	}
 	if got := phaseSince(q); !got.Equal(time.UnixMilli(at + 3000)) {
 		t.Errorf("queued again since %v, want its attempt's end", got)
 	}
 	q.Phase = palyrav1.JobPhase_JOB_PHASE_RUNNING
-	if endedText(q) != "" {
+	if endedAttempt(q) != nil {
 		t.Error("a running job reads as queued again")
 	}
 	j.EarlierAttempts = nil
