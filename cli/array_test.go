@@ -333,7 +333,7 @@ func TestCancelArrayPruneRetention(t *testing.T) {
 		t.Fatalf("prune: %+v", r)
 	}
 	r = c.cli("job", "get", ids[0])
-	if r.code != 1 || !strings.Contains(r.stderr, "have been pruned (by the retention, now 24h, or by 'palyra job prune')") || !strings.Contains(r.stderr, "hint: ") {
+	if r.code != 1 || !strings.Contains(r.stderr, "have been pruned (by the retention, now 24h, by the cap on ended jobs held, or by 'palyra job prune')") || !strings.Contains(r.stderr, "hint: ") {
 		t.Fatalf("get after prune: %+v", r)
 	}
 	if r := c.cli("job", "retention", "7d"); r.code != 0 || r.stdout != "ended jobs are now kept for 7d\n" {

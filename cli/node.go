@@ -35,6 +35,7 @@ func nodeFlags() []ucli.Flag {
 		&ucli.BoolFlag{Name: "browser-prewarm", Usage: "keep a browser context per slot ready ahead of jobs (short browser jobs start ~45ms sooner; each ready context holds an idle loopback proxy that admits nothing until a job takes it)", EnvVars: []string{"PALYRA_BROWSER_PREWARM"}},
 		&ucli.IntFlag{Name: "prefetch", Value: 4, Usage: "wasm jobs per slot a worker may hold waiting for a slot while jobs are short (under 250ms from placement to result on average; one per slot otherwise), so short jobs do not wait for the next scheduling round (0: none; applies while this node leads)", EnvVars: []string{"PALYRA_PREFETCH"}},
 		&ucli.IntFlag{Name: "array-prefetch", Value: 32, Usage: "the most job-array tasks per slot a worker may hold waiting: as many as about 100ms of work by the average run of the array's tasks, one before any of them has run (0: tasks take the --prefetch of single jobs; applies while this node leads)", EnvVars: []string{"PALYRA_ARRAY_PREFETCH"}},
+		&ucli.Uint64Flag{Name: "max-ended-jobs", Value: driver.DefaultMaxEndedJobs, Usage: "the most ended jobs the cluster holds (array tasks included): past it the oldest are pruned before their retention, so memory stays bounded (about 2 KiB per job on each voter; at least 10000; applies while this node leads)", EnvVars: []string{"PALYRA_MAX_ENDED_JOBS"}},
 		&ucli.DurationFlag{Name: "lease-ttl", Value: driver.DefaultLeaseTTL, Usage: "how long a placement lives without its worker renewing it (workers renew 3 times per TTL); a worker that is stuck, paused or cut off loses its jobs to the queue after this (applies while this node leads)", EnvVars: []string{"PALYRA_LEASE_TTL"}},
 		&ucli.DurationFlag{Name: "host-call-timeout", Value: node.DefaultHostCallTimeout, Usage: "how long one host call of a wasm job on this node may take (an HTTP fetch, a secret or key-value read or write; 100ms to 1h) before it fails as timed out, which the job can handle; the job's own --timeout still applies", EnvVars: []string{"PALYRA_HOST_CALL_TIMEOUT"}},
 		&ucli.DurationFlag{Name: "cert-ttl", Usage: "lifetime of the certificates this node signs while it is a voter (5s to 90 days); every node and device renews at two thirds of it", DefaultText: "24h", EnvVars: []string{"PALYRA_CERT_TTL"}},
@@ -119,6 +120,9 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 			return node.Config{}, usageErr("--%s %d: give 0 (none) to %d", name, v, maxPrefetch)
 		}
 	}
+	if v := c.Uint64("max-ended-jobs"); v < minMaxEndedJobs || v > maxMaxEndedJobs {
+		return node.Config{}, usageErr("--max-ended-jobs %d: give %d to %d (default %d)", v, minMaxEndedJobs, maxMaxEndedJobs, driver.DefaultMaxEndedJobs)
+	}
 	if d := c.Duration("lease-ttl"); d < time.Second || d > time.Hour {
 		return node.Config{}, usageErr("--lease-ttl %v: give 1s to 1h (default %v); workers renew 3 times per TTL", d, driver.DefaultLeaseTTL)
 	}
@@ -147,7 +151,7 @@ func nodeConfig(c *ucli.Context) (node.Config, error) {
 		DataDir: dataDir, Listen: c.String("listen"), Advertise: c.String("advertise"),
 		ClusterName: c.String("cluster-name"), Logger: logger, Version: nodeVersion(),
 		WasmSlots: c.Int("wasm-slots"), BrowserSlots: c.Int("browser-slots"), BrowserPrewarm: c.Bool("browser-prewarm"), Labels: labels, TargetVoters: tv,
-		Prefetch: prefetchFlag(c, "prefetch"), ArrayPrefetch: prefetchFlag(c, "array-prefetch"), LeaseTTL: c.Duration("lease-ttl"),
+		Prefetch: prefetchFlag(c, "prefetch"), ArrayPrefetch: prefetchFlag(c, "array-prefetch"), LeaseTTL: c.Duration("lease-ttl"), MaxEndedJobs: c.Uint64("max-ended-jobs"),
 		CertTTL: c.Duration("cert-ttl"), Network: network, HostCallTimeout: c.Duration("host-call-timeout"),
 		MetricsListen: metricsListen, MetricsAllowRemote: c.Bool("metrics-allow-remote"),
 	}
@@ -542,8 +546,10 @@ func nodeRemove(c *ucli.Context) error {
 
 // Bounds of node start's counts: past them a value is a slip, not a plan.
 const (
-	maxSlots    = 4096
-	maxPrefetch = 1024
+	maxSlots        = 4096
+	maxPrefetch     = 1024
+	minMaxEndedJobs = 10_000
+	maxMaxEndedJobs = 100_000_000
 )
 
 // checkAdvertise refuses an --advertise address no peer could dial,

@@ -366,6 +366,20 @@ func (s *State) EndedBefore(beforeMS int64) uint64 {
 	return n
 }
 
+// Ended is the number of ended jobs held (array tasks included, those of
+// arrays still running too).
+func (s *State) Ended() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var n uint64
+	for p, c := range s.idx.phases {
+		if p.Terminal() {
+			n += c
+		}
+	}
+	return n
+}
+
 // JobCount is the number of jobs held (array tasks included).
 func (s *State) JobCount() int {
 	s.mu.RLock()

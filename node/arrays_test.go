@@ -342,7 +342,7 @@ func TestPruneAndRetention(t *testing.T) {
 	}
 	for _, id := range []string{done, arr.Id, consensus.TaskID(arr.Id, 0)} {
 		_, err = cl.Jobs.GetJob(ctx, connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
-		if e := cl.Explain(err); err == nil || e.Code != "not_found" || !strings.Contains(e.Message, "have been pruned (by the retention, now 24h, or by 'palyra job prune')") ||
+		if e := cl.Explain(err); err == nil || e.Code != "not_found" || !strings.Contains(e.Message, "have been pruned (by the retention, now 24h, by the cap on ended jobs held, or by 'palyra job prune')") ||
 			!strings.Contains(e.Hint, "palyra job retention") {
 			t.Fatalf("get %s after prune: %v", id, e)
 		}
@@ -478,4 +478,32 @@ func TestPriorityJobOvertakesARunningArray(t *testing.T) {
 		t.Fatalf("output %q", j.Stdout)
 	}
 	watchArrayDone(t, cl, a.Id)
+}
+
+// Past the cap on ended jobs held, the leader prunes the oldest ended ones
+// before their retention (a user trial: a million cancelled tasks held
+// 3.5 GB on the leader until a manual prune); the newest stay readable and
+// a pruned one's not_found says why it may be gone.
+func TestEndedJobsPastTheCapArePrunedOldestFirst(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 1, MaxEndedJobs: 4})
+	cl := operator(t, n, n.Addr())
+	var ids []string
+	for i := range 7 {
+		id := submit(t, cl, fmt.Sprint("job ", i))
+		waitCompleted(t, cl, id) // one after another: they end in order
+		ids = append(ids, id)
+	}
+	waitFor(t, "the cluster to hold at most 4 ended jobs", time.Minute, func() bool { return n.StateForTest().Ended() <= 4 })
+	if got := n.StateForTest().Ended(); got != 4 {
+		t.Fatalf("%d ended jobs held, want the cap, 4", got)
+	}
+	for i, id := range ids {
+		_, err := cl.Jobs.GetJob(callCtx(t), connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
+		switch e := cl.Explain(err); {
+		case i < 3 && (err == nil || e.Code != "not_found" || !strings.Contains(e.Message, "by the cap on ended jobs held")):
+			t.Errorf("job %d (%s), among the oldest: %v", i, id, e)
+		case i >= 3 && err != nil:
+			t.Errorf("job %d (%s), among the newest 4, is gone: %v", i, id, e)
+		}
+	}
 }

@@ -72,6 +72,10 @@ type Config struct {
 	// LeaseTTL is how long a placement lives without its worker renewing
 	// it (0: driver.DefaultLeaseTTL).
 	LeaseTTL time.Duration
+	// MaxEndedJobs is how many ended jobs the cluster holds at most while
+	// this node leads (0: driver.DefaultMaxEndedJobs); past it the oldest
+	// are pruned before their retention.
+	MaxEndedJobs uint64
 	// HostCallTimeout bounds one host call of a wasm job run here (0:
 	// DefaultHostCallTimeout).
 	HostCallTimeout time.Duration

@@ -55,6 +55,7 @@ func (n *Node) runScheduler(ctx context.Context) {
 		Prefetch:      map[string]int{"wasm": orDefault(n.cfg.Prefetch, defaultPrefetch)},
 		ArrayPrefetch: map[string]int{"wasm": orDefault(n.cfg.ArrayPrefetch, defaultArrayPrefetch)},
 		LeaseTTL:      n.cfg.LeaseTTL,
+		MaxEndedJobs:  n.cfg.MaxEndedJobs,
 		Placed:        func(k int) { n.metrics.placements.Add(float64(k)) },
 		// Re-queueing a worker that is not dead after all is safe: its
 		// results carry a stale attempt and are refused.

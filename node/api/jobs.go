@@ -198,7 +198,8 @@ func (s *Server) validateSubmit(m *palyrav1.SubmitJobRequest) error {
 				"retry when the queue has drained, or split the work into smaller arrays")
 		}
 		return apiError(connect.CodeResourceExhausted, "queue_full",
-			fmt.Sprintf("the cluster has %d jobs queued, its limit", q), "retry later, or add workers to drain the queue")
+			fmt.Sprintf("the cluster has %d jobs queued, its limit", q),
+			"retry later, or add workers to drain the queue; jobs no node can run wait until cancelled ('palyra job list --phase queued' and 'palyra job get ID' say why each waits)")
 	}
 	return nil
 }

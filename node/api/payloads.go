@@ -166,7 +166,7 @@ func (s *Server) notFound(ctx context.Context, id string) error {
 		return apiError(connect.CodeNotFound, "not_found", fmt.Sprintf("no job with id %q", id), "list jobs with 'palyra job list'")
 	}
 	return apiError(connect.CodeNotFound, "not_found",
-		fmt.Sprintf("no job with id %q; jobs that ended before %s have been pruned (by the retention, now %s, or by 'palyra job prune'), so it may have been one of them",
+		fmt.Sprintf("no job with id %q; jobs that ended before %s have been pruned (by the retention, now %s, by the cap on ended jobs held, or by 'palyra job prune'), so it may have been one of them",
 			id, rfc3339(pb), palyrav1.FormatRetention(st.Retention())),
 		"list current jobs with 'palyra job list'; keep ended jobs longer with 'palyra job retention DURATION'")
 }

@@ -32,6 +32,7 @@ type State interface {
 	Job(id string) (consensus.Job, bool)
 	QueuedKinds() []string
 	OldestEnded() (int64, bool)
+	Ended() uint64
 	Retention() int64
 }
 
@@ -90,7 +91,15 @@ type Config struct {
 	// LeaseTTL is how long a placement lives without its worker renewing
 	// it (DefaultLeaseTTL if zero); then it is re-queued.
 	LeaseTTL time.Duration
+	// MaxEndedJobs is how many ended jobs the cluster holds at most
+	// (DefaultMaxEndedJobs if zero): past it, the oldest are pruned before
+	// their retention, so memory stays bounded under any load.
+	MaxEndedJobs uint64
 }
+
+// DefaultMaxEndedJobs is the most ended jobs held by default: a whole
+// array of the largest size (consensus.MaxArrayTasks) stays readable.
+const DefaultMaxEndedJobs = 1_000_000
 
 // Limits on one round's work, so a round stays small and quick however
 // deep the queue is.
@@ -114,6 +123,7 @@ type Driver struct {
 	leaderSince time.Time
 	deadSince   map[string]time.Time
 	lastPrune   time.Time
+	lastCapWarn time.Time // the ended-job cap was last logged
 
 	// Rounds are pipelined: the next is planned while earlier ones
 	// commit. inflight holds the placements of uncommitted rounds, so
@@ -160,6 +170,9 @@ func New(cfg Config) *Driver {
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.MaxEndedJobs == 0 {
+		cfg.MaxEndedJobs = DefaultMaxEndedJobs
 	}
 	if cfg.DeadWorkerGrace <= 0 {
 		cfg.DeadWorkerGrace = defaultDeadWorker
@@ -365,20 +378,34 @@ func roundBackoff(n int, tick time.Duration) time.Duration {
 // Wait blocks until every round started has finished committing.
 func (d *Driver) Wait() { d.wg.Wait() }
 
-// prune proposes the removal of jobs past the retention, at most once per
-// pruneEvery and a bounded batch at a time.
+// prune proposes the removal of jobs past the retention, or, while more
+// than MaxEndedJobs ended jobs are held, of the oldest ended ones, at most
+// once per pruneEvery and a bounded batch at a time (a whole array counts
+// as its tasks and goes at once).
 func (d *Driver) prune(ctx context.Context, now time.Time) {
 	if now.Sub(d.lastPrune) < pruneEvery {
 		return
 	}
 	st := d.cfg.State
 	oldest, ok := st.OldestEnded()
-	before := now.UnixMilli() - st.Retention()
-	if !ok || oldest >= before {
+	if !ok {
 		return
 	}
+	before, limit, by := now.UnixMilli()-st.Retention(), uint64(pruneBatch), "retention"
+	if oldest >= before {
+		ended := st.Ended()
+		if ended <= d.cfg.MaxEndedJobs {
+			return
+		}
+		before, limit, by = now.UnixMilli()+1, min(ended-d.cfg.MaxEndedJobs, pruneBatch), "ended-job cap"
+		if now.Sub(d.lastCapWarn) >= time.Minute {
+			d.lastCapWarn = now
+			d.log.Warn("pruning the oldest ended jobs before their retention: the cluster holds more ended jobs than its cap",
+				"ended", ended, "cap", d.cfg.MaxEndedJobs, "hint", "read results sooner, shorten 'palyra job retention', or raise --max-ended-jobs on the voters (memory grows with it)")
+		}
+	}
 	d.lastPrune = now
-	cmd := &raftpb.Command{Cmd: &raftpb.Command_PruneJobs{PruneJobs: &raftpb.PruneJobs{BeforeMs: before, Max: pruneBatch, AtMs: now.UnixMilli(), By: "retention"}}}
+	cmd := &raftpb.Command{Cmd: &raftpb.Command_PruneJobs{PruneJobs: &raftpb.PruneJobs{BeforeMs: before, Max: uint32(limit), AtMs: now.UnixMilli(), By: by}}}
 	if err := d.cfg.Apply(ctx, cmd); err != nil {
 		d.log.Warn("pruning not committed", "err", err)
 	}

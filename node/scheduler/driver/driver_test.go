@@ -51,6 +51,7 @@ func (f *fakeState) Job(id string) (consensus.Job, bool) {
 	return consensus.Job{}, false
 }
 func (f *fakeState) OldestEnded() (int64, bool) { return 0, false }
+func (f *fakeState) Ended() uint64              { return 0 }
 
 func (f *fakeState) Retention() int64 { return consensus.DefaultRetentionMS }
 
