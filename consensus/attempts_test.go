@@ -91,3 +91,23 @@ func TestEarlierAttemptsTellTheJobsStory(t *testing.T) {
 		t.Fatalf("snapshot lost the earlier attempts: %+v", r.Earlier)
 	}
 }
+
+// QueueAhead counts the jobs placed before one: same kind, higher
+// priority first, then acceptance; bounded by its limit.
+func TestQueueAhead(t *testing.T) {
+	f := NewFSM()
+	applyAll(t, f, submit("a"), submit("b"), submitWith("hi", func(r *raftpb.JobRecord) { r.Priority = 5 }),
+		submitWith("br", func(r *raftpb.JobRecord) { r.Kind = "browser" }), submit("c"), assign("a", 1, "n1"))
+	st := f.State()
+	for id, want := range map[string]int{"hi": 0, "b": 1, "c": 2, "br": 0} {
+		if n, ok := st.QueueAhead(id, 100); !ok || n != want {
+			t.Errorf("%s: %d ahead (queued %v), want %d", id, n, ok, want)
+		}
+	}
+	if n, ok := st.QueueAhead("c", 1); !ok || n != 1 {
+		t.Errorf("limited to 1: %d", n)
+	}
+	if _, ok := st.QueueAhead("a", 100); ok {
+		t.Error("a running job has a place in the queue")
+	}
+}

@@ -233,6 +233,30 @@ func (s *State) Queued(kind string, fn func(Job) bool) {
 	}
 }
 
+// QueueAhead counts the queued jobs placed before job id (same kind,
+// placement order: priority, then acceptance), stopping at limit: a deep
+// queue costs a read at most limit steps. ok is false if id is not queued.
+func (s *State) QueueAhead(id string, limit int) (n int, ok bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	j := s.jobs[id]
+	if j == nil || j.Phase != PhaseQueued {
+		return 0, false
+	}
+	q := s.idx.queue[j.Kind]
+	if q == nil {
+		return 0, false
+	}
+	q.Ascend(func(o *Job) bool {
+		if o == j || !queueLess(o, j) || n >= limit {
+			return false
+		}
+		n++
+		return true
+	})
+	return n, true
+}
+
 // QueuedCount is how many jobs of kind are queued.
 func (s *State) QueuedCount(kind string) int {
 	s.mu.RLock()

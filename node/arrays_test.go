@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -505,5 +507,42 @@ func TestEndedJobsPastTheCapArePrunedOldestFirst(t *testing.T) {
 		case i >= 3 && err != nil:
 			t.Errorf("job %d (%s), among the newest 4, is gone: %v", i, id, e)
 		}
+	}
+}
+
+// A job deep in the queue, which the scheduler has not looked at (it gives
+// reasons to the head of the queue only), says how many jobs are placed
+// before it, in job get and in a watch (a user trial: "queued", no reason,
+// for 18 s behind an 8,000-task array).
+func TestDeepQueuedJobSaysWhatIsAheadOfIt(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 1})
+	cl := operator(t, n, n.Addr())
+	inputs := make([]string, 600)
+	for i := range inputs {
+		inputs[i] = "1m"
+	}
+	arr := submitArray(t, cl, "sleep", inputs...).Array
+	last := submit(t, cl, "after the array")
+	want := regexp.MustCompile(`^behind (\d+) queued wasm jobs \(placed by priority, then in submission order\)$`)
+	var j *palyrav1.Job
+	waitFor(t, "the last job to say what is ahead of it", time.Minute, func() bool {
+		j = getJob(t, cl, last)
+		return want.MatchString(j.PendingReason)
+	})
+	m := want.FindStringSubmatch(j.PendingReason)
+	if ahead, _ := strconv.Atoi(m[1]); ahead < 300 || ahead > 600 {
+		t.Errorf("%q: the array's queued tasks are ahead of it", j.PendingReason)
+	}
+	stream, err := cl.Jobs.WatchJob(callCtx(t), connect.NewRequest(&palyrav1.WatchJobRequest{Id: last}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	if !stream.Receive() || !want.MatchString(stream.Msg().Job.PendingReason) {
+		t.Errorf("watch's first message: %v %v", stream.Msg(), stream.Err())
+	}
+	stream.Close()
+	// A task at the head of the queue is not behind anything.
+	if first := getJob(t, cl, consensus.TaskID(arr.Id, 0)); strings.HasPrefix(first.PendingReason, "behind") {
+		t.Errorf("the array's first task: %q", first.PendingReason)
 	}
 }

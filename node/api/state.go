@@ -21,6 +21,7 @@ type State interface {
 	Array(id string) (consensus.Array, bool)
 	Arrays(afterID string, limit int, newest bool) []consensus.Array
 	Count(p consensus.Phase) uint64
+	QueueAhead(id string, limit int) (int, bool)
 	CountByPhase() map[consensus.Phase]uint64
 	Retention() int64
 	PrunedBefore() int64
