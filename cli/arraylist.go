@@ -81,5 +81,8 @@ func tasksNote(jobs []*palyrav1.Job) string {
 	if n == 0 {
 		return ""
 	}
+	if n == 1 {
+		return "1 of these is a task of a job array: 'palyra job list --arrays' lists the arrays, '--array ID' one array's tasks"
+	}
 	return fmt.Sprintf("%d of these are tasks of job arrays: 'palyra job list --arrays' lists the arrays, '--array ID' one array's tasks", n)
 }

@@ -376,7 +376,11 @@ func jobSubmit(c *ucli.Context) error {
 		}
 		// The progress bar on a terminal does not show the id: say it
 		// first, so the array can be found again.
-		fmt.Fprintf(c.App.ErrWriter, "array %s: %d tasks submitted; waiting for them to end (they go on if this stops: 'palyra job watch %s')\n", a.Id, a.Size, a.Id)
+		tasks := fmt.Sprintf("%d tasks", a.Size)
+		if a.Size == 1 {
+			tasks = "1 task"
+		}
+		fmt.Fprintf(c.App.ErrWriter, "array %s: %s submitted; waiting for them to end (they go on if this stops: 'palyra job watch %s')\n", a.Id, tasks, a.Id)
 		src := taskInputs{names: inputNames}
 		if c.IsSet("inputs") {
 			src.file = c.String("inputs")

@@ -137,6 +137,14 @@ func msTime(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format(jsonTime)
 }
 
+// nullTime is msTime for a map written as JSON: null, not "", for none.
+func nullTime(ms int64) any {
+	if ms == 0 {
+		return nil
+	}
+	return msTime(ms)
+}
+
 // jsonTime is how --json writes a time: RFC 3339 in UTC with exactly
 // three decimals (milliseconds, what the cluster records), so times line
 // up and sort as text ("…07.260Z", never "…07.26Z").

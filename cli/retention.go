@@ -146,7 +146,7 @@ func retentionCommand() *ucli.Command {
 			s := resp.Msg
 			if c.Bool("json") {
 				return writeJSON(c.App.Writer, map[string]any{"retention_ms": s.RetentionMs, "retention": palyrav1.FormatRetention(s.RetentionMs),
-					"pruned_before": msTime(s.PrunedBeforeMs)})
+					"pruned_before": nullTime(s.PrunedBeforeMs)})
 			}
 			fmt.Fprintf(c.App.Writer, "ended jobs are kept for %s%s\n", palyrav1.FormatRetention(s.RetentionMs), prunedNote(s.PrunedBeforeMs))
 			return nil

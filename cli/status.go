@@ -65,7 +65,7 @@ func statusCommand() *ucli.Command {
 					"applied_index": s.AppliedIndex, "raft_state": s.RaftState, "jobs": s.JobsByPhase,
 					"version": s.Version, "cluster_name": s.ClusterName, "ca_fingerprint": s.CaFingerprint,
 					"caller": s.Caller, "uptime_ms": s.UptimeMs,
-					"retention_ms": s.RetentionMs, "pruned_before": msTime(s.PrunedBeforeMs),
+					"retention_ms": s.RetentionMs, "pruned_before": nullTime(s.PrunedBeforeMs),
 					"leader_since": msTime(s.LeaderSinceMs), "leader_changes_last_hour": s.LeaderChangesLastHour,
 				}
 				if health != nil {

@@ -18,7 +18,7 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 		SubmittedAtMs: j.SubmittedAtMS, StartedAtMs: j.StartedAtMS, PlacedAtMs: j.PlacedAtMS, FinishedAtMs: j.FinishedAtMS,
 		FuelUsed: j.FuelUsed, CommitIndex: j.CommitIndex, MaxOutputBytes: j.MaxOutput,
 		Priority: j.Priority, Constraints: j.Constraints, MaxRetries: j.MaxRetries, RetriesUsed: j.RetriesUsed,
-		DeadlineAtMs: j.DeadlineAtMS, PendingReason: j.PendingReason, NotBeforeMs: j.NotBeforeMS,
+		DeadlineAtMs: j.DeadlineAtMS, NotBeforeMs: j.NotBeforeMS,
 		AllowHosts: j.AllowHosts, AllowPrivate: j.AllowPrivate, SecretNames: j.SecretNames, KvPrefix: j.KVPrefix,
 		InputSha256: j.InputHash, StdoutSha256: j.StdoutHash, StderrSha256: j.StderrHash,
 		InputSize:  payloadSize(j.InputSize, j.InputHash, j.Input),
@@ -31,6 +31,9 @@ func JobToPB(j *consensus.Job) *palyrav1.Job {
 		// The key as the submitter gave it: the record scopes it by the
 		// submitter (two principals never share a key space).
 		IdempotencyKey: strings.TrimPrefix(j.IdempotencyKey, j.Submitter+"/"),
+	}
+	if j.Phase == consensus.PhaseQueued {
+		out.PendingReason = j.PendingReason // the record keeps the last one after the job moved on
 	}
 	if j.Kind == "wasm" {
 		out.Wasm = &palyrav1.WasmSpec{ModuleSha256: j.ModuleHash, MemoryBytes: j.MemoryBytes, Fuel: j.Fuel}
