@@ -1,6 +1,8 @@
 package consensus
 
 import (
+	"sync/atomic"
+
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
@@ -22,12 +24,20 @@ type ApplyResult struct {
 // FSM applies committed commands to State. It implements raft.FSM.
 type FSM struct {
 	state *State
+	// appliedBytes counts the command bytes applied; atSnapshot is its
+	// value when the last snapshot was taken (Store snapshots early when
+	// the log since then holds much: a restart replays all of it).
+	appliedBytes, atSnapshot atomic.Uint64
 	// onUnknown, if set, hears of each applied entry that carries fields
 	// this software does not know (unknownIn), with where.
 	onUnknown func(index uint64, where string)
 }
 
 var _ raft.FSM = (*FSM)(nil)
+
+// sinceSnapshot is how many command bytes were applied since the last
+// snapshot (or the start).
+func (f *FSM) sinceSnapshot() uint64 { return f.appliedBytes.Load() - f.atSnapshot.Load() }
 
 // NewFSM returns an FSM over an empty state.
 func NewFSM() *FSM { return &FSM{state: newState()} }
@@ -40,6 +50,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
+	f.appliedBytes.Add(uint64(len(l.Data)))
 	var cmd raftpb.Command
 	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
 		// A command that does not decode was written by a newer or broken

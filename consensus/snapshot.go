@@ -34,6 +34,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	s := f.state
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	f.atSnapshot.Store(f.appliedBytes.Load()) // raft runs Snapshot on its FSM goroutine: nothing applies meanwhile
 	hdr := &raftpb.Snapshot{Version: snapshotVersion, StaleResults: s.staleResults, AppliedIndex: s.applied,
 		JobCount: uint64(s.idx.order.Len()), ArrayCount: uint64(len(s.arrays)), RetentionMs: s.retentionMS,
 		PrunedBeforeMs: s.prunedBefore, ClockMs: s.clockMS}
@@ -94,6 +95,7 @@ func (s *fsmSnapshot) Release() {}
 // the index its state reflects.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	f.atSnapshot.Store(f.appliedBytes.Load()) // the log before it is behind us
 	br := bufio.NewReaderSize(rc, 256<<10)
 	head, err := br.Peek(len(snapshotMagic))
 	var ns *State

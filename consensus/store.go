@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,9 @@ type Config struct {
 	// was removed): raft's warnings and errors, its elections that cannot
 	// win, are logged at debug (the node says what happened itself).
 	Refused *atomic.Bool
+	// SnapshotAfterBytes: a snapshot is taken once this many command bytes
+	// were applied since the last one, however few entries (0: 256 MiB).
+	SnapshotAfterBytes uint64
 }
 
 // commitTimeout bounds how long a follower waits to learn that an entry
@@ -428,6 +432,10 @@ func snapshotThreshold(base uint64, jobs int) uint64 {
 
 const maxSnapshotThreshold = 100_000
 
+// snapshotAfterBytes is how many command bytes applied since the last snapshot
+// call for one, however few entries they are (a restart replays them).
+const snapshotAfterBytes = 256 << 20
+
 // adaptSnapshots keeps raft's snapshot threshold in step with the state's
 // size until stop is closed.
 func (s *Store) adaptSnapshots(base uint64, stop <-chan struct{}) {
@@ -439,6 +447,15 @@ func (s *Store) adaptSnapshots(base uint64, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
+		}
+		if n := s.fsm.sinceSnapshot(); n > cmp.Or(s.cfg.SnapshotAfterBytes, snapshotAfterBytes) {
+			// Few entries, but large ones (arrays of many tasks): the
+			// entry count would not call for a snapshot for a long time,
+			// and a restart replays every byte since the last one.
+			s.log.Info("taking a snapshot: the log since the last one holds much", "bytes", n)
+			if err := s.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+				s.log.Warn("snapshot not taken", "err", err)
+			}
 		}
 		want := snapshotThreshold(base, s.fsm.State().JobCount())
 		// Change it only when it moves by a quarter: a reload is cheap
