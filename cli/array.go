@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -556,6 +557,7 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, src
 		fmt.Fprintf(out, "{\n  \"array\": %s,\n  \"tasks\": [", head)
 	}
 	first := true
+	failures := taskFailures{}
 	err = cl.ArrayTasks(c.Context, id, staleRead(c), func(t *palyrav1.Job) error {
 		if outDir != "" {
 			base := filepath.Join(outDir, fmt.Sprintf("%0*d", width, t.ArrayIndex))
@@ -608,6 +610,9 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, src
 			}
 		}
 		if t.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+			if !failures.show(t) {
+				return nil
+			}
 			label := t.Id
 			if in := src.of(t.ArrayIndex); in != "" {
 				label += ", " + in
@@ -616,6 +621,7 @@ func followArray(c *ucli.Context, cl *client.Client, id string, giveUp bool, src
 		}
 		return nil
 	})
+	failures.summary(errw, id)
 	if asJSON {
 		fmt.Fprint(out, "\n  ]\n}\n")
 	}
@@ -674,6 +680,43 @@ func stderrBeforeQuote(stderr []byte, message string) []byte {
 }
 
 // taskReason is "failed: message (code)" for a task that did not complete.
+// maxTaskFailureLines is how many tasks that did not complete are named
+// on stderr for each way they ended (phase and error code); the rest are
+// counted (a trial: a cancelled array of 400,000 tasks wrote 399,992 lines).
+const maxTaskFailureLines = 20
+
+// taskFailures counts, per way of ending, the tasks that did not complete.
+type taskFailures map[[2]string]int
+
+// show counts t and reports whether its line is printed.
+func (f taskFailures) show(t *palyrav1.Job) bool {
+	k := [2]string{t.Phase.WireName(), ""}
+	if t.Error != nil {
+		k[1] = t.Error.Code
+	}
+	f[k]++
+	return f[k] <= maxTaskFailureLines
+}
+
+// summary says, for each way of ending with tasks left unnamed, how many
+// and how to list them all.
+func (f taskFailures) summary(w io.Writer, array string) {
+	keys := make([][2]string, 0, len(f))
+	for k := range f {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b [2]string) int { return strings.Compare(a[0]+"/"+a[1], b[0]+"/"+b[1]) })
+	for _, k := range keys {
+		if n := f[k] - maxTaskFailureLines; n > 0 {
+			how := k[0]
+			if k[1] != "" {
+				how += " (" + k[1] + ")"
+			}
+			fmt.Fprintf(w, "… and %d more tasks %s, not named here; all of them: palyra job list --array %s --phase %s\n", n, how, array, k[0])
+		}
+	}
+}
+
 func taskReason(t *palyrav1.Job) string {
 	msg := t.Phase.WireName()
 	if t.Attempt > 1 {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/node/api"
+	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
 func TestReadInputLines(t *testing.T) {
@@ -619,5 +621,30 @@ func TestNotesUnderJSONAreObjects(t *testing.T) {
 	}
 	if len(objs) != 1 || !strings.Contains(objs[0]["note"], "1 empty line(s)") {
 		t.Fatalf("stderr objects %v, want one note of the empty line", objs)
+	}
+}
+
+// A large array that did not complete names the first tasks of each way
+// they ended and counts the rest (a trial: a cancelled array of 400,000
+// tasks wrote 399,992 stderr lines).
+func TestTaskFailuresAreCountedPastTheFirst(t *testing.T) {
+	f := taskFailures{}
+	shown := 0
+	for i := range 100 {
+		j := &palyrav1.Job{Phase: palyrav1.JobPhase_JOB_PHASE_ABORTED, Error: &palyrav1.Error{Code: "aborted"}}
+		if i%10 == 0 {
+			j = &palyrav1.Job{Phase: palyrav1.JobPhase_JOB_PHASE_FAILED, Error: &palyrav1.Error{Code: "trap"}}
+		}
+		if f.show(j) {
+			shown++
+		}
+	}
+	if shown != maxTaskFailureLines+10 {
+		t.Errorf("%d lines shown, want %d aborted and all 10 failed", shown, maxTaskFailureLines)
+	}
+	var b bytes.Buffer
+	f.summary(&b, "j-1")
+	if got, want := b.String(), "… and 70 more tasks aborted (aborted), not named here; all of them: palyra job list --array j-1 --phase aborted\n"; got != want {
+		t.Errorf("summary %q, want %q", got, want)
 	}
 }
