@@ -299,12 +299,14 @@ func emptyLinesNote(in [][]byte, from string) string {
 
 // arrayJSON is the stable JSON form of a job array.
 type arrayJSON struct {
-	ID       string            `json:"id"`
-	Size     uint32            `json:"size"`
-	Counts   map[string]uint64 `json:"counts"`
-	Done     bool              `json:"done"`
-	EndedAt  string            `json:"ended_at,omitempty"`
-	Template jobJSON           `json:"template"`
+	ID      string            `json:"id"`
+	Size    uint32            `json:"size"`
+	Counts  map[string]uint64 `json:"counts"`
+	Done    bool              `json:"done"`
+	EndedAt string            `json:"ended_at,omitempty"`
+	// PendingReason: why its first queued task waits (job get).
+	PendingReason string  `json:"pending_reason,omitempty"`
+	Template      jobJSON `json:"template"`
 }
 
 func toArrayJSON(a *palyrav1.JobArray) arrayJSON {
@@ -313,7 +315,7 @@ func toArrayJSON(a *palyrav1.JobArray) arrayJSON {
 	// tasks' phases are the counts).
 	tmpl.Phase = ""
 	return arrayJSON{ID: a.Id, Size: a.Size, Counts: a.Counts, Done: a.Done, EndedAt: msTime(a.EndedAtMs),
-		Template: tmpl}
+		PendingReason: a.PendingReason, Template: tmpl}
 }
 
 // phaseOrder is the order counts are shown in.
@@ -365,8 +367,25 @@ func printArray(w io.Writer, a *palyrav1.JobArray) {
 		fmt.Fprintf(tw, "\t(running: placed on a worker, running or waiting there for a slot)\n")
 	}
 	fmt.Fprintf(tw, "done\t%s\n", done)
+	if a.PendingReason != "" && !a.Done {
+		fmt.Fprintf(tw, "waiting\t%s\n", printableText(a.PendingReason))
+	}
 	if v.Template.ModuleSHA256 != "" {
 		fmt.Fprintf(tw, "module\tsha256:%s\n", v.Template.ModuleSHA256)
+	}
+	if a.Template != nil {
+		fmt.Fprintf(tw, "limits\t%s (each task)\n", jobLimitsText(a.Template, v.Template))
+		if len(v.Template.Constraints) > 0 {
+			var cs []string
+			for k, val := range v.Template.Constraints {
+				cs = append(cs, k+"="+val)
+			}
+			slices.Sort(cs)
+			fmt.Fprintf(tw, "constraints\t%s\n", printableText(strings.Join(cs, ", ")))
+		}
+		if v.Template.Priority != 0 {
+			fmt.Fprintf(tw, "priority\t%d\n", v.Template.Priority)
+		}
 	}
 	fmt.Fprintf(tw, "submitter\t%s\nsubmitted\t%s\n", v.Template.Submitter, v.Template.SubmittedAt)
 	tw.Flush()

@@ -349,7 +349,8 @@ func TestCancelArrayPruneRetention(t *testing.T) {
 	if r := c.cli("status"); !strings.Contains(r.stdout, "ended jobs kept 7d; jobs that ended before") {
 		t.Fatalf("status: %+v", r)
 	}
-	if r := c.cli("job", "retention", "1s"); r.code != 1 || !strings.Contains(r.stderr, "out of range") {
+	// Out of range is a usage error, said before anything is sent, as a 0 is.
+	if r := c.cli("job", "retention", "1s"); r.code != exitUsage || !strings.Contains(r.stderr, "retention 1s is out of range: use between 1m and 3650d") {
 		t.Fatalf("1s retention: %+v", r)
 	}
 }

@@ -185,7 +185,7 @@ func jobCommand() *ucli.Command {
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "phase", Usage: "only jobs in this `PHASE` (queued, running, completed, failed, aborted, …)"},
 					&ucli.UintFlag{Name: "limit", Usage: "at most `N` jobs per page (at most 1000)", Value: 100},
-					&ucli.StringFlag{Name: "after", Usage: "continue after job `ID` (the next page, as printed)"},
+					&ucli.StringFlag{Name: "after", Usage: "continue after `CURSOR` (the next page, as printed: ID@INDEX, which goes on even once that job is pruned; a job ID works too)"},
 					&ucli.StringFlag{Name: "node", Usage: "only jobs placed on node `ID`"},
 					&ucli.StringFlag{Name: "array", Usage: "only the tasks of job array `ID`, in task order"},
 					&ucli.BoolFlag{Name: "oldest-first", Usage: "list in acceptance order instead of newest first"},
@@ -1087,7 +1087,7 @@ func jobList(c *ucli.Context) error {
 		out := struct {
 			Jobs        []listJobJSON `json:"jobs"`
 			NextAfterID string        `json:"next_after_id,omitempty"`
-		}{Jobs: []listJobJSON{}, NextAfterID: resp.Msg.NextAfterId}
+		}{Jobs: []listJobJSON{}, NextAfterID: nextCursor(resp.Msg)}
 		for _, j := range resp.Msg.Jobs {
 			out.Jobs = append(out.Jobs, listJobJSON{jobJSON: toJobJSON(j)})
 		}
@@ -1117,10 +1117,19 @@ func jobList(c *ucli.Context) error {
 	if note := tasksNote(resp.Msg.Jobs); note != "" && c.String("array") == "" {
 		fmt.Fprintln(c.App.ErrWriter, note)
 	}
-	if next := resp.Msg.NextAfterId; next != "" {
+	if next := nextCursor(resp.Msg); next != "" {
 		fmt.Fprintf(c.App.ErrWriter, "more jobs: %s\n", nextPageCommand(c, next))
 	}
 	return nil
+}
+
+// nextCursor is the next page's cursor: ID@INDEX, which goes on past a
+// job pruned meanwhile, or from an older node the bare id.
+func nextCursor(r *palyrav1.ListJobsResponse) string {
+	if r.NextCursor != "" {
+		return r.NextCursor
+	}
+	return r.NextAfterId
 }
 
 // nextPageCommand is the job list command for the page after id, with

@@ -119,6 +119,10 @@ func retentionCommand() *ucli.Command {
 					if d <= 0 {
 						return usageErr("retention must be positive, e.g. 7d (or 'default')")
 					}
+					if d < minRetention || d > maxRetention { // said before anything is sent, as for 0
+						return usageErr("retention %s is out of range: use between %s and %s, e.g. 7d ('default' restores the default, 24h)",
+							a, palyrav1.FormatRetention(minRetention.Milliseconds()), palyrav1.FormatRetention(maxRetention.Milliseconds()))
+					}
 				}
 				set = &d
 			}

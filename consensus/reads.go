@@ -2,8 +2,11 @@ package consensus
 
 import (
 	"crypto/subtle"
-	"github.com/google/btree"
 	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/google/btree"
 )
 
 // Array is a job array as the cluster keeps it: the template its tasks
@@ -74,8 +77,11 @@ type JobFilter struct {
 	NodeID  string // jobs whose last placement was on this node
 	ArrayID string // the tasks of one array, in task order
 	AfterID string // continue after this id (in the listing's order)
-	Limit   int    // 0 = no limit
-	Newest  bool   // newest first (default: acceptance order)
+	// AfterCommit is AfterID's commit index: with it, a listing goes on
+	// from where AfterID was even once that job is gone (pruned).
+	AfterCommit uint64
+	Limit       int  // 0 = no limit
+	Newest      bool // newest first (default: acceptance order)
 }
 
 // Jobs returns copies of matching jobs. It walks the narrowest index for
@@ -149,10 +155,29 @@ func (s *State) Jobs(f JobFilter) []Job {
 	return out
 }
 
+// taskIndex is the index a task id ends with ("j-….17": 17); 0 for a job's id.
+func taskIndex(id string) uint32 {
+	i := strings.LastIndexByte(id, '.')
+	if i < 0 {
+		return 0
+	}
+	n, err := strconv.ParseUint(id[i+1:], 10, 32)
+	if err != nil {
+		return 0
+	}
+	return uint32(n)
+}
+
 // walk visits t from after f.AfterID (or the start) in f's direction.
 func (s *State) walk(t *btree.BTreeG[*Job], f JobFilter, visit func(*Job) bool) {
 	if f.AfterID != "" {
-		if after, ok := s.jobs[f.AfterID]; ok {
+		after, ok := s.jobs[f.AfterID]
+		if !ok && f.AfterCommit > 0 {
+			// Gone: a stand-in at its place (acceptance order is commit
+			// index, task index, id; a task's index ends its id).
+			after, ok = &Job{ID: f.AfterID, CommitIndex: f.AfterCommit, ArrayIndex: taskIndex(f.AfterID)}, true
+		}
+		if ok {
 			if f.Newest {
 				t.DescendLessOrEqual(after, func(j *Job) bool { return j.ID == after.ID || visit(j) })
 			} else {
@@ -255,6 +280,35 @@ func (s *State) QueueAhead(id string, limit int) (n int, ok bool) {
 		return true
 	})
 	return n, true
+}
+
+// FirstQueuedTask is array id's first queued task (in placement order),
+// found by a seek in its kind's queue.
+func (s *State) FirstQueuedTask(id string) (Job, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	a := s.arrays[id]
+	if a == nil {
+		return Job{}, false
+	}
+	q := s.idx.queue[a.Template.Kind]
+	if q == nil {
+		return Job{}, false
+	}
+	var out *Job
+	// Its tasks share the priority and the commit index: they sit
+	// together in the queue, in task order.
+	q.AscendGreaterOrEqual(&Job{Priority: a.Template.Priority, CommitIndex: a.Template.CommitIndex}, func(j *Job) bool {
+		if j.ArrayID == id {
+			out = j
+			return false
+		}
+		return j.Priority == a.Template.Priority && j.CommitIndex == a.Template.CommitIndex // another job of its entry
+	})
+	if out == nil {
+		return Job{}, false
+	}
+	return *out, true
 }
 
 // QueuedCount is how many jobs of kind are queued.

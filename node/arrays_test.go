@@ -315,6 +315,31 @@ func TestListNewestFirstPagesWithoutPayloads(t *testing.T) {
 			t.Fatalf("%v: want a refusal with a hint, got %v", req, err)
 		}
 	}
+	// The cursor a page gives (ID@INDEX) goes on past its job once that
+	// job is pruned (a trial: retention pruned the cursor mid-listing).
+	first := list(&palyrav1.ListJobsRequest{Limit: 2, OldestFirst: true})
+	if want := ids[1] + "@"; !strings.HasPrefix(first.NextCursor, want) || first.NextAfterId != ids[1] {
+		t.Fatalf("cursor %q (after id %q), want %s…", first.NextCursor, first.NextAfterId, want)
+	}
+	if _, err := cl.Jobs.PruneJobs(callCtx(t), connect.NewRequest(&palyrav1.PruneJobsRequest{OlderThanMs: 0})); err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	// Everything ended, so everything went: a fresh set, placed after the cursor.
+	var later []string
+	for i := range 3 {
+		id := submit(t, cl, fmt.Sprint("later ", i))
+		waitCompleted(t, cl, id)
+		later = append(later, id)
+	}
+	if r := list(&palyrav1.ListJobsRequest{Limit: 10, OldestFirst: true, AfterId: first.NextCursor}); !slices.Equal(jobIDs(r.Jobs), later) {
+		t.Fatalf("after the pruned cursor %s: %v, want the jobs after it %v", first.NextCursor, jobIDs(r.Jobs), later)
+	}
+	if r := list(&palyrav1.ListJobsRequest{Limit: 10, AfterId: first.NextCursor}); len(r.Jobs) != 0 {
+		t.Fatalf("newest first after the pruned cursor: %v, want none (every job before it is gone)", jobIDs(r.Jobs))
+	}
+	if _, err := cl.Jobs.ListJobs(callCtx(t), connect.NewRequest(&palyrav1.ListJobsRequest{AfterId: first.NextAfterId})); cl.Explain(err).Code != "not_found" {
+		t.Fatalf("a bare pruned id as cursor: %v", err)
+	}
 }
 
 // PruneJobs removes ended jobs and keeps running ones; a pruned id's
@@ -517,6 +542,15 @@ func TestEndedJobsPastTheCapArePrunedOldestFirst(t *testing.T) {
 func TestDeepQueuedJobSaysWhatIsAheadOfIt(t *testing.T) {
 	n := start(t, node.Config{WasmSlots: 1})
 	cl := operator(t, n, n.Addr())
+	// An array no node can run says why, at the head of the queue.
+	req := &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "sleep"), Inputs: [][]byte{[]byte("1s"), []byte("1s")}, Constraints: map[string]string{"zone": "nowhere"}}
+	resp, err := cl.Jobs.SubmitJob(callCtx(t), connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	waitFor(t, "the unplaceable array to say why", time.Minute, func() bool {
+		return strings.Contains(getArray(t, cl, resp.Msg.Array.Id).PendingReason, "zone=nowhere")
+	})
 	inputs := make([]string, 600)
 	for i := range inputs {
 		inputs[i] = "1m"
@@ -530,7 +564,7 @@ func TestDeepQueuedJobSaysWhatIsAheadOfIt(t *testing.T) {
 		return want.MatchString(j.PendingReason)
 	})
 	m := want.FindStringSubmatch(j.PendingReason)
-	if ahead, _ := strconv.Atoi(m[1]); ahead < 300 || ahead > 600 {
+	if ahead, _ := strconv.Atoi(m[1]); ahead < 300 || ahead > 602 {
 		t.Errorf("%q: the array's queued tasks are ahead of it", j.PendingReason)
 	}
 	stream, err := cl.Jobs.WatchJob(callCtx(t), connect.NewRequest(&palyrav1.WatchJobRequest{Id: last}))
@@ -545,4 +579,21 @@ func TestDeepQueuedJobSaysWhatIsAheadOfIt(t *testing.T) {
 	if first := getJob(t, cl, consensus.TaskID(arr.Id, 0)); strings.HasPrefix(first.PendingReason, "behind") {
 		t.Errorf("the array's first task: %q", first.PendingReason)
 	}
+	// An array says why its first queued task waits (a trial: the array
+	// said nothing, its task .0 named the constraint no node matches).
+	if r := getArray(t, cl, arr.Id); r.PendingReason == "" {
+		t.Error("an array with queued tasks says nothing of why they wait")
+	}
+}
+
+func getArray(t *testing.T, cl *client.Client, id string) *palyrav1.JobArray {
+	t.Helper()
+	resp, err := cl.Jobs.GetJob(callCtx(t), connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	if resp.Msg.Array == nil {
+		t.Fatalf("%s is not an array", id)
+	}
+	return resp.Msg.Array
 }

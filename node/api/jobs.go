@@ -363,7 +363,12 @@ func (js jobService) GetJob(ctx context.Context, req *connect.Request[palyrav1.G
 		if err := js.s.authz.Check(ctx, policy.ActionJobRead, arrayResource(&a), nil); err != nil {
 			return nil, err
 		}
-		return connect.NewResponse(&palyrav1.GetJobResponse{Array: ArrayToPB(&a), Read: ri}), nil
+		pb := ArrayToPB(&a)
+		if t, ok := js.s.control.State().FirstQueuedTask(a.Template.ID); ok {
+			js.s.queuePlace(&t)
+			pb.PendingReason = t.PendingReason
+		}
+		return connect.NewResponse(&palyrav1.GetJobResponse{Array: pb, Read: ri}), nil
 	}
 	j, err := js.authorizedJob(ctx, policy.ActionJobRead, req.Msg.Id)
 	if err != nil {

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -58,16 +59,21 @@ func (js jobService) ListJobs(ctx context.Context, req *connect.Request[palyrav1
 			return nil, err
 		}
 	}
-	if m.AfterId != "" {
-		// A cursor that no longer exists (pruned) would silently restart
-		// the walk from the beginning: say so instead.
-		if j, ok := st.Job(m.AfterId); !ok || (m.ArrayId != "" && j.ArrayID != m.ArrayId) {
+	afterID, afterCommit := splitCursor(m.AfterId)
+	if afterID != "" {
+		// A cursor whose job no longer exists (pruned) would silently
+		// restart the walk from the beginning: one that carries its place
+		// (next_cursor) goes on from there; a bare id is refused.
+		j, ok := st.Job(afterID)
+		if (ok && m.ArrayId != "" && j.ArrayID != m.ArrayId) || (!ok && (afterCommit == 0 || m.ArrayId != "")) {
 			return nil, prunedCursor(m.AfterId, "job"+inArray(m.ArrayId))
 		}
 	}
 	var page []consensus.Job
 	var outBytes uint64
-	next, cursor, scanned := "", m.AfterId, 0
+	var next *consensus.Job
+	cursor, scanned := afterID, 0
+	f.AfterCommit = afterCommit
 	chunk := limit + 1
 scan:
 	for {
@@ -76,13 +82,13 @@ scan:
 		for i := range batch {
 			j := &batch[i]
 			scanned++
-			cursor = j.ID
+			cursor, f.AfterCommit = j.ID, j.CommitIndex
 			if !allowed(j) {
 				continue
 			}
 			size := j.StdoutSize + j.StderrSize
 			if len(page) == limit || (m.WithOutputs && len(page) > 0 && outBytes+size > maxListOutputBytes) {
-				next = page[len(page)-1].ID
+				next = &page[len(page)-1]
 				break scan
 			}
 			outBytes += size
@@ -94,11 +100,14 @@ scan:
 		if scanned >= maxListScan {
 			// Too few readable jobs among many: end the page here; the
 			// cursor resumes after the last job examined.
-			next = cursor
+			next = &batch[len(batch)-1]
 			break
 		}
 	}
-	resp := &palyrav1.ListJobsResponse{Read: ri, NextAfterId: next, Jobs: make([]*palyrav1.Job, 0, len(page))}
+	resp := &palyrav1.ListJobsResponse{Read: ri, Jobs: make([]*palyrav1.Job, 0, len(page))}
+	if next != nil {
+		resp.NextAfterId, resp.NextCursor = next.ID, fmt.Sprintf("%s@%d", next.ID, next.CommitIndex)
+	}
 	for i := range page {
 		j := &page[i]
 		if !m.WithOutputs {
@@ -173,12 +182,26 @@ func (s *Server) listStart(ctx context.Context, stale bool, asked uint32) (*paly
 	return ri, s.control.State(), min(limit, maxListLimit), nil
 }
 
+// splitCursor splits a page cursor, "ID" or "ID@INDEX" (next_cursor: the
+// job's commit index too), into its parts (index 0 for a bare id).
+func splitCursor(c string) (id string, commit uint64) {
+	i := strings.LastIndexByte(c, '@')
+	if i < 0 {
+		return c, 0
+	}
+	n, err := strconv.ParseUint(c[i+1:], 10, 64)
+	if err != nil {
+		return c, 0
+	}
+	return c[:i], n
+}
+
 // prunedCursor answers a page cursor that names nothing (what: "job",
 // "array"): resuming from it would silently restart the walk.
 func prunedCursor(id, what string) error {
 	return apiError(connect.CodeNotFound, "not_found",
 		fmt.Sprintf("the page cursor %q names no %s (it may have been pruned)", id, what),
-		"list again from the start, without --after")
+		"list again from the start, without --after (the cursor a page prints, ID@INDEX, goes on past a pruned job)")
 }
 
 func inArray(id string) string {

@@ -22,6 +22,7 @@ type State interface {
 	Arrays(afterID string, limit int, newest bool) []consensus.Array
 	Count(p consensus.Phase) uint64
 	QueueAhead(id string, limit int) (int, bool)
+	FirstQueuedTask(array string) (consensus.Job, bool)
 	CountByPhase() map[consensus.Phase]uint64
 	Retention() int64
 	PrunedBefore() int64

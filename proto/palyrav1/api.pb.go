@@ -777,13 +777,16 @@ func (x *JobAttempt) GetReason() string {
 
 // JobArray is a job array: one task per input, all sharing a template.
 type JobArray struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Size          uint32                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`                                                                               // number of tasks
-	Counts        map[string]uint64      `protobuf:"bytes,3,rep,name=counts,proto3" json:"counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // wire phase name → tasks in it (every phase present)
-	Template      *Job                   `protobuf:"bytes,4,opt,name=template,proto3" json:"template,omitempty"`                                                                        // the settings every task shares (no input)
-	Done          bool                   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`                                                                               // every task has ended
-	EndedAtMs     int64                  `protobuf:"varint,6,opt,name=ended_at_ms,json=endedAtMs,proto3" json:"ended_at_ms,omitempty"`                                                  // when the last task ended (once done)
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Size      uint32                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`                                                                               // number of tasks
+	Counts    map[string]uint64      `protobuf:"bytes,3,rep,name=counts,proto3" json:"counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // wire phase name → tasks in it (every phase present)
+	Template  *Job                   `protobuf:"bytes,4,opt,name=template,proto3" json:"template,omitempty"`                                                                        // the settings every task shares (no input)
+	Done      bool                   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`                                                                               // every task has ended
+	EndedAtMs int64                  `protobuf:"varint,6,opt,name=ended_at_ms,json=endedAtMs,proto3" json:"ended_at_ms,omitempty"`                                                  // when the last task ended (once done)
+	// GetJob: why its first queued task waits (the scheduler's reason, or
+	// how many jobs are placed before it), when it has one queued.
+	PendingReason string `protobuf:"bytes,7,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -858,6 +861,13 @@ func (x *JobArray) GetEndedAtMs() int64 {
 		return x.EndedAtMs
 	}
 	return 0
+}
+
+func (x *JobArray) GetPendingReason() string {
+	if x != nil {
+		return x.PendingReason
+	}
+	return ""
 }
 
 // Artifact is a file a job produced, stored as a content-addressed blob.
@@ -1412,7 +1422,7 @@ type ListJobsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Phase   JobPhase               `protobuf:"varint,1,opt,name=phase,proto3,enum=palyra.v1.JobPhase" json:"phase,omitempty"` // UNSPECIFIED = all
 	Limit   uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`                         // 0 = default (100); at most 1000
-	AfterId string                 `protobuf:"bytes,3,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`       // pagination: continue after this job (next_after_id of the previous page)
+	AfterId string                 `protobuf:"bytes,3,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`       // pagination: continue after this job (next_after_id or next_cursor of the previous page)
 	Stale   bool                   `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`                         // read this node's replica without a quorum check
 	NodeId  string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`          // only jobs placed on this node
 	// array_id lists the tasks of one array, in task order.
@@ -1515,11 +1525,15 @@ func (x *ListJobsRequest) GetOldestFirst() bool {
 // ListJobsResponse never carries inputs, nor outputs unless with_outputs
 // was asked for; sizes and hashes are always there. next_after_id is set
 // when there may be more: pass it as after_id for the next page.
+// next_cursor ("ID@INDEX": the job and its place in the listing) does the
+// same as next_after_id, and goes on from that place even once the job has
+// been pruned (after_id takes either form).
 type ListJobsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Jobs          []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	Read          *ReadInfo              `protobuf:"bytes,2,opt,name=read,proto3" json:"read,omitempty"`
 	NextAfterId   string                 `protobuf:"bytes,3,opt,name=next_after_id,json=nextAfterId,proto3" json:"next_after_id,omitempty"`
+	NextCursor    string                 `protobuf:"bytes,4,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1571,6 +1585,13 @@ func (x *ListJobsResponse) GetRead() *ReadInfo {
 func (x *ListJobsResponse) GetNextAfterId() string {
 	if x != nil {
 		return x.NextAfterId
+	}
+	return ""
+}
+
+func (x *ListJobsResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
 	}
 	return ""
 }
@@ -6943,14 +6964,15 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"placedAtMs\x12\x1e\n" +
 	"\vended_at_ms\x18\x04 \x01(\x03R\tendedAtMs\x12\x12\n" +
 	"\x04code\x18\x05 \x01(\tR\x04code\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"\x82\x02\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"\xa9\x02\n" +
 	"\bJobArray\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\rR\x04size\x127\n" +
 	"\x06counts\x18\x03 \x03(\v2\x1f.palyra.v1.JobArray.CountsEntryR\x06counts\x12*\n" +
 	"\btemplate\x18\x04 \x01(\v2\x0e.palyra.v1.JobR\btemplate\x12\x12\n" +
 	"\x04done\x18\x05 \x01(\bR\x04done\x12\x1e\n" +
-	"\vended_at_ms\x18\x06 \x01(\x03R\tendedAtMs\x1a9\n" +
+	"\vended_at_ms\x18\x06 \x01(\x03R\tendedAtMs\x12%\n" +
+	"\x0epending_reason\x18\a \x01(\tR\rpendingReason\x1a9\n" +
 	"\vCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"i\n" +
@@ -7013,11 +7035,13 @@ const file_palyra_v1_api_proto_rawDesc = "" +
 	"\anode_id\x18\x05 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\barray_id\x18\x06 \x01(\tR\aarrayId\x12!\n" +
 	"\fwith_outputs\x18\a \x01(\bR\vwithOutputs\x12!\n" +
-	"\foldest_first\x18\b \x01(\bR\voldestFirst\"\x83\x01\n" +
+	"\foldest_first\x18\b \x01(\bR\voldestFirst\"\xa4\x01\n" +
 	"\x10ListJobsResponse\x12\"\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x0e.palyra.v1.JobR\x04jobs\x12'\n" +
 	"\x04read\x18\x02 \x01(\v2\x13.palyra.v1.ReadInfoR\x04read\x12\"\n" +
-	"\rnext_after_id\x18\x03 \x01(\tR\vnextAfterId\"}\n" +
+	"\rnext_after_id\x18\x03 \x01(\tR\vnextAfterId\x12\x1f\n" +
+	"\vnext_cursor\x18\x04 \x01(\tR\n" +
+	"nextCursor\"}\n" +
 	"\x11ListArraysRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\rR\x05limit\x12\x19\n" +
 	"\bafter_id\x18\x02 \x01(\tR\aafterId\x12\x14\n" +
