@@ -231,7 +231,14 @@ func leaderTenure(s *palyrav1.StatusResponse, now time.Time) string {
 		return ""
 	}
 	since := time.UnixMilli(s.LeaderSinceMs)
-	out := fmt.Sprintf(", since %s (%s ago)", since.UTC().Format("15:04:05Z"), roughDuration(max(now.Sub(since), 0)))
+	// The node knows when it learned of its leader: for the leader that is
+	// when it took office; a follower (re)started since then learned later
+	// (a trial: two nodes gave two "since" for one leader), and says so.
+	seen := "since"
+	if s.LeaderId != s.NodeId {
+		seen = "followed by this node since"
+	}
+	out := fmt.Sprintf(", %s %s (%s ago)", seen, since.UTC().Format("15:04:05Z"), roughDuration(max(now.Sub(since), 0)))
 	if s.LeaderChangesLastHour > 1 {
 		out += fmt.Sprintf("; %d leader changes in the last hour", s.LeaderChangesLastHour)
 	}

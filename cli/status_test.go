@@ -67,8 +67,12 @@ func TestLeaderChurn(t *testing.T) {
 	if ch := leaderChurnCheck(s); ch.Status != "warn" || !strings.Contains(ch.Fix, "--network wan") || !strings.Contains(ch.Detail, "6 leader change") {
 		t.Fatalf("churn check: %+v", ch)
 	}
-	if got := leaderTenure(s, now); got != ", since 04:58:30Z (1m ago); 6 leader changes in the last hour" {
-		t.Fatalf("tenure: %q", got)
+	if got := leaderTenure(s, now); got != ", followed by this node since 04:58:30Z (1m ago); 6 leader changes in the last hour" {
+		t.Fatalf("tenure on a follower: %q", got)
+	}
+	leader := &palyrav1.StatusResponse{NodeId: "n-1", LeaderId: "n-1", LeaderSinceMs: s.LeaderSinceMs}
+	if got := leaderTenure(leader, now); got != ", since 04:58:30Z (1m ago)" {
+		t.Fatalf("tenure on the leader: %q", got)
 	}
 	s.LeaderChangesLastHour = 5
 	if ch := leaderChurnCheck(s); ch.Status != "ok" {
