@@ -1010,6 +1010,13 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 	if vals, failed := partialValues(j); failed {
 		heading, v.Output = "--- "+partialHeading, string(vals)
 	}
+	if isTerminal(w) {
+		// A job's output shown among its fields is data, not commands for
+		// the terminal (a trial: anyone's job could clear the screen or
+		// retitle the window of whoever ran 'job get'). --wait and 'job
+		// logs' print it raw, as the job's own stream.
+		v.Output, v.Stderr = terminalSafe(v.Output), terminalSafe(v.Stderr)
+	}
 	if v.Output != "" {
 		fmt.Fprintf(w, "%s\n%s", heading, v.Output)
 		if v.Output[len(v.Output)-1] != '\n' {
@@ -1022,6 +1029,27 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 			fmt.Fprintln(w)
 		}
 	}
+}
+
+// terminalSafe shows the control characters of s but newline and tab as
+// escapes (\x1b), so printing it cannot drive a terminal.
+func terminalSafe(s string) string {
+	if strings.IndexFunc(s, terminalControl) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if terminalControl(r) {
+			fmt.Fprintf(&b, "\\x%02x", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func terminalControl(r rune) bool {
+	return (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r <= 0x9f)
 }
 
 // jobLimitsText is a job's limits on one line: "timeout 30s, memory 64.0

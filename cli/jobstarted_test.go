@@ -87,6 +87,18 @@ func TestWatchSaysHowAnAttemptEnded(t *testing.T) {
 	}
 }
 
+func TestTerminalSafe(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain text\n\ttabbed":    "plain text\n\ttabbed",
+		"\x1b[2J\x1b]0;owned\x07": `\x1b[2J\x1b]0;owned\x07`,
+		"caf\u00e9 \u009b1m":      "caf\u00e9 \\x9b1m",
+	} {
+		if got := terminalSafe(in); got != want {
+			t.Errorf("terminalSafe(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 // A running job read with 'job get' says what its worker says: waiting
 // for a free slot there, or when its run began.
 func TestJobGetShowsTheWorkersRunStatus(t *testing.T) {
