@@ -508,7 +508,9 @@ func (s *State) removeArray(a *Array) {
 	for _, j := range tasks {
 		s.put(j, nil)
 	}
-	s.idx.ended.Delete(timeKey{a.EndedAtMS, a.Template.ID})
+	if _, ok := s.idx.ended.Delete(timeKey{a.EndedAtMS, a.Template.ID}); ok {
+		s.idx.prunable -= uint64(a.Size)
+	}
 	if h := a.Template.ModuleHash; h != "" {
 		if s.idx.blobRefs[h]--; s.idx.blobRefs[h] <= 0 {
 			delete(s.idx.blobRefs, h)

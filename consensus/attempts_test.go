@@ -111,3 +111,35 @@ func TestQueueAhead(t *testing.T) {
 		t.Error("a running job has a place in the queue")
 	}
 }
+
+// Prunable counts what a prune can remove: ended jobs outside arrays and
+// the tasks of finished arrays, not the ended tasks of an array still
+// running; it follows prunes and snapshots.
+func TestPrunableCountsWholeUnits(t *testing.T) {
+	f := NewFSM()
+	arr := &raftpb.Command{Cmd: &raftpb.Command_SubmitArray{SubmitArray: &raftpb.SubmitArray{
+		Template: &raftpb.JobRecord{Id: "a", Kind: "wasm", ModuleSha256: "ab"},
+		Tasks:    []*raftpb.ArrayTask{{Input: []byte("0")}, {Input: []byte("1")}, {Input: []byte("2")}}}}}
+	applyAll(t, f, submit("j1"), submit("j2"), arr,
+		assign("j1", 1, "n1"), finishCmdAt("j1", 1, "n1", 10),
+		assign("a.0", 1, "n1"), finishCmdAt("a.0", 1, "n1", 11), assign("a.1", 1, "n1"), finishCmdAt("a.1", 1, "n1", 12))
+	if got := f.State().Prunable(); got != 1 {
+		t.Fatalf("prunable %d, want 1: j1 (the array runs on)", got)
+	}
+	applyAll(t, f, assign("a.2", 1, "n1"), finishCmdAt("a.2", 1, "n1", 13))
+	if got := f.State().Prunable(); got != 4 {
+		t.Fatalf("prunable %d, want 4: j1 and the finished array's 3 tasks", got)
+	}
+	g := NewFSM()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.State().Prunable(); got != 4 {
+		t.Fatalf("restored: prunable %d, want 4", got)
+	}
+	prune := &raftpb.Command{Cmd: &raftpb.Command_PruneJobs{PruneJobs: &raftpb.PruneJobs{BeforeMs: 100, Max: 10}}}
+	applyAll(t, f, prune)
+	if got := f.State().Prunable(); got != 0 {
+		t.Fatalf("after pruning everything: prunable %d", got)
+	}
+}

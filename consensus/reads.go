@@ -444,18 +444,13 @@ func (s *State) EndedBefore(beforeMS int64) uint64 {
 	return n
 }
 
-// Ended is the number of ended jobs held (array tasks included, those of
-// arrays still running too).
-func (s *State) Ended() uint64 {
+// Prunable is the number of jobs a prune could remove: ended jobs outside
+// arrays and the tasks of finished arrays (not the ended tasks of an array
+// still running: an array goes whole).
+func (s *State) Prunable() uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var n uint64
-	for p, c := range s.idx.phases {
-		if p.Terminal() {
-			n += c
-		}
-	}
-	return n
+	return s.idx.prunable
 }
 
 // JobCount is the number of jobs held (array tasks included).

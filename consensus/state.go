@@ -45,6 +45,7 @@ type indexes struct {
 	running   map[string]map[string]*Job     // node → running job id → job
 	deadlines *btree.BTreeG[timeKey]         // unfinished jobs with a deadline
 	ended     *btree.BTreeG[timeKey]         // prunable units: terminal jobs outside arrays, finished arrays
+	prunable  uint64                         // jobs in those units (an array counts as its tasks)
 	phases    map[Phase]uint64               // count per phase
 	blobRefs  map[string]int                 // blob hash → references from jobs and arrays
 	modules   map[string]int                 // module hash → unfinished wasm jobs that run it
@@ -275,6 +276,7 @@ func (s *State) put(old, nw *Job) {
 		}
 		if old.Phase.Terminal() && old.ArrayID == "" {
 			x.ended.Delete(timeKey{old.FinishedAtMS, old.ID})
+			x.prunable--
 		}
 		blobsOf(old, func(h string) {
 			if x.blobRefs[h]--; x.blobRefs[h] <= 0 {
@@ -330,6 +332,7 @@ func (s *State) put(old, nw *Job) {
 		}
 		if nw.Phase.Terminal() && nw.ArrayID == "" {
 			x.ended.ReplaceOrInsert(timeKey{nw.FinishedAtMS, nw.ID})
+			x.prunable++
 		}
 		blobsOf(nw, func(h string) { x.blobRefs[h]++ })
 		if runsModule(nw) {
@@ -346,6 +349,7 @@ func (s *State) put(old, nw *Job) {
 				a.EndedAtMS = max(a.EndedAtMS, nw.FinishedAtMS)
 				if a.Terminal() {
 					x.ended.ReplaceOrInsert(timeKey{a.EndedAtMS, a.Template.ID})
+					x.prunable += uint64(a.Size)
 				}
 			}
 			s.touch(TopicJob(nw.ArrayID))

@@ -520,8 +520,8 @@ func TestEndedJobsPastTheCapArePrunedOldestFirst(t *testing.T) {
 		waitCompleted(t, cl, id) // one after another: they end in order
 		ids = append(ids, id)
 	}
-	waitFor(t, "the cluster to hold at most 4 ended jobs", time.Minute, func() bool { return n.StateForTest().Ended() <= 4 })
-	if got := n.StateForTest().Ended(); got != 4 {
+	waitFor(t, "the cluster to hold at most 4 ended jobs", time.Minute, func() bool { return n.StateForTest().Prunable() <= 4 })
+	if got := n.StateForTest().Prunable(); got != 4 {
 		t.Fatalf("%d ended jobs held, want the cap, 4", got)
 	}
 	for i, id := range ids {

@@ -56,6 +56,7 @@ func (n *Node) runScheduler(ctx context.Context) {
 		ArrayPrefetch: map[string]int{"wasm": orDefault(n.cfg.ArrayPrefetch, defaultArrayPrefetch)},
 		LeaseTTL:      n.cfg.LeaseTTL,
 		MaxEndedJobs:  n.cfg.MaxEndedJobs,
+		MinEndedAge:   n.minEndedAge(),
 		Placed:        func(k int) { n.metrics.placements.Add(float64(k)) },
 		// Re-queueing a worker that is not dead after all is safe: its
 		// results carry a stale attempt and are refused.
@@ -109,4 +110,13 @@ func (l nodeLeases) RenewLeases(ctx context.Context, held []worker.Lease) ([]wor
 		out[i] = worker.Lease{JobID: r.JobId, Attempt: r.Attempt}
 	}
 	return out, ttl, err
+}
+
+// minEndedAge is how long an ended job is kept whatever the cap on ended
+// jobs: driver.DefaultMinEndedAge, none for in-process tests (Fast).
+func (n *Node) minEndedAge() time.Duration {
+	if n.cfg.Fast {
+		return -1
+	}
+	return driver.DefaultMinEndedAge
 }

@@ -32,7 +32,7 @@ type State interface {
 	Job(id string) (consensus.Job, bool)
 	QueuedKinds() []string
 	OldestEnded() (int64, bool)
-	Ended() uint64
+	Prunable() uint64
 	Retention() int64
 }
 
@@ -93,13 +93,19 @@ type Config struct {
 	LeaseTTL time.Duration
 	// MaxEndedJobs is how many ended jobs the cluster holds at most
 	// (DefaultMaxEndedJobs if zero): past it, the oldest are pruned before
-	// their retention, so memory stays bounded under any load.
+	// their retention, so memory stays bounded under any load; but none
+	// that ended less than MinEndedAge ago (negative: none; zero:
+	// DefaultMinEndedAge), so every result can be read for that long.
 	MaxEndedJobs uint64
+	MinEndedAge  time.Duration
 }
 
-// DefaultMaxEndedJobs is the most ended jobs held by default: a whole
-// array of the largest size (consensus.MaxArrayTasks) stays readable.
+// DefaultMaxEndedJobs is the most ended jobs held by default (as many as
+// the largest array has tasks, consensus.MaxArrayTasks).
 const DefaultMaxEndedJobs = 1_000_000
+
+// DefaultMinEndedAge is how long an ended job is kept whatever the cap.
+const DefaultMinEndedAge = 5 * time.Minute
 
 // Limits on one round's work, so a round stays small and quick however
 // deep the queue is.
@@ -173,6 +179,12 @@ func New(cfg Config) *Driver {
 	}
 	if cfg.MaxEndedJobs == 0 {
 		cfg.MaxEndedJobs = DefaultMaxEndedJobs
+	}
+	switch {
+	case cfg.MinEndedAge == 0:
+		cfg.MinEndedAge = DefaultMinEndedAge
+	case cfg.MinEndedAge < 0:
+		cfg.MinEndedAge = 0
 	}
 	if cfg.DeadWorkerGrace <= 0 {
 		cfg.DeadWorkerGrace = defaultDeadWorker
@@ -393,15 +405,20 @@ func (d *Driver) prune(ctx context.Context, now time.Time) {
 	}
 	before, limit, by := now.UnixMilli()-st.Retention(), uint64(pruneBatch), "retention"
 	if oldest >= before {
-		ended := st.Ended()
-		if ended <= d.cfg.MaxEndedJobs {
+		// Only what a prune can remove counts: the ended tasks of an array
+		// still running cannot go (an array goes whole), and counted they
+		// would have made every other job go as soon as it ended.
+		held := st.Prunable()
+		capBefore := now.Add(-d.cfg.MinEndedAge).UnixMilli() + 1
+		if held <= d.cfg.MaxEndedJobs || oldest >= capBefore {
 			return
 		}
-		before, limit, by = now.UnixMilli()+1, min(ended-d.cfg.MaxEndedJobs, pruneBatch), "ended-job cap"
+		before, limit, by = capBefore, min(held-d.cfg.MaxEndedJobs, pruneBatch), "ended-job cap"
 		if now.Sub(d.lastCapWarn) >= time.Minute {
 			d.lastCapWarn = now
 			d.log.Warn("pruning the oldest ended jobs before their retention: the cluster holds more ended jobs than its cap",
-				"ended", ended, "cap", d.cfg.MaxEndedJobs, "hint", "read results sooner, shorten 'palyra job retention', or raise --max-ended-jobs on the voters (memory grows with it)")
+				"ended", held, "cap", d.cfg.MaxEndedJobs, "kept_at_least", d.cfg.MinEndedAge,
+				"hint", "read results sooner, shorten 'palyra job retention', or raise --max-ended-jobs on the voters (memory grows with it)")
 		}
 	}
 	d.lastPrune = now

@@ -14,8 +14,10 @@ import (
 // fakeState is an in-memory State for the driver (the FSM's indexes are
 // tested in consensus; here only what the driver reads matters).
 type fakeState struct {
-	queued  []consensus.Job
-	running map[string][]consensus.Job // by node
+	queued   []consensus.Job
+	running  map[string][]consensus.Job // by node
+	oldest   int64                      // OldestEnded (0: none)
+	prunable uint64
 }
 
 func (f *fakeState) Watch(string) <-chan struct{} { return make(chan struct{}) }
@@ -50,8 +52,8 @@ func (f *fakeState) Job(id string) (consensus.Job, bool) {
 	}
 	return consensus.Job{}, false
 }
-func (f *fakeState) OldestEnded() (int64, bool) { return 0, false }
-func (f *fakeState) Ended() uint64              { return 0 }
+func (f *fakeState) OldestEnded() (int64, bool) { return f.oldest, f.oldest > 0 }
+func (f *fakeState) Prunable() uint64           { return f.prunable }
 
 func (f *fakeState) Retention() int64 { return consensus.DefaultRetentionMS }
 
@@ -253,5 +255,41 @@ func TestFailingRoundsBackOff(t *testing.T) {
 	// thousands.
 	if applies < 2 || applies > 30 {
 		t.Fatalf("%d rounds tried in 300 ms against a node that fails them at once; want a few, backing off", applies)
+	}
+}
+
+// Past the cap on ended jobs, the driver prunes the oldest, as many as are
+// over it, but nothing that ended within MinEndedAge; under the cap, only
+// the retention prunes.
+func TestEndedJobCap(t *testing.T) {
+	now := time.UnixMilli(1_790_000_000_000)
+	prunes := func(st *fakeState) []*raftpb.PruneJobs {
+		var out []*raftpb.PruneJobs
+		d := New(Config{State: st, MaxEndedJobs: 100, MinEndedAge: time.Minute,
+			Apply: func(_ context.Context, c *raftpb.Command) error {
+				if p := c.GetPruneJobs(); p != nil {
+					out = append(out, p)
+				}
+				return nil
+			},
+			Now: func() time.Time { return now }})
+		d.prune(context.Background(), now)
+		return out
+	}
+	recent := now.Add(-30 * time.Second).UnixMilli()
+	old := now.Add(-2 * time.Minute).UnixMilli()
+	if p := prunes(&fakeState{oldest: old, prunable: 100}); len(p) != 0 {
+		t.Errorf("at the cap: %v", p)
+	}
+	if p := prunes(&fakeState{oldest: recent, prunable: 1000}); len(p) != 0 {
+		t.Errorf("over the cap, but everything ended within a minute: %v", p)
+	}
+	p := prunes(&fakeState{oldest: old, prunable: 130})
+	if len(p) != 1 || p[0].Max != 30 || p[0].By != "ended-job cap" || p[0].BeforeMs != now.Add(-time.Minute).UnixMilli()+1 {
+		t.Errorf("30 over the cap: %v", p)
+	}
+	// Past the retention, the retention prunes as before.
+	if p := prunes(&fakeState{oldest: now.Add(-48 * time.Hour).UnixMilli(), prunable: 5}); len(p) != 1 || p[0].By != "retention" {
+		t.Errorf("past the retention: %v", p)
 	}
 }
