@@ -255,7 +255,7 @@ func refusedCheck(cred check, src credentialSource, nodeRemoved bool) check {
 func removedNodeCheck(cert check, l node.Layout, r node.Refusal) check {
 	if r.Because == node.WhyStaleTrust {
 		return check{Name: cert.Name, Status: "fail",
-			Detail: fmt.Sprintf("%s; but this node trusts none of its peers (found at %s): the cluster replaced its CA root while it was down ('palyra ca rotate') and dropped the old one, or its peers are another cluster's",
+			Detail: fmt.Sprintf("%s; but this node trusts none of its peers (found at %s): the cluster replaced its CA root while it was down ('palyra ca rotate') and dropped the old one, or every peer it reaches joined while it was down (its certificate ledger cannot vouch for them without a leader), or its peers are another cluster's",
 				cert.Detail, r.Since.UTC().Format(time.RFC3339)),
 			Fix: node.RemovedFix + "; its data dir is " + l.Dir}
 	}

@@ -73,6 +73,7 @@ type Store struct {
 	stopOnce      sync.Once
 	closing       *atomic.Bool                  // set by Close: raft's errors from its own shutdown are expected
 	hookRules     atomic.Pointer[func() uint32] // SetHookRules
+	tail          certTail                      // TailHasCert
 }
 
 // SetHookRules sets how this server learns the hook rules it may propose

@@ -57,9 +57,11 @@ const ledgerJudgeWait = 1500 * time.Millisecond
 // its replica current through the leader (a read index, shared by the
 // handshakes waiting at the same time) and looks again. A leaf still
 // missing, or one this node cannot judge (it knows no leader, or none
-// answers in time), is refused: a node without a leader lets nobody in on
-// a certificate it cannot vouch for (it once did, and a forged node
-// certificate could then win its vote and lead it).
+// answers in time) and finds recorded in no entry of its own log past what
+// it applied (a restarted node applies nothing past its snapshot until a
+// leader speaks: Store.TailHasCert), is refused: a node without a leader
+// lets nobody in on a certificate it cannot vouch for (it once did, and a
+// forged node certificate could then win its vote and lead it).
 func (n *Node) ledgerCheck(store *consensus.Store, p identity.Principal, leaf *x509.Certificate) error {
 	verdict, why := store.State().CertStatus(leaf, string(p.Kind), p.ID)
 	switch verdict {
@@ -76,9 +78,15 @@ func (n *Node) ledgerCheck(store *consensus.Store, p identity.Principal, leaf *x
 		return n.ledgerRefusal(p, leaf, why+" (this node is starting and cannot check it yet; retry)")
 	}
 	if _, leader := store.Leader(); leader == "" {
+		if store.TailHasCert(leaf, string(p.Kind), p.ID) {
+			return nil // recorded in an entry this node holds but has not applied (consensus/certtail.go)
+		}
 		return n.ledgerRefusal(p, leaf, why+" (as far as this node knows: it has no leader to check with; retry, or use another node)")
 	}
 	if err := n.judge.current(c, time.Now().Add(ledgerJudgeWait)); err != nil {
+		if store.TailHasCert(leaf, string(p.Kind), p.ID) {
+			return nil
+		}
 		return n.ledgerRefusal(p, leaf, why+" (as far as this node knows: it could not check with a leader: "+err.Error()+")")
 	}
 	if verdict, why = store.State().CertStatus(leaf, string(p.Kind), p.ID); verdict == consensus.CertRecorded || verdict == consensus.CertUnchecked {

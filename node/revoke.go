@@ -74,7 +74,8 @@ const refusedMessage = "this node's certificate is refused by the cluster: it wa
 const WhyStaleTrust = "it refused the certificate of every peer it tried"
 
 // staleTrustMessage is what a node that trusts none of its peers is told.
-const staleTrustMessage = "this node trusts none of its peers' certificates: the cluster replaced its CA root while this node was down and has since dropped the old one ('palyra ca rotate'), or the peers it knows are another cluster's; " + RemovedFix
+const staleTrustMessage = "this node trusts none of its peers' certificates: the cluster replaced its CA root while this node was down and has since dropped the old one ('palyra ca rotate'), " +
+	"or every peer it can reach joined while it was down (its certificate ledger does not hold them and it knows no leader to check with), or the peers it knows are another cluster's; " + RemovedFix
 
 // RemovedFix is what brings a removed node's machine back: its data dir
 // holds an identity the cluster refuses for good.
