@@ -427,7 +427,17 @@ func (s *State) cancelOne(j *Job, c *raftpb.CancelJob) Job {
 	return n
 }
 
-func (s *State) applyRequeue(c *raftpb.RequeueJob) ApplyResult { return s.requeue(c, c.AtMs) }
+// A requeue's own time (at_ms) is the proposer's, recorded as the attempt's
+// end and nothing else: it takes no part in the cluster clock, which an
+// older node, ignorant of the field, would not move with it. Without one,
+// the cluster clock's time stands in.
+func (s *State) applyRequeue(c *raftpb.RequeueJob) ApplyResult {
+	at := c.AtMs
+	if at == 0 {
+		at = s.clockMS
+	}
+	return s.requeue(c, at)
+}
 
 // requeue returns a running job to the queue; atMS is when (the command's
 // own time, or its scheduler round's).

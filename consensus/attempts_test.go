@@ -46,16 +46,25 @@ func TestEarlierAttemptsTellTheJobsStory(t *testing.T) {
 		// The placements carry no time: the cluster clock's (the last applied) is theirs.
 		{Attempt: 2, NodeID: "n2", PlacedAtMS: 1500, EndedAtMS: 2500, Code: "exit_code", Reason: "boom"},
 		{Attempt: 3, NodeID: "n3", PlacedAtMS: 2500, EndedAtMS: 3500, Code: "requeued", Reason: "node n3 stopped"},
-		{Attempt: 4, NodeID: "n1", PlacedAtMS: 3500, EndedAtMS: 3500, Code: "requeued", Reason: "returned to the queue"},
+		// A requeue's own time moves no clock (an older node would not
+		// move it): attempt 4 is placed at the clock's 2500, and ends,
+		// with no time of its own, at the clock's time.
+		{Attempt: 4, NodeID: "n1", PlacedAtMS: 2500, EndedAtMS: 2500, Code: "requeued", Reason: "returned to the queue"},
 	}
 	if !reflect.DeepEqual(j.Earlier, want) {
 		t.Fatalf("earlier attempts:\n got %+v\nwant %+v", j.Earlier, want)
+	}
+	// A requeue stamped far ahead (a worker's clock) moves no clock.
+	clock := f.State().ClockMS()
+	applyAll(t, f, assign("j", 5, "n2"), requeue(5, "n2", "ahead", clock+3_600_000))
+	if got := f.State().ClockMS(); got != clock {
+		t.Fatalf("a requeue's own time moved the cluster clock from %d to %d", clock, got)
 	}
 	// A stale requeue (attempt 1 again) records nothing.
 	if r := applyAll(t, f, requeue(1, "n1", "late", 9)); r[0].Err == nil {
 		t.Fatal("a stale requeue was applied")
 	}
-	if again, _ := f.State().Job("j"); len(again.Earlier) != 4 {
+	if again, _ := f.State().Job("j"); len(again.Earlier) != 5 {
 		t.Fatalf("a stale requeue changed the story: %+v", again.Earlier)
 	}
 	if before.Earlier != nil {
@@ -64,11 +73,11 @@ func TestEarlierAttemptsTellTheJobsStory(t *testing.T) {
 
 	// Bounded: the latest MaxEarlierAttempts are kept, oldest first.
 	held := j // a copy handed out with 4 entries
-	for a := uint32(5); a < 5+2*MaxEarlierAttempts; a++ {
+	for a := uint32(6); a < 6+2*MaxEarlierAttempts; a++ {
 		applyAll(t, f, assign("j", a, "n2"), requeue(a, "n2", fmt.Sprint("round ", a), int64(a)))
 	}
 	j, _ = f.State().Job("j")
-	last := uint32(4 + 2*MaxEarlierAttempts)
+	last := uint32(5 + 2*MaxEarlierAttempts)
 	if len(j.Earlier) != MaxEarlierAttempts || j.Earlier[0].Attempt != last-MaxEarlierAttempts+1 || j.Earlier[MaxEarlierAttempts-1].Attempt != last {
 		t.Fatalf("kept %d attempts, %d … %d; want the last %d ending at %d", len(j.Earlier), j.Earlier[0].Attempt, j.Earlier[len(j.Earlier)-1].Attempt, MaxEarlierAttempts, last)
 	}

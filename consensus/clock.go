@@ -76,8 +76,6 @@ func commandTimes(cmd *raftpb.Command) []timeGroup {
 		return []timeGroup{g}
 	case *raftpb.Command_FinishJob:
 		return one(&c.FinishJob.AtMs)
-	case *raftpb.Command_RequeueJob:
-		return one(&c.RequeueJob.AtMs)
 	case *raftpb.Command_FinishBatch:
 		var out []timeGroup
 		for _, r := range c.FinishBatch.Results {
