@@ -34,7 +34,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	s := f.state
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	f.atSnapshot.Store(f.appliedBytes.Load()) // raft runs Snapshot on its FSM goroutine: nothing applies meanwhile
+	applied := f.appliedBytes.Load() // raft runs Snapshot on its FSM goroutine: nothing applies meanwhile
 	hdr := &raftpb.Snapshot{Version: snapshotVersion, StaleResults: s.staleResults, AppliedIndex: s.applied,
 		JobCount: uint64(s.idx.order.Len()), ArrayCount: uint64(len(s.arrays)), RetentionMs: s.retentionMS,
 		PrunedBeforeMs: s.prunedBefore, ClockMs: s.clockMS}
@@ -45,13 +45,17 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		a := s.arrays[id]
 		arrays = append(arrays, &raftpb.ArrayRecord{Template: jobToRecord(&a.Template), Size: a.Size})
 	}
-	return &fsmSnapshot{hdr: hdr, jobs: s.idx.order.Clone(), arrays: arrays}, nil
+	return &fsmSnapshot{hdr: hdr, jobs: s.idx.order.Clone(), arrays: arrays, fsm: f, applied: applied}, nil
 }
 
 type fsmSnapshot struct {
 	hdr    *raftpb.Snapshot
 	jobs   *btree.BTreeG[*Job]
 	arrays []*raftpb.ArrayRecord
+	// once persisted, fsm.atSnapshot becomes applied (the bytes applied
+	// when the snapshot was taken): a snapshot that fails counts nothing.
+	fsm     *FSM
+	applied uint64
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
@@ -60,7 +64,13 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 		_ = sink.Cancel()
 		return fmt.Errorf("persist snapshot: %w", err)
 	}
-	return sink.Close()
+	if err := sink.Close(); err != nil {
+		return err
+	}
+	if s.fsm != nil {
+		s.fsm.atSnapshot.Store(max(s.fsm.atSnapshot.Load(), s.applied))
+	}
+	return nil
 }
 
 func (s *fsmSnapshot) write(w io.Writer) error {
