@@ -174,7 +174,8 @@ func jobCommand() *ucli.Command {
 				Name: "list", Usage: "list jobs, newest first, a page at a time (never their inputs or outputs)",
 				Description: `Lists jobs newest first (--oldest-first for acceptance order), at most
    --limit per page; when there are more, prints the command for the next page
-   on stderr (with --json: next_after_id). --array ID lists one array's tasks in
+   on stderr (with --json: next_cursor, ID@INDEX, which goes on past a job
+   pruned meanwhile; next_after_id is the last job's id). --array ID lists one array's tasks in
    task order; --arrays lists the arrays themselves, one row each with its
    counts. Inputs and outputs are never listed (their sizes are, in --json);
    read one job's with 'palyra job get ID', an array's with 'palyra job watch ID'.
@@ -1105,17 +1106,26 @@ func jobList(c *ucli.Context) error {
 		return err
 	}
 	defer cl.Close()
-	resp, err := cl.Jobs.ListJobs(c.Context, connect.NewRequest(&palyrav1.ListJobsRequest{
+	req := &palyrav1.ListJobsRequest{
 		Phase: ph, Limit: uint32(c.Uint("limit")), AfterId: c.String("after"), Stale: staleRead(c), NodeId: c.String("node"),
-		ArrayId: c.String("array"), OldestFirst: c.Bool("oldest-first")}))
+		ArrayId: c.String("array"), OldestFirst: c.Bool("oldest-first")}
+	resp, err := cl.Jobs.ListJobs(c.Context, connect.NewRequest(req))
+	if id, _, ok := strings.Cut(req.AfterId, "@"); ok && connect.CodeOf(err) == connect.CodeNotFound {
+		// A node older than ID@INDEX cursors takes it for an id it does
+		// not hold: ask again with the id alone (refused as before if that
+		// job was pruned).
+		req.AfterId = id
+		resp, err = cl.Jobs.ListJobs(c.Context, connect.NewRequest(req))
+	}
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}
 	if c.Bool("json") {
 		out := struct {
 			Jobs        []listJobJSON `json:"jobs"`
-			NextAfterID string        `json:"next_after_id,omitempty"`
-		}{Jobs: []listJobJSON{}, NextAfterID: nextCursor(resp.Msg)}
+			NextAfterID string        `json:"next_after_id,omitempty"` // the last job's id, as before
+			NextCursor  string        `json:"next_cursor,omitempty"`   // ID@INDEX: goes on past a pruned job
+		}{Jobs: []listJobJSON{}, NextAfterID: resp.Msg.NextAfterId, NextCursor: nextCursor(resp.Msg)}
 		for _, j := range resp.Msg.Jobs {
 			out.Jobs = append(out.Jobs, listJobJSON{jobJSON: toJobJSON(j)})
 		}

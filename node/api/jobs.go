@@ -539,6 +539,15 @@ func (js jobService) RunJob(ctx context.Context, req *connect.Request[palyrav1.S
 	}
 	a := resp.Msg.Job
 	sent := consensus.Job{Phase: consensus.Phase(a.Phase), Attempt: a.Attempt, NodeID: a.NodeId, PendingReason: a.PendingReason}
+	// Still queued with no reason (deep in the queue): say what is ahead
+	// of it once; the acceptance could not (this replica had not applied it).
+	if j, ok := st.Job(id); ok && j.Phase == consensus.PhaseQueued && j.PendingReason == "" && sent.Phase == consensus.PhaseQueued {
+		if js.s.queuePlace(&j); j.PendingReason != "" {
+			if err := stream.Send(&palyrav1.WatchJobResponse{Job: JobToPB(&j)}); err != nil {
+				return err
+			}
+		}
+	}
 	return js.follow(ctx, id, &sent, stream)
 }
 
@@ -573,18 +582,19 @@ func (js jobService) followWith(ctx context.Context, id string, last *consensus.
 		if !ok { // pruned while watched
 			return s.notFound(ctx, id)
 		}
-		s.queuePlace(&j)
 		differs := last == nil || j.Phase != last.Phase || j.Attempt != last.Attempt || j.NodeID != last.NodeID || j.PendingReason != last.PendingReason
 		switch {
 		case differs && (last == nil || due || j.Phase.Terminal()):
 			last = &j
+			shown := j // what is sent; last stays what the state says
 			if j.Phase.Terminal() {
 				// The last message carries the whole result.
-				if err := s.fillPayloads(&j, true); err != nil {
+				if err := s.fillPayloads(&shown, true); err != nil {
 					return err
 				}
 			}
-			if err := send(&palyrav1.WatchJobResponse{Job: JobToPB(&j)}); err != nil {
+			s.queuePlace(&shown) // counted only for a message that goes out
+			if err := send(&palyrav1.WatchJobResponse{Job: JobToPB(&shown)}); err != nil {
 				return err
 			}
 			if hold != nil {
