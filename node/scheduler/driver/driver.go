@@ -72,7 +72,8 @@ type Config struct {
 	// start). It keeps workers fed between rounds when jobs are short, so
 	// it applies in full only while the kind's jobs are (placement to
 	// result under shortJob on average); otherwise one per slot at most,
-	// so long jobs do not pile up on one worker while another idles.
+	// and none once they are long (longJob), so long jobs do not wait on
+	// one worker while another idles.
 	// ArrayPrefetch is the most array tasks per slot a worker may hold
 	// (usually deeper: tasks are many and alike); the depth used follows
 	// the tasks' average run so that about taskQueueBudget of work waits

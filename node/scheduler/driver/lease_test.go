@@ -94,8 +94,8 @@ func TestLeasesLapseUnlessRenewed(t *testing.T) {
 }
 
 // Prefetch applies in full only while a kind's jobs are short: before any
-// result, and once they take long, a worker holds at most one waiting job
-// per slot.
+// result, and while they take a while, a worker holds at most one waiting
+// job per slot; once they take long, none.
 func TestPrefetchFollowsJobLength(t *testing.T) {
 	d := New(Config{Prefetch: map[string]int{"wasm": 4}})
 	if got := d.prefetch()["wasm"]; got != 1 {
@@ -111,11 +111,21 @@ func TestPrefetchFollowsJobLength(t *testing.T) {
 	}
 	d.mu.Lock()
 	for range 200 {
-		d.observeRun("wasm", 2000)
+		d.observeRun("wasm", 500)
 	}
 	d.mu.Unlock()
 	if got := d.prefetch()["wasm"]; got != 1 {
-		t.Fatalf("long jobs: prefetch %d, want 1", got)
+		t.Fatalf("neither short nor long jobs: prefetch %d, want 1", got)
+	}
+	// Long jobs get none: a placement held behind a busy slot would wait
+	// a whole run while another node had a free one (a user trial).
+	d.mu.Lock()
+	for range 200 {
+		d.observeRun("wasm", 2000)
+	}
+	d.mu.Unlock()
+	if got := d.prefetch()["wasm"]; got != 0 {
+		t.Fatalf("long jobs: prefetch %d, want 0", got)
 	}
 	if got := New(Config{Prefetch: map[string]int{"wasm": 0}}).prefetch()["wasm"]; got != 0 {
 		t.Fatalf("prefetch off: %d", got)

@@ -498,17 +498,29 @@ func (d *Driver) observeRun(kind string, ms int64) {
 	d.runMS[kind] = old + (float64(ms)-old)/32
 }
 
+// longJob is the average placement-to-result time from which a kind's
+// jobs get no prefetch at all: a slot idles a round trip (milliseconds)
+// between two such jobs, where a placement held behind a busy slot waited
+// a whole run while another node had free slots (a user trial: a 15 s job
+// waited 37 s on a full node).
+const longJob = time.Second
+
 // prefetch is, per kind, the placements per slot a worker may hold beyond
 // those it runs now: the configured depth while the kind's jobs are short,
-// at most one otherwise (and before any has finished).
+// at most one while they are neither short nor long (and before any has
+// finished), none once they are long.
 func (d *Driver) prefetch() map[string]int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[string]int, len(d.cfg.Prefetch))
 	for kind, n := range d.cfg.Prefetch {
-		if avg, ok := d.runMS[kind]; ok && avg < float64(shortJob.Milliseconds()) {
+		avg, ok := d.runMS[kind]
+		switch {
+		case ok && avg < float64(shortJob.Milliseconds()):
 			out[kind] = n
-		} else {
+		case ok && avg >= float64(longJob.Milliseconds()):
+			out[kind] = 0
+		default:
 			out[kind] = min(n, 1)
 		}
 	}
