@@ -65,6 +65,15 @@ func TestDoctorOnARemovedNodesDataDir(t *testing.T) {
 		strings.Contains(cred.Fix, "device pair") || strings.Contains(cred.Fix, "--force") {
 		t.Fatalf("the removed node's operator credential should give the node's fix: %+v", cred)
 	}
+	// 'nodes' through the removed node fails rather than pass its stale
+	// view off as the cluster's (a trial: the live nodes listed dead, it
+	// alive, exit 0); 'status' warns.
+	if r := runCLI(t, "--data-dir", dir, "--addr", third.Addr(), "nodes"); r.code != 1 || !strings.Contains(r.stderr, "was removed from the cluster") || !strings.Contains(r.stderr, "stale view") {
+		t.Fatalf("nodes through the removed node: %+v", r)
+	}
+	if r := runCLI(t, "--data-dir", dir, "--addr", third.Addr(), "status"); !strings.Contains(r.stderr, "warning: the node that answered") {
+		t.Fatalf("status through the removed node: %+v", r)
+	}
 }
 
 // With no node and no credential here, doctor checked nothing of palyra:

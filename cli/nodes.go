@@ -12,6 +12,8 @@ import (
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/palyra-mesh/palyra/cli/client"
+	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
@@ -44,6 +46,11 @@ func nodesCommand() *ucli.Command {
 			resp, err := cl.Node.ListNodes(c.Context, connect.NewRequest(&palyrav1.ListNodesRequest{RaftProgress: true}))
 			if err != nil {
 				return fail(c, cl.Explain(err))
+			}
+			if e := removedView(c, resp.Msg.ServedBy); e != nil {
+				// Its list is its own stale view (the others "dead", itself
+				// alive): a trial took it for the cluster's.
+				return fail(c, e)
 			}
 			if c.Bool("json") {
 				out := []map[string]any{}
@@ -175,4 +182,22 @@ func mixedVersions(nodes []*palyrav1.NodeInfo) string {
 		parts = append(parts, fmt.Sprintf("%s on %s", v, strings.Join(byVersion[v], ", ")))
 	}
 	return "note: the nodes run different software (" + strings.Join(parts, "; ") + "): what the newer ones add waits until every node is upgraded"
+}
+
+// removedView is an error when the node that answered is this data dir's
+// node and that node has found the cluster refusing it (removed: its view
+// of the cluster is its own and stale); nil otherwise.
+func removedView(c *ucli.Context, servedBy string) *client.Error {
+	l := node.Layout{Dir: c.String("data-dir")}
+	r, ok := l.ReadRefusal()
+	if !ok {
+		return nil
+	}
+	st, err := l.ReadState()
+	if err != nil || st.NodeID == "" || st.NodeID != servedBy {
+		return nil
+	}
+	return &client.Error{Code: "failed_precondition",
+		Message: fmt.Sprintf("the node that answered, %s, was removed from the cluster (it found so at %s: %s): what it lists is its own stale view", servedBy, r.Since.UTC().Format(time.RFC3339), r.Because),
+		Hint:    "ask a live member with --addr HOST:PORT; 'palyra doctor' says how to bring this machine back"}
 }

@@ -51,6 +51,9 @@ func statusCommand() *ucli.Command {
 			if note := otherNodeNote(c, s.NodeId); note != "" {
 				fmt.Fprintln(c.App.ErrWriter, note)
 			}
+			if e := removedView(c, s.NodeId); e != nil {
+				fmt.Fprintf(c.App.ErrWriter, "warning: %s; %s\n", e.Message, e.Hint)
+			}
 			// The voters' health, from the member list (a caller who may not
 			// list nodes goes without it).
 			var health *voterHealth
