@@ -384,6 +384,21 @@ func nodeJoin(c *ucli.Context) error {
 			Hint: "pick a free UDP port with --listen HOST:PORT; the code was not used"})
 	}
 	paired, err := client.PairMember(c.Context, peer, code, client.PairOptions{Labels: labels, LocalOperator: true})
+	// A peer that is still starting refuses the handshake before anything
+	// is sent (the code is not spent): wait for it a while, as the README's
+	// three-node example starts the joins right after the first node.
+	for deadline, said := time.Now().Add(joinStartingWait), false; client.NodeStarting(err) && time.Now().Before(deadline); {
+		if !said {
+			said = true
+			fmt.Fprintf(c.App.ErrWriter, "the node at %s is starting; waiting for it to serve (up to %s)…\n", peer, joinStartingWait)
+		}
+		select {
+		case <-c.Context.Done():
+			return fail(c, explainPair(peer, err))
+		case <-time.After(500 * time.Millisecond):
+		}
+		paired, err = client.PairMember(c.Context, peer, code, client.PairOptions{Labels: labels, LocalOperator: true})
+	}
 	if err != nil {
 		return fail(c, explainPair(peer, err))
 	}
@@ -405,6 +420,10 @@ func nodeJoin(c *ucli.Context) error {
 	}
 	return runNode(c, cfg)
 }
+
+// joinStartingWait is how long node join waits for a peer that is still
+// starting.
+const joinStartingWait = time.Minute
 
 // canListen reports whether a UDP socket can be bound on addr now (the
 // node binds it again moments later; a port taken in between fails there).

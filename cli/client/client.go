@@ -527,6 +527,13 @@ const apiRefusedAlert = "tls: no application protocol"
 // before it is closed (keep-alives go every 500 ms).
 const idleTimeout = 8 * time.Second
 
+// NodeStarting reports whether err is a node refusing the API in the
+// handshake because it is still starting (joining its cluster, catching
+// up): nothing was sent, and the same call may succeed in a moment.
+func NodeStarting(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "(remote): "+apiRefusedAlert)
+}
+
 // CredentialRefused reports whether err is a node refusing this client's
 // credential in the handshake (revoked, expired, another cluster's, or
 // unknown to the cluster): no retry, on this node or another, can succeed
