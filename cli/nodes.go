@@ -129,6 +129,9 @@ func schedulingText(n *palyrav1.NodeInfo) string {
 	sched := "eligible"
 	if n.Draining {
 		sched = "draining"
+		if n.Running == 0 && n.State == "alive" {
+			sched = "drained (draining, nothing placed)" // a trial: "draining" for ever with nothing left
+		}
 	} else if !n.Eligible {
 		sched = "ineligible"
 	}

@@ -16,7 +16,8 @@ func TestSchedulingText(t *testing.T) {
 	}{
 		{&palyrav1.NodeInfo{State: "alive", Eligible: true}, "eligible"},
 		{&palyrav1.NodeInfo{State: "alive", Eligible: false}, "ineligible"},
-		{&palyrav1.NodeInfo{State: "alive", Eligible: false, Draining: true}, "draining"},
+		{&palyrav1.NodeInfo{State: "alive", Eligible: false, Draining: true, Running: 2}, "draining"},
+		{&palyrav1.NodeInfo{State: "alive", Eligible: false, Draining: true}, "drained (draining, nothing placed)"},
 		{&palyrav1.NodeInfo{State: "dead", Eligible: true}, "eligible (not alive: gets none)"},
 		{&palyrav1.NodeInfo{State: "left", Eligible: false}, "ineligible (not alive: gets none)"},
 	} {

@@ -532,7 +532,9 @@ func (k *caKeeper) publish(ctx context.Context, b consensus.TrustBundle) {
 		return
 	}
 	if err := k.n.setLabels(ctx, l); err != nil {
-		k.log.Warn("could not gossip the CA labels", "err", err)
+		if !errors.Is(err, cluster.ErrClosed) { // a node leaving or stopping: nothing to tell
+			k.log.Warn("could not gossip the CA labels", "err", err)
+		}
 		return
 	}
 	k.lastLabels = enc
