@@ -30,7 +30,8 @@ func nodesCommand() *ucli.Command {
    trails by more than a healthy follower does (250 entries) or has not
    heard from the leader lately. A lagging voter does not count towards the
    failure tolerance, and after 10 s the leader gives it no new work (look
-   at its log: a full disk, say). SCHEDULING is the operator's setting (eligible, ineligible, draining); a node that is
+   at its log: a full disk, say). SCHEDULING is the operator's setting (eligible, ineligible, draining;
+   drained once a draining node holds nothing); a node that is
    not alive gets no new work whatever it says. PLACED counts the jobs
    placed on the node: running, or waiting there for a free slot (a worker
    takes up to four placements per slot ahead, so PLACED can exceed
