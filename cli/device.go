@@ -99,6 +99,15 @@ func revokeMember(c *ucli.Context, kind string) error {
 	}
 	defer cl.Close()
 	resp, err := cl.Identity.RevokeMember(c.Context, connect.NewRequest(&palyrav1.RevokeMemberRequest{Kind: kind, Id: id}))
+	if err != nil && strings.Contains(cl.Explain(err).Message, "is already revoked") {
+		// What was asked holds: revoking twice is not a failure (a script
+		// that runs again, an operator making sure).
+		if c.Bool("json") {
+			return writeJSON(c.App.Writer, map[string]any{"kind": kind, "id": id, "revoked": true, "already": true})
+		}
+		fmt.Fprintf(c.App.Writer, "%s %s was already revoked\n", kind, id)
+		return nil
+	}
 	if err != nil {
 		return fail(c, cl.Explain(err))
 	}

@@ -92,6 +92,10 @@ func TestDevicePairingUseAndRevoke(t *testing.T) {
 	if r := c.cli("device", "revoke", id); r.code != 0 {
 		t.Fatalf("revoke: %+v", r)
 	}
+	// Revoking again is not a failure: what was asked holds.
+	if r := c.cli("device", "revoke", id); r.code != 0 || !strings.Contains(r.stdout, "was already revoked") {
+		t.Fatalf("revoke again: %+v", r)
+	}
 	r = device(t, cfg, "job", "list")
 	if r.code != 1 || !strings.Contains(r.stderr, "refused this credential: it was revoked") {
 		t.Fatalf("revoked device still served: %+v", r)

@@ -334,11 +334,25 @@ func nodeCommand() *ucli.Command {
 						return err
 					}
 					defer cl.Close()
+					// Which node this is, asked before it goes (it answers no
+					// more once it has left); "" from a node that cannot say.
+					id := ""
+					if st, err := cl.Node.Status(c.Context, connect.NewRequest(&palyrav1.StatusRequest{})); err == nil {
+						id = st.Msg.NodeId
+					}
 					if _, err := cl.Node.Leave(c.Context, connect.NewRequest(&palyrav1.LeaveRequest{})); err != nil {
 						return fail(c, cl.Explain(err))
 					}
 					if c.Bool("json") {
-						return writeJSON(c.App.Writer, map[string]any{"address": cl.Addr, "left": true})
+						out := map[string]any{"address": cl.Addr, "left": true}
+						if id != "" {
+							out["id"] = id
+						}
+						return writeJSON(c.App.Writer, out)
+					}
+					if id != "" {
+						fmt.Fprintf(c.App.Writer, "node %s at %s left the cluster\n", id, cl.Addr)
+						return nil
 					}
 					fmt.Fprintf(c.App.Writer, "node at %s left the cluster\n", cl.Addr)
 					return nil

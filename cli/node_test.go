@@ -122,7 +122,7 @@ func TestNodeLeaveThenRemove(t *testing.T) {
 		t.Fatalf("node remove of a running node: %+v", r)
 	}
 	r := runCLI(t, "--data-dir", c.dir, "--addr", third.Addr(), "node", "leave")
-	if r.code != 0 || !strings.Contains(r.stdout, "left the cluster") || r.stderr != "" {
+	if r.code != 0 || !strings.Contains(r.stdout, "node "+third.ID()+" at "+third.Addr()+" left the cluster") || r.stderr != "" {
 		t.Fatalf("node leave: %+v", r)
 	}
 	select {

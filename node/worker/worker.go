@@ -427,7 +427,7 @@ func (w *Worker) execute(ctx, parent context.Context, j consensus.Job) bool {
 	if !res.OK() {
 		hint := res.Hint
 		if hint == "" {
-			hint = hintFor(res.Reason, len(res.Stderr) > 0)
+			hint = hintFor(res.Reason, len(res.Stderr) > 0, j.ID)
 		}
 		fin.Error = &raftpb.Error{Code: string(res.Reason), Message: res.Message, Hint: hint}
 		fin.Retryable = Retryable(res.Reason)
@@ -759,15 +759,15 @@ func (w *Worker) applyRetry(ctx context.Context, cmd *raftpb.Command) error {
 // an executor enforces (timeout, memory, output, fuel) come with theirs
 // (Result.Hint), naming the flag that raises them; what to do about the
 // guest's own failures is said here.
-func hintFor(r runtime.Reason, hasStderr bool) string {
+func hintFor(r runtime.Reason, hasStderr bool, id string) string {
 	switch r {
 	case runtime.ReasonExitCode:
 		if !hasStderr {
 			return "the module wrote nothing to stderr: the exit code is all it said (see what the module's exit codes mean)"
 		}
-		return "see the job's stderr"
+		return "see the job's stderr ('palyra job logs " + id + "')"
 	case runtime.ReasonTrap:
-		return "the module crashed; see the message and the job's stderr"
+		return "the module crashed; see the message and the job's stderr ('palyra job logs " + id + "')"
 	case runtime.ReasonInputInvalid:
 		return "the hook's tool does not take this event's input; bind a tool made for it ('palyra hook list', 'palyra hook unbind ID')"
 	}
