@@ -26,8 +26,15 @@ import (
 // cluster's CA service, committed or not.
 type certTail struct {
 	mu    sync.Mutex
-	upTo  uint64                        // entries up to this index are read
-	certs map[string]*raftpb.IssuedCert // serial → record
+	upTo  uint64              // entries up to this index are read
+	certs map[string]tailCert // serial → record, for entries not yet applied
+}
+
+// tailCert is a record and the index of the entry that holds it: once
+// that entry is applied, the ledger itself has the record and it goes.
+type tailCert struct {
+	rec   *raftpb.IssuedCert
+	index uint64
 }
 
 // TailHasCert reports whether an entry of this server's log past its
@@ -47,7 +54,12 @@ func (s *Store) TailHasCert(leaf *x509.Certificate, kind, id string) bool {
 		from = first
 	}
 	if t.certs == nil {
-		t.certs = map[string]*raftpb.IssuedCert{}
+		t.certs = map[string]tailCert{}
+	}
+	for serial, c := range t.certs { // applied since: the ledger holds them
+		if c.index <= applied {
+			delete(t.certs, serial)
+		}
 	}
 	for i := from; i <= last; i++ {
 		var l raft.Log
@@ -58,33 +70,34 @@ func (s *Store) TailHasCert(leaf *x509.Certificate, kind, id string) bool {
 		if proto.Unmarshal(l.Data, &cmd) != nil {
 			continue
 		}
-		t.note(&cmd)
+		t.note(&cmd, i)
 	}
 	t.upTo = max(t.upTo, last)
 	sum, serial := CertSum(leaf), leaf.SerialNumber.String()
-	if r, ok := t.certs[serial]; ok && r.Kind == kind && r.Id == id && bytes.Equal(r.CertSha256, sum) {
+	if c, ok := t.certs[serial]; ok && c.rec.Kind == kind && c.rec.Id == id && bytes.Equal(c.rec.CertSha256, sum) {
 		return true
 	}
 	if kind != "node" {
 		return false
 	}
 	ks := keySum(leaf)
-	for _, r := range t.certs {
-		if r.Kind == kind && r.Id == id && len(r.SpkiSha256) > 0 && bytes.Equal(r.SpkiSha256, ks) {
+	for _, c := range t.certs {
+		if r := c.rec; r.Kind == kind && r.Id == id && len(r.SpkiSha256) > 0 && bytes.Equal(r.SpkiSha256, ks) {
 			return true
 		}
 	}
 	return false
 }
 
-// note keeps the certificate records of cmd (and of a batch's commands).
-func (t *certTail) note(cmd *raftpb.Command) {
+// note keeps the certificate records of cmd, the entry at index (and of
+// a batch's commands).
+func (t *certTail) note(cmd *raftpb.Command, index uint64) {
 	if b := cmd.GetBatch(); b != nil {
 		for _, c := range b.Commands {
-			t.note(c)
+			t.note(c, index)
 		}
 	}
 	for _, r := range cmd.GetRecordCerts().GetCerts() {
-		t.certs[r.Serial] = r
+		t.certs[r.Serial] = tailCert{rec: r, index: index}
 	}
 }
