@@ -376,12 +376,7 @@ func printArray(w io.Writer, a *palyrav1.JobArray) {
 	if a.Template != nil {
 		fmt.Fprintf(tw, "limits\t%s (each task)\n", jobLimitsText(a.Template, v.Template))
 		if len(v.Template.Constraints) > 0 {
-			var cs []string
-			for k, val := range v.Template.Constraints {
-				cs = append(cs, k+"="+val)
-			}
-			slices.Sort(cs)
-			fmt.Fprintf(tw, "constraints\t%s\n", printableText(strings.Join(cs, ", ")))
+			fmt.Fprintf(tw, "constraints\t%s\n", constraintsText(v.Template.Constraints))
 		}
 		if v.Template.Priority != 0 {
 			fmt.Fprintf(tw, "priority\t%d\n", v.Template.Priority)

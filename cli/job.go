@@ -862,6 +862,17 @@ func jobGet(c *ucli.Context) error {
 	return nil
 }
 
+// constraintsText is a job's label constraints on one line, sorted:
+// "gpu=yes, zone=eu".
+func constraintsText(c map[string]string) string {
+	cs := make([]string, 0, len(c))
+	for k, val := range c {
+		cs = append(cs, k+"="+val)
+	}
+	slices.Sort(cs)
+	return printableText(strings.Join(cs, ", "))
+}
+
 // attemptText is one earlier attempt on a line: "1 on n-1a2b, placed
 // 12:00:01.200, ended 12:00:03.400: requeued: worker n-1a2b is dead".
 func attemptText(a attemptJSON) string {
@@ -905,12 +916,7 @@ func printJob(w io.Writer, j *palyrav1.Job) {
 		fmt.Fprintf(tw, "priority\t%d\n", v.Priority)
 	}
 	if len(v.Constraints) > 0 {
-		var cs []string
-		for k, val := range v.Constraints {
-			cs = append(cs, k+"="+val)
-		}
-		slices.Sort(cs)
-		fmt.Fprintf(tw, "constraints\t%s\n", printableText(strings.Join(cs, ", ")))
+		fmt.Fprintf(tw, "constraints\t%s\n", constraintsText(v.Constraints))
 	}
 	if v.IdempotencyKey != "" {
 		fmt.Fprintf(tw, "idempotency key\t%s\n", printableText(v.IdempotencyKey))
