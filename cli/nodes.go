@@ -73,13 +73,22 @@ func nodesCommand() *ucli.Command {
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tVOTER\tLEADER\tRAFT\tSCHEDULING\tPLACED\tCAPACITY\tVERSION\tLABELS")
+			led := hasLeader(resp.Msg.Nodes)
 			for _, n := range resp.Msg.Nodes {
 				sched := schedulingText(n)
+				rt := raftText(n)
+				if !led {
+					rt = leaderlessRaftText(n, rt)
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Id, n.Address, n.State, n.Voter, n.Leader,
-					raftText(n), sched, n.Running, kv(n.Capacity), dash(n.Version), printableText(kv(userLabels(n.Labels))))
+					rt, sched, n.Running, capacityText(n), dash(n.Version), printableText(kv(userLabels(n.Labels))))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
+			}
+			if !led && slices.ContainsFunc(resp.Msg.Nodes, func(n *palyrav1.NodeInfo) bool { return n.RaftKnown }) {
+				// A trial read the lone survivor's LAGGING as its own fault.
+				fmt.Fprintln(c.App.ErrWriter, "no node leads: nothing can be committed until a majority of voters elects a leader ('palyra status' says which voters are down)")
 			}
 			if note := mixedVersions(resp.Msg.Nodes); note != "" {
 				fmt.Fprintln(c.App.ErrWriter, note)
@@ -112,6 +121,31 @@ func raftText(n *palyrav1.NodeInfo) string {
 		return fmt.Sprintf("ok (%d behind)", n.RaftBehind)
 	}
 	return "ok"
+}
+
+// leaderlessRaftText is the RAFT cell while no node leads: every live
+// server has lost touch with a leader, so none lags behind another (rt is
+// raftText's cell).
+func leaderlessRaftText(n *palyrav1.NodeInfo, rt string) string {
+	if !strings.HasPrefix(rt, "LAGGING: ") {
+		return rt
+	}
+	if n.RaftLastContactMs < 0 {
+		return "no leader (never heard from one)"
+	}
+	return fmt.Sprintf("no leader (last heard %s ago)", time.Duration(n.RaftLastContactMs)*time.Millisecond)
+}
+
+// capacityText is the CAPACITY cell: a node that stopped withdrew its
+// slots before it went; it says so rather than leaving the cell blank.
+func capacityText(n *palyrav1.NodeInfo) string {
+	if len(n.Capacity) == 0 {
+		if n.State != "alive" {
+			return "- (not alive)"
+		}
+		return "none"
+	}
+	return kv(n.Capacity)
 }
 
 // raftJSON is a node's raft progress for --json (null: not in raft, or it

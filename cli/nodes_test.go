@@ -61,6 +61,30 @@ func TestRaftText(t *testing.T) {
 	}
 }
 
+// With no leader listed, a live server is not called LAGGING (a trial took
+// the lone survivor's LAGGING for its own fault), and a stopped node's
+// empty capacity says why.
+func TestNodesCellsWithoutALeader(t *testing.T) {
+	n := lag(&palyrav1.NodeInfo{State: "alive"}, 0, 3400)
+	if got := leaderlessRaftText(n, raftText(n)); got != "no leader (last heard 3.4s ago)" {
+		t.Errorf("leaderless, heard 3.4s ago: %q", got)
+	}
+	n = lag(&palyrav1.NodeInfo{State: "alive"}, 0, -1)
+	if got := leaderlessRaftText(n, raftText(n)); got != "no leader (never heard from one)" {
+		t.Errorf("leaderless, never heard: %q", got)
+	}
+	ok := &palyrav1.NodeInfo{State: "alive", InRaft: true, RaftKnown: true}
+	if got := leaderlessRaftText(ok, raftText(ok)); got != "ok" {
+		t.Errorf("leaderless, not lagging: %q", got)
+	}
+	if got := capacityText(&palyrav1.NodeInfo{State: "stopped"}); got != "- (not alive)" {
+		t.Errorf("stopped node's capacity: %q", got)
+	}
+	if got := capacityText(&palyrav1.NodeInfo{State: "alive", Capacity: map[string]int64{"wasm": 4, "browser": 2}}); got != "browser=2,wasm=4" {
+		t.Errorf("capacity: %q", got)
+	}
+}
+
 // status's voters line: alive voters against the quorum, and who is down.
 func TestVotersHealth(t *testing.T) {
 	n := func(id, state string, voter bool) *palyrav1.NodeInfo {

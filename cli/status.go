@@ -35,7 +35,11 @@ func statusCommand() *ucli.Command {
    jobs: counts by phase in this node's replica. "running" counts the jobs
    placed on workers, including those waiting there for a free slot (a
    worker takes placements ahead of its slots), so it can exceed the
-   cluster's slots. retention: how long ended jobs are kept.`,
+   cluster's slots. retention: how long ended jobs are kept.
+
+   Exits 0 whenever the node answered, with or without a quorum: it reports.
+   For a check that fails while the cluster cannot commit (no leader, no
+   quorum, lagging voters), use 'palyra doctor' (exit 1 on a failed check).`,
 		Flags: []ucli.Flag{jsonFlag},
 		Action: func(c *ucli.Context) error {
 			cl, err := dial(c)
