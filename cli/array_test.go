@@ -87,12 +87,12 @@ func TestReadInputDir(t *testing.T) {
 
 func TestParseDays(t *testing.T) {
 	for in, want := range map[string]time.Duration{"0": 0, "90m": 90 * time.Minute, "7d": 7 * 24 * time.Hour,
-		"1d12h": 36 * time.Hour, "36h": 36 * time.Hour} {
+		"1d12h": 36 * time.Hour, "36h": 36 * time.Hour, "1.5d": 36 * time.Hour, "0.5d6h": 18 * time.Hour, ".25d": 6 * time.Hour, "2.d": 48 * time.Hour} {
 		if got, err := parseDays(in); err != nil || got != want {
 			t.Errorf("parseDays(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "d", "7days", "-1h", "xd", "1d-1h"} {
+	for _, bad := range []string{"", "d", "7days", "-1h", "xd", "1d-1h", ".d", "1.5h2d", "-1.5d", "1..5d", "1.5.d"} {
 		if _, err := parseDays(bad); err == nil {
 			t.Errorf("parseDays(%q) accepted", bad)
 		}
@@ -451,7 +451,7 @@ func TestOneJobCommandsOnAnArray(t *testing.T) {
 // A count of days too large for a duration is out of range, not negative,
 // and a retention says the node's bounds.
 func TestParseDaysOverflow(t *testing.T) {
-	for _, s := range []string{"106752d", "1000000d", "99999999999999999999d", "106751d24h", "3000000h", "106751d23h48m"} {
+	for _, s := range []string{"106752d", "1000000d", "99999999999999999999d", "106751d24h", "3000000h", "106751d23h48m", "1000000.5d"} {
 		_, err := parseDays(s)
 		var re *durationRangeError
 		if !errors.As(err, &re) || !strings.Contains(err.Error(), "out of range") || !strings.Contains(err.Error(), "106751d") {

@@ -85,7 +85,7 @@ func jobCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "kv-prefix", Usage: "key-value `PREFIX` the job may read and write (a policy grant)"},
 					&ucli.StringFlag{Name: "input", Usage: "`TEXT` given to the job on stdin"},
 					&ucli.StringFlag{Name: "input-file", Usage: "`FILE` whose bytes are given to the job on stdin ('-' for this command's stdin)"},
-					&ucli.StringFlag{Name: "inputs", Usage: "job array: one task per line of `FILE` ('-' for stdin), the line without its newline as the task's stdin"},
+					&ucli.StringFlag{Name: "inputs", Usage: "job array: one task per line of `FILE` ('-' for stdin), the line without its newline (\\n or \\r\\n) as the task's stdin"},
 					&ucli.StringFlag{Name: "input-dir", Usage: "job array: one task per regular file in `DIR`, in name order (hidden .files skipped), the file as the task's stdin"},
 					&ucli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 1s, 5m; at most 24h", DefaultText: "30s"},
 					&ucli.StringFlag{Name: "memory", Usage: "linear-memory limit, e.g. 16MiB, 1GiB (default 64MiB)"},

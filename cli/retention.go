@@ -178,21 +178,35 @@ func prunedNote(ms int64) string {
 }
 
 // parseDays parses a duration as time.ParseDuration does, plus a leading
-// count of days: "7d", "1d12h", "36h", "0". One longer than a
+// count of days, whole or not: "7d", "1.5d", "1d12h", "36h", "0". One longer than a
 // time.Duration holds (about 292 years) is a *durationRangeError, not a
 // wrapped-around negative.
 func parseDays(s string) (time.Duration, error) {
 	t := strings.TrimSpace(s)
 	var d time.Duration
 	if i := strings.IndexByte(t, 'd'); i >= 0 {
-		n, err := strconv.ParseUint(t[:i], 10, 64)
-		if err != nil && !errors.Is(err, strconv.ErrRange) {
-			return 0, fmt.Errorf("%q is not a duration; use e.g. 90m, 12h, 7d", s)
+		days := t[:i]
+		if strings.Contains(days, ".") {
+			// 1.5d as 1.5h is read, times 24 (a trial: 1.5h was taken, 1.5d refused).
+			if !decimalSyntax.MatchString(days) {
+				return 0, fmt.Errorf("%q is not a duration; use e.g. 90m, 12h, 7d, 1.5d", s)
+			}
+			h, err := time.ParseDuration(days + "h")
+			if err != nil || h > maxDuration/24 {
+				return 0, &durationRangeError{s}
+			}
+			d = h * 24
+		} else {
+			n, err := strconv.ParseUint(days, 10, 64)
+			if err != nil && !errors.Is(err, strconv.ErrRange) {
+				return 0, fmt.Errorf("%q is not a duration; use e.g. 90m, 12h, 7d", s)
+			}
+			if err != nil || n > uint64(maxDuration/day) {
+				return 0, &durationRangeError{s}
+			}
+			d = time.Duration(n) * day
 		}
-		if err != nil || n > uint64(maxDuration/day) {
-			return 0, &durationRangeError{s}
-		}
-		d, t = time.Duration(n)*day, t[i+1:]
+		t = t[i+1:]
 		if t == "" {
 			return d, nil
 		}
@@ -219,6 +233,9 @@ const (
 )
 
 // durationSyntax is what time.ParseDuration takes without a sign.
+// decimalSyntax is a count with a fraction, as time.ParseDuration takes one.
+var decimalSyntax = regexp.MustCompile(`^([0-9]+\.[0-9]*|\.[0-9]+)$`)
+
 var durationSyntax = regexp.MustCompile(`^(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // durationRangeError: a duration longer than a time.Duration holds.
