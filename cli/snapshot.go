@@ -540,8 +540,16 @@ func snapshotRestore(c *ucli.Context) error {
 	}
 	w := c.App.Writer
 	fmt.Fprintf(w, "restored cluster %q (CA %.16s…) at raft index %d into %s\n", h.ClusterName, h.CAFingerprint, h.RaftIndex, info.DataDir)
-	fmt.Fprintf(w, "  %d jobs, %d arrays, %d members, %d secrets, policy version %d, %d blobs (%s)\n",
-		info.Jobs, info.Arrays, len(info.Members), info.Secrets, info.PolicyVersion, info.Blobs, mib(info.BlobBytes))
+	nodes, devices := 0, 0
+	for _, m := range info.Members {
+		if m.Kind == "node" {
+			nodes++
+		} else {
+			devices++
+		}
+	}
+	fmt.Fprintf(w, "  %d jobs, %d arrays, %s, %s, %d secrets, policy version %d, %d blobs (%s)\n",
+		info.Jobs, info.Arrays, countOf(nodes, "node", "nodes"), countOf(devices, "device", "devices"), info.Secrets, info.PolicyVersion, info.Blobs, mib(info.BlobBytes))
 	fmt.Fprintf(w, "  this node: %s at %s, the only voter; local operator: %s\n", info.NodeID, info.Address, info.OperatorID)
 	if len(info.Revoked) > 0 {
 		fmt.Fprintf(w, "  revoked the old cluster's nodes %s and their machines' local operator credentials: they hold another history; wipe those machines and join them again with new codes\n",

@@ -77,6 +77,12 @@ func TestSnapshotCommands(t *testing.T) {
 	if r := runCLI(t, "--data-dir", c.dir, "snapshot", "restore", file, "--listen", "127.0.0.1:7", "--force"); r.code != 1 || !strings.Contains(r.stderr, "in use") {
 		t.Fatalf("forced restore into the live node's data dir: %+v", r)
 	}
+	// Restored elsewhere (offline: nothing listens): the summary counts
+	// nodes and devices apart.
+	if r := runCLI(t, "--data-dir", filepath.Join(t.TempDir(), "restored"), "snapshot", "restore", file, "--listen", "127.0.0.1:7"); r.code != 0 ||
+		!strings.Contains(r.stdout, "1 node, 1 device, ") || strings.Contains(r.stdout, "members") {
+		t.Fatalf("restore into a new data dir: %+v", r)
+	}
 
 	r = c.cli("snapshot", "save", "-")
 	if r.code != 0 {
