@@ -1434,14 +1434,14 @@ func printWatched(c *ucli.Context, j, prev *palyrav1.Job) error {
 			}
 			when := strings.Repeat(" ", len("15:04:05.000 "))
 			if e.EndedAtMs > 0 {
-				when = time.UnixMilli(e.EndedAtMs).UTC().Format("15:04:05.000") + " "
+				when = watchStamp(time.UnixMilli(e.EndedAtMs), time.Now()) + " "
 			}
 			if _, err := fmt.Fprintf(c.App.Writer, "%s attempt %d on %s ended (%s: %s)\n", when, e.Attempt, e.NodeId, e.Code, printableText(e.Reason)); err != nil {
 				return err
 			}
 		}
 	}
-	line := fmt.Sprintf("%s  %s  attempt %d", at.UTC().Format("15:04:05.000"), j.Phase.WireName(), j.Attempt)
+	line := fmt.Sprintf("%s  %s  attempt %d", watchStamp(at, time.Now()), j.Phase.WireName(), j.Attempt)
 	if e := endedAttempt(j); e != nil {
 		// Queued again: say how the attempt before ended, not "on" its node.
 		line += fmt.Sprintf(" on %s ended (%s: %s)", e.NodeId, e.Code, printableText(e.Reason))
@@ -1456,6 +1456,17 @@ func printWatched(c *ucli.Context, j, prev *palyrav1.Job) error {
 	}
 	_, err := fmt.Fprintln(c.App.Writer, line)
 	return err
+}
+
+// watchStamp is a watch line's time, UTC to the millisecond, with its date
+// when that is not today's (a trial: a job that ended days ago was
+// stamped with a bare time of day).
+func watchStamp(t, now time.Time) string {
+	t, now = t.UTC(), now.UTC()
+	if y, m, d := t.Date(); y != now.Year() || m != now.Month() || d != now.Day() {
+		return t.Format("2006-01-02 15:04:05.000")
+	}
+	return t.Format("15:04:05.000")
 }
 
 // phaseSince is when j entered its phase, as the cluster recorded it: an

@@ -126,9 +126,23 @@ func TestWatchOfAnEndedJobShowsWhenItEnded(t *testing.T) {
 	}
 	time.Sleep(1100 * time.Millisecond) // now's stamp would differ from the end's
 	r = c.cli("job", "watch", j.ID)
-	want := finished.UTC().Format("15:04:05.000") + "  failed  attempt 1"
-	if r.code != 1 || !strings.HasPrefix(r.stdout, want) {
+	want := watchStamp(finished, time.Now()) + "  failed  attempt 1"
+	if r.code != 1 || !strings.HasPrefix(r.stdout, want) && !strings.HasPrefix(r.stdout, finished.UTC().Format("2006-01-02 15:04:05.000")) {
 		t.Fatalf("job watch of an ended job: %+v; want its line to start %q", r, want)
+	}
+}
+
+// A watch line's stamp carries its date when that is not today's.
+func TestWatchStamp(t *testing.T) {
+	now := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	if got := watchStamp(now.Add(-90*time.Minute), now); got != "08:30:00.000" {
+		t.Errorf("today: %q", got)
+	}
+	if got := watchStamp(now.Add(-11*time.Hour), now); got != "2026-11-27 23:00:00.000" {
+		t.Errorf("yesterday: %q", got)
+	}
+	if got := watchStamp(now.AddDate(-1, 0, 0), now); got != "2025-11-28 10:00:00.000" {
+		t.Errorf("a year ago, same day: %q", got)
 	}
 }
 

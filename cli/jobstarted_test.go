@@ -71,7 +71,7 @@ func TestWatchSaysHowAnAttemptEnded(t *testing.T) {
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 3 || lines[1] != "14:13:21.500  attempt 1 on n-a ended (requeued: worker n-a is dead)" || !strings.Contains(lines[2], "running  attempt 2  on n-b") {
+	if len(lines) != 3 || lines[1] != "2026-09-21 14:13:21.500  attempt 1 on n-a ended (requeued: worker n-a is dead)" || !strings.Contains(lines[2], "running  attempt 2  on n-b") {
 		t.Errorf("watch lines:\n%s", out.String())
 	}
 	// Queued in between: the queued line says it, once.
