@@ -556,3 +556,31 @@ func runStart(j Job, c *raftpb.FinishJob) int64 {
 	}
 	return min(max(placed, c.AtMs-(c.RanUs+999)/1000), c.AtMs)
 }
+
+// applyRunHere records a job its API node ran at once (RunHere): the
+// submission, its placement there as attempt 1 and the result, in that
+// order, as their own commands would apply. A repeated submission answers
+// with the job it made and the run is dropped; a node that may take no
+// work, or a job that must be placed by the scheduler (one awaiting
+// approval, a skill's run), leaves the job queued: it is then scheduled as
+// usual and the run here is dropped. The result is fenced as any result.
+func (s *State) applyRunHere(index uint64, c *raftpb.RunHere) ApplyResult {
+	sub := s.applySubmit(index, c.GetSubmit())
+	if sub.Err != nil || sub.Job.CommitIndex != index || sub.Job.Phase != PhaseQueued || c.GetFinish() == nil {
+		return sub // refused, or the original of a repeated submission
+	}
+	j := sub.Job
+	if j.Kind != "wasm" || j.SkillID != "" || j.HookID != "" {
+		return sub
+	}
+	m, ok := s.id.members["node:"+c.NodeId]
+	if !ok || m.Revoked || m.Ineligible || m.Draining {
+		return sub
+	}
+	if r := s.applyAssign(&raftpb.AssignJob{Id: j.ID, Attempt: 1, NodeId: c.NodeId, AtMs: c.PlacedAtMs}, 0); r.Err != nil {
+		return sub
+	}
+	fin := c.Finish // this replica's own decoded copy of the entry
+	fin.Id, fin.Attempt, fin.NodeId, fin.EndedOutput = j.ID, 1, c.NodeId, false
+	return s.applyFinish(fin)
+}

@@ -60,6 +60,14 @@ func commandTimes(cmd *raftpb.Command) []timeGroup {
 		return job(c.SubmitJob.GetJob())
 	case *raftpb.Command_SubmitArray:
 		return job(c.SubmitArray.GetTemplate())
+	case *raftpb.Command_RunHere:
+		// The submission is the proposer's (an anchor, as a submit's); the
+		// placement moves with the result, keeping the run's length.
+		out := job(c.RunHere.GetSubmit().GetJob())
+		if f := c.RunHere.GetFinish(); f != nil {
+			out = append(out, timeGroup{at: &f.AtMs, tied: []*int64{&c.RunHere.PlacedAtMs}})
+		}
+		return out
 	case *raftpb.Command_AssignJob:
 		return one(&c.AssignJob.AtMs)
 	case *raftpb.Command_AssignBatch:

@@ -107,7 +107,7 @@ func Batchable(cmd *raftpb.Command) bool {
 		return false
 	}
 	switch cmd.Cmd.(type) {
-	case *raftpb.Command_SubmitJob, *raftpb.Command_CancelJob, *raftpb.Command_FinishBatch, *raftpb.Command_FinishJob:
+	case *raftpb.Command_SubmitJob, *raftpb.Command_CancelJob, *raftpb.Command_FinishBatch, *raftpb.Command_FinishJob, *raftpb.Command_RunHere:
 		return true
 	}
 	return false
@@ -236,6 +236,8 @@ func (s *State) apply(index uint64, cmd *raftpb.Command) ApplyResult {
 		return s.applyCATrust(c.CaTrust)
 	case *raftpb.Command_Batch:
 		return s.applyBatch(index, c.Batch)
+	case *raftpb.Command_RunHere:
+		return s.applyRunHere(index, c.RunHere)
 	default:
 		return ApplyResult{Err: errf(ErrInvalid, "upgrade this node to the cluster's version", "unknown raft command %T at index %d", cmd.Cmd, index)}
 	}

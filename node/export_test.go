@@ -2,6 +2,7 @@ package node
 
 import (
 	"github.com/hashicorp/raft"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/palyra-mesh/palyra/consensus"
 	"github.com/palyra-mesh/palyra/identity"
@@ -46,3 +47,13 @@ func (n *Node) CredentialForTest() *identity.Credential { return n.cred.Current(
 
 // CompiledForTest reports whether this node's wasm executor holds module h.
 func (n *Node) CompiledForTest(h string) bool { return n.wasm.Holds(h) }
+
+// RunHereForTest is this node's palyra_jobs_run_here_total, by outcome.
+func (n *Node) RunHereForTest() (recorded, dropped float64) {
+	read := func(outcome string) float64 {
+		var m dto.Metric
+		n.metrics.runHere.WithLabelValues(outcome).Write(&m)
+		return m.GetCounter().GetValue()
+	}
+	return read("recorded"), read("dropped")
+}

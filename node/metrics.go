@@ -35,6 +35,7 @@ type nodeMetrics struct {
 	latency    *prometheus.HistogramVec
 	placements prometheus.Counter
 	renewals   prometheus.Counter
+	runHere    *prometheus.CounterVec // palyra_jobs_run_here_total, by outcome
 
 	blobMu    sync.Mutex
 	blobAt    time.Time
@@ -74,6 +75,8 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		Help: "From a job's submission to its result on the worker that ran it, by kind.", Buckets: latencyBuckets}, []string{"kind"})
 	m.placements = prometheus.NewCounter(prometheus.CounterOpts{Name: "palyra_scheduler_placements_total",
 		Help: "Placements this node proposed while it led."})
+	m.runHere = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "palyra_jobs_run_here_total",
+		Help: "Jobs submitted to this node with a wait that it ran at once in a free slot, by whether the entry that accepted the job recorded the run (recorded) or the job went to the scheduler (dropped: the node stopped taking work meanwhile, or a member could not apply the entry)."}, []string{"outcome"})
 	m.renewals = prometheus.NewCounter(prometheus.CounterOpts{Name: "palyra_lease_renewals_total",
 		Help: "Lease renewals this node answered while it led."})
 	groupCommit := func(name, help string, pick func(batches, batched, alone uint64) uint64) prometheus.CounterFunc {
@@ -91,7 +94,7 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 			func(_, c, _ uint64) uint64 { return c }),
 		groupCommit("palyra_group_commit_alone_total", "Submits, cancels and results this node sent in an entry of their own (it leads, nothing to group them with, or a member of an older version).",
 			func(_, _, a uint64) uint64 { return a }))
-	m.reg.MustRegister(m.runs, m.runSeconds, m.latency, m.placements, m.renewals,
+	m.reg.MustRegister(m.runs, m.runSeconds, m.latency, m.placements, m.renewals, m.runHere,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{n: n, m: m})
 	if s := raftSink(); s != nil {
 		m.reg.MustRegister(s)

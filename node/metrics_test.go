@@ -24,12 +24,16 @@ import (
 func TestMetricsEndpoint(t *testing.T) {
 	n := start(t, node.Config{MetricsListen: "127.0.0.1:0"})
 	op := operator(t, n, n.Addr())
+	// Three submitted and awaited in one call (run on this node at once:
+	// one entry each), one submitted and then awaited (placed by the
+	// scheduler, its result reported by the worker).
 	for i := range 3 {
 		j, err := op.Run(callCtx(t), &palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "reverse"), Input: []byte("abc")}, nil)
 		if err != nil || j.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
 			t.Fatalf("job %d: %v %v", i, j, err)
 		}
 	}
+	waitCompleted(t, op, submit(t, op, "abc"))
 	resp, err := http.Get("http://" + n.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -79,15 +83,16 @@ func TestMetricsEndpoint(t *testing.T) {
 	}{
 		{"palyra_raft_leader", nil, 1},
 		{"palyra_raft_index", map[string]string{"index": "applied"}, 1},
-		{"palyra_jobs", map[string]string{"phase": "completed"}, 3},
+		{"palyra_jobs", map[string]string{"phase": "completed"}, 4},
 		{"palyra_jobs", map[string]string{"phase": "waiting_for_approval"}, 0}, // every phase has its series
 		{"palyra_jobs", map[string]string{"phase": "paused"}, 0},
-		{"palyra_group_commit_alone_total", nil, 6}, // 3 submits and 3 results, one at a time
+		{"palyra_group_commit_alone_total", nil, 5}, // 3 jobs run here, a submit and its result, one at a time
 		{"palyra_group_commit_batches_total", nil, 0},
-		{"palyra_worker_runs_total", map[string]string{"kind": "wasm", "result": "completed"}, 3},
-		{"palyra_job_latency_seconds", map[string]string{"kind": "wasm"}, 3},
+		{"palyra_worker_runs_total", map[string]string{"kind": "wasm", "result": "completed"}, 4},
+		{"palyra_job_latency_seconds", map[string]string{"kind": "wasm"}, 4},
+		{"palyra_jobs_run_here_total", map[string]string{"outcome": "recorded"}, 3},
 		{"palyra_certificate_expiry_seconds", nil, 60},
-		{"palyra_scheduler_placements_total", nil, 3},
+		{"palyra_scheduler_placements_total", nil, 1},
 		{"palyra_queue_depth", map[string]string{"kind": "wasm"}, 0},
 	}
 	for _, c := range checks {

@@ -61,7 +61,11 @@ type Node struct {
 	// workerReady is set once the worker has recovered what a previous
 	// process left: until then the node gossips no capacity, so nothing is
 	// placed on it that Recover would take for a leftover and requeue.
-	workerReady  bool
+	workerReady bool
+	// runHereOK caches, since runHereAt (Unix ns), whether every member
+	// applies RunHere entries (runHereSupported).
+	runHereOK    atomic.Bool
+	runHereAt    atomic.Int64
 	transport    *mesh.Transport
 	storeMu      sync.RWMutex
 	store        *consensus.Store
@@ -557,7 +561,7 @@ func (n *Node) serve(ctx context.Context, addr string, cred *identity.Credential
 		CAFingerprint: fingerprint(cred), Version: n.cfg.Version, Started: time.Now(), TargetVoters: n.cfg.TargetVoters}
 	opts := api.Options{Control: apiControl{n.cluster}, Live: n.cluster, Browsers: n.cluster, Metrics: n.metrics.Text, Blobs: n.blobNet, Artifacts: n.blobNet, Validator: n.wasm, Authz: n.authz,
 		CertTTL: n.cfg.CertTTL, Info: info, Logger: n.log, Members: n.members, Progress: n.cluster.Progress, Leave: n.leave,
-		Peers: n.peerAddrs, LeaderChanges: n.cluster.LeaderChanges, Forward: n.viaSigners, Seal: n.sealSecret, DataKey: n.dataKey, Issuer: n.keeper, Snapshots: n}
+		Peers: n.peerAddrs, LeaderChanges: n.cluster.LeaderChanges, Forward: n.viaSigners, Seal: n.sealSecret, DataKey: n.dataKey, Issuer: n.keeper, Snapshots: n, RunHere: runHere{n}}
 	n.http = &http3.Server{Handler: api.New(opts).Handler(), Logger: n.log}
 	conns := n.transport.APIConns()
 	n.wg.Add(1)

@@ -43,6 +43,7 @@ const (
 	ReasonCrashed       Reason = "crashed"        // the sandbox process (browser) died mid-job
 	ReasonOutputInvalid Reason = "output_invalid" // a skill tool wrote output its output_schema refuses
 	ReasonInputInvalid  Reason = "input_invalid"  // a hook job's input does not match its tool's input_schema (it did not run)
+	ReasonBusy          Reason = "busy"           // Spec.NoWait and no slot free: nothing ran (never a job's outcome)
 )
 
 // Spec is one unit of work with its limits. Zero limits mean "use the
@@ -99,6 +100,11 @@ type Spec struct {
 	// goroutines are scheduled. An executor without ordered slots calls
 	// it when it starts to wait for a slot.
 	Queued func()
+	// NoWait runs only if a slot is free now, with no run waiting for
+	// one; otherwise the run returns at once with ReasonBusy, having done
+	// nothing (a node trying a job it was just given before it asks the
+	// cluster to schedule it).
+	NoWait bool
 }
 
 // Order ranks runs waiting for a slot: higher Priority first, then the

@@ -161,8 +161,11 @@ type Options struct {
 	CertTTL   time.Duration
 	// MaxQueued bounds queued jobs (default DefaultMaxQueued).
 	MaxQueued int
-	Info      Info
-	Logger    *slog.Logger
+	// RunHere runs a short job submitted through RunJob on this node at
+	// once, recorded with its result in one entry (nil: never; runhere.go).
+	RunHere RunHerer
+	Info    Info
+	Logger  *slog.Logger
 }
 
 // Server implements the palyra.v1 services.

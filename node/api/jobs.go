@@ -313,7 +313,10 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 		return nil, err
 	}
 	rec.Input, rec.InputSha256, rec.InputSize = in[0].Input, in[0].InputSha256, in[0].InputSize
-	cmd := &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: rec}}}
+	cmd := s.runHere(ctx, rec)
+	if cmd == nil {
+		cmd = &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: &raftpb.SubmitJob{Job: rec}}}
+	}
 	job, err := s.control.Apply(ctx, cmd)
 	// A submission whose outcome is unknown (leader lost mid-commit, reply
 	// lost) is safe to send again: the FSM answers a resubmitted id with
@@ -326,6 +329,18 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 		return nil, fromErr(err)
 	}
 	replayed := job.ID != rec.Id
+	if cmd.GetRunHere() != nil {
+		// Recorded: the job ended with the run, or (a failure worth a
+		// retry) is queued again after it. A dropped run's job is queued,
+		// or placed by the leader's round in the same entry.
+		me := s.info.NodeID
+		ran := !replayed && (job.Phase.Terminal() && job.Attempt == 1 && job.NodeID == me ||
+			job.Phase == consensus.PhaseQueued && len(job.Earlier) == 1 && job.Earlier[0].NodeID == me)
+		s.RunHere.Recorded(ran)
+		if rh, ok := ctx.Value(runJobKey{}).(*ranHere); ok && ran {
+			rh.job = &job
+		}
+	}
 	s.log.Debug("job accepted", "job", job.ID, "kind", kind, "module", short(hash), "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
 	return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job), Replayed: replayed}), nil
 }
@@ -514,7 +529,8 @@ func (js jobService) RunJob(ctx context.Context, req *connect.Request[palyrav1.S
 	if len(req.Msg.Inputs) > 0 {
 		return invalid("RunJob runs one job; this request is a job array", "submit an array with SubmitJob and follow it with WatchJob ('palyra job submit --inputs … --wait' does)")
 	}
-	resp, err := js.SubmitJob(ctx, req)
+	rh := &ranHere{}
+	resp, err := js.SubmitJob(context.WithValue(ctx, runJobKey{}, rh), req)
 	if err != nil {
 		return err
 	}
@@ -522,21 +538,28 @@ func (js jobService) RunJob(ctx context.Context, req *connect.Request[palyrav1.S
 	if err := js.s.authz.Check(ctx, policy.ActionJobWatch, policy.JobResource(id, resp.Msg.Job.Submitter, resp.Msg.Job.Kind), nil); err != nil {
 		return err
 	}
+	if j := rh.job; j != nil && j.Phase.Terminal() {
+		// Run here: the committed entry's job is its end, sent with its
+		// outputs at once, without waiting for this replica to apply it.
+		if err := js.s.fillPayloads(j, true); err != nil {
+			return err
+		}
+		return stream.Send(&palyrav1.WatchJobResponse{Job: JobToPB(j)})
+	}
+	if resp.Msg.Job.Phase.Terminal() {
+		// A resend of a job that ended: its end, with its outputs.
+		if err := js.s.waitApplied(ctx, id); err != nil {
+			return err
+		}
+		return js.follow(ctx, id, nil, stream)
+	}
 	if err := stream.Send(&palyrav1.WatchJobResponse{Job: resp.Msg.Job}); err != nil {
 		return err
 	}
-	st := js.s.control.State()
-	for { // committed: wait for this replica to apply it
-		changed := st.Watch(consensus.TopicJob(id))
-		if _, ok := st.Job(id); ok {
-			break
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return fromErr(errCanceled)
-		}
+	if err := js.s.waitApplied(ctx, id); err != nil {
+		return err
 	}
+	st := js.s.control.State()
 	a := resp.Msg.Job
 	sent := consensus.Job{Phase: consensus.Phase(a.Phase), Attempt: a.Attempt, NodeID: a.NodeId, PendingReason: a.PendingReason}
 	// Still queued with no reason (deep in the queue): say what is ahead
@@ -549,6 +572,23 @@ func (js jobService) RunJob(ctx context.Context, req *connect.Request[palyrav1.S
 		}
 	}
 	return js.follow(ctx, id, &sent, stream)
+}
+
+// waitApplied waits for this replica to apply job id, committed through
+// this node a moment ago.
+func (s *Server) waitApplied(ctx context.Context, id string) error {
+	st := s.control.State()
+	for {
+		changed := st.Watch(consensus.TopicJob(id))
+		if _, ok := st.Job(id); ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fromErr(errCanceled)
+		}
+	}
 }
 
 // updateHoldoff is how long a watcher's update that is not the job's end

@@ -305,5 +305,42 @@ func (c *Cluster) applyLocal(ctx context.Context, cmd *raftpb.Command) (consensu
 		// node set is dropped.
 		cmd = &raftpb.Command{Cmd: cmd.Cmd, Round: round}
 	}
+	if hasRunHere(cmd) && !c.AllSupport(FeatureRunHere) {
+		// A member that could not apply it joined since the sender
+		// looked: the jobs are submitted as usual (their runs dropped).
+		cmd = withoutRunHere(cmd)
+	}
 	return c.store.Propose(ctx, cmd)
+}
+
+// hasRunHere reports whether cmd is, or batches, a RunHere.
+func hasRunHere(cmd *raftpb.Command) bool {
+	if cmd.GetRunHere() != nil {
+		return true
+	}
+	for _, sub := range cmd.GetBatch().GetCommands() {
+		if sub.GetRunHere() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutRunHere is cmd with each RunHere replaced by its submission.
+func withoutRunHere(cmd *raftpb.Command) *raftpb.Command {
+	plain := func(c *raftpb.Command) *raftpb.Command {
+		if rh := c.GetRunHere(); rh != nil {
+			return &raftpb.Command{Cmd: &raftpb.Command_SubmitJob{SubmitJob: rh.GetSubmit()}, Round: c.Round, HookRules: c.HookRules}
+		}
+		return c
+	}
+	b := cmd.GetBatch()
+	if b == nil {
+		return plain(cmd)
+	}
+	subs := make([]*raftpb.Command, len(b.Commands))
+	for i, sub := range b.Commands {
+		subs[i] = plain(sub)
+	}
+	return &raftpb.Command{Cmd: &raftpb.Command_Batch{Batch: &raftpb.CommandBatch{Commands: subs}}, Round: cmd.Round, HookRules: cmd.HookRules}
 }

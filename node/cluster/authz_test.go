@@ -140,6 +140,9 @@ func TestMayForwardKeyValueWrites(t *testing.T) {
 		{&raftpb.Command{Cmd: &raftpb.Command_KvDelete{KvDelete: &raftpb.KVDelete{Key: "k"}}}, false},
 		// A job's write that also names a caller would put any actor in the journal.
 		{&raftpb.Command{Cmd: &raftpb.Command_KvPut{KvPut: &raftpb.KVPut{Key: "k", JobId: "j", NodeId: "n1", By: "device:d-1"}}}, false},
+		// A job run where it was submitted: only by that node.
+		{&raftpb.Command{Cmd: &raftpb.Command_RunHere{RunHere: &raftpb.RunHere{NodeId: "n1"}}}, true},
+		{&raftpb.Command{Cmd: &raftpb.Command_RunHere{RunHere: &raftpb.RunHere{NodeId: "n2"}}}, false},
 	} {
 		if err := mayForward(n1, c.cmd); (err == nil) != c.ok {
 			t.Errorf("%v: %v, want allowed=%v", c.cmd, err, c.ok)

@@ -37,6 +37,9 @@ func mayForward(pr identity.Principal, cmd *raftpb.Command) error {
 		}
 	case *raftpb.Command_RequeueJob:
 		return mine("a requeue", c.RequeueJob.NodeId)
+	case *raftpb.Command_RunHere:
+		// A job run where it was submitted: by the forwarding node only.
+		return mine("a job it ran", c.RunHere.NodeId)
 	case *raftpb.Command_KvPut:
 		return kvWriter(pr, mine, "write", c.KvPut.JobId, c.KvPut.By, c.KvPut.NodeId)
 	case *raftpb.Command_KvDelete:
@@ -143,6 +146,10 @@ func (c *Cluster) mayReport(pr identity.Principal, cmd *raftpb.Command) error {
 		}
 	case *raftpb.Command_RequeueJob:
 		jobs = []string{x.RequeueJob.Id}
+	case *raftpb.Command_RunHere:
+		if j := x.RunHere.GetSubmit().GetJob(); j != nil {
+			jobs = []string{j.Id}
+		}
 	case *raftpb.Command_KvPut: // an API caller's write names no job: nothing to report
 		if x.KvPut.JobId != "" {
 			jobs = []string{x.KvPut.JobId}

@@ -75,9 +75,15 @@ const FeatureHookExitNull = "hook-exit-null"
 // a record (its certificates have none).
 const FeatureCertLedger = "cert-ledger"
 
+// FeatureRunHere says a node applies RunHere entries (a short job run
+// where it was submitted, recorded with its result in one entry): an
+// older node refuses the command, and the replicas would differ, so a node
+// runs jobs that way only while every member says so.
+const FeatureRunHere = "run-here"
+
 // features are those this software has.
 var features = []string{FeatureBatch, FeatureKVRun, FeatureToolGrants, FeatureEndedOutput, FeatureKVAudit, FeatureHookRules, FeatureHookExitNull,
-	FeatureCertLedger}
+	FeatureCertLedger, FeatureRunHere}
 
 // hookRules is the consensus.HookRules this node's store stamps on the
 // entries it proposes (consensus.Store.SetHookRules): those of this

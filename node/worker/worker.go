@@ -110,6 +110,9 @@ type Worker struct {
 
 	tapMu sync.Mutex
 	taps  map[string]liveTap // job id → the output of its run here
+
+	longMu sync.Mutex
+	long   map[string]time.Time // module hash → when a RunHere run went past RunHereLimit
 }
 
 // liveTap is one run's output as it is written.
@@ -404,6 +407,36 @@ func (w *Worker) execute(ctx, parent context.Context, j consensus.Job) bool {
 		}
 		return false
 	}
+	fin := w.finishFor(j, res, log)
+	done := make(chan error, 1)
+	select {
+	case w.results <- pending{fin: fin, done: done}:
+	case <-ctx.Done():
+		return false
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return false
+	}
+	switch {
+	case err == nil:
+		log.Debug("job finished", "ok", res.OK(), "reason", res.Reason, "duration", res.Duration)
+		return true
+	case errors.Is(err, consensus.ErrStaleAttempt):
+		log.Warn("result refused: attempt no longer current", "err", err)
+		return true
+	default:
+		log.Error("could not record result", "err", err)
+		return false
+	}
+}
+
+// finishFor is the result of j's run: its outputs above the inline bound
+// and its artifacts stored (and replicated) as blobs first; one that
+// could not be stored fails the job.
+func (w *Worker) finishFor(j consensus.Job, res runtime.Result, log *slog.Logger) *raftpb.FinishJob {
 	fin := &raftpb.FinishJob{
 		Id: j.ID, Attempt: j.Attempt, NodeId: w.cfg.NodeID, Ok: res.OK(),
 		Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: int32(res.ExitCode),
@@ -432,29 +465,78 @@ func (w *Worker) execute(ctx, parent context.Context, j consensus.Job) bool {
 		fin.Error = &raftpb.Error{Code: string(res.Reason), Message: res.Message, Hint: hint}
 		fin.Retryable = Retryable(res.Reason)
 	}
-	done := make(chan error, 1)
-	select {
-	case w.results <- pending{fin: fin, done: done}:
-	case <-ctx.Done():
-		return false
+	return fin
+}
+
+// RunHereLimit bounds a run RunHere starts: a job that would run longer
+// is stopped there and scheduled as usual (its module is then not run
+// here again for a while), so a submitter waits at most this long more
+// and a job whose run everyone could follow is not hidden in one.
+const RunHereLimit = 50 * time.Millisecond
+
+// longModules bounds how many modules RunHere remembers as too long.
+const longModules = 1024
+
+// RunHere runs j, a wasm job submitted to this node and not yet accepted,
+// at once: only if a slot is free with no placement waiting for one and
+// the module is compiled here. It returns the result to record with the
+// submission (attempt 1 on this node), or ok false when nothing is to be
+// recorded from here: no slot, module not compiled, a run stopped at
+// RunHereLimit, the executor failing, ctx ending. Nothing it ran is then
+// recorded anywhere, so j must have no effect outside its output (no
+// grants). j.ID and j.Attempt name the result; the FSM sets them again.
+func (w *Worker) RunHere(ctx context.Context, j consensus.Job) (fin *raftpb.FinishJob, ok bool) {
+	w.exMu.RLock()
+	ex := w.executors[runtime.Kind(j.Kind)]
+	w.exMu.RUnlock()
+	mc, cached := ex.(runtime.ModuleCache)
+	if !cached || j.ModuleHash == "" || j.InputHash != "" || w.isLong(j.ModuleHash) {
+		return nil, false
 	}
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		return false
+	spec := runtime.Spec{
+		ModuleHash: j.ModuleHash, Input: j.Input,
+		Timeout: time.Duration(j.TimeoutMS) * time.Millisecond, MemoryLimit: j.MemoryBytes, Fuel: j.Fuel,
+		MaxOutput: int(j.MaxOutput), Deterministic: j.Deterministic, NoWait: true,
 	}
+	rctx, capped := ctx, spec.Timeout > RunHereLimit
+	if capped {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, RunHereLimit)
+		defer cancel()
+	}
+	t0 := time.Now()
+	res, ran := mc.RunCached(rctx, spec)
 	switch {
-	case err == nil:
-		log.Debug("job finished", "ok", res.OK(), "reason", res.Reason, "duration", res.Duration)
-		return true
-	case errors.Is(err, consensus.ErrStaleAttempt):
-		log.Warn("result refused: attempt no longer current", "err", err)
-		return true
-	default:
-		log.Error("could not record result", "err", err)
-		return false
+	case !ran, res.Reason == runtime.ReasonBusy, ctx.Err() != nil:
+		return nil, false
+	case capped && rctx.Err() != nil:
+		w.markLong(j.ModuleHash)
+		return nil, false
+	case res.Reason == runtime.ReasonInternal:
+		return nil, false // the scheduler may place it where the executor works
 	}
+	if w.cfg.OnRun != nil {
+		w.cfg.OnRun(j.Kind, res.OK(), time.Since(t0), time.UnixMilli(j.SubmittedAtMS))
+	}
+	return w.finishFor(j, res, w.log.With("job", j.ID, "attempt", j.Attempt)), true
+}
+
+// isLong reports whether a run of module hash went past RunHereLimit here
+// in the last ten minutes.
+func (w *Worker) isLong(hash string) bool {
+	w.longMu.Lock()
+	defer w.longMu.Unlock()
+	at, ok := w.long[hash]
+	return ok && time.Since(at) < 10*time.Minute
+}
+
+func (w *Worker) markLong(hash string) {
+	w.longMu.Lock()
+	defer w.longMu.Unlock()
+	if w.long == nil || len(w.long) >= longModules {
+		w.long = map[string]time.Time{}
+	}
+	w.long[hash] = time.Now()
 }
 
 // storeOutputs moves a result's outputs above the inline bound out of

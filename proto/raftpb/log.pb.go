@@ -1220,6 +1220,83 @@ func (x *CommandBatch) GetCommands() []*Command {
 	return nil
 }
 
+// RunHere is a job the node it was submitted to ran at once, in a slot
+// that was free, and records with its result: the submission, its
+// placement on node_id as attempt 1 and the result apply in this one
+// entry, in that order, each as its own command would. A submission that
+// repeats an accepted one (same id, or idempotency key) answers with that
+// job and drops the run; a node that may take no work (ineligible,
+// draining, revoked) leaves the job queued, scheduled as usual. Proposed
+// only for a short wasm job with no grants, while no job waits in the
+// queue and every member advertises the "run-here" feature.
+type RunHere struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Submit        *SubmitJob             `protobuf:"bytes,1,opt,name=submit,proto3" json:"submit,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	PlacedAtMs    int64                  `protobuf:"varint,3,opt,name=placed_at_ms,json=placedAtMs,proto3" json:"placed_at_ms,omitempty"`
+	Finish        *FinishJob             `protobuf:"bytes,4,opt,name=finish,proto3" json:"finish,omitempty"` // id, attempt and node_id are the job's: set by the FSM
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunHere) Reset() {
+	*x = RunHere{}
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunHere) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunHere) ProtoMessage() {}
+
+func (x *RunHere) ProtoReflect() protoreflect.Message {
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunHere.ProtoReflect.Descriptor instead.
+func (*RunHere) Descriptor() ([]byte, []int) {
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RunHere) GetSubmit() *SubmitJob {
+	if x != nil {
+		return x.Submit
+	}
+	return nil
+}
+
+func (x *RunHere) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RunHere) GetPlacedAtMs() int64 {
+	if x != nil {
+		return x.PlacedAtMs
+	}
+	return 0
+}
+
+func (x *RunHere) GetFinish() *FinishJob {
+	if x != nil {
+		return x.Finish
+	}
+	return nil
+}
+
 // NodeSlots is the capacity the planner saw for one node and kind; the FSM
 // refuses placements beyond it.
 type NodeSlots struct {
@@ -1233,7 +1310,7 @@ type NodeSlots struct {
 
 func (x *NodeSlots) Reset() {
 	*x = NodeSlots{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1322,7 @@ func (x *NodeSlots) String() string {
 func (*NodeSlots) ProtoMessage() {}
 
 func (x *NodeSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[10]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1335,7 @@ func (x *NodeSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSlots.ProtoReflect.Descriptor instead.
 func (*NodeSlots) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{10}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeSlots) GetNodeId() string {
@@ -1302,7 +1379,7 @@ type SchedulerRound struct {
 
 func (x *SchedulerRound) Reset() {
 	*x = SchedulerRound{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1391,7 @@ func (x *SchedulerRound) String() string {
 func (*SchedulerRound) ProtoMessage() {}
 
 func (x *SchedulerRound) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[11]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1404,7 @@ func (x *SchedulerRound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulerRound.ProtoReflect.Descriptor instead.
 func (*SchedulerRound) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{11}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SchedulerRound) GetAtMs() int64 {
@@ -1391,7 +1468,7 @@ type ArrayTask struct {
 
 func (x *ArrayTask) Reset() {
 	*x = ArrayTask{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1480,7 @@ func (x *ArrayTask) String() string {
 func (*ArrayTask) ProtoMessage() {}
 
 func (x *ArrayTask) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[12]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1493,7 @@ func (x *ArrayTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayTask.ProtoReflect.Descriptor instead.
 func (*ArrayTask) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{12}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ArrayTask) GetInput() []byte {
@@ -1452,7 +1529,7 @@ type SubmitArray struct {
 
 func (x *SubmitArray) Reset() {
 	*x = SubmitArray{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1541,7 @@ func (x *SubmitArray) String() string {
 func (*SubmitArray) ProtoMessage() {}
 
 func (x *SubmitArray) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[13]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1554,7 @@ func (x *SubmitArray) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitArray.ProtoReflect.Descriptor instead.
 func (*SubmitArray) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{13}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SubmitArray) GetTemplate() *JobRecord {
@@ -1508,7 +1585,7 @@ type PruneJobs struct {
 
 func (x *PruneJobs) Reset() {
 	*x = PruneJobs{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1597,7 @@ func (x *PruneJobs) String() string {
 func (*PruneJobs) ProtoMessage() {}
 
 func (x *PruneJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[14]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1610,7 @@ func (x *PruneJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneJobs.ProtoReflect.Descriptor instead.
 func (*PruneJobs) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{14}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PruneJobs) GetBeforeMs() int64 {
@@ -1576,7 +1653,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1665,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[15]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1678,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{15}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetRetention) GetRetentionMs() int64 {
@@ -1636,7 +1713,7 @@ type CancelJob struct {
 
 func (x *CancelJob) Reset() {
 	*x = CancelJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1725,7 @@ func (x *CancelJob) String() string {
 func (*CancelJob) ProtoMessage() {}
 
 func (x *CancelJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[16]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1738,7 @@ func (x *CancelJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJob.ProtoReflect.Descriptor instead.
 func (*CancelJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{16}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelJob) GetId() string {
@@ -1696,7 +1773,7 @@ type ExpireJob struct {
 
 func (x *ExpireJob) Reset() {
 	*x = ExpireJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1785,7 @@ func (x *ExpireJob) String() string {
 func (*ExpireJob) ProtoMessage() {}
 
 func (x *ExpireJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[17]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1798,7 @@ func (x *ExpireJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireJob.ProtoReflect.Descriptor instead.
 func (*ExpireJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{17}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExpireJob) GetId() string {
@@ -1749,7 +1826,7 @@ type SetPendingReason struct {
 
 func (x *SetPendingReason) Reset() {
 	*x = SetPendingReason{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1838,7 @@ func (x *SetPendingReason) String() string {
 func (*SetPendingReason) ProtoMessage() {}
 
 func (x *SetPendingReason) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[18]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1851,7 @@ func (x *SetPendingReason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPendingReason.ProtoReflect.Descriptor instead.
 func (*SetPendingReason) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{18}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetPendingReason) GetId() string {
@@ -1805,7 +1882,7 @@ type SetNodeSchedulable struct {
 
 func (x *SetNodeSchedulable) Reset() {
 	*x = SetNodeSchedulable{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1894,7 @@ func (x *SetNodeSchedulable) String() string {
 func (*SetNodeSchedulable) ProtoMessage() {}
 
 func (x *SetNodeSchedulable) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[19]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1907,7 @@ func (x *SetNodeSchedulable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeSchedulable.ProtoReflect.Descriptor instead.
 func (*SetNodeSchedulable) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{19}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetNodeSchedulable) GetId() string {
@@ -1887,7 +1964,7 @@ type RequeueJob struct {
 
 func (x *RequeueJob) Reset() {
 	*x = RequeueJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +1976,7 @@ func (x *RequeueJob) String() string {
 func (*RequeueJob) ProtoMessage() {}
 
 func (x *RequeueJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[20]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +1989,7 @@ func (x *RequeueJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueJob.ProtoReflect.Descriptor instead.
 func (*RequeueJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{20}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RequeueJob) GetId() string {
@@ -1972,7 +2049,7 @@ type PairingRecord struct {
 
 func (x *PairingRecord) Reset() {
 	*x = PairingRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2061,7 @@ func (x *PairingRecord) String() string {
 func (*PairingRecord) ProtoMessage() {}
 
 func (x *PairingRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[21]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2074,7 @@ func (x *PairingRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairingRecord.ProtoReflect.Descriptor instead.
 func (*PairingRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{21}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PairingRecord) GetId() string {
@@ -2106,7 +2183,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2195,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[22]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2208,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{22}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Member) GetKind() string {
@@ -2234,7 +2311,7 @@ type CreatePairing struct {
 
 func (x *CreatePairing) Reset() {
 	*x = CreatePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2323,7 @@ func (x *CreatePairing) String() string {
 func (*CreatePairing) ProtoMessage() {}
 
 func (x *CreatePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[23]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2336,7 @@ func (x *CreatePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePairing.ProtoReflect.Descriptor instead.
 func (*CreatePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{23}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreatePairing) GetPairing() *PairingRecord {
@@ -2291,7 +2368,7 @@ type ConsumePairing struct {
 
 func (x *ConsumePairing) Reset() {
 	*x = ConsumePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2380,7 @@ func (x *ConsumePairing) String() string {
 func (*ConsumePairing) ProtoMessage() {}
 
 func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[24]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2393,7 @@ func (x *ConsumePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumePairing.ProtoReflect.Descriptor instead.
 func (*ConsumePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{24}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ConsumePairing) GetId() string {
@@ -2372,7 +2449,7 @@ type RevokePairing struct {
 
 func (x *RevokePairing) Reset() {
 	*x = RevokePairing{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2461,7 @@ func (x *RevokePairing) String() string {
 func (*RevokePairing) ProtoMessage() {}
 
 func (x *RevokePairing) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[25]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2474,7 @@ func (x *RevokePairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePairing.ProtoReflect.Descriptor instead.
 func (*RevokePairing) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{25}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RevokePairing) GetId() string {
@@ -2431,7 +2508,7 @@ type AddMember struct {
 
 func (x *AddMember) Reset() {
 	*x = AddMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2520,7 @@ func (x *AddMember) String() string {
 func (*AddMember) ProtoMessage() {}
 
 func (x *AddMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[26]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2533,7 @@ func (x *AddMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMember.ProtoReflect.Descriptor instead.
 func (*AddMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{26}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AddMember) GetMember() *Member {
@@ -2478,7 +2555,7 @@ type RevokeMember struct {
 
 func (x *RevokeMember) Reset() {
 	*x = RevokeMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2567,7 @@ func (x *RevokeMember) String() string {
 func (*RevokeMember) ProtoMessage() {}
 
 func (x *RevokeMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[27]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2580,7 @@ func (x *RevokeMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeMember.ProtoReflect.Descriptor instead.
 func (*RevokeMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{27}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RevokeMember) GetKind() string {
@@ -2545,7 +2622,7 @@ type UseToken struct {
 
 func (x *UseToken) Reset() {
 	*x = UseToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2634,7 @@ func (x *UseToken) String() string {
 func (*UseToken) ProtoMessage() {}
 
 func (x *UseToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[28]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2647,7 @@ func (x *UseToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UseToken.ProtoReflect.Descriptor instead.
 func (*UseToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{28}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UseToken) GetId() string {
@@ -2598,7 +2675,7 @@ type RevokeCert struct {
 
 func (x *RevokeCert) Reset() {
 	*x = RevokeCert{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2610,7 +2687,7 @@ func (x *RevokeCert) String() string {
 func (*RevokeCert) ProtoMessage() {}
 
 func (x *RevokeCert) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[29]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2623,7 +2700,7 @@ func (x *RevokeCert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCert.ProtoReflect.Descriptor instead.
 func (*RevokeCert) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{29}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RevokeCert) GetSerial() string {
@@ -2666,7 +2743,7 @@ type IssuedCert struct {
 
 func (x *IssuedCert) Reset() {
 	*x = IssuedCert{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2755,7 @@ func (x *IssuedCert) String() string {
 func (*IssuedCert) ProtoMessage() {}
 
 func (x *IssuedCert) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[30]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2768,7 @@ func (x *IssuedCert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssuedCert.ProtoReflect.Descriptor instead.
 func (*IssuedCert) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{30}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *IssuedCert) GetSerial() string {
@@ -2756,7 +2833,7 @@ type RecordCerts struct {
 
 func (x *RecordCerts) Reset() {
 	*x = RecordCerts{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +2845,7 @@ func (x *RecordCerts) String() string {
 func (*RecordCerts) ProtoMessage() {}
 
 func (x *RecordCerts) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[31]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +2858,7 @@ func (x *RecordCerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordCerts.ProtoReflect.Descriptor instead.
 func (*RecordCerts) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{31}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RecordCerts) GetCerts() []*IssuedCert {
@@ -2823,7 +2900,7 @@ type StartCertLedger struct {
 
 func (x *StartCertLedger) Reset() {
 	*x = StartCertLedger{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +2912,7 @@ func (x *StartCertLedger) String() string {
 func (*StartCertLedger) ProtoMessage() {}
 
 func (x *StartCertLedger) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[32]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +2925,7 @@ func (x *StartCertLedger) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartCertLedger.ProtoReflect.Descriptor instead.
 func (*StartCertLedger) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{32}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StartCertLedger) GetAtMs() int64 {
@@ -2888,7 +2965,7 @@ type CertLedgerRecord struct {
 
 func (x *CertLedgerRecord) Reset() {
 	*x = CertLedgerRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2900,7 +2977,7 @@ func (x *CertLedgerRecord) String() string {
 func (*CertLedgerRecord) ProtoMessage() {}
 
 func (x *CertLedgerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[33]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2913,7 +2990,7 @@ func (x *CertLedgerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertLedgerRecord.ProtoReflect.Descriptor instead.
 func (*CertLedgerRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{33}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CertLedgerRecord) GetSinceMs() int64 {
@@ -2954,7 +3031,7 @@ type RenewedMember struct {
 
 func (x *RenewedMember) Reset() {
 	*x = RenewedMember{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2966,7 +3043,7 @@ func (x *RenewedMember) String() string {
 func (*RenewedMember) ProtoMessage() {}
 
 func (x *RenewedMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[34]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2979,7 +3056,7 @@ func (x *RenewedMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewedMember.ProtoReflect.Descriptor instead.
 func (*RenewedMember) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{34}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RenewedMember) GetPrincipal() string {
@@ -3007,7 +3084,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3096,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[35]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3109,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{35}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetPolicy) GetSource() []byte {
@@ -3070,7 +3147,7 @@ type SetSecret struct {
 
 func (x *SetSecret) Reset() {
 	*x = SetSecret{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3159,7 @@ func (x *SetSecret) String() string {
 func (*SetSecret) ProtoMessage() {}
 
 func (x *SetSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[36]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3172,7 @@ func (x *SetSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecret.ProtoReflect.Descriptor instead.
 func (*SetSecret) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{36}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetSecret) GetName() string {
@@ -3137,7 +3214,7 @@ type DeleteSecret struct {
 
 func (x *DeleteSecret) Reset() {
 	*x = DeleteSecret{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3149,7 +3226,7 @@ func (x *DeleteSecret) String() string {
 func (*DeleteSecret) ProtoMessage() {}
 
 func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[37]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3162,7 +3239,7 @@ func (x *DeleteSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecret.ProtoReflect.Descriptor instead.
 func (*DeleteSecret) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{37}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteSecret) GetName() string {
@@ -3212,7 +3289,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3224,7 +3301,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[38]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3237,7 +3314,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{38}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *KVPut) GetKey() string {
@@ -3319,7 +3396,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3408,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[39]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3421,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{39}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -3437,6 +3514,7 @@ type Command struct {
 	//	*Command_DecideJob
 	//	*Command_Hook
 	//	*Command_Batch
+	//	*Command_RunHere
 	//	*Command_CaTrust
 	//	*Command_RecordCerts
 	//	*Command_StartCertLedger
@@ -3458,7 +3536,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3470,7 +3548,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[40]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3483,7 +3561,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{40}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Command) GetCmd() isCommand_Cmd {
@@ -3763,6 +3841,15 @@ func (x *Command) GetBatch() *CommandBatch {
 	return nil
 }
 
+func (x *Command) GetRunHere() *RunHere {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RunHere); ok {
+			return x.RunHere
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetCaTrust() *CATrust {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_CaTrust); ok {
@@ -3928,6 +4015,10 @@ type Command_Batch struct {
 	Batch *CommandBatch `protobuf:"bytes,30,opt,name=batch,proto3,oneof"`
 }
 
+type Command_RunHere struct {
+	RunHere *RunHere `protobuf:"bytes,31,opt,name=run_here,json=runHere,proto3,oneof"`
+}
+
 type Command_CaTrust struct {
 	// 40+: the CA's trust bundle (kept apart from the numbers above).
 	CaTrust *CATrust `protobuf:"bytes,40,opt,name=ca_trust,json=caTrust,proto3,oneof"`
@@ -4002,6 +4093,8 @@ func (*Command_Hook) isCommand_Cmd() {}
 
 func (*Command_Batch) isCommand_Cmd() {}
 
+func (*Command_RunHere) isCommand_Cmd() {}
+
 func (*Command_CaTrust) isCommand_Cmd() {}
 
 func (*Command_RecordCerts) isCommand_Cmd() {}
@@ -4029,7 +4122,7 @@ type CARootRecord struct {
 
 func (x *CARootRecord) Reset() {
 	*x = CARootRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4041,7 +4134,7 @@ func (x *CARootRecord) String() string {
 func (*CARootRecord) ProtoMessage() {}
 
 func (x *CARootRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[41]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4054,7 +4147,7 @@ func (x *CARootRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARootRecord.ProtoReflect.Descriptor instead.
 func (*CARootRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{41}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CARootRecord) GetFingerprint() string {
@@ -4125,7 +4218,7 @@ type CARotationRecord struct {
 
 func (x *CARotationRecord) Reset() {
 	*x = CARotationRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4137,7 +4230,7 @@ func (x *CARotationRecord) String() string {
 func (*CARotationRecord) ProtoMessage() {}
 
 func (x *CARotationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[42]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4150,7 +4243,7 @@ func (x *CARotationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARotationRecord.ProtoReflect.Descriptor instead.
 func (*CARotationRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{42}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CARotationRecord) GetRequestedAtMs() int64 {
@@ -4196,7 +4289,7 @@ type CATrust struct {
 
 func (x *CATrust) Reset() {
 	*x = CATrust{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4208,7 +4301,7 @@ func (x *CATrust) String() string {
 func (*CATrust) ProtoMessage() {}
 
 func (x *CATrust) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[43]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4221,7 +4314,7 @@ func (x *CATrust) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CATrust.ProtoReflect.Descriptor instead.
 func (*CATrust) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{43}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CATrust) GetAtMs() int64 {
@@ -4334,7 +4427,7 @@ type CAInitRoot struct {
 
 func (x *CAInitRoot) Reset() {
 	*x = CAInitRoot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4346,7 +4439,7 @@ func (x *CAInitRoot) String() string {
 func (*CAInitRoot) ProtoMessage() {}
 
 func (x *CAInitRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[44]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4359,7 +4452,7 @@ func (x *CAInitRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAInitRoot.ProtoReflect.Descriptor instead.
 func (*CAInitRoot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{44}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CAInitRoot) GetDer() []byte {
@@ -4378,7 +4471,7 @@ type CARequestRotation struct {
 
 func (x *CARequestRotation) Reset() {
 	*x = CARequestRotation{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4390,7 +4483,7 @@ func (x *CARequestRotation) String() string {
 func (*CARequestRotation) ProtoMessage() {}
 
 func (x *CARequestRotation) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[45]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4403,7 +4496,7 @@ func (x *CARequestRotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CARequestRotation.ProtoReflect.Descriptor instead.
 func (*CARequestRotation) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{45}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CARequestRotation) GetOverlapMs() int64 {
@@ -4424,7 +4517,7 @@ type CAAddPending struct {
 
 func (x *CAAddPending) Reset() {
 	*x = CAAddPending{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4436,7 +4529,7 @@ func (x *CAAddPending) String() string {
 func (*CAAddPending) ProtoMessage() {}
 
 func (x *CAAddPending) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[46]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4449,7 +4542,7 @@ func (x *CAAddPending) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAAddPending.ProtoReflect.Descriptor instead.
 func (*CAAddPending) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{46}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CAAddPending) GetDer() []byte {
@@ -4482,7 +4575,7 @@ type CAActivate struct {
 
 func (x *CAActivate) Reset() {
 	*x = CAActivate{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4494,7 +4587,7 @@ func (x *CAActivate) String() string {
 func (*CAActivate) ProtoMessage() {}
 
 func (x *CAActivate) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[47]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4507,7 +4600,7 @@ func (x *CAActivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CAActivate.ProtoReflect.Descriptor instead.
 func (*CAActivate) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{47}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CAActivate) GetFingerprint() string {
@@ -4526,7 +4619,7 @@ type CADropRoot struct {
 
 func (x *CADropRoot) Reset() {
 	*x = CADropRoot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4538,7 +4631,7 @@ func (x *CADropRoot) String() string {
 func (*CADropRoot) ProtoMessage() {}
 
 func (x *CADropRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[48]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4551,7 +4644,7 @@ func (x *CADropRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CADropRoot.ProtoReflect.Descriptor instead.
 func (*CADropRoot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{48}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CADropRoot) GetFingerprint() string {
@@ -4571,7 +4664,7 @@ type UsedToken struct {
 
 func (x *UsedToken) Reset() {
 	*x = UsedToken{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4583,7 +4676,7 @@ func (x *UsedToken) String() string {
 func (*UsedToken) ProtoMessage() {}
 
 func (x *UsedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[49]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4596,7 +4689,7 @@ func (x *UsedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsedToken.ProtoReflect.Descriptor instead.
 func (*UsedToken) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{49}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UsedToken) GetId() string {
@@ -4625,7 +4718,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4637,7 +4730,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[50]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4650,7 +4743,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{50}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PolicyRecord) GetSource() []byte {
@@ -4698,7 +4791,7 @@ type HookRecord struct {
 
 func (x *HookRecord) Reset() {
 	*x = HookRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4710,7 +4803,7 @@ func (x *HookRecord) String() string {
 func (*HookRecord) ProtoMessage() {}
 
 func (x *HookRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[51]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4723,7 +4816,7 @@ func (x *HookRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookRecord.ProtoReflect.Descriptor instead.
 func (*HookRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{51}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HookRecord) GetId() string {
@@ -4781,7 +4874,7 @@ type HookCommand struct {
 
 func (x *HookCommand) Reset() {
 	*x = HookCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4793,7 +4886,7 @@ func (x *HookCommand) String() string {
 func (*HookCommand) ProtoMessage() {}
 
 func (x *HookCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[52]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4806,7 +4899,7 @@ func (x *HookCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookCommand.ProtoReflect.Descriptor instead.
 func (*HookCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{52}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *HookCommand) GetBind() *HookRecord {
@@ -4859,7 +4952,7 @@ type DecideJob struct {
 
 func (x *DecideJob) Reset() {
 	*x = DecideJob{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4871,7 +4964,7 @@ func (x *DecideJob) String() string {
 func (*DecideJob) ProtoMessage() {}
 
 func (x *DecideJob) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[53]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4884,7 +4977,7 @@ func (x *DecideJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideJob.ProtoReflect.Descriptor instead.
 func (*DecideJob) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{53}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DecideJob) GetId() string {
@@ -4969,7 +5062,7 @@ type SkillRecord struct {
 
 func (x *SkillRecord) Reset() {
 	*x = SkillRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4981,7 +5074,7 @@ func (x *SkillRecord) String() string {
 func (*SkillRecord) ProtoMessage() {}
 
 func (x *SkillRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[54]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4994,7 +5087,7 @@ func (x *SkillRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillRecord.ProtoReflect.Descriptor instead.
 func (*SkillRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{54}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SkillRecord) GetSkillId() string {
@@ -5184,7 +5277,7 @@ type SkillTool struct {
 
 func (x *SkillTool) Reset() {
 	*x = SkillTool{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5196,7 +5289,7 @@ func (x *SkillTool) String() string {
 func (*SkillTool) ProtoMessage() {}
 
 func (x *SkillTool) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[55]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5209,7 +5302,7 @@ func (x *SkillTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillTool.ProtoReflect.Descriptor instead.
 func (*SkillTool) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{55}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SkillTool) GetId() string {
@@ -5287,7 +5380,7 @@ type ToolGrants struct {
 
 func (x *ToolGrants) Reset() {
 	*x = ToolGrants{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5299,7 +5392,7 @@ func (x *ToolGrants) String() string {
 func (*ToolGrants) ProtoMessage() {}
 
 func (x *ToolGrants) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[56]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5312,7 +5405,7 @@ func (x *ToolGrants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolGrants.ProtoReflect.Descriptor instead.
 func (*ToolGrants) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{56}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ToolGrants) GetHttpHosts() []string {
@@ -5356,7 +5449,7 @@ type PublisherRecord struct {
 
 func (x *PublisherRecord) Reset() {
 	*x = PublisherRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5368,7 +5461,7 @@ func (x *PublisherRecord) String() string {
 func (*PublisherRecord) ProtoMessage() {}
 
 func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[57]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5381,7 +5474,7 @@ func (x *PublisherRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublisherRecord.ProtoReflect.Descriptor instead.
 func (*PublisherRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{57}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PublisherRecord) GetName() string {
@@ -5442,7 +5535,7 @@ type SkillCommand struct {
 
 func (x *SkillCommand) Reset() {
 	*x = SkillCommand{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5454,7 +5547,7 @@ func (x *SkillCommand) String() string {
 func (*SkillCommand) ProtoMessage() {}
 
 func (x *SkillCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[58]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5467,7 +5560,7 @@ func (x *SkillCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillCommand.ProtoReflect.Descriptor instead.
 func (*SkillCommand) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{58}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SkillCommand) GetAtMs() int64 {
@@ -5598,7 +5691,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5610,7 +5703,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[59]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5623,7 +5716,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{59}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -5820,7 +5913,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[60]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5832,7 +5925,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[60]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5845,7 +5938,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{60}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AuditRecord) GetSeq() uint64 {
@@ -5915,7 +6008,7 @@ type ArrayRecord struct {
 
 func (x *ArrayRecord) Reset() {
 	*x = ArrayRecord{}
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[61]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5927,7 +6020,7 @@ func (x *ArrayRecord) String() string {
 func (*ArrayRecord) ProtoMessage() {}
 
 func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_palyra_raft_v1_log_proto_msgTypes[61]
+	mi := &file_palyra_raft_v1_log_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5940,7 +6033,7 @@ func (x *ArrayRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayRecord.ProtoReflect.Descriptor instead.
 func (*ArrayRecord) Descriptor() ([]byte, []int) {
-	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{61}
+	return file_palyra_raft_v1_log_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ArrayRecord) GetTemplate() *JobRecord {
@@ -6090,7 +6183,13 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\vFinishBatch\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.palyra.raft.v1.FinishJobR\aresults\"C\n" +
 	"\fCommandBatch\x123\n" +
-	"\bcommands\x18\x01 \x03(\v2\x17.palyra.raft.v1.CommandR\bcommands\"N\n" +
+	"\bcommands\x18\x01 \x03(\v2\x17.palyra.raft.v1.CommandR\bcommands\"\xaa\x01\n" +
+	"\aRunHere\x121\n" +
+	"\x06submit\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobR\x06submit\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12 \n" +
+	"\fplaced_at_ms\x18\x03 \x01(\x03R\n" +
+	"placedAtMs\x121\n" +
+	"\x06finish\x18\x04 \x01(\v2\x19.palyra.raft.v1.FinishJobR\x06finish\"N\n" +
 	"\tNodeSlots\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -6270,7 +6369,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x10\n" +
 	"\x03run\x18\x06 \x01(\x04R\x03run\x12\x0e\n" +
 	"\x02by\x18\a \x01(\tR\x02by\x12\x13\n" +
-	"\x05at_ms\x18\b \x01(\x03R\x04atMs\"\xa8\x11\n" +
+	"\x05at_ms\x18\b \x01(\x03R\x04atMs\"\xde\x11\n" +
 	"\aCommand\x12:\n" +
 	"\n" +
 	"submit_job\x18\x01 \x01(\v2\x19.palyra.raft.v1.SubmitJobH\x00R\tsubmitJob\x12:\n" +
@@ -6315,6 +6414,7 @@ const file_palyra_raft_v1_log_proto_rawDesc = "" +
 	"decide_job\x18\x1c \x01(\v2\x19.palyra.raft.v1.DecideJobH\x00R\tdecideJob\x121\n" +
 	"\x04hook\x18\x1d \x01(\v2\x1b.palyra.raft.v1.HookCommandH\x00R\x04hook\x124\n" +
 	"\x05batch\x18\x1e \x01(\v2\x1c.palyra.raft.v1.CommandBatchH\x00R\x05batch\x124\n" +
+	"\brun_here\x18\x1f \x01(\v2\x17.palyra.raft.v1.RunHereH\x00R\arunHere\x124\n" +
 	"\bca_trust\x18( \x01(\v2\x17.palyra.raft.v1.CATrustH\x00R\acaTrust\x12@\n" +
 	"\frecord_certs\x18* \x01(\v2\x1b.palyra.raft.v1.RecordCertsH\x00R\vrecordCerts\x12M\n" +
 	"\x11start_cert_ledger\x18+ \x01(\v2\x1f.palyra.raft.v1.StartCertLedgerH\x00R\x0fstartCertLedger\x124\n" +
@@ -6519,7 +6619,7 @@ func file_palyra_raft_v1_log_proto_rawDescGZIP() []byte {
 	return file_palyra_raft_v1_log_proto_rawDescData
 }
 
-var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_palyra_raft_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*Error)(nil),              // 0: palyra.raft.v1.Error
 	(*JobRecord)(nil),          // 1: palyra.raft.v1.JobRecord
@@ -6531,64 +6631,65 @@ var file_palyra_raft_v1_log_proto_goTypes = []any{
 	(*FinishJob)(nil),          // 7: palyra.raft.v1.FinishJob
 	(*FinishBatch)(nil),        // 8: palyra.raft.v1.FinishBatch
 	(*CommandBatch)(nil),       // 9: palyra.raft.v1.CommandBatch
-	(*NodeSlots)(nil),          // 10: palyra.raft.v1.NodeSlots
-	(*SchedulerRound)(nil),     // 11: palyra.raft.v1.SchedulerRound
-	(*ArrayTask)(nil),          // 12: palyra.raft.v1.ArrayTask
-	(*SubmitArray)(nil),        // 13: palyra.raft.v1.SubmitArray
-	(*PruneJobs)(nil),          // 14: palyra.raft.v1.PruneJobs
-	(*SetRetention)(nil),       // 15: palyra.raft.v1.SetRetention
-	(*CancelJob)(nil),          // 16: palyra.raft.v1.CancelJob
-	(*ExpireJob)(nil),          // 17: palyra.raft.v1.ExpireJob
-	(*SetPendingReason)(nil),   // 18: palyra.raft.v1.SetPendingReason
-	(*SetNodeSchedulable)(nil), // 19: palyra.raft.v1.SetNodeSchedulable
-	(*RequeueJob)(nil),         // 20: palyra.raft.v1.RequeueJob
-	(*PairingRecord)(nil),      // 21: palyra.raft.v1.PairingRecord
-	(*Member)(nil),             // 22: palyra.raft.v1.Member
-	(*CreatePairing)(nil),      // 23: palyra.raft.v1.CreatePairing
-	(*ConsumePairing)(nil),     // 24: palyra.raft.v1.ConsumePairing
-	(*RevokePairing)(nil),      // 25: palyra.raft.v1.RevokePairing
-	(*AddMember)(nil),          // 26: palyra.raft.v1.AddMember
-	(*RevokeMember)(nil),       // 27: palyra.raft.v1.RevokeMember
-	(*UseToken)(nil),           // 28: palyra.raft.v1.UseToken
-	(*RevokeCert)(nil),         // 29: palyra.raft.v1.RevokeCert
-	(*IssuedCert)(nil),         // 30: palyra.raft.v1.IssuedCert
-	(*RecordCerts)(nil),        // 31: palyra.raft.v1.RecordCerts
-	(*StartCertLedger)(nil),    // 32: palyra.raft.v1.StartCertLedger
-	(*CertLedgerRecord)(nil),   // 33: palyra.raft.v1.CertLedgerRecord
-	(*RenewedMember)(nil),      // 34: palyra.raft.v1.RenewedMember
-	(*SetPolicy)(nil),          // 35: palyra.raft.v1.SetPolicy
-	(*SetSecret)(nil),          // 36: palyra.raft.v1.SetSecret
-	(*DeleteSecret)(nil),       // 37: palyra.raft.v1.DeleteSecret
-	(*KVPut)(nil),              // 38: palyra.raft.v1.KVPut
-	(*KVDelete)(nil),           // 39: palyra.raft.v1.KVDelete
-	(*Command)(nil),            // 40: palyra.raft.v1.Command
-	(*CARootRecord)(nil),       // 41: palyra.raft.v1.CARootRecord
-	(*CARotationRecord)(nil),   // 42: palyra.raft.v1.CARotationRecord
-	(*CATrust)(nil),            // 43: palyra.raft.v1.CATrust
-	(*CAInitRoot)(nil),         // 44: palyra.raft.v1.CAInitRoot
-	(*CARequestRotation)(nil),  // 45: palyra.raft.v1.CARequestRotation
-	(*CAAddPending)(nil),       // 46: palyra.raft.v1.CAAddPending
-	(*CAActivate)(nil),         // 47: palyra.raft.v1.CAActivate
-	(*CADropRoot)(nil),         // 48: palyra.raft.v1.CADropRoot
-	(*UsedToken)(nil),          // 49: palyra.raft.v1.UsedToken
-	(*PolicyRecord)(nil),       // 50: palyra.raft.v1.PolicyRecord
-	(*HookRecord)(nil),         // 51: palyra.raft.v1.HookRecord
-	(*HookCommand)(nil),        // 52: palyra.raft.v1.HookCommand
-	(*DecideJob)(nil),          // 53: palyra.raft.v1.DecideJob
-	(*SkillRecord)(nil),        // 54: palyra.raft.v1.SkillRecord
-	(*SkillTool)(nil),          // 55: palyra.raft.v1.SkillTool
-	(*ToolGrants)(nil),         // 56: palyra.raft.v1.ToolGrants
-	(*PublisherRecord)(nil),    // 57: palyra.raft.v1.PublisherRecord
-	(*SkillCommand)(nil),       // 58: palyra.raft.v1.SkillCommand
-	(*Snapshot)(nil),           // 59: palyra.raft.v1.Snapshot
-	(*AuditRecord)(nil),        // 60: palyra.raft.v1.AuditRecord
-	(*ArrayRecord)(nil),        // 61: palyra.raft.v1.ArrayRecord
-	nil,                        // 62: palyra.raft.v1.JobRecord.ConstraintsEntry
-	nil,                        // 63: palyra.raft.v1.Member.LabelsEntry
+	(*RunHere)(nil),            // 10: palyra.raft.v1.RunHere
+	(*NodeSlots)(nil),          // 11: palyra.raft.v1.NodeSlots
+	(*SchedulerRound)(nil),     // 12: palyra.raft.v1.SchedulerRound
+	(*ArrayTask)(nil),          // 13: palyra.raft.v1.ArrayTask
+	(*SubmitArray)(nil),        // 14: palyra.raft.v1.SubmitArray
+	(*PruneJobs)(nil),          // 15: palyra.raft.v1.PruneJobs
+	(*SetRetention)(nil),       // 16: palyra.raft.v1.SetRetention
+	(*CancelJob)(nil),          // 17: palyra.raft.v1.CancelJob
+	(*ExpireJob)(nil),          // 18: palyra.raft.v1.ExpireJob
+	(*SetPendingReason)(nil),   // 19: palyra.raft.v1.SetPendingReason
+	(*SetNodeSchedulable)(nil), // 20: palyra.raft.v1.SetNodeSchedulable
+	(*RequeueJob)(nil),         // 21: palyra.raft.v1.RequeueJob
+	(*PairingRecord)(nil),      // 22: palyra.raft.v1.PairingRecord
+	(*Member)(nil),             // 23: palyra.raft.v1.Member
+	(*CreatePairing)(nil),      // 24: palyra.raft.v1.CreatePairing
+	(*ConsumePairing)(nil),     // 25: palyra.raft.v1.ConsumePairing
+	(*RevokePairing)(nil),      // 26: palyra.raft.v1.RevokePairing
+	(*AddMember)(nil),          // 27: palyra.raft.v1.AddMember
+	(*RevokeMember)(nil),       // 28: palyra.raft.v1.RevokeMember
+	(*UseToken)(nil),           // 29: palyra.raft.v1.UseToken
+	(*RevokeCert)(nil),         // 30: palyra.raft.v1.RevokeCert
+	(*IssuedCert)(nil),         // 31: palyra.raft.v1.IssuedCert
+	(*RecordCerts)(nil),        // 32: palyra.raft.v1.RecordCerts
+	(*StartCertLedger)(nil),    // 33: palyra.raft.v1.StartCertLedger
+	(*CertLedgerRecord)(nil),   // 34: palyra.raft.v1.CertLedgerRecord
+	(*RenewedMember)(nil),      // 35: palyra.raft.v1.RenewedMember
+	(*SetPolicy)(nil),          // 36: palyra.raft.v1.SetPolicy
+	(*SetSecret)(nil),          // 37: palyra.raft.v1.SetSecret
+	(*DeleteSecret)(nil),       // 38: palyra.raft.v1.DeleteSecret
+	(*KVPut)(nil),              // 39: palyra.raft.v1.KVPut
+	(*KVDelete)(nil),           // 40: palyra.raft.v1.KVDelete
+	(*Command)(nil),            // 41: palyra.raft.v1.Command
+	(*CARootRecord)(nil),       // 42: palyra.raft.v1.CARootRecord
+	(*CARotationRecord)(nil),   // 43: palyra.raft.v1.CARotationRecord
+	(*CATrust)(nil),            // 44: palyra.raft.v1.CATrust
+	(*CAInitRoot)(nil),         // 45: palyra.raft.v1.CAInitRoot
+	(*CARequestRotation)(nil),  // 46: palyra.raft.v1.CARequestRotation
+	(*CAAddPending)(nil),       // 47: palyra.raft.v1.CAAddPending
+	(*CAActivate)(nil),         // 48: palyra.raft.v1.CAActivate
+	(*CADropRoot)(nil),         // 49: palyra.raft.v1.CADropRoot
+	(*UsedToken)(nil),          // 50: palyra.raft.v1.UsedToken
+	(*PolicyRecord)(nil),       // 51: palyra.raft.v1.PolicyRecord
+	(*HookRecord)(nil),         // 52: palyra.raft.v1.HookRecord
+	(*HookCommand)(nil),        // 53: palyra.raft.v1.HookCommand
+	(*DecideJob)(nil),          // 54: palyra.raft.v1.DecideJob
+	(*SkillRecord)(nil),        // 55: palyra.raft.v1.SkillRecord
+	(*SkillTool)(nil),          // 56: palyra.raft.v1.SkillTool
+	(*ToolGrants)(nil),         // 57: palyra.raft.v1.ToolGrants
+	(*PublisherRecord)(nil),    // 58: palyra.raft.v1.PublisherRecord
+	(*SkillCommand)(nil),       // 59: palyra.raft.v1.SkillCommand
+	(*Snapshot)(nil),           // 60: palyra.raft.v1.Snapshot
+	(*AuditRecord)(nil),        // 61: palyra.raft.v1.AuditRecord
+	(*ArrayRecord)(nil),        // 62: palyra.raft.v1.ArrayRecord
+	nil,                        // 63: palyra.raft.v1.JobRecord.ConstraintsEntry
+	nil,                        // 64: palyra.raft.v1.Member.LabelsEntry
 }
 var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 0: palyra.raft.v1.JobRecord.error:type_name -> palyra.raft.v1.Error
-	62, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
+	63, // 1: palyra.raft.v1.JobRecord.constraints:type_name -> palyra.raft.v1.JobRecord.ConstraintsEntry
 	3,  // 2: palyra.raft.v1.JobRecord.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	2,  // 3: palyra.raft.v1.JobRecord.earlier_attempts:type_name -> palyra.raft.v1.EarlierAttempt
 	1,  // 4: palyra.raft.v1.SubmitJob.job:type_name -> palyra.raft.v1.JobRecord
@@ -6596,85 +6697,88 @@ var file_palyra_raft_v1_log_proto_depIdxs = []int32{
 	0,  // 6: palyra.raft.v1.FinishJob.error:type_name -> palyra.raft.v1.Error
 	3,  // 7: palyra.raft.v1.FinishJob.artifacts:type_name -> palyra.raft.v1.ArtifactRef
 	7,  // 8: palyra.raft.v1.FinishBatch.results:type_name -> palyra.raft.v1.FinishJob
-	40, // 9: palyra.raft.v1.CommandBatch.commands:type_name -> palyra.raft.v1.Command
-	5,  // 10: palyra.raft.v1.SchedulerRound.placements:type_name -> palyra.raft.v1.AssignJob
-	10, // 11: palyra.raft.v1.SchedulerRound.slots:type_name -> palyra.raft.v1.NodeSlots
-	18, // 12: palyra.raft.v1.SchedulerRound.pending:type_name -> palyra.raft.v1.SetPendingReason
-	20, // 13: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
-	1,  // 14: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
-	12, // 15: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
-	63, // 16: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
-	21, // 17: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
-	22, // 18: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
-	22, // 19: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
-	22, // 20: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
-	30, // 21: palyra.raft.v1.RecordCerts.certs:type_name -> palyra.raft.v1.IssuedCert
-	30, // 22: palyra.raft.v1.CertLedgerRecord.certs:type_name -> palyra.raft.v1.IssuedCert
-	34, // 23: palyra.raft.v1.CertLedgerRecord.renewed:type_name -> palyra.raft.v1.RenewedMember
-	4,  // 24: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
-	5,  // 25: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
-	7,  // 26: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
-	16, // 27: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
-	20, // 28: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
-	23, // 29: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
-	24, // 30: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
-	25, // 31: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
-	26, // 32: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
-	27, // 33: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
-	28, // 34: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
-	29, // 35: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
-	35, // 36: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
-	17, // 37: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
-	18, // 38: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
-	19, // 39: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
-	6,  // 40: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
-	36, // 41: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
-	37, // 42: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
-	38, // 43: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
-	39, // 44: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
-	11, // 45: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
-	8,  // 46: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
-	13, // 47: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
-	14, // 48: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
-	15, // 49: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
-	58, // 50: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
-	53, // 51: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
-	52, // 52: palyra.raft.v1.Command.hook:type_name -> palyra.raft.v1.HookCommand
-	9,  // 53: palyra.raft.v1.Command.batch:type_name -> palyra.raft.v1.CommandBatch
-	43, // 54: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
-	31, // 55: palyra.raft.v1.Command.record_certs:type_name -> palyra.raft.v1.RecordCerts
-	32, // 56: palyra.raft.v1.Command.start_cert_ledger:type_name -> palyra.raft.v1.StartCertLedger
-	11, // 57: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
-	44, // 58: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
-	45, // 59: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
-	46, // 60: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
-	47, // 61: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
-	48, // 62: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
-	51, // 63: palyra.raft.v1.HookCommand.bind:type_name -> palyra.raft.v1.HookRecord
-	55, // 64: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
-	56, // 65: palyra.raft.v1.SkillTool.grants:type_name -> palyra.raft.v1.ToolGrants
-	54, // 66: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
-	57, // 67: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
-	1,  // 68: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
-	21, // 69: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
-	22, // 70: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
-	49, // 71: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
-	50, // 72: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
-	36, // 73: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
-	38, // 74: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
-	41, // 75: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
-	42, // 76: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
-	54, // 77: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
-	57, // 78: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
-	60, // 79: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
-	51, // 80: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
-	33, // 81: palyra.raft.v1.Snapshot.cert_ledger:type_name -> palyra.raft.v1.CertLedgerRecord
-	1,  // 82: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
-	83, // [83:83] is the sub-list for method output_type
-	83, // [83:83] is the sub-list for method input_type
-	83, // [83:83] is the sub-list for extension type_name
-	83, // [83:83] is the sub-list for extension extendee
-	0,  // [0:83] is the sub-list for field type_name
+	41, // 9: palyra.raft.v1.CommandBatch.commands:type_name -> palyra.raft.v1.Command
+	4,  // 10: palyra.raft.v1.RunHere.submit:type_name -> palyra.raft.v1.SubmitJob
+	7,  // 11: palyra.raft.v1.RunHere.finish:type_name -> palyra.raft.v1.FinishJob
+	5,  // 12: palyra.raft.v1.SchedulerRound.placements:type_name -> palyra.raft.v1.AssignJob
+	11, // 13: palyra.raft.v1.SchedulerRound.slots:type_name -> palyra.raft.v1.NodeSlots
+	19, // 14: palyra.raft.v1.SchedulerRound.pending:type_name -> palyra.raft.v1.SetPendingReason
+	21, // 15: palyra.raft.v1.SchedulerRound.requeues:type_name -> palyra.raft.v1.RequeueJob
+	1,  // 16: palyra.raft.v1.SubmitArray.template:type_name -> palyra.raft.v1.JobRecord
+	13, // 17: palyra.raft.v1.SubmitArray.tasks:type_name -> palyra.raft.v1.ArrayTask
+	64, // 18: palyra.raft.v1.Member.labels:type_name -> palyra.raft.v1.Member.LabelsEntry
+	22, // 19: palyra.raft.v1.CreatePairing.pairing:type_name -> palyra.raft.v1.PairingRecord
+	23, // 20: palyra.raft.v1.ConsumePairing.member:type_name -> palyra.raft.v1.Member
+	23, // 21: palyra.raft.v1.ConsumePairing.local_operator:type_name -> palyra.raft.v1.Member
+	23, // 22: palyra.raft.v1.AddMember.member:type_name -> palyra.raft.v1.Member
+	31, // 23: palyra.raft.v1.RecordCerts.certs:type_name -> palyra.raft.v1.IssuedCert
+	31, // 24: palyra.raft.v1.CertLedgerRecord.certs:type_name -> palyra.raft.v1.IssuedCert
+	35, // 25: palyra.raft.v1.CertLedgerRecord.renewed:type_name -> palyra.raft.v1.RenewedMember
+	4,  // 26: palyra.raft.v1.Command.submit_job:type_name -> palyra.raft.v1.SubmitJob
+	5,  // 27: palyra.raft.v1.Command.assign_job:type_name -> palyra.raft.v1.AssignJob
+	7,  // 28: palyra.raft.v1.Command.finish_job:type_name -> palyra.raft.v1.FinishJob
+	17, // 29: palyra.raft.v1.Command.cancel_job:type_name -> palyra.raft.v1.CancelJob
+	21, // 30: palyra.raft.v1.Command.requeue_job:type_name -> palyra.raft.v1.RequeueJob
+	24, // 31: palyra.raft.v1.Command.create_pairing:type_name -> palyra.raft.v1.CreatePairing
+	25, // 32: palyra.raft.v1.Command.consume_pairing:type_name -> palyra.raft.v1.ConsumePairing
+	26, // 33: palyra.raft.v1.Command.revoke_pairing:type_name -> palyra.raft.v1.RevokePairing
+	27, // 34: palyra.raft.v1.Command.add_member:type_name -> palyra.raft.v1.AddMember
+	28, // 35: palyra.raft.v1.Command.revoke_member:type_name -> palyra.raft.v1.RevokeMember
+	29, // 36: palyra.raft.v1.Command.use_token:type_name -> palyra.raft.v1.UseToken
+	30, // 37: palyra.raft.v1.Command.revoke_cert:type_name -> palyra.raft.v1.RevokeCert
+	36, // 38: palyra.raft.v1.Command.set_policy:type_name -> palyra.raft.v1.SetPolicy
+	18, // 39: palyra.raft.v1.Command.expire_job:type_name -> palyra.raft.v1.ExpireJob
+	19, // 40: palyra.raft.v1.Command.set_pending_reason:type_name -> palyra.raft.v1.SetPendingReason
+	20, // 41: palyra.raft.v1.Command.set_node_schedulable:type_name -> palyra.raft.v1.SetNodeSchedulable
+	6,  // 42: palyra.raft.v1.Command.assign_batch:type_name -> palyra.raft.v1.AssignBatch
+	37, // 43: palyra.raft.v1.Command.set_secret:type_name -> palyra.raft.v1.SetSecret
+	38, // 44: palyra.raft.v1.Command.delete_secret:type_name -> palyra.raft.v1.DeleteSecret
+	39, // 45: palyra.raft.v1.Command.kv_put:type_name -> palyra.raft.v1.KVPut
+	40, // 46: palyra.raft.v1.Command.kv_delete:type_name -> palyra.raft.v1.KVDelete
+	12, // 47: palyra.raft.v1.Command.scheduler_round:type_name -> palyra.raft.v1.SchedulerRound
+	8,  // 48: palyra.raft.v1.Command.finish_batch:type_name -> palyra.raft.v1.FinishBatch
+	14, // 49: palyra.raft.v1.Command.submit_array:type_name -> palyra.raft.v1.SubmitArray
+	15, // 50: palyra.raft.v1.Command.prune_jobs:type_name -> palyra.raft.v1.PruneJobs
+	16, // 51: palyra.raft.v1.Command.set_retention:type_name -> palyra.raft.v1.SetRetention
+	59, // 52: palyra.raft.v1.Command.skill:type_name -> palyra.raft.v1.SkillCommand
+	54, // 53: palyra.raft.v1.Command.decide_job:type_name -> palyra.raft.v1.DecideJob
+	53, // 54: palyra.raft.v1.Command.hook:type_name -> palyra.raft.v1.HookCommand
+	9,  // 55: palyra.raft.v1.Command.batch:type_name -> palyra.raft.v1.CommandBatch
+	10, // 56: palyra.raft.v1.Command.run_here:type_name -> palyra.raft.v1.RunHere
+	44, // 57: palyra.raft.v1.Command.ca_trust:type_name -> palyra.raft.v1.CATrust
+	32, // 58: palyra.raft.v1.Command.record_certs:type_name -> palyra.raft.v1.RecordCerts
+	33, // 59: palyra.raft.v1.Command.start_cert_ledger:type_name -> palyra.raft.v1.StartCertLedger
+	12, // 60: palyra.raft.v1.Command.round:type_name -> palyra.raft.v1.SchedulerRound
+	45, // 61: palyra.raft.v1.CATrust.init:type_name -> palyra.raft.v1.CAInitRoot
+	46, // 62: palyra.raft.v1.CATrust.request:type_name -> palyra.raft.v1.CARequestRotation
+	47, // 63: palyra.raft.v1.CATrust.pending:type_name -> palyra.raft.v1.CAAddPending
+	48, // 64: palyra.raft.v1.CATrust.activate:type_name -> palyra.raft.v1.CAActivate
+	49, // 65: palyra.raft.v1.CATrust.drop:type_name -> palyra.raft.v1.CADropRoot
+	52, // 66: palyra.raft.v1.HookCommand.bind:type_name -> palyra.raft.v1.HookRecord
+	56, // 67: palyra.raft.v1.SkillRecord.tools:type_name -> palyra.raft.v1.SkillTool
+	57, // 68: palyra.raft.v1.SkillTool.grants:type_name -> palyra.raft.v1.ToolGrants
+	55, // 69: palyra.raft.v1.SkillCommand.install:type_name -> palyra.raft.v1.SkillRecord
+	58, // 70: palyra.raft.v1.SkillCommand.trust:type_name -> palyra.raft.v1.PublisherRecord
+	1,  // 71: palyra.raft.v1.Snapshot.jobs:type_name -> palyra.raft.v1.JobRecord
+	22, // 72: palyra.raft.v1.Snapshot.pairings:type_name -> palyra.raft.v1.PairingRecord
+	23, // 73: palyra.raft.v1.Snapshot.members:type_name -> palyra.raft.v1.Member
+	50, // 74: palyra.raft.v1.Snapshot.used_tokens:type_name -> palyra.raft.v1.UsedToken
+	51, // 75: palyra.raft.v1.Snapshot.policy:type_name -> palyra.raft.v1.PolicyRecord
+	37, // 76: palyra.raft.v1.Snapshot.secrets:type_name -> palyra.raft.v1.SetSecret
+	39, // 77: palyra.raft.v1.Snapshot.kv:type_name -> palyra.raft.v1.KVPut
+	42, // 78: palyra.raft.v1.Snapshot.ca_roots:type_name -> palyra.raft.v1.CARootRecord
+	43, // 79: palyra.raft.v1.Snapshot.ca_rotation:type_name -> palyra.raft.v1.CARotationRecord
+	55, // 80: palyra.raft.v1.Snapshot.skills:type_name -> palyra.raft.v1.SkillRecord
+	58, // 81: palyra.raft.v1.Snapshot.publishers:type_name -> palyra.raft.v1.PublisherRecord
+	61, // 82: palyra.raft.v1.Snapshot.journal:type_name -> palyra.raft.v1.AuditRecord
+	52, // 83: palyra.raft.v1.Snapshot.hooks:type_name -> palyra.raft.v1.HookRecord
+	34, // 84: palyra.raft.v1.Snapshot.cert_ledger:type_name -> palyra.raft.v1.CertLedgerRecord
+	1,  // 85: palyra.raft.v1.ArrayRecord.template:type_name -> palyra.raft.v1.JobRecord
+	86, // [86:86] is the sub-list for method output_type
+	86, // [86:86] is the sub-list for method input_type
+	86, // [86:86] is the sub-list for extension type_name
+	86, // [86:86] is the sub-list for extension extendee
+	0,  // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_palyra_raft_v1_log_proto_init() }
@@ -6682,7 +6786,7 @@ func file_palyra_raft_v1_log_proto_init() {
 	if File_palyra_raft_v1_log_proto != nil {
 		return
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[40].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[41].OneofWrappers = []any{
 		(*Command_SubmitJob)(nil),
 		(*Command_AssignJob)(nil),
 		(*Command_FinishJob)(nil),
@@ -6713,11 +6817,12 @@ func file_palyra_raft_v1_log_proto_init() {
 		(*Command_DecideJob)(nil),
 		(*Command_Hook)(nil),
 		(*Command_Batch)(nil),
+		(*Command_RunHere)(nil),
 		(*Command_CaTrust)(nil),
 		(*Command_RecordCerts)(nil),
 		(*Command_StartCertLedger)(nil),
 	}
-	file_palyra_raft_v1_log_proto_msgTypes[43].OneofWrappers = []any{
+	file_palyra_raft_v1_log_proto_msgTypes[44].OneofWrappers = []any{
 		(*CATrust_Init)(nil),
 		(*CATrust_Request)(nil),
 		(*CATrust_Pending)(nil),
@@ -6730,7 +6835,7 @@ func file_palyra_raft_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palyra_raft_v1_log_proto_rawDesc), len(file_palyra_raft_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   64,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

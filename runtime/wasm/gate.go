@@ -68,6 +68,17 @@ func (g *gate) acquire(ctx context.Context, done <-chan struct{}, o runtime.Orde
 	return err
 }
 
+// tryAcquire takes a slot if one is free and no run waits for one.
+func (g *gate) tryAcquire() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.used < g.n && len(g.waiting) == 0 {
+		g.used++
+		return true
+	}
+	return false
+}
+
 // release frees a slot, admitting the first waiter in order.
 func (g *gate) release() {
 	g.mu.Lock()

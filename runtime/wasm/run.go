@@ -136,7 +136,14 @@ func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compile
 	}
 	defer host.close()
 
-	if err := e.slots.acquire(ctx, e.life.Done(), spec.Order, spec.Queued); err != nil {
+	if spec.NoWait {
+		if !e.slots.tryAcquire() {
+			return failed(runtime.ReasonBusy, "no free slot"), false
+		}
+		if spec.Queued != nil {
+			spec.Queued()
+		}
+	} else if err := e.slots.acquire(ctx, e.life.Done(), spec.Order, spec.Queued); err != nil {
 		if e.life.Err() != nil {
 			return failed(runtime.ReasonInternal, "the wasm executor is shut down"), false
 		}
