@@ -55,6 +55,16 @@ func dialNodes(c *ucli.Context, failover bool) (*client.Client, error) {
 	opts := client.Options{DialTimeout: c.Duration("dial-timeout"), CallTimeout: c.Duration("call-timeout"), UnreachableHint: src.hint}
 	addrs := src.addrs
 	explicit := c.String("addr") != ""
+	if !failover && src.device && !explicit {
+		// A device's first address is whichever node answered last: a
+		// command aimed at one node (node leave) would hit an arbitrary
+		// one, the leader in a user trial.
+		known := strings.Join(src.addrs, ", ")
+		if known == "" {
+			known = "none recorded"
+		}
+		return nil, usageErr("'palyra %s' acts on one node: from a paired device, name it with --addr HOST:PORT (this device knows %s; 'palyra nodes' lists them)", c.Command.FullName(), known)
+	}
 	if explicit {
 		addrs = strings.Split(c.String("addr"), ",")
 		opts.UnreachableHint = "check that a palyra node runs at --addr and that UDP to it is not blocked"

@@ -325,8 +325,9 @@ func nodeCommand() *ucli.Command {
 				Name:  "leave",
 				Usage: "make the node at --addr leave the cluster gracefully (leadership handed off first), then stop",
 				Description: `Asks exactly one node, the one at --addr (default: this data dir's node),
-   to leave; it never fails over to another. For a node that is gone already,
-   use 'palyra node remove ID'.`,
+   to leave; it never fails over to another. From a paired device --addr is
+   required: the device's recorded address is whichever node answered last.
+   For a node that is gone already, use 'palyra node remove ID'.`,
 				Flags: []ucli.Flag{jsonFlag},
 				Action: func(c *ucli.Context) error {
 					cl, err := dialOne(c)

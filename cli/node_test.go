@@ -121,6 +121,15 @@ func TestNodeLeaveThenRemove(t *testing.T) {
 	if r := c.cli("node", "remove", third.ID()); r.code == 0 || !strings.Contains(r.stderr, "'palyra --data-dir "+c.dir+" --addr "+third.Addr()+" node leave'") {
 		t.Fatalf("node remove of a running node: %+v", r)
 	}
+	// From a paired device, the node to leave is named: its recorded
+	// address is just the last node that answered (a trial's leader left).
+	cfg := filepath.Join(t.TempDir(), "laptop")
+	if r := device(t, cfg, "device", "pair", "--code", c.pairCode("device"), "--peer", c.node.Addr()); r.code != 0 {
+		t.Fatalf("device pair: %+v", r)
+	}
+	if r := device(t, cfg, "node", "leave"); r.code != 2 || !strings.Contains(r.stderr, "name it with --addr HOST:PORT") || !strings.Contains(r.stderr, c.node.Addr()) {
+		t.Fatalf("node leave from a device without --addr: %+v", r)
+	}
 	r := runCLI(t, "--data-dir", c.dir, "--addr", third.Addr(), "node", "leave")
 	if r.code != 0 || !strings.Contains(r.stdout, "node "+third.ID()+" at "+third.Addr()+" left the cluster") || r.stderr != "" {
 		t.Fatalf("node leave: %+v", r)
