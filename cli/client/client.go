@@ -188,7 +188,7 @@ func NewCluster(addrs []string, cred *identity.Credential, o Options) (*Client, 
 	// A call a node lacks is tried on the others (olderNodes), each
 	// attempt bounded by the call timeout on its own.
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(64 << 20), connect.WithSendMaxBytes(96 << 20), connect.WithCompressMinBytes(64 << 10),
-		connect.WithInterceptors(olderNodes{c})}
+		connect.WithInterceptors(olderNodes{c}, goingAway{c})}
 	if o.CallTimeout > 0 {
 		opts = append(opts, connect.WithInterceptors(callTimeout(o.CallTimeout)))
 	}
