@@ -57,3 +57,14 @@ func (n *Node) RunHereForTest() (recorded, dropped float64) {
 	}
 	return read("recorded"), read("dropped")
 }
+
+// OfferedSlotsForTest is the wasm slots this node's scheduler would
+// count on node id now (its workers view; -1: not listed).
+func (n *Node) OfferedSlotsForTest(id string) int {
+	for _, w := range n.workers() {
+		if w.ID == id {
+			return w.Slots["wasm"]
+		}
+	}
+	return -1
+}

@@ -71,3 +71,22 @@ func TestShortJobsRunWhereTheyAreSubmitted(t *testing.T) {
 		t.Fatalf("through an ineligible node: run here %v → %v, ran on %s", before, after, j.NodeId)
 	}
 }
+
+// A node that announced its clean stop gets no new work from the others'
+// schedulers, whatever slots its meta still offers: a stopping leader
+// announces its stop, hands leadership over and only then withdraws its
+// slots, and the new leader placed the jobs it handed back on it again (a
+// user trial, 1 SIGTERM of the leader in 5).
+func TestStoppingNodeIsOfferedNoWork(t *testing.T) {
+	first, second, _ := twoNodes(t)
+	waitFor(t, "the second node's slots seen by the first", 30*time.Second, func() bool { return first.OfferedSlotsForTest(second.ID()) > 0 })
+	if err := second.Cluster().Stopping(callCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stopping node counted with no slots", 30*time.Second, func() bool { return first.OfferedSlotsForTest(second.ID()) == 0 })
+	for _, m := range first.Cluster().Members() {
+		if m.ID == second.ID() && (m.Capacity["wasm"] == 0 || !m.Departing) {
+			t.Fatalf("the stopping node's member entry: capacity %v departing %v; want its slots still offered, and departing", m.Capacity, m.Departing)
+		}
+	}
+}

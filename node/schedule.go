@@ -88,8 +88,16 @@ func (n *Node) workers() []driver.Worker {
 	out := make([]driver.Worker, 0, len(ms))
 	for _, m := range ms {
 		refused := n.authz.NodeWork(identity.Principal{Kind: identity.KindNode, ID: m.ID}, policy.ActionWorkerHeartbeat, "") != nil
+		slots := m.Capacity
+		if m.Departing {
+			// It announced its stop before it handed leadership over and
+			// withdrew its slots: a new leader that had not yet heard of
+			// the withdrawal placed the jobs it handed back on it again (a
+			// user trial, 1 SIGTERM of the leader in 5).
+			slots = nil
+		}
 		out = append(out, driver.Worker{ID: m.ID, Alive: m.State == cluster.StateAlive, Lagging: lagging[m.ID], Refused: refused,
-			Slots: m.Capacity, Labels: m.Labels})
+			Slots: slots, Labels: m.Labels})
 	}
 	return out
 }

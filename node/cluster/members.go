@@ -32,6 +32,9 @@ type Member struct {
 	// Features are what its software supports that older versions do not
 	// (FeatureBatch…): nil for a server gossip never heard from.
 	Features []string
+	// Departing: its meta announces a clean stop or a leave ('node
+	// leave'); it is going, and takes no new work whatever it offers.
+	Departing bool
 }
 
 // Members lists every node that gossip knows or raft lists, sorted by id.
@@ -44,11 +47,12 @@ func (c *Cluster) Members() []Member {
 	out := make([]Member, 0, len(c.members)+len(conf))
 	for id, m := range c.members {
 		meta := m.meta // shared, not copied: meta is replaced whole, never edited (Member's doc)
+		departing := m.leaving || m.stopping
 		if id == c.cfg.NodeID {
-			meta = c.meta
+			meta, departing = c.meta, c.stopping || c.left
 		}
 		out = append(out, Member{ID: id, Address: m.addr, State: m.state,
-			Labels: meta.Labels, Capacity: meta.Capacity, Version: meta.Version, Features: meta.Features})
+			Labels: meta.Labels, Capacity: meta.Capacity, Version: meta.Version, Features: meta.Features, Departing: departing})
 	}
 	c.mu.Unlock()
 	known := make(map[string]int, len(out))
