@@ -161,6 +161,12 @@ func raftJSON(n *palyrav1.NodeInfo) any {
 // schedulingText is the SCHEDULING cell: the operator's setting, and for
 // a node that is not alive, that it gets no work whatever the setting.
 func schedulingText(n *palyrav1.NodeInfo) string {
+	switch n.State {
+	case "left", "removed":
+		// Out of the cluster: its setting is moot (a trial read
+		// "left … eligible" as a node still counted on).
+		return "- (" + n.State + ": gets none)"
+	}
 	sched := "eligible"
 	if n.Draining {
 		sched = "draining"

@@ -19,7 +19,8 @@ func TestSchedulingText(t *testing.T) {
 		{&palyrav1.NodeInfo{State: "alive", Eligible: false, Draining: true, Running: 2}, "draining"},
 		{&palyrav1.NodeInfo{State: "alive", Eligible: false, Draining: true}, "drained (draining, nothing placed)"},
 		{&palyrav1.NodeInfo{State: "dead", Eligible: true}, "eligible (not alive: gets none)"},
-		{&palyrav1.NodeInfo{State: "left", Eligible: false}, "ineligible (not alive: gets none)"},
+		{&palyrav1.NodeInfo{State: "left", Eligible: true}, "- (left: gets none)"},
+		{&palyrav1.NodeInfo{State: "removed", Eligible: false}, "- (removed: gets none)"},
 	} {
 		if got := schedulingText(c.n); got != c.want {
 			t.Errorf("%v: %q, want %q", c.n, got, c.want)
