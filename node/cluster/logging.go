@@ -40,13 +40,24 @@ func (w *levelWriter) Write(p []byte) (int, error) {
 				break
 			}
 		}
-		s = strings.TrimPrefix(s, "memberlist: ")
+		s = ourTransport(strings.TrimPrefix(s, "memberlist: "))
 		if level == slog.LevelError && expectedGossipError(s) {
 			level = slog.LevelWarn
 		}
 		w.l.Log(context.Background(), level, s)
 	}
 	return len(p), nil
+}
+
+// ourTransport rewords memberlist's lines about TCP and UDP: here its
+// probes travel as QUIC datagrams and its fallback over a QUIC stream, on
+// the node's one UDP port (a trial read "network may be misconfigured"
+// about TCP in a product that uses none).
+func ourTransport(s string) string {
+	if before, _, ok := strings.Cut(s, " over TCP but UDP probes failed"); ok {
+		return before + " over a stream, but its datagram probes went unanswered (datagrams lost, or a busy node)"
+	}
+	return s
 }
 
 // hcLogger adapts raft-autopilot's hclog.Logger to slog: its key/value

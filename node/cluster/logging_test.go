@@ -80,3 +80,13 @@ func TestExpectedGossipErrorsAreWarnings(t *testing.T) {
 		t.Fatalf("levels:\n%s", out)
 	}
 }
+
+// memberlist's words about TCP and UDP are put in this transport's: QUIC
+// datagrams and a stream on one UDP port.
+func TestMemberlistTransportWording(t *testing.T) {
+	h := &capture{}
+	newStdLogger(slog.New(h)).Printf("[WARN] memberlist: Was able to connect to n-1 over TCP but UDP probes failed, network may be misconfigured")
+	if len(h.recs) != 1 || strings.Contains(h.recs[0].Message, "TCP") || !strings.HasPrefix(h.recs[0].Message, "Was able to connect to n-1 over a stream") {
+		t.Fatalf("records: %+v", h.recs)
+	}
+}
