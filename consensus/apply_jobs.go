@@ -570,17 +570,32 @@ func (s *State) applyRunHere(index uint64, c *raftpb.RunHere) ApplyResult {
 		return sub // refused, or the original of a repeated submission
 	}
 	j := sub.Job
-	if j.Kind != "wasm" || j.SkillID != "" || j.HookID != "" {
+	if !MayRunBeforeAcceptance(c.Submit.Job) {
 		return sub
 	}
 	m, ok := s.id.members["node:"+c.NodeId]
 	if !ok || m.Revoked || m.Ineligible || m.Draining {
 		return sub
 	}
-	if r := s.applyAssign(&raftpb.AssignJob{Id: j.ID, Attempt: 1, NodeId: c.NodeId, AtMs: c.PlacedAtMs}, 0); r.Err != nil {
+	// Placed no earlier than submitted: the placement carries the
+	// leader's clock, the submission its proposer's.
+	if r := s.applyAssign(&raftpb.AssignJob{Id: j.ID, Attempt: 1, NodeId: c.NodeId, AtMs: max(c.PlacedAtMs, j.SubmittedAtMS)}, 0); r.Err != nil {
 		return sub
 	}
 	fin := c.Finish // this replica's own decoded copy of the entry
 	fin.Id, fin.Attempt, fin.NodeId, fin.EndedOutput = j.ID, 1, c.NodeId, false
 	return s.applyFinish(fin)
+}
+
+// MayRunBeforeAcceptance reports whether the job r describes is one a
+// node may run before it is accepted (RunHere): a wasm job whose run has
+// no effect but its output and that no one else decides on (no grants,
+// skill, hook, approval, deadline, stored input or schema). The API
+// proposes RunHere only for such jobs; the FSM holds every entry to it, so
+// a node that sends one for another job gets the job queued instead, its
+// run dropped.
+func MayRunBeforeAcceptance(r *raftpb.JobRecord) bool {
+	return r.GetKind() == "wasm" && r.SkillId == "" && r.HookId == "" && !r.RequiresApproval && r.DeadlineAtMs == 0 &&
+		len(r.SecretNames) == 0 && r.KvPrefix == "" && len(r.AllowHosts) == 0 && !r.AllowPrivate &&
+		r.InputSha256 == "" && r.OutputSchema == "" && r.InputSchema == ""
 }

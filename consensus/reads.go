@@ -311,6 +311,31 @@ func (s *State) FirstQueuedTask(id string) (Job, bool) {
 	return *out, true
 }
 
+// QueuedReady reports whether one of the first limit queued jobs of kind
+// waits for a placement it could get now: not backing off before a retry
+// (NotBeforeMS) and not held by a reason the scheduler gave it (no node
+// matches its constraints, none has capacity). A node runs a job where it
+// is submitted only while none does: those go first. A deep queue costs
+// at most limit steps; past them it answers false.
+func (s *State) QueuedReady(kind string, nowMS int64, limit int) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	q := s.idx.queue[kind]
+	if q == nil {
+		return false
+	}
+	ready, n := false, 0
+	q.Ascend(func(j *Job) bool {
+		if j.NotBeforeMS <= nowMS && j.PendingReason == "" {
+			ready = true
+			return false
+		}
+		n++
+		return n < limit
+	})
+	return ready
+}
+
 // QueuedCount is how many jobs of kind are queued.
 func (s *State) QueuedCount(kind string) int {
 	s.mu.RLock()

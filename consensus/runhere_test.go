@@ -126,3 +126,60 @@ func TestRunHereIsBatchable(t *testing.T) {
 		t.Fatalf("batch: %+v", r[0].Each)
 	}
 }
+
+// The FSM holds every RunHere to what the API promises: a job with a
+// grant, a deadline, a stored input or a schema is only submitted, its
+// run dropped, whoever sent the entry.
+func TestRunHereOnlyForJobsWithoutEffects(t *testing.T) {
+	f := NewFSM()
+	applyAll(t, f, addNode("n1"))
+	for name, mod := range map[string]func(*raftpb.JobRecord){
+		"secret":   func(r *raftpb.JobRecord) { r.SecretNames = []string{"s"} },
+		"kv":       func(r *raftpb.JobRecord) { r.KvPrefix = "p/" },
+		"host":     func(r *raftpb.JobRecord) { r.AllowHosts = []string{"example.org"} },
+		"private":  func(r *raftpb.JobRecord) { r.AllowPrivate = true },
+		"deadline": func(r *raftpb.JobRecord) { r.DeadlineAtMs = 99_999 },
+		"blob":     func(r *raftpb.JobRecord) { r.InputSha256 = "ab"; r.InputSize = 9000 },
+		"schema":   func(r *raftpb.JobRecord) { r.OutputSchema = "{}" },
+		"browser":  func(r *raftpb.JobRecord) { r.Kind = "browser" },
+	} {
+		r := applyAll(t, f, runHereCmd(name, "n1", 10, 12, mod, nil))
+		if r[0].Err != nil || r[0].Job.Phase != PhaseQueued || r[0].Job.Attempt != 0 || len(r[0].Job.Stdout) != 0 {
+			t.Errorf("%s: %+v, want it queued and its run dropped", name, r[0].Job)
+		}
+	}
+	// A placement stamped before the submission (the leader's clock
+	// behind the proposer's) is taken as the submission's time.
+	f = NewFSM()
+	applyAll(t, f, addNode("n1"))
+	r := applyAll(t, f, runHereCmd("early", "n1", 5, 8, func(r *raftpb.JobRecord) { r.SubmittedAtMs = 7 }, nil))
+	if j := r[0].Job; j.Phase != PhaseCompleted || j.PlacedAtMS != 7 {
+		t.Fatalf("placed before submitted: %+v", j)
+	}
+}
+
+// QueuedReady sees a queued job that could be placed now, and not one
+// backing off before a retry or held by the scheduler's reason.
+func TestQueuedReady(t *testing.T) {
+	f := NewFSM()
+	st := f.State()
+	if st.QueuedReady("wasm", 0, 64) {
+		t.Fatal("an empty queue has a ready job")
+	}
+	pending := &raftpb.Command{Cmd: &raftpb.Command_SetPendingReason{SetPendingReason: &raftpb.SetPendingReason{Id: "stuck", Reason: "no node matches"}}}
+	applyAll(t, f, submitWith("stuck", func(*raftpb.JobRecord) {}), pending,
+		submitWith("j", func(r *raftpb.JobRecord) { r.MaxRetries = 1 }), assign("j", 1, "n1"), failAt("j", 1, "n1", true, 1000))
+	if st.QueuedReady("wasm", 1500, 64) {
+		t.Fatal("a stuck job and one backing off until 2000 count as ready at 1500")
+	}
+	if !st.QueuedReady("wasm", 2000, 64) {
+		t.Fatal("the retry is due at 2000 and not seen ready")
+	}
+	if st.QueuedReady("browser", 5000, 64) {
+		t.Fatal("another kind's queue has a ready job")
+	}
+	applyAll(t, f, submitWith("fresh", func(*raftpb.JobRecord) {}))
+	if !st.QueuedReady("wasm", 1500, 64) {
+		t.Fatal("a fresh submission is not seen ready")
+	}
+}

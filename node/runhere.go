@@ -23,12 +23,13 @@ const supportTTL = 250 * time.Millisecond
 
 // Ready reports whether this node may take a job with constraints now:
 // every member applies RunHere entries, the worker offers slots (it has
-// recovered and is not stopping), the cluster does not refuse this node,
+// recovered and is not stopping), it has not announced a stop or leave,
+// the cluster does not refuse this node,
 // its own record takes new work, the policy lets it work, and its labels
 // match.
 func (r runHere) Ready(constraints map[string]string) bool {
 	n := r.n
-	if n.refused.Load() || n.slots <= 0 || !n.runHereSupported() {
+	if n.refused.Load() || n.slots <= 0 || n.cluster.Departing() || !n.runHereSupported() {
 		return false
 	}
 	n.metaMu.Lock()

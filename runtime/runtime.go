@@ -101,8 +101,8 @@ type Spec struct {
 	// it when it starts to wait for a slot.
 	Queued func()
 	// NoWait runs only if a slot is free now, with no run waiting for
-	// one; otherwise the run returns at once with ReasonBusy, having done
-	// nothing (a node trying a job it was just given before it asks the
+	// one, and the module needs no compiling; otherwise the run returns at
+	// once with ReasonBusy, having done nothing (a node trying a job it was just given before it asks the
 	// cluster to schedule it).
 	NoWait bool
 }

@@ -53,10 +53,10 @@ func (s *Server) runHere(ctx context.Context, rec *raftpb.JobRecord) *raftpb.Com
 	if s.RunHere == nil || ctx.Value(runJobKey{}) == nil || !runsHere(rec) {
 		return nil
 	}
-	if s.control.State().Count(consensus.PhaseQueued) > 0 || !s.RunHere.Ready(rec.Constraints) {
-		return nil // others wait: they go first, by the scheduler
-	}
 	at := s.now().UnixMilli()
+	if s.control.State().QueuedReady(rec.Kind, at, queuedReadyLimit) || !s.RunHere.Ready(rec.Constraints) {
+		return nil // others wait for a slot: they go first, by the scheduler
+	}
 	j := consensus.Job{ID: rec.Id, Kind: rec.Kind, ModuleHash: rec.ModuleSha256, Input: rec.Input,
 		TimeoutMS: rec.TimeoutMs, MemoryBytes: rec.MemoryBytes, Fuel: rec.Fuel, MaxOutput: rec.MaxOutputBytes,
 		Deterministic: rec.Deterministic, Priority: rec.Priority, Attempt: 1, NodeID: s.info.NodeID,
@@ -69,10 +69,13 @@ func (s *Server) runHere(ctx context.Context, rec *raftpb.JobRecord) *raftpb.Com
 		Submit: &raftpb.SubmitJob{Job: rec}, NodeId: s.info.NodeID, PlacedAtMs: at, Finish: fin}}}
 }
 
-// runsHere reports whether a job may be run before it is accepted: a wasm
-// job whose run has no effect but its output, placed by nobody's decision.
+// queuedReadyLimit bounds the queue walk that looks for a job waiting
+// for a slot it could have (State.QueuedReady).
+const queuedReadyLimit = 64
+
+// runsHere reports whether a job may be run before it is accepted: one
+// the FSM takes a RunHere for (consensus.MayRunBeforeAcceptance), named
+// by its module's hash.
 func runsHere(rec *raftpb.JobRecord) bool {
-	return rec.Kind == "wasm" && rec.ModuleSha256 != "" && rec.InputSha256 == "" && !rec.RequiresApproval &&
-		rec.SkillId == "" && rec.HookId == "" && rec.OutputSchema == "" && rec.InputSchema == "" && len(rec.SecretNames) == 0 && rec.KvPrefix == "" &&
-		len(rec.AllowHosts) == 0 && !rec.AllowPrivate
+	return rec.ModuleSha256 != "" && consensus.MayRunBeforeAcceptance(rec)
 }

@@ -21,6 +21,7 @@ type State interface {
 	Array(id string) (consensus.Array, bool)
 	Arrays(afterID string, limit int, newest bool) []consensus.Array
 	Count(p consensus.Phase) uint64
+	QueuedReady(kind string, nowMS int64, limit int) bool
 	QueueAhead(id string, limit int) (int, bool)
 	FirstQueuedTask(array string) (consensus.Job, bool)
 	CountByPhase() map[consensus.Phase]uint64

@@ -293,6 +293,12 @@ func (c *Cluster) SetPiggyback(p Piggyback) {
 // shallow copy: cmd may be sent again, elsewhere, on a retry); a round
 // that came with cmd is dropped.
 func (c *Cluster) applyLocal(ctx context.Context, cmd *raftpb.Command) (consensus.ApplyResult, error) {
+	if hasRunHere(cmd) && !c.AllSupport(FeatureRunHere) {
+		// A member that could not apply it joined since the sender
+		// looked: the jobs are submitted as usual (their runs dropped),
+		// and planned below as any submission.
+		cmd = withoutRunHere(cmd)
+	}
 	var round *raftpb.SchedulerRound
 	if p := c.piggyback.Load(); p != nil {
 		var done func()
@@ -304,11 +310,6 @@ func (c *Cluster) applyLocal(ctx context.Context, cmd *raftpb.Command) (consensu
 		// Only this leader's planner attaches a round: one a forwarding
 		// node set is dropped.
 		cmd = &raftpb.Command{Cmd: cmd.Cmd, Round: round}
-	}
-	if hasRunHere(cmd) && !c.AllSupport(FeatureRunHere) {
-		// A member that could not apply it joined since the sender
-		// looked: the jobs are submitted as usual (their runs dropped).
-		cmd = withoutRunHere(cmd)
 	}
 	return c.store.Propose(ctx, cmd)
 }

@@ -349,6 +349,13 @@ func (c *Cluster) watchLeader(ch chan raft.Observation) {
 	}
 }
 
+// Departing reports whether this node announced a clean stop or a leave.
+func (c *Cluster) Departing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopping || c.left
+}
+
 // Stopping announces in this node's gossip meta that it is about to stop
 // cleanly without leaving, so that once gossip loses it the others list it
 // as stopped (StateStopped) rather than dead. It changes only what they

@@ -127,6 +127,9 @@ func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compile
 				return loadFailure(ctx, cm.err), false
 			}
 		default:
+			if spec.NoWait { // still compiling: nothing runs now
+				return failed(runtime.ReasonBusy, "the module is still compiling"), false
+			}
 		}
 	}
 
