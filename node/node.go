@@ -488,7 +488,7 @@ func (n *Node) startCluster(ctx context.Context) error {
 		NodeID: n.state.NodeID, Advertise: n.state.Address, Transport: n.transport, Store: n.store,
 		Meta:         n.meta(),
 		TargetVoters: n.cfg.TargetVoters, Fast: n.cfg.Fast, Tuning: n.timers.Gossip, Logger: n.log,
-		CAKeys: n.keeper.handOff, NodeWork: n.authz.NodeWork,
+		CAKeys: n.keeper.handOff, NodeWork: n.authz.NodeWork, NodeWorkOn: n.authz.NodeWorkOn,
 	})
 	if err != nil {
 		return err

@@ -142,13 +142,22 @@ func (a *Authorizer) Allowed(ctx context.Context, action string, res policy.Reso
 // call, where the caller is the certificate's principal, not a request
 // context. A denial names the policy's reason.
 func (a *Authorizer) NodeWork(p identity.Principal, action, jobID string) error {
-	res := policy.ClusterResource()
-	key := nodeWorkKey{node: p.String(), action: action}
+	submitter, kind := "", ""
 	if jobID != "" {
-		submitter, kind := "", ""
 		if j, ok := a.state.Job(jobID); ok {
 			submitter, kind = j.Submitter, j.Kind
 		}
+	}
+	return a.NodeWorkOn(p, action, jobID, submitter, kind)
+}
+
+// NodeWorkOn is NodeWork for job jobID as its submission describes it
+// (submitter, kind): a job a node ran before it was accepted is not in
+// the state yet when the node's report of it is checked.
+func (a *Authorizer) NodeWorkOn(p identity.Principal, action, jobID, submitter, kind string) error {
+	res := policy.ClusterResource()
+	key := nodeWorkKey{node: p.String(), action: action}
+	if jobID != "" {
 		res = policy.JobResource(jobID, submitter, kind)
 		key.submitter, key.kind, key.job = submitter, kind, jobID
 	}

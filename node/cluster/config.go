@@ -54,6 +54,9 @@ type Config struct {
 	// worker.report on jobID); a non-nil error refuses the call with it.
 	// nil allows everything (tests of this package).
 	NodeWork func(pr identity.Principal, action, jobID string) error
+	// NodeWorkOn is NodeWork for a job given by its submission's submitter
+	// and kind (one not in the state yet: a RunHere's); nil: NodeWork.
+	NodeWorkOn func(pr identity.Principal, action, jobID, submitter, kind string) error
 	// withoutBatch leaves FeatureBatch out of the node's features (tests:
 	// a node of an older version).
 	withoutBatch bool

@@ -146,10 +146,6 @@ func (c *Cluster) mayReport(pr identity.Principal, cmd *raftpb.Command) error {
 		}
 	case *raftpb.Command_RequeueJob:
 		jobs = []string{x.RequeueJob.Id}
-	case *raftpb.Command_RunHere:
-		if j := x.RunHere.GetSubmit().GetJob(); j != nil {
-			jobs = []string{j.Id}
-		}
 	case *raftpb.Command_KvPut: // an API caller's write names no job: nothing to report
 		if x.KvPut.JobId != "" {
 			jobs = []string{x.KvPut.JobId}
@@ -165,6 +161,25 @@ func (c *Cluster) mayReport(pr identity.Principal, cmd *raftpb.Command) error {
 		}
 	}
 	return nil
+}
+
+// mayRunHere checks by the policy that pr may record a job it ran before
+// the job was accepted: that it takes new work (worker.heartbeat) and may
+// report that job (worker.report, on the job as its submission describes
+// it). A refusal does not refuse the submission (the caller's, authorised
+// by the forwarding node): handleForwardApply submits the job as usual.
+func (c *Cluster) mayRunHere(pr identity.Principal, rh *raftpb.RunHere) error {
+	if err := c.nodeWork(pr, policy.ActionWorkerHeartbeat, ""); err != nil {
+		return err
+	}
+	j := rh.GetSubmit().GetJob()
+	if j == nil {
+		return nil // refused by the FSM as any empty submission
+	}
+	if c.cfg.NodeWorkOn != nil {
+		return c.cfg.NodeWorkOn(pr, policy.ActionWorkerReport, j.Id, j.Submitter, j.Kind)
+	}
+	return c.nodeWork(pr, policy.ActionWorkerReport, j.Id)
 }
 
 // logPolicyRefusal reports whether a policy refusal of node's work should

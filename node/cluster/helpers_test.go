@@ -95,6 +95,8 @@ type tnode struct {
 	raft   func(*raft.Config) // nil: fastRaft
 	caKeys func() []CAKey     // Config.CAKeys
 	old    bool               // an older version: no FeatureBatch
+	// nodeWorkOn is Config.NodeWorkOn (nil: everything allowed).
+	nodeWorkOn func(pr identity.Principal, action, jobID, submitter, kind string) error
 
 	mu    sync.Mutex
 	tr    *mesh.Transport
@@ -140,7 +142,7 @@ func (n *tnode) tryStart(bootstrap bool) error {
 		tr.Close()
 		return err
 	}
-	cfg := Config{NodeID: n.id, Transport: tr, Store: st, Meta: n.meta, TargetVoters: n.target, Fast: true, Logger: log, CAKeys: n.caKeys, withoutBatch: n.old}
+	cfg := Config{NodeID: n.id, Transport: tr, Store: st, Meta: n.meta, TargetVoters: n.target, Fast: true, Logger: log, CAKeys: n.caKeys, withoutBatch: n.old, NodeWorkOn: n.nodeWorkOn}
 	if n.tuning != nil {
 		cfg.Tuning, cfg.Fast = *n.tuning, false
 	}

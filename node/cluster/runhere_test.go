@@ -1,11 +1,15 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/palyra-mesh/palyra/consensus"
+	"github.com/palyra-mesh/palyra/identity"
+	"github.com/palyra-mesh/palyra/identity/policy"
+	"github.com/palyra-mesh/palyra/proto/peerpb"
 	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
@@ -75,5 +79,36 @@ func TestWithoutRunHere(t *testing.T) {
 	}
 	if one := withoutRunHere(runHere("d", "n1")); one.GetSubmitJob().GetJob().GetId() != "d" {
 		t.Fatalf("a lone RunHere: %v", one)
+	}
+}
+
+// A node the policy does not let record a job it ran (worker.report on
+// the job, judged on its submission) has the job submitted as usual, its
+// run dropped; the other commands of its batch stand.
+func TestRunHereRefusedByThePolicyIsSubmitted(t *testing.T) {
+	nodes := []*tnode{newNode(t, 3), newNode(t, 3)}
+	refusedKind := ""
+	nodes[0].nodeWorkOn = func(pr identity.Principal, action, jobID, submitter, kind string) error {
+		if action == policy.ActionWorkerReport && kind == "wasm" && pr.ID == nodes[1].id {
+			refusedKind = kind
+			return errors.New("forbidden by the test's policy")
+		}
+		return nil
+	}
+	nodes[0].start(true)
+	nodes[1].start(false)
+	nodes[1].join(nodes[0])
+	eventually(t, 20*time.Second, "a voter and a non-voter", func() error { return converged(nodes, 1, 1) })
+	leader := leaderOf(t, nodes) // the first: the only voter, whose policy is the test's
+	addNodeMember(t, leader, nodes[1].id)
+	from := identity.Principal{Kind: identity.KindNode, ID: nodes[1].id}
+	resp := leader.cl.handleForwardApply(ctxFor(t, 10*time.Second), from, &peerpb.ForwardApplyRequest{Command: &raftpb.Command{
+		Cmd: &raftpb.Command_Batch{Batch: &raftpb.CommandBatch{Commands: []*raftpb.Command{submit("plain"), runHere("ran", nodes[1].id)}}}}})
+	rs := resp.GetForwardApply().GetResults()
+	if resp.GetError() != nil || len(rs) != 2 || rs[0].GetJob().GetId() != "plain" || rs[1].GetJob().GetId() != "ran" {
+		t.Fatalf("forwarded batch: %v", resp)
+	}
+	if j, ok := leader.store.State().Job("ran"); !ok || j.Phase != consensus.PhaseQueued || j.Attempt != 0 || refusedKind != "wasm" {
+		t.Fatalf("the refused run's job: %+v (found %v, judged kind %q); want it queued, judged as wasm", j, ok, refusedKind)
 	}
 }

@@ -138,6 +138,27 @@ func (c *Cluster) handleForwardApply(ctx context.Context, pr identity.Principal,
 			return errResp(codePermissionDenied, err.Error(), "the cluster's policy decides which nodes work ('palyra policy get')")
 		}
 	}
+	// A job the policy does not let its node record as run there is
+	// submitted as usual, its run dropped; the other commands stand.
+	var refused error
+	for i, cmd := range cmds {
+		if rh := cmd.GetRunHere(); rh != nil {
+			if err := c.mayRunHere(pr, rh); err != nil {
+				refused = err
+				cmds[i] = withoutRunHere(cmd)
+			}
+		}
+	}
+	if refused != nil {
+		if c.logPolicyRefusal(pr.ID) {
+			c.log.Warn("a node's run of a job before its acceptance refused by the policy; the job is submitted as usual (said once a minute per node)", "peer", pr.String(), "err", refused)
+		}
+		if batch != nil {
+			r = &peerpb.ForwardApplyRequest{Command: &raftpb.Command{Cmd: &raftpb.Command_Batch{Batch: &raftpb.CommandBatch{Commands: cmds}}}}
+		} else {
+			r = &peerpb.ForwardApplyRequest{Command: cmds[0]}
+		}
+	}
 	if !c.store.IsLeader() {
 		return c.notLeaderResp()
 	}
