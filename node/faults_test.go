@@ -15,6 +15,7 @@ import (
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
+	"github.com/palyra-mesh/palyra/proto/raftpb"
 )
 
 type testCluster struct {
@@ -139,6 +140,30 @@ func TestHistoryUnderFaults(t *testing.T) {
 		}(w)
 	}
 
+	// Jobs submitted and awaited in one call: short, so mostly run where
+	// they are submitted and accepted with their result in one entry; an
+	// observation counts once its end was seen.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			j, err := clients[i%3].Run(ctx, &palyrav1.SubmitJobRequest{WasmModule: sleep, Input: []byte("1ms"), IdempotencyKey: fmt.Sprintf("run-%d", i)}, nil)
+			cancel()
+			if err == nil && j.Phase == palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+				mu.Lock()
+				accepted = append(accepted, history.Observed{ID: j.Id, Expected: []byte("slept 1ms")})
+				mu.Unlock()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+
 	// Phases follow events, not the clock, so a loaded machine changes
 	// how long the test takes, not what it proves.
 	nAccepted := func() int { mu.Lock(); defer mu.Unlock(); return len(accepted) }
@@ -203,8 +228,16 @@ func TestHistoryUnderFaults(t *testing.T) {
 	for _, v := range r.Violations {
 		t.Error(v)
 	}
-	if len(accepted) < 20 || r.Requeues == 0 {
-		t.Fatalf("workload too small to mean anything: %d accepted, %d requeued", len(accepted), r.Requeues)
+	ranHere := 0
+	for _, c := range log {
+		for _, sub := range append([]*raftpb.Command{c}, c.GetBatch().GetCommands()...) {
+			if sub.GetRunHere() != nil {
+				ranHere++
+			}
+		}
+	}
+	if len(accepted) < 20 || r.Requeues == 0 || ranHere == 0 {
+		t.Fatalf("workload too small to mean anything: %d accepted, %d requeued, %d run where submitted", len(accepted), r.Requeues, ranHere)
 	}
 }
 

@@ -11,6 +11,7 @@
 package history
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 
@@ -207,9 +208,39 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 			assign(a)
 		}
 	}
+	keys := map[string]bool{} // idempotency keys of the jobs made
+	newJob := func(rec *raftpb.JobRecord) bool {
+		if rec == nil || rec.Id == "" || jobs[rec.Id] != nil || rec.IdempotencyKey != "" && keys[rec.IdempotencyKey] {
+			return false
+		}
+		jobs[rec.Id] = &jobModel{maxRetry: rec.MaxRetries, kind: rec.Kind}
+		if rec.IdempotencyKey != "" {
+			keys[rec.IdempotencyKey] = true
+		}
+		return true
+	}
+	// runHere: a job a node ran before acceptance, with its result; every
+	// RunHere counts as one result, accepted only when the job is new, may
+	// run before acceptance, and its node takes work (nodes are taken to
+	// be members: the model does not follow pairing).
+	runHere := func(rh *raftpb.RunHere) {
+		rec := rh.GetSubmit().GetJob()
+		made := newJob(rec)
+		n := node(rh.NodeId)
+		if !made || !consensus.MayRunBeforeAcceptance(rec) || rec.RequiresApproval || rh.Finish == nil || n.revoked || n.ineligible || n.draining {
+			i := seq
+			seq++
+			verdict(i, false)
+			return
+		}
+		assign(&raftpb.AssignJob{Id: rec.Id, Attempt: 1, NodeId: rh.NodeId})
+		finish(runHereResult(rh))
+	}
 	var apply func(c *raftpb.Command)
 	apply = func(c *raftpb.Command) {
 		switch x := c.Cmd.(type) {
+		case *raftpb.Command_RunHere:
+			runHere(x.RunHere)
 		case *raftpb.Command_Batch: // group commit: each in order, as the FSM does
 			for _, sub := range x.Batch.Commands {
 				if consensus.Batchable(sub) {
@@ -217,12 +248,13 @@ func replay(log []*raftpb.Command, verdict func(i int, accepted bool)) *Report {
 				}
 			}
 		case *raftpb.Command_SubmitJob:
-			if _, ok := jobs[x.SubmitJob.Job.Id]; !ok {
-				jobs[x.SubmitJob.Job.Id] = &jobModel{maxRetry: x.SubmitJob.Job.MaxRetries, kind: x.SubmitJob.Job.Kind}
-			}
+			newJob(x.SubmitJob.Job)
 		case *raftpb.Command_SubmitArray:
 			t := x.SubmitArray.Template
-			if _, ok := jobs[consensus.TaskID(t.Id, 0)]; !ok && t.Id != "" {
+			if _, ok := jobs[consensus.TaskID(t.Id, 0)]; !ok && t.Id != "" && !(t.IdempotencyKey != "" && keys[t.IdempotencyKey]) {
+				if t.IdempotencyKey != "" {
+					keys[t.IdempotencyKey] = true
+				}
 				for i := range x.SubmitArray.Tasks {
 					jobs[consensus.TaskID(t.Id, uint32(i))] = &jobModel{maxRetry: t.MaxRetries, kind: t.Kind, task: true}
 				}
@@ -333,6 +365,22 @@ func Check(log []*raftpb.Command, accepted []Observed) *Report {
 			switch x := sub.Cmd.(type) {
 			case *raftpb.Command_FinishJob:
 				results, errs = append(results, x.FinishJob), append(errs, each[k].Err)
+			case *raftpb.Command_RunHere:
+				// Its result counts as recorded when the entry made the
+				// job and ended it, or queued it for a retry, at attempt
+				// 1 on the node that ran it.
+				f := runHereResult(x.RunHere)
+				j := each[k].Job
+				recorded := each[k].Err == nil && f != nil && j.ID == f.Id && j.Attempt == 1 && j.NodeID == f.NodeId && j.CommitIndex == uint64(i+1) &&
+					(j.Phase.Terminal() || j.Phase == consensus.PhaseQueued && len(j.Earlier) == 1)
+				var err error
+				if !recorded {
+					err = errors.New("run dropped")
+				}
+				if f == nil {
+					f = &raftpb.FinishJob{}
+				}
+				results, errs = append(results, f), append(errs, err)
 			case *raftpb.Command_FinishBatch:
 				if len(each[k].Batch) != len(x.FinishBatch.Results) {
 					r.violate("entry %d: the FSM answered %d verdicts for a batch of %d results", i, len(each[k].Batch), len(x.FinishBatch.Results))
@@ -376,4 +424,15 @@ func Check(log []*raftpb.Command, accepted []Observed) *Report {
 		}
 	}
 	return r
+}
+
+// runHereResult is a RunHere's result as the FSM applies it: for its job,
+// at attempt 1, from the node that ran it (nil if it carries none).
+func runHereResult(rh *raftpb.RunHere) *raftpb.FinishJob {
+	if rh.GetFinish() == nil || rh.GetSubmit().GetJob() == nil {
+		return nil
+	}
+	f := proto.Clone(rh.Finish).(*raftpb.FinishJob)
+	f.Id, f.Attempt, f.NodeId, f.EndedOutput = rh.Submit.Job.Id, 1, rh.NodeId, false
+	return f
 }

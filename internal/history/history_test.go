@@ -84,3 +84,44 @@ func TestCheckerSkipsEndedOutput(t *testing.T) {
 		t.Fatalf("history with kept output: stale %d, completed %d, violations %v", r.StaleRefused, r.Completed, r.Violations)
 	}
 }
+
+// rh is a RunHere of job id on node n with output out.
+func rh(id, n, out string, mod func(*raftpb.JobRecord)) *raftpb.Command {
+	rec := &raftpb.JobRecord{Id: id, Kind: "wasm", ModuleSha256: "ab"}
+	if mod != nil {
+		mod(rec)
+	}
+	return &raftpb.Command{Cmd: &raftpb.Command_RunHere{RunHere: &raftpb.RunHere{Submit: &raftpb.SubmitJob{Job: rec}, NodeId: n,
+		Finish: &raftpb.FinishJob{Ok: true, Stdout: []byte(out)}}}}
+}
+
+func member(n string) *raftpb.Command {
+	return &raftpb.Command{Cmd: &raftpb.Command_AddMember{AddMember: &raftpb.AddMember{Member: &raftpb.Member{Kind: "node", Id: n}}}}
+}
+
+// Jobs run where they were submitted (RunHere) are accepted with their
+// result in one entry; the model and the FSM agree on which runs are
+// recorded and which are dropped (a repeat, a draining node, a job with a
+// grant), and a dropped run's job completes once the usual way.
+func TestRunHereInTheHistory(t *testing.T) {
+	drain := &raftpb.Command{Cmd: &raftpb.Command_SetNodeSchedulable{SetNodeSchedulable: &raftpb.SetNodeSchedulable{Id: "n2", Eligible: true, Draining: true}}}
+	log := []*raftpb.Command{member("n1"), member("n2"), drain,
+		rh("a", "n1", "A", nil),
+		rh("a", "n1", "A", nil),      // a resend: dropped
+		fin("a", 1, "n1", "A-again"), // a worker's result for it: refused (ended)
+		rh("b", "n2", "B-drained", nil), asg("b", 1, "n1"), fin("b", 1, "n1", "B"),
+		rh("c", "n1", "C-granted", func(r *raftpb.JobRecord) { r.KvPrefix = "p/" }), asg("c", 1, "n1"), fin("c", 1, "n1", "C"),
+		{Cmd: &raftpb.Command_Batch{Batch: &raftpb.CommandBatch{Commands: []*raftpb.Command{rh("d", "n1", "D", nil), sub("e")}}}},
+	}
+	r := Check(log, []Observed{{ID: "a", Expected: []byte("A")}, {ID: "b", Expected: []byte("B")}, {ID: "c", Expected: []byte("C")}, {ID: "d", Expected: []byte("D")}})
+	if len(r.Violations) != 0 || r.Completed != 4 {
+		t.Fatalf("history with jobs run here: %+v", r)
+	}
+	// Recorded twice would be caught: a second RunHere of the same job
+	// under another id with the same key is dropped by both.
+	keyed := func(r *raftpb.JobRecord) { r.IdempotencyKey = "dev/k"; r.PayloadHash = []byte("p") }
+	r = Check([]*raftpb.Command{member("n1"), rh("k1", "n1", "K", keyed), rh("k2", "n1", "K2", keyed)}, []Observed{{ID: "k1", Expected: []byte("K")}})
+	if len(r.Violations) != 0 || r.Completed != 1 {
+		t.Fatalf("a keyed resend run here: %+v", r)
+	}
+}
