@@ -207,10 +207,15 @@ const churnLimit = 5
 // timers give a leader 300 ms) or a lossy network.
 func leaderChurnCheck(s *palyrav1.StatusResponse) check {
 	const name = "leader stability"
+	if s.LeaderId == "" && s.LeaderSinceMs == 0 && s.NodeId != "" && s.LeaderChangesLastHour > 0 {
+		// A trial: rated OK during a quorum loss, "the node does not say".
+		return check{Name: name, Status: "warn", Detail: fmt.Sprintf("no leader now (%s saw %d leader change(s) %s)", s.NodeId, s.LeaderChangesLastHour, changesWindow(s)),
+			Fix: "see 'failure tolerance': a majority of voters must be up and reach each other to elect one"}
+	}
 	if s.LeaderSinceMs == 0 && s.LeaderChangesLastHour == 0 {
 		return check{Name: name, Status: "ok", Detail: "the node does not say (it runs an older palyra, or knows no leader)"}
 	}
-	detail := fmt.Sprintf("%s saw %d leader change(s) in the last hour", s.NodeId, s.LeaderChangesLastHour)
+	detail := fmt.Sprintf("%s saw %d leader change(s) %s", s.NodeId, s.LeaderChangesLastHour, changesWindow(s))
 	if int(s.LeaderChangesLastHour) <= churnLimit {
 		return check{Name: name, Status: "ok", Detail: detail}
 	}

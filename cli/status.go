@@ -247,9 +247,19 @@ func leaderTenure(s *palyrav1.StatusResponse, now time.Time) string {
 	}
 	out := fmt.Sprintf(", %s %s (%s ago)", seen, since.UTC().Format("15:04:05Z"), roughDuration(max(now.Sub(since), 0)))
 	if s.LeaderChangesLastHour > 1 {
-		out += fmt.Sprintf("; %d leader changes in the last hour", s.LeaderChangesLastHour)
+		out += fmt.Sprintf("; %d leader changes %s", s.LeaderChangesLastHour, changesWindow(s))
 	}
 	return out
+}
+
+// changesWindow is the span a node counted leader changes over: the last
+// hour, or its time since it started when that is shorter (a trial saw
+// "1 change in the last hour" from a node restarted after twenty).
+func changesWindow(s *palyrav1.StatusResponse) string {
+	if up := time.Duration(s.UptimeMs) * time.Millisecond; s.UptimeMs > 0 && up < time.Hour {
+		return "in the " + roughDuration(up) + " since it started"
+	}
+	return "in the last hour"
 }
 
 // hasLeader reports whether a node list names a raft leader that has not

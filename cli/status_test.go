@@ -54,7 +54,7 @@ func TestStatusSaysSinceWhenTheLeaderLeads(t *testing.T) {
 	if r := c.cli("status"); r.code != 0 || !strings.Contains(r.stdout, ", since ") || strings.Contains(r.stdout, "leader changes") {
 		t.Fatalf("status: %+v", r)
 	}
-	if r := c.cli("doctor", "--json"); !strings.Contains(r.stdout, `"leader stability"`) || !strings.Contains(r.stdout, "saw 1 leader change(s) in the last hour") {
+	if r := c.cli("doctor", "--json"); !strings.Contains(r.stdout, `"leader stability"`) || !strings.Contains(r.stdout, "saw 1 leader change(s) in the ") || !strings.Contains(r.stdout, " since it started") {
 		t.Fatalf("doctor: %+v", r)
 	}
 }
@@ -80,6 +80,16 @@ func TestLeaderChurn(t *testing.T) {
 	}
 	if ch := leaderChurnCheck(&palyrav1.StatusResponse{}); ch.Status != "ok" || !strings.Contains(ch.Detail, "does not say") {
 		t.Fatalf("an older node: %+v", ch)
+	}
+	// A node up for 20 minutes counted over those; with no leader now,
+	// doctor says so rather than "ok".
+	young := &palyrav1.StatusResponse{NodeId: "n-1", LeaderId: "n-2", LeaderSinceMs: s.LeaderSinceMs, LeaderChangesLastHour: 2, UptimeMs: (20 * time.Minute).Milliseconds()}
+	if got := leaderTenure(young, now); !strings.HasSuffix(got, "; 2 leader changes in the 20m since it started") {
+		t.Fatalf("tenure on a young node: %q", got)
+	}
+	young.LeaderId, young.LeaderSinceMs = "", 0
+	if ch := leaderChurnCheck(young); ch.Status != "warn" || !strings.Contains(ch.Detail, "no leader now") {
+		t.Fatalf("no leader: %+v", ch)
 	}
 	if got := leaderTenure(&palyrav1.StatusResponse{}, now); got != "" {
 		t.Fatalf("tenure of an older node: %q", got)
