@@ -20,7 +20,8 @@ func statusCommand() *ucli.Command {
 		Usage: "show the node's raft state and job counts",
 		Description: `Shows the node at --addr: its raft role, term, commit and applied
    indexes, the leader it follows and since when (with how often the
-   leader changed in the last hour, when more than once: frequent changes
+   leader changed in the last hour, or since the node started if that is
+   less, when more than once: frequent changes
    with no node lost mean busy machines or a lossy network, which 'palyra
    doctor' flags), who you are to it, and its version.
 
