@@ -280,6 +280,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Executors: n.executors(), Logger: n.log, OnRun: n.metrics.observeRun,
 		Secrets: nodeSecrets{n}, KV: nodeKV{n: n}, Leases: nodeLeases{n},
 		KeepEndedOutput: func() bool { return n.cluster.AllSupport(cluster.FeatureEndedOutput) },
+		RunHereLimit:    n.runHereLimit(),
 	})
 	n.cluster.SetOutputSource(n.readOutput)
 	n.cluster.SetBrowserHandler(n.browserSession)

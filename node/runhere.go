@@ -75,3 +75,14 @@ func (r runHere) Recorded(ran bool) {
 	}
 	r.n.metrics.runHere.WithLabelValues(outcome).Inc()
 }
+
+// runHereLimit is the worker's RunHereLimit: the default, or 2 s in an
+// in-process test cluster (Fast), where a run under -race on a loaded
+// machine can take longer than 50 ms and its module would then not run
+// here for ten minutes.
+func (n *Node) runHereLimit() time.Duration {
+	if n.cfg.Fast {
+		return 2 * time.Second
+	}
+	return 0
+}

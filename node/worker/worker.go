@@ -71,6 +71,9 @@ type Config struct {
 	// had written when its job was cancelled or expired under it
 	// (FinishJob.ended_output: every member must apply it alike); nil: no.
 	KeepEndedOutput func() bool
+	// RunHereLimit bounds a RunHere run (0: RunHereLimit; in-process test
+	// clusters give more, so a loaded -race run does not mark modules long).
+	RunHereLimit time.Duration
 }
 
 // Lease names one placement: a job and the attempt given to this worker.
@@ -498,10 +501,14 @@ func (w *Worker) RunHere(ctx context.Context, j consensus.Job) (fin *raftpb.Fini
 		Timeout: time.Duration(j.TimeoutMS) * time.Millisecond, MemoryLimit: j.MemoryBytes, Fuel: j.Fuel,
 		MaxOutput: int(j.MaxOutput), Deterministic: j.Deterministic, NoWait: true,
 	}
-	rctx, capped := ctx, spec.Timeout > RunHereLimit
+	limit := RunHereLimit
+	if w.cfg.RunHereLimit > 0 {
+		limit = w.cfg.RunHereLimit
+	}
+	rctx, capped := ctx, spec.Timeout > limit
 	if capped {
 		var cancel context.CancelFunc
-		rctx, cancel = context.WithTimeout(ctx, RunHereLimit)
+		rctx, cancel = context.WithTimeout(ctx, limit)
 		defer cancel()
 	}
 	t0 := time.Now()
