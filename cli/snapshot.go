@@ -336,14 +336,8 @@ func warnMissing(c *ucli.Context, missing []string) {
 		len(missing), strings.Join(missing, ", "))
 }
 
-// snapshotJSON is the --json form of a snapshot's description.
-func snapshotJSON(path, digest string, size int64, info *node.SnapshotInfo) map[string]any {
-	h := info.Header
-	var servers []map[string]any
-	for _, s := range h.Servers {
-		servers = append(servers, map[string]any{"id": s.ID, "address": s.Address, "voter": s.Voter})
-	}
-	nodes, devices := 0, 0
+// memberCounts is how many nodes and devices a snapshot's members are.
+func memberCounts(info *node.SnapshotInfo) (nodes, devices int) {
 	for _, m := range info.Members {
 		if m.Kind == "node" {
 			nodes++
@@ -351,6 +345,17 @@ func snapshotJSON(path, digest string, size int64, info *node.SnapshotInfo) map[
 			devices++
 		}
 	}
+	return nodes, devices
+}
+
+// snapshotJSON is the --json form of a snapshot's description.
+func snapshotJSON(path, digest string, size int64, info *node.SnapshotInfo) map[string]any {
+	h := info.Header
+	var servers []map[string]any
+	for _, s := range h.Servers {
+		servers = append(servers, map[string]any{"id": s.ID, "address": s.Address, "voter": s.Voter})
+	}
+	nodes, devices := memberCounts(info)
 	out := map[string]any{
 		"file": path, "bytes": size, "cluster_name": h.ClusterName, "ca_fingerprint": h.CAFingerprint,
 		"created_at": h.CreatedAt.UTC().Format(jsonTime), "created_by": h.CreatedBy, "served_by": h.ServedBy,
@@ -540,14 +545,7 @@ func snapshotRestore(c *ucli.Context) error {
 	}
 	w := c.App.Writer
 	fmt.Fprintf(w, "restored cluster %q (CA %.16s…) at raft index %d into %s\n", h.ClusterName, h.CAFingerprint, h.RaftIndex, info.DataDir)
-	nodes, devices := 0, 0
-	for _, m := range info.Members {
-		if m.Kind == "node" {
-			nodes++
-		} else {
-			devices++
-		}
-	}
+	nodes, devices := memberCounts(&info.SnapshotInfo)
 	fmt.Fprintf(w, "  %d jobs, %d arrays, %s, %s, %d secrets, policy version %d, %d blobs (%s)\n",
 		info.Jobs, info.Arrays, countOf(nodes, "node", "nodes"), countOf(devices, "device", "devices"), info.Secrets, info.PolicyVersion, info.Blobs, mib(info.BlobBytes))
 	fmt.Fprintf(w, "  this node: %s at %s, the only voter; local operator: %s\n", info.NodeID, info.Address, info.OperatorID)
