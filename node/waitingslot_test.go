@@ -35,9 +35,13 @@ func TestJobGetSaysWhetherARunWaitsForASlot(t *testing.T) {
 	}
 	first, second := submit(), submit()
 	var a, b *palyrav1.Job
+	// The placement commits before the worker takes the job in hand, so
+	// wait until the worker has said something of the second job: that it
+	// waits, or (wrongly) that it started.
 	waitFor(t, "the first job running, the second placed behind it", 30*time.Second, func() bool {
 		a, b = get(first), get(second)
-		return a.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && b.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && a.RunStartedAtMs > 0
+		return a.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && b.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING &&
+			a.RunStartedAtMs > 0 && (b.WaitingForSlot || b.RunStartedAtMs > 0)
 	})
 	if a.WaitingForSlot {
 		t.Errorf("the running job reads as waiting for a slot: %+v", a)
