@@ -44,6 +44,9 @@ type Executor struct {
 // testHooks lets tests in this package observe a job mid-flight.
 type testHooks struct {
 	stepStarted func(step int) // called as each step (of a job or a session call) starts
+	// beforeDecide is called with each intercepted request's URL before
+	// the job's policy is applied to it; tab ends when the tab is let go.
+	beforeDecide func(tab context.Context, url string)
 }
 
 // layers turns one enforcement layer off, so tests can show that each

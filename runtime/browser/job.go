@@ -174,6 +174,9 @@ func (j *job) decide(ctx context.Context, t *chromedp.Target, mainFrame cdp.Fram
 		return
 	}
 	u := ev.Request.URL + ev.Request.URLFragment
+	if h := j.e.hooks.beforeDecide; h != nil {
+		h(ctx, u)
+	}
 	err := j.pol.checkURL(ctx, u)
 	if err == nil {
 		if _, err := cdp.Call(ctx, t, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID}); err != nil && ctx.Err() == nil {
@@ -185,14 +188,17 @@ func (j *job) decide(ctx context.Context, t *chromedp.Target, mainFrame cdp.Fram
 	if !errors.As(err, &be) {
 		be = &BlockedError{URL: u, Reason: err.Error()}
 	}
-	j.rec.blocked(u, string(ev.ResourceType), be.Reason, "fetch")
-	if ev.ResourceType == network.ResourceTypeDocument && ev.FrameID == mainFrame {
-		j.rec.blockNavigation(be)
-	}
+	// Fail the request before recording the blocked navigation: recording
+	// it aborts the step, the job ends and its tab is let go, and a
+	// request still paused when interception goes away is let through.
 	if _, err := cdp.Call(ctx, t, fetch.FailRequest, fetch.FailRequestParams{
 		RequestID: ev.RequestID, ErrorReason: network.ErrorReasonBlockedByClient,
 	}); err != nil && ctx.Err() == nil {
 		j.log.Debug("failing a request", "url", truncate(u, 256), "err", err)
+	}
+	j.rec.blocked(u, string(ev.ResourceType), be.Reason, "fetch")
+	if ev.ResourceType == network.ResourceTypeDocument && ev.FrameID == mainFrame {
+		j.rec.blockNavigation(be)
 	}
 }
 

@@ -1,6 +1,7 @@
 package browser
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/palyra-mesh/palyra/runtime"
 )
@@ -359,4 +361,40 @@ func TestSubresourceFailureDoesNotExplainANavigation(t *testing.T) {
 	if !strings.Contains(r.Message, "steps[0] (navigate)") {
 		t.Errorf("got %q %q, want the navigate step to fail on its own reason", r.Reason, r.Message)
 	}
+}
+
+// TestRequestPausedAtTheJobsEndIsNotLetThrough: a request interception
+// still holds when the job ends (its step timed out waiting for the load
+// the request holds back) must not get out when the job's tab is let go.
+// Chromium lets paused requests through when the session that paused them
+// detaches, so the browser context goes first. With the proxy layer off
+// nothing else stands in the way.
+func TestRequestPausedAtTheJobsEndIsNotLetThrough(t *testing.T) {
+	e := newExecutor(t, Config{Slots: 1, layers: layers{noProxy: true}})
+	site, other, ob := twoHosts(t, func(ob string) string {
+		return `<img src="` + ob + `/held.png">`
+	})
+	held := make(chan struct{}, 1)
+	e.hooks.beforeDecide = func(tab context.Context, url string) {
+		if !strings.Contains(url, "/held.png") {
+			return
+		}
+		held <- struct{}{}
+		select { // hold it past the job's end, as a busy machine might
+		case <-tab.Done():
+		case <-time.After(10 * time.Second):
+		}
+	}
+	r := run(t, e, loopbackSpec(script(t,
+		map[string]any{"action": "navigate", "url": site.URL + "/", "timeout_ms": 1500})))
+	if r.Reason != runtime.ReasonStepFailed || !strings.Contains(r.Message, "step timeout") {
+		t.Fatalf("got %q %q, want the navigate step to time out waiting for the held image", r.Reason, r.Message)
+	}
+	select {
+	case <-held:
+	default:
+		t.Fatalf("the image request was never intercepted: %s", ob)
+	}
+	time.Sleep(time.Second) // time for a request let through to arrive
+	assertUntouched(t, other)
 }

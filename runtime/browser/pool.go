@@ -146,7 +146,7 @@ func (r *ready) openTab(ctx context.Context) (tab context.Context, t *chromedp.T
 	go func() {
 		defer r.wg.Done()
 		for _, err := range crashed {
-			if err != nil || tab.Err() != nil { // a tab replaced or closed is no one's concern
+			if cur, _ := r.current(); err != nil || tab.Err() != nil || (cur != nil && cur != tab) { // a tab replaced or closed is no one's concern
 				return
 			}
 			if j := r.owner.Load(); j != nil {
@@ -266,35 +266,38 @@ func (r *ready) replaceTab(ctx context.Context, j *job, jctx context.Context) (c
 	oldT, oldCancel := r.t, r.cancelTab
 	r.tab, r.t, r.cancelTab = tab, t, cancelTab
 	r.mu.Unlock()
-	// Detach first, so nothing the old tab does on its way out (a crash
-	// event) reaches j; then close it. Chromium does not wait long for a
-	// renderer that does not answer (the whole replacement takes ~0.1 s
-	// with the old page spinning), and the renderer process, serving no
-	// other page, exits.
-	oldCancel()
+	// Close the old tab, then detach from it: a request it had paused
+	// for a decision is let through if its session detaches first. Its
+	// crash watcher ignores it from now on (it is no longer r's tab).
+	// Chromium does not wait long for a renderer that does not answer
+	// (the whole replacement takes ~0.1 s with the old page spinning),
+	// and the renderer process, serving no other page, exits.
 	cctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
 	if _, err := cdp.Call(cctx, r.p.b, target.CloseTarget, target.CloseTargetParams{TargetID: oldT.TargetID}); err != nil {
 		r.log.Debug("closing a replaced tab", "err", err)
 	}
+	oldCancel()
 	return r.follow(j, jctx), nil
 }
 
-// close detaches from the tab, disposes of the browser context (its tabs,
-// cookies, storage) and stops the proxy. It is safe to call more than
-// once.
+// close disposes of the browser context (its tabs, cookies, storage),
+// detaches from the tab and stops the proxy. It is safe to call more than
+// once. The context goes first: a request paused by interception and not
+// yet refused when its session detaches is let through, and with the
+// proxy layer off nothing else would stop it.
 func (r *ready) close() {
 	r.closeOnce.Do(func() {
 		r.mu.Lock()
 		cancelTab := r.cancelTab
 		r.mu.Unlock()
-		if cancelTab != nil {
-			cancelTab()
-		}
 		if r.bc != "" && !r.p.lost() {
 			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 			_, _ = cdp.Call(ctx, r.p.b, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: r.bc})
 			cancel()
+		}
+		if cancelTab != nil {
+			cancelTab()
 		}
 		r.wg.Wait()
 		if r.proxy != nil {
