@@ -265,7 +265,7 @@ func nodeCommand() *ucli.Command {
 			nodeRecoverCommand(),
 			{
 				Name:      "drain",
-				Usage:     "stop placing new work on a node; its running work finishes (or moves at --deadline)",
+				Usage:     "stop placing new work on a node; its running work finishes (or moves at --deadline), what waits there for a slot moves now",
 				ArgsUsage: "NODE_ID",
 				Flags:     []ucli.Flag{&ucli.DurationFlag{Name: "deadline", Usage: "move the node's remaining work elsewhere after this long", DefaultText: "none: its running work finishes"}, jsonFlag},
 				Action: func(c *ucli.Context) error {
@@ -281,7 +281,7 @@ func nodeCommand() *ucli.Command {
 				ArgsUsage: "NODE_ID",
 				Flags: []ucli.Flag{
 					&ucli.BoolFlag{Name: "enable", Usage: "place new work on the node"},
-					&ucli.BoolFlag{Name: "disable", Usage: "place no new work on the node; running work continues"},
+					&ucli.BoolFlag{Name: "disable", Usage: "place no new work on the node; running work continues, what waits there for a slot moves elsewhere"},
 					jsonFlag,
 				},
 				Action: func(c *ucli.Context) error {
@@ -499,13 +499,13 @@ func setSchedulable(c *ucli.Context, req *palyrav1.SetSchedulableRequest) error 
 	}
 	switch {
 	case req.Drain && req.DrainDeadlineMs > 0:
-		fmt.Fprintf(c.App.Writer, "node %s is draining: no new work; what still runs there after %s moves elsewhere\n", id, time.Duration(req.DrainDeadlineMs)*time.Millisecond)
+		fmt.Fprintf(c.App.Writer, "node %s is draining: no new work; what waits there for a slot moves elsewhere now, what still runs there after %s moves elsewhere\n", id, time.Duration(req.DrainDeadlineMs)*time.Millisecond)
 	case req.Drain:
-		fmt.Fprintf(c.App.Writer, "node %s is draining: no new work; what runs there finishes\n", id)
+		fmt.Fprintf(c.App.Writer, "node %s is draining: no new work; what waits there for a slot moves elsewhere now, what runs there finishes\n", id)
 	case req.Eligible:
 		fmt.Fprintf(c.App.Writer, "node %s is eligible for new work\n", id)
 	default:
-		fmt.Fprintf(c.App.Writer, "node %s takes no new work\n", id)
+		fmt.Fprintf(c.App.Writer, "node %s takes no new work; what waits there for a slot moves elsewhere\n", id)
 	}
 	return nil
 }

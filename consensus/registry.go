@@ -494,5 +494,8 @@ func (s *State) applyNodeSchedulable(c *raftpb.SetNodeSchedulable) ApplyResult {
 	if !c.Draining {
 		m.DrainDeadlineMS = 0
 	}
+	// The node's worker watches its topic: it hands back what waits for
+	// a slot there when the node stops taking work.
+	s.touch(TopicNode(c.Id))
 	return ApplyResult{}
 }

@@ -281,6 +281,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Secrets: nodeSecrets{n}, KV: nodeKV{n: n}, Leases: nodeLeases{n},
 		KeepEndedOutput: func() bool { return n.cluster.AllSupport(cluster.FeatureEndedOutput) },
 		RunHereLimit:    n.runHereLimit(),
+		HandBack:        n.takesNoWork,
 	})
 	n.cluster.SetOutputSource(n.readOutput)
 	n.cluster.SetBrowserHandler(n.browserSession)

@@ -30,19 +30,42 @@ type Tap struct {
 	mu      sync.Mutex
 	streams [2]tapStream
 	done    bool
-	started time.Time     // when the run got its slot (Start); zero while it waits for one
-	changed chan struct{} // closed and replaced on every write and on Close
+	started time.Time // when the run got its slot (Start); zero while it waits for one
+	// withdrawn: the run was taken back before it got its slot (Withdraw);
+	// Start then refuses it.
+	withdrawn bool
+	changed   chan struct{} // closed and replaced on every write and on Close
 }
 
 // Start records that the run has its slot and runs now (executors call it
 // once, when the run begins; a worker can then tell a run that waits for
-// a slot from one that runs).
-func (t *Tap) Start() {
+// a slot from one that runs). It returns false, and records nothing, when
+// the run was withdrawn while it waited: the executor must then not run
+// it (it ends canceled).
+func (t *Tap) Start() bool {
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.withdrawn {
+		return false
+	}
 	if t.started.IsZero() {
 		t.started = time.Now()
 	}
-	t.mu.Unlock()
+	return true
+}
+
+// Withdraw takes back a run that has not got its slot yet: it returns
+// true, and the run's Start will refuse it, unless the run has already
+// started (false: it runs on). A worker hands such runs back to the
+// cluster when its node stops taking work.
+func (t *Tap) Withdraw() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.started.IsZero() {
+		return false
+	}
+	t.withdrawn = true
+	return true
 }
 
 // Done reports whether the run has ended (Close).

@@ -71,3 +71,28 @@ func TestTapStartAndDone(t *testing.T) {
 		t.Fatal("a closed tap is not done")
 	}
 }
+
+// A run withdrawn while it waits for its slot is refused by Start; one
+// that has started cannot be withdrawn.
+func TestTapWithdraw(t *testing.T) {
+	waiting := NewTap()
+	if !waiting.Withdraw() {
+		t.Fatal("a run waiting for its slot could not be withdrawn")
+	}
+	if waiting.Start() {
+		t.Fatal("Start accepted a withdrawn run")
+	}
+	if !waiting.Started().IsZero() {
+		t.Fatal("a withdrawn run reads as started")
+	}
+	running := NewTap()
+	if !running.Start() {
+		t.Fatal("Start refused a run never withdrawn")
+	}
+	if running.Withdraw() {
+		t.Fatal("a started run was withdrawn")
+	}
+	if !running.Start() || running.Started().IsZero() {
+		t.Fatal("a failed Withdraw stopped a started run")
+	}
+}

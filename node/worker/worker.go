@@ -74,6 +74,11 @@ type Config struct {
 	// RunHereLimit bounds a RunHere run (0: RunHereLimit; in-process test
 	// clusters give more, so a loaded -race run does not mark modules long).
 	RunHereLimit time.Duration
+	// HandBack says why this node takes no new work now ("" while it
+	// does): a drained or ineligible node. Its placements still waiting
+	// for a slot are then handed back to the queue, to run elsewhere,
+	// while the runs that have their slot finish. nil: never.
+	HandBack func() string
 }
 
 // Lease names one placement: a job and the attempt given to this worker.
@@ -137,8 +142,13 @@ func (w *Worker) Output(jobID string) (*runtime.Tap, uint32, bool) {
 	return lt.tap, lt.attempt, ok
 }
 
-func (w *Worker) openTap(j consensus.Job) *runtime.Tap {
-	tap := runtime.NewTap()
+// openTap makes the run's Tap (the one start gave it, in ctx) readable
+// as its live output.
+func (w *Worker) openTap(ctx context.Context, j consensus.Job) *runtime.Tap {
+	tap, _ := ctx.Value(tapKey{}).(*runtime.Tap)
+	if tap == nil {
+		tap = runtime.NewTap()
+	}
 	w.tapMu.Lock()
 	w.taps[j.ID] = liveTap{attempt: j.Attempt, tap: tap}
 	w.tapMu.Unlock()
@@ -173,7 +183,20 @@ const (
 type run struct {
 	attempt uint32
 	cancel  context.CancelCauseFunc
+	tap     *runtime.Tap // its output; started once it has its slot
+	// handedBack: withdrawn before it got its slot (Config.HandBack).
+	handedBack bool
 }
+
+// handBackError is the cause of a run withdrawn while it waited for a
+// slot on a node that stopped taking work: the worker returns its job to
+// the queue (execute).
+type handBackError struct{ why string }
+
+func (e *handBackError) Error() string { return "handed back before it started: " + e.why }
+
+// tapKey carries a run's Tap from start to its executor.
+type tapKey struct{}
 
 // AddExecutor makes the worker run jobs of kind with ex from now on: a
 // node that finds Chromium after it started (installed later) adds its
@@ -297,6 +320,33 @@ func (w *Worker) reconcile(ctx context.Context) {
 			delete(w.finished, id)
 		}
 	}
+	w.handBack()
+}
+
+// handBack withdraws the runs still waiting for a slot when this node
+// takes no new work (drained or ineligible): each is stopped before it
+// starts and its job returned to the queue (execute), while runs that
+// have their slot finish; w.mu is held. Without it a drained node would
+// go on starting what was placed on it ahead of its slots.
+func (w *Worker) handBack() {
+	if w.cfg.HandBack == nil {
+		return
+	}
+	why := ""
+	for _, r := range w.running {
+		if r.handedBack || r.tap == nil {
+			continue
+		}
+		if why == "" {
+			if why = w.cfg.HandBack(); why == "" {
+				return
+			}
+		}
+		if r.tap.Withdraw() {
+			r.handedBack = true
+			r.cancel(&handBackError{why: why})
+		}
+	}
 }
 
 // whyStopped is the cause for stopping the run of attempt of job id that
@@ -318,10 +368,11 @@ func (w *Worker) start(ctx context.Context, j consensus.Job, after <-chan struct
 		old.cancel(errSuperseded)
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
-	r := &run{attempt: j.Attempt, cancel: cancel}
+	r := &run{attempt: j.Attempt, cancel: cancel, tap: runtime.NewTap()}
 	w.running[j.ID] = r
 	so := &startOrder{after: after, done: make(chan struct{})}
 	rctx = context.WithValue(rctx, startOrderKey{}, so)
+	rctx = context.WithValue(rctx, tapKey{}, r.tap)
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
@@ -404,6 +455,10 @@ func (w *Worker) execute(ctx, parent context.Context, j consensus.Job) bool {
 		// Aborted, re-placed, or this node is shutting down: nobody wants
 		// this attempt's result; a job that ended under it keeps what it
 		// wrote.
+		var hb *handBackError
+		if errors.As(cause, &hb) {
+			return w.requeue(parent, j, hb, log)
+		}
 		log.Info("run stopped", "cause", cause)
 		if errors.Is(cause, errEnded) {
 			w.keepEndedOutput(parent, j, res, log)
@@ -655,7 +710,7 @@ func (w *Worker) runExecutor(ctx context.Context, j consensus.Job) runtime.Resul
 	if j.SkillID != "" {
 		spec.GrantsFrom = fmt.Sprintf("the capabilities of %s/%s (its skill's manifest)", j.SkillID, j.SkillTool)
 	}
-	spec.Tap = w.openTap(j)
+	spec.Tap = w.openTap(ctx, j)
 	defer w.closeTap(j.ID, spec.Tap)
 	if len(j.SecretNames) > 0 || j.KVPrefix != "" {
 		kv := w.cfg.KV
@@ -819,6 +874,28 @@ func (w *Worker) report(ctx context.Context) {
 				p.done <- err
 			}
 		}(batch)
+	}
+}
+
+// requeue returns the job of a run withdrawn before it started (hb) to
+// the queue, fenced by its attempt, so the scheduler places it elsewhere.
+// It reports whether the cluster took it back (or the job had moved on
+// already): the run is then over, and a replica that has not applied the
+// requeue yet does not start it again.
+func (w *Worker) requeue(ctx context.Context, j consensus.Job, hb *handBackError, log *slog.Logger) bool {
+	cmd := &raftpb.Command{Cmd: &raftpb.Command_RequeueJob{RequeueJob: &raftpb.RequeueJob{
+		Id: j.ID, Attempt: j.Attempt, NodeId: w.cfg.NodeID, AtMs: w.cfg.Now().UnixMilli(),
+		Reason: fmt.Sprintf("handed back by %s before it started: %s", w.cfg.NodeID, hb.why)}}}
+	err := w.applyRetry(ctx, cmd)
+	switch {
+	case err == nil:
+		log.Info("handed back a job that waited for a slot", "why", hb.why)
+		return true
+	case errors.Is(err, consensus.ErrStaleAttempt):
+		return true
+	default:
+		log.Warn("could not hand back a job that waited for a slot", "err", err)
+		return false
 	}
 }
 

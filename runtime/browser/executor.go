@@ -160,8 +160,9 @@ func (e *Executor) Run(ctx context.Context, spec runtime.Spec) (res runtime.Resu
 
 	ranFrom := time.Now()
 	defer func() { res.Ran = time.Since(ranFrom) }()
-	if spec.Tap != nil {
-		spec.Tap.Start()
+	if spec.Tap != nil && !spec.Tap.Start() {
+		release()
+		return failed(runtime.ReasonCanceled, "withdrawn while it waited for a slot")
 	}
 
 	// The job's timeout bounds the whole run; the script's timeout_ms is

@@ -156,8 +156,8 @@ func (e *Executor) runLoaded(ctx context.Context, spec runtime.Spec, cm *compile
 
 	slotAt := time.Now()
 	defer func() { res.Ran = time.Since(slotAt) }()
-	if spec.Tap != nil {
-		spec.Tap.Start()
+	if spec.Tap != nil && !spec.Tap.Start() {
+		return failed(runtime.ReasonCanceled, "withdrawn while it waited for a slot"), false
 	}
 
 	lim := e.limitsFor(spec)
