@@ -106,7 +106,7 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 			if req.Msg.Follow {
 				wait = liveWait
 			}
-			out, err := s.Live.JobOutput(ctx, j.NodeID, &peerpb.JobOutputRequest{
+			out, err := liveRead(ctx, s.Live, j.NodeID, changed, &peerpb.JobOutputRequest{
 				JobId: id, StdoutOffset: off[0], StderrOffset: off[1], WaitMs: wait.Milliseconds()})
 			if ctx.Err() != nil {
 				return fromErr(errCanceled)
@@ -140,6 +140,30 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 			return err
 		}
 	}
+}
+
+// liveReadSlack is how much longer than the wait it asked for a live
+// read may take before it is given up: a worker killed or frozen
+// mid-read answers nothing, and QUIC would notice only at its idle
+// timeout, holding the follower that long.
+const liveReadSlack = 2 * time.Second
+
+// liveRead asks node for a running job's output (r), and gives up when
+// the job changes (changed: re-queued off a dead worker, ended) or the
+// read outlasts its wait by liveReadSlack: the caller then looks at the
+// job again and follows its next attempt, wherever that runs. A fault
+// trial's 'job logs -f' stalled ~9 s after its worker was SIGKILLed.
+func liveRead(ctx context.Context, live LiveOutput, node string, changed <-chan struct{}, r *peerpb.JobOutputRequest) (*peerpb.JobOutputResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(r.WaitMs)*time.Millisecond+liveReadSlack)
+	defer cancel()
+	go func() {
+		select {
+		case <-changed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return live.JobOutput(ctx, node, r)
 }
 
 // past returns the bytes of a live read's chunk c that lie past off, and
