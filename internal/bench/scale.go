@@ -54,6 +54,10 @@ type loopResult struct {
 	firstErr error
 	// hand-offs (p50 reported): queued→placed, placed→result, result→seen
 	place, run, seen []time.Duration
+	// CPU the nodes and this client used over the run, in clock ticks
+	// (-1: not known): per job, a steadier figure than jobs/s on a
+	// machine the loop saturates.
+	nodeTicks, clientTicks int64
 }
 
 func (r loopResult) rate() float64 { return float64(r.done) / r.elapsed.Seconds() }
@@ -67,6 +71,7 @@ func closedLoop(ctx context.Context, c *procCluster, mod []byte, conc int, d tim
 	var seq atomic.Int64
 	stop := time.Now().Add(d)
 	start := time.Now()
+	nodes0, client0 := nodesTicks(nodes), selfTicks()
 	var wg sync.WaitGroup
 	for w := 0; w < conc; w++ {
 		wg.Add(1)
@@ -98,7 +103,29 @@ func closedLoop(ctx context.Context, c *procCluster, mod []byte, conc int, d tim
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
+	res.nodeTicks, res.clientTicks = -1, -1
+	if n1, c1 := nodesTicks(nodes), selfTicks(); nodes0 >= 0 && n1 >= 0 && client0 >= 0 && c1 >= 0 {
+		res.nodeTicks, res.clientTicks = n1-nodes0, c1-client0
+	}
 	return res
+}
+
+// nodesTicks is the CPU ticks the nodes have used; -1 if one is unknown.
+func nodesTicks(nodes []*nodeProc) int64 {
+	var sum int64
+	for _, n := range nodes {
+		t := cpuTicks(n)
+		if t < 0 {
+			return -1
+		}
+		sum += t
+	}
+	return sum
+}
+
+// selfTicks is the CPU ticks this process has used; -1 if unknown.
+func selfTicks() int64 {
+	return pidTicks(os.Getpid())
 }
 
 // openLoop offers rate jobs/s for d and reports submit→completed latency.
@@ -139,6 +166,12 @@ func printLoop(r loopResult, etcd etcdFigures) {
 	}
 	if len(r.place) > 0 {
 		line += fmt.Sprintf("\n      (p50 hand-offs: submitted→placed %s, placed→result %s, result→seen %s)", ms(pct(r.place, 50)), ms(pct(r.run, 50)), ms(pct(r.seen, 50)))
+	}
+	if r.nodeTicks >= 0 && r.done > 0 {
+		perJob := func(ticks int64) string { // a tick is 10 ms
+			return fmt.Sprintf("%.3f ms", float64(ticks)*10/float64(r.done))
+		}
+		line += fmt.Sprintf("\n      (CPU per job: the 3 nodes %s, this client %s)", perJob(r.nodeTicks), perJob(r.clientTicks))
 	}
 	if r.failed > 0 {
 		line += fmt.Sprintf("   (%d failed: %v)", r.failed, r.firstErr)
@@ -366,7 +399,12 @@ func cpuTicks(p *nodeProc) int64 {
 	if p == nil || p.cmd == nil || p.cmd.Process == nil {
 		return -1
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	return pidTicks(p.cmd.Process.Pid)
+}
+
+// pidTicks is cpuTicks for process pid.
+func pidTicks(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return -1
 	}
