@@ -67,13 +67,24 @@ func (n *Node) runHereSupported() bool {
 	return ok
 }
 
-// Recorded counts the runs made here, recorded or dropped.
-func (r runHere) Recorded(ran bool) {
+// Recorded counts the runs made here, recorded or dropped; a recorded
+// one counts as a worker run too (palyra_worker_runs_total and its
+// durations), a dropped one not: its job runs again, and that run counts.
+func (r runHere) Recorded(run *raftpb.RunHere, ran bool) {
 	outcome := "recorded"
 	if !ran {
 		outcome = "dropped"
 	}
 	r.n.metrics.runHere.WithLabelValues(outcome).Inc()
+	if !ran {
+		return
+	}
+	j, fin := run.GetSubmit().GetJob(), run.GetFinish()
+	var submitted time.Time
+	if at := j.GetSubmittedAtMs(); at > 0 {
+		submitted = time.UnixMilli(at)
+	}
+	r.n.metrics.observeRun(j.GetKind(), fin.GetOk(), time.Duration(fin.GetRanUs())*time.Microsecond, submitted)
 }
 
 // runHereLimit is the worker's RunHereLimit: the default, or 2 s in an

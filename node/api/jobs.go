@@ -336,7 +336,7 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 		me := s.info.NodeID
 		ran := !replayed && (job.Phase.Terminal() && job.Attempt == 1 && job.NodeID == me ||
 			job.Phase == consensus.PhaseQueued && len(job.Earlier) == 1 && job.Earlier[0].NodeID == me)
-		s.RunHere.Recorded(ran)
+		s.RunHere.Recorded(cmd.GetRunHere(), ran)
 		if rh, ok := ctx.Value(runJobKey{}).(*ranHere); ok && ran {
 			rh.job = &job
 		}

@@ -35,9 +35,10 @@ type RunHerer interface {
 	// RunHere runs j at once if a slot is free and its module is compiled
 	// here; ok false means nothing is to be recorded from the run.
 	RunHere(ctx context.Context, j consensus.Job) (fin *raftpb.FinishJob, ok bool)
-	// Recorded hears, for each run RunHere made, whether its entry
-	// committed with the run (false: dropped, the job queued or a repeat).
-	Recorded(ran bool)
+	// Recorded hears, for each run RunHere made, its entry and whether it
+	// committed with the run (false: dropped, the job queued or a repeat:
+	// the run counts for nothing, and the job runs again elsewhere).
+	Recorded(run *raftpb.RunHere, ran bool)
 }
 
 // runJobKey marks a submission made by RunJob; its value, a *ranHere,

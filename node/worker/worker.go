@@ -64,8 +64,9 @@ type Config struct {
 	// Leases renews the leases of the placements this worker holds; nil
 	// renews none (the leader then re-queues them when they lapse).
 	Leases Leases
-	// OnRun, if set, hears of each finished run: its kind, whether it
-	// completed, how long it took and when its job was submitted.
+	// OnRun, if set, hears of each finished run of a placement: its kind,
+	// whether it completed, how long it took and when its job was
+	// submitted (RunHere's runs are counted by the node once recorded).
 	OnRun func(kind string, ok bool, took time.Duration, submitted time.Time)
 	// KeepEndedOutput reports whether the cluster keeps the output a run
 	// had written when its job was cancelled or expired under it
@@ -566,7 +567,6 @@ func (w *Worker) RunHere(ctx context.Context, j consensus.Job) (fin *raftpb.Fini
 		rctx, cancel = context.WithTimeout(ctx, limit)
 		defer cancel()
 	}
-	t0 := time.Now()
 	res, ran := mc.RunCached(rctx, spec)
 	switch {
 	case !ran, res.Reason == runtime.ReasonBusy, ctx.Err() != nil:
@@ -577,9 +577,8 @@ func (w *Worker) RunHere(ctx context.Context, j consensus.Job) (fin *raftpb.Fini
 	case res.Reason == runtime.ReasonInternal:
 		return nil, false // the scheduler may place it where the executor works
 	}
-	if w.cfg.OnRun != nil {
-		w.cfg.OnRun(j.Kind, res.OK(), time.Since(t0), time.UnixMilli(j.SubmittedAtMS))
-	}
+	// Config.OnRun does not hear of it: only the node knows whether its
+	// entry recorded the run (api.RunHerer.Recorded).
 	return w.finishFor(j, res, w.log.With("job", j.ID, "attempt", j.Attempt)), true
 }
 
