@@ -22,7 +22,7 @@ func TestDrainHandsBackWhatWaitsForASlot(t *testing.T) {
 	op := operator(t, n, n.Addr())
 	sleep := testwasm.Build(t, "sleep")
 	submit := func() string {
-		resp, err := op.Jobs.SubmitJob(callCtx(t), connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: sleep, Input: []byte("2s")}))
+		resp, err := op.Jobs.SubmitJob(callCtx(t), connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: sleep, Input: []byte("10s")}))
 		if err != nil {
 			t.Fatal(op.Explain(err))
 		}

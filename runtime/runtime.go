@@ -87,8 +87,12 @@ type Spec struct {
 	Deterministic bool
 	// Tap, if set, gets every accepted byte of stdout and stderr as it is
 	// written, for followers ('palyra job logs -f'), and is told when the
-	// run gets its slot (Tap.Start; every executor calls it). Executors
-	// that have no streams write nothing to it; the worker closes it.
+	// run gets its slot (Tap.Start). Every executor must call Start once it
+	// has the slot and before any of the job's code runs, and must not run
+	// the job when Start returns false: a worker withdraws runs still
+	// waiting (Tap.Withdraw) and has the job run elsewhere, so a run that
+	// went on would run twice. Executors that have no streams write
+	// nothing to it; the worker closes it.
 	Tap *Tap
 	// Order ranks this run among those waiting for a slot of its executor:
 	// the first in Order starts first (see Order.Before).

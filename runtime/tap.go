@@ -75,6 +75,13 @@ func (t *Tap) Done() bool {
 	return t.done
 }
 
+// Withdrawn reports whether the run was withdrawn (Withdraw).
+func (t *Tap) Withdrawn() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.withdrawn
+}
+
 // Started is when the run got its slot; zero while it waits for one.
 func (t *Tap) Started() time.Time {
 	t.mu.Lock()

@@ -107,7 +107,8 @@ type Worker struct {
 	mu      sync.Mutex
 	running map[string]*run   // job id → the local run
 	orphans map[string]uint32 // job id → attempt left over from a previous process
-	// finished holds runs whose result the leader has committed but this
+	// finished holds runs whose result the leader has committed (or
+	// that it took back, handed back before they started) but this
 	// replica may not have applied yet: without it, a reconcile in that
 	// window would see the job still running here and run it again.
 	finished map[string]uint32
@@ -438,13 +439,26 @@ func orderOf(j consensus.Job) runtime.Order {
 }
 
 // execute runs j and reports its result; it returns whether the leader
-// committed (or refused as stale) the result. ctx is the run's; parent,
-// the worker's (it outlives a run stopped because its job ended).
+// committed (or refused as stale) the result, or took the job back
+// (handed back before it started): either way the run is over, and a
+// replica that has not applied that yet must not start it again
+// (Worker.finished). ctx is the run's; parent, the worker's (it outlives
+// a run stopped because its job ended).
 func (w *Worker) execute(ctx, parent context.Context, j consensus.Job) bool {
 	log := w.log.With("job", j.ID, "attempt", j.Attempt)
 	log.Debug("run started")
 	t0 := time.Now()
 	res := w.runJob(ctx, j)
+	if tap, _ := ctx.Value(tapKey{}).(*runtime.Tap); tap != nil && tap.Withdrawn() {
+		// handBack withdrew it and cancels ctx right after, with the
+		// cause that has the job re-queued: wait for that, so the
+		// executor's "withdrawn" failure is never reported as the job's.
+		<-ctx.Done()
+	}
+	var hb *handBackError
+	if cause := context.Cause(ctx); errors.As(cause, &hb) {
+		return w.requeue(parent, j, hb, log) // it never ran: no run to count
+	}
 	if w.cfg.OnRun != nil {
 		var submitted time.Time
 		if j.SubmittedAtMS > 0 {
@@ -456,10 +470,6 @@ func (w *Worker) execute(ctx, parent context.Context, j consensus.Job) bool {
 		// Aborted, re-placed, or this node is shutting down: nobody wants
 		// this attempt's result; a job that ended under it keeps what it
 		// wrote.
-		var hb *handBackError
-		if errors.As(cause, &hb) {
-			return w.requeue(parent, j, hb, log)
-		}
 		log.Info("run stopped", "cause", cause)
 		if errors.Is(cause, errEnded) {
 			w.keepEndedOutput(parent, j, res, log)
@@ -893,6 +903,10 @@ func (w *Worker) requeue(ctx context.Context, j consensus.Job, hb *handBackError
 	case errors.Is(err, consensus.ErrStaleAttempt):
 		return true
 	default:
+		// The worker stopping, or a refusal (the job gone, a policy that
+		// refuses this node's reports): the job stays placed here, and
+		// the lease it no longer renews, or the next process's Recover,
+		// returns it to the queue.
 		log.Warn("could not hand back a job that waited for a slot", "err", err)
 		return false
 	}

@@ -188,17 +188,22 @@ func (j *job) decide(ctx context.Context, t *chromedp.Target, mainFrame cdp.Fram
 	if !errors.As(err, &be) {
 		be = &BlockedError{URL: u, Reason: err.Error()}
 	}
-	// Fail the request before recording the blocked navigation: recording
-	// it aborts the step, the job ends and its tab is let go, and a
-	// request still paused when interception goes away is let through.
+	j.rec.blocked(u, string(ev.ResourceType), be.Reason, "fetch")
+	nav := ev.ResourceType == network.ResourceTypeDocument && ev.FrameID == mainFrame
+	if nav {
+		// Recorded first, so a step that sees the load fail finds why.
+		j.rec.noteNavBlocked(be)
+	}
+	// The step is aborted only once the request is failed: the abort
+	// ends the job and lets its tab go, and a request still paused when
+	// interception goes away is let through.
 	if _, err := cdp.Call(ctx, t, fetch.FailRequest, fetch.FailRequestParams{
 		RequestID: ev.RequestID, ErrorReason: network.ErrorReasonBlockedByClient,
 	}); err != nil && ctx.Err() == nil {
 		j.log.Debug("failing a request", "url", truncate(u, 256), "err", err)
 	}
-	j.rec.blocked(u, string(ev.ResourceType), be.Reason, "fetch")
-	if ev.ResourceType == network.ResourceTypeDocument && ev.FrameID == mainFrame {
-		j.rec.blockNavigation(be)
+	if nav {
+		j.rec.tellNavBlocked(be)
 	}
 }
 

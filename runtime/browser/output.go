@@ -231,10 +231,26 @@ func navBlockedNote(be *BlockedError, when string) string {
 // blockNavigation records that the page's main frame tried to load a
 // refused URL, and tells the step loop.
 func (r *recorder) blockNavigation(be *BlockedError) {
+	r.noteNavBlocked(be)
+	r.tellNavBlocked(be)
+}
+
+// noteNavBlocked records a refused main-frame load without telling the
+// step loop yet: the interception layer fails the request in between, so
+// the step that sees the load fail finds why (takeNavBlocked), and the
+// request is refused before the step's end lets the tab go.
+func (r *recorder) noteNavBlocked(be *BlockedError) {
 	r.mu.Lock()
 	if r.navBlocked == nil {
 		r.navBlocked = be
 	}
+	r.mu.Unlock()
+}
+
+// tellNavBlocked tells the step loop of a refused main-frame load
+// (aborting the step).
+func (r *recorder) tellNavBlocked(be *BlockedError) {
+	r.mu.Lock()
 	cb := r.onNavBlocked
 	r.mu.Unlock()
 	if cb != nil {

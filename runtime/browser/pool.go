@@ -146,8 +146,11 @@ func (r *ready) openTab(ctx context.Context) (tab context.Context, t *chromedp.T
 	go func() {
 		defer r.wg.Done()
 		for _, err := range crashed {
-			if cur, _ := r.current(); err != nil || tab.Err() != nil || (cur != nil && cur != tab) { // a tab replaced or closed is no one's concern
+			if err != nil || tab.Err() != nil { // a tab closed is no one's concern
 				return
+			}
+			if cur, _ := r.current(); cur != nil && cur != tab {
+				continue // a tab replaced (or not yet in place: replaceTab)
 			}
 			if j := r.owner.Load(); j != nil {
 				j.pageCrashed()
