@@ -1412,7 +1412,13 @@ func printWatched(c *ucli.Context, j, prev *palyrav1.Job) error {
 		return json.NewEncoder(c.App.Writer).Encode(toJobJSON(j))
 	}
 	at := time.Now()
-	if prev == nil || prev.Phase != j.Phase || prev.Attempt != j.Attempt {
+	running := j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING
+	// The worker began a run it had held waiting for a slot: news within
+	// the phase, stamped with when the worker says it began.
+	began := running && prev != nil && prev.Phase == j.Phase && prev.Attempt == j.Attempt && prev.RunStartedAtMs == 0 && j.RunStartedAtMs > 0
+	if began {
+		at = time.UnixMilli(j.RunStartedAtMs)
+	} else if prev == nil || prev.Phase != j.Phase || prev.Attempt != j.Attempt {
 		// A new phase (or the state the watch starts with, which may be
 		// long past: a job that ended an hour ago) is stamped with the
 		// time the cluster recorded for it; a change within a phase (a
@@ -1450,6 +1456,12 @@ func printWatched(c *ucli.Context, j, prev *palyrav1.Job) error {
 	}
 	if j.PendingReason != "" && j.Phase == palyrav1.JobPhase_JOB_PHASE_QUEUED {
 		line += "  (" + j.PendingReason + ")"
+	}
+	switch {
+	case running && j.WaitingForSlot:
+		line += "  (placed; waiting there for a free slot)"
+	case began:
+		line += "  (started: it has its slot)"
 	}
 	if j.Error != nil {
 		line += "  " + j.Error.Code + ": " + j.Error.Message

@@ -219,3 +219,26 @@ func TestWatchIsNotRetriedWithARefusedCredential(t *testing.T) {
 		t.Errorf("a node that went silent is not retried: %v", lost)
 	}
 }
+
+// 'job watch' says when a placed job waits on its worker for a slot, and
+// when it then starts (the phase is "running" throughout: a user read a
+// job held behind a long one as running).
+func TestWatchSaysWhenARunWaitsForASlot(t *testing.T) {
+	at := int64(1_790_000_000_000)
+	var out bytes.Buffer
+	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
+	fs.Bool("json", false, "")
+	c := ucli.NewContext(&ucli.App{Writer: &out, ErrWriter: &bytes.Buffer{}}, fs, nil)
+	waiting := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING, Attempt: 1, NodeId: "n-a", PlacedAtMs: at, WaitingForSlot: true}
+	began := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING, Attempt: 1, NodeId: "n-a", PlacedAtMs: at, RunStartedAtMs: at + 2500}
+	for _, step := range [][2]*palyrav1.Job{{waiting, nil}, {began, waiting}} {
+		if err := printWatched(c, step[0], step[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], "running  attempt 1  on n-a  (placed; waiting there for a free slot)") ||
+		lines[1] != "2026-09-21 14:13:22.500  running  attempt 1  on n-a  (started: it has its slot)" {
+		t.Errorf("watch lines:\n%s", out.String())
+	}
+}

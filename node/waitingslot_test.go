@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -62,5 +63,54 @@ func TestJobGetSaysWhetherARunWaitsForASlot(t *testing.T) {
 	})
 	if b.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && b.WaitingForSlot {
 		t.Errorf("the second job, started, still reads as waiting: %+v", b)
+	}
+}
+
+// 'job watch' of a job held on its worker behind another says it waits
+// for a slot, then when it starts, then its end (the phase is "running"
+// throughout, and the cluster records a start only with the result).
+func TestWatchSaysWhenARunWaitsAndStarts(t *testing.T) {
+	n := start(t, node.Config{WasmSlots: 1, Prefetch: 4})
+	op := operator(t, n, n.Addr())
+	sleep := testwasm.Build(t, "sleep")
+	var ids []string
+	for range 2 {
+		resp, err := op.Jobs.SubmitJob(callCtx(t), connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: sleep, Input: []byte("3s")}))
+		if err != nil {
+			t.Fatal(op.Explain(err))
+		}
+		ids = append(ids, resp.Msg.Job.Id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stream, err := op.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: ids[1]}))
+	if err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	defer stream.Close()
+	sawWait, sawStart := false, false
+	var last *palyrav1.Job
+	for stream.Receive() {
+		j := stream.Msg().Job
+		last = j
+		switch {
+		case j.Phase != palyrav1.JobPhase_JOB_PHASE_RUNNING:
+		case j.WaitingForSlot:
+			if sawStart {
+				t.Errorf("a message said the run waits after one said it started: %+v", j)
+			}
+			sawWait = true
+		case j.RunStartedAtMs > 0:
+			sawStart = true
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(op.Explain(err))
+	}
+	if last == nil || last.Phase != palyrav1.JobPhase_JOB_PHASE_COMPLETED {
+		t.Fatalf("the watch ended at %+v, want completed", last)
+	}
+	if !sawWait || !sawStart {
+		t.Errorf("the watch said the run waits: %v, that it started: %v; want both", sawWait, sawStart)
 	}
 }

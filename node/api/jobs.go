@@ -428,22 +428,25 @@ const runStatusWait = 300 * time.Millisecond
 // runStatus asks a running job's worker whether the run has its slot yet
 // (a worker holds placements ahead of its slots, and the cluster records
 // a run's start only with its result) and says so on pb. A worker that
-// does not answer within runStatusWait, or an older one, leaves pb as is.
-func (js jobService) runStatus(ctx context.Context, j *consensus.Job, pb *palyrav1.Job) {
+// does not answer within runStatusWait, or an older one, leaves pb as
+// is. It reports whether the worker said (false too for a job that is
+// not running: nothing to ask).
+func (js jobService) runStatus(ctx context.Context, j *consensus.Job, pb *palyrav1.Job) bool {
 	if j.Phase != consensus.PhaseRunning || j.NodeID == "" || js.s.Live == nil {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, runStatusWait)
 	defer cancel()
 	out, err := js.s.Live.JobOutput(ctx, j.NodeID, &peerpb.JobOutputRequest{JobId: j.ID, StatusOnly: true})
 	if err != nil || !out.Found || !out.ReportsStart || out.Attempt != j.Attempt {
-		return
+		return false
 	}
 	if out.StartedAtMs == 0 {
 		pb.WaitingForSlot = !out.Done
-		return
+		return true
 	}
 	pb.RunStartedAtMs = out.StartedAtMs
+	return true
 }
 
 func (js jobService) CancelJob(ctx context.Context, req *connect.Request[palyrav1.CancelJobRequest]) (*connect.Response[palyrav1.CancelJobResponse], error) {
@@ -616,6 +619,19 @@ func (js jobService) followWith(ctx context.Context, id string, last *consensus.
 		}
 	}()
 	due := false // the held update's time is up
+	// slotWait: the last message said the run waits on its worker for a
+	// slot, or its worker had not said yet (it takes a placement a moment
+	// after the commit; unsure counts such asks, at most slotPollUnsure);
+	// the worker is asked again every slotPoll, and a wait or start it
+	// then reports is sent (the cluster records a start only with the
+	// result).
+	slotWait, askAgain, waiting, unsure := false, false, false, 0
+	var poll *time.Timer
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
 	for {
 		changed := st.Watch(consensus.TopicJob(id))
 		j, ok := st.Job(id)
@@ -634,7 +650,12 @@ func (js jobService) followWith(ctx context.Context, id string, last *consensus.
 				}
 			}
 			s.queuePlace(&shown) // counted only for a message that goes out
-			if err := send(&palyrav1.WatchJobResponse{Job: JobToPB(&shown)}); err != nil {
+			pb := JobToPB(&shown)
+			// A running job: waiting for a slot, or since when it runs.
+			said := js.runStatus(ctx, &j, pb)
+			waiting, unsure = pb.WaitingForSlot, 0
+			slotWait = waiting || j.Phase == consensus.PhaseRunning && !said && js.s.Live != nil
+			if err := send(&palyrav1.WatchJobResponse{Job: pb}); err != nil {
 				return err
 			}
 			if hold != nil {
@@ -646,23 +667,57 @@ func (js jobService) followWith(ctx context.Context, id string, last *consensus.
 			hold = time.NewTimer(s.holdoff())
 		case !differs:
 			due = false
+			if askAgain && slotWait {
+				shown := j
+				s.queuePlace(&shown)
+				pb := JobToPB(&shown)
+				said := js.runStatus(ctx, &j, pb)
+				news := pb.RunStartedAtMs > 0 || pb.WaitingForSlot && !waiting
+				if !said {
+					unsure++
+				}
+				waiting = waiting || pb.WaitingForSlot
+				slotWait = pb.WaitingForSlot || !said && unsure < slotPollUnsure
+				if news {
+					if err := send(&palyrav1.WatchJobResponse{Job: pb}); err != nil {
+						return err
+					}
+				}
+			}
 		}
+		askAgain = false
 		if j.Phase.Terminal() {
 			return nil
 		}
-		var holdC <-chan time.Time
+		var holdC, pollC <-chan time.Time
 		if hold != nil {
 			holdC = hold.C
+		}
+		if slotWait {
+			if poll == nil {
+				poll = time.NewTimer(slotPoll)
+			}
+			pollC = poll.C
 		}
 		select {
 		case <-changed:
 		case <-holdC:
 			hold, due = nil, true
+		case <-pollC:
+			poll, askAgain = nil, true
 		case <-ctx.Done():
 			return fromErr(errCanceled)
 		}
 	}
 }
+
+// slotPoll is how often a watch of a run waiting on its worker for a slot
+// asks the worker again whether it has started; slotPollUnsure bounds
+// the asks of a worker that does not say (an older one, or one gone).
+const (
+	slotPoll       = time.Second
+	slotPollUnsure = 5
+)
 
 // payloadHash identifies a submission's content for idempotency: the same
 // key with the same payload replays the job, a different payload conflicts.
