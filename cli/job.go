@@ -773,10 +773,18 @@ func waitJob(ctx context.Context, cl *client.Client, id string, opts waitOpts) (
 		if err == nil {
 			for stream.Receive() {
 				f.Delivered()
+				prev := last
 				last = stream.Msg().Job
 				deadline = time.Now().Add(time.Minute)
 				if tty {
-					fmt.Fprintf(opts.progress, "job %s %s (attempt %d)\n", id, last.Phase.WireName(), last.Attempt)
+					switch {
+					case last.WaitingForSlot:
+						fmt.Fprintf(opts.progress, "job %s placed on %s, waiting there for a free slot (attempt %d)\n", id, last.NodeId, last.Attempt)
+					case prev != nil && prev.Phase == last.Phase && prev.Attempt == last.Attempt && prev.RunStartedAtMs == 0 && last.RunStartedAtMs > 0:
+						fmt.Fprintf(opts.progress, "job %s started on %s (attempt %d)\n", id, last.NodeId, last.Attempt)
+					default:
+						fmt.Fprintf(opts.progress, "job %s %s (attempt %d)\n", id, last.Phase.WireName(), last.Attempt)
+					}
 				}
 				reasons.see(last)
 				g.see(last)
