@@ -583,7 +583,7 @@ func (c *Client) transportError(addr string, err error) *Error {
 	case strings.Contains(msg, "(remote): "+apiRefusedAlert):
 		return &Error{Code: "unavailable",
 			Message: fmt.Sprintf("the node at %s does not serve the API yet: it is starting (joining its cluster, catching up with its log)", addr),
-			Hint:    "wait until its log says it serves, or reach another node (--addr A,B,C; a paired device tries every node it knows)"}
+			Hint:    "wait until its log says 'node ready' (seconds; longer while it catches up with a large log), or reach another node (--addr A,B,C; a paired device tries every node it knows)"}
 	case credentialUnknown(err):
 		return &Error{Code: "unauthenticated",
 			Message: fmt.Sprintf("the node at %s refused this credential: its certificate is not known to the cluster (it may have been paired after the snapshot the cluster was restored from)", addr),

@@ -52,6 +52,7 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 		msg.StdoutEnd, msg.StderrEnd, msg.Resumable = off[0], off[1], true
 		return stream.Send(msg)
 	}
+	notTaken := 0 // asks in a row of a worker that had not taken the attempt yet
 	for {
 		changed := st.Watch(consensus.TopicJob(id))
 		j, ok := st.Job(id)
@@ -111,6 +112,19 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 			if ctx.Err() != nil {
 				return fromErr(errCanceled)
 			}
+			if err == nil && (!out.Found || out.Attempt < j.Attempt) && req.Msg.Follow && notTaken < notTakenAsks {
+				// Its worker has not taken this attempt in hand yet (it
+				// does a moment after the placement commits, and nothing
+				// in the state changes then): ask again shortly, not at
+				// the next change or liveWait (a trial: a new attempt's
+				// output came 2 s late).
+				notTaken++
+				if err := waitChangeFor(ctx, changed, notTakenWait); err != nil {
+					return err
+				}
+				continue
+			}
+			notTaken = 0
 			if err == nil && out.Found && out.Attempt == j.Attempt {
 				msg := &palyrav1.JobLogsResponse{}
 				msg.Stdout, off[0] = past(off[0], out.GetStdout())
@@ -181,10 +195,23 @@ func past(off int64, c *peerpb.OutputChunk) ([]byte, int64) {
 	return data, end
 }
 
+// notTakenWait is how long a follower waits before asking a worker again
+// for an attempt it has not taken in hand yet, notTakenAsks how many
+// times in a row (a second's worth) before it waits liveWait again.
+const (
+	notTakenWait = 50 * time.Millisecond
+	notTakenAsks = 20
+)
+
 // waitChange waits for the followed job to change (changed closed), for
 // liveWait at most, or for ctx to end.
 func waitChange(ctx context.Context, changed <-chan struct{}) error {
-	t := time.NewTimer(liveWait)
+	return waitChangeFor(ctx, changed, liveWait)
+}
+
+// waitChangeFor is waitChange for d at most.
+func waitChangeFor(ctx context.Context, changed <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-changed:
