@@ -1153,7 +1153,7 @@ func jobList(c *ucli.Context) error {
 		if v.Error != nil {
 			errText = v.Error.Code
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.ID, v.Kind, v.Phase, v.Attempt, v.NodeID, v.SubmittedAt, errText)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.ID, v.Kind, v.Phase, v.Attempt, listNode(j), v.SubmittedAt, errText)
 	}
 	tw.Flush()
 	if len(resp.Msg.Jobs) == 0 {
@@ -1544,6 +1544,16 @@ func endedAttempt(j *palyrav1.Job) *palyrav1.JobAttempt {
 	return nil
 }
 
+// listNode is a job's NODE in 'job list': where its attempt runs or ran;
+// "-" for a job queued again (the node its last attempt had is in 'job
+// get'; a trial read it as where the queued job was).
+func listNode(j *palyrav1.Job) string {
+	if j.Phase == palyrav1.JobPhase_JOB_PHASE_QUEUED || j.NodeId == "" {
+		return "-"
+	}
+	return j.NodeId
+}
+
 func jobLogs(c *ucli.Context) error {
 	id, err := oneArg(c, "job id")
 	if err != nil {
@@ -1572,8 +1582,17 @@ func jobLogs(c *ucli.Context) error {
 		}
 		if p.last != nil && p.last.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && !c.Bool("json") {
 			// The output so far: the job goes on (--json says so in its
-			// phase; stdout holds the bytes alone).
-			fmt.Fprintf(c.App.ErrWriter, "note: job %s is still running: this is its output so far; follow it with 'palyra job logs -f %s'\n", id, id)
+			// phase; stdout holds the bytes alone). No output yet: its
+			// worker may hold it, waiting for a slot (job get asks it).
+			node, waits := "", false
+			if !p.wrote {
+				node, waits = waitsForSlot(c, cl, id)
+			}
+			if waits {
+				fmt.Fprintf(c.App.ErrWriter, "note: job %s is placed on %s and waits there for a free slot: no output yet; follow it with 'palyra job logs -f %s'\n", id, node, id)
+			} else {
+				fmt.Fprintf(c.App.ErrWriter, "note: job %s is still running: this is its output so far; follow it with 'palyra job logs -f %s'\n", id, id)
+			}
 		}
 		return nil
 	}
@@ -1820,6 +1839,17 @@ func waitStarted(c *ucli.Context, cl *client.Client, f *client.Follower, id stri
 
 // notStarted says on stderr why 'job logs' of a job that has not run yet
 // printed nothing: its phase, and why it waits.
+// waitsForSlot reports whether running job id waits on its worker (node)
+// for a slot, as 'job get' says (false when that cannot be told).
+func waitsForSlot(c *ucli.Context, cl *client.Client, id string) (node string, waits bool) {
+	resp, err := cl.Jobs.GetJob(c.Context, connect.NewRequest(&palyrav1.GetJobRequest{Id: id, Stale: staleRead(c)}))
+	if err != nil || resp.Msg.Job == nil {
+		return "", false
+	}
+	j := resp.Msg.Job
+	return j.NodeId, j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && j.WaitingForSlot
+}
+
 func notStarted(c *ucli.Context, cl *client.Client, id string, phase palyrav1.JobPhase) {
 	msg := fmt.Sprintf("job %s is %s: no output yet", id, phase.WireName())
 	resp, err := cl.Jobs.GetJob(c.Context, connect.NewRequest(&palyrav1.GetJobRequest{Id: id, Stale: staleRead(c)}))

@@ -132,7 +132,9 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 				if sk := out.GetStdout().GetSkipped() + out.GetStderr().GetSkipped(); sk > 0 {
 					msg.Note = fmt.Sprintf("%d bytes of output were dropped before this reader caught up (the final output has them)", sk)
 				}
-				if len(msg.Stdout) > 0 || len(msg.Stderr) > 0 || msg.Note != "" {
+				if len(msg.Stdout) > 0 || len(msg.Stderr) > 0 || msg.Note != "" || !req.Msg.Follow {
+					// Without follow, one message even with no output: it
+					// carries the job's phase (the CLI says why it is empty).
 					if err := send(&j, msg); err != nil {
 						return err
 					}
