@@ -58,9 +58,7 @@ func TestJobGetShowsStartedOnlyForRunsThatBegan(t *testing.T) {
 func TestWatchSaysHowAnAttemptEnded(t *testing.T) {
 	at := int64(1_790_000_000_000)
 	var out bytes.Buffer
-	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
-	fs.Bool("json", false, "")
-	c := ucli.NewContext(&ucli.App{Writer: &out, ErrWriter: &bytes.Buffer{}}, fs, nil)
+	c := watchContext(&out)
 	one := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING, Attempt: 1, NodeId: "n-a", PlacedAtMs: at}
 	ended := &palyrav1.JobAttempt{Attempt: 1, NodeId: "n-a", PlacedAtMs: at, EndedAtMs: at + 1500, Code: "requeued", Reason: "worker n-a is dead"}
 	two := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING, Attempt: 2, NodeId: "n-b", PlacedAtMs: at + 1500,
@@ -226,9 +224,7 @@ func TestWatchIsNotRetriedWithARefusedCredential(t *testing.T) {
 func TestWatchSaysWhenARunWaitsForASlot(t *testing.T) {
 	at := int64(1_790_000_000_000)
 	var out bytes.Buffer
-	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
-	fs.Bool("json", false, "")
-	c := ucli.NewContext(&ucli.App{Writer: &out, ErrWriter: &bytes.Buffer{}}, fs, nil)
+	c := watchContext(&out)
 	waiting := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING, Attempt: 1, NodeId: "n-a", PlacedAtMs: at, WaitingForSlot: true}
 	began := &palyrav1.Job{Id: "j-1", Phase: palyrav1.JobPhase_JOB_PHASE_RUNNING, Attempt: 1, NodeId: "n-a", PlacedAtMs: at, RunStartedAtMs: at + 2500}
 	for _, step := range [][2]*palyrav1.Job{{waiting, nil}, {began, waiting}} {
@@ -241,4 +237,11 @@ func TestWatchSaysWhenARunWaitsForASlot(t *testing.T) {
 		lines[1] != "2026-09-21 14:13:22.500  running  attempt 1  on n-a  (started: it has its slot)" {
 		t.Errorf("watch lines:\n%s", out.String())
 	}
+}
+
+// watchContext is a 'job watch' context (no --json) writing to out.
+func watchContext(out *bytes.Buffer) *ucli.Context {
+	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
+	fs.Bool("json", false, "")
+	return ucli.NewContext(&ucli.App{Writer: out, ErrWriter: &bytes.Buffer{}}, fs, nil)
 }

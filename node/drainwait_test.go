@@ -7,7 +7,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
 )
@@ -20,22 +19,8 @@ import (
 func TestDrainHandsBackWhatWaitsForASlot(t *testing.T) {
 	n := start(t, node.Config{WasmSlots: 1, Prefetch: 4})
 	op := operator(t, n, n.Addr())
-	sleep := testwasm.Build(t, "sleep")
-	submit := func() string {
-		resp, err := op.Jobs.SubmitJob(callCtx(t), connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: sleep, Input: []byte("10s")}))
-		if err != nil {
-			t.Fatal(op.Explain(err))
-		}
-		return resp.Msg.Job.Id
-	}
-	get := func(id string) *palyrav1.Job {
-		resp, err := op.Jobs.GetJob(callCtx(t), connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
-		if err != nil {
-			t.Fatal(op.Explain(err))
-		}
-		return resp.Msg.Job
-	}
-	first, second := submit(), submit()
+	get := func(id string) *palyrav1.Job { return getJob(t, op, id) }
+	first, second := submitSleep(t, op, "10s"), submitSleep(t, op, "10s")
 	waitFor(t, "the first job running, the second waiting for the slot", 30*time.Second, func() bool {
 		a, b := get(first), get(second)
 		return a.RunStartedAtMs > 0 && b.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && b.WaitingForSlot

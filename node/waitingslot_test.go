@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/palyra-mesh/palyra/cli/client"
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/node"
 	"github.com/palyra-mesh/palyra/proto/palyrav1"
@@ -19,22 +20,8 @@ import (
 func TestJobGetSaysWhetherARunWaitsForASlot(t *testing.T) {
 	n := start(t, node.Config{WasmSlots: 1, Prefetch: 4})
 	op := operator(t, n, n.Addr())
-	sleep := testwasm.Build(t, "sleep")
-	submit := func() string {
-		resp, err := op.Jobs.SubmitJob(callCtx(t), connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: sleep, Input: []byte("3s")}))
-		if err != nil {
-			t.Fatal(op.Explain(err))
-		}
-		return resp.Msg.Job.Id
-	}
-	get := func(id string) *palyrav1.Job {
-		resp, err := op.Jobs.GetJob(callCtx(t), connect.NewRequest(&palyrav1.GetJobRequest{Id: id}))
-		if err != nil {
-			t.Fatal(op.Explain(err))
-		}
-		return resp.Msg.Job
-	}
-	first, second := submit(), submit()
+	get := func(id string) *palyrav1.Job { return getJob(t, op, id) }
+	first, second := submitSleep(t, op, "3s"), submitSleep(t, op, "3s")
 	var a, b *palyrav1.Job
 	// The placement commits before the worker takes the job in hand, so
 	// wait until the worker has said something of the second job: that it
@@ -72,15 +59,7 @@ func TestJobGetSaysWhetherARunWaitsForASlot(t *testing.T) {
 func TestWatchSaysWhenARunWaitsAndStarts(t *testing.T) {
 	n := start(t, node.Config{WasmSlots: 1, Prefetch: 4})
 	op := operator(t, n, n.Addr())
-	sleep := testwasm.Build(t, "sleep")
-	var ids []string
-	for range 2 {
-		resp, err := op.Jobs.SubmitJob(callCtx(t), connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: sleep, Input: []byte("3s")}))
-		if err != nil {
-			t.Fatal(op.Explain(err))
-		}
-		ids = append(ids, resp.Msg.Job.Id)
-	}
+	ids := []string{submitSleep(t, op, "3s"), submitSleep(t, op, "3s")}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	stream, err := op.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: ids[1]}))
@@ -113,4 +92,14 @@ func TestWatchSaysWhenARunWaitsAndStarts(t *testing.T) {
 	if !sawWait || !sawStart {
 		t.Errorf("the watch said the run waits: %v, that it started: %v; want both", sawWait, sawStart)
 	}
+}
+
+// submitSleep submits a job of the sleep module that sleeps for d ("3s").
+func submitSleep(t *testing.T, cl *client.Client, d string) string {
+	t.Helper()
+	resp, err := cl.Jobs.SubmitJob(callCtx(t), connect.NewRequest(&palyrav1.SubmitJobRequest{WasmModule: testwasm.Build(t, "sleep"), Input: []byte(d)}))
+	if err != nil {
+		t.Fatal(cl.Explain(err))
+	}
+	return resp.Msg.Job.Id
 }
