@@ -185,9 +185,7 @@ const (
 type run struct {
 	attempt uint32
 	cancel  context.CancelCauseFunc
-	tap     *runtime.Tap // its output; started once it has its slot
-	// handedBack: withdrawn before it got its slot (Config.HandBack).
-	handedBack bool
+	tap     *runtime.Tap // its output; started once it has its slot, withdrawn if handed back
 }
 
 // handBackError is the cause of a run withdrawn while it waited for a
@@ -336,8 +334,8 @@ func (w *Worker) handBack() {
 	}
 	why := ""
 	for _, r := range w.running {
-		if r.handedBack || r.tap == nil {
-			continue
+		if r.tap.Withdrawn() {
+			continue // handed back already
 		}
 		if why == "" {
 			if why = w.cfg.HandBack(); why == "" {
@@ -345,7 +343,6 @@ func (w *Worker) handBack() {
 			}
 		}
 		if r.tap.Withdraw() {
-			r.handedBack = true
 			r.cancel(&handBackError{why: why})
 		}
 	}
