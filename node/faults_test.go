@@ -179,6 +179,9 @@ func TestHistoryUnderFaults(t *testing.T) {
 	// 2. Kill the leader.
 	leader = tc.waitHealthy(3)
 	li := tc.index(leader)
+	// While it runs jobs too: a kill that catches no run requeues nothing,
+	// and the workload guard below then refuses the run.
+	waitFor(t, "the leader to run a job", 2*time.Minute, func() bool { return tc.nodes[li].RunningJobs() > 0 })
 	tc.kill(li)
 	time.Sleep(4 * time.Second)
 	tc.restart(li)
