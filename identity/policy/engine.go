@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/cedar-policy/cedar-go"
@@ -32,7 +33,8 @@ func (e *Engine) Swap(s *Set) {
 // Current returns the live set (nil if none was ever given).
 func (e *Engine) Current() *Set { return e.set.Load() }
 
-// Authorize decides r. It denies unless some policy permits r and no forbid
+// Authorize decides r (or answers from the decisions its set remembers,
+// memo.go). It denies unless some policy permits r and no forbid
 // applies. It also denies, naming the policy, when a forbid policy failed to
 // evaluate (e.g. an attribute missing at run time): a broken forbid must not
 // turn into an allow. A request that does not fit the schema (unknown action,
@@ -43,6 +45,18 @@ func (e *Engine) Authorize(r Request) Decision {
 	if s == nil {
 		d.Errors = []string{"no policy set is loaded"}
 		return d
+	}
+	if err := checkRequest(r); err != nil {
+		d.Errors = []string{"bad request: " + err.Error()}
+		return d
+	}
+	var kb [256]byte
+	key, remember := s.memoKey(kb[:0], r)
+	if remember {
+		if m, ok := s.memo.get(key); ok {
+			d.Allow, d.Reasons, d.lines = m.allow, m.reasons, m.lines
+			return d
+		}
 	}
 	req, ents, err := cedarRequest(r)
 	if err != nil {
@@ -64,9 +78,16 @@ func (e *Engine) Authorize(r Request) Decision {
 			d.Reasons = append(d.Reasons, id)
 		}
 	}
+	// cedar-go lists reasons in no fixed order: in source order, the same
+	// request is explained the same way every time.
+	slices.SortFunc(d.Reasons, func(a, b string) int { return s.meta[a].line - s.meta[b].line })
 	d.lines = make([]int, len(d.Reasons))
 	for i, id := range d.Reasons {
 		d.lines[i] = s.meta[id].line
+	}
+	if remember && len(d.Errors) == 0 {
+		d.Reasons = slices.Clip(d.Reasons)
+		s.memo.put(key, remembered{allow: d.Allow, reasons: d.Reasons, lines: d.lines})
 	}
 	return d
 }

@@ -61,36 +61,41 @@ func (e *entities) Get(uid cedar.EntityUID) (cedar.Entity, bool) {
 	return a, ok
 }
 
-// cedarRequest checks r against the schema and converts it. An error means
-// the caller built a request no policy was written for: Authorize denies it.
-func cedarRequest(r Request) (cedar.Request, *entities, error) {
+// checkRequest checks r against the schema. An error means the caller
+// built a request no policy was written for: Authorize denies it.
+func checkRequest(r Request) error {
 	p, res := r.Principal, r.Resource
-	var ptype string
-	switch p.Kind {
-	case KindNode:
-		ptype = "Node"
-	case KindDevice:
-		ptype = "Device"
-	default:
-		return cedar.Request{}, nil, fmt.Errorf("principal kind %q is neither %q nor %q", p.Kind, KindNode, KindDevice)
+	if p.Kind != KindNode && p.Kind != KindDevice {
+		return fmt.Errorf("principal kind %q is neither %q nor %q", p.Kind, KindNode, KindDevice)
 	}
 	if p.ID == "" {
-		return cedar.Request{}, nil, fmt.Errorf("principal has no ID")
+		return fmt.Errorf("principal has no ID")
 	}
 	at, ok := schemaModel.appliesTo[r.Action]
 	if !ok {
-		return cedar.Request{}, nil, fmt.Errorf("unknown action %q; %s", r.Action, unknownActionFix(r.Action))
+		return fmt.Errorf("unknown action %q; %s", r.Action, unknownActionFix(r.Action))
 	}
 	if !slices.Contains(at.resources, res.Type) {
-		return cedar.Request{}, nil, fmt.Errorf("action %s takes a %v resource, not %q", r.Action, at.resources, res.Type)
+		return fmt.Errorf("action %s takes a %v resource, not %q", r.Action, at.resources, res.Type)
 	}
 	if res.ID == "" {
-		return cedar.Request{}, nil, fmt.Errorf("resource %s has no ID", res.Type)
+		return fmt.Errorf("resource %s has no ID", res.Type)
 	}
 	for _, a := range schemaModel.required[res.Type] {
 		if _, ok := res.Attrs[a]; !ok {
-			return cedar.Request{}, nil, fmt.Errorf("resource %s lacks attribute %q", res, a)
+			return fmt.Errorf("resource %s lacks attribute %q", res, a)
 		}
+	}
+	return nil
+}
+
+// cedarRequest converts r, which checkRequest accepted. An error names a
+// value Cedar cannot hold.
+func cedarRequest(r Request) (cedar.Request, *entities, error) {
+	p, res := r.Principal, r.Resource
+	ptype := "Device"
+	if p.Kind == KindNode {
+		ptype = "Node"
 	}
 	resAttrs, err := toRecord(res.Attrs, 0)
 	if err != nil {

@@ -32,6 +32,10 @@ type Set struct {
 	ps     *cedar.PolicySet
 	ids    []string        // in source order
 	meta   map[string]meta // by ID
+	// idBlind holds the resource types no policy names an entity of:
+	// their IDs cannot change a decision (memo.go).
+	idBlind map[string]bool
+	memo    memo
 }
 
 // meta is what Explain needs to know about one policy.
@@ -94,6 +98,7 @@ func Parse(src []byte) (set *Set, err error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	s.idBlind = idBlindTypes(list)
 	return s, nil
 }
 
