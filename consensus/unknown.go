@@ -46,31 +46,88 @@ func unknownIn(m protoreflect.Message, path string) string {
 }
 
 // hasUnknown reports whether m or a message in it carries an unknown
-// field (unknownIn without the path).
+// field (unknownIn without the path). It runs for every entry applied, so
+// it visits only the fields that can hold a message (from a plan made
+// once per message type) instead of ranging over every field set.
 func hasUnknown(m protoreflect.Message) bool {
 	if len(m.GetUnknown()) > 0 {
 		return true
 	}
-	found := false
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+	p := planOf(m.Descriptor())
+	for _, fd := range p.single {
+		if m.Has(fd) && hasUnknown(m.Get(fd).Message()) {
+			return true
+		}
+	}
+	for _, od := range p.oneofs {
+		if fd := m.WhichOneof(od); fd != nil && fd.Message() != nil && hasUnknown(m.Get(fd).Message()) {
+			return true
+		}
+	}
+	for _, fd := range p.lists {
+		if l := m.Get(fd).List(); l.Len() > 0 && hasUnknown(l.Get(0).Message()) {
+			return true
+		}
+	}
+	for _, fd := range p.maps {
+		found := false
+		m.Get(fd).Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+			found = hasUnknown(mv.Message())
+			return !found
+		})
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
+// messagePlan lists the fields of one message type that can hold a
+// message: singular ones, oneofs with a message member, repeated ones and
+// maps with message values.
+type messagePlan struct {
+	single, lists, maps []protoreflect.FieldDescriptor
+	oneofs              []protoreflect.OneofDescriptor
+}
+
+// plans holds a messagePlan per message descriptor.
+var plans sync.Map
+
+func planOf(md protoreflect.MessageDescriptor) *messagePlan {
+	if p, ok := plans.Load(md); ok {
+		return p.(*messagePlan)
+	}
+	p := &messagePlan{}
+	fields := md.Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
 		switch {
-		case fd.IsList():
-			if l := v.List(); fd.Message() != nil && l.Len() > 0 {
-				found = hasUnknown(l.Get(0).Message())
-			}
 		case fd.IsMap():
 			if fd.MapValue().Message() != nil {
-				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-					found = hasUnknown(mv.Message())
-					return !found
-				})
+				p.maps = append(p.maps, fd)
 			}
-		case fd.Message() != nil:
-			found = hasUnknown(v.Message())
+		case fd.Message() == nil:
+		case fd.IsList():
+			p.lists = append(p.lists, fd)
+		case fd.ContainingOneof() == nil || fd.ContainingOneof().IsSynthetic():
+			p.single = append(p.single, fd)
 		}
-		return !found
-	})
-	return found
+	}
+	oneofs := md.Oneofs()
+	for i := 0; i < oneofs.Len(); i++ {
+		od := oneofs.Get(i)
+		if od.IsSynthetic() {
+			continue
+		}
+		for j := 0; j < od.Fields().Len(); j++ {
+			if od.Fields().Get(j).Message() != nil {
+				p.oneofs = append(p.oneofs, od)
+				break
+			}
+		}
+	}
+	plans.Store(md, p)
+	return p
 }
 
 // unknownLog says, at most once a minute, that this node applied entries

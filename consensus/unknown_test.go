@@ -45,3 +45,44 @@ func TestUnknownFieldsAreReported(t *testing.T) {
 		t.Fatalf("job %s", j.Phase)
 	}
 }
+
+// An unknown field is found wherever it sits: in a message inside a
+// oneof member, deeper in a singular field, in a list's first element;
+// a command without one reports none.
+func TestHasUnknownFindsNestedFields(t *testing.T) {
+	newer := func(m proto.Message) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return protowire.AppendVarint(protowire.AppendTag(b, 999, protowire.VarintType), 1)
+	}
+	var rec raftpb.JobRecord
+	if err := proto.Unmarshal(newer(&raftpb.JobRecord{Id: "a", Kind: "wasm"}), &rec); err != nil {
+		t.Fatal(err)
+	}
+	var fin raftpb.FinishJob
+	if err := proto.Unmarshal(newer(&raftpb.FinishJob{Id: "a", Ok: true}), &fin); err != nil {
+		t.Fatal(err)
+	}
+	plain := &raftpb.Command{Cmd: &raftpb.Command_RunHere{RunHere: &raftpb.RunHere{
+		Submit: &raftpb.SubmitJob{Job: &raftpb.JobRecord{Id: "a"}}, NodeId: "n1", Finish: &raftpb.FinishJob{Id: "a"}}}}
+	if hasUnknown(plain.ProtoReflect()) {
+		t.Fatal("a command of known fields reports an unknown one")
+	}
+	for _, tc := range []struct {
+		where string
+		cmd   *raftpb.Command
+	}{
+		{"command.run_here.submit.job", &raftpb.Command{Cmd: &raftpb.Command_RunHere{RunHere: &raftpb.RunHere{
+			Submit: &raftpb.SubmitJob{Job: &rec}, NodeId: "n1"}}}},
+		{"command.run_here.finish", &raftpb.Command{Cmd: &raftpb.Command_RunHere{RunHere: &raftpb.RunHere{
+			Submit: &raftpb.SubmitJob{Job: &raftpb.JobRecord{Id: "a"}}, Finish: &fin}}}},
+		{"command.finish_batch.results[0]", &raftpb.Command{Cmd: &raftpb.Command_FinishBatch{FinishBatch: &raftpb.FinishBatch{
+			Results: []*raftpb.FinishJob{&fin}}}}},
+	} {
+		if m := tc.cmd.ProtoReflect(); !hasUnknown(m) || unknownIn(m, "command") != tc.where {
+			t.Errorf("%s: hasUnknown %v, unknownIn %q", tc.where, hasUnknown(m), unknownIn(m, "command"))
+		}
+	}
+}
