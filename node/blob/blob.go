@@ -30,6 +30,10 @@ type Store struct {
 	// and removal (DeleteIfOlder), so a blob renewed for a commit about to
 	// name it is never removed on its old age.
 	ageMu sync.Mutex
+	// aged holds, under ageMu, the age (modification time) of blobs this
+	// store looked at or renewed in the last renewAfter: Renew answers
+	// for them without a stat per submit. Every removal drops its entry.
+	aged map[string]time.Time
 	// syncDir fsyncs a directory; tests replace it to see which
 	// directories a store syncs and to make a sync fail.
 	syncDir func(dir string) error
@@ -112,7 +116,9 @@ func (s *Store) Put(data []byte) (string, error) {
 		// Held already: renew its age, so collection's grace period counts
 		// from the newest store (a job about to name it is safe).
 		now := time.Now()
-		_ = os.Chtimes(p, now, now)
+		if os.Chtimes(p, now, now) == nil {
+			s.noteAge(h, now)
+		}
 		s.ageMu.Unlock()
 		return h, nil
 	}
@@ -162,7 +168,10 @@ func (s *Store) Get(h string) ([]byte, error) {
 		return nil, fmt.Errorf("read blob %s: %w", h, err)
 	}
 	if Hash(data) != h {
+		s.ageMu.Lock()
+		delete(s.aged, h)
 		os.Remove(s.path(h))
+		s.ageMu.Unlock()
 		return nil, fmt.Errorf("%w: %s was corrupt on disk and has been removed", ErrNotFound, h)
 	}
 	return data, nil
@@ -192,16 +201,40 @@ func (s *Store) Renew(h string) bool {
 		return false
 	}
 	p := s.path(h)
+	now := time.Now()
 	s.ageMu.Lock()
 	defer s.ageMu.Unlock()
+	if at, ok := s.aged[h]; ok && now.Sub(at) >= 0 && now.Sub(at) <= renewAfter {
+		return true // held, and young enough: what the stat below would find
+	}
 	fi, err := os.Stat(p)
 	if err != nil {
+		delete(s.aged, h)
 		return false
 	}
-	if now := time.Now(); now.Sub(fi.ModTime()) > renewAfter {
-		_ = os.Chtimes(p, now, now)
+	at := fi.ModTime()
+	if now.Sub(at) > renewAfter && os.Chtimes(p, now, now) == nil {
+		at = now
 	}
+	s.noteAge(h, at)
 	return true
+}
+
+// noteAge records, under ageMu, that blob h is held with age at; entries
+// older than renewAfter are dropped once there are many.
+func (s *Store) noteAge(h string, at time.Time) {
+	if s.aged == nil {
+		s.aged = map[string]time.Time{}
+	}
+	if len(s.aged) >= 256 {
+		now := time.Now()
+		for k, v := range s.aged {
+			if now.Sub(v) > renewAfter {
+				delete(s.aged, k)
+			}
+		}
+	}
+	s.aged[h] = at
 }
 
 // DeleteIfOlder removes blob h if it was last stored or renewed before
@@ -216,6 +249,7 @@ func (s *Store) DeleteIfOlder(h string, cutoff time.Time) (bool, error) {
 	defer s.ageMu.Unlock()
 	fi, err := os.Stat(p)
 	if errors.Is(err, fs.ErrNotExist) {
+		delete(s.aged, h)
 		return false, nil
 	}
 	if err != nil {
@@ -224,6 +258,7 @@ func (s *Store) DeleteIfOlder(h string, cutoff time.Time) (bool, error) {
 	if !fi.ModTime().Before(cutoff) {
 		return false, nil
 	}
+	delete(s.aged, h)
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("delete blob %s: %w", h, err)
 	}
@@ -314,6 +349,9 @@ func (s *Store) Delete(h string) error {
 	if !ValidHash(h) {
 		return fmt.Errorf("invalid blob hash %q", h)
 	}
+	s.ageMu.Lock()
+	defer s.ageMu.Unlock()
+	delete(s.aged, h)
 	if err := os.Remove(s.path(h)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete blob %s: %w", h, err)
 	}

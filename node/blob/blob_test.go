@@ -200,3 +200,53 @@ func TestDeleteIfOlder(t *testing.T) {
 		t.Fatalf("an absent blob: deleted %v, err %v", deleted, err)
 	}
 }
+
+// Renew answers from what it last saw for a second, so every way a blob
+// leaves the store must be seen by it at once: a removed blob is not
+// held, whichever path removed it.
+func TestRenewAfterRemoval(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		remove func(s *Store, h string)
+	}{
+		{"Delete", func(s *Store, h string) {
+			if err := s.Delete(h); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"DeleteIfOlder", func(s *Store, h string) {
+			if deleted, err := s.DeleteIfOlder(h, time.Now().Add(time.Hour)); err != nil || !deleted {
+				t.Fatalf("DeleteIfOlder: %v %v", deleted, err)
+			}
+		}},
+		{"Get of a corrupt blob", func(s *Store, h string) {
+			if err := os.WriteFile(s.path(h), []byte("damaged"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Get(h); err == nil {
+				t.Fatal("Get handed out a corrupt blob")
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Open(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := s.Put([]byte("held"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Renew(h) || !s.Renew(h) {
+				t.Fatal("Renew: a held blob is not held")
+			}
+			tc.remove(s, h)
+			if s.Renew(h) {
+				t.Fatal("Renew says a removed blob is held")
+			}
+			if _, err := s.Put([]byte("held")); err != nil || !s.Renew(h) {
+				t.Fatalf("stored again: Put %v, Renew false", err)
+			}
+		})
+	}
+}
