@@ -41,7 +41,10 @@ type blobNet struct {
 	transport *mesh.Transport
 	self      string
 	members   func() []cluster.Member
-	log       interface{ Warn(string, ...any) }
+	// alive reports whether a member is alive (as members would list
+	// it), without listing them: Locate asks it once per submit.
+	alive func(id string) bool
+	log   interface{ Warn(string, ...any) }
 	// allow is the policy's blob.fetch for a peer node (nil: allowed).
 	allow func(identity.Principal) error
 
@@ -69,8 +72,17 @@ const backgroundPuts = 4
 
 func newBlobNet(local *blob.Store, tr *mesh.Transport, self string, members func() []cluster.Member,
 	log interface{ Warn(string, ...any) }) *blobNet {
-	return &blobNet{local: local, transport: tr, self: self, members: members, log: log,
+	b := &blobNet{local: local, transport: tr, self: self, members: members, log: log,
 		held: blob.NewLRU[[]string](heldBlobs), background: make(chan struct{}, backgroundPuts)}
+	b.alive = func(id string) bool {
+		for _, m := range members() {
+			if m.ID == id {
+				return m.State == cluster.StateAlive
+			}
+		}
+		return false
+	}
+	return b
 }
 
 // serve answers one blob stream from a peer node.
@@ -364,13 +376,25 @@ func (b *blobNet) heldBy(hash string, others []cluster.Member) bool {
 	return false
 }
 
+// heldByLive is heldBy(hash, b.others()) without listing the members:
+// whether a live peer acknowledged holding hash.
+func (b *blobNet) heldByLive(hash string) bool {
+	ids, _ := b.held.Get(hash)
+	for _, id := range ids {
+		if id != b.self && b.alive(id) {
+			return true
+		}
+	}
+	return false
+}
+
 // Locate makes hash available locally (fetching it from a peer if needed)
 // and replicated like a fresh Put; it fails if no node holds it. A blob
 // this node holds, and knows a live peer holds, costs neither a read nor a
 // push: only a look at the local store.
 func (b *blobNet) Locate(hash string) error {
 	if b.local.Renew(hash) { // named again: not collectable until the commit names it
-		if others := b.others(); len(others) == 0 || b.heldBy(hash, others) {
+		if b.heldByLive(hash) || len(b.others()) == 0 {
 			return nil
 		}
 	}

@@ -266,6 +266,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.blobNet = newBlobNet(n.blobs, n.transport, st.NodeID, n.cluster.Members, n.log)
+	n.blobNet.alive = n.cluster.Alive
 	n.blobNet.allow = func(p identity.Principal) error { return n.authz.NodeWork(p, policy.ActionBlobFetch, "") }
 	if err := n.transport.Handle(mesh.TagBlob, n.blobNet.serve); err != nil {
 		return nil, err

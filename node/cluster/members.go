@@ -37,6 +37,15 @@ type Member struct {
 	Departing bool
 }
 
+// Alive reports whether gossip hears from node id: Members' StateAlive,
+// without building the list (it is asked once per submit).
+func (c *Cluster) Alive(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.members[id]
+	return ok && m.state == StateAlive
+}
+
 // Members lists every node that gossip knows or raft lists, sorted by id.
 // It is this node's view: a follower's raft configuration may trail the
 // leader's by a moment.
