@@ -76,6 +76,22 @@ func (tc *testCluster) restart(i int) {
 	tc.nodes[i] = start(tc.t, node.Config{DataDir: tc.dirs[i], Listen: tc.addrs[i]})
 }
 
+// holdsALongRun reports whether node i holds a sleep job placed on it
+// that has at least 400 ms of its sleep left: killed now, the node stops
+// it mid-run (or before it started) and the job is queued again. A node
+// merely running something may be sending the result of a run that just
+// ended, which then commits and requeues nothing.
+func (tc *testCluster) holdsALongRun(i int) bool {
+	n := tc.nodes[i]
+	for _, j := range n.StateForTest().RunningOn(n.ID()) {
+		d, err := time.ParseDuration(string(j.Input))
+		if err == nil && time.Since(time.UnixMilli(j.PlacedAtMS)) < d-400*time.Millisecond {
+			return true
+		}
+	}
+	return false
+}
+
 func (tc *testCluster) index(id string) int {
 	for i, n := range tc.nodes {
 		if n != nil && n.ID() == id {
@@ -171,7 +187,7 @@ func TestHistoryUnderFaults(t *testing.T) {
 	// 1. Kill a worker that is not the leader, while it runs jobs.
 	leader := tc.waitHealthy(3)
 	victim := (tc.index(leader) + 1) % 3
-	waitFor(t, "the victim to run a job", 2*time.Minute, func() bool { return tc.nodes[victim].RunningJobs() > 0 })
+	waitFor(t, "the victim to hold a job with 400 ms left", 2*time.Minute, func() bool { return tc.holdsALongRun(victim) })
 	tc.kill(victim)
 	time.Sleep(5 * time.Second)
 	tc.restart(victim)
@@ -179,9 +195,9 @@ func TestHistoryUnderFaults(t *testing.T) {
 	// 2. Kill the leader.
 	leader = tc.waitHealthy(3)
 	li := tc.index(leader)
-	// While it runs jobs too: a kill that catches no run requeues nothing,
-	// and the workload guard below then refuses the run.
-	waitFor(t, "the leader to run a job", 2*time.Minute, func() bool { return tc.nodes[li].RunningJobs() > 0 })
+	// While it holds a job too: a kill that catches no run requeues
+	// nothing, and the workload guard below then refuses the run.
+	waitFor(t, "the leader to hold a job with 400 ms left", 2*time.Minute, func() bool { return tc.holdsALongRun(li) })
 	tc.kill(li)
 	time.Sleep(4 * time.Second)
 	tc.restart(li)
