@@ -22,8 +22,28 @@ const MaxArrayTasks = 1_000_000
 // put, which keeps the indexes: stored jobs are never mutated in place.
 
 func (s *State) applySubmit(index uint64, c *raftpb.SubmitJob) ApplyResult {
+	j, res, fresh := s.submitted(index, c)
+	if !fresh {
+		return res
+	}
+	s.accept(&j)
+	return ApplyResult{Job: j}
+}
+
+// accept stores a job submitted and checked (submitted) in the state.
+func (s *State) accept(j *Job) {
+	s.put(nil, j)
+	if j.IdempotencyKey != "" {
+		s.idempotency[j.IdempotencyKey] = j.ID
+	}
+}
+
+// submitted checks a submission and returns the job it makes (fresh), or
+// what to answer instead: a refusal, or the job a repeated submission or
+// a reused idempotency key already made. It changes nothing.
+func (s *State) submitted(index uint64, c *raftpb.SubmitJob) (j Job, res ApplyResult, fresh bool) {
 	if c.GetJob() == nil || c.Job.Id == "" {
-		return ApplyResult{Err: errf(ErrInvalid, "", "submit without a job id")}
+		return j, ApplyResult{Err: errf(ErrInvalid, "", "submit without a job id")}, false
 	}
 	if prev, ok := s.jobs[c.Job.Id]; ok {
 		// Ids are random per submission, so the same id with the same
@@ -31,34 +51,34 @@ func (s *State) applySubmit(index uint64, c *raftpb.SubmitJob) ApplyResult {
 		// or a leader change): answer with the job, do not fail.
 		if prev.Submitter == c.Job.Submitter && prev.SubmittedAtMS == c.Job.SubmittedAtMs &&
 			prev.ModuleHash == c.Job.ModuleSha256 && string(prev.Input) == string(c.Job.Input) && prev.InputHash == c.Job.InputSha256 {
-			return ApplyResult{Job: *prev}
+			return j, ApplyResult{Job: *prev}, false
 		}
-		return ApplyResult{Err: errf(ErrConflict, "retry the submission; a new id is chosen each time", "job %s already exists", c.Job.Id)}
+		return j, ApplyResult{Err: errf(ErrConflict, "retry the submission; a new id is chosen each time", "job %s already exists", c.Job.Id)}, false
 	}
 	if _, ok := s.arrays[c.Job.Id]; ok {
-		return ApplyResult{Err: errf(ErrConflict, "retry the submission; a new id is chosen each time", "array %s already exists", c.Job.Id)}
+		return j, ApplyResult{Err: errf(ErrConflict, "retry the submission; a new id is chosen each time", "array %s already exists", c.Job.Id)}, false
 	}
 	if key := c.Job.IdempotencyKey; key != "" {
 		if id, ok := s.idempotency[key]; ok {
 			if a, ok := s.arrays[id]; ok {
-				return ApplyResult{Job: a.Template, Err: errf(ErrConflict, "use a new idempotency key for a different job",
-					"idempotency key %q was used for job array %s", key, id)}
+				return j, ApplyResult{Job: a.Template, Err: errf(ErrConflict, "use a new idempotency key for a different job",
+					"idempotency key %q was used for job array %s", key, id)}, false
 			}
 			if prev, ok := s.jobs[id]; ok {
 				if subtle.ConstantTimeCompare(prev.PayloadHash, c.Job.PayloadHash) == 1 {
-					return ApplyResult{Job: *prev} // replay: the original job
+					return j, ApplyResult{Job: *prev}, false // replay: the original job
 				}
-				return ApplyResult{Job: *prev, Err: errf(ErrConflict, "use a new idempotency key for a different job",
-					"idempotency key %q was used for job %s with a different payload", key, id)}
+				return j, ApplyResult{Job: *prev, Err: errf(ErrConflict, "use a new idempotency key for a different job",
+					"idempotency key %q was used for job %s with a different payload", key, id)}, false
 			}
 		}
 	}
-	j := jobFromRecord(c.Job)
+	j = jobFromRecord(c.Job)
 	j.Phase = PhaseQueued
 	if j.RequiresApproval {
 		// It waits for a person; DeadlineAtMS is when the wait expires.
 		if j.DeadlineAtMS == 0 {
-			return ApplyResult{Err: errf(ErrInvalid, "", "job %s requires approval but has no approval expiry", j.ID)}
+			return Job{}, ApplyResult{Err: errf(ErrInvalid, "", "job %s requires approval but has no approval expiry", j.ID)}, false
 		}
 		j.Phase = PhaseWaitingForApproval
 		j.DecidedBy, j.DecidedAtMS, j.DecisionReason = "", 0, ""
@@ -68,11 +88,7 @@ func (s *State) applySubmit(index uint64, c *raftpb.SubmitJob) ApplyResult {
 	j.CommitIndex = index
 	j.ArrayID, j.ArrayIndex = "", 0
 	j.RetriesUsed, j.NotBeforeMS, j.PendingReason, j.Earlier = 0, 0, "", nil
-	s.put(nil, &j)
-	if j.IdempotencyKey != "" {
-		s.idempotency[j.IdempotencyKey] = j.ID
-	}
-	return ApplyResult{Job: j}
+	return j, ApplyResult{}, true
 }
 
 // applySubmitArray accepts a job array: the array record and one queued
@@ -159,14 +175,19 @@ func (s *State) applyAssign(c *raftpb.AssignJob, rules uint32) ApplyResult {
 			return ApplyResult{Job: *s.jobs[j.ID], Err: errf(ErrConflict, "", "job %s: skill %s is %s", j.ID, j.SkillID, why)}
 		}
 	}
-	n := *j
-	n.Phase = PhaseRunning
-	n.Attempt = c.Attempt
-	n.NodeID = c.NodeId
-	n.StartedAtMS, n.PlacedAtMS = c.AtMs, c.AtMs
-	n.PendingReason = ""
+	n := placed(*j, c)
 	s.put(j, &n)
 	return ApplyResult{Job: n}
+}
+
+// placed is queued job j placed by c (checked by the caller).
+func placed(j Job, c *raftpb.AssignJob) Job {
+	j.Phase = PhaseRunning
+	j.Attempt = c.Attempt
+	j.NodeID = c.NodeId
+	j.StartedAtMS, j.PlacedAtMS = c.AtMs, c.AtMs
+	j.PendingReason = ""
+	return j
 }
 
 // applyRound applies one scheduling round. Each placement is checked again
@@ -237,7 +258,14 @@ func (s *State) applyFinish(c *raftpb.FinishJob) ApplyResult {
 			"result of job %s attempt %d from %s refused: job is %s at attempt %d on %q",
 			j.ID, c.Attempt, c.NodeId, j.Phase, j.Attempt, j.NodeID)}
 	}
-	n := *j
+	n := finished(*j, c)
+	s.put(j, &n)
+	return ApplyResult{Job: n}
+}
+
+// finished is running job j ended by result c (checked by the caller):
+// completed, failed, or queued again for a retry.
+func finished(n Job, c *raftpb.FinishJob) Job {
 	n.Stdout, n.Stderr, n.ExitCode, n.FuelUsed = c.Stdout, c.Stderr, c.ExitCode, c.FuelUsed
 	n.StdoutHash, n.StdoutSize, n.StderrHash, n.StderrSize = c.StdoutSha256, c.StdoutSize, c.StderrSha256, c.StderrSize
 	if n.StdoutHash == "" {
@@ -272,8 +300,7 @@ func (s *State) applyFinish(c *raftpb.FinishJob) ApplyResult {
 			n.Error = &JobError{Code: "failed", Message: "job failed"}
 		}
 	}
-	s.put(j, &n)
-	return ApplyResult{Job: n}
+	return n
 }
 
 // applyEndedOutput keeps the output a run had written when its job was
@@ -565,26 +592,30 @@ func runStart(j Job, c *raftpb.FinishJob) int64 {
 // approval, a skill's run), leaves the job queued: it is then scheduled as
 // usual and the run here is dropped. The result is fenced as any result.
 func (s *State) applyRunHere(index uint64, c *raftpb.RunHere) ApplyResult {
-	sub := s.applySubmit(index, c.GetSubmit())
-	if sub.Err != nil || sub.Job.CommitIndex != index || sub.Job.Phase != PhaseQueued || c.GetFinish() == nil {
-		return sub // refused, or the original of a repeated submission
+	j, res, fresh := s.submitted(index, c.GetSubmit())
+	if !fresh {
+		return res // refused, or the original of a repeated submission
 	}
-	j := sub.Job
-	if !MayRunBeforeAcceptance(c.Submit.Job) {
-		return sub
+	if j.Phase != PhaseQueued || c.GetFinish() == nil || !MayRunBeforeAcceptance(c.Submit.Job) {
+		s.accept(&j)
+		return ApplyResult{Job: j}
 	}
 	m, ok := s.id.members["node:"+c.NodeId]
 	if !ok || m.Revoked || m.Ineligible || m.Draining {
-		return sub
+		s.accept(&j)
+		return ApplyResult{Job: j}
 	}
 	// Placed no earlier than submitted: the placement carries the
-	// leader's clock, the submission its proposer's.
-	if r := s.applyAssign(&raftpb.AssignJob{Id: j.ID, Attempt: 1, NodeId: c.NodeId, AtMs: max(c.PlacedAtMs, j.SubmittedAtMS)}, 0); r.Err != nil {
-		return sub
-	}
+	// leader's clock, the submission its proposer's. The job goes into
+	// the state once, as it ends: what the three commands would leave,
+	// without the indexes and wake-ups of the two states between
+	// (TestRunHereAsItsThreeCommands).
+	n := placed(j, &raftpb.AssignJob{Id: j.ID, Attempt: 1, NodeId: c.NodeId, AtMs: max(c.PlacedAtMs, j.SubmittedAtMS)})
 	fin := c.Finish // this replica's own decoded copy of the entry
 	fin.Id, fin.Attempt, fin.NodeId, fin.EndedOutput = j.ID, 1, c.NodeId, false
-	return s.applyFinish(fin)
+	n = finished(n, fin)
+	s.accept(&n)
+	return ApplyResult{Job: n}
 }
 
 // MayRunBeforeAcceptance reports whether the job r describes is one a
