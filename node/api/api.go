@@ -7,12 +7,14 @@ package api
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -171,6 +173,7 @@ type Options struct {
 // Server implements the palyra.v1 services.
 type Server struct {
 	Options
+	peers     peerCache
 	control   Control
 	blobs     Blobs
 	validator Validator
@@ -260,12 +263,13 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		p, err := identity.PeerPrincipal(*r.TLS)
+		id, err := s.peers.identify(*r.TLS)
 		if err != nil {
 			http.Error(w, "unauthenticated: "+err.Error(), http.StatusUnauthorized)
 			return
 		}
-		if s.control.State().IsRevoked(string(p.Kind), p.ID) || s.control.State().IsSerialRevoked(r.TLS.PeerCertificates[0].SerialNumber.String()) {
+		p := id.principal
+		if s.control.State().IsRevoked(string(p.Kind), p.ID) || s.control.State().IsSerialRevoked(id.serial) {
 			http.Error(w, fmt.Sprintf("unauthenticated: %s has been revoked; pair again with a new code", p), http.StatusUnauthorized)
 			return
 		}
@@ -530,3 +534,50 @@ func growStack() {
 //
 //go:noinline
 func keepFrame([]byte) {}
+
+// peerCache remembers, per leaf certificate a caller presented, the
+// principal it names and its serial number in decimal: read once per
+// certificate instead of on every call (a client sends thousands of
+// calls over one connection, and so one certificate). A certificate is
+// immutable and the key keeps it alive, so an entry never answers for
+// another; revocation is still checked on every call, by principal and
+// by this serial.
+type peerCache struct {
+	mu sync.Mutex
+	m  map[*x509.Certificate]peerID
+}
+
+// peerID is what a certificate says of its holder.
+type peerID struct {
+	principal identity.Principal
+	serial    string
+}
+
+// peerCacheMax bounds the certificates remembered (then it starts again).
+const peerCacheMax = 1024
+
+func (c *peerCache) identify(cs tls.ConnectionState) (peerID, error) {
+	if !cs.HandshakeComplete || len(cs.PeerCertificates) == 0 {
+		_, err := identity.PeerPrincipal(cs)
+		return peerID{}, err
+	}
+	leaf := cs.PeerCertificates[0]
+	c.mu.Lock()
+	id, ok := c.m[leaf]
+	c.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	p, err := identity.PrincipalFromCert(leaf)
+	if err != nil {
+		return peerID{}, err
+	}
+	id = peerID{principal: p, serial: leaf.SerialNumber.String()}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= peerCacheMax {
+		c.m = make(map[*x509.Certificate]peerID)
+	}
+	c.m[leaf] = id
+	c.mu.Unlock()
+	return id, nil
+}
