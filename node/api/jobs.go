@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"sort"
@@ -341,7 +342,15 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 			rh.job = &job
 		}
 	}
-	s.log.Debug("job accepted", "job", job.ID, "kind", kind, "module", short(hash), "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.Debug("job accepted", "job", job.ID, "kind", kind, "module", short(hash), "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
+	}
+	if rh, ok := ctx.Value(runJobKey{}).(*ranHere); ok && rh.job != nil {
+		// RunJob sends the ended job itself (and reads only these fields
+		// of the submission's answer): no second conversion.
+		return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: &palyrav1.Job{Id: job.ID, Submitter: job.Submitter, Kind: job.Kind,
+			Phase: palyrav1.JobPhase(job.Phase)}}), nil
+	}
 	return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: JobToPB(&job), Replayed: replayed}), nil
 }
 
