@@ -597,13 +597,11 @@ func (s *State) applyRunHere(index uint64, c *raftpb.RunHere) ApplyResult {
 		return res // refused, or the original of a repeated submission
 	}
 	if j.Phase != PhaseQueued || c.GetFinish() == nil || !MayRunBeforeAcceptance(c.Submit.Job) {
-		s.accept(&j)
-		return ApplyResult{Job: j}
+		return s.acceptQueued(j)
 	}
 	m, ok := s.id.members["node:"+c.NodeId]
 	if !ok || m.Revoked || m.Ineligible || m.Draining {
-		s.accept(&j)
-		return ApplyResult{Job: j}
+		return s.acceptQueued(j)
 	}
 	// Placed no earlier than submitted: the placement carries the
 	// leader's clock, the submission its proposer's. The job goes into
@@ -616,6 +614,14 @@ func (s *State) applyRunHere(index uint64, c *raftpb.RunHere) ApplyResult {
 	n = finished(n, fin)
 	s.accept(&n)
 	return ApplyResult{Job: n}
+}
+
+// acceptQueued accepts submitted job j as it is (queued, or waiting for
+// approval) and answers with it. A copy is stored, so that j itself stays
+// on the caller's stack on the path that stores another job.
+func (s *State) acceptQueued(j Job) ApplyResult {
+	s.accept(&j)
+	return ApplyResult{Job: j}
 }
 
 // MayRunBeforeAcceptance reports whether the job r describes is one a

@@ -339,7 +339,8 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 			job.Phase == consensus.PhaseQueued && len(job.Earlier) == 1 && job.Earlier[0].NodeID == me)
 		s.RunHere.Recorded(cmd.GetRunHere(), ran)
 		if rh, ok := ctx.Value(runJobKey{}).(*ranHere); ok && ran {
-			rh.job = &job
+			ended := job
+			rh.job = &ended
 		}
 	}
 	if s.log.Enabled(ctx, slog.LevelDebug) {
