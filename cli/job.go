@@ -147,7 +147,8 @@ func jobCommand() *ucli.Command {
    result (which is authoritative: a live reader that fell more than 1 MiB
    behind is told what it missed, and the final output has it). stdout goes
    to stdout, stderr to stderr, notes (a new attempt, a gap) to stderr.
-   A job that has not started (queued, waiting for approval) has no output
+   A job that has not started (queued, waiting for approval, or placed on
+   a worker that holds it until one of its slots frees) has no output
    yet: without -f, stderr says so and why it waits; with -f, stderr says
    why it waits (each time that changes) until it runs. Waiting to start on
    a job that no node in the cluster can run (its constraints match no
@@ -1799,12 +1800,26 @@ func waitStarted(c *ucli.Context, cl *client.Client, f *client.Follower, id stri
 	reasons := &reasonPrinter{w: c.App.ErrWriter}
 	retryUntil := time.Now().Add(time.Minute)
 	var last *palyrav1.Job
+	toldWaiting := uint32(0) // the attempt whose wait for a slot was said
 	for {
 		stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
 		if err == nil {
 			for stream.Receive() {
 				f.Delivered()
 				j := stream.Msg().Job
+				if j != nil && j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && j.WaitingForSlot {
+					// Placed, but its worker holds it until a slot frees:
+					// no output until then. Said once per attempt; the
+					// watch says when it starts.
+					if toldWaiting != j.Attempt {
+						toldWaiting = j.Attempt
+						fmt.Fprintf(c.App.ErrWriter, "job %s is placed on %s and waits there for a free slot (attempt %d); its output follows once it starts\n", id, j.NodeId, j.Attempt)
+					}
+					retryUntil = time.Now().Add(time.Minute)
+					last = j
+					g.see(j)
+					continue
+				}
 				if j == nil || j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING || j.Phase.Terminal() {
 					// Running or ended (or an array, which JobLogs refuses
 					// with its own message).

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/palyra-mesh/palyra/internal/testbuf"
 	"github.com/palyra-mesh/palyra/internal/testwasm"
 	"github.com/palyra-mesh/palyra/node"
 	palyrav1 "github.com/palyra-mesh/palyra/proto/palyrav1"
@@ -77,5 +79,56 @@ func TestListNode(t *testing.T) {
 		if got := listNode(&palyrav1.Job{Phase: tc.phase, NodeId: tc.node}); got != tc.want {
 			t.Errorf("%s on %q: NODE %q, want %q", tc.phase, tc.node, got, tc.want)
 		}
+	}
+}
+
+// 'job logs -f' of a job its worker holds until a slot frees says so on
+// stderr while it waits, then follows the output once the job starts.
+func TestJobLogsFollowSaysAJobWaitsForASlot(t *testing.T) {
+	dir := t.TempDir()
+	n, err := node.Start(context.Background(), node.Config{DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 1, BrowserSlots: -1, Prefetch: 4,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	c := &cluster{t: t, node: n, dir: dir}
+	sleep := testwasm.Path(t, "sleep")
+	var ids []string
+	for _, d := range []string{"30s", "1ms"} {
+		r := c.cli("job", "submit", "--wasm", sleep, "--input", d)
+		if r.code != 0 {
+			t.Fatalf("submit: %+v", r)
+		}
+		ids = append(ids, strings.TrimSpace(r.stdout))
+	}
+	var out bytes.Buffer
+	var errb testbuf.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"palyra", "--data-dir", dir, "--addr", n.Addr(), "job", "logs", "-f", ids[1]}, strings.NewReader(""), &out, &errb)
+	}()
+	want := "job " + ids[1] + " is placed on " + n.ID() + " and waits there for a free slot (attempt 1); its output follows once it starts"
+	for !strings.Contains(errb.String(), want) {
+		select {
+		case code := <-done:
+			t.Fatalf("job logs -f ended (%d) before it said the job waits for a slot: stdout %q stderr %q", code, out.String(), errb.String())
+		case <-ctx.Done():
+			t.Fatalf("job logs -f never said the job waits for a slot: stderr %q", errb.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if r := c.cli("job", "cancel", ids[0]); r.code != 0 {
+		t.Fatalf("cancel: %+v", r)
+	}
+	select {
+	case code := <-done:
+		if code != 0 || out.String() != "slept 1ms" {
+			t.Fatalf("job logs -f after the slot freed: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("job logs -f did not end with the job: stderr %q", errb.String())
 	}
 }
