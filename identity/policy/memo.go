@@ -129,7 +129,8 @@ func appendMap[M ~map[string]V, V any](dst []byte, m M) ([]byte, bool) {
 	if len(m) == 0 {
 		return dst, true
 	}
-	keys := make([]string, 0, len(m))
+	var small [8]string // most maps here have one to three keys: no allocation
+	keys := small[:0]
 	for k := range m {
 		keys = append(keys, k)
 	}

@@ -146,3 +146,13 @@ func BenchmarkAuthorizeSubmit(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkAuthorizeJobWork(b *testing.B) {
+	e := defaultEngine(b)
+	for i := 0; b.Loop(); i++ {
+		r := Request{Principal: node, Action: ActionWorkerReport, Resource: JobResource("j-"+fmt.Sprint(i), plainDevice.String(), "wasm")}
+		if !e.Authorize(r).Allow {
+			b.Fatal("denied")
+		}
+	}
+}
