@@ -1800,7 +1800,6 @@ func waitStarted(c *ucli.Context, cl *client.Client, f *client.Follower, id stri
 	reasons := &reasonPrinter{w: c.App.ErrWriter}
 	retryUntil := time.Now().Add(time.Minute)
 	var last *palyrav1.Job
-	toldWaiting := uint32(0) // the attempt whose wait for a slot was said
 	for {
 		stream, err := cl.Jobs.WatchJob(ctx, connect.NewRequest(&palyrav1.WatchJobRequest{Id: id}))
 		if err == nil {
@@ -1809,16 +1808,9 @@ func waitStarted(c *ucli.Context, cl *client.Client, f *client.Follower, id stri
 				j := stream.Msg().Job
 				if j != nil && j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && j.WaitingForSlot {
 					// Placed, but its worker holds it until a slot frees:
-					// no output until then. Said once per attempt; the
-					// watch says when it starts.
-					if toldWaiting != j.Attempt {
-						toldWaiting = j.Attempt
-						fmt.Fprintf(c.App.ErrWriter, "job %s is placed on %s and waits there for a free slot (attempt %d); its output follows once it starts\n", id, j.NodeId, j.Attempt)
-					}
-					retryUntil = time.Now().Add(time.Minute)
-					last = j
-					g.see(j)
-					continue
+					// no output until then, which the logs stream delivers
+					// as it comes (it is not told of the start itself).
+					fmt.Fprintf(c.App.ErrWriter, "job %s is placed on %s and waits there for a free slot (attempt %d); its output follows once it starts\n", id, j.NodeId, j.Attempt)
 				}
 				if j == nil || j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING || j.Phase.Terminal() {
 					// Running or ended (or an array, which JobLogs refuses

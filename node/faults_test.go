@@ -132,6 +132,9 @@ func TestHistoryUnderFaults(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }) }
+	t.Cleanup(func() { halt(); wg.Wait() }) // a failed wait below leaves no submitter running
 	for w := 0; w < 3; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -222,7 +225,7 @@ func TestHistoryUnderFaults(t *testing.T) {
 	}
 	tc.waitHealthy(3)
 	waitFor(t, "20 accepted submissions", 2*time.Minute, func() bool { return nAccepted() >= 20 })
-	close(stop)
+	halt()
 	wg.Wait()
 
 	// Every accepted job ends; then stop the nodes and check the log.

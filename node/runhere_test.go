@@ -90,3 +90,32 @@ func TestStoppingNodeIsOfferedNoWork(t *testing.T) {
 		}
 	}
 }
+
+// A job run where it was submitted that failed and is queued for a retry
+// is answered whole: the caller's first message has the failed attempt
+// (its node, its end), not only the job's id and phase.
+func TestRunHereRetryIsAnsweredWhole(t *testing.T) {
+	n := start(t, node.Config{})
+	cl := operator(t, n, n.Addr())
+	mod := testwasm.Build(t, "fail")
+	warm := &palyrav1.SubmitJobRequest{WasmModule: mod}
+	if j, err := cl.Run(callCtx(t), warm, nil); err != nil || j.Phase != palyrav1.JobPhase_JOB_PHASE_FAILED {
+		t.Fatalf("warm-up: %v %v", j, err) // the module is compiled here from now on
+	}
+	before, _ := n.RunHereForTest()
+	var first *palyrav1.Job
+	j, err := cl.Run(callCtx(t), &palyrav1.SubmitJobRequest{WasmModule: mod, Retries: 1}, func(j *palyrav1.Job) {
+		if first == nil {
+			first = j
+		}
+	})
+	if err != nil || j.Phase != palyrav1.JobPhase_JOB_PHASE_FAILED || j.Attempt != 2 {
+		t.Fatalf("a job failing twice: %v %v", j, err)
+	}
+	if after, _ := n.RunHereForTest(); after != before+1 {
+		t.Fatalf("run here %v → %v: the first attempt was not run where it was submitted", before, after)
+	}
+	if first == nil || first.Attempt != 1 || len(first.GetEarlierAttempts()) != 1 || first.GetEarlierAttempts()[0].NodeId != n.ID() {
+		t.Fatalf("first message %+v: want the job queued again after attempt 1 on %s", first, n.ID())
+	}
+}

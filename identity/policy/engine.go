@@ -80,7 +80,7 @@ func (e *Engine) Authorize(r Request) Decision {
 	}
 	// cedar-go lists reasons in no fixed order: in source order, the same
 	// request is explained the same way every time.
-	slices.SortFunc(d.Reasons, func(a, b string) int { return s.meta[a].line - s.meta[b].line })
+	slices.SortFunc(d.Reasons, func(a, b string) int { return s.meta[a].order - s.meta[b].order })
 	d.lines = make([]int, len(d.Reasons))
 	for i, id := range d.Reasons {
 		d.lines[i] = s.meta[id].line

@@ -91,7 +91,8 @@ func idBlindTypes(list cedar.PolicyList) map[string]bool {
 }
 
 // memoKey appends r's key to dst; ok is false when r is not remembered.
-// Fields are length-prefixed, so no two requests share a key.
+// Strings are length-prefixed and numbers and booleans end with ';', so
+// no two requests share a key.
 func (s *Set) memoKey(dst []byte, r Request) (key []byte, ok bool) {
 	str := func(v string) {
 		dst = strconv.AppendInt(dst, int64(len(v)), 10)
@@ -103,6 +104,7 @@ func (s *Set) memoKey(dst []byte, r Request) (key []byte, ok bool) {
 	str(p.ID)
 	str(p.Name)
 	dst = strconv.AppendBool(dst, p.Operator)
+	dst = append(dst, ';')
 	if dst, ok = appendMap(dst, p.Labels); !ok {
 		return nil, false
 	}
@@ -111,6 +113,7 @@ func (s *Set) memoKey(dst []byte, r Request) (key []byte, ok bool) {
 	if !s.idBlind[r.Resource.Type] {
 		str(r.Resource.ID)
 		dst = strconv.AppendInt(dst, int64(len(r.Resource.Parents)), 10)
+		dst = append(dst, ';')
 		for _, par := range r.Resource.Parents {
 			str(par)
 		}
@@ -148,12 +151,15 @@ func appendMap[M ~map[string]V, V any](dst []byte, m M) ([]byte, bool) {
 		case bool:
 			dst = append(dst, 'b')
 			dst = strconv.AppendBool(dst, v)
+			dst = append(dst, ';')
 		case int:
 			dst = append(dst, 'i')
 			dst = strconv.AppendInt(dst, int64(v), 10)
+			dst = append(dst, ';')
 		case int64:
 			dst = append(dst, 'i')
 			dst = strconv.AppendInt(dst, v, 10)
+			dst = append(dst, ';')
 		default:
 			return nil, false
 		}

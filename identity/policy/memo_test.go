@@ -118,7 +118,7 @@ func TestMemoKeepsTheRequestCheck(t *testing.T) {
 }
 
 // Values the key cannot spell exactly (floats, lists, Cedar values) are
-// not remembered.
+// not remembered, and no two requests share a key.
 func TestMemoSkipsValuesItCannotKey(t *testing.T) {
 	s := mustParse(t, string(DefaultPolicy()))
 	r := Request{Principal: plainDevice, Action: ActionJobSubmit, Resource: ClusterResource()}
@@ -127,6 +127,15 @@ func TestMemoSkipsValuesItCannotKey(t *testing.T) {
 		if _, ok := s.memoKey(nil, r); ok {
 			t.Errorf("a %T context value was keyed", v)
 		}
+	}
+	// Numbers end where the next field begins only by their terminator:
+	// without it these two spelled the same key.
+	r.Context = map[string]any{"a": 1, "xyzs20:pppppppppppppppp": "q"}
+	ka, _ := s.memoKey(nil, r)
+	r.Context = map[string]any{"a": 12, "xyz": "pppppppppppppppps1:q"}
+	kb, _ := s.memoKey(nil, r)
+	if string(ka) == string(kb) {
+		t.Fatalf("two contexts share the key %q", ka)
 	}
 	r.Context = map[string]any{"job_kind": "wasm"}
 	k1, ok1 := s.memoKey(nil, r)

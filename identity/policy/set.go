@@ -42,6 +42,7 @@ type Set struct {
 type meta struct {
 	line   int
 	forbid bool
+	order  int // position in the document
 }
 
 // Source returns the document the set was parsed from.
@@ -93,7 +94,7 @@ func Parse(src []byte) (set *Set, err error) {
 		errs = append(errs, validatePolicy(src, list, i, id)...)
 		s.ps.Add(cedar.PolicyID(id), p)
 		s.ids = append(s.ids, id)
-		s.meta[id] = meta{line: pos.Line, forbid: p.Effect() == cedar.Forbid}
+		s.meta[id] = meta{line: pos.Line, forbid: p.Effect() == cedar.Forbid, order: len(s.ids)}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

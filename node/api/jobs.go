@@ -346,9 +346,10 @@ func (js jobService) commitSubmit(ctx context.Context, m *palyrav1.SubmitJobRequ
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.Debug("job accepted", "job", job.ID, "kind", kind, "module", short(hash), "by", rec.Submitter, "index", job.CommitIndex, "replayed", replayed)
 	}
-	if rh, ok := ctx.Value(runJobKey{}).(*ranHere); ok && rh.job != nil {
+	if rh, ok := ctx.Value(runJobKey{}).(*ranHere); ok && rh.job != nil && rh.job.Phase.Terminal() {
 		// RunJob sends the ended job itself (and reads only these fields
-		// of the submission's answer): no second conversion.
+		// of the submission's answer): no second conversion. A run here
+		// that failed and is queued for a retry is answered whole.
 		return connect.NewResponse(&palyrav1.SubmitJobResponse{Job: &palyrav1.Job{Id: job.ID, Submitter: job.Submitter, Kind: job.Kind,
 			Phase: palyrav1.JobPhase(job.Phase)}}), nil
 	}
