@@ -33,7 +33,8 @@ type Store struct {
 	// aged holds, under ageMu, the age (modification time) of blobs this
 	// store looked at or renewed in the last renewAfter: Renew answers
 	// for them without a stat per submit. Every removal drops its entry.
-	aged map[string]time.Time
+	aged      map[string]time.Time
+	agedSwept time.Time // when aged was last swept of old entries
 	// syncDir fsyncs a directory; tests replace it to see which
 	// directories a store syncs and to make a sync fail.
 	syncDir func(dir string) error
@@ -226,8 +227,8 @@ func (s *Store) noteAge(h string, at time.Time) {
 	if s.aged == nil {
 		s.aged = map[string]time.Time{}
 	}
-	if len(s.aged) >= 256 {
-		now := time.Now()
+	if now := time.Now(); len(s.aged) >= 256 && now.After(s.agedSwept.Add(renewAfter)) {
+		s.agedSwept = now // at most one sweep per renewAfter, however many blobs are young
 		for k, v := range s.aged {
 			if now.Sub(v) > renewAfter {
 				delete(s.aged, k)
