@@ -158,9 +158,12 @@ func TestConstraintsDrainCancel(t *testing.T) {
 		t.Fatal(op.Explain(err))
 	}
 	var j *palyrav1.Job
-	waitFor(t, "spin to run", 30*time.Second, func() bool {
+	// Started on its worker, not only placed: a drain hands back a run that
+	// has not started yet (its worker still fetching the module, or waiting
+	// for a slot), and CI once drained in that moment.
+	waitFor(t, "spin to start on its worker", 30*time.Second, func() bool {
 		j = getJob(t, op, running.Msg.Job.Id)
-		return j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING
+		return j.Phase == palyrav1.JobPhase_JOB_PHASE_RUNNING && j.RunStartedAtMs > 0
 	})
 	target := j.NodeId
 	if _, err := op.Node.SetSchedulable(ctx, connect.NewRequest(&palyrav1.SetSchedulableRequest{NodeId: target, Drain: true})); err != nil {
