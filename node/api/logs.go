@@ -107,7 +107,8 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 			if req.Msg.Follow {
 				wait = liveWait
 			}
-			out, err := liveRead(ctx, s.Live, j.NodeID, changed, &peerpb.JobOutputRequest{
+			readChanged, slack := readLimits(req.Msg.Follow, changed)
+			out, err := liveRead(ctx, s.Live, j.NodeID, readChanged, slack, &peerpb.JobOutputRequest{
 				JobId: id, StdoutOffset: off[0], StderrOffset: off[1], WaitMs: wait.Milliseconds()})
 			if ctx.Err() != nil {
 				return fromErr(errCanceled)
@@ -161,16 +162,33 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 // liveReadSlack is how much longer than the wait it asked for a live
 // read may take before it is given up: a worker killed or frozen
 // mid-read answers nothing, and QUIC would notice only at its idle
-// timeout, holding the follower that long.
-const liveReadSlack = 2 * time.Second
+// timeout, holding the follower that long. snapshotReadSlack is the same
+// for a read without follow: one answer, which a loaded worker may take
+// a while to give.
+const (
+	liveReadSlack     = 2 * time.Second
+	snapshotReadSlack = 10 * time.Second
+)
+
+// readLimits is when a live read gives up: a follower's when the job
+// changes (it then follows the job's next state) or liveReadSlack past
+// its wait; a read without follow only snapshotReadSlack past it, since a
+// change to a running job (a renewed lease, say) leaves its output so far
+// worth having, and giving up sent none (CI once saw that).
+func readLimits(follow bool, changed <-chan struct{}) (<-chan struct{}, time.Duration) {
+	if follow {
+		return changed, liveReadSlack
+	}
+	return nil, snapshotReadSlack
+}
 
 // liveRead asks node for a running job's output (r), and gives up when
-// the job changes (changed: re-queued off a dead worker, ended) or the
-// read outlasts its wait by liveReadSlack: the caller then looks at the
+// the job changes (changed, if not nil: re-queued off a dead worker,
+// ended) or the read outlasts its wait by slack: the caller then looks at the
 // job again and follows its next attempt, wherever that runs. A fault
 // trial's 'job logs -f' stalled ~9 s after its worker was SIGKILLed.
-func liveRead(ctx context.Context, live LiveOutput, node string, changed <-chan struct{}, r *peerpb.JobOutputRequest) (*peerpb.JobOutputResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(r.WaitMs)*time.Millisecond+liveReadSlack)
+func liveRead(ctx context.Context, live LiveOutput, node string, changed <-chan struct{}, slack time.Duration, r *peerpb.JobOutputRequest) (*peerpb.JobOutputResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(r.WaitMs)*time.Millisecond+slack)
 	defer cancel()
 	go func() {
 		select {

@@ -28,7 +28,7 @@ func TestLiveReadGivesUpOnADeadWorker(t *testing.T) {
 	dead := deadWorker{asked: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
-		_, err := liveRead(context.Background(), dead, "n-dead", changed, &peerpb.JobOutputRequest{JobId: "j-1", WaitMs: time.Hour.Milliseconds()})
+		_, err := liveRead(context.Background(), dead, "n-dead", changed, liveReadSlack, &peerpb.JobOutputRequest{JobId: "j-1", WaitMs: time.Hour.Milliseconds()})
 		done <- err
 	}()
 	<-dead.asked
@@ -45,7 +45,7 @@ func TestLiveReadGivesUpOnADeadWorker(t *testing.T) {
 	// No change: the read ends once its wait and the slack are past.
 	dead = deadWorker{asked: make(chan struct{})}
 	go func() {
-		_, err := liveRead(context.Background(), dead, "n-dead", make(chan struct{}), &peerpb.JobOutputRequest{JobId: "j-1", WaitMs: 10})
+		_, err := liveRead(context.Background(), dead, "n-dead", make(chan struct{}), liveReadSlack, &peerpb.JobOutputRequest{JobId: "j-1", WaitMs: 10})
 		done <- err
 	}()
 	select {
@@ -55,5 +55,39 @@ func TestLiveReadGivesUpOnADeadWorker(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the read of a dead worker never gave up")
+	}
+}
+
+// slowWorker answers after delay, as a loaded worker does.
+type slowWorker struct{ delay time.Duration }
+
+func (w slowWorker) JobOutput(ctx context.Context, _ string, _ *peerpb.JobOutputRequest) (*peerpb.JobOutputResponse, error) {
+	select {
+	case <-time.After(w.delay):
+		return &peerpb.JobOutputResponse{Found: true, Stdout: &peerpb.OutputChunk{Data: []byte("tick 1\n")}}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// A read without follow takes the output so far even when the job changes
+// meanwhile (a renewed lease) and its worker answers late; it still gives
+// up on a worker that never answers. A follower gives up on either.
+func TestSnapshotReadOutlastsAChange(t *testing.T) {
+	changed := make(chan struct{})
+	close(changed) // the job changed while the read was asked for
+	readChanged, slack := readLimits(false, changed)
+	out, err := liveRead(context.Background(), slowWorker{delay: liveReadSlack + 500*time.Millisecond}, "n-busy", readChanged, slack,
+		&peerpb.JobOutputRequest{JobId: "j-1"})
+	if err != nil || string(out.GetStdout().GetData()) != "tick 1\n" {
+		t.Fatalf("a read without follow: %v %v, want the output so far", out, err)
+	}
+	if slack < time.Second || slack > time.Minute {
+		t.Fatalf("a read without follow gives up %s past its wait", slack)
+	}
+	readChanged, slack = readLimits(true, changed)
+	if _, err := liveRead(context.Background(), slowWorker{delay: time.Hour}, "n-busy", readChanged, slack,
+		&peerpb.JobOutputRequest{JobId: "j-1"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a follower's read after a change: %v, want it given up", err)
 	}
 }
