@@ -52,7 +52,8 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 		msg.StdoutEnd, msg.StderrEnd, msg.Resumable = off[0], off[1], true
 		return stream.Send(msg)
 	}
-	notTaken := 0 // asks in a row of a worker that had not taken the attempt yet
+	notTaken := 0   // asks in a row of a worker that had not taken the attempt yet
+	reread := false // a read without follow looked at the job again after its live read
 	for {
 		changed := st.Watch(consensus.TopicJob(id))
 		j, ok := st.Job(id)
@@ -151,6 +152,16 @@ func (js jobService) JobLogs(ctx context.Context, req *connect.Request[palyrav1.
 			}
 		}
 		if !req.Msg.Follow {
+			select {
+			case <-changed:
+				if !reread {
+					// The job moved on while its worker was asked (it
+					// ended, say): what it holds now is the answer.
+					reread = true
+					continue
+				}
+			default:
+			}
 			return send(&j, &palyrav1.JobLogsResponse{})
 		}
 		if err := waitChange(ctx, changed); err != nil {
@@ -173,8 +184,8 @@ const (
 // readLimits is when a live read gives up: a follower's when the job
 // changes (it then follows the job's next state) or liveReadSlack past
 // its wait; a read without follow only snapshotReadSlack past it, since a
-// change to a running job (a renewed lease, say) leaves its output so far
-// worth having, and giving up sent none (CI once saw that).
+// change to the job (it ended) is handled after the read, and giving up
+// at 2 s on a loaded machine sent none of the output (CI once saw that).
 func readLimits(follow bool, changed <-chan struct{}) (<-chan struct{}, time.Duration) {
 	if follow {
 		return changed, liveReadSlack

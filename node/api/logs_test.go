@@ -71,7 +71,7 @@ func (w slowWorker) JobOutput(ctx context.Context, _ string, _ *peerpb.JobOutput
 }
 
 // A read without follow takes the output so far even when the job changes
-// meanwhile (a renewed lease) and its worker answers late; it still gives
+// meanwhile and its worker answers late; it still gives
 // up on a worker that never answers. A follower gives up on either.
 func TestSnapshotReadOutlastsAChange(t *testing.T) {
 	changed := make(chan struct{})
