@@ -17,10 +17,10 @@ import (
 	palyrav1 "github.com/palyra-mesh/palyra/proto/palyrav1"
 )
 
-// 'job logs' of a job its worker holds waiting for a slot says so, not
-// that the job "is still running" with no output (a trial); 'job list'
-// shows no node for a job queued again.
-func TestJobLogsOfAJobWaitingForASlot(t *testing.T) {
+// oneSlotNode starts a one-node cluster with one wasm slot and prefetch,
+// so a second job waits on its worker for the first one's slot.
+func oneSlotNode(t *testing.T) *cluster {
+	t.Helper()
 	dir := t.TempDir()
 	n, err := node.Start(context.Background(), node.Config{DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 1, BrowserSlots: -1, Prefetch: 4,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -28,7 +28,15 @@ func TestJobLogsOfAJobWaitingForASlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	c := &cluster{t: t, node: n, dir: dir}
+	return &cluster{t: t, node: n, dir: dir}
+}
+
+// 'job logs' of a job its worker holds waiting for a slot says so, not
+// that the job "is still running" with no output (a trial); 'job list'
+// shows no node for a job queued again.
+func TestJobLogsOfAJobWaitingForASlot(t *testing.T) {
+	c := oneSlotNode(t)
+	n := c.node
 	sleep := testwasm.Path(t, "sleep")
 	var ids []string
 	for range 2 {
@@ -85,14 +93,8 @@ func TestListNode(t *testing.T) {
 // 'job logs -f' of a job its worker holds until a slot frees says so on
 // stderr while it waits, then follows the output once the job starts.
 func TestJobLogsFollowSaysAJobWaitsForASlot(t *testing.T) {
-	dir := t.TempDir()
-	n, err := node.Start(context.Background(), node.Config{DataDir: dir, Listen: "127.0.0.1:0", Fast: true, WasmSlots: 1, BrowserSlots: -1, Prefetch: 4,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	c := &cluster{t: t, node: n, dir: dir}
+	c := oneSlotNode(t)
+	n, dir := c.node, c.dir
 	sleep := testwasm.Path(t, "sleep")
 	var ids []string
 	for _, d := range []string{"30s", "1ms"} {
